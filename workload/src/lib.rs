@@ -1,0 +1,1 @@
+//! afa-workload
