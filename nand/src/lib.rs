@@ -1,1 +1,406 @@
-//! afa-nand
+//! The flash medium: geometry, cell modes and their timing, per-die and per-channel
+//! next-free time, per-block program order, erase counts, bad blocks, the stored payload and
+//! OOB bytes, and injected program/erase failures.
+//!
+//! The medium knows nothing about logical addresses: that is the controller's business
+//! (`afa-ssd`). It enforces the physical rules — pages of a block are programmed in order,
+//! once, between erases; bad blocks are never used — and computes when each operation ends.
+//!
+//! Timing follows the next-free-time model of FEMU and MQSim: each die and each channel
+//! remembers when it becomes free, and an operation starts when both its input is ready and
+//! its resources are free. The simulation never needs one event per flash operation.
+
+mod config;
+mod store;
+
+pub use config::{CellMode, CellTiming, Geometry, NandTiming};
+use serde::{Deserialize, Serialize};
+pub use store::{PayloadMode, PageStore};
+
+use afa_sim::{transfer_ns, SimRng, TimeNs};
+
+/// Errors of the medium. A program or erase failure is an expected event that the
+/// controller must handle; the others are bugs in the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NandError {
+    #[error("invalid NAND configuration: {0}")]
+    Config(String),
+    #[error("program of page {page} in block {block} failed")]
+    ProgramFailed { block: u32, page: u32 },
+    #[error("erase of block {block} failed; the block is now bad")]
+    EraseFailed { block: u32 },
+    #[error("block {block} is bad")]
+    BadBlock { block: u32 },
+    #[error("page {page} of block {block} programmed out of order (next programmable page is {next})")]
+    OutOfOrder { block: u32, page: u32, next: u32 },
+    #[error("block {block} cannot change cell mode while it holds data")]
+    ModeChangeOnWrittenBlock { block: u32 },
+}
+
+/// Probabilities of injected media faults, drawn from the medium's own seeded stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultConfig {
+    /// Fraction of blocks marked bad at manufacture.
+    pub factory_bad_block_fraction: f64,
+    /// Probability that one page program fails (the page is consumed, its data is not stored).
+    pub program_fail_probability: f64,
+    /// Probability that one block erase fails (the block becomes bad).
+    pub erase_fail_probability: f64,
+}
+
+impl FaultConfig {
+    pub fn validate(&self) -> Result<(), NandError> {
+        for (name, p) in [
+            ("factory_bad_block_fraction", self.factory_bad_block_fraction),
+            ("program_fail_probability", self.program_fail_probability),
+            ("erase_fail_probability", self.erase_fail_probability),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(NandError::Config(format!(
+                    "faults.{name} = {p} must lie in [0, 1)"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Operation counters, split by the cell mode the block was in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NandCounters {
+    pub reads: [u64; 3],
+    pub programs: [u64; 3],
+    pub erases: [u64; 3],
+    pub program_failures: u64,
+    pub erase_failures: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BlockState {
+    next_page: u16,
+    mode: CellMode,
+    bad: bool,
+    erase_count: u32,
+}
+
+/// What a die is doing in its current (latest) operation, so that an operation of the same
+/// kind on another plane can join it as a multi-plane command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Idle,
+    Read,
+    Program,
+    Erase,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DieState {
+    free_ns: TimeNs,
+    busy_ns: u64,
+    batch_kind: OpKind,
+    batch_start_ns: TimeNs,
+    batch_planes_mask: u64,
+}
+
+/// The flash medium of one SSD.
+#[derive(Debug)]
+pub struct Nand {
+    geometry: Geometry,
+    timing: NandTiming,
+    dense_mode: CellMode,
+    dies: Vec<DieState>,
+    channel_free_ns: Vec<TimeNs>,
+    blocks: Vec<BlockState>,
+    counters: NandCounters,
+    faults: FaultConfig,
+    fault_rng: SimRng,
+    store: PageStore,
+    page_transfer_ns: u64,
+}
+
+impl Nand {
+    /// Builds an erased medium. `dense_mode` is the mode blocks are in unless the controller
+    /// switches one to SLC; `seed` drives injected faults.
+    pub fn new(
+        geometry: Geometry,
+        timing: NandTiming,
+        dense_mode: CellMode,
+        payload: PayloadMode,
+        faults: FaultConfig,
+        seed: u64,
+    ) -> Result<Self, NandError> {
+        geometry.validate()?;
+        timing.validate()?;
+        faults.validate()?;
+        let mut fault_rng = SimRng::fork(seed, 0x4e41_4e44); // "NAND"
+        let mut blocks = vec![
+            BlockState {
+                next_page: 0,
+                mode: dense_mode,
+                bad: false,
+                erase_count: 0,
+            };
+            geometry.blocks_total() as usize
+        ];
+        if faults.factory_bad_block_fraction > 0.0 {
+            for b in blocks.iter_mut() {
+                b.bad = fault_rng.chance(faults.factory_bad_block_fraction);
+            }
+        }
+        let idle_die = DieState {
+            free_ns: 0,
+            busy_ns: 0,
+            batch_kind: OpKind::Idle,
+            batch_start_ns: 0,
+            batch_planes_mask: 0,
+        };
+        let page_transfer_ns = transfer_ns(geometry.page_bytes as u64, timing.channel_mb_s);
+        Ok(Self {
+            dies: vec![idle_die; geometry.dies_total() as usize],
+            channel_free_ns: vec![0; geometry.channels as usize],
+            store: PageStore::new(&geometry, payload),
+            geometry,
+            timing,
+            dense_mode,
+            blocks,
+            counters: NandCounters::default(),
+            faults,
+            fault_rng,
+            page_transfer_ns,
+        })
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    pub fn timing(&self) -> &NandTiming {
+        &self.timing
+    }
+    pub fn dense_mode(&self) -> CellMode {
+        self.dense_mode
+    }
+    pub fn counters(&self) -> &NandCounters {
+        &self.counters
+    }
+    pub fn store(&self) -> &PageStore {
+        &self.store
+    }
+    pub fn store_mut(&mut self) -> &mut PageStore {
+        &mut self.store
+    }
+
+    /// Pages a block holds in `mode`: a dense block used as SLC keeps one bit per cell and
+    /// so holds 1/bits of its native pages.
+    #[inline]
+    pub fn pages_in_mode(&self, mode: CellMode) -> u32 {
+        let native_bits = self.dense_mode.bits_per_cell();
+        (self.geometry.pages_per_block * mode.bits_per_cell() / native_bits).max(1)
+    }
+
+    #[inline]
+    pub fn block_mode(&self, block: u32) -> CellMode {
+        self.blocks[block as usize].mode
+    }
+    #[inline]
+    pub fn is_bad(&self, block: u32) -> bool {
+        self.blocks[block as usize].bad
+    }
+    #[inline]
+    pub fn erase_count(&self, block: u32) -> u32 {
+        self.blocks[block as usize].erase_count
+    }
+    /// The next page that may be programmed in `block`.
+    #[inline]
+    pub fn next_page(&self, block: u32) -> u32 {
+        self.blocks[block as usize].next_page as u32
+    }
+
+    /// Marks a block bad (the controller retires it after a program failure).
+    pub fn retire_block(&mut self, block: u32) {
+        self.blocks[block as usize].bad = true;
+    }
+
+    /// Switches an erased block between SLC and the dense mode.
+    pub fn set_block_mode(&mut self, block: u32, mode: CellMode) -> Result<(), NandError> {
+        let b = &mut self.blocks[block as usize];
+        if b.next_page != 0 {
+            return Err(NandError::ModeChangeOnWrittenBlock { block });
+        }
+        b.mode = mode;
+        Ok(())
+    }
+
+    /// Time at which the die holding `block` is next free.
+    #[inline]
+    pub fn die_free_ns_of_block(&self, block: u32) -> TimeNs {
+        let die = self.geometry.die_of_plane(self.geometry.plane_of_block(block));
+        self.dies[die as usize].free_ns
+    }
+
+    /// Busy time of every die, in nanoseconds.
+    pub fn die_busy_ns(&self) -> Vec<u64> {
+        self.dies.iter().map(|d| d.busy_ns).collect()
+    }
+
+    /// Locates the die and plane of a block and decides whether an operation of `kind`
+    /// ready at `ready_ns` can join the die's latest batch as a multi-plane command: same kind,
+    /// a plane not yet in it, and input ready within one page transfer of the batch start
+    /// (a controller gathers the planes' data before issuing the multi-plane command).
+    /// Returns the die index and, when it can join, the batch's start time.
+    #[inline]
+    fn plan(&self, block: u32, kind: OpKind, ready_ns: TimeNs) -> (usize, Option<TimeNs>) {
+        let plane = self.geometry.plane_of_block(block);
+        let die = self.geometry.die_of_plane(plane) as usize;
+        let plane_bit = 1u64 << (plane % self.geometry.planes_per_die);
+        let d = &self.dies[die];
+        let joins = self.timing.multi_plane
+            && self.geometry.planes_per_die > 1
+            && d.batch_kind == kind
+            && d.batch_planes_mask & plane_bit == 0
+            && ready_ns <= d.batch_start_ns + self.page_transfer_ns;
+        (die, joins.then_some(d.batch_start_ns))
+    }
+
+    /// Occupies die `die` for an operation of `kind` lasting `latency_ns`, starting no earlier
+    /// than `ready_ns`, or joins its current batch. Returns the end of the array operation.
+    #[inline]
+    fn occupy_die(
+        &mut self,
+        die: usize,
+        plane: u32,
+        kind: OpKind,
+        ready_ns: TimeNs,
+        latency_ns: u64,
+        join_start: Option<TimeNs>,
+    ) -> TimeNs {
+        let plane_bit = 1u64 << (plane % self.geometry.planes_per_die);
+        let d = &mut self.dies[die];
+        if join_start.is_some() {
+            // The batch waits for this plane's input (at most one page transfer) and then
+            // runs once for all its planes.
+            d.batch_planes_mask |= plane_bit;
+            let end = d.free_ns.max(ready_ns + latency_ns);
+            d.busy_ns += end - d.free_ns;
+            d.free_ns = end;
+            return end;
+        }
+        let start = ready_ns.max(d.free_ns);
+        let end = start + latency_ns;
+        d.free_ns = end;
+        d.busy_ns += latency_ns;
+        d.batch_kind = kind;
+        d.batch_start_ns = start;
+        d.batch_planes_mask = plane_bit;
+        end
+    }
+
+    #[inline]
+    fn channel_transfer(&mut self, die: usize, ready_ns: TimeNs, bytes: u32) -> TimeNs {
+        let channel = self.geometry.channel_of_die(die as u32) as usize;
+        let ns = if bytes == self.geometry.page_bytes {
+            self.page_transfer_ns
+        } else {
+            transfer_ns(bytes as u64, self.timing.channel_mb_s)
+        };
+        let start = ready_ns.max(self.channel_free_ns[channel]);
+        let end = start + ns;
+        self.channel_free_ns[channel] = end;
+        end
+    }
+
+    /// Reads `xfer_bytes` of page `ppn` (array read, then channel transfer to the controller).
+    /// Returns when the data is in controller memory.
+    #[inline]
+    pub fn read(&mut self, ppn: u32, ready_ns: TimeNs, xfer_bytes: u32) -> TimeNs {
+        let block = ppn / self.geometry.pages_per_block;
+        let mode = self.blocks[block as usize].mode;
+        let latency = self.timing.of(mode).read_ns;
+        let (die, join) = self.plan(block, OpKind::Read, ready_ns);
+        let plane = self.geometry.plane_of_block(block);
+        let array_done = self.occupy_die(die, plane, OpKind::Read, ready_ns, latency, join);
+        self.counters.reads[mode.index()] += 1;
+        self.channel_transfer(die, array_done, xfer_bytes)
+    }
+
+    /// Programs page `ppn` with data that is in controller memory at `ready_ns`: channel
+    /// transfer, then the array program. The page must be the block's next page.
+    ///
+    /// On an injected failure the page is consumed but holds nothing; the controller must
+    /// write the data elsewhere and retire the block.
+    #[inline]
+    pub fn program(&mut self, ppn: u32, ready_ns: TimeNs) -> Result<TimeNs, NandError> {
+        let ppb = self.geometry.pages_per_block;
+        let block = ppn / ppb;
+        let page = ppn % ppb;
+        let state = self.blocks[block as usize];
+        if state.bad {
+            return Err(NandError::BadBlock { block });
+        }
+        if page != state.next_page as u32 || page >= self.pages_in_mode(state.mode) {
+            return Err(NandError::OutOfOrder {
+                block,
+                page,
+                next: state.next_page as u32,
+            });
+        }
+        self.blocks[block as usize].next_page += 1;
+        let plane = self.geometry.plane_of_block(block);
+        let die = self.geometry.die_of_plane(plane) as usize;
+        let xfer_done = self.channel_transfer(die, ready_ns, self.geometry.page_bytes);
+        let (_, join) = self.plan(block, OpKind::Program, xfer_done);
+        let latency = self.timing.of(state.mode).program_ns;
+        let end = self.occupy_die(die, plane, OpKind::Program, xfer_done, latency, join);
+        self.counters.programs[state.mode.index()] += 1;
+        if self.faults.program_fail_probability > 0.0
+            && self.fault_rng.chance(self.faults.program_fail_probability)
+        {
+            self.counters.program_failures += 1;
+            self.store.clear_page(ppn);
+            return Err(NandError::ProgramFailed { block, page });
+        }
+        Ok(end)
+    }
+
+    /// Erases a block. On an injected failure the block becomes bad.
+    pub fn erase(&mut self, block: u32, ready_ns: TimeNs) -> Result<TimeNs, NandError> {
+        let state = self.blocks[block as usize];
+        if state.bad {
+            return Err(NandError::BadBlock { block });
+        }
+        let plane = self.geometry.plane_of_block(block);
+        let (die, join) = self.plan(block, OpKind::Erase, ready_ns);
+        let latency = self.timing.of(state.mode).erase_ns;
+        let end = self.occupy_die(die, plane, OpKind::Erase, ready_ns, latency, join);
+        self.counters.erases[state.mode.index()] += 1;
+        let b = &mut self.blocks[block as usize];
+        b.erase_count += 1;
+        b.next_page = 0;
+        if self.faults.erase_fail_probability > 0.0
+            && self.fault_rng.chance(self.faults.erase_fail_probability)
+        {
+            self.counters.erase_failures += 1;
+            self.blocks[block as usize].bad = true;
+            return Err(NandError::EraseFailed { block });
+        }
+        Ok(end)
+    }
+
+    /// Marks pages as programmed without timing them: used by preconditioning, which builds
+    /// the state a long write history would leave behind without simulating that history.
+    pub fn precondition_program(&mut self, block: u32, pages: u32, erase_count: u32) {
+        let b = &mut self.blocks[block as usize];
+        b.next_page = pages as u16;
+        b.erase_count = erase_count;
+    }
+
+    /// Erases a block without timing (preconditioning only).
+    pub fn precondition_erase(&mut self, block: u32) {
+        let b = &mut self.blocks[block as usize];
+        b.next_page = 0;
+        b.erase_count += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests;

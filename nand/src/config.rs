@@ -1,0 +1,249 @@
+//! The shape and speed of the flash medium, as the user configures it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::NandError;
+
+/// How many bits a cell stores; it decides the timing, the endurance and how many pages a
+/// block holds when it is programmed in that mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellMode {
+    Slc,
+    Mlc,
+    Tlc,
+}
+
+impl CellMode {
+    pub fn bits_per_cell(self) -> u32 {
+        match self {
+            CellMode::Slc => 1,
+            CellMode::Mlc => 2,
+            CellMode::Tlc => 3,
+        }
+    }
+
+    /// Index into per-mode tables: SLC 0, MLC 1, TLC 2.
+    #[inline]
+    pub fn index(self) -> usize {
+        match self {
+            CellMode::Slc => 0,
+            CellMode::Mlc => 1,
+            CellMode::Tlc => 2,
+        }
+    }
+}
+
+/// The physical organisation of one SSD's flash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Geometry {
+    pub channels: u32,
+    pub chips_per_channel: u32,
+    pub dies_per_chip: u32,
+    pub planes_per_die: u32,
+    pub blocks_per_plane: u32,
+    /// Pages per block when the block is programmed in the device's native (dense) mode.
+    pub pages_per_block: u32,
+    pub page_bytes: u32,
+    /// The host-visible sector (logical block) size: 512 or 4096 bytes.
+    pub sector_bytes: u32,
+    pub oob_bytes_per_page: u32,
+}
+
+impl Default for Geometry {
+    /// A small MLC device (8 GiB raw) that runs the embedded default job in well under a second.
+    fn default() -> Self {
+        Self {
+            channels: 8,
+            chips_per_channel: 2,
+            dies_per_chip: 2,
+            planes_per_die: 2,
+            blocks_per_plane: 128,
+            pages_per_block: 256,
+            page_bytes: 4096,
+            sector_bytes: 4096,
+            oob_bytes_per_page: 64,
+        }
+    }
+}
+
+impl Geometry {
+    /// The largest number of sectors per page that the per-page sector bitmaps (u64) can hold.
+    pub const MAX_SECTORS_PER_PAGE: u32 = 64;
+
+    pub fn validate(&self) -> Result<(), NandError> {
+        let fields = [
+            ("channels", self.channels),
+            ("chips_per_channel", self.chips_per_channel),
+            ("dies_per_chip", self.dies_per_chip),
+            ("planes_per_die", self.planes_per_die),
+            ("blocks_per_plane", self.blocks_per_plane),
+            ("pages_per_block", self.pages_per_block),
+            ("page_bytes", self.page_bytes),
+            ("sector_bytes", self.sector_bytes),
+        ];
+        for (name, value) in fields {
+            if value == 0 {
+                return Err(NandError::Config(format!("geometry.{name} must be positive")));
+            }
+        }
+        if !self.sector_bytes.is_power_of_two() || self.sector_bytes < 512 {
+            return Err(NandError::Config(format!(
+                "geometry.sector_bytes = {} must be a power of two of at least 512",
+                self.sector_bytes
+            )));
+        }
+        if self.page_bytes % self.sector_bytes != 0 {
+            return Err(NandError::Config(format!(
+                "geometry.page_bytes = {} is not a multiple of geometry.sector_bytes = {}",
+                self.page_bytes, self.sector_bytes
+            )));
+        }
+        if self.sectors_per_page() > Self::MAX_SECTORS_PER_PAGE {
+            return Err(NandError::Config(format!(
+                "geometry: {} sectors per page exceeds the supported {}",
+                self.sectors_per_page(),
+                Self::MAX_SECTORS_PER_PAGE
+            )));
+        }
+        if self.pages_per_block > u16::MAX as u32 {
+            return Err(NandError::Config(format!(
+                "geometry.pages_per_block = {} exceeds {}",
+                self.pages_per_block,
+                u16::MAX
+            )));
+        }
+        let pages = self.blocks_total() as u64 * self.pages_per_block as u64;
+        // Page numbers are stored as u32 to keep per-page metadata small; u32::MAX is reserved.
+        if pages >= u32::MAX as u64 {
+            return Err(NandError::Config(format!(
+                "geometry holds {pages} pages, more than the 2^32-1 a page number can address"
+            )));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub fn sectors_per_page(&self) -> u32 {
+        self.page_bytes / self.sector_bytes
+    }
+    #[inline]
+    pub fn dies_total(&self) -> u32 {
+        self.channels * self.chips_per_channel * self.dies_per_chip
+    }
+    #[inline]
+    pub fn planes_total(&self) -> u32 {
+        self.dies_total() * self.planes_per_die
+    }
+    #[inline]
+    pub fn blocks_total(&self) -> u32 {
+        self.planes_total() * self.blocks_per_plane
+    }
+    #[inline]
+    pub fn pages_total(&self) -> u64 {
+        self.blocks_total() as u64 * self.pages_per_block as u64
+    }
+    pub fn raw_bytes(&self) -> u64 {
+        self.pages_total() * self.page_bytes as u64
+    }
+    /// The plane that holds `block` (blocks are numbered plane by plane).
+    #[inline]
+    pub fn plane_of_block(&self, block: u32) -> u32 {
+        block / self.blocks_per_plane
+    }
+    #[inline]
+    pub fn die_of_plane(&self, plane: u32) -> u32 {
+        plane / self.planes_per_die
+    }
+    #[inline]
+    pub fn channel_of_die(&self, die: u32) -> u32 {
+        die / (self.chips_per_channel * self.dies_per_chip)
+    }
+    /// Global plane index from its coordinates.
+    pub fn plane_index(&self, channel: u32, chip: u32, die: u32, plane: u32) -> u32 {
+        ((channel * self.chips_per_channel + chip) * self.dies_per_chip + die) * self.planes_per_die
+            + plane
+    }
+}
+
+/// Latencies of one cell mode.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellTiming {
+    pub read_ns: u64,
+    pub program_ns: u64,
+    pub erase_ns: u64,
+    /// Program/erase cycles a block survives in this mode; reported, and used by wear levelling.
+    pub endurance_cycles: u32,
+}
+
+/// Timing of the medium: per-mode latencies and the channel (bus) rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NandTiming {
+    pub slc: CellTiming,
+    pub mlc: CellTiming,
+    pub tlc: CellTiming,
+    /// Bus rate of one channel in MB/s (10^6 bytes per second).
+    pub channel_mb_s: f64,
+    /// Whether operations of the same kind on different planes of one die run together.
+    pub multi_plane: bool,
+}
+
+impl Default for NandTiming {
+    /// Typical figures of current NAND (datasheet-like; SLC from MQSim's defaults, MLC/TLC
+    /// from FEMU's and WAFLASH's tables), documented in docs/configuration.md.
+    fn default() -> Self {
+        Self {
+            slc: CellTiming {
+                read_ns: 25_000,
+                program_ns: 200_000,
+                erase_ns: 1_500_000,
+                endurance_cycles: 50_000,
+            },
+            mlc: CellTiming {
+                read_ns: 50_000,
+                program_ns: 600_000,
+                erase_ns: 3_000_000,
+                endurance_cycles: 3_000,
+            },
+            tlc: CellTiming {
+                read_ns: 75_000,
+                program_ns: 1_000_000,
+                erase_ns: 5_000_000,
+                endurance_cycles: 1_000,
+            },
+            channel_mb_s: 800.0,
+            multi_plane: true,
+        }
+    }
+}
+
+impl NandTiming {
+    #[inline]
+    pub fn of(&self, mode: CellMode) -> &CellTiming {
+        match mode {
+            CellMode::Slc => &self.slc,
+            CellMode::Mlc => &self.mlc,
+            CellMode::Tlc => &self.tlc,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), NandError> {
+        if !(self.channel_mb_s.is_finite() && self.channel_mb_s > 0.0) {
+            return Err(NandError::Config(format!(
+                "timing.channel_mb_s = {} must be a positive number",
+                self.channel_mb_s
+            )));
+        }
+        for (name, t) in [("slc", &self.slc), ("mlc", &self.mlc), ("tlc", &self.tlc)] {
+            if t.endurance_cycles == 0 {
+                return Err(NandError::Config(format!(
+                    "timing.{name}.endurance_cycles must be positive"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! The bytes the medium holds: the payload of every sector of every page, and the host's
+//! per-sector OOB tag bytes.
+//!
+//! Both live in flat zero-initialised vectors. The allocator hands such vectors out as
+//! untouched zero pages, so a 64 GiB device costs resident memory only for the pages that
+//! were actually written.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Geometry;
+
+/// What a write carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadMode {
+    /// Timing only: nothing is stored and nothing can be checked.
+    None,
+    /// An 8-byte fingerprint per sector, enough to prove every read returns the right version.
+    #[default]
+    Token,
+    /// Every byte.
+    Full,
+}
+
+impl PayloadMode {
+    /// Bytes stored per sector in this mode.
+    pub fn unit_bytes(self, sector_bytes: u32) -> u32 {
+        match self {
+            PayloadMode::None => 0,
+            PayloadMode::Token => 8,
+            PayloadMode::Full => sector_bytes,
+        }
+    }
+}
+
+/// Payload and OOB tag storage for one medium.
+#[derive(Debug)]
+pub struct PageStore {
+    mode: PayloadMode,
+    unit_bytes: usize,
+    sectors_per_page: usize,
+    pages: usize,
+    data: Vec<u8>,
+    tag_bytes_per_sector: usize,
+    tags: Vec<u8>,
+}
+
+/// Bytes of each page's OOB area the controller keeps for itself (the logical page number
+/// and flags), so they are not available for host tags.
+pub const CONTROLLER_OOB_BYTES: u32 = 8;
+
+impl PageStore {
+    pub fn new(geometry: &Geometry, mode: PayloadMode) -> Self {
+        let unit_bytes = mode.unit_bytes(geometry.sector_bytes) as usize;
+        let spp = geometry.sectors_per_page() as usize;
+        let pages = geometry.pages_total() as usize;
+        let host_oob = geometry.oob_bytes_per_page.saturating_sub(CONTROLLER_OOB_BYTES) as usize;
+        Self {
+            mode,
+            unit_bytes,
+            sectors_per_page: spp,
+            pages,
+            data: vec![0u8; pages * spp * unit_bytes],
+            tag_bytes_per_sector: host_oob / spp,
+            tags: Vec::new(),
+        }
+    }
+
+    pub fn mode(&self) -> PayloadMode {
+        self.mode
+    }
+    /// Bytes stored per sector.
+    pub fn unit_bytes(&self) -> usize {
+        self.unit_bytes
+    }
+    /// Bytes of host tag each sector's share of the OOB area can hold.
+    pub fn tag_bytes_per_sector(&self) -> usize {
+        self.tag_bytes_per_sector
+    }
+    pub fn page_payload_bytes(&self) -> usize {
+        self.unit_bytes * self.sectors_per_page
+    }
+
+    #[inline]
+    fn range(&self, ppn: u32) -> std::ops::Range<usize> {
+        let len = self.page_payload_bytes();
+        let start = ppn as usize * len;
+        start..start + len
+    }
+
+    /// The stored payload of a page (empty in `none` mode).
+    #[inline]
+    pub fn page(&self, ppn: u32) -> &[u8] {
+        &self.data[self.range(ppn)]
+    }
+
+    #[inline]
+    pub fn page_mut(&mut self, ppn: u32) -> &mut [u8] {
+        let r = self.range(ppn);
+        &mut self.data[r]
+    }
+
+    /// Copies a page's payload and tags to another page (garbage collection, eviction).
+    #[inline]
+    pub fn copy_page(&mut self, src: u32, dst: u32) {
+        if self.unit_bytes > 0 {
+            let s = self.range(src);
+            let d = self.range(dst).start;
+            self.data.copy_within(s, d);
+        }
+        if !self.tags.is_empty() {
+            let len = self.tag_bytes_per_sector * self.sectors_per_page;
+            let s = src as usize * len;
+            self.tags.copy_within(s..s + len, dst as usize * len);
+        }
+    }
+
+    /// Forgets a page's content (a failed program leaves nothing readable).
+    pub fn clear_page(&mut self, ppn: u32) {
+        if self.unit_bytes > 0 {
+            self.page_mut(ppn).fill(0);
+        }
+        if !self.tags.is_empty() {
+            self.page_tags_mut(ppn).fill(0);
+        }
+    }
+
+    /// A page's host tags, or None when no write ever carried tags.
+    pub fn page_tags(&self, ppn: u32) -> Option<&[u8]> {
+        if self.tags.is_empty() {
+            return None;
+        }
+        let len = self.tag_bytes_per_sector * self.sectors_per_page;
+        let s = ppn as usize * len;
+        Some(&self.tags[s..s + len])
+    }
+
+    /// A page's host tags for writing; the tag area is allocated on first use.
+    pub fn page_tags_mut(&mut self, ppn: u32) -> &mut [u8] {
+        let len = self.tag_bytes_per_sector * self.sectors_per_page;
+        if self.tags.is_empty() {
+            self.tags = vec![0u8; self.pages * len];
+        }
+        let s = ppn as usize * len;
+        &mut self.tags[s..s + len]
+    }
+}

@@ -1,0 +1,157 @@
+use super::*;
+
+fn small() -> Geometry {
+    Geometry {
+        channels: 2,
+        chips_per_channel: 1,
+        dies_per_chip: 2,
+        planes_per_die: 2,
+        blocks_per_plane: 4,
+        pages_per_block: 8,
+        page_bytes: 4096,
+        sector_bytes: 4096,
+        oob_bytes_per_page: 64,
+    }
+}
+
+fn nand(payload: PayloadMode) -> Nand {
+    Nand::new(
+        small(),
+        NandTiming::default(),
+        CellMode::Mlc,
+        payload,
+        FaultConfig::default(),
+        1,
+    )
+    .unwrap()
+}
+
+#[test]
+fn pages_are_programmed_in_order() {
+    let mut n = nand(PayloadMode::None);
+    assert!(n.program(0, 0).is_ok());
+    let err = n.program(2, 0).unwrap_err();
+    assert_eq!(
+        err,
+        NandError::OutOfOrder {
+            block: 0,
+            page: 2,
+            next: 1
+        }
+    );
+    n.erase(0, 0).unwrap();
+    assert_eq!(n.next_page(0), 0);
+    assert_eq!(n.erase_count(0), 1);
+}
+
+#[test]
+fn same_die_serialises_and_other_dies_overlap() {
+    let mut n = nand(PayloadMode::None);
+    let t = n.timing().clone();
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    // Two programs on the same plane of one die run back to back.
+    let a = n.program(0, 0).unwrap();
+    let b = n.program(1, 0).unwrap();
+    assert_eq!(a, xfer + t.mlc.program_ns);
+    assert_eq!(b, a + t.mlc.program_ns);
+    // A block on another channel's die starts at once.
+    let other = small().plane_index(1, 0, 0, 0) * small().blocks_per_plane * 8;
+    let c = n.program(other, 0).unwrap();
+    assert_eq!(c, xfer + t.mlc.program_ns);
+}
+
+#[test]
+fn multi_plane_program_shares_the_array_time() {
+    let g = small();
+    let mut n = nand(PayloadMode::None);
+    let t = n.timing().clone();
+    let plane1_block = g.plane_index(0, 0, 0, 1) * g.blocks_per_plane;
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    let a = n.program(0, 0).unwrap();
+    assert_eq!(a, xfer + t.mlc.program_ns);
+    // The second plane's data arrives one transfer later; the two planes program together,
+    // so the pair ends one transfer after a lone program would, not a whole program later.
+    let b = n.program(plane1_block * g.pages_per_block, 0).unwrap();
+    assert_eq!(b, 2 * xfer + t.mlc.program_ns);
+    // A third program on plane 0 cannot join (its plane is taken) and waits.
+    let c = n.program(1, 0).unwrap();
+    assert_eq!(c, b + t.mlc.program_ns);
+    // With data ready at once (a read batch), the second plane joins.
+    let mut n = nand(PayloadMode::None);
+    let r1 = n.read(0, 0, 4096);
+    let r2 = n.read(plane1_block * g.pages_per_block, 0, 4096);
+    assert_eq!(r1, t.mlc.read_ns + xfer);
+    assert_eq!(r2, t.mlc.read_ns + 2 * xfer);
+}
+
+#[test]
+fn slc_blocks_hold_fewer_pages_and_are_faster() {
+    let mut n = nand(PayloadMode::None);
+    assert_eq!(n.pages_in_mode(CellMode::Slc), 4);
+    n.set_block_mode(1, CellMode::Slc).unwrap();
+    let done = n.program(8, 0).unwrap();
+    let t = n.timing().clone();
+    assert_eq!(done, transfer_ns(4096, t.channel_mb_s) + t.slc.program_ns);
+    assert_eq!(n.counters().programs[0], 1);
+    for p in 1..4 {
+        n.program(8 + p, 0).unwrap();
+    }
+    assert!(matches!(n.program(12, 0), Err(NandError::OutOfOrder { .. })));
+    assert!(n.set_block_mode(1, CellMode::Mlc).is_err());
+}
+
+#[test]
+fn store_copies_payload_and_tags() {
+    let mut n = nand(PayloadMode::Token);
+    n.store_mut().page_mut(3).copy_from_slice(&7u64.to_le_bytes());
+    n.store_mut().page_tags_mut(3)[0] = 9;
+    n.store_mut().copy_page(3, 10);
+    assert_eq!(n.store().page(10), &7u64.to_le_bytes());
+    assert_eq!(n.store().page_tags(10).unwrap()[0], 9);
+    assert_eq!(n.store().tag_bytes_per_sector(), 56);
+}
+
+#[test]
+fn injected_faults_fail_programs_and_erases() {
+    let faults = FaultConfig {
+        factory_bad_block_fraction: 0.0,
+        program_fail_probability: 0.5,
+        erase_fail_probability: 0.5,
+    };
+    let mut n = Nand::new(
+        small(),
+        NandTiming::default(),
+        CellMode::Mlc,
+        PayloadMode::None,
+        faults,
+        3,
+    )
+    .unwrap();
+    let mut failed = 0;
+    for p in 0..8 {
+        if n.program(p, 0).is_err() {
+            failed += 1;
+        }
+    }
+    assert!(failed > 0 && failed < 8, "{failed} of 8 failed");
+    let mut bad = 0;
+    for b in 1..16 {
+        if n.erase(b, 0).is_err() {
+            bad += 1;
+            assert!(n.is_bad(b));
+            assert!(matches!(n.program(b * 8, 0), Err(NandError::BadBlock { .. })));
+        }
+    }
+    assert!(bad > 0);
+}
+
+#[test]
+fn bad_geometry_is_named() {
+    let mut g = small();
+    g.page_bytes = 3000;
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("page_bytes"), "{err}");
+    let mut g = small();
+    g.channels = 0;
+    assert!(g.validate().unwrap_err().to_string().contains("channels"));
+}
