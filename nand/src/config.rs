@@ -85,7 +85,9 @@ impl Geometry {
         ];
         for (name, value) in fields {
             if value == 0 {
-                return Err(NandError::Config(format!("geometry.{name} must be positive")));
+                return Err(NandError::Config(format!(
+                    "geometry.{name} must be positive"
+                )));
             }
         }
         if !self.sector_bytes.is_power_of_two() || self.sector_bytes < 512 {

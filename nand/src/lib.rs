@@ -15,7 +15,9 @@ mod store;
 
 pub use config::{CellMode, CellTiming, Geometry, NandTiming};
 use serde::{Deserialize, Serialize};
-pub use store::{PayloadMode, PageStore};
+pub use store::{
+    fill_unit, sector_token, unit_matches, unit_token, PageStore, PayloadMode, CONTROLLER_OOB_BYTES,
+};
 
 use afa_sim::{transfer_ns, SimRng, TimeNs};
 
@@ -31,7 +33,9 @@ pub enum NandError {
     EraseFailed { block: u32 },
     #[error("block {block} is bad")]
     BadBlock { block: u32 },
-    #[error("page {page} of block {block} programmed out of order (next programmable page is {next})")]
+    #[error(
+        "page {page} of block {block} programmed out of order (next programmable page is {next})"
+    )]
     OutOfOrder { block: u32, page: u32, next: u32 },
     #[error("block {block} cannot change cell mode while it holds data")]
     ModeChangeOnWrittenBlock { block: u32 },
@@ -52,7 +56,10 @@ pub struct FaultConfig {
 impl FaultConfig {
     pub fn validate(&self) -> Result<(), NandError> {
         for (name, p) in [
-            ("factory_bad_block_fraction", self.factory_bad_block_fraction),
+            (
+                "factory_bad_block_fraction",
+                self.factory_bad_block_fraction,
+            ),
             ("program_fail_probability", self.program_fail_probability),
             ("erase_fail_probability", self.erase_fail_probability),
         ] {
@@ -183,6 +190,14 @@ impl Nand {
     pub fn counters(&self) -> &NandCounters {
         &self.counters
     }
+    /// Zeroes the operation counters and die busy times (measurements start after
+    /// preconditioning).
+    pub fn reset_counters(&mut self) {
+        self.counters = NandCounters::default();
+        for d in &mut self.dies {
+            d.busy_ns = 0;
+        }
+    }
     pub fn store(&self) -> &PageStore {
         &self.store
     }
@@ -234,7 +249,9 @@ impl Nand {
     /// Time at which the die holding `block` is next free.
     #[inline]
     pub fn die_free_ns_of_block(&self, block: u32) -> TimeNs {
-        let die = self.geometry.die_of_plane(self.geometry.plane_of_block(block));
+        let die = self
+            .geometry
+            .die_of_plane(self.geometry.plane_of_block(block));
         self.dies[die as usize].free_ns
     }
 
@@ -386,16 +403,28 @@ impl Nand {
         Ok(end)
     }
 
-    /// Marks pages as programmed without timing them: used by preconditioning, which builds
-    /// the state a long write history would leave behind without simulating that history.
-    pub fn precondition_program(&mut self, block: u32, pages: u32, erase_count: u32) {
-        let b = &mut self.blocks[block as usize];
-        b.next_page = pages as u16;
-        b.erase_count = erase_count;
+    /// Programs the next page of a block without timing or counting it: preconditioning
+    /// builds the state a long write history leaves behind without simulating the history.
+    pub fn program_untimed(&mut self, ppn: u32) -> Result<(), NandError> {
+        let ppb = self.geometry.pages_per_block;
+        let (block, page) = (ppn / ppb, ppn % ppb);
+        let state = self.blocks[block as usize];
+        if state.bad {
+            return Err(NandError::BadBlock { block });
+        }
+        if page != state.next_page as u32 || page >= self.pages_in_mode(state.mode) {
+            return Err(NandError::OutOfOrder {
+                block,
+                page,
+                next: state.next_page as u32,
+            });
+        }
+        self.blocks[block as usize].next_page += 1;
+        Ok(())
     }
 
     /// Erases a block without timing (preconditioning only).
-    pub fn precondition_erase(&mut self, block: u32) {
+    pub fn erase_untimed(&mut self, block: u32) {
         let b = &mut self.blocks[block as usize];
         b.next_page = 0;
         b.erase_count += 1;

@@ -54,7 +54,9 @@ impl PageStore {
         let unit_bytes = mode.unit_bytes(geometry.sector_bytes) as usize;
         let spp = geometry.sectors_per_page() as usize;
         let pages = geometry.pages_total() as usize;
-        let host_oob = geometry.oob_bytes_per_page.saturating_sub(CONTROLLER_OOB_BYTES) as usize;
+        let host_oob = geometry
+            .oob_bytes_per_page
+            .saturating_sub(CONTROLLER_OOB_BYTES) as usize;
         Self {
             mode,
             unit_bytes,
@@ -144,4 +146,63 @@ impl PageStore {
         let s = ppn as usize * len;
         &mut self.tags[s..s + len]
     }
+}
+
+/// The fingerprint of version `version` of sector `lba`: what a `token`-mode write stores and
+/// what a `full`-mode write expands into bytes. Never zero, because zero means "never written
+/// or trimmed" (the device reads back zeroes there).
+#[inline]
+pub fn sector_token(lba: u64, version: u64) -> u64 {
+    let mut x = lba
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(version.wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 29;
+    x | 1
+}
+
+/// The `i`-th 8-byte word of a full-mode sector carrying `token` (word 0 is the token itself,
+/// so a reader can tell which version it got).
+#[inline]
+fn unit_word(token: u64, i: usize) -> u64 {
+    if i == 0 {
+        return token;
+    }
+    let mut z = token.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Writes the payload unit of one sector carrying `token`: the token itself in `token` mode,
+/// or a whole sector of bytes derived from it in `full` mode (every 8-byte word differs, so a
+/// misplaced or torn sector is caught). Token zero is all zeroes, as an unwritten sector reads.
+#[inline]
+pub fn fill_unit(token: u64, out: &mut [u8]) {
+    if token == 0 {
+        out.fill(0);
+        return;
+    }
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let bytes = unit_word(token, i).to_le_bytes();
+        chunk.copy_from_slice(&bytes[..chunk.len()]);
+    }
+}
+
+/// Whether a stored unit is exactly what `fill_unit(token)` writes.
+#[inline]
+pub fn unit_matches(token: u64, unit: &[u8]) -> bool {
+    unit.chunks(8).enumerate().all(|(i, chunk)| {
+        let word = if token == 0 { 0 } else { unit_word(token, i) };
+        chunk == &word.to_le_bytes()[..chunk.len()]
+    })
+}
+
+/// The token a stored unit carries (its first eight bytes), for reporting mismatches.
+#[inline]
+pub fn unit_token(unit: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&unit[..8]);
+    u64::from_le_bytes(word)
 }

@@ -96,14 +96,19 @@ fn slc_blocks_hold_fewer_pages_and_are_faster() {
     for p in 1..4 {
         n.program(8 + p, 0).unwrap();
     }
-    assert!(matches!(n.program(12, 0), Err(NandError::OutOfOrder { .. })));
+    assert!(matches!(
+        n.program(12, 0),
+        Err(NandError::OutOfOrder { .. })
+    ));
     assert!(n.set_block_mode(1, CellMode::Mlc).is_err());
 }
 
 #[test]
 fn store_copies_payload_and_tags() {
     let mut n = nand(PayloadMode::Token);
-    n.store_mut().page_mut(3).copy_from_slice(&7u64.to_le_bytes());
+    n.store_mut()
+        .page_mut(3)
+        .copy_from_slice(&7u64.to_le_bytes());
     n.store_mut().page_tags_mut(3)[0] = 9;
     n.store_mut().copy_page(3, 10);
     assert_eq!(n.store().page(10), &7u64.to_le_bytes());
@@ -139,7 +144,10 @@ fn injected_faults_fail_programs_and_erases() {
         if n.erase(b, 0).is_err() {
             bad += 1;
             assert!(n.is_bad(b));
-            assert!(matches!(n.program(b * 8, 0), Err(NandError::BadBlock { .. })));
+            assert!(matches!(
+                n.program(b * 8, 0),
+                Err(NandError::BadBlock { .. })
+            ));
         }
     }
     assert!(bad > 0);
@@ -154,4 +162,20 @@ fn bad_geometry_is_named() {
     let mut g = small();
     g.channels = 0;
     assert!(g.validate().unwrap_err().to_string().contains("channels"));
+}
+
+#[test]
+fn full_units_carry_their_token_and_detect_corruption() {
+    let token = sector_token(42, 7);
+    assert_ne!(token, 0);
+    let mut unit = vec![0u8; 4096];
+    fill_unit(token, &mut unit);
+    assert_eq!(unit_token(&unit), token);
+    assert!(unit_matches(token, &unit));
+    unit[4000] ^= 1;
+    assert!(!unit_matches(token, &unit));
+    let mut zero = vec![0u8; 512];
+    fill_unit(0, &mut zero);
+    assert!(unit_matches(0, &zero));
+    assert!(!unit_matches(token, &zero));
 }

@@ -1,0 +1,293 @@
+//! Configuration of one SSD: the medium, the host interface, the write buffer, the FTL, the
+//! SLC cache and wear levelling. Every key is listed with its unit and default in
+//! docs/configuration.md.
+
+use afa_nand::{CellMode, FaultConfig, Geometry, NandTiming, PayloadMode};
+use serde::{Deserialize, Serialize};
+
+use crate::SsdError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SsdConfig {
+    pub geometry: Geometry,
+    pub timing: NandTiming,
+    /// The cell mode of the bulk of the flash (MLC or TLC); the SLC cache uses SLC.
+    pub cell_mode: CellMode,
+    /// Over-provisioning as (physical − logical) / logical: 0.07 means 7% spare.
+    pub over_provisioning: f64,
+    pub payload: PayloadMode,
+    pub host: HostInterfaceConfig,
+    pub write_buffer: WriteBufferConfig,
+    pub ftl: FtlConfig,
+    pub gc: GcConfig,
+    pub slc_cache: SlcCacheConfig,
+    pub wear_leveling: WearLevelingConfig,
+    pub faults: FaultConfig,
+}
+
+impl Default for SsdConfig {
+    fn default() -> Self {
+        Self {
+            geometry: Geometry::default(),
+            timing: NandTiming::default(),
+            cell_mode: CellMode::Mlc,
+            over_provisioning: 0.07,
+            payload: PayloadMode::Token,
+            host: HostInterfaceConfig::default(),
+            write_buffer: WriteBufferConfig::default(),
+            ftl: FtlConfig::default(),
+            gc: GcConfig::default(),
+            slc_cache: SlcCacheConfig::default(),
+            wear_leveling: WearLevelingConfig::default(),
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+/// The NVMe-like host interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostInterfaceConfig {
+    /// Commands the device accepts at once; the workload driver never exceeds it.
+    pub queue_depth: u32,
+    /// Link bandwidth per direction in MB/s (PCIe 4.0 x4 is about 7,880 MB/s).
+    pub bandwidth_mb_s: f64,
+    /// Firmware time to parse and dispatch one command, in ns.
+    pub command_overhead_ns: u64,
+    /// Largest command in sectors (MDTS).
+    pub max_transfer_sectors: u32,
+    /// Controller DRAM copy rate in MB/s, for write-buffer hits.
+    pub dram_mb_s: f64,
+}
+
+impl Default for HostInterfaceConfig {
+    fn default() -> Self {
+        Self {
+            queue_depth: 1024,
+            bandwidth_mb_s: 7_880.0,
+            command_overhead_ns: 1_000,
+            max_transfer_sectors: 65_536,
+            dram_mb_s: 12_800.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BufferPolicy {
+    /// Evicts in insertion order; rewriting a buffered page does not refresh it.
+    Fifo,
+    /// Evicts the least recently written or read page.
+    Lru,
+}
+
+/// The DRAM write buffer (write-back). Capacity 0 turns it off: writes then complete when
+/// their pages are programmed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WriteBufferConfig {
+    pub capacity_bytes: u64,
+    pub policy: BufferPolicy,
+}
+
+impl Default for WriteBufferConfig {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 0,
+            policy: BufferPolicy::Lru,
+        }
+    }
+}
+
+/// Page-level FTL allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FtlConfig {
+    /// Order in which consecutive page writes visit the parallel units, fastest-varying first,
+    /// in MQSim's letters: C(hannel), W(ay = chip), D(ie), P(lane). "CWDP" spreads consecutive
+    /// pages over channels first.
+    pub allocation_order: String,
+}
+
+impl Default for FtlConfig {
+    fn default() -> Self {
+        Self {
+            allocation_order: "CWDP".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VictimPolicy {
+    /// The block with the fewest valid pages.
+    Greedy,
+    /// The block that was filled longest ago.
+    Fifo,
+    /// Highest (1 − u) · age / (1 + u) (Kawaguchi et al., 1995: benefit over cost).
+    CostBenefit,
+}
+
+/// Garbage collection, per plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GcConfig {
+    pub victim: VictimPolicy,
+    /// Background GC cleans a plane while the device is idle and the plane has fewer free
+    /// blocks than this.
+    pub soft_threshold_blocks: u32,
+    /// Foreground GC runs inside a write when a plane has fewer free blocks than this.
+    pub hard_threshold_blocks: u32,
+    pub background: bool,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        Self {
+            victim: VictimPolicy::Greedy,
+            soft_threshold_blocks: 4,
+            hard_threshold_blocks: 2,
+            background: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlcEvictionPolicy {
+    /// The SLC block with the most invalid pages (fewest pages to migrate).
+    Greedy,
+    /// The SLC block filled longest ago.
+    Fifo,
+    /// ScalaAFA §5.5: highest invalid − factor · transient, so transient replicas die in SLC.
+    Transient,
+}
+
+/// The SLC cache: a pool of blocks run in SLC mode in front of the dense blocks. Host writes
+/// land there; the evictor migrates valid pages to dense blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlcCacheConfig {
+    /// SLC capacity in bytes (0 turns the cache off). Its blocks come out of the raw flash,
+    /// so they do not count toward the logical capacity.
+    pub capacity_bytes: u64,
+    pub eviction: SlcEvictionPolicy,
+    /// The weight of transient pages in the `transient` policy's score.
+    pub transient_factor: f64,
+}
+
+impl Default for SlcCacheConfig {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 0,
+            eviction: SlcEvictionPolicy::Greedy,
+            transient_factor: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WearLevelingConfig {
+    /// Dynamic wear levelling: a new block is the least-erased free block of its plane.
+    pub dynamic: bool,
+    /// Static wear levelling: when a plane's erase counts spread by more than this, the
+    /// coldest block's data is moved so the block returns to use. 0 turns it off.
+    pub static_threshold_erases: u32,
+}
+
+impl Default for WearLevelingConfig {
+    fn default() -> Self {
+        Self {
+            dynamic: true,
+            static_threshold_erases: 0,
+        }
+    }
+}
+
+impl SsdConfig {
+    pub fn validate(&self) -> Result<(), SsdError> {
+        self.geometry.validate()?;
+        self.timing.validate()?;
+        self.faults.validate()?;
+        if self.cell_mode == CellMode::Slc && self.slc_cache.capacity_bytes > 0 {
+            return Err(SsdError::Config(
+                "slc_cache.capacity_bytes must be 0 when cell_mode is slc".into(),
+            ));
+        }
+        if !(self.over_provisioning.is_finite() && self.over_provisioning > 0.0) {
+            return Err(SsdError::Config(format!(
+                "over_provisioning = {} must be a positive fraction such as 0.07",
+                self.over_provisioning
+            )));
+        }
+        let h = &self.host;
+        if h.queue_depth == 0 {
+            return Err(SsdError::Config("host.queue_depth must be positive".into()));
+        }
+        if h.max_transfer_sectors == 0 {
+            return Err(SsdError::Config(
+                "host.max_transfer_sectors must be positive".into(),
+            ));
+        }
+        for (name, v) in [
+            ("host.bandwidth_mb_s", h.bandwidth_mb_s),
+            ("host.dram_mb_s", h.dram_mb_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(SsdError::Config(format!("{name} = {v} must be positive")));
+            }
+        }
+        if self.gc.hard_threshold_blocks < 2 {
+            return Err(SsdError::Config(
+                "gc.hard_threshold_blocks must be at least 2 (GC needs a block to move pages into)"
+                    .into(),
+            ));
+        }
+        if self.gc.soft_threshold_blocks < self.gc.hard_threshold_blocks {
+            return Err(SsdError::Config(format!(
+                "gc.soft_threshold_blocks = {} is below gc.hard_threshold_blocks = {}",
+                self.gc.soft_threshold_blocks, self.gc.hard_threshold_blocks
+            )));
+        }
+        if self.slc_cache.transient_factor < 0.0 || !self.slc_cache.transient_factor.is_finite() {
+            return Err(SsdError::Config(
+                "slc_cache.transient_factor must be a non-negative number".into(),
+            ));
+        }
+        parse_allocation_order(&self.ftl.allocation_order)?;
+        Ok(())
+    }
+}
+
+/// Parses an allocation order such as "CWDP" into the dimension indices (0 channel, 1 chip,
+/// 2 die, 3 plane), fastest-varying first.
+pub fn parse_allocation_order(order: &str) -> Result<[usize; 4], SsdError> {
+    let bad = || {
+        SsdError::Config(format!(
+            "ftl.allocation_order = {order:?} must be a permutation of the letters C, W, D, P"
+        ))
+    };
+    let mut dims = [0usize; 4];
+    let mut seen = [false; 4];
+    let letters: Vec<char> = order.chars().collect();
+    if letters.len() != 4 {
+        return Err(bad());
+    }
+    for (i, c) in letters.iter().enumerate() {
+        let d = match c.to_ascii_uppercase() {
+            'C' => 0,
+            'W' => 1,
+            'D' => 2,
+            'P' => 3,
+            _ => return Err(bad()),
+        };
+        if seen[d] {
+            return Err(bad());
+        }
+        seen[d] = true;
+        dims[i] = d;
+    }
+    Ok(dims)
+}

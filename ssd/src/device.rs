@@ -1,0 +1,190 @@
+//! The seam every engine is written against: a block device takes commands and tells when
+//! each completes. The emulated SSD implements it here; file-backed devices and arrays of
+//! devices implement it too, so the same engine and test bodies run over any of them.
+
+use afa_sim::TimeNs;
+
+/// A host command's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Opcode {
+    Read,
+    Write,
+    /// Deallocate: trimmed sectors read back as zeroes.
+    Trim,
+    /// Make every completed write durable (drains the write buffer).
+    Flush,
+}
+
+/// Per-command flags (NVMe-like extensions included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommandFlags {
+    /// Force unit access: the write completes only once it is on flash.
+    pub fua: bool,
+    /// The data is a transient replica that will be invalidated soon (ScalaAFA §5.5).
+    pub transient: bool,
+}
+
+/// One host command. `data` holds the payload of a write (one unit per sector: nothing in
+/// `none` mode, 8 bytes in `token` mode, the whole sector in `full` mode); `tags` optionally
+/// holds per-sector OOB tag bytes, stored in the same program operation as the data.
+#[derive(Debug, Clone, Copy)]
+pub struct Command<'a> {
+    pub opcode: Opcode,
+    pub lba: u64,
+    pub sectors: u32,
+    pub data: &'a [u8],
+    pub tags: Option<&'a [u8]>,
+    pub flags: CommandFlags,
+}
+
+impl<'a> Command<'a> {
+    pub fn read(lba: u64, sectors: u32) -> Self {
+        Self {
+            opcode: Opcode::Read,
+            lba,
+            sectors,
+            data: &[],
+            tags: None,
+            flags: CommandFlags::default(),
+        }
+    }
+    pub fn write(lba: u64, sectors: u32, data: &'a [u8]) -> Self {
+        Self {
+            opcode: Opcode::Write,
+            lba,
+            sectors,
+            data,
+            tags: None,
+            flags: CommandFlags::default(),
+        }
+    }
+    pub fn trim(lba: u64, sectors: u32) -> Self {
+        Self {
+            opcode: Opcode::Trim,
+            ..Self::read(lba, sectors)
+        }
+    }
+    pub fn flush() -> Self {
+        Self {
+            opcode: Opcode::Flush,
+            ..Self::read(0, 0)
+        }
+    }
+}
+
+/// Where a read's results go: payload units, and optionally the sectors' tags.
+#[derive(Debug)]
+pub struct ReadBuffers<'a> {
+    pub data: &'a mut [u8],
+    pub tags: Option<&'a mut [u8]>,
+}
+
+/// What the device reports when a command completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub done_ns: TimeNs,
+    /// Garbage collection was running in the device while this command was served; an
+    /// array engine may steer later I/O away from it (ScalaAFA reads replicas then).
+    pub gc_active: bool,
+}
+
+/// Static facts about a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub sector_bytes: u32,
+    pub capacity_sectors: u64,
+    /// Bytes of payload per sector in the device's payload mode (0, 8 or sector_bytes).
+    pub payload_unit_bytes: u32,
+    /// OOB tag bytes the device can keep per sector.
+    pub tag_bytes_per_sector: u32,
+    pub max_queue_depth: u32,
+    pub max_transfer_sectors: u32,
+}
+
+/// Why a device refused or failed a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("command for sectors {lba}..{end} lies outside the device's {capacity} sectors", end = lba + *sectors as u64)]
+    OutOfRange {
+        lba: u64,
+        sectors: u32,
+        capacity: u64,
+    },
+    #[error("command of {sectors} sectors exceeds the device's maximum transfer of {max} sectors")]
+    TooLarge { sectors: u32, max: u32 },
+    #[error("command carries {got} payload bytes but {expected} were expected")]
+    PayloadLength { expected: usize, got: usize },
+    #[error(
+        "command carries {got} tag bytes but {expected} were expected ({per_sector} per sector)"
+    )]
+    TagLength {
+        expected: usize,
+        got: usize,
+        per_sector: u32,
+    },
+    #[error("the device is out of space: no block can be reclaimed in plane {plane}")]
+    NoSpace { plane: u32 },
+    #[error("the device has failed")]
+    Failed,
+}
+
+/// A device that takes commands and computes when each completes.
+///
+/// `submit` applies the command's effect on the device state at once (so a later command
+/// observes it) and returns the virtual time at which the host sees the completion. The
+/// caller must not have more than `info().max_queue_depth` commands outstanding.
+pub trait BlockDevice {
+    fn info(&self) -> DeviceInfo;
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError>;
+
+    /// Gives the device a chance to do idle-time work (background GC) at `now_ns`, when the
+    /// host has nothing outstanding. Returns when it would like to be called again.
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs>;
+}
+
+/// Checks a command's range, size and payload lengths against a device's facts.
+pub fn validate_command(info: &DeviceInfo, cmd: &Command<'_>) -> Result<(), DeviceError> {
+    if cmd.opcode == Opcode::Flush {
+        return Ok(());
+    }
+    let end = cmd.lba.checked_add(cmd.sectors as u64);
+    if cmd.sectors == 0 || end.is_none_or(|e| e > info.capacity_sectors) {
+        return Err(DeviceError::OutOfRange {
+            lba: cmd.lba,
+            sectors: cmd.sectors,
+            capacity: info.capacity_sectors,
+        });
+    }
+    if cmd.sectors > info.max_transfer_sectors && cmd.opcode != Opcode::Trim {
+        return Err(DeviceError::TooLarge {
+            sectors: cmd.sectors,
+            max: info.max_transfer_sectors,
+        });
+    }
+    if cmd.opcode == Opcode::Write {
+        let expected = cmd.sectors as usize * info.payload_unit_bytes as usize;
+        if cmd.data.len() != expected {
+            return Err(DeviceError::PayloadLength {
+                expected,
+                got: cmd.data.len(),
+            });
+        }
+        if let Some(tags) = cmd.tags {
+            let expected = cmd.sectors as usize * info.tag_bytes_per_sector as usize;
+            if tags.len() != expected {
+                return Err(DeviceError::TagLength {
+                    expected,
+                    got: tags.len(),
+                    per_sector: info.tag_bytes_per_sector,
+                });
+            }
+        }
+    }
+    Ok(())
+}

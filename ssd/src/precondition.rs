@@ -1,0 +1,110 @@
+//! Preconditioning: bringing a device to a fill level and a steady state before measuring.
+//!
+//! Instead of simulating the history in time, the FTL replays it untimed: the mapping, the
+//! block valid counts, the erase counts and the stored payload end up exactly as the writes
+//! would leave them, but no NAND timing, event or counter is touched. A sequential fill is a
+//! single pass; a random steady state adds uniform random overwrites of the filled range,
+//! which is what drives the block valid-count distribution to its steady state under the
+//! chosen GC policy.
+
+use afa_nand::{fill_unit, sector_token};
+use afa_sim::SimRng;
+use serde::{Deserialize, Serialize};
+
+use crate::{Ssd, SsdError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PreconditionPattern {
+    /// Logical pages written once, in order.
+    #[default]
+    Sequential,
+    /// A sequential fill followed by uniform random overwrites of the filled range.
+    Random,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Precondition {
+    /// Fraction of the logical capacity written, from 0 to 1.
+    pub fill_fraction: f64,
+    pub pattern: PreconditionPattern,
+    /// For the random pattern: overwrites as a multiple of the filled pages.
+    pub overwrite_rounds: f64,
+}
+
+impl Default for Precondition {
+    fn default() -> Self {
+        Self {
+            fill_fraction: 0.0,
+            pattern: PreconditionPattern::Sequential,
+            overwrite_rounds: 2.0,
+        }
+    }
+}
+
+impl Precondition {
+    pub fn validate(&self) -> Result<(), SsdError> {
+        if !(0.0..=1.0).contains(&self.fill_fraction) {
+            return Err(SsdError::Config(format!(
+                "precondition.fill_fraction = {} must lie in [0, 1]",
+                self.fill_fraction
+            )));
+        }
+        if !(self.overwrite_rounds.is_finite() && self.overwrite_rounds >= 0.0) {
+            return Err(SsdError::Config(format!(
+                "precondition.overwrite_rounds = {} must be a non-negative number",
+                self.overwrite_rounds
+            )));
+        }
+        Ok(())
+    }
+
+    /// Logical pages this preconditioning fills on a device of `logical_pages`.
+    pub fn filled_pages(&self, logical_pages: u32) -> u32 {
+        (logical_pages as f64 * self.fill_fraction).floor() as u32
+    }
+}
+
+impl Ssd {
+    /// Applies `p`. Every written sector holds `sector_token(lba, 0)`, so an oracle can know
+    /// the content without having watched it being written. Counters are reset afterwards.
+    pub fn precondition(&mut self, p: &Precondition, seed: u64) -> Result<(), SsdError> {
+        p.validate()?;
+        let filled = p.filled_pages(self.logical_pages());
+        let (nand, ftl, spp, unit) = self.parts();
+        ftl.set_untimed(true);
+        let mut write = |lpn: u32| -> Result<(), SsdError> {
+            let mut fill = |nand: &mut afa_nand::Nand, ppn: u32, _old: u32| {
+                if unit == 0 {
+                    return;
+                }
+                let page = nand.store_mut().page_mut(ppn);
+                for s in 0..spp as usize {
+                    let lba = lpn as u64 * spp as u64 + s as u64;
+                    fill_unit(sector_token(lba, 0), &mut page[s * unit..(s + 1) * unit]);
+                }
+            };
+            ftl.write_page(nand, lpn, true, 0, false, &mut fill)?;
+            Ok(())
+        };
+        let result = (|| -> Result<(), SsdError> {
+            for lpn in 0..filled {
+                write(lpn)?;
+            }
+            if p.pattern == PreconditionPattern::Random && filled > 0 {
+                let mut rng = SimRng::fork(seed, 0x5052_4543); // "PREC"
+                let overwrites = (filled as f64 * p.overwrite_rounds) as u64;
+                for _ in 0..overwrites {
+                    write(rng.below(filled as u64) as u32)?;
+                }
+            }
+            Ok(())
+        })();
+        let (_, ftl, _, _) = self.parts();
+        ftl.set_untimed(false);
+        result?;
+        self.reset_counters();
+        Ok(())
+    }
+}

@@ -1,0 +1,637 @@
+//! The controller proper: command parsing, host-interface timing, the write buffer and the
+//! FTL wired together.
+
+use afa_nand::{Nand, NandCounters, PayloadMode};
+use afa_sim::{transfer_ns, TimeNs};
+
+use crate::buffer::WriteBuffer;
+use crate::config::SsdConfig;
+use crate::device::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    ReadBuffers,
+};
+use crate::ftl::{Ftl, FtlStats, NONE};
+use crate::SsdError;
+
+/// Controller-level counters beyond the FTL's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SsdStats {
+    pub commands: u64,
+    pub buffer_read_hits: u64,
+    pub buffer_write_hits: u64,
+    pub buffer_evictions: u64,
+}
+
+/// One emulated SSD.
+#[derive(Debug)]
+pub struct Ssd {
+    config: SsdConfig,
+    nand: Nand,
+    ftl: Ftl,
+    buffer: Option<WriteBuffer>,
+    info: DeviceInfo,
+    sectors_per_page: u32,
+    full_mask: u64,
+    unit_bytes: usize,
+    tag_bytes: usize,
+    h2d_free_ns: TimeNs,
+    d2h_free_ns: TimeNs,
+    stats: SsdStats,
+}
+
+/// The sectors of one logical page that a command touches.
+#[derive(Debug, Clone, Copy)]
+struct PageSpan {
+    lpn: u32,
+    /// First sector within the page.
+    first: u32,
+    count: u32,
+    /// Offset in sectors of this span within the command.
+    cmd_offset: u32,
+}
+
+impl PageSpan {
+    #[inline]
+    fn mask(&self) -> u64 {
+        let ones = if self.count >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.count) - 1
+        };
+        ones << self.first
+    }
+}
+
+#[inline]
+fn spans(lba: u64, sectors: u32, spp: u32) -> impl Iterator<Item = PageSpan> {
+    let end = lba + sectors as u64;
+    let mut at = lba;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let lpn = (at / spp as u64) as u32;
+        let first = (at % spp as u64) as u32;
+        let count = (spp - first).min((end - at) as u32);
+        let span = PageSpan {
+            lpn,
+            first,
+            count,
+            cmd_offset: (at - lba) as u32,
+        };
+        at += count as u64;
+        Some(span)
+    })
+}
+
+impl Ssd {
+    pub fn new(config: SsdConfig, seed: u64) -> Result<Self, SsdError> {
+        config.validate()?;
+        let mut nand = Nand::new(
+            config.geometry.clone(),
+            config.timing.clone(),
+            config.cell_mode,
+            config.payload,
+            config.faults.clone(),
+            seed,
+        )?;
+        let ftl = Ftl::new(&config, &mut nand)?;
+        let g = &config.geometry;
+        let spp = g.sectors_per_page();
+        let unit_bytes = nand.store().unit_bytes();
+        let tag_bytes = nand.store().tag_bytes_per_sector();
+        let buffer = (config.write_buffer.capacity_bytes > 0).then(|| {
+            WriteBuffer::new(
+                (config.write_buffer.capacity_bytes / g.page_bytes as u64) as usize,
+                config.write_buffer.policy,
+                ftl.logical_pages(),
+                unit_bytes * spp as usize,
+                tag_bytes * spp as usize,
+            )
+        });
+        let info = DeviceInfo {
+            sector_bytes: g.sector_bytes,
+            capacity_sectors: ftl.logical_pages() as u64 * spp as u64,
+            payload_unit_bytes: unit_bytes as u32,
+            tag_bytes_per_sector: tag_bytes as u32,
+            max_queue_depth: config.host.queue_depth,
+            max_transfer_sectors: config.host.max_transfer_sectors,
+        };
+        Ok(Self {
+            full_mask: if spp == 64 {
+                u64::MAX
+            } else {
+                (1u64 << spp) - 1
+            },
+            sectors_per_page: spp,
+            unit_bytes,
+            tag_bytes,
+            config,
+            nand,
+            ftl,
+            buffer,
+            info,
+            h2d_free_ns: 0,
+            d2h_free_ns: 0,
+            stats: SsdStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &SsdConfig {
+        &self.config
+    }
+    pub fn nand(&self) -> &Nand {
+        &self.nand
+    }
+    pub fn nand_counters(&self) -> &NandCounters {
+        self.nand.counters()
+    }
+    pub fn ftl_stats(&self) -> &FtlStats {
+        &self.ftl.stats
+    }
+    pub fn stats(&self) -> &SsdStats {
+        &self.stats
+    }
+    pub fn payload_mode(&self) -> PayloadMode {
+        self.config.payload
+    }
+    pub fn logical_pages(&self) -> u32 {
+        self.ftl.logical_pages()
+    }
+
+    /// NAND page programs per host page write so far.
+    pub fn write_amplification(&self) -> f64 {
+        let host = self.ftl.stats.host_page_writes;
+        if host == 0 {
+            return 0.0;
+        }
+        self.nand.counters().programs.iter().sum::<u64>() as f64 / host as f64
+    }
+
+    /// Forgets every counter (after preconditioning, so that measurements start clean).
+    pub fn reset_counters(&mut self) {
+        self.ftl.stats = FtlStats::default();
+        self.stats = SsdStats::default();
+        self.nand.reset_counters();
+    }
+
+    pub(crate) fn parts(&mut self) -> (&mut Nand, &mut Ftl, u32, usize) {
+        (
+            &mut self.nand,
+            &mut self.ftl,
+            self.sectors_per_page,
+            self.unit_bytes,
+        )
+    }
+
+    /// Checks the FTL's structural invariants (tests).
+    pub fn check_invariants(&self) {
+        self.ftl.check_invariants(&self.nand);
+    }
+
+    #[inline]
+    fn host_to_device(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let start = ready_ns.max(self.h2d_free_ns);
+        self.h2d_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.h2d_free_ns
+    }
+
+    #[inline]
+    fn device_to_host(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let start = ready_ns.max(self.d2h_free_ns);
+        self.d2h_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.d2h_free_ns
+    }
+
+    #[inline]
+    fn dram_ns(&self, bytes: u64) -> u64 {
+        transfer_ns(bytes, self.config.host.dram_mb_s)
+    }
+
+    fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let bytes = cmd.sectors as u64 * self.info.sector_bytes as u64;
+        let arrived = self.host_to_device(now_ns + self.config.host.command_overhead_ns, bytes);
+        let mut done = arrived;
+        let spp = self.sectors_per_page;
+        for span in spans(cmd.lba, cmd.sectors, spp) {
+            let page_done = if self.buffer.is_some() {
+                self.buffer_write(span, cmd, arrived)?
+            } else {
+                self.direct_write(span, cmd, arrived)?
+            };
+            done = done.max(page_done);
+        }
+        if cmd.flags.fua && self.buffer.is_some() {
+            for span in spans(cmd.lba, cmd.sectors, spp) {
+                let buffer = self.buffer.as_ref().expect("buffer checked above");
+                if let Some(slot) = buffer.lookup(span.lpn) {
+                    done = done.max(self.evict_slot(slot, arrived)?);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes one page's span straight to flash (no write buffer).
+    fn direct_write(
+        &mut self,
+        span: PageSpan,
+        cmd: &Command<'_>,
+        ready_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit_bytes;
+        let tag = self.tag_bytes;
+        let full = span.count == self.sectors_per_page;
+        let src_units = &cmd.data[span.cmd_offset as usize * unit..][..span.count as usize * unit];
+        let src_tags = cmd
+            .tags
+            .map(|t| &t[span.cmd_offset as usize * tag..][..span.count as usize * tag]);
+        let mut fill = |nand: &mut Nand, ppn: u32, old: u32| {
+            store_span(
+                nand, ppn, old, full, span.first, src_units, src_tags, unit, tag,
+            );
+        };
+        self.ftl.write_page(
+            &mut self.nand,
+            span.lpn,
+            full,
+            ready_ns,
+            cmd.flags.transient,
+            &mut fill,
+        )
+    }
+
+    /// Puts one page's span into the write buffer, evicting first if it is full.
+    fn buffer_write(
+        &mut self,
+        span: PageSpan,
+        cmd: &Command<'_>,
+        ready_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit_bytes;
+        let tag = self.tag_bytes;
+        let buffer = self
+            .buffer
+            .as_mut()
+            .expect("buffered write without a buffer");
+        let (slot, slot_ready) = match buffer.lookup(span.lpn) {
+            Some(slot) => {
+                self.stats.buffer_write_hits += 1;
+                buffer.touch(slot);
+                (slot, ready_ns)
+            }
+            None => {
+                if buffer.is_full(ready_ns) {
+                    if let Some(victim) = buffer.eviction_candidate() {
+                        self.evict_slot(victim, ready_ns)?;
+                    }
+                }
+                let buffer = self.buffer.as_mut().expect("buffer exists");
+                buffer.insert(span.lpn, ready_ns)
+            }
+        };
+        let buffer = self.buffer.as_mut().expect("buffer exists");
+        let off = span.cmd_offset as usize;
+        let n = span.count as usize;
+        let first = span.first as usize;
+        if unit > 0 {
+            buffer.slot_data_mut(slot)[first * unit..(first + n) * unit]
+                .copy_from_slice(&cmd.data[off * unit..(off + n) * unit]);
+        }
+        if tag > 0 && (cmd.tags.is_some() || buffer.has_tags()) {
+            let dst = &mut buffer.slot_tags_mut(slot)[first * tag..(first + n) * tag];
+            match cmd.tags {
+                Some(t) => dst.copy_from_slice(&t[off * tag..(off + n) * tag]),
+                None => dst.fill(0),
+            }
+        }
+        buffer.mark(slot, span.mask(), cmd.flags.transient);
+        let copy = self.dram_ns(n as u64 * self.info.sector_bytes as u64);
+        Ok(slot_ready + copy)
+    }
+
+    /// Programs a buffered page to flash, starting at `now_ns`; returns when the program ends.
+    fn evict_slot(&mut self, slot: u32, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit_bytes;
+        let tag = self.tag_bytes;
+        let full_mask = self.full_mask;
+        let buffer = self.buffer.as_mut().expect("eviction without a buffer");
+        let s = *buffer.slot(slot);
+        let full = s.mask == full_mask;
+        let data = buffer.slot_data(slot);
+        let tags = buffer.has_tags().then(|| buffer.slot_tags(slot));
+        let mut fill = |nand: &mut Nand, ppn: u32, old: u32| {
+            store_masked(nand, ppn, old, full, s.mask, data, tags, unit, tag);
+        };
+        let done =
+            self.ftl
+                .write_page(&mut self.nand, s.lpn, full, now_ns, s.transient, &mut fill)?;
+        self.buffer
+            .as_mut()
+            .expect("buffer exists")
+            .remove_evicted(slot, done);
+        self.stats.buffer_evictions += 1;
+        Ok(done)
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit_bytes;
+        let tag = self.tag_bytes;
+        let sector_bytes = self.info.sector_bytes as u64;
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let mut ready = start;
+        let ReadBuffers {
+            data: out_data,
+            tags: mut out_tags,
+        } = out;
+        for span in spans(cmd.lba, cmd.sectors, self.sectors_per_page) {
+            let off = span.cmd_offset as usize;
+            let n = span.count as usize;
+            let first = span.first as usize;
+            let mut need = span.mask();
+            let slot = self.buffer.as_ref().and_then(|b| b.lookup(span.lpn));
+            if let Some(slot) = slot {
+                let present = self
+                    .buffer
+                    .as_ref()
+                    .expect("slot implies buffer")
+                    .slot(slot)
+                    .mask;
+                need &= !present;
+            }
+            if need != 0 {
+                let (ppn, t) = self.ftl.read_page(
+                    &mut self.nand,
+                    span.lpn,
+                    start,
+                    n as u32 * sector_bytes as u32,
+                );
+                ready = ready.max(t);
+                copy_out(
+                    &self.nand,
+                    ppn,
+                    first,
+                    n,
+                    unit,
+                    tag,
+                    &mut out_data[off * unit..(off + n) * unit],
+                    out_tags
+                        .as_deref_mut()
+                        .map(|t| &mut t[off * tag..(off + n) * tag]),
+                );
+            }
+            if let Some(slot) = slot {
+                let buffer = self.buffer.as_mut().expect("slot implies buffer");
+                buffer.touch(slot);
+                let present = buffer.slot(slot).mask;
+                if need == 0 {
+                    self.stats.buffer_read_hits += 1;
+                }
+                for s in 0..n {
+                    if present >> (first + s) & 1 == 0 {
+                        continue;
+                    }
+                    let idx = first + s;
+                    if unit > 0 {
+                        out_data[(off + s) * unit..(off + s + 1) * unit]
+                            .copy_from_slice(&buffer.slot_data(slot)[idx * unit..(idx + 1) * unit]);
+                    }
+                    if let Some(t) = out_tags.as_deref_mut() {
+                        let dst = &mut t[(off + s) * tag..(off + s + 1) * tag];
+                        if buffer.has_tags() {
+                            dst.copy_from_slice(
+                                &buffer.slot_tags(slot)[idx * tag..(idx + 1) * tag],
+                            );
+                        } else {
+                            dst.fill(0);
+                        }
+                    }
+                }
+                ready = ready
+                    .max(start + transfer_ns(n as u64 * sector_bytes, self.config.host.dram_mb_s));
+            }
+        }
+        Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
+    }
+
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let mut done = start;
+        let zeros = vec![0u8; self.sectors_per_page as usize * self.unit_bytes];
+        for span in spans(cmd.lba, cmd.sectors, self.sectors_per_page) {
+            if span.count == self.sectors_per_page {
+                if let Some(buffer) = self.buffer.as_mut() {
+                    if let Some(slot) = buffer.lookup(span.lpn) {
+                        buffer.remove(slot);
+                    }
+                }
+                self.ftl.unmap(span.lpn);
+            } else {
+                // A partial-page trim zeroes its sectors with a write of zeroes, so that every
+                // trimmed sector reads back as zero (deterministic read-zero after trim).
+                let zero_cmd = Command {
+                    opcode: Opcode::Write,
+                    lba: span.lpn as u64 * self.sectors_per_page as u64 + span.first as u64,
+                    sectors: span.count,
+                    data: &zeros[..span.count as usize * self.unit_bytes],
+                    tags: None,
+                    flags: Default::default(),
+                };
+                let sub = PageSpan {
+                    cmd_offset: 0,
+                    ..span
+                };
+                let t = if self.buffer.is_some() {
+                    self.buffer_write(sub, &zero_cmd, start)?
+                } else {
+                    self.direct_write(sub, &zero_cmd, start)?
+                };
+                done = done.max(t);
+            }
+        }
+        Ok(done)
+    }
+
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let mut done = start;
+        while let Some(slot) = self.buffer.as_ref().and_then(|b| b.eviction_candidate()) {
+            done = done.max(self.evict_slot(slot, start)?);
+        }
+        if let Some(buffer) = self.buffer.as_ref() {
+            done = done.max(buffer.drained_at());
+        }
+        Ok(done)
+    }
+
+    /// Dirty pages waiting in the write buffer.
+    pub fn buffered_pages(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| b.dirty_pages())
+    }
+}
+
+/// Stores a contiguous span of sectors into a newly programmed page, taking the rest of the
+/// page from its previous version (or zeroes).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn store_span(
+    nand: &mut Nand,
+    ppn: u32,
+    old: u32,
+    full: bool,
+    first: u32,
+    units: &[u8],
+    tags: Option<&[u8]>,
+    unit: usize,
+    tag: usize,
+) {
+    let store = nand.store_mut();
+    if !full {
+        if old != NONE {
+            store.copy_page(old, ppn);
+        } else {
+            store.clear_page(ppn);
+        }
+    }
+    let first = first as usize;
+    if unit > 0 {
+        store.page_mut(ppn)[first * unit..first * unit + units.len()].copy_from_slice(units);
+    }
+    if tag > 0 {
+        match tags {
+            Some(t) => {
+                store.page_tags_mut(ppn)[first * tag..first * tag + t.len()].copy_from_slice(t)
+            }
+            None => {
+                if store.page_tags(ppn).is_some() {
+                    let len = units.len() / unit.max(1) * tag;
+                    store.page_tags_mut(ppn)[first * tag..first * tag + len].fill(0);
+                }
+            }
+        }
+    }
+}
+
+/// Stores the sectors in `mask` from a buffer slot's page image into a newly programmed page.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn store_masked(
+    nand: &mut Nand,
+    ppn: u32,
+    old: u32,
+    full: bool,
+    mask: u64,
+    units: &[u8],
+    tags: Option<&[u8]>,
+    unit: usize,
+    tag: usize,
+) {
+    let store = nand.store_mut();
+    if full {
+        if unit > 0 {
+            store.page_mut(ppn).copy_from_slice(units);
+        }
+        match tags {
+            Some(t) => store.page_tags_mut(ppn).copy_from_slice(t),
+            None => {
+                if store.page_tags(ppn).is_some() {
+                    store.page_tags_mut(ppn).fill(0);
+                }
+            }
+        }
+        return;
+    }
+    if old != NONE {
+        store.copy_page(old, ppn);
+    } else {
+        store.clear_page(ppn);
+    }
+    let mut m = mask;
+    while m != 0 {
+        let s = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if unit > 0 {
+            store.page_mut(ppn)[s * unit..(s + 1) * unit]
+                .copy_from_slice(&units[s * unit..(s + 1) * unit]);
+        }
+        if let Some(t) = tags {
+            store.page_tags_mut(ppn)[s * tag..(s + 1) * tag]
+                .copy_from_slice(&t[s * tag..(s + 1) * tag]);
+        }
+    }
+}
+
+/// Copies sectors `first..first+n` of physical page `ppn` (NONE reads as zeroes) out.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn copy_out(
+    nand: &Nand,
+    ppn: u32,
+    first: usize,
+    n: usize,
+    unit: usize,
+    tag: usize,
+    out: &mut [u8],
+    out_tags: Option<&mut [u8]>,
+) {
+    let store = nand.store();
+    if unit > 0 {
+        if ppn == NONE {
+            out.fill(0);
+        } else {
+            out.copy_from_slice(&store.page(ppn)[first * unit..(first + n) * unit]);
+        }
+    }
+    if let Some(t) = out_tags {
+        match (ppn != NONE).then(|| store.page_tags(ppn)).flatten() {
+            Some(src) => t.copy_from_slice(&src[first * tag..(first + n) * tag]),
+            None => t.fill(0),
+        }
+    }
+}
+
+impl BlockDevice for Ssd {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd)?;
+        if cmd.opcode == Opcode::Read {
+            let expected = cmd.sectors as usize * self.unit_bytes;
+            if out.data.len() != expected {
+                return Err(DeviceError::PayloadLength {
+                    expected,
+                    got: out.data.len(),
+                });
+            }
+        }
+        self.stats.commands += 1;
+        let done_ns = match cmd.opcode {
+            Opcode::Read => self.read(now_ns, cmd, out)?,
+            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Trim => self.trim(now_ns, cmd)?,
+            Opcode::Flush => self.flush(now_ns)?,
+        };
+        Ok(Completion {
+            done_ns,
+            gc_active: self.ftl.gc_busy_until_ns() > now_ns,
+        })
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        // Background GC failing means the device is out of space; the next foreground
+        // write reports that to the host, so idle work just stops here.
+        self.ftl.background(&mut self.nand, now_ns).ok().flatten()
+    }
+}

@@ -1,0 +1,478 @@
+//! Tests of the controller against an oracle: every read is checked against what the host
+//! last wrote, for every buffer, GC and SLC policy.
+
+use afa_nand::{fill_unit, sector_token, unit_matches, Geometry, PayloadMode};
+use afa_sim::SimRng;
+use proptest::prelude::*;
+
+use crate::*;
+
+fn small_config(sector_bytes: u32, payload: PayloadMode) -> SsdConfig {
+    SsdConfig {
+        geometry: Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 2,
+            planes_per_die: 2,
+            blocks_per_plane: 24,
+            pages_per_block: 16,
+            page_bytes: 4096,
+            sector_bytes,
+            oob_bytes_per_page: 64,
+        },
+        payload,
+        over_provisioning: 0.25,
+        ..SsdConfig::default()
+    }
+}
+
+/// The host's view: the token each sector should hold.
+struct Oracle {
+    tokens: Vec<u64>,
+    version: u64,
+}
+
+struct Harness {
+    ssd: Ssd,
+    oracle: Oracle,
+    now_ns: u64,
+    unit: usize,
+    checked: u64,
+}
+
+impl Harness {
+    fn new(config: SsdConfig, seed: u64) -> Self {
+        let ssd = Ssd::new(config, seed).expect("valid config");
+        let info = ssd.info();
+        Self {
+            oracle: Oracle {
+                tokens: vec![0; info.capacity_sectors as usize],
+                version: 0,
+            },
+            unit: info.payload_unit_bytes as usize,
+            ssd,
+            now_ns: 0,
+            checked: 0,
+        }
+    }
+
+    fn write(&mut self, lba: u64, sectors: u32) -> Completion {
+        let mut data = vec![0u8; sectors as usize * self.unit];
+        self.oracle.version += 1;
+        for i in 0..sectors as usize {
+            let token = sector_token(lba + i as u64, self.oracle.version);
+            self.oracle.tokens[lba as usize + i] = token;
+            if self.unit > 0 {
+                fill_unit(token, &mut data[i * self.unit..(i + 1) * self.unit]);
+            }
+        }
+        let c = self
+            .ssd
+            .submit(self.now_ns, &Command::write(lba, sectors, &data), no_out())
+            .expect("write accepted");
+        self.advance(&c);
+        c
+    }
+
+    fn read_and_check(&mut self, lba: u64, sectors: u32) {
+        let mut data = vec![0u8; sectors as usize * self.unit];
+        let c = self
+            .ssd
+            .submit(
+                self.now_ns,
+                &Command::read(lba, sectors),
+                ReadBuffers {
+                    data: &mut data,
+                    tags: None,
+                },
+            )
+            .expect("read accepted");
+        self.advance(&c);
+        for i in 0..sectors as usize {
+            let want = self.oracle.tokens[lba as usize + i];
+            let got = &data[i * self.unit..(i + 1) * self.unit];
+            assert!(
+                unit_matches(want, got),
+                "sector {} holds token {:#x}, expected {want:#x}",
+                lba + i as u64,
+                afa_nand::unit_token(got)
+            );
+            self.checked += 1;
+        }
+    }
+
+    fn trim(&mut self, lba: u64, sectors: u32) {
+        for i in 0..sectors as usize {
+            self.oracle.tokens[lba as usize + i] = 0;
+        }
+        let c = self
+            .ssd
+            .submit(self.now_ns, &Command::trim(lba, sectors), no_out())
+            .expect("trim accepted");
+        self.advance(&c);
+    }
+
+    fn flush(&mut self) {
+        let c = self
+            .ssd
+            .submit(self.now_ns, &Command::flush(), no_out())
+            .expect("flush accepted");
+        self.advance(&c);
+    }
+
+    fn advance(&mut self, c: &Completion) {
+        assert!(c.done_ns >= self.now_ns, "completion before submission");
+        // Let commands overlap a little, as a queue depth above one would.
+        self.now_ns += (c.done_ns - self.now_ns) / 4;
+    }
+
+    fn check_all(&mut self) {
+        let cap = self.oracle.tokens.len() as u64;
+        let mut lba = 0;
+        while lba < cap {
+            let n = (cap - lba).min(64) as u32;
+            self.read_and_check(lba, n);
+            lba += n as u64;
+        }
+    }
+
+    /// Random reads, writes (aligned and not), trims and flushes over a hot region, so GC
+    /// and the buffer are exercised.
+    fn random_ops(&mut self, seed: u64, ops: usize) {
+        let mut rng = SimRng::new(seed);
+        let cap = self.oracle.tokens.len() as u64;
+        let spp = self.ssd.config().geometry.sectors_per_page() as u64;
+        for _ in 0..ops {
+            let len = 1 + rng.below(3 * spp) as u32;
+            let lba = rng.below(cap - len as u64 + 1);
+            match rng.below(100) {
+                0..=54 => {
+                    self.write(lba, len);
+                }
+                55..=89 => self.read_and_check(lba, len),
+                90..=96 => self.trim(lba, len),
+                _ => self.flush(),
+            }
+        }
+    }
+}
+
+fn no_out() -> ReadBuffers<'static> {
+    ReadBuffers {
+        data: &mut [],
+        tags: None,
+    }
+}
+
+#[test]
+fn unwritten_sectors_read_as_zero() {
+    let mut h = Harness::new(small_config(4096, PayloadMode::Token), 1);
+    h.read_and_check(0, 8);
+}
+
+#[test]
+fn write_then_read_back_full_and_partial_pages() {
+    for sector in [512, 4096] {
+        let mut h = Harness::new(small_config(sector, PayloadMode::Full), 1);
+        h.write(0, 8);
+        h.write(3, 1);
+        h.read_and_check(0, 16);
+        h.ssd.check_invariants();
+    }
+}
+
+#[test]
+fn partial_page_overwrite_reads_modify_writes() {
+    let mut h = Harness::new(small_config(512, PayloadMode::Token), 1);
+    h.write(0, 8); // one whole page
+    h.write(2, 3); // part of it
+    assert_eq!(h.ssd.ftl_stats().rmw_reads, 1);
+    h.read_and_check(0, 8);
+}
+
+#[test]
+fn sustained_random_writes_trigger_gc_and_keep_data() {
+    let mut h = Harness::new(small_config(4096, PayloadMode::Token), 3);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(9);
+    for _ in 0..(cap * 6) {
+        h.write(rng.below(cap), 1);
+    }
+    assert!(h.ssd.ftl_stats().gc_foreground_runs > 0);
+    assert!(h.ssd.write_amplification() > 1.0);
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
+#[test]
+fn gc_active_flag_is_reported_while_gc_runs() {
+    let mut h = Harness::new(small_config(4096, PayloadMode::None), 3);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(9);
+    let mut seen = false;
+    for _ in 0..(cap * 4) {
+        seen |= h.write(rng.below(cap), 1).gc_active;
+    }
+    assert!(seen);
+}
+
+#[test]
+fn trimmed_sectors_read_zero_even_when_partial() {
+    let mut h = Harness::new(small_config(512, PayloadMode::Token), 1);
+    h.write(0, 32);
+    h.trim(8, 8); // one whole page
+    h.trim(18, 3); // part of a page
+    h.read_and_check(0, 32);
+    assert_eq!(h.ssd.ftl_stats().host_page_writes, 5);
+}
+
+#[test]
+fn write_buffer_absorbs_rewrites_and_flush_drains_it() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.write_buffer.capacity_bytes = 16 * 4096;
+    let mut h = Harness::new(cfg, 1);
+    for _ in 0..4 {
+        h.write(0, 4);
+    }
+    assert_eq!(h.ssd.buffered_pages(), 4);
+    assert_eq!(h.ssd.nand_counters().programs.iter().sum::<u64>(), 0);
+    h.read_and_check(0, 4);
+    assert!(h.ssd.stats().buffer_read_hits > 0);
+    h.flush();
+    assert_eq!(h.ssd.buffered_pages(), 0);
+    assert_eq!(h.ssd.nand_counters().programs.iter().sum::<u64>(), 4);
+    h.read_and_check(0, 4);
+}
+
+#[test]
+fn buffered_writes_complete_faster_than_programs() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.write_buffer.capacity_bytes = 64 * 4096;
+    let mut buffered = Ssd::new(cfg.clone(), 1).unwrap();
+    cfg.write_buffer.capacity_bytes = 0;
+    let mut direct = Ssd::new(cfg, 1).unwrap();
+    let b = buffered
+        .submit(0, &Command::write(0, 1, &[]), no_out())
+        .unwrap();
+    let d = direct
+        .submit(0, &Command::write(0, 1, &[]), no_out())
+        .unwrap();
+    assert!(b.done_ns * 10 < d.done_ns, "{} vs {}", b.done_ns, d.done_ns);
+}
+
+#[test]
+fn slc_cache_takes_host_writes_and_evicts_to_dense_blocks() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    // Two SLC blocks of 8 pages per plane.
+    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
+    let mut h = Harness::new(cfg, 1);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(5);
+    for _ in 0..(cap * 3) {
+        h.write(rng.below(cap), 1);
+    }
+    let n = *h.ssd.nand_counters();
+    assert!(n.programs[0] > 0, "no SLC programs");
+    assert!(n.programs[1] > 0, "no MLC programs");
+    assert!(h.ssd.ftl_stats().slc_evictions > 0);
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
+#[test]
+fn transient_aware_eviction_migrates_fewer_pages() {
+    // Half the writes are transient replicas that are trimmed soon after; a transient-aware
+    // evictor leaves them in SLC to die there, so fewer pages migrate to MLC.
+    let run = |policy: SlcEvictionPolicy| {
+        let mut cfg = small_config(4096, PayloadMode::None);
+        cfg.slc_cache.capacity_bytes = 8 * 4 * 8 * 4096;
+        cfg.slc_cache.eviction = policy;
+        let mut ssd = Ssd::new(cfg, 1).unwrap();
+        let cap = ssd.info().capacity_sectors;
+        let mut rng = SimRng::new(11);
+        let mut pending = std::collections::VecDeque::new();
+        // Normal and transient writes are interleaved at random, so every plane's SLC blocks
+        // mix both (a fixed alternation would send each kind to its own planes).
+        for i in 0..(cap * 8) {
+            if rng.chance(0.5) {
+                let cmd = Command::write(rng.below(cap / 2), 1, &[]);
+                ssd.submit(i * 1000, &cmd, no_out()).unwrap();
+                continue;
+            }
+            let replica = cap / 2 + rng.below(cap / 2);
+            let mut cmd = Command::write(replica, 1, &[]);
+            cmd.flags.transient = true;
+            ssd.submit(i * 1000, &cmd, no_out()).unwrap();
+            pending.push_back(replica);
+            if pending.len() > 160 {
+                let old = pending.pop_front().unwrap();
+                ssd.submit(i * 1000, &Command::trim(old, 1), no_out())
+                    .unwrap();
+            }
+        }
+        ssd.ftl_stats().slc_pages_migrated
+    };
+    let greedy = run(SlcEvictionPolicy::Greedy);
+    let transient = run(SlcEvictionPolicy::Transient);
+    assert!(
+        transient < greedy,
+        "transient {transient} vs greedy {greedy}"
+    );
+}
+
+#[test]
+fn tags_are_stored_with_the_data_and_returned() {
+    let mut ssd = Ssd::new(small_config(512, PayloadMode::Token), 1).unwrap();
+    let tag_bytes = ssd.info().tag_bytes_per_sector as usize;
+    assert_eq!(tag_bytes, 7);
+    let data = vec![1u8; 4 * 8];
+    let tags: Vec<u8> = (0..4 * tag_bytes as u8).collect();
+    let cmd = Command {
+        tags: Some(&tags),
+        ..Command::write(10, 4, &data)
+    };
+    ssd.submit(0, &cmd, no_out()).unwrap();
+    let mut out = vec![0u8; 4 * 8];
+    let mut out_tags = vec![0u8; 4 * tag_bytes];
+    ssd.submit(
+        0,
+        &Command::read(10, 4),
+        ReadBuffers {
+            data: &mut out,
+            tags: Some(&mut out_tags),
+        },
+    )
+    .unwrap();
+    assert_eq!(out, data);
+    assert_eq!(out_tags, tags);
+}
+
+#[test]
+fn bad_commands_are_refused_with_reasons() {
+    let mut ssd = Ssd::new(small_config(4096, PayloadMode::Token), 1).unwrap();
+    let cap = ssd.info().capacity_sectors;
+    let err = ssd.submit(0, &Command::read(cap, 1), no_out()).unwrap_err();
+    assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
+    let err = ssd
+        .submit(0, &Command::write(0, 2, &[0u8; 8]), no_out())
+        .unwrap_err();
+    assert!(err.to_string().contains("payload"), "{err}");
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.over_provisioning = -1.0;
+    assert!(Ssd::new(cfg, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("over_provisioning"));
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.ftl.allocation_order = "CWDX".into();
+    assert!(Ssd::new(cfg, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("allocation_order"));
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.gc.hard_threshold_blocks = 1;
+    assert!(Ssd::new(cfg, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("hard_threshold"));
+}
+
+#[test]
+fn preconditioned_content_is_the_version_zero_token() {
+    let mut h = Harness::new(small_config(512, PayloadMode::Full), 1);
+    let p = Precondition {
+        fill_fraction: 0.5,
+        pattern: PreconditionPattern::Random,
+        overwrite_rounds: 2.0,
+    };
+    h.ssd.precondition(&p, 7).unwrap();
+    let filled = p.filled_pages(h.ssd.logical_pages()) as usize * 8;
+    for lba in 0..filled {
+        h.oracle.tokens[lba] = sector_token(lba as u64, 0);
+    }
+    assert_eq!(h.ssd.nand_counters().programs.iter().sum::<u64>(), 0);
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
+#[test]
+fn program_and_erase_failures_lose_nothing() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.geometry.blocks_per_plane = 64;
+    // Failed programs and erases eat into the free-block reserve while GC runs, so a device
+    // expecting faults keeps a deeper reserve.
+    cfg.gc.hard_threshold_blocks = 4;
+    cfg.gc.soft_threshold_blocks = 6;
+    cfg.faults.program_fail_probability = 0.0003;
+    cfg.faults.erase_fail_probability = 0.002;
+    let mut h = Harness::new(cfg, 5);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(4);
+    for _ in 0..cap * 4 {
+        h.write(rng.below(cap), 1);
+    }
+    h.random_ops(3, 2000);
+    assert!(h.ssd.nand_counters().program_failures > 0);
+    assert!(h.ssd.nand_counters().erase_failures > 0);
+    assert!(h.ssd.ftl_stats().blocks_retired > 0);
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
+fn policy_config(index: u32) -> SsdConfig {
+    let sector = if index & 1 == 0 { 4096 } else { 512 };
+    let payload = if index & 2 == 0 {
+        PayloadMode::Token
+    } else {
+        PayloadMode::Full
+    };
+    let mut cfg = small_config(sector, payload);
+    cfg.gc.victim = [
+        VictimPolicy::Greedy,
+        VictimPolicy::Fifo,
+        VictimPolicy::CostBenefit,
+    ][(index / 4 % 3) as usize];
+    match index / 12 % 3 {
+        0 => {}
+        1 => {
+            cfg.write_buffer.capacity_bytes = 12 * 4096;
+            cfg.write_buffer.policy = BufferPolicy::Fifo;
+        }
+        _ => {
+            cfg.write_buffer.capacity_bytes = 12 * 4096;
+            cfg.write_buffer.policy = BufferPolicy::Lru;
+        }
+    }
+    if index / 36 % 2 == 1 {
+        cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
+        cfg.slc_cache.eviction = SlcEvictionPolicy::Transient;
+    }
+    cfg.wear_leveling.static_threshold_erases = if index % 5 == 0 { 4 } else { 0 };
+    cfg
+}
+
+#[test]
+fn every_policy_combination_keeps_data() {
+    for index in 0..72 {
+        let mut h = Harness::new(policy_config(index), index as u64);
+        h.random_ops(index as u64, 1500);
+        h.check_all();
+        h.ssd.check_invariants();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn random_operations_match_the_oracle(index in 0u32..72, seed in any::<u64>(), ops in 100usize..1500) {
+        let mut h = Harness::new(policy_config(index), seed);
+        h.random_ops(seed, ops);
+        h.check_all();
+        h.ssd.check_invariants();
+        prop_assert!(h.checked > 0);
+    }
+}
