@@ -1,0 +1,808 @@
+//! A parser for fio's INI job-file language.
+//!
+//! [`parse_job_file`] accepts the subset of fio options that change what a simulated block
+//! device sees (direction, block sizes, addresses, queue depth, limits, randomness) and
+//! turns every job section into a [`JobSpec`]. Options that only matter to a real host
+//! (`ioengine`, `direct`, ...) are accepted and ignored; any other option is an error, so
+//! that a typo such as `iodeph=32` never silently runs a different workload.
+
+use crate::size::{parse_duration_ns, parse_duration_ns_default_unit, parse_size, NS_PER_US};
+use crate::WorkloadError;
+
+/// The I/O pattern of a job, fio's `rw=` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum RwMode {
+    /// `read`: sequential reads.
+    Read,
+    /// `write`: sequential writes.
+    Write,
+    /// `randread`: random reads.
+    RandRead,
+    /// `randwrite`: random writes.
+    RandWrite,
+    /// `rw` / `readwrite`: sequential mixed reads and writes.
+    ReadWrite,
+    /// `randrw`: random mixed reads and writes.
+    RandRw,
+    /// `trim`: sequential trims.
+    Trim,
+    /// `randtrim`: random trims.
+    RandTrim,
+}
+
+impl RwMode {
+    /// Whether offsets are chosen at random (subject to `percentage_random`) rather than
+    /// walked in order.
+    pub fn is_random(self) -> bool {
+        matches!(
+            self,
+            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim
+        )
+    }
+
+    /// Whether the job mixes reads and writes according to `rwmixread`.
+    pub fn is_mixed(self) -> bool {
+        matches!(self, RwMode::ReadWrite | RwMode::RandRw)
+    }
+
+    /// The spelling fio uses for this mode.
+    pub fn fio_name(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::RandRead => "randread",
+            RwMode::RandWrite => "randwrite",
+            RwMode::ReadWrite => "rw",
+            RwMode::RandRw => "randrw",
+            RwMode::Trim => "trim",
+            RwMode::RandTrim => "randtrim",
+        }
+    }
+}
+
+/// How the length of each I/O in one direction is chosen. All sizes are in bytes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum BlockSizeSpec {
+    /// Every I/O has this many bytes (`bs=`).
+    Fixed(u64),
+    /// Lengths are drawn uniformly from `min..=max` bytes (`bsrange=`).
+    Range {
+        /// Smallest length in bytes.
+        min: u64,
+        /// Largest length in bytes.
+        max: u64,
+    },
+    /// Lengths are drawn from `(bytes, percent)` pairs with the given weights
+    /// (`bssplit=`). After parsing, the percentages add up to 100.
+    Split(Vec<(u64, f64)>),
+}
+
+impl BlockSizeSpec {
+    /// The smallest length this spec can produce, in bytes (0 for an empty split).
+    pub fn min_bytes(&self) -> u64 {
+        match self {
+            BlockSizeSpec::Fixed(bytes) => *bytes,
+            BlockSizeSpec::Range { min, .. } => *min,
+            BlockSizeSpec::Split(entries) => entries
+                .iter()
+                .filter(|(_, percent)| *percent > 0.0)
+                .map(|(bytes, _)| *bytes)
+                .min()
+                .unwrap_or(0),
+        }
+    }
+
+    /// The largest length this spec can produce, in bytes (0 for an empty split).
+    pub fn max_bytes(&self) -> u64 {
+        match self {
+            BlockSizeSpec::Fixed(bytes) => *bytes,
+            BlockSizeSpec::Range { max, .. } => *max,
+            BlockSizeSpec::Split(entries) => entries
+                .iter()
+                .filter(|(_, percent)| *percent > 0.0)
+                .map(|(bytes, _)| *bytes)
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// A size or offset given either in bytes or as a percentage of the device.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum SizeSpec {
+    /// An absolute number of bytes.
+    Bytes(u64),
+    /// A percentage (0 to 100) of the device capacity.
+    Percent(f64),
+}
+
+/// How random offsets are distributed over the job's region, fio's
+/// `random_distribution=` option.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Distribution {
+    /// `random`: every block equally likely.
+    Uniform,
+    /// `zipf:θ`: block popularity follows a Zipf law with exponent `theta`.
+    Zipf {
+        /// The Zipf exponent; larger is more skewed.
+        theta: f64,
+    },
+    /// `pareto:h`: fio's Pareto distribution with shape `h`.
+    Pareto {
+        /// The shape parameter, strictly between 0 and 1; `0.2` sends about 80% of the
+        /// accesses to 20% of the blocks.
+        h: f64,
+    },
+    /// `normal:σ` (alias `gauss:σ`): a normal distribution centred on the middle of the
+    /// region.
+    Normal {
+        /// The standard deviation as a percentage of the region size.
+        sigma_percent: f64,
+    },
+}
+
+/// One fio job, with every option this simulator understands resolved to a value.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobSpec {
+    /// The job's name: its section name, unless overridden by `name=`.
+    pub name: String,
+    /// The I/O pattern (`rw=`).
+    pub rw: RwMode,
+    /// Block sizes for reads, writes and trims, in that order.
+    pub block_sizes: [BlockSizeSpec; 3],
+    /// Alignment of random offsets (`blockalign=`); `None` aligns to the minimum block
+    /// size of each direction, as fio does.
+    pub block_align_bytes: Option<u64>,
+    /// The size of the region the job addresses (`size=`); `None` means from `offset` to
+    /// the end of the device.
+    pub size: Option<SizeSpec>,
+    /// Where the job's region starts (`offset=`).
+    pub offset: SizeSpec,
+    /// Bytes to transfer before the job ends (`io_size=`); `None` means `size`.
+    pub io_size_bytes: Option<u64>,
+    /// Maximum number of I/Os (`number_ios=`); `None` means unlimited.
+    pub number_ios: Option<u64>,
+    /// Number of I/Os kept in flight (`iodepth=`).
+    pub iodepth: u32,
+    /// Number of identical clones of the job (`numjobs=`).
+    pub numjobs: u32,
+    /// Maximum run time (`runtime=`); `None` means unlimited.
+    pub runtime_ns: Option<u64>,
+    /// Keep running until `runtime_ns` even after the byte budget is spent (`time_based`).
+    pub time_based: bool,
+    /// Warm-up time excluded from statistics (`ramp_time=`).
+    pub ramp_time_ns: u64,
+    /// Percentage of mixed I/O that are reads (`rwmixread=`, or 100 − `rwmixwrite=`).
+    pub rwmixread_percent: u32,
+    /// Distribution of random offsets (`random_distribution=`).
+    pub distribution: Distribution,
+    /// Percentage of I/O in random modes that are random rather than sequential
+    /// (`percentage_random=`). Sequential modes ignore it.
+    pub percentage_random: u32,
+    /// Fixed seed for the job's randomness (`randseed=`), overriding the run's seed.
+    pub randseed: Option<u64>,
+    /// Idle time between an I/O completing and the next being issued (`thinktime=`).
+    pub thinktime_ns: u64,
+    /// Wait for all previous jobs to finish before starting (`stonewall`).
+    pub stonewall: bool,
+}
+
+impl JobSpec {
+    /// A job with fio's defaults: sequential reads of 4 KiB over the whole device, queue
+    /// depth 1, one clone, no time limit, a 50/50 read mix and uniform randomness.
+    pub fn default_named(name: &str) -> JobSpec {
+        JobSpec {
+            name: name.to_string(),
+            rw: RwMode::Read,
+            block_sizes: [
+                BlockSizeSpec::Fixed(4096),
+                BlockSizeSpec::Fixed(4096),
+                BlockSizeSpec::Fixed(4096),
+            ],
+            block_align_bytes: None,
+            size: None,
+            offset: SizeSpec::Bytes(0),
+            io_size_bytes: None,
+            number_ios: None,
+            iodepth: 1,
+            numjobs: 1,
+            runtime_ns: None,
+            time_based: false,
+            ramp_time_ns: 0,
+            rwmixread_percent: 50,
+            distribution: Distribution::Uniform,
+            percentage_random: 100,
+            randseed: None,
+            thinktime_ns: 0,
+            stonewall: false,
+        }
+    }
+}
+
+/// Options that fio understands but that cannot change what a simulated device sees.
+const IGNORED_OPTIONS: &[&str] = &[
+    "ioengine",
+    "direct",
+    "buffered",
+    "group_reporting",
+    "thread",
+    "norandommap",
+    "randrepeat",
+    "filename",
+    "description",
+];
+
+/// The most `bssplit` entries per direction fio allows.
+const MAX_BSSPLIT_ENTRIES: usize = 64;
+
+/// Parses a fio job file into one [`JobSpec`] per job section, in file order.
+///
+/// The language:
+///
+/// * `[name]` starts a section. `[global]` sections set defaults for every job section
+///   that follows them (a later `[global]` amends the defaults for later jobs only); every
+///   other section is a job. Jobs inherit the section name unless they set `name=`.
+/// * `key=value` sets an option (whitespace around `=` is ignored); a bare `key` sets a
+///   boolean option such as `time_based` or `stonewall`.
+/// * Lines whose first non-blank character is `#` or `;` are comments, as is anything
+///   after a `#` or `;` that follows whitespace. Blank lines are ignored.
+/// * Setting an option twice keeps the last value.
+///
+/// Supported options and the rules applied to their values:
+///
+/// * `rw`/`readwrite`: `read`, `write`, `randread`, `randwrite`, `rw`/`readwrite`, `randrw`,
+///   `trim`, `randtrim`. fio's `:N` suffix and `trimwrite` modes are refused.
+/// * `bs`/`blocksize`, `bsrange`/`blocksize_range`, `bssplit`: one value for all
+///   directions or a `read,write,trim` list, following fio: an empty entry keeps the
+///   previous value, and a last entry not followed by a comma also applies to the
+///   remaining directions. Sizes must be greater than zero; a range needs `min <= max`;
+///   `bssplit` entries are `size/percent` joined by `:`, a missing percentage shares what
+///   the others leave equally, the given percentages must add up to at most 100, and if
+///   they add up to less (with none missing) the last entry takes the rest, as in fio.
+/// * `blockalign`/`ba`: a size greater than zero (a per-direction list must repeat the
+///   same value, because one alignment is kept for all directions).
+/// * `size`: a size greater than zero, or a percentage in (0, 100] of the device.
+/// * `offset`: a size, or a percentage in [0, 100) of the device.
+/// * `io_size`/`io_limit`: a size greater than zero.
+/// * `number_ios`: a count (size suffixes allowed); 0 means unlimited, as in fio.
+/// * `iodepth`, `numjobs`: integers of at least 1.
+/// * `runtime`/`timeout`, `ramp_time`: durations, bare numbers in seconds; a runtime of 0
+///   means unlimited.
+/// * `thinktime`: a duration, bare numbers in microseconds.
+/// * `time_based`, `stonewall`/`wait_for_previous`: booleans (bare, `1`/`0`, `true`/`false`,
+///   `yes`/`no`, `on`/`off`).
+/// * `rwmixread`, `rwmixwrite`: percentages 0 to 100; `rwmixwrite=N` means
+///   `rwmixread=100-N`.
+/// * `random_distribution`: `random`, `zipf:θ` with θ > 0 (fio refuses exactly 1 because
+///   of its sampler; ours handles it), `pareto:h` with 0 < h < 1, `normal:σ` or `gauss:σ`
+///   with 0 ≤ σ < 100 (percent of the region). fio's `:center` suffix and the `zoned`
+///   distributions are refused.
+/// * `percentage_random`: 0 to 100 (a per-direction list must repeat the same value).
+/// * `randseed`: an unsigned 64-bit integer.
+/// * `name`: a non-empty string.
+/// * Accepted and ignored: `ioengine`, `direct`, `buffered`, `group_reporting`, `thread`,
+///   `norandommap`, `randrepeat`, `filename`, `description`.
+///
+/// Errors: an unknown option is [`WorkloadError::UnknownOption`], a refused value is
+/// [`WorkloadError::BadValue`], a line that is not a section, option, comment or blank (or
+/// an option before the first section) is [`WorkloadError::Syntax`], and a file without
+/// any job section is [`WorkloadError::NoJobs`]. The parser never panics.
+pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut global = JobBuilder {
+        spec: JobSpec::default_named("global"),
+        name_from_option: false,
+    };
+    let mut current = Section::None;
+    let mut jobs = Vec::new();
+
+    for (index, raw_line) in text.lines().enumerate() {
+        let line_number = index + 1;
+        let line = strip_comment(raw_line).trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            let Some(name) = line
+                .strip_prefix('[')
+                .and_then(|rest| rest.strip_suffix(']'))
+            else {
+                return Err(WorkloadError::Syntax {
+                    line: line_number,
+                    reason: format!("malformed section header '{line}'"),
+                });
+            };
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(WorkloadError::Syntax {
+                    line: line_number,
+                    reason: "section header without a name".to_string(),
+                });
+            }
+            if let Section::Job { builder, .. } = std::mem::replace(&mut current, Section::None) {
+                jobs.push(builder.spec);
+            }
+            current = if name == "global" {
+                Section::Global
+            } else {
+                let mut builder = Box::new(global.clone());
+                if !builder.name_from_option {
+                    builder.spec.name = name.to_string();
+                }
+                Section::Job {
+                    section: name.to_string(),
+                    builder,
+                }
+            };
+            continue;
+        }
+
+        let (key, value) = match line.split_once('=') {
+            Some((key, value)) => (key.trim(), Some(value.trim())),
+            None => (line, None),
+        };
+        if key.is_empty() {
+            return Err(WorkloadError::Syntax {
+                line: line_number,
+                reason: format!("option without a name in '{line}'"),
+            });
+        }
+        match &mut current {
+            Section::None => {
+                return Err(WorkloadError::Syntax {
+                    line: line_number,
+                    reason: format!("option '{key}' appears before any [section]"),
+                })
+            }
+            Section::Global => apply_option(&mut global, "global", key, value, line_number)?,
+            Section::Job { section, builder } => {
+                apply_option(builder, section, key, value, line_number)?
+            }
+        }
+    }
+    if let Section::Job { builder, .. } = current {
+        jobs.push(builder.spec);
+    }
+    if jobs.is_empty() {
+        return Err(WorkloadError::NoJobs);
+    }
+    Ok(jobs)
+}
+
+/// The section whose options the parser is currently reading.
+enum Section {
+    /// Before the first section header.
+    None,
+    /// Inside a `[global]` section.
+    Global,
+    /// Inside a job section.
+    Job {
+        section: String,
+        builder: Box<JobBuilder>,
+    },
+}
+
+/// A job under construction.
+#[derive(Clone)]
+struct JobBuilder {
+    spec: JobSpec,
+    /// Whether `name=` was given, so that a global `name=` is not overwritten by the
+    /// section name of each job.
+    name_from_option: bool,
+}
+
+/// Removes a comment from a line: the whole line if it starts with `#` or `;`, otherwise
+/// from the first `#` or `;` preceded by whitespace.
+fn strip_comment(line: &str) -> &str {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with('#') || trimmed.starts_with(';') {
+        return "";
+    }
+    let mut previous_is_space = false;
+    for (index, c) in line.char_indices() {
+        if (c == '#' || c == ';') && previous_is_space {
+            return &line[..index];
+        }
+        previous_is_space = c.is_whitespace();
+    }
+    line
+}
+
+/// Where an option came from, for error messages.
+struct OptionContext<'a> {
+    section: &'a str,
+    option: &'a str,
+    value: &'a str,
+    line: usize,
+}
+
+impl OptionContext<'_> {
+    fn bad(&self, reason: impl Into<String>) -> WorkloadError {
+        WorkloadError::BadValue {
+            section: self.section.to_string(),
+            option: self.option.to_string(),
+            value: self.value.to_string(),
+            reason: reason.into(),
+            line: self.line,
+        }
+    }
+
+    /// The option's value, which must be present.
+    fn required<'v>(&self, value: Option<&'v str>) -> Result<&'v str, WorkloadError> {
+        match value {
+            Some(value) if !value.is_empty() => Ok(value),
+            _ => Err(self.bad("the option needs a value")),
+        }
+    }
+}
+
+/// Applies one `key[=value]` line to a job (or to the global defaults).
+fn apply_option(
+    builder: &mut JobBuilder,
+    section: &str,
+    key: &str,
+    value: Option<&str>,
+    line: usize,
+) -> Result<(), WorkloadError> {
+    let context = OptionContext {
+        section,
+        option: key,
+        value: value.unwrap_or(""),
+        line,
+    };
+    let spec = &mut builder.spec;
+    match key {
+        "rw" | "readwrite" => {
+            spec.rw = parse_rw(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "bs" | "blocksize" => parse_per_direction(
+            &context,
+            context.required(value)?,
+            &mut spec.block_sizes,
+            |text| positive_size(text).map(BlockSizeSpec::Fixed),
+        )?,
+        "bsrange" | "blocksize_range" => parse_per_direction(
+            &context,
+            context.required(value)?,
+            &mut spec.block_sizes,
+            parse_block_size_range,
+        )?,
+        "bssplit" => parse_per_direction(
+            &context,
+            context.required(value)?,
+            &mut spec.block_sizes,
+            parse_block_size_split,
+        )?,
+        "blockalign" | "ba" => {
+            let bytes =
+                single_across_directions(&context, context.required(value)?, positive_size)?;
+            spec.block_align_bytes = Some(bytes);
+        }
+        "size" => {
+            let size = parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            match size {
+                SizeSpec::Bytes(0) => return Err(context.bad("size must be greater than zero")),
+                SizeSpec::Percent(percent) if !(percent > 0.0 && percent <= 100.0) => {
+                    return Err(context.bad("a size percentage must be in (0, 100]"))
+                }
+                _ => spec.size = Some(size),
+            }
+        }
+        "offset" => {
+            let offset = parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            if let SizeSpec::Percent(percent) = offset {
+                if !(0.0..100.0).contains(&percent) {
+                    return Err(context.bad("an offset percentage must be in [0, 100)"));
+                }
+            }
+            spec.offset = offset;
+        }
+        "io_size" | "io_limit" => {
+            spec.io_size_bytes =
+                Some(positive_size(context.required(value)?).map_err(|r| context.bad(r))?)
+        }
+        "number_ios" => {
+            let count = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.number_ios = (count > 0).then_some(count);
+        }
+        "iodepth" => spec.iodepth = parse_at_least_one(&context, context.required(value)?)?,
+        "numjobs" => spec.numjobs = parse_at_least_one(&context, context.required(value)?)?,
+        "runtime" | "timeout" => {
+            let runtime_ns =
+                parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.runtime_ns = (runtime_ns > 0).then_some(runtime_ns);
+        }
+        "time_based" => spec.time_based = parse_bool(&context, value)?,
+        "ramp_time" => {
+            spec.ramp_time_ns =
+                parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "thinktime" => {
+            spec.thinktime_ns = parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
+                .map_err(|r| context.bad(r))?
+        }
+        "rwmixread" => {
+            spec.rwmixread_percent =
+                parse_percent(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "rwmixwrite" => {
+            spec.rwmixread_percent =
+                100 - parse_percent(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "random_distribution" => {
+            spec.distribution =
+                parse_distribution(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "percentage_random" => {
+            spec.percentage_random =
+                single_across_directions(&context, context.required(value)?, parse_percent)?
+        }
+        "randseed" => {
+            spec.randseed =
+                Some(parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?)
+        }
+        "stonewall" | "wait_for_previous" => spec.stonewall = parse_bool(&context, value)?,
+        "name" => {
+            spec.name = context.required(value)?.to_string();
+            builder.name_from_option = true;
+        }
+        _ if IGNORED_OPTIONS.contains(&key) => {}
+        _ => {
+            return Err(WorkloadError::UnknownOption {
+                section: section.to_string(),
+                option: key.to_string(),
+                line,
+            })
+        }
+    }
+    Ok(())
+}
+
+fn parse_rw(text: &str) -> Result<RwMode, String> {
+    if text.contains(':') {
+        return Err("fio's ':N' sequential-skip suffix is not supported".to_string());
+    }
+    match text.to_ascii_lowercase().as_str() {
+        "read" => Ok(RwMode::Read),
+        "write" => Ok(RwMode::Write),
+        "randread" => Ok(RwMode::RandRead),
+        "randwrite" => Ok(RwMode::RandWrite),
+        "rw" | "readwrite" => Ok(RwMode::ReadWrite),
+        "randrw" => Ok(RwMode::RandRw),
+        "trim" => Ok(RwMode::Trim),
+        "randtrim" => Ok(RwMode::RandTrim),
+        "trimwrite" | "randtrimwrite" => Err("trim-then-write modes are not supported".to_string()),
+        _ => Err(
+            "expected read, write, randread, randwrite, rw, readwrite, randrw, trim or \
+                  randtrim"
+                .to_string(),
+        ),
+    }
+}
+
+/// Applies a `read,write,trim` list to the three per-direction slots with fio's rules: an
+/// empty entry keeps the slot's current value, and the last entry, when not followed by a
+/// comma, also fills the directions after it.
+fn parse_per_direction<T>(
+    context: &OptionContext<'_>,
+    text: &str,
+    slots: &mut [T; 3],
+    parse_one: impl Fn(&str) -> Result<T, String>,
+) -> Result<(), WorkloadError> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    if parts.len() > 3 {
+        return Err(context.bad("at most three comma-separated values (read,write,trim)"));
+    }
+    if parts.iter().all(|part| part.is_empty()) {
+        return Err(context.bad("the option needs a value"));
+    }
+    let last = parts.last().copied().unwrap_or("");
+    for (index, slot) in slots.iter_mut().enumerate() {
+        let part = parts.get(index).copied().unwrap_or(last);
+        if !part.is_empty() {
+            *slot = parse_one(part).map_err(|reason| context.bad(reason))?;
+        }
+    }
+    Ok(())
+}
+
+/// Parses an option that fio allows per direction but that this crate keeps once: every
+/// non-empty entry of a comma list must parse to the same value.
+fn single_across_directions<T: PartialEq>(
+    context: &OptionContext<'_>,
+    text: &str,
+    parse_one: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, WorkloadError> {
+    let mut result: Option<T> = None;
+    for part in text
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
+        let value = parse_one(part).map_err(|reason| context.bad(reason))?;
+        match &result {
+            Some(previous) if *previous != value => {
+                return Err(context.bad("different values per direction are not supported"))
+            }
+            _ => result = Some(value),
+        }
+    }
+    result.ok_or_else(|| context.bad("the option needs a value"))
+}
+
+fn positive_size(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("must be greater than zero".to_string()),
+        bytes => Ok(bytes),
+    }
+}
+
+fn parse_block_size_range(text: &str) -> Result<BlockSizeSpec, String> {
+    let (min_text, max_text) = text
+        .split_once('-')
+        .ok_or_else(|| format!("expected 'min-max', got '{text}'"))?;
+    let min = positive_size(min_text)?;
+    let max = positive_size(max_text)?;
+    if min > max {
+        return Err(format!("minimum {min} is larger than maximum {max}"));
+    }
+    Ok(BlockSizeSpec::Range { min, max })
+}
+
+fn parse_block_size_split(text: &str) -> Result<BlockSizeSpec, String> {
+    let mut entries: Vec<(u64, Option<f64>)> = Vec::new();
+    for entry in text.split(':').map(str::trim) {
+        if entries.len() == MAX_BSSPLIT_ENTRIES {
+            return Err(format!(
+                "at most {MAX_BSSPLIT_ENTRIES} entries per direction"
+            ));
+        }
+        if entry.is_empty() {
+            return Err("empty entry (expected size/percent)".to_string());
+        }
+        let (size_text, percent_text) = match entry.split_once('/') {
+            Some((size, percent)) => (size.trim(), percent.trim()),
+            None => (entry, ""),
+        };
+        let bytes = positive_size(size_text)?;
+        let percent = if percent_text.is_empty() {
+            None
+        } else {
+            let percent: f64 = percent_text
+                .parse()
+                .map_err(|_| format!("'{percent_text}' is not a percentage"))?;
+            if !(0.0..=100.0).contains(&percent) {
+                return Err(format!("percentage {percent_text} is not in [0, 100]"));
+            }
+            Some(percent)
+        };
+        entries.push((bytes, percent));
+    }
+    let given_sum: f64 = entries.iter().filter_map(|(_, percent)| *percent).sum();
+    // A little slack lets `33.33:33.33:33.34`-style splits through despite rounding.
+    if given_sum > 100.0 + 1e-9 {
+        return Err(format!("percentages add up to {given_sum}, more than 100"));
+    }
+    let rest = (100.0 - given_sum).max(0.0);
+    let missing = entries
+        .iter()
+        .filter(|(_, percent)| percent.is_none())
+        .count();
+    let mut split: Vec<(u64, f64)> = entries
+        .iter()
+        .map(|(bytes, percent)| (*bytes, percent.unwrap_or(rest / missing.max(1) as f64)))
+        .collect();
+    if missing == 0 && rest > 0.0 {
+        // fio lets the last entry absorb whatever the percentages leave over.
+        if let Some(last) = split.last_mut() {
+            last.1 += rest;
+        }
+    }
+    Ok(BlockSizeSpec::Split(split))
+}
+
+fn parse_size_spec(text: &str) -> Result<SizeSpec, String> {
+    match text.strip_suffix('%') {
+        Some(number) => {
+            let percent: f64 = number
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{text}' is not a percentage"))?;
+            if !percent.is_finite() {
+                return Err(format!("'{text}' is not a percentage"));
+            }
+            Ok(SizeSpec::Percent(percent))
+        }
+        None => parse_size(text).map(SizeSpec::Bytes),
+    }
+}
+
+/// Parses a plain unsigned integer, decimal or `0x` hexadecimal, without unit suffixes.
+fn parse_unsigned(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse::<u64>(),
+    };
+    parsed.map_err(|_| format!("'{text}' is not an unsigned integer"))
+}
+
+fn parse_at_least_one(context: &OptionContext<'_>, text: &str) -> Result<u32, WorkloadError> {
+    let number = parse_unsigned(text).map_err(|reason| context.bad(reason))?;
+    match u32::try_from(number) {
+        Ok(0) => Err(context.bad("must be at least 1")),
+        Ok(number) => Ok(number),
+        Err(_) => Err(context.bad("is too large")),
+    }
+}
+
+fn parse_percent(text: &str) -> Result<u32, String> {
+    let number = parse_unsigned(text)?;
+    if number > 100 {
+        return Err("a percentage must be between 0 and 100".to_string());
+    }
+    // The range check above makes the conversion lossless.
+    Ok(number as u32)
+}
+
+fn parse_bool(context: &OptionContext<'_>, value: Option<&str>) -> Result<bool, WorkloadError> {
+    match value.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("") | Some("1") | Some("true") | Some("yes") | Some("on") => Ok(true),
+        Some("0") | Some("false") | Some("no") | Some("off") => Ok(false),
+        Some(_) => Err(context.bad("expected a boolean (1/0, true/false, yes/no, on/off)")),
+    }
+}
+
+fn parse_distribution(text: &str) -> Result<Distribution, String> {
+    let lower = text.to_ascii_lowercase();
+    let mut parts = lower.split(':').map(str::trim);
+    let kind = parts.next().unwrap_or("");
+    let parameter = parts.next();
+    if parts.next().is_some() {
+        return Err("fio's ':center' part is not supported".to_string());
+    }
+    let number = |name: &str| -> Result<f64, String> {
+        let text =
+            parameter.ok_or_else(|| format!("'{kind}' needs a parameter ({kind}:{name})"))?;
+        let value: f64 = text
+            .parse()
+            .map_err(|_| format!("'{text}' is not a number"))?;
+        if value.is_finite() {
+            Ok(value)
+        } else {
+            Err(format!("'{text}' is not a finite number"))
+        }
+    };
+    match kind {
+        "random" => match parameter {
+            None => Ok(Distribution::Uniform),
+            Some(_) => Err("'random' takes no parameter".to_string()),
+        },
+        "zipf" => {
+            let theta = number("theta")?;
+            if theta <= 0.0 {
+                return Err("the zipf exponent must be greater than 0".to_string());
+            }
+            Ok(Distribution::Zipf { theta })
+        }
+        "pareto" => {
+            let h = number("h")?;
+            if !(h > 0.0 && h < 1.0) {
+                return Err("the pareto shape must be strictly between 0 and 1".to_string());
+            }
+            Ok(Distribution::Pareto { h })
+        }
+        "normal" | "gauss" => {
+            let sigma_percent = number("sigma")?;
+            if !(0.0..100.0).contains(&sigma_percent) {
+                return Err("the normal deviation must be in [0, 100) percent".to_string());
+            }
+            Ok(Distribution::Normal { sigma_percent })
+        }
+        "zoned" | "zoned_abs" => Err(format!("the '{kind}' distribution is not supported")),
+        _ => Err("expected random, zipf:θ, pareto:h, normal:σ or gauss:σ".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,589 @@
+use super::*;
+use proptest::prelude::*;
+
+/// Parses a file that must hold exactly one job and returns it.
+fn one_job(text: &str) -> JobSpec {
+    let jobs = parse_job_file(text).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(jobs.len(), 1, "expected one job in {text:?}");
+    jobs.into_iter().next().unwrap()
+}
+
+/// Parses `[job]` followed by `option_line` and returns the job.
+fn with_option(option_line: &str) -> JobSpec {
+    one_job(&format!("[job]\n{option_line}\n"))
+}
+
+/// Parses `[job]` followed by `option_line`, which must fail with `BadValue` for `option`.
+fn assert_bad_value(option_line: &str, option: &str) {
+    match parse_job_file(&format!("[job]\n{option_line}\n")) {
+        Err(WorkloadError::BadValue {
+            option: bad, line, ..
+        }) => {
+            assert_eq!(bad, option, "{option_line}");
+            assert_eq!(line, 2, "{option_line}");
+        }
+        other => panic!("{option_line}: expected BadValue, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_match_fio() {
+    let job = with_option("");
+    assert_eq!(job, JobSpec::default_named("job"));
+    assert_eq!(job.rw, RwMode::Read);
+    assert_eq!(job.block_sizes[0], BlockSizeSpec::Fixed(4096));
+    assert_eq!(job.iodepth, 1);
+    assert_eq!(job.numjobs, 1);
+    assert_eq!(job.rwmixread_percent, 50);
+    assert_eq!(job.percentage_random, 100);
+    assert_eq!(job.offset, SizeSpec::Bytes(0));
+    assert_eq!(job.size, None);
+}
+
+#[test]
+fn global_options_are_inherited_and_jobs_come_in_file_order() {
+    let text = "\
+; a comment
+# another comment
+
+[global]
+bs = 8k
+iodepth=16
+
+[first]
+rw=randwrite
+
+[second]
+iodepth=4
+";
+    let jobs = parse_job_file(text).unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0].name, "first");
+    assert_eq!(jobs[0].rw, RwMode::RandWrite);
+    assert_eq!(jobs[0].iodepth, 16);
+    assert_eq!(jobs[0].block_sizes[1], BlockSizeSpec::Fixed(8192));
+    assert_eq!(jobs[1].name, "second");
+    assert_eq!(jobs[1].rw, RwMode::Read);
+    assert_eq!(jobs[1].iodepth, 4);
+    assert_eq!(jobs[1].block_sizes[0], BlockSizeSpec::Fixed(8192));
+}
+
+#[test]
+fn a_later_global_section_only_affects_later_jobs() {
+    let text = "[a]\n[global]\niodepth=8\n[b]\n";
+    let jobs = parse_job_file(text).unwrap();
+    assert_eq!(jobs[0].iodepth, 1);
+    assert_eq!(jobs[1].iodepth, 8);
+}
+
+#[test]
+fn job_options_do_not_leak_into_the_next_job() {
+    let jobs = parse_job_file("[a]\niodepth=8\n[b]\n").unwrap();
+    assert_eq!(jobs[1].iodepth, 1);
+}
+
+#[test]
+fn name_option_overrides_the_section_name() {
+    assert_eq!(with_option("name=renamed").name, "renamed");
+    let jobs = parse_job_file("[global]\nname=shared\n[a]\n[b]\nname=own\n").unwrap();
+    assert_eq!(jobs[0].name, "shared");
+    assert_eq!(jobs[1].name, "own");
+}
+
+#[test]
+fn comments_and_whitespace() {
+    let job = one_job("  [job]  \n\t iodepth\t=\t 32   # queue depth\n  ; indented comment\n");
+    assert_eq!(job.iodepth, 32);
+    let job = one_job("\u{feff}[job]\r\nbs=16k ; trailing\r\n");
+    assert_eq!(job.block_sizes[2], BlockSizeSpec::Fixed(16384));
+}
+
+#[test]
+fn rw_modes() {
+    let cases = [
+        ("read", RwMode::Read),
+        ("write", RwMode::Write),
+        ("randread", RwMode::RandRead),
+        ("randwrite", RwMode::RandWrite),
+        ("rw", RwMode::ReadWrite),
+        ("readwrite", RwMode::ReadWrite),
+        ("randrw", RwMode::RandRw),
+        ("trim", RwMode::Trim),
+        ("randtrim", RwMode::RandTrim),
+    ];
+    for (text, mode) in cases {
+        assert_eq!(with_option(&format!("rw={text}")).rw, mode, "{text}");
+        assert_eq!(with_option(&format!("readwrite={text}")).rw, mode, "{text}");
+        assert_eq!(parse_rw(mode.fio_name()), Ok(mode), "fio_name round-trips");
+    }
+    assert!(RwMode::RandRw.is_random() && RwMode::RandRw.is_mixed());
+    assert!(!RwMode::Write.is_random() && !RwMode::Write.is_mixed());
+}
+
+#[test]
+fn rw_refusals() {
+    assert_bad_value("rw=randread:8", "rw");
+    assert_bad_value("rw=trimwrite", "rw");
+    assert_bad_value("rw=sideways", "rw");
+    assert_bad_value("rw", "rw");
+    let error = parse_job_file("[job]\nrw=write:4k\n").unwrap_err();
+    assert!(error.to_string().contains("':N'"), "{error}");
+}
+
+#[test]
+fn bs_single_value_applies_to_all_directions() {
+    let job = with_option("bs=64k");
+    assert_eq!(
+        job.block_sizes,
+        [0, 1, 2].map(|_| BlockSizeSpec::Fixed(65536))
+    );
+}
+
+#[test]
+fn bs_lists_follow_fio_rules() {
+    let fixed = |kib: u64| BlockSizeSpec::Fixed(kib * 1024);
+    // The last value, when not followed by a comma, fills the remaining directions.
+    assert_eq!(
+        with_option("bs=8k,32k").block_sizes,
+        [fixed(8), fixed(32), fixed(32)]
+    );
+    // A trailing comma leaves the remaining directions at their previous value.
+    assert_eq!(
+        with_option("bs=8k,32k,").block_sizes,
+        [fixed(8), fixed(32), fixed(4)]
+    );
+    assert_eq!(
+        with_option("bs=,8k").block_sizes,
+        [fixed(4), fixed(8), fixed(8)]
+    );
+    assert_eq!(
+        with_option("bs=,8k,").block_sizes,
+        [fixed(4), fixed(8), fixed(4)]
+    );
+    assert_eq!(
+        with_option("blocksize=1k,2k,3k").block_sizes,
+        [fixed(1), fixed(2), fixed(3)]
+    );
+}
+
+#[test]
+fn bs_refusals() {
+    assert_bad_value("bs=0", "bs");
+    assert_bad_value("bs=4q", "bs");
+    assert_bad_value("bs=1k,2k,3k,4k", "bs");
+    assert_bad_value("bs=,", "bs");
+    assert_bad_value("bs=", "bs");
+}
+
+#[test]
+fn bsrange() {
+    assert_eq!(
+        with_option("bsrange=1k-9k").block_sizes[0],
+        BlockSizeSpec::Range {
+            min: 1024,
+            max: 9216
+        }
+    );
+    let job = with_option("bsrange=512-4k,8k-16k");
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Range {
+            min: 512,
+            max: 4096
+        }
+    );
+    assert_eq!(
+        job.block_sizes[2],
+        BlockSizeSpec::Range {
+            min: 8192,
+            max: 16384
+        }
+    );
+    assert_eq!(job.block_sizes[2].min_bytes(), 8192);
+    assert_eq!(job.block_sizes[2].max_bytes(), 16384);
+    assert_bad_value("bsrange=9k-1k", "bsrange");
+    assert_bad_value("bsrange=4k", "bsrange");
+    assert_bad_value("bsrange=0-4k", "bsrange");
+}
+
+#[test]
+fn bssplit_with_all_percentages() {
+    let job = with_option("bssplit=4k/50:8k/30:64k/20");
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Split(vec![(4096, 50.0), (8192, 30.0), (65536, 20.0)])
+    );
+    assert_eq!(job.block_sizes[0].min_bytes(), 4096);
+    assert_eq!(job.block_sizes[0].max_bytes(), 65536);
+}
+
+#[test]
+fn bssplit_missing_percentages_share_the_rest() {
+    let job = with_option("bssplit=4k/40:8k:16k/");
+    assert_eq!(
+        job.block_sizes[1],
+        BlockSizeSpec::Split(vec![(4096, 40.0), (8192, 30.0), (16384, 30.0)])
+    );
+    let job = with_option("bssplit=4k");
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Split(vec![(4096, 100.0)])
+    );
+}
+
+#[test]
+fn bssplit_short_of_100_gives_the_rest_to_the_last_entry() {
+    let job = with_option("bssplit=4k/50:8k/20");
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Split(vec![(4096, 50.0), (8192, 50.0)])
+    );
+}
+
+#[test]
+fn bssplit_per_direction() {
+    let job = with_option("bssplit=4k/50:8k/50,16k/100");
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Split(vec![(4096, 50.0), (8192, 50.0)])
+    );
+    assert_eq!(
+        job.block_sizes[1],
+        BlockSizeSpec::Split(vec![(16384, 100.0)])
+    );
+    assert_eq!(
+        job.block_sizes[2],
+        BlockSizeSpec::Split(vec![(16384, 100.0)])
+    );
+}
+
+#[test]
+fn bssplit_refusals() {
+    assert_bad_value("bssplit=4k/60:8k/50", "bssplit");
+    assert_bad_value("bssplit=4k/-5", "bssplit");
+    assert_bad_value("bssplit=4k/abc", "bssplit");
+    assert_bad_value("bssplit=4k/50::8k/50", "bssplit");
+    assert_bad_value("bssplit=0/100", "bssplit");
+    assert_bad_value("bssplit=4k/NaN", "bssplit");
+    let too_many = vec!["4k"; MAX_BSSPLIT_ENTRIES + 1].join(":");
+    assert_bad_value(&format!("bssplit={too_many}"), "bssplit");
+}
+
+#[test]
+fn blockalign() {
+    assert_eq!(with_option("blockalign=8k").block_align_bytes, Some(8192));
+    assert_eq!(with_option("ba=4k,4k").block_align_bytes, Some(4096));
+    assert_bad_value("ba=4k,8k", "ba");
+    assert_bad_value("ba=0", "ba");
+}
+
+#[test]
+fn size_and_offset() {
+    assert_eq!(with_option("size=1g").size, Some(SizeSpec::Bytes(1 << 30)));
+    assert_eq!(with_option("size=50%").size, Some(SizeSpec::Percent(50.0)));
+    assert_eq!(with_option("offset=1m").offset, SizeSpec::Bytes(1 << 20));
+    assert_eq!(with_option("offset=25%").offset, SizeSpec::Percent(25.0));
+    assert_eq!(with_option("offset=0%").offset, SizeSpec::Percent(0.0));
+    assert_bad_value("size=0", "size");
+    assert_bad_value("size=0%", "size");
+    assert_bad_value("size=101%", "size");
+    assert_bad_value("size=lots", "size");
+    assert_bad_value("offset=100%", "offset");
+    assert_bad_value("offset=x%", "offset");
+}
+
+#[test]
+fn io_size_and_number_ios() {
+    assert_eq!(with_option("io_size=10g").io_size_bytes, Some(10 << 30));
+    assert_eq!(with_option("io_limit=1m").io_size_bytes, Some(1 << 20));
+    assert_eq!(with_option("number_ios=1000").number_ios, Some(1000));
+    assert_eq!(with_option("number_ios=0").number_ios, None);
+    assert_bad_value("io_size=0", "io_size");
+    assert_bad_value("number_ios=many", "number_ios");
+}
+
+#[test]
+fn iodepth_and_numjobs() {
+    assert_eq!(with_option("iodepth=128").iodepth, 128);
+    assert_eq!(with_option("numjobs=4").numjobs, 4);
+    assert_bad_value("iodepth=0", "iodepth");
+    assert_bad_value("iodepth=-1", "iodepth");
+    assert_bad_value("iodepth=99999999999", "iodepth");
+    assert_bad_value("numjobs=0", "numjobs");
+    assert_bad_value("numjobs=two", "numjobs");
+}
+
+#[test]
+fn time_options() {
+    let job = with_option("runtime=30");
+    assert_eq!(job.runtime_ns, Some(30_000_000_000));
+    assert_eq!(with_option("runtime=2m").runtime_ns, Some(120_000_000_000));
+    assert_eq!(with_option("runtime=0").runtime_ns, None);
+    assert_eq!(with_option("ramp_time=500ms").ramp_time_ns, 500_000_000);
+    assert_eq!(with_option("thinktime=100").thinktime_ns, 100_000);
+    assert_eq!(with_option("thinktime=2ms").thinktime_ns, 2_000_000);
+    assert_bad_value("runtime=soon", "runtime");
+    assert_bad_value("thinktime=", "thinktime");
+}
+
+#[test]
+fn boolean_options() {
+    assert!(with_option("time_based").time_based);
+    assert!(with_option("time_based=1").time_based);
+    assert!(!with_option("time_based=0").time_based);
+    assert!(with_option("stonewall").stonewall);
+    assert!(with_option("wait_for_previous=yes").stonewall);
+    assert!(!with_option("stonewall=off").stonewall);
+    assert_bad_value("time_based=maybe", "time_based");
+}
+
+#[test]
+fn rwmix() {
+    assert_eq!(with_option("rwmixread=70").rwmixread_percent, 70);
+    assert_eq!(with_option("rwmixwrite=70").rwmixread_percent, 30);
+    assert_eq!(with_option("rwmixread=0").rwmixread_percent, 0);
+    assert_bad_value("rwmixread=101", "rwmixread");
+    assert_bad_value("rwmixwrite=200", "rwmixwrite");
+}
+
+#[test]
+fn random_distribution() {
+    let distribution =
+        |text: &str| with_option(&format!("random_distribution={text}")).distribution;
+    assert_eq!(distribution("random"), Distribution::Uniform);
+    assert_eq!(distribution("zipf:1.2"), Distribution::Zipf { theta: 1.2 });
+    assert_eq!(distribution("zipf:1"), Distribution::Zipf { theta: 1.0 });
+    assert_eq!(distribution("pareto:0.2"), Distribution::Pareto { h: 0.2 });
+    assert_eq!(
+        distribution("normal:10"),
+        Distribution::Normal {
+            sigma_percent: 10.0
+        }
+    );
+    assert_eq!(
+        distribution("gauss:5"),
+        Distribution::Normal { sigma_percent: 5.0 }
+    );
+    for bad in [
+        "zipf",
+        "zipf:0",
+        "zipf:-1",
+        "zipf:inf",
+        "zipf:1.2:0.5",
+        "pareto:1",
+        "pareto:0",
+        "normal:100",
+        "normal:-1",
+        "random:3",
+        "zoned:50/5:50/95",
+        "lognormal:3",
+    ] {
+        assert_bad_value(&format!("random_distribution={bad}"), "random_distribution");
+    }
+}
+
+#[test]
+fn percentage_random_and_randseed() {
+    assert_eq!(with_option("percentage_random=30").percentage_random, 30);
+    assert_eq!(with_option("percentage_random=30,30").percentage_random, 30);
+    assert_bad_value("percentage_random=30,40", "percentage_random");
+    assert_bad_value("percentage_random=101", "percentage_random");
+    assert_eq!(with_option("randseed=42").randseed, Some(42));
+    assert_eq!(with_option("randseed=0xff").randseed, Some(255));
+    assert_bad_value("randseed=-3", "randseed");
+}
+
+#[test]
+fn ignored_options_are_accepted() {
+    let text = "[job]\nioengine=libaio\ndirect=1\nbuffered=0\ngroup_reporting\nthread\n\
+                norandommap\nrandrepeat=0\nfilename=/dev/nvme0n1\ndescription=whatever you like\n";
+    assert_eq!(one_job(text), JobSpec::default_named("job"));
+}
+
+#[test]
+fn unknown_option_names_section_option_and_line() {
+    let text = "[global]\nbs=4k\n\n[randw]\nrw=randwrite\n# comment\niodeph=32\n";
+    let error = parse_job_file(text).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            WorkloadError::UnknownOption { section, option, line: 7 }
+                if section == "randw" && option == "iodeph"
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "job file line 7, section [randw]: unknown option 'iodeph'"
+    );
+}
+
+#[test]
+fn unknown_option_in_global_names_global() {
+    let error = parse_job_file("[global]\nverify=crc32\n[a]\n").unwrap_err();
+    assert!(
+        matches!(&error, WorkloadError::UnknownOption { section, line: 2, .. } if section == "global"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn bad_value_names_section_option_value_and_line() {
+    let error = parse_job_file("[global]\n[seq]\nbs=4k\niodepth=0\n").unwrap_err();
+    match &error {
+        WorkloadError::BadValue {
+            section,
+            option,
+            value,
+            line,
+            ..
+        } => {
+            assert_eq!(
+                (section.as_str(), option.as_str(), value.as_str(), *line),
+                ("seq", "iodepth", "0", 4)
+            );
+        }
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+    assert!(error.to_string().contains("must be at least 1"), "{error}");
+}
+
+#[test]
+fn syntax_errors() {
+    for (text, line) in [
+        ("bs=4k\n[job]\n", 1),
+        ("[job\n", 1),
+        ("[job]\n[]\n", 2),
+        ("[job]\n=4k\n", 2),
+    ] {
+        match parse_job_file(text) {
+            Err(WorkloadError::Syntax { line: found, .. }) => assert_eq!(found, line, "{text:?}"),
+            other => panic!("{text:?}: expected a syntax error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn files_without_jobs_are_refused() {
+    assert!(matches!(parse_job_file(""), Err(WorkloadError::NoJobs)));
+    assert!(matches!(
+        parse_job_file("# nothing\n[global]\nbs=4k\n"),
+        Err(WorkloadError::NoJobs)
+    ));
+}
+
+#[test]
+fn last_setting_wins() {
+    let job = with_option("iodepth=2\niodepth=8\nbs=4k\nbsrange=4k-8k");
+    assert_eq!(job.iodepth, 8);
+    assert_eq!(
+        job.block_sizes[0],
+        BlockSizeSpec::Range {
+            min: 4096,
+            max: 8192
+        }
+    );
+}
+
+#[test]
+fn a_realistic_job_file() {
+    let text = "\
+[global]
+ioengine=libaio
+direct=1
+filename=/dev/nvme0n1
+time_based
+runtime=60
+group_reporting
+
+[seq-fill]
+rw=write
+bs=128k
+iodepth=32
+size=100%
+stonewall
+
+[mixed]
+stonewall
+rw=randrw
+rwmixread=70
+bssplit=4k/60:16k/30:128k/10,4k/
+iodepth=64
+numjobs=4
+random_distribution=zipf:1.1
+ramp_time=5s
+";
+    let jobs = parse_job_file(text).unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert!(jobs.iter().all(|job| job.time_based && job.stonewall));
+    assert_eq!(jobs[0].size, Some(SizeSpec::Percent(100.0)));
+    assert_eq!(jobs[1].numjobs, 4);
+    assert_eq!(jobs[1].rwmixread_percent, 70);
+    assert_eq!(jobs[1].distribution, Distribution::Zipf { theta: 1.1 });
+    assert_eq!(
+        jobs[1].block_sizes[1],
+        BlockSizeSpec::Split(vec![(4096, 100.0)])
+    );
+    assert_eq!(jobs[1].runtime_ns, Some(60_000_000_000));
+}
+
+/// Option names the parser knows, to build job files that get past the name check.
+const KNOWN_OPTIONS: &[&str] = &[
+    "rw",
+    "bs",
+    "bsrange",
+    "bssplit",
+    "blockalign",
+    "size",
+    "offset",
+    "io_size",
+    "number_ios",
+    "iodepth",
+    "numjobs",
+    "runtime",
+    "time_based",
+    "ramp_time",
+    "rwmixread",
+    "rwmixwrite",
+    "random_distribution",
+    "percentage_random",
+    "randseed",
+    "thinktime",
+    "stonewall",
+    "name",
+    "direct",
+];
+
+proptest! {
+    #[test]
+    fn parser_never_panics_on_arbitrary_text(text in any::<String>()) {
+        let _ = parse_job_file(&text);
+    }
+
+    #[test]
+    fn parser_never_panics_on_ini_like_text(
+        text in "[\\[\\]=a-z0-9 #;:,/%.\\-\n\t]{0,300}"
+    ) {
+        let _ = parse_job_file(&text);
+    }
+
+    #[test]
+    fn parser_never_panics_on_known_options_with_odd_values(
+        entries in proptest::collection::vec(
+            (proptest::sample::select(KNOWN_OPTIONS), "[0-9a-zA-Z:/,%.\\-]{0,24}"),
+            0..12,
+        )
+    ) {
+        let mut text = String::from("[job]\n");
+        for (option, value) in &entries {
+            text.push_str(option);
+            text.push('=');
+            text.push_str(value);
+            text.push('\n');
+        }
+        match parse_job_file(&text) {
+            Ok(jobs) => prop_assert_eq!(jobs.len(), 1),
+            Err(error) => prop_assert!(!error.to_string().is_empty()),
+        }
+    }
+}

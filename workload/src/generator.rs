@@ -1,0 +1,671 @@
+//! Turns a [`JobSpec`] into a deterministic stream of [`IoRequest`]s.
+//!
+//! The generator reproduces what fio would send to a block device for one job clone:
+//! which direction, which offset and which length each I/O has, and when the job's byte
+//! budget runs out. Timing (queue depth, think time, runtime) is the simulator's business
+//! and is not modelled here.
+
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::fio::{BlockSizeSpec, Distribution, JobSpec, RwMode, SizeSpec};
+use crate::{IoOp, IoRequest, WorkloadError};
+
+/// Index of each direction in [`JobSpec::block_sizes`] and in the generator's state.
+const READ: usize = 0;
+const WRITE: usize = 1;
+const TRIM: usize = 2;
+
+/// How many times a skewed distribution may draw a slot that leaves no room for the I/O
+/// before the generator clamps the slot instead. Re-drawing keeps the distribution exact
+/// in the common case; the bound keeps `next_io` cheap in pathological ones.
+const MAX_REDRAWS: u32 = 8;
+
+/// Fixed-point scale for `bssplit` weights, so that the per-I/O choice uses integers.
+const SPLIT_WEIGHT_SCALE: f64 = 1e6;
+
+/// A stream of I/O requests for one clone of one job.
+///
+/// Region: the job addresses `[offset, offset + size)` clipped to the device, with both
+/// ends rounded down to the sector size. Percentage offsets are additionally aligned down
+/// to the job's block alignment, as fio does.
+///
+/// Offsets: sequential modes walk the region from its start and wrap at its end, with a
+/// separate cursor per direction (as fio keeps one last position per direction). Random
+/// modes pick a slot of `blockalign` bytes (default: the direction's minimum block size)
+/// from the distribution; with `percentage_random` below 100, each I/O is random with that
+/// probability and otherwise continues sequentially after the previous I/O of its
+/// direction. A request never crosses the region end: sequential ones are shortened, random
+/// ones only use slots where the whole request fits.
+///
+/// Skewed distributions (Zipf, Pareto) rank the region's slots by popularity and map ranks
+/// to slots through a fixed bijective scrambling, so the hot data is spread over the region
+/// instead of piling up at its start; the scrambling does not depend on the seed, so every
+/// clone and every run shares the same hot set. The normal distribution is centred on the
+/// middle of the region and is not scrambled.
+///
+/// Lengths: `bs` gives a fixed length; `bsrange` draws uniformly among the multiples of the
+/// minimum size (or of the sector size when the minimum is not a power of two) between
+/// minimum and maximum; `bssplit` draws each size with its percentage as weight.
+///
+/// End: without `time_based`, the stream ends once the bytes issued reach `io_size` (or
+/// the region size when `io_size` is unset) or the number of I/Os reaches `number_ios`.
+/// The last I/O is not shortened to fit the budget, so a budget that is not a multiple of
+/// the block size is overshot by less than one block, as in fio.
+#[derive(Debug, Clone)]
+pub struct JobGenerator {
+    rng: ChaCha8Rng,
+    region_start_bytes: u64,
+    region_len_bytes: u64,
+    rw: RwMode,
+    rwmixread_percent: u32,
+    /// Probability (in percent) that an I/O is random; 0 for sequential modes.
+    random_percent: u32,
+    /// Per-direction state, `None` for directions the job never issues.
+    directions: [Option<DirectionState>; 3],
+    budget_bytes: u64,
+    max_ios: u64,
+    time_based: bool,
+    issued_bytes: u64,
+    issued_ios: u64,
+    /// The second value of the last Box–Muller pair, saved for the next normal draw.
+    spare_normal: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+struct DirectionState {
+    lengths: LengthSampler,
+    align_bytes: u64,
+    /// Number of `align_bytes` slots in the region.
+    slot_count: u64,
+    offsets: OffsetSampler,
+    /// Where the next sequential I/O starts, relative to the region start.
+    next_sequential_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+enum LengthSampler {
+    Fixed(u64),
+    /// `first_bytes + granularity_bytes * k` for `k` in `0..value_count`.
+    Range {
+        first_bytes: u64,
+        granularity_bytes: u64,
+        value_count: u64,
+    },
+    /// `(len_bytes, cumulative_weight)` pairs; a draw in `0..total_weight` picks the first
+    /// entry whose cumulative weight exceeds it.
+    Split {
+        entries: Vec<(u64, u64)>,
+        total_weight: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum OffsetSampler {
+    Uniform,
+    Zipf(ZipfSampler),
+    /// fio's Pareto: `rank = (n - 1) * u^exponent` with `exponent = ln h / ln(1 - h)`.
+    Pareto {
+        exponent: f64,
+    },
+    Normal {
+        centre_slot: f64,
+        sigma_slots: f64,
+    },
+}
+
+impl JobGenerator {
+    /// Builds the generator for one clone of `spec`.
+    ///
+    /// `device_bytes` is the capacity of the target volume, `sector_bytes` the smallest
+    /// addressable unit (offsets and lengths are multiples of it; block sizes that are not
+    /// are an error), `seed` selects all randomness (`spec.randseed`, when set, overrides
+    /// it), and `clone_index` tells the clones of a `numjobs` job apart: each clone draws
+    /// from its own ChaCha stream.
+    ///
+    /// Errors ([`WorkloadError::InvalidJob`]): zero sector size; an offset at or beyond the
+    /// device end or not sector-aligned; an empty region or one smaller than a block or an
+    /// alignment unit; a block size or alignment of the directions the job uses that is
+    /// zero or not a multiple of the sector size; an empty `bssplit`; out-of-range
+    /// percentages or distribution parameters (possible when the spec was built in code);
+    /// an `io_size` of zero.
+    pub fn new(
+        spec: &JobSpec,
+        device_bytes: u64,
+        sector_bytes: u64,
+        seed: u64,
+        clone_index: u32,
+    ) -> Result<Self, WorkloadError> {
+        let invalid = |reason: String| WorkloadError::InvalidJob {
+            job: spec.name.clone(),
+            reason,
+        };
+        if sector_bytes == 0 {
+            return Err(invalid("sector size must be greater than zero".to_string()));
+        }
+        if spec.rwmixread_percent > 100 {
+            return Err(invalid(format!(
+                "rwmixread {} is more than 100 percent",
+                spec.rwmixread_percent
+            )));
+        }
+        if spec.percentage_random > 100 {
+            return Err(invalid(format!(
+                "percentage_random {} is more than 100 percent",
+                spec.percentage_random
+            )));
+        }
+        if spec.io_size_bytes == Some(0) {
+            return Err(invalid("io_size must be greater than zero".to_string()));
+        }
+        validate_distribution(spec.distribution).map_err(&invalid)?;
+
+        let used = used_directions(spec.rw);
+        // Lengths and alignments come first because a percentage offset is aligned to the
+        // smallest alignment among the directions in use.
+        let mut lengths: [Option<(LengthSampler, u64)>; 3] = [None, None, None];
+        for direction in [READ, WRITE, TRIM] {
+            if used[direction] {
+                let block_sizes = &spec.block_sizes[direction];
+                let sampler = LengthSampler::new(block_sizes, sector_bytes).map_err(|reason| {
+                    invalid(format!("{} {reason}", DIRECTION_NAMES[direction]))
+                })?;
+                let align_bytes = spec.block_align_bytes.unwrap_or(block_sizes.min_bytes());
+                if align_bytes == 0 || align_bytes % sector_bytes != 0 {
+                    return Err(invalid(format!(
+                        "block alignment {align_bytes} is not a positive multiple of the \
+                         {sector_bytes}-byte sector"
+                    )));
+                }
+                lengths[direction] = Some((sampler, align_bytes));
+            }
+        }
+        let smallest_align_bytes = lengths
+            .iter()
+            .flatten()
+            .map(|(_, align_bytes)| *align_bytes)
+            .min()
+            .unwrap_or(sector_bytes);
+
+        let region_start_bytes = match spec.offset {
+            SizeSpec::Bytes(bytes) => {
+                if bytes % sector_bytes != 0 {
+                    return Err(invalid(format!(
+                        "offset {bytes} is not a multiple of the {sector_bytes}-byte sector"
+                    )));
+                }
+                bytes
+            }
+            SizeSpec::Percent(percent) => {
+                let bytes = percent_of(device_bytes, percent).map_err(&invalid)?;
+                bytes - bytes % smallest_align_bytes
+            }
+        };
+        if region_start_bytes >= device_bytes {
+            return Err(invalid(format!(
+                "offset {region_start_bytes} is at or beyond the end of the {device_bytes}-byte \
+                 device"
+            )));
+        }
+        let available_bytes = device_bytes - region_start_bytes;
+        let wanted_bytes = match spec.size {
+            None => available_bytes,
+            Some(SizeSpec::Bytes(bytes)) => bytes,
+            Some(SizeSpec::Percent(percent)) => {
+                percent_of(device_bytes, percent).map_err(&invalid)?
+            }
+        };
+        let region_len_bytes = {
+            let clipped = wanted_bytes.min(available_bytes);
+            clipped - clipped % sector_bytes
+        };
+        if region_len_bytes == 0 {
+            return Err(invalid(format!(
+                "the job's region is empty (offset {region_start_bytes}, device {device_bytes} \
+                 bytes)"
+            )));
+        }
+
+        let mut directions: [Option<DirectionState>; 3] = [None, None, None];
+        for (direction, entry) in lengths.into_iter().enumerate() {
+            let Some((sampler, align_bytes)) = entry else {
+                continue;
+            };
+            let min_len_bytes = spec.block_sizes[direction].min_bytes();
+            if region_len_bytes < min_len_bytes || region_len_bytes < align_bytes {
+                return Err(invalid(format!(
+                    "the {region_len_bytes}-byte region is smaller than the {} block size \
+                     {min_len_bytes} or alignment {align_bytes}",
+                    DIRECTION_NAMES[direction]
+                )));
+            }
+            let slot_count = region_len_bytes / align_bytes;
+            directions[direction] = Some(DirectionState {
+                lengths: sampler,
+                align_bytes,
+                slot_count,
+                offsets: OffsetSampler::new(spec.distribution, slot_count),
+                next_sequential_bytes: 0,
+            });
+        }
+
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.randseed.unwrap_or(seed));
+        rng.set_stream(u64::from(clone_index));
+
+        Ok(JobGenerator {
+            rng,
+            region_start_bytes,
+            region_len_bytes,
+            rw: spec.rw,
+            rwmixread_percent: spec.rwmixread_percent,
+            random_percent: if spec.rw.is_random() {
+                spec.percentage_random
+            } else {
+                0
+            },
+            directions,
+            budget_bytes: spec.io_size_bytes.unwrap_or(region_len_bytes),
+            max_ios: spec.number_ios.unwrap_or(u64::MAX),
+            time_based: spec.time_based,
+            issued_bytes: 0,
+            issued_ios: 0,
+            spare_normal: None,
+        })
+    }
+
+    /// The next request, or `None` once the job's byte budget (`io_size`, else the region
+    /// size) is spent or `number_ios` requests have been issued. With `time_based` set the
+    /// stream never ends; the caller stops it when the runtime is over.
+    pub fn next_io(&mut self) -> Option<IoRequest> {
+        if !self.time_based
+            && (self.issued_bytes >= self.budget_bytes || self.issued_ios >= self.max_ios)
+        {
+            return None;
+        }
+        let direction = match self.rw {
+            RwMode::Read | RwMode::RandRead => READ,
+            RwMode::Write | RwMode::RandWrite => WRITE,
+            RwMode::Trim | RwMode::RandTrim => TRIM,
+            RwMode::ReadWrite | RwMode::RandRw => {
+                if self.rng.gen_range(0..100) < self.rwmixread_percent {
+                    READ
+                } else {
+                    WRITE
+                }
+            }
+        };
+        let random = match self.random_percent {
+            0 => false,
+            100 => true,
+            percent => self.rng.gen_range(0..100) < percent,
+        };
+        // The constructor fills the state of every direction the mode can pick, so this
+        // only returns early if that invariant were broken.
+        let state = self.directions[direction].as_mut()?;
+        let rng = &mut self.rng;
+        let region_len_bytes = self.region_len_bytes;
+
+        let mut len_bytes = state.lengths.sample(rng).min(region_len_bytes);
+        let relative_offset_bytes = if random {
+            // A length clipped to the region is a multiple of the sector size but maybe not
+            // of the alignment; the slot limit below still keeps the request inside.
+            let last_slot = (region_len_bytes - len_bytes) / state.align_bytes;
+            let slot = state.pick_slot(rng, last_slot, &mut self.spare_normal);
+            slot * state.align_bytes
+        } else {
+            let mut start_bytes = state.next_sequential_bytes;
+            if start_bytes >= region_len_bytes {
+                start_bytes = 0;
+            }
+            len_bytes = len_bytes.min(region_len_bytes - start_bytes);
+            start_bytes
+        };
+        state.next_sequential_bytes = relative_offset_bytes + len_bytes;
+
+        self.issued_bytes = self.issued_bytes.saturating_add(len_bytes);
+        self.issued_ios += 1;
+        Some(IoRequest {
+            op: DIRECTION_OPS[direction],
+            offset_bytes: self.region_start_bytes + relative_offset_bytes,
+            len_bytes,
+        })
+    }
+
+    /// The region the job addresses, as `(start_bytes, len_bytes)`.
+    pub fn region(&self) -> (u64, u64) {
+        (self.region_start_bytes, self.region_len_bytes)
+    }
+
+    /// Bytes issued so far.
+    pub fn issued_bytes(&self) -> u64 {
+        self.issued_bytes
+    }
+
+    /// Requests issued so far.
+    pub fn issued_ios(&self) -> u64 {
+        self.issued_ios
+    }
+}
+
+const DIRECTION_NAMES: [&str; 3] = ["read", "write", "trim"];
+const DIRECTION_OPS: [IoOp; 3] = [IoOp::Read, IoOp::Write, IoOp::Trim];
+
+/// Which of read, write and trim a mode can issue.
+fn used_directions(rw: RwMode) -> [bool; 3] {
+    match rw {
+        RwMode::Read | RwMode::RandRead => [true, false, false],
+        RwMode::Write | RwMode::RandWrite => [false, true, false],
+        RwMode::Trim | RwMode::RandTrim => [false, false, true],
+        RwMode::ReadWrite | RwMode::RandRw => [true, true, false],
+    }
+}
+
+/// `percent` of `total_bytes`, rounded down; refuses percentages outside [0, 100].
+fn percent_of(total_bytes: u64, percent: f64) -> Result<u64, String> {
+    if !(0.0..=100.0).contains(&percent) {
+        return Err(format!("percentage {percent} is not in [0, 100]"));
+    }
+    // Float-to-integer casts saturate, and the range check keeps the product within the
+    // device, so this cannot overflow.
+    let bytes = (total_bytes as f64 * percent / 100.0).floor() as u64;
+    Ok(bytes.min(total_bytes))
+}
+
+fn validate_distribution(distribution: Distribution) -> Result<(), String> {
+    match distribution {
+        Distribution::Uniform => Ok(()),
+        Distribution::Zipf { theta } if theta.is_finite() && theta > 0.0 => Ok(()),
+        Distribution::Zipf { theta } => Err(format!("zipf exponent {theta} is not positive")),
+        Distribution::Pareto { h } if h > 0.0 && h < 1.0 => Ok(()),
+        Distribution::Pareto { h } => Err(format!("pareto shape {h} is not in (0, 1)")),
+        Distribution::Normal { sigma_percent }
+            if sigma_percent.is_finite() && sigma_percent >= 0.0 =>
+        {
+            Ok(())
+        }
+        Distribution::Normal { sigma_percent } => Err(format!(
+            "normal deviation {sigma_percent} percent is not a non-negative number"
+        )),
+    }
+}
+
+/// A uniform draw in `[0, 1)` with 53 bits of precision.
+fn uniform_unit(rng: &mut ChaCha8Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+impl LengthSampler {
+    fn new(spec: &BlockSizeSpec, sector_bytes: u64) -> Result<Self, String> {
+        let check = |bytes: u64| {
+            if bytes == 0 || bytes % sector_bytes != 0 {
+                Err(format!(
+                    "block size {bytes} is not a positive multiple of the {sector_bytes}-byte \
+                     sector"
+                ))
+            } else {
+                Ok(bytes)
+            }
+        };
+        match spec {
+            BlockSizeSpec::Fixed(bytes) => Ok(LengthSampler::Fixed(check(*bytes)?)),
+            BlockSizeSpec::Range { min, max } => {
+                let first_bytes = check(*min)?;
+                if max < min {
+                    return Err(format!("block size range {min}-{max} is empty"));
+                }
+                // fio rounds range draws to the minimum size when it is a power of two;
+                // otherwise the sector size is the only constraint.
+                let granularity_bytes = if first_bytes.is_power_of_two() {
+                    first_bytes
+                } else {
+                    sector_bytes
+                };
+                let value_count = (max - first_bytes) / granularity_bytes + 1;
+                Ok(LengthSampler::Range {
+                    first_bytes,
+                    granularity_bytes,
+                    value_count,
+                })
+            }
+            BlockSizeSpec::Split(split) => {
+                let mut entries = Vec::with_capacity(split.len());
+                let mut total_weight: u64 = 0;
+                for &(bytes, percent) in split {
+                    if !percent.is_finite() || percent < 0.0 {
+                        return Err(format!("bssplit percentage {percent} is not valid"));
+                    }
+                    // Percentages are at most a few hundred, so the scaled weight fits.
+                    let weight = (percent * SPLIT_WEIGHT_SCALE).round() as u64;
+                    if weight == 0 {
+                        continue;
+                    }
+                    check(bytes)?;
+                    total_weight = total_weight.saturating_add(weight);
+                    entries.push((bytes, total_weight));
+                }
+                if entries.is_empty() {
+                    return Err("bssplit has no entry with a positive percentage".to_string());
+                }
+                Ok(LengthSampler::Split {
+                    entries,
+                    total_weight,
+                })
+            }
+        }
+    }
+
+    fn sample(&self, rng: &mut ChaCha8Rng) -> u64 {
+        match self {
+            LengthSampler::Fixed(bytes) => *bytes,
+            LengthSampler::Range {
+                first_bytes,
+                granularity_bytes,
+                value_count,
+            } => first_bytes + granularity_bytes * rng.gen_range(0..*value_count),
+            LengthSampler::Split {
+                entries,
+                total_weight,
+            } => {
+                let draw = rng.gen_range(0..*total_weight);
+                entries
+                    .iter()
+                    .find(|(_, cumulative_weight)| draw < *cumulative_weight)
+                    .or(entries.last())
+                    .map_or(0, |(bytes, _)| *bytes)
+            }
+        }
+    }
+}
+
+impl OffsetSampler {
+    fn new(distribution: Distribution, slot_count: u64) -> Self {
+        match distribution {
+            Distribution::Uniform => OffsetSampler::Uniform,
+            Distribution::Zipf { theta } => {
+                OffsetSampler::Zipf(ZipfSampler::new(slot_count, theta))
+            }
+            Distribution::Pareto { h } => OffsetSampler::Pareto {
+                exponent: h.ln() / (1.0 - h).ln(),
+            },
+            Distribution::Normal { sigma_percent } => OffsetSampler::Normal {
+                centre_slot: (slot_count - 1) as f64 / 2.0,
+                sigma_slots: sigma_percent / 100.0 * slot_count as f64,
+            },
+        }
+    }
+}
+
+impl DirectionState {
+    /// Picks a slot in `0..=last_slot` (where `last_slot < slot_count`) from the offset
+    /// distribution.
+    fn pick_slot(
+        &self,
+        rng: &mut ChaCha8Rng,
+        last_slot: u64,
+        spare_normal: &mut Option<f64>,
+    ) -> u64 {
+        let mut slot = 0;
+        for _ in 0..MAX_REDRAWS {
+            slot = match &self.offsets {
+                OffsetSampler::Uniform => return rng.gen_range(0..=last_slot),
+                OffsetSampler::Zipf(zipf) => scatter(zipf.sample(rng) - 1, self.slot_count),
+                OffsetSampler::Pareto { exponent } => {
+                    let last_rank = self.slot_count - 1;
+                    // Casting a float to an integer saturates, and `min` keeps the rank
+                    // within the region even if rounding pushed it past the end.
+                    let rank = (last_rank as f64 * uniform_unit(rng).powf(*exponent)) as u64;
+                    scatter(rank.min(last_rank), self.slot_count)
+                }
+                OffsetSampler::Normal {
+                    centre_slot,
+                    sigma_slots,
+                } => {
+                    let z = standard_normal(rng, spare_normal);
+                    let x = (centre_slot + z * sigma_slots).round();
+                    // NaN and negative values cast to 0; large values saturate.
+                    (x.max(0.0) as u64).min(self.slot_count - 1)
+                }
+            };
+            if slot <= last_slot {
+                return slot;
+            }
+        }
+        slot.min(last_slot)
+    }
+}
+
+/// A standard normal draw by the Box–Muller transform, which yields two independent values
+/// per pair of uniforms; the second is kept in `spare` for the next call.
+fn standard_normal(rng: &mut ChaCha8Rng, spare: &mut Option<f64>) -> f64 {
+    if let Some(value) = spare.take() {
+        return value;
+    }
+    // `1 - u` lies in (0, 1], so the logarithm is finite.
+    let radius = (-2.0 * (1.0 - uniform_unit(rng)).ln()).sqrt();
+    let angle = std::f64::consts::TAU * uniform_unit(rng);
+    *spare = Some(radius * angle.sin());
+    radius * angle.cos()
+}
+
+/// Maps a popularity rank in `0..slot_count` to a slot through a fixed bijection, so that
+/// popular slots are spread over the region.
+///
+/// The bijection works on the smallest power-of-two domain that holds `slot_count` values,
+/// using steps that are each invertible on that domain (multiplication by an odd constant
+/// and a right xor-shift, both modulo the domain size), and "cycle-walks": results outside
+/// `0..slot_count` are fed back in until one lands inside. Because the domain is less than
+/// twice `slot_count`, that takes fewer than two rounds on average.
+fn scatter(rank: u64, slot_count: u64) -> u64 {
+    if slot_count <= 1 {
+        return 0;
+    }
+    let bits = 64 - (slot_count - 1).leading_zeros();
+    let mask = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let shift = bits.div_ceil(2).max(1);
+    let mut value = rank & mask;
+    loop {
+        value = value.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
+        value ^= value >> shift;
+        value = value.wrapping_mul(0xBF58_476D_1CE4_E5B9) & mask;
+        value ^= value >> shift;
+        if value < slot_count {
+            return value;
+        }
+    }
+}
+
+/// Zipf sampler by rejection-inversion (W. Hörmann and G. Derflinger, "Rejection-inversion
+/// to generate variates from monotone discrete distributions", 1996), following the
+/// formulation in Apache Commons RNG. It draws `k` in `1..=n` with probability proportional
+/// to `k^-exponent` in constant time and constant memory for any `n`, and works for every
+/// positive exponent including 1.
+#[derive(Debug, Clone)]
+struct ZipfSampler {
+    n: u64,
+    exponent: f64,
+    h_integral_x1: f64,
+    h_integral_n: f64,
+    s: f64,
+}
+
+/// Upper bound on rejection rounds. The acceptance rate is high (well above one half), so
+/// the bound is only a guard against a non-terminating loop should floating point ever
+/// misbehave.
+const MAX_ZIPF_ROUNDS: u32 = 64;
+
+impl ZipfSampler {
+    fn new(n: u64, exponent: f64) -> Self {
+        let n = n.max(1);
+        let h_integral_x1 = h_integral(1.5, exponent) - 1.0;
+        let h_integral_n = h_integral(n as f64 + 0.5, exponent);
+        let s = 2.0 - h_integral_inverse(h_integral(2.5, exponent) - h(2.0, exponent), exponent);
+        ZipfSampler {
+            n,
+            exponent,
+            h_integral_x1,
+            h_integral_n,
+            s,
+        }
+    }
+
+    fn sample(&self, rng: &mut ChaCha8Rng) -> u64 {
+        let mut k = 1;
+        for _ in 0..MAX_ZIPF_ROUNDS {
+            let u =
+                self.h_integral_n + uniform_unit(rng) * (self.h_integral_x1 - self.h_integral_n);
+            let x = h_integral_inverse(u, self.exponent);
+            // The cast saturates (and maps NaN to 0); the clamp keeps k in range.
+            k = ((x + 0.5) as u64).clamp(1, self.n);
+            let k_float = k as f64;
+            if k_float - x <= self.s
+                || u >= h_integral(k_float + 0.5, self.exponent) - h(k_float, self.exponent)
+            {
+                return k;
+            }
+        }
+        k
+    }
+}
+
+/// `H(x) = ((x^(1-e)) - 1) / (1 - e)`, the integral of `h` with the `e = 1` limit `ln x`.
+fn h_integral(x: f64, exponent: f64) -> f64 {
+    let log_x = x.ln();
+    helper2((1.0 - exponent) * log_x) * log_x
+}
+
+/// `h(x) = x^-e`.
+fn h(x: f64, exponent: f64) -> f64 {
+    (-exponent * x.ln()).exp()
+}
+
+/// The inverse of [`h_integral`].
+fn h_integral_inverse(x: f64, exponent: f64) -> f64 {
+    // Rounding can push t slightly below -1, where log1p is undefined.
+    let t = (x * (1.0 - exponent)).max(-1.0);
+    (helper1(t) * x).exp()
+}
+
+/// `ln(1 + x) / x`, accurate near zero.
+fn helper1(x: f64) -> f64 {
+    if x.abs() > 1e-8 {
+        x.ln_1p() / x
+    } else {
+        1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x))
+    }
+}
+
+/// `(e^x - 1) / x`, accurate near zero.
+fn helper2(x: f64) -> f64 {
+    if x.abs() > 1e-8 {
+        x.exp_m1() / x
+    } else {
+        1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,596 @@
+use super::*;
+use proptest::prelude::*;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+fn job(rw: RwMode) -> JobSpec {
+    let mut spec = JobSpec::default_named("test");
+    spec.rw = rw;
+    spec
+}
+
+fn collect(generator: &mut JobGenerator, limit: usize) -> Vec<IoRequest> {
+    std::iter::from_fn(|| generator.next_io())
+        .take(limit)
+        .collect()
+}
+
+/// Draws `count` random reads of single 4 KiB blocks over `blocks` blocks and returns
+/// how often each block was hit.
+fn block_histogram(distribution: Distribution, blocks: u64, count: usize) -> Vec<u64> {
+    let mut spec = job(RwMode::RandRead);
+    spec.distribution = distribution;
+    spec.time_based = true;
+    let mut generator = JobGenerator::new(&spec, blocks * 4 * KIB, 512, 7, 0).unwrap();
+    let mut hits = vec![0u64; blocks as usize];
+    for request in collect(&mut generator, count) {
+        hits[(request.offset_bytes / (4 * KIB)) as usize] += 1;
+    }
+    hits
+}
+
+/// Share of all hits that land on the hottest `fraction` of the blocks.
+fn hottest_share(mut hits: Vec<u64>, fraction: f64) -> f64 {
+    let total: u64 = hits.iter().sum();
+    hits.sort_unstable_by(|a, b| b.cmp(a));
+    let hot = ((hits.len() as f64) * fraction).ceil() as usize;
+    hits[..hot].iter().sum::<u64>() as f64 / total as f64
+}
+
+#[test]
+fn same_inputs_give_the_same_stream() {
+    let mut spec = job(RwMode::RandRw);
+    spec.block_sizes[0] = BlockSizeSpec::Split(vec![(4 * KIB, 50.0), (64 * KIB, 50.0)]);
+    spec.block_sizes[1] = BlockSizeSpec::Range {
+        min: 4 * KIB,
+        max: 128 * KIB,
+    };
+    spec.distribution = Distribution::Zipf { theta: 0.9 };
+    spec.percentage_random = 70;
+    let make = |seed, clone| JobGenerator::new(&spec, 64 * MIB, 512, seed, clone).unwrap();
+    let first = collect(&mut make(1, 0), 5000);
+    assert_eq!(first, collect(&mut make(1, 0), 5000));
+    assert_ne!(first, collect(&mut make(2, 0), 5000), "seed must matter");
+    assert_ne!(first, collect(&mut make(1, 1), 5000), "clones must differ");
+}
+
+#[test]
+fn randseed_overrides_the_run_seed_but_not_the_clone_index() {
+    let mut spec = job(RwMode::RandWrite);
+    spec.randseed = Some(99);
+    let make = |seed, clone| JobGenerator::new(&spec, 64 * MIB, 512, seed, clone).unwrap();
+    let first = collect(&mut make(1, 0), 1000);
+    assert_eq!(first, collect(&mut make(2, 0), 1000));
+    assert_ne!(first, collect(&mut make(1, 1), 1000));
+}
+
+#[test]
+fn sequential_write_covers_the_region_once_then_ends() {
+    let mut spec = job(RwMode::Write);
+    spec.block_sizes[1] = BlockSizeSpec::Fixed(16 * KIB);
+    spec.offset = SizeSpec::Bytes(MIB);
+    spec.size = Some(SizeSpec::Bytes(2 * MIB));
+    let mut generator = JobGenerator::new(&spec, 16 * MIB, 512, 0, 0).unwrap();
+    assert_eq!(generator.region(), (MIB, 2 * MIB));
+    let requests = collect(&mut generator, usize::MAX);
+    assert_eq!(requests.len(), 128);
+    for (index, request) in requests.iter().enumerate() {
+        assert_eq!(request.op, IoOp::Write);
+        assert_eq!(request.offset_bytes, MIB + index as u64 * 16 * KIB);
+        assert_eq!(request.len_bytes, 16 * KIB);
+    }
+    assert_eq!(generator.next_io(), None);
+    assert_eq!(generator.issued_bytes(), 2 * MIB);
+    assert_eq!(generator.issued_ios(), 128);
+}
+
+#[test]
+fn sequential_requests_are_shortened_at_the_region_end() {
+    let mut spec = job(RwMode::Read);
+    spec.block_sizes[0] = BlockSizeSpec::Fixed(12 * KIB);
+    spec.size = Some(SizeSpec::Bytes(32 * KIB));
+    let mut generator = JobGenerator::new(&spec, MIB, 4096, 0, 0).unwrap();
+    let lengths: Vec<u64> = collect(&mut generator, 10)
+        .iter()
+        .map(|r| r.len_bytes)
+        .collect();
+    assert_eq!(lengths, vec![12 * KIB, 12 * KIB, 8 * KIB]);
+}
+
+#[test]
+fn time_based_sequential_jobs_wrap_forever() {
+    let mut spec = job(RwMode::Read);
+    spec.time_based = true;
+    spec.size = Some(SizeSpec::Bytes(64 * KIB));
+    spec.number_ios = Some(3);
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 0, 0).unwrap();
+    let offsets: Vec<u64> = collect(&mut generator, 40)
+        .iter()
+        .map(|r| r.offset_bytes)
+        .collect();
+    assert_eq!(
+        offsets.len(),
+        40,
+        "time_based ignores the byte and I/O budgets"
+    );
+    assert_eq!(offsets[16], 0);
+    assert_eq!(offsets[17], 4 * KIB);
+}
+
+#[test]
+fn io_size_extends_a_sequential_job_past_one_pass() {
+    let mut spec = job(RwMode::Write);
+    spec.size = Some(SizeSpec::Bytes(64 * KIB));
+    spec.io_size_bytes = Some(160 * KIB);
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 0, 0).unwrap();
+    let requests = collect(&mut generator, usize::MAX);
+    assert_eq!(requests.len(), 40);
+    assert_eq!(requests[16].offset_bytes, 0);
+}
+
+#[test]
+fn number_ios_caps_the_stream() {
+    let mut spec = job(RwMode::RandRead);
+    spec.number_ios = Some(10);
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 0, 0).unwrap();
+    assert_eq!(collect(&mut generator, usize::MAX).len(), 10);
+}
+
+#[test]
+fn trim_modes_issue_trims() {
+    for rw in [RwMode::Trim, RwMode::RandTrim] {
+        let mut generator = JobGenerator::new(&job(rw), MIB, 512, 0, 0).unwrap();
+        assert!(collect(&mut generator, 100)
+            .iter()
+            .all(|r| r.op == IoOp::Trim));
+    }
+}
+
+#[test]
+fn percentage_regions_and_clipping() {
+    let mut spec = job(RwMode::Read);
+    spec.offset = SizeSpec::Percent(25.0);
+    spec.size = Some(SizeSpec::Percent(50.0));
+    let generator = JobGenerator::new(&spec, 100 * MIB, 512, 0, 0).unwrap();
+    assert_eq!(generator.region(), (25 * MIB, 50 * MIB));
+
+    // A percentage offset is aligned down to the block size.
+    spec.offset = SizeSpec::Percent(10.0);
+    spec.size = None;
+    let generator = JobGenerator::new(&spec, 10 * MIB + 512, 512, 0, 0).unwrap();
+    let (start_bytes, len_bytes) = generator.region();
+    assert_eq!(start_bytes % (4 * KIB), 0);
+    assert_eq!(start_bytes + len_bytes, 10 * MIB + 512);
+
+    // A size reaching past the device end is clipped to it.
+    spec.offset = SizeSpec::Bytes(MIB);
+    spec.size = Some(SizeSpec::Bytes(100 * MIB));
+    let generator = JobGenerator::new(&spec, 4 * MIB, 512, 0, 0).unwrap();
+    assert_eq!(generator.region(), (MIB, 3 * MIB));
+}
+
+#[test]
+fn invalid_jobs_are_refused() {
+    let refused = |spec: &JobSpec, device_bytes: u64, sector_bytes: u64| match JobGenerator::new(
+        spec,
+        device_bytes,
+        sector_bytes,
+        0,
+        0,
+    ) {
+        Err(WorkloadError::InvalidJob { job, reason }) => {
+            assert_eq!(job, "test");
+            reason
+        }
+        other => panic!("expected InvalidJob, got {other:?}"),
+    };
+    let base = job(RwMode::RandRead);
+    refused(&base, MIB, 0);
+    refused(&base, 2 * KIB, 512); // region smaller than one block
+
+    let mut spec = base.clone();
+    spec.offset = SizeSpec::Bytes(MIB);
+    assert!(refused(&spec, MIB, 512).contains("beyond"));
+    spec.offset = SizeSpec::Bytes(100);
+    assert!(refused(&spec, MIB, 512).contains("sector"));
+
+    let mut spec = base.clone();
+    spec.block_sizes[0] = BlockSizeSpec::Fixed(1000);
+    assert!(refused(&spec, MIB, 512).contains("read block size"));
+    spec.block_sizes[0] = BlockSizeSpec::Split(vec![(4096, 0.0)]);
+    refused(&spec, MIB, 512);
+    spec.block_sizes[0] = BlockSizeSpec::Range {
+        min: 8192,
+        max: 4096,
+    };
+    refused(&spec, MIB, 512);
+
+    let mut spec = base.clone();
+    spec.block_align_bytes = Some(1000);
+    refused(&spec, MIB, 512);
+
+    let mut spec = base.clone();
+    spec.rwmixread_percent = 101;
+    refused(&spec, MIB, 512);
+    let mut spec = base.clone();
+    spec.percentage_random = 101;
+    refused(&spec, MIB, 512);
+    let mut spec = base.clone();
+    spec.io_size_bytes = Some(0);
+    refused(&spec, MIB, 512);
+    for distribution in [
+        Distribution::Zipf { theta: 0.0 },
+        Distribution::Zipf { theta: f64::NAN },
+        Distribution::Pareto { h: 1.0 },
+        Distribution::Normal {
+            sigma_percent: -1.0,
+        },
+    ] {
+        let mut spec = base.clone();
+        spec.distribution = distribution;
+        refused(&spec, MIB, 512);
+    }
+}
+
+#[test]
+fn unused_directions_are_not_validated() {
+    let mut spec = job(RwMode::Read);
+    spec.block_sizes[1] = BlockSizeSpec::Fixed(3);
+    assert!(JobGenerator::new(&spec, MIB, 512, 0, 0).is_ok());
+}
+
+#[test]
+fn random_offsets_respect_blockalign() {
+    let mut spec = job(RwMode::RandWrite);
+    spec.block_sizes[1] = BlockSizeSpec::Fixed(4 * KIB);
+    spec.block_align_bytes = Some(64 * KIB);
+    spec.offset = SizeSpec::Bytes(512);
+    let mut generator = JobGenerator::new(&spec, 64 * MIB, 512, 3, 0).unwrap();
+    for request in collect(&mut generator, 2000) {
+        assert_eq!((request.offset_bytes - 512) % (64 * KIB), 0);
+    }
+}
+
+#[test]
+fn bsrange_draws_multiples_of_the_minimum() {
+    let mut spec = job(RwMode::RandRead);
+    spec.block_sizes[0] = BlockSizeSpec::Range {
+        min: 4 * KIB,
+        max: 18 * KIB,
+    };
+    let mut generator = JobGenerator::new(&spec, 64 * MIB, 512, 3, 0).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for request in collect(&mut generator, 2000) {
+        seen.insert(request.len_bytes);
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        vec![4 * KIB, 8 * KIB, 12 * KIB, 16 * KIB]
+    );
+}
+
+#[test]
+fn bssplit_follows_the_weights() {
+    let mut spec = job(RwMode::RandRead);
+    spec.block_sizes[0] = BlockSizeSpec::Split(vec![(4 * KIB, 70.0), (64 * KIB, 30.0)]);
+    spec.time_based = true;
+    let mut generator = JobGenerator::new(&spec, 64 * MIB, 512, 3, 0).unwrap();
+    let requests = collect(&mut generator, 20_000);
+    let small = requests.iter().filter(|r| r.len_bytes == 4 * KIB).count();
+    let share = small as f64 / requests.len() as f64;
+    assert!((share - 0.7).abs() < 0.02, "4k share {share}");
+}
+
+#[test]
+fn percentage_random_mixes_in_sequential_io() {
+    let mut spec = job(RwMode::RandRead);
+    spec.percentage_random = 25;
+    spec.time_based = true;
+    let mut generator = JobGenerator::new(&spec, 256 * MIB, 512, 5, 0).unwrap();
+    let requests = collect(&mut generator, 20_000);
+    let continuing = requests
+        .windows(2)
+        .filter(|pair| pair[1].offset_bytes == pair[0].offset_bytes + pair[0].len_bytes)
+        .count();
+    let share = continuing as f64 / (requests.len() - 1) as f64;
+    assert!((share - 0.75).abs() < 0.02, "sequential share {share}");
+}
+
+#[test]
+fn sequential_modes_ignore_percentage_random() {
+    let mut spec = job(RwMode::Write);
+    spec.percentage_random = 0;
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 5, 0).unwrap();
+    let requests = collect(&mut generator, usize::MAX);
+    assert_eq!(requests.len(), 256);
+    assert!(requests
+        .windows(2)
+        .all(|p| p[1].offset_bytes == p[0].offset_bytes + 4 * KIB));
+}
+
+#[test]
+fn mixed_sequential_jobs_keep_a_cursor_per_direction() {
+    let mut spec = job(RwMode::ReadWrite);
+    spec.time_based = true;
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 5, 0).unwrap();
+    let requests = collect(&mut generator, 1000);
+    for op in [IoOp::Read, IoOp::Write] {
+        let offsets: Vec<u64> = requests
+            .iter()
+            .filter(|r| r.op == op)
+            .map(|r| r.offset_bytes)
+            .collect();
+        for (index, offset) in offsets.iter().enumerate() {
+            assert_eq!(*offset, (index as u64 * 4 * KIB) % MIB, "{op:?}");
+        }
+    }
+}
+
+#[test]
+fn zipf_is_skewed_and_scattered() {
+    let blocks = 1000;
+    let hits = block_histogram(Distribution::Zipf { theta: 1.2 }, blocks, 100_000);
+    // The hot blocks must not all sit at the start of the region.
+    let mut order: Vec<usize> = (0..blocks as usize).collect();
+    order.sort_unstable_by(|&a, &b| hits[b].cmp(&hits[a]));
+    let hot_in_first_tenth = order[..100].iter().filter(|&&block| block < 100).count();
+    assert!(
+        hot_in_first_tenth < 50,
+        "hot blocks cluster at the start: {hot_in_first_tenth}"
+    );
+    let share = hottest_share(hits, 0.1);
+    assert!(share > 0.6, "hottest 10% take only {share}");
+}
+
+#[test]
+fn zipf_works_for_theta_one_and_below() {
+    for theta in [0.5, 1.0] {
+        let hits = block_histogram(Distribution::Zipf { theta }, 500, 20_000);
+        let share = hottest_share(hits, 0.1);
+        assert!(share > 0.15, "theta {theta}: hottest 10% take only {share}");
+    }
+}
+
+#[test]
+fn zipf_sampler_matches_the_exact_distribution_for_small_n() {
+    let n = 5;
+    let theta = 1.2;
+    let sampler = ZipfSampler::new(n, theta);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut counts = [0u64; 5];
+    let draws = 200_000;
+    for _ in 0..draws {
+        let k = sampler.sample(&mut rng);
+        assert!((1..=n).contains(&k));
+        counts[(k - 1) as usize] += 1;
+    }
+    let norm: f64 = (1..=n).map(|k| (k as f64).powf(-theta)).sum();
+    for (index, count) in counts.iter().enumerate() {
+        let expected = ((index + 1) as f64).powf(-theta) / norm;
+        let observed = *count as f64 / draws as f64;
+        assert!(
+            (observed - expected).abs() < 0.01,
+            "k={} {observed} vs {expected}",
+            index + 1
+        );
+    }
+}
+
+#[test]
+fn pareto_follows_the_80_20_rule() {
+    let hits = block_histogram(Distribution::Pareto { h: 0.2 }, 1000, 100_000);
+    let share = hottest_share(hits, 0.2);
+    assert!((0.75..0.9).contains(&share), "hottest 20% take {share}");
+}
+
+#[test]
+fn normal_is_centred() {
+    let blocks = 1000;
+    let hits = block_histogram(
+        Distribution::Normal {
+            sigma_percent: 10.0,
+        },
+        blocks,
+        50_000,
+    );
+    let total: u64 = hits.iter().sum();
+    let mean = hits
+        .iter()
+        .enumerate()
+        .map(|(b, h)| b as f64 * *h as f64)
+        .sum::<f64>()
+        / total as f64;
+    assert!((mean - 499.5).abs() < 5.0, "mean block {mean}");
+    let within_one_sigma: u64 = hits[400..600].iter().sum();
+    let share = within_one_sigma as f64 / total as f64;
+    assert!((share - 0.683).abs() < 0.02, "within one sigma {share}");
+}
+
+#[test]
+fn scatter_is_a_bijection() {
+    for slot_count in 1..300u64 {
+        let mut seen = vec![false; slot_count as usize];
+        for rank in 0..slot_count {
+            let slot = scatter(rank, slot_count);
+            assert!(slot < slot_count);
+            assert!(
+                !seen[slot as usize],
+                "n={slot_count}: slot {slot} hit twice"
+            );
+            seen[slot as usize] = true;
+        }
+    }
+    // Large domains must not hang or overflow.
+    assert!(scatter(12345, u64::MAX) < u64::MAX);
+    assert!(scatter(7, (1 << 40) + 3) < (1 << 40) + 3);
+}
+
+#[test]
+fn skewed_distributions_fit_large_requests() {
+    // With 64 KiB requests on 4 KiB alignment, the last 15 slots cannot start a request.
+    let mut spec = job(RwMode::RandRead);
+    spec.block_sizes[0] = BlockSizeSpec::Split(vec![(4 * KIB, 50.0), (64 * KIB, 50.0)]);
+    spec.block_align_bytes = Some(4 * KIB);
+    spec.time_based = true;
+    for distribution in [
+        Distribution::Zipf { theta: 1.5 },
+        Distribution::Pareto { h: 0.1 },
+        Distribution::Normal {
+            sigma_percent: 60.0,
+        },
+    ] {
+        spec.distribution = distribution;
+        let mut generator = JobGenerator::new(&spec, 128 * KIB, 512, 1, 0).unwrap();
+        for request in collect(&mut generator, 5000) {
+            assert!(request.offset_bytes + request.len_bytes <= 128 * KIB);
+        }
+    }
+}
+
+fn block_size_strategy() -> impl Strategy<Value = BlockSizeSpec> {
+    let sectors = 1u64..=64;
+    prop_oneof![
+        sectors.clone().prop_map(|n| BlockSizeSpec::Fixed(n * 512)),
+        (sectors.clone(), 0u64..=64).prop_map(|(min, extra)| BlockSizeSpec::Range {
+            min: min * 512,
+            max: (min + extra) * 512,
+        }),
+        proptest::collection::vec((sectors, 1.0f64..100.0), 1..5).prop_map(|entries| {
+            BlockSizeSpec::Split(
+                entries
+                    .into_iter()
+                    .map(|(n, percent)| (n * 512, percent))
+                    .collect(),
+            )
+        }),
+    ]
+}
+
+fn distribution_strategy() -> impl Strategy<Value = Distribution> {
+    prop_oneof![
+        Just(Distribution::Uniform),
+        (0.1f64..3.0).prop_map(|theta| Distribution::Zipf { theta }),
+        (0.01f64..0.99).prop_map(|h| Distribution::Pareto { h }),
+        (0.0f64..99.0).prop_map(|sigma_percent| Distribution::Normal { sigma_percent }),
+    ]
+}
+
+fn rw_strategy() -> impl Strategy<Value = RwMode> {
+    proptest::sample::select(vec![
+        RwMode::Read,
+        RwMode::Write,
+        RwMode::RandRead,
+        RwMode::RandWrite,
+        RwMode::ReadWrite,
+        RwMode::RandRw,
+        RwMode::Trim,
+        RwMode::RandTrim,
+    ])
+}
+
+/// Whether `len_bytes` is a length `spec` can produce (before clipping at the region end).
+fn length_allowed(spec: &BlockSizeSpec, len_bytes: u64) -> bool {
+    match spec {
+        BlockSizeSpec::Fixed(bytes) => len_bytes == *bytes,
+        BlockSizeSpec::Range { min, max } => (*min..=*max).contains(&len_bytes),
+        BlockSizeSpec::Split(entries) => entries.iter().any(|(bytes, _)| *bytes == len_bytes),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn requests_stay_inside_the_region(
+        rw in rw_strategy(),
+        block_sizes in block_size_strategy(),
+        distribution in distribution_strategy(),
+        align_sectors in proptest::option::of(1u64..=16),
+        offset_sectors in 0u64..2048,
+        size_sectors in 64u64..4096,
+        device_extra_sectors in 0u64..2048,
+        percentage_random in 0u32..=100,
+        seed in any::<u64>(),
+    ) {
+        let sector_bytes = 512;
+        let mut spec = job(rw);
+        spec.block_sizes = [block_sizes.clone(), block_sizes.clone(), block_sizes.clone()];
+        spec.distribution = distribution;
+        spec.block_align_bytes = align_sectors.map(|n| n * sector_bytes);
+        spec.offset = SizeSpec::Bytes(offset_sectors * sector_bytes);
+        spec.size = Some(SizeSpec::Bytes(size_sectors * sector_bytes));
+        spec.percentage_random = percentage_random;
+        spec.time_based = true;
+        let device_bytes = (offset_sectors + size_sectors + device_extra_sectors) * sector_bytes;
+        let mut generator = JobGenerator::new(&spec, device_bytes, sector_bytes, seed, 0).unwrap();
+        let (start_bytes, len_bytes) = generator.region();
+        prop_assert_eq!(start_bytes, offset_sectors * sector_bytes);
+        prop_assert_eq!(len_bytes, size_sectors * sector_bytes);
+        let end_bytes = start_bytes + len_bytes;
+        for _ in 0..300 {
+            let request = generator.next_io().unwrap();
+            prop_assert!(request.offset_bytes >= start_bytes);
+            prop_assert!(request.offset_bytes + request.len_bytes <= end_bytes);
+            prop_assert_eq!(request.offset_bytes % sector_bytes, 0);
+            prop_assert_eq!(request.len_bytes % sector_bytes, 0);
+            prop_assert!(request.len_bytes > 0);
+            let clipped_at_end = request.offset_bytes + request.len_bytes == end_bytes;
+            prop_assert!(
+                length_allowed(&block_sizes, request.len_bytes) || clipped_at_end,
+                "length {} not allowed by {:?}", request.len_bytes, block_sizes
+            );
+            let expected_op = match rw {
+                RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
+                RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
+                RwMode::Trim | RwMode::RandTrim => Some(IoOp::Trim),
+                RwMode::ReadWrite | RwMode::RandRw => None,
+            };
+            if let Some(op) = expected_op {
+                prop_assert_eq!(request.op, op);
+            } else {
+                prop_assert!(matches!(request.op, IoOp::Read | IoOp::Write));
+            }
+        }
+    }
+
+    #[test]
+    fn size_limited_sequential_jobs_cover_the_region_exactly_once(
+        rw in proptest::sample::select(vec![RwMode::Read, RwMode::Write, RwMode::Trim]),
+        block_sizes in block_size_strategy(),
+        offset_sectors in 0u64..512,
+        size_sectors in 1u64..2048,
+        seed in any::<u64>(),
+    ) {
+        let sector_bytes = 512;
+        let mut spec = job(rw);
+        spec.block_sizes = [block_sizes.clone(), block_sizes.clone(), block_sizes];
+        spec.offset = SizeSpec::Bytes(offset_sectors * sector_bytes);
+        spec.size = Some(SizeSpec::Bytes(size_sectors * sector_bytes));
+        let device_bytes = (offset_sectors + size_sectors) * sector_bytes;
+        let Ok(mut generator) = JobGenerator::new(&spec, device_bytes, sector_bytes, seed, 0) else {
+            // Regions smaller than the minimum block size are refused; nothing to cover.
+            prop_assert!(spec.block_sizes[0].min_bytes() > size_sectors * sector_bytes);
+            return Ok(());
+        };
+        let mut next_offset_bytes = offset_sectors * sector_bytes;
+        while let Some(request) = generator.next_io() {
+            prop_assert_eq!(request.offset_bytes, next_offset_bytes);
+            next_offset_bytes += request.len_bytes;
+        }
+        prop_assert_eq!(next_offset_bytes, device_bytes);
+    }
+
+    #[test]
+    fn rwmixread_sets_the_read_share(rwmixread in 0u32..=100, seed in any::<u64>()) {
+        let mut spec = job(RwMode::RandRw);
+        spec.rwmixread_percent = rwmixread;
+        spec.time_based = true;
+        let mut generator = JobGenerator::new(&spec, 64 * MIB, 512, seed, 0).unwrap();
+        let count = 4000;
+        let reads = collect(&mut generator, count).iter().filter(|r| r.op == IoOp::Read).count();
+        let share = reads as f64 / count as f64;
+        // Five standard deviations of a binomial share at worst p = 0.5 is about 0.04.
+        prop_assert!((share - f64::from(rwmixread) / 100.0).abs() < 0.04, "share {}", share);
+    }
+}

@@ -1,0 +1,420 @@
+//! Readers (and writers) for recorded block traces.
+//!
+//! Two text formats are supported:
+//!
+//! * [`TraceFormat::MsrCsv`], the MSR Cambridge traces: one request per line,
+//!   `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`, the timestamp in
+//!   Windows FILETIME ticks of 100 ns, `Type` `Read` or `Write`, offset and size in bytes.
+//! * [`TraceFormat::Blkparse`], the default text output of Linux `blkparse`:
+//!   `dev cpu seq time pid action RWBS sector + count [process]`, time in seconds with
+//!   nanosecond digits, sector and count in 512-byte units. Only one action is kept
+//!   (queue events, `Q`, by default), and the statistics blkparse prints at the end are
+//!   skipped.
+//!
+//! Readers never panic; a malformed line is a [`WorkloadError::TraceLine`] naming the
+//! trace and the 1-based line number.
+
+use std::io::{BufRead, Write};
+use std::str::FromStr;
+
+use crate::{IoOp, WorkloadError};
+
+/// One request from a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// When the request was issued, relative to the start of the trace.
+    pub timestamp_ns: u64,
+    /// What the request does.
+    pub op: IoOp,
+    /// Byte offset on the traced device.
+    pub offset_bytes: u64,
+    /// Length in bytes (0 for flushes).
+    pub len_bytes: u64,
+}
+
+/// The supported trace formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TraceFormat {
+    /// MSR Cambridge CSV.
+    MsrCsv,
+    /// `blkparse` default text output.
+    Blkparse,
+}
+
+impl FromStr for TraceFormat {
+    type Err = WorkloadError;
+
+    /// Accepts `msr` (also `msr-csv`, `msrcsv`) and `blkparse`, case-insensitively.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "msr" | "msr-csv" | "msrcsv" | "msr_csv" => Ok(TraceFormat::MsrCsv),
+            "blkparse" => Ok(TraceFormat::Blkparse),
+            _ => Err(WorkloadError::UnknownTraceFormat {
+                name: name.to_string(),
+            }),
+        }
+    }
+}
+
+/// Reads a whole trace. `source_name` (usually the path) appears in error messages.
+/// Blkparse traces keep queue (`Q`) events; use [`read_blkparse`] to pick another action.
+pub fn read_trace(
+    reader: impl BufRead,
+    format: TraceFormat,
+    source_name: &str,
+) -> Result<Vec<TraceRecord>, WorkloadError> {
+    match format {
+        TraceFormat::MsrCsv => read_msr_csv(reader, source_name),
+        TraceFormat::Blkparse => read_blkparse(reader, source_name, 'Q'),
+    }
+}
+
+/// Writes records in the given format, so that [`read_trace`] reads them back.
+///
+/// MSR CSV stores timestamps in 100 ns ticks (finer timestamps are truncated) and only
+/// reads and writes; blkparse stores offsets and lengths in 512-byte sectors. A record the
+/// format cannot represent is an [`std::io::ErrorKind::InvalidInput`] error. Readers make
+/// MSR timestamps relative to the earliest record, so records whose first timestamp is 0
+/// survive a round trip unchanged.
+pub fn write_trace(
+    records: &[TraceRecord],
+    format: TraceFormat,
+    mut out: impl Write,
+) -> std::io::Result<()> {
+    match format {
+        TraceFormat::MsrCsv => {
+            for record in records {
+                let op = match record.op {
+                    IoOp::Read => "Read",
+                    IoOp::Write => "Write",
+                    IoOp::Trim | IoOp::Flush => {
+                        return Err(invalid_input(format!(
+                            "MSR traces cannot hold {:?} requests",
+                            record.op
+                        )))
+                    }
+                };
+                writeln!(
+                    out,
+                    "{},afa,0,{op},{},{},0",
+                    record.timestamp_ns / MSR_TICK_NS,
+                    record.offset_bytes,
+                    record.len_bytes
+                )?;
+            }
+        }
+        TraceFormat::Blkparse => {
+            for (index, record) in records.iter().enumerate() {
+                let seconds = record.timestamp_ns / 1_000_000_000;
+                let nanos = record.timestamp_ns % 1_000_000_000;
+                let sequence = index + 1;
+                let prefix = format!("  8,0    0 {sequence:8} {seconds:5}.{nanos:09}     0  Q");
+                if record.op == IoOp::Flush && record.len_bytes == 0 {
+                    writeln!(out, "{prefix}  FN [afa]")?;
+                    continue;
+                }
+                if record.offset_bytes % BLKPARSE_SECTOR_BYTES != 0
+                    || record.len_bytes % BLKPARSE_SECTOR_BYTES != 0
+                {
+                    return Err(invalid_input(format!(
+                        "blkparse traces address 512-byte sectors; offset {} or length {} is \
+                         not a multiple",
+                        record.offset_bytes, record.len_bytes
+                    )));
+                }
+                let rwbs = match record.op {
+                    IoOp::Read => "R",
+                    IoOp::Write => "W",
+                    IoOp::Trim => "D",
+                    IoOp::Flush => "FN",
+                };
+                writeln!(
+                    out,
+                    "{prefix} {rwbs:>3} {} + {} [afa]",
+                    record.offset_bytes / BLKPARSE_SECTOR_BYTES,
+                    record.len_bytes / BLKPARSE_SECTOR_BYTES
+                )?;
+            }
+        }
+    }
+    out.flush()
+}
+
+fn invalid_input(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, message)
+}
+
+/// Length of one Windows FILETIME tick.
+const MSR_TICK_NS: u64 = 100;
+/// blkparse always counts in 512-byte sectors, whatever the device's sector size.
+const BLKPARSE_SECTOR_BYTES: u64 = 512;
+
+/// Calls `handle(line_number, line)` for every line of `reader`, with line endings removed.
+/// Invalid UTF-8 is reported as a malformed line rather than an I/O error, since it is a
+/// property of the trace's content.
+fn for_each_line(
+    mut reader: impl BufRead,
+    source_name: &str,
+    mut handle: impl FnMut(usize, &str) -> Result<(), WorkloadError>,
+) -> Result<(), WorkloadError> {
+    let mut buffer = Vec::new();
+    let mut line_number = 0;
+    loop {
+        buffer.clear();
+        let read = reader
+            .read_until(b'\n', &mut buffer)
+            .map_err(|error| WorkloadError::Io {
+                source: source_name.to_string(),
+                error,
+            })?;
+        if read == 0 {
+            return Ok(());
+        }
+        line_number += 1;
+        let line = std::str::from_utf8(&buffer).map_err(|_| WorkloadError::TraceLine {
+            source: source_name.to_string(),
+            line: line_number,
+            reason: "line is not valid UTF-8".to_string(),
+        })?;
+        handle(line_number, line.trim_end_matches(['\n', '\r']))?;
+    }
+}
+
+/// Reads an MSR Cambridge CSV trace.
+///
+/// Blank lines and a leading header line starting with `Timestamp` are skipped. Timestamps
+/// become nanoseconds relative to the earliest record (the first one, in the sorted MSR
+/// traces). Sizes must be greater than zero.
+pub fn read_msr_csv(
+    reader: impl BufRead,
+    source_name: &str,
+) -> Result<Vec<TraceRecord>, WorkloadError> {
+    // Timestamps are collected as raw ticks first, then rebased once the earliest is known.
+    let mut records = Vec::new();
+    let mut ticks = Vec::new();
+    for_each_line(reader, source_name, |line_number, line| {
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        if records.is_empty()
+            && line
+                .get(..9)
+                .is_some_and(|start| start.eq_ignore_ascii_case("timestamp"))
+        {
+            return Ok(());
+        }
+        let bad = |reason: String| WorkloadError::TraceLine {
+            source: source_name.to_string(),
+            line: line_number,
+            reason,
+        };
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [timestamp, _host, _disk, kind, offset, size, _response] = fields[..] else {
+            return Err(bad(format!(
+                "expected 7 comma-separated fields, found {}",
+                fields.len()
+            )));
+        };
+        let number = |name: &str, text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| bad(format!("{name} '{text}' is not an unsigned integer")))
+        };
+        let tick = number("timestamp", timestamp)?;
+        let op = if kind.eq_ignore_ascii_case("read") {
+            IoOp::Read
+        } else if kind.eq_ignore_ascii_case("write") {
+            IoOp::Write
+        } else {
+            return Err(bad(format!("type '{kind}' is neither Read nor Write")));
+        };
+        let offset_bytes = number("offset", offset)?;
+        let len_bytes = number("size", size)?;
+        if len_bytes == 0 {
+            return Err(bad("size is zero".to_string()));
+        }
+        if offset_bytes.checked_add(len_bytes).is_none() {
+            return Err(bad("offset + size overflows".to_string()));
+        }
+        ticks.push((tick, line_number));
+        records.push(TraceRecord {
+            timestamp_ns: 0,
+            op,
+            offset_bytes,
+            len_bytes,
+        });
+        Ok(())
+    })?;
+    let first_tick = ticks.iter().map(|(tick, _)| *tick).min().unwrap_or(0);
+    for (record, (tick, line_number)) in records.iter_mut().zip(&ticks) {
+        record.timestamp_ns = (tick - first_tick)
+            .checked_mul(MSR_TICK_NS)
+            .ok_or_else(|| WorkloadError::TraceLine {
+                source: source_name.to_string(),
+                line: *line_number,
+                reason: "timestamp is too far from the first record".to_string(),
+            })?;
+    }
+    Ok(records)
+}
+
+/// Reads `blkparse` default text output, keeping the events whose action is `action`
+/// (`'Q'` for queued requests, `'D'` for issued, `'C'` for completed, ...).
+///
+/// The RWBS field decides the operation: `D` (discard) is a trim, otherwise `W` a write,
+/// `R` a read, and a lone `F` (a flush without data) a flush with offset and length 0.
+/// Events without data (`N`) are skipped, as are events of other actions and everything
+/// from blkparse's closing statistics (which start with a `CPUn (...)` or `Total (...)`
+/// line). Timestamps are kept as printed, which is already relative to the trace start.
+pub fn read_blkparse(
+    reader: impl BufRead,
+    source_name: &str,
+    action: char,
+) -> Result<Vec<TraceRecord>, WorkloadError> {
+    let mut records = Vec::new();
+    let mut in_summary = false;
+    for_each_line(reader, source_name, |line_number, line| {
+        let bad = |reason: String| WorkloadError::TraceLine {
+            source: source_name.to_string(),
+            line: line_number,
+            reason,
+        };
+        let mut tokens = line.split_whitespace();
+        let Some(first) = tokens.next() else {
+            return Ok(());
+        };
+        if !is_device_number(first) {
+            if in_summary || is_summary_start(line) {
+                in_summary = true;
+                return Ok(());
+            }
+            return Err(bad(format!(
+                "expected an event line starting with 'major,minor', found '{first}'"
+            )));
+        }
+        let mut field = |name: &str| {
+            tokens
+                .next()
+                .ok_or_else(|| bad(format!("line ends before the {name} field")))
+        };
+        let cpu = field("cpu")?;
+        let sequence = field("sequence")?;
+        let time = field("time")?;
+        let pid = field("pid")?;
+        let event_action = field("action")?;
+        for (name, text) in [("cpu", cpu), ("sequence", sequence), ("pid", pid)] {
+            if text.parse::<u64>().is_err() {
+                return Err(bad(format!("{name} '{text}' is not an unsigned integer")));
+            }
+        }
+        let timestamp_ns = parse_seconds_ns(time)
+            .ok_or_else(|| bad(format!("time '{time}' is not seconds.nanoseconds")))?;
+        let mut action_chars = event_action.chars();
+        if action_chars.next() != Some(action) || action_chars.next().is_some() {
+            return Ok(());
+        }
+        let rwbs = field("RWBS")?;
+        let op = if rwbs.contains('D') {
+            IoOp::Trim
+        } else if rwbs.contains('W') {
+            IoOp::Write
+        } else if rwbs.contains('R') {
+            IoOp::Read
+        } else if rwbs.contains('F') {
+            IoOp::Flush
+        } else {
+            // Requests without data (RWBS `N`) say nothing about the device's workload.
+            return Ok(());
+        };
+        let sector_text = tokens.next();
+        // blkparse prints no range for a flush that carries no data.
+        let flush_without_range = op == IoOp::Flush
+            && match sector_text {
+                None => true,
+                Some(text) => text.starts_with('['),
+            };
+        let (offset_bytes, len_bytes) = match sector_text {
+            _ if flush_without_range => (0, 0),
+            None => return Err(bad("line ends before the sector field".to_string())),
+            Some(sector_text) => {
+                let sector = sector_text.parse::<u64>().map_err(|_| {
+                    bad(format!("sector '{sector_text}' is not an unsigned integer"))
+                })?;
+                if tokens.next() != Some("+") {
+                    return Err(bad("expected '+' after the sector".to_string()));
+                }
+                let count_text = tokens
+                    .next()
+                    .ok_or_else(|| bad("line ends before the sector count".to_string()))?;
+                let count = count_text.parse::<u64>().map_err(|_| {
+                    bad(format!(
+                        "sector count '{count_text}' is not an unsigned integer"
+                    ))
+                })?;
+                let offset_bytes = sector
+                    .checked_mul(BLKPARSE_SECTOR_BYTES)
+                    .ok_or_else(|| bad("sector is too large".to_string()))?;
+                let len_bytes = count
+                    .checked_mul(BLKPARSE_SECTOR_BYTES)
+                    .filter(|len| offset_bytes.checked_add(*len).is_some())
+                    .ok_or_else(|| bad("sector count is too large".to_string()))?;
+                (offset_bytes, len_bytes)
+            }
+        };
+        records.push(TraceRecord {
+            timestamp_ns,
+            op,
+            offset_bytes,
+            len_bytes,
+        });
+        Ok(())
+    })?;
+    Ok(records)
+}
+
+/// Whether `token` looks like blkparse's `major,minor` device field.
+fn is_device_number(token: &str) -> bool {
+    token.split_once(',').is_some_and(|(major, minor)| {
+        !major.is_empty()
+            && !minor.is_empty()
+            && major.bytes().all(|b| b.is_ascii_digit())
+            && minor.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// Whether `line` starts blkparse's closing statistics: `CPU0 (8,0):` or `Total (8,0):`.
+fn is_summary_start(line: &str) -> bool {
+    let line = line.trim_start();
+    if line.starts_with("Total (") {
+        return true;
+    }
+    line.strip_prefix("CPU").is_some_and(|rest| {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && rest[digits..].trim_start().starts_with('(')
+    })
+}
+
+/// Parses blkparse's `seconds.nanoseconds` time into nanoseconds, exactly.
+fn parse_seconds_ns(text: &str) -> Option<u64> {
+    let (seconds_text, fraction_text) = text.split_once('.').unwrap_or((text, ""));
+    if seconds_text.is_empty()
+        || fraction_text.len() > 9
+        || !seconds_text.bytes().all(|b| b.is_ascii_digit())
+        || !fraction_text.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let seconds: u64 = seconds_text.parse().ok()?;
+    let mut nanos: u64 = 0;
+    for position in 0..9 {
+        let digit = fraction_text
+            .as_bytes()
+            .get(position)
+            .map_or(0, |b| u64::from(b - b'0'));
+        nanos = nanos * 10 + digit;
+    }
+    seconds.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+#[cfg(test)]
+mod tests;
