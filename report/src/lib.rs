@@ -69,6 +69,11 @@ struct OpStats {
     /// could overflow u64 nanoseconds in long runs.
     latency_sum_ns: u128,
     latency_max_ns: u64,
+    /// The op's active span: rates are per second of the time this kind of I/O was in
+    /// flight, as fio reports a job's bandwidth over its own runtime, so a read phase that
+    /// follows a write phase is not diluted by it.
+    first_submit_ns: u64,
+    last_complete_ns: u64,
 }
 
 impl OpStats {
@@ -82,10 +87,15 @@ impl OpStats {
             bytes: 0,
             latency_sum_ns: 0,
             latency_max_ns: 0,
+            first_submit_ns: u64::MAX,
+            last_complete_ns: 0,
         }
     }
 
-    fn report(&self, window_ns: u64) -> OpReport {
+    fn report(&self, measure_from_ns: u64) -> OpReport {
+        let window_ns = self
+            .last_complete_ns
+            .saturating_sub(self.first_submit_ns.max(measure_from_ns));
         let window_s = window_ns as f64 / NS_PER_S;
         // An empty window has no meaningful rate; report 0 rather than NaN or infinity, which JSON
         // cannot represent.
@@ -176,6 +186,8 @@ impl Recorder {
         stats.bytes = stats.bytes.saturating_add(bytes);
         stats.latency_sum_ns += u128::from(latency_ns);
         stats.latency_max_ns = stats.latency_max_ns.max(latency_ns);
+        stats.first_submit_ns = stats.first_submit_ns.min(submit_ns);
+        stats.last_complete_ns = stats.last_complete_ns.max(complete_ns);
 
         let lane = match op {
             OpClass::Read => 0,
@@ -229,8 +241,8 @@ impl Recorder {
     /// first and last buckets are not understated. Requests recorded with a completion time after
     /// `end_ns` still count in the totals but fall outside the timeline.
     pub fn finish(&self, end_ns: u64) -> Measurements {
-        let window_ns = end_ns.saturating_sub(self.measure_from_ns);
-        let [read, write, trim, flush] = [0, 1, 2, 3].map(|i| self.ops[i].report(window_ns));
+        let [read, write, trim, flush] =
+            [0, 1, 2, 3].map(|i| self.ops[i].report(self.measure_from_ns));
         Measurements {
             read,
             write,
@@ -343,8 +355,6 @@ pub struct RunReport {
     pub sim_time_ns: u64,
     /// Wall-clock time the simulation took.
     pub host_time_s: f64,
-    /// Simulated host requests completed per wall-clock second: the simulator's own speed.
-    pub requests_per_host_second: f64,
     /// Echo of the configuration that ran.
     pub config: serde_json::Value,
     pub read: OpReport,
@@ -424,6 +434,18 @@ impl RunReport {
     /// bytes, IOPS, MB/s, latency mean/p50/p90/p99/p99.9/max in µs), WAF, NAND counters split
     /// SLC / MLC-TLC, GC runs and pages moved, wear, integrity, and the die busy fraction as
     /// min/mean/max. Plain text, aligned columns, no colour codes.
+    /// Simulated host requests completed per wall-clock second: the simulator's own speed.
+    /// Derived, not stored, so that the JSON of two runs with one seed differs only in
+    /// `host_time_s`.
+    pub fn requests_per_host_second(&self) -> f64 {
+        let ios = self.read.ios + self.write.ios + self.trim.ios + self.flush.ios;
+        if self.host_time_s > 0.0 {
+            ios as f64 / self.host_time_s
+        } else {
+            0.0
+        }
+    }
+
     pub fn human_summary(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail, so the fmt::Results below are ignored.
@@ -433,7 +455,7 @@ impl RunReport {
             self.seed,
             self.sim_time_ns as f64 / NS_PER_S,
             self.host_time_s,
-            self.requests_per_host_second
+            self.requests_per_host_second()
         );
         out.push('\n');
 

@@ -33,9 +33,10 @@ fn percentiles_of_known_inputs() {
     assert!(lat.p999 <= lat.max);
     assert_eq!(m.read.ios, 1000);
     assert_eq!(m.read.bytes, 4_096_000);
-    // Window is 1 s of virtual time.
-    assert_eq!(m.read.iops, 1000.0);
-    assert!(close(m.read.bandwidth_mb_s, 4.096, 1e-12));
+    // Rates are over the op's active span: first submission at 7 µs, last completion at
+    // 7000 + 1000 µs, so 7993 µs.
+    assert!(close(m.read.iops, 1000.0 / 7993e-6, 1e-12), "{}", m.read.iops);
+    assert!(close(m.read.bandwidth_mb_s, 4.096 / 7993e-6, 1e-12));
     // Other op classes untouched.
     assert_eq!(m.write, OpReport::default());
     assert_eq!(m.trim.latency_us, LatencySummary::default());
@@ -100,9 +101,9 @@ fn ramp_time_is_excluded() {
     let m = recorder.finish(20 * MS);
     assert_eq!(m.write.ios, 10);
     assert_eq!(m.write.bytes, 10_000_000);
-    // 10 IOs over the 10 ms window.
-    assert!(close(m.write.iops, 1000.0, 1e-12), "{}", m.write.iops);
-    assert!(close(m.write.bandwidth_mb_s, 1000.0, 1e-12));
+    // 10 IOs over the 9 ms from the window's start (10 ms) to the last completion (19 ms).
+    assert!(close(m.write.iops, 10.0 / 9e-3, 1e-12), "{}", m.write.iops);
+    assert!(close(m.write.bandwidth_mb_s, 10.0 / 9e-3, 1e-12));
     assert_eq!(m.write.latency_us.max, 1000.0 + 20.0);
     assert!(close(m.write.latency_us.p50, 20.0, 1e-3));
     // The timeline covers only the window: buckets starting at 10, 11, …, 19 ms.
@@ -119,9 +120,10 @@ fn ramp_time_is_excluded() {
 fn empty_window_reports_zero_rates() {
     let mut recorder = Recorder::new(MS);
     recorder.set_measure_from_ns(5 * MS);
-    recorder.record(OpClass::Read, 5 * MS, 5 * MS + 1, 512);
+    // Completes before the window opens, so nothing is measured.
+    recorder.record(OpClass::Read, 4 * MS, 5 * MS - 1, 512);
     let m = recorder.finish(5 * MS);
-    assert_eq!(m.read.ios, 1);
+    assert_eq!(m.read.ios, 0);
     assert_eq!(m.read.iops, 0.0);
     assert_eq!(m.read.bandwidth_mb_s, 0.0);
     assert!(m.timeline.is_empty());
@@ -193,7 +195,6 @@ fn sample_report() -> RunReport {
         seed: 424_242,
         sim_time_ns: 2 * MS,
         host_time_s: 0.125,
-        requests_per_host_second: 1608.0,
         config: serde_json::json!({ "ssd": { "dies": 4, "cell": "tlc" }, "workload": "randrw" }),
         read: m.read,
         write: m.write,
@@ -258,7 +259,6 @@ fn json_round_trip_with_contract_keys() {
             "seed",
             "sim_time_ns",
             "host_time_s",
-            "requests_per_host_second",
             "config",
             "read",
             "write",
@@ -343,12 +343,13 @@ fn human_summary_contains_the_numbers() {
         "1608",
         // read row: 100 IOs of 4096 bytes over 2 ms, latency 87 µs
         "409600",
-        "50000.0",
-        "204.80",
+        // 100 reads between the first submission (0) and the last completion (1077 µs).
+        "92850.5",
+        "380.32",
         "87.00",
-        // write row: 1234 µs latency, 13107200 bytes over 2 ms
+        // write row: 1234 µs latency, 13107200 bytes over 0..2224 µs
         "13107200",
-        "6553.60",
+        "5893.53",
         "1234.00",
         // trim row: 1 MiB
         "1048576",

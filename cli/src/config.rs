@@ -1,0 +1,137 @@
+//! The TOML run configuration: the device, its preconditioning, the workload and the report.
+//! Every key is listed with its unit and default in docs/configuration.md.
+
+use std::path::{Path, PathBuf};
+
+use afa_ssd::{Precondition, SsdConfig};
+use serde::{Deserialize, Serialize};
+
+/// The configuration embedded in the binary, used when `afa run` gets no file.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub ssd: SsdConfig,
+    pub precondition: Precondition,
+    pub workload: WorkloadConfig,
+    pub report: ReportConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            ssd: SsdConfig::default(),
+            precondition: Precondition::default(),
+            workload: WorkloadConfig::default(),
+            report: ReportConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadConfig {
+    /// A fio job file, relative to the configuration file.
+    pub job_file: Option<PathBuf>,
+    /// A fio job file written inline.
+    pub job: Option<String>,
+    pub trace: Option<TraceConfig>,
+    /// Give the device idle time for background GC between requests (default true).
+    pub background_work: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    /// Trace file, relative to the configuration file.
+    pub path: PathBuf,
+    /// "msr" (MSR Cambridge CSV) or "blkparse" (blkparse text output).
+    pub format: String,
+    /// "timed" (issue at the trace's timestamps) or "closed" (as fast as iodepth allows).
+    #[serde(default = "default_replay")]
+    pub replay: String,
+    #[serde(default = "default_iodepth")]
+    pub iodepth: u32,
+    /// Multiplier on trace timestamps in timed replay (0.5 replays twice as fast).
+    #[serde(default = "default_scale")]
+    pub time_scale: f64,
+}
+
+fn default_replay() -> String {
+    "timed".into()
+}
+fn default_iodepth() -> u32 {
+    32
+}
+fn default_scale() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// Width of a throughput-timeline bucket in milliseconds of simulated time (0: none).
+    pub timeline_interval_ms: f64,
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        Self {
+            timeline_interval_ms: 10.0,
+        }
+    }
+}
+
+/// A configuration and the directory its relative paths are resolved against.
+#[derive(Debug)]
+pub struct LoadedConfig {
+    pub config: RunConfig,
+    pub base_dir: PathBuf,
+    pub source: String,
+}
+
+pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
+    let (text, base_dir, source) = match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read configuration {}: {e}", p.display()))?;
+            let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
+            (text, dir, p.display().to_string())
+        }
+        None => (
+            DEFAULT_CONFIG.to_string(),
+            PathBuf::from("."),
+            "embedded default".to_string(),
+        ),
+    };
+    let config: RunConfig =
+        toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+    config
+        .ssd
+        .validate()
+        .map_err(|e| format!("configuration {source}: {e}"))?;
+    config
+        .precondition
+        .validate()
+        .map_err(|e| format!("configuration {source}: {e}"))?;
+    let w = &config.workload;
+    let sources = w.job_file.is_some() as u32 + w.job.is_some() as u32 + w.trace.is_some() as u32;
+    if sources != 1 {
+        return Err(format!(
+            "configuration {source}: [workload] needs exactly one of job_file, job or trace (found {sources})"
+        ));
+    }
+    if !(config.report.timeline_interval_ms >= 0.0 && config.report.timeline_interval_ms.is_finite()) {
+        return Err(format!(
+            "configuration {source}: report.timeline_interval_ms must be a non-negative number"
+        ));
+    }
+    Ok(LoadedConfig {
+        config,
+        base_dir,
+        source,
+    })
+}

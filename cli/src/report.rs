@@ -1,0 +1,85 @@
+//! Joins a run's measurements with the device's counters into the run report.
+
+use afa_host::RunOutcome;
+use afa_report::{GcReport, IntegrityReport, NandReport, RunReport, WearReport};
+use afa_ssd::Ssd;
+
+pub fn build(
+    ssd: &Ssd,
+    outcome: &RunOutcome,
+    seed: u64,
+    host_time_s: f64,
+    config: serde_json::Value,
+) -> RunReport {
+    let n = ssd.nand_counters();
+    let f = ssd.ftl_stats();
+    let m = &outcome.measurements;
+    let nand = NandReport {
+        page_reads: n.reads.iter().sum(),
+        page_programs: n.programs.iter().sum(),
+        block_erases: n.erases.iter().sum(),
+        slc_reads: n.reads[0],
+        slc_programs: n.programs[0],
+        slc_erases: n.erases[0],
+        mlc_reads: n.reads[1] + n.reads[2],
+        mlc_programs: n.programs[1] + n.programs[2],
+        mlc_erases: n.erases[1] + n.erases[2],
+    };
+    let geometry = ssd.nand().geometry();
+    let mut erase_min = u64::MAX;
+    let mut erase_max = 0u64;
+    let mut erase_sum = 0u64;
+    let mut good = 0u64;
+    for block in 0..geometry.blocks_total() {
+        if ssd.nand().is_bad(block) {
+            continue;
+        }
+        let e = ssd.nand().erase_count(block) as u64;
+        erase_min = erase_min.min(e);
+        erase_max = erase_max.max(e);
+        erase_sum += e;
+        good += 1;
+    }
+    let sim = outcome.sim_time_ns.max(1) as f64;
+    RunReport {
+        seed,
+        sim_time_ns: outcome.sim_time_ns,
+        host_time_s,
+        config,
+        read: m.read.clone(),
+        write: m.write.clone(),
+        trim: m.trim.clone(),
+        flush: m.flush.clone(),
+        waf: ssd.write_amplification(),
+        host_page_writes: f.host_page_writes,
+        nand,
+        gc: GcReport {
+            runs: f.gc_foreground_runs + f.gc_background_runs,
+            foreground_runs: f.gc_foreground_runs,
+            background_runs: f.gc_background_runs,
+            pages_moved: f.gc_pages_moved,
+            slc_evictions: f.slc_evictions,
+        },
+        wear: WearReport {
+            erase_count_min: if good == 0 { 0 } else { erase_min },
+            erase_count_max: erase_max,
+            erase_count_mean: if good == 0 {
+                0.0
+            } else {
+                erase_sum as f64 / good as f64
+            },
+            static_wl_moves: f.static_wl_moves,
+        },
+        integrity: IntegrityReport {
+            reads_checked: outcome.reads_checked,
+            mismatches: outcome.mismatches,
+        },
+        die_busy_fraction: ssd
+            .nand()
+            .die_busy_ns()
+            .iter()
+            .map(|&b| b as f64 / sim)
+            .collect(),
+        timeline: m.timeline.clone(),
+    }
+}

@@ -1,0 +1,591 @@
+//! The host that drives a volume: it turns fio jobs or a block trace into commands, keeps
+//! each job's queue depth full in virtual time, checks every read against an oracle and
+//! feeds completions to the recorder.
+//!
+//! It runs against any [`BlockDevice`], so one SSD and (later) an array of them are driven
+//! by the same code.
+
+mod oracle;
+
+use afa_nand::{fill_unit, sector_token, PayloadMode};
+use afa_report::{Measurements, OpClass, Progress, Recorder};
+use afa_sim::{EventLogHash, EventQueue, TimeNs};
+use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
+use afa_workload::fio::JobSpec;
+use afa_workload::generator::JobGenerator;
+use afa_workload::trace::TraceRecord;
+use afa_workload::{IoOp, IoRequest, WorkloadError};
+
+pub use oracle::{Mismatch, Oracle};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    #[error("the device failed a {op:?} of {len_bytes} bytes at byte {offset_bytes}: {source}")]
+    Device {
+        op: IoOp,
+        offset_bytes: u64,
+        len_bytes: u64,
+        source: DeviceError,
+    },
+    #[error("request at byte {offset_bytes} of {len_bytes} bytes is not a whole number of {sector_bytes}-byte sectors")]
+    Unaligned {
+        offset_bytes: u64,
+        len_bytes: u64,
+        sector_bytes: u32,
+    },
+}
+
+/// How a trace is replayed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TraceReplay {
+    /// Each request is issued at its timestamp multiplied by `time_scale` (open loop).
+    Timed { time_scale: f64 },
+    /// Requests are issued in order as fast as `iodepth` allows (closed loop).
+    Closed { iodepth: u32 },
+}
+
+/// What the host runs.
+#[derive(Debug, Clone)]
+pub enum Workload {
+    Jobs(Vec<JobSpec>),
+    Trace {
+        records: Vec<TraceRecord>,
+        replay: TraceReplay,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub seed: u64,
+    pub timeline_interval_ns: u64,
+    /// Sectors `0..n` hold preconditioned content (`sector_token(lba, 0)`).
+    pub preconditioned_sectors: u64,
+    /// Give the device idle time for background work.
+    pub background_work: bool,
+    pub show_progress: bool,
+}
+
+/// What a run produced, before it is joined with the device's counters into a report.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub measurements: Measurements,
+    pub sim_time_ns: TimeNs,
+    pub requests: u64,
+    pub reads_checked: u64,
+    pub mismatches: u64,
+    pub first_mismatches: Vec<Mismatch>,
+    pub event_hash: u64,
+}
+
+enum Source {
+    Job(Box<JobGenerator>),
+    Trace {
+        records: Vec<TraceRecord>,
+        next: usize,
+        timed: Option<f64>,
+    },
+}
+
+struct Stream {
+    source: Source,
+    group: usize,
+    iodepth: u32,
+    outstanding: u32,
+    exhausted: bool,
+    deadline_ns: Option<TimeNs>,
+    ramp_end_ns: TimeNs,
+    thinktime_ns: u64,
+    runtime_ns: Option<u64>,
+    ramp_time_ns: u64,
+    /// A timed trace's wake-up is already in the queue.
+    wakeup_pending: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// A command of `stream` completes; `op`, `bytes` and `submit_ns` feed the recorder.
+    Complete {
+        stream: u32,
+        op: IoOp,
+        bytes: u64,
+        submit_ns: TimeNs,
+    },
+    /// `stream` may issue its next request (after think time, or a timed trace record).
+    Issue { stream: u32 },
+    /// The device asked to be called for idle-time work.
+    Background,
+}
+
+fn op_class(op: IoOp) -> OpClass {
+    match op {
+        IoOp::Read => OpClass::Read,
+        IoOp::Write => OpClass::Write,
+        IoOp::Trim => OpClass::Trim,
+        IoOp::Flush => OpClass::Flush,
+    }
+}
+
+/// Drives `device` with `workload` until every job ends. Deterministic: the same device
+/// state, workload and options give the same outcome, bit for bit.
+pub fn run(
+    device: &mut dyn BlockDevice,
+    workload: &Workload,
+    options: &RunOptions,
+) -> Result<RunOutcome, RunError> {
+    let mut host = Host::new(device, workload, options)?;
+    host.run()?;
+    Ok(host.finish())
+}
+
+struct Host<'d> {
+    device: &'d mut dyn BlockDevice,
+    streams: Vec<Stream>,
+    groups: usize,
+    current_group: usize,
+    queue: EventQueue<Event>,
+    recorder: Recorder,
+    oracle: Option<Oracle>,
+    sector_bytes: u64,
+    capacity_bytes: u64,
+    unit_bytes: usize,
+    device_outstanding: u32,
+    device_queue_depth: u32,
+    /// Streams waiting for a device queue slot, in arrival order.
+    waiting: std::collections::VecDeque<u32>,
+    now_ns: TimeNs,
+    hash: EventLogHash,
+    requests: u64,
+    write_buf: Vec<u8>,
+    read_buf: Vec<u8>,
+    background_pending: bool,
+    background_work: bool,
+    progress: Option<(Progress, u64)>,
+}
+
+impl<'d> Host<'d> {
+    fn new(
+        device: &'d mut dyn BlockDevice,
+        workload: &Workload,
+        options: &RunOptions,
+    ) -> Result<Self, RunError> {
+        let info = device.info();
+        let sector_bytes = info.sector_bytes as u64;
+        let capacity_bytes = info.capacity_sectors * sector_bytes;
+        let mut streams = Vec::new();
+        let mut groups = 0;
+        let mut progress_total = 0u64;
+        match workload {
+            Workload::Jobs(jobs) => {
+                for (index, job) in jobs.iter().enumerate() {
+                    if index == 0 || job.stonewall {
+                        groups += 1;
+                    }
+                    for clone in 0..job.numjobs {
+                        let seed = options.seed ^ (index as u64) << 32;
+                        let generator =
+                            JobGenerator::new(job, capacity_bytes, sector_bytes, seed, clone)?;
+                        progress_total += job
+                            .io_size_bytes
+                            .unwrap_or(generator.region().1)
+                            .min(job.number_ios.map_or(u64::MAX, |n| {
+                                n.saturating_mul(job.block_sizes[1].max_bytes())
+                            }));
+                        streams.push(Stream {
+                            source: Source::Job(Box::new(generator)),
+                            group: groups - 1,
+                            iodepth: job.iodepth,
+                            outstanding: 0,
+                            exhausted: false,
+                            deadline_ns: None,
+                            ramp_end_ns: 0,
+                            thinktime_ns: job.thinktime_ns,
+                            runtime_ns: job.runtime_ns,
+                            ramp_time_ns: job.ramp_time_ns,
+                            wakeup_pending: false,
+                        });
+                    }
+                }
+            }
+            Workload::Trace { records, replay } => {
+                groups = 1;
+                progress_total = records.iter().map(|r| r.len_bytes).sum();
+                let (iodepth, timed) = match *replay {
+                    TraceReplay::Timed { time_scale } => (u32::MAX, Some(time_scale)),
+                    TraceReplay::Closed { iodepth } => (iodepth.max(1), None),
+                };
+                streams.push(Stream {
+                    source: Source::Trace {
+                        records: records.clone(),
+                        next: 0,
+                        timed,
+                    },
+                    group: 0,
+                    iodepth,
+                    outstanding: 0,
+                    exhausted: false,
+                    deadline_ns: None,
+                    ramp_end_ns: 0,
+                    thinktime_ns: 0,
+                    runtime_ns: None,
+                    ramp_time_ns: 0,
+                    wakeup_pending: false,
+                });
+            }
+        }
+        let oracle = (info.payload_unit_bytes > 0).then(|| {
+            Oracle::new(
+                info.capacity_sectors,
+                options.preconditioned_sectors.min(info.capacity_sectors),
+            )
+        });
+        let progress = options
+            .show_progress
+            .then(|| (Progress::new(progress_total.max(1), "bytes"), 0));
+        Ok(Self {
+            device,
+            streams,
+            groups,
+            current_group: 0,
+            queue: EventQueue::with_capacity(1024),
+            recorder: Recorder::new(options.timeline_interval_ns),
+            oracle,
+            sector_bytes,
+            capacity_bytes,
+            unit_bytes: info.payload_unit_bytes as usize,
+            device_outstanding: 0,
+            device_queue_depth: info.max_queue_depth.max(1),
+            waiting: std::collections::VecDeque::new(),
+            now_ns: 0,
+            hash: EventLogHash::new(),
+            requests: 0,
+            write_buf: Vec::new(),
+            read_buf: Vec::new(),
+            background_pending: false,
+            background_work: options.background_work,
+            progress,
+        })
+    }
+
+    fn run(&mut self) -> Result<(), RunError> {
+        if self.streams.is_empty() {
+            return Ok(());
+        }
+        self.start_group(0)?;
+        while let Some((t, event)) = self.queue.pop() {
+            self.now_ns = t;
+            match event {
+                Event::Complete {
+                    stream,
+                    op,
+                    bytes,
+                    submit_ns,
+                } => {
+                    self.hash.record(t, 1, stream as u64);
+                    self.device_outstanding -= 1;
+                    let s = &mut self.streams[stream as usize];
+                    s.outstanding -= 1;
+                    if t >= s.ramp_end_ns {
+                        self.recorder.record(op_class(op), submit_ns, t, bytes);
+                    }
+                    if let Some((p, done)) = self.progress.as_mut() {
+                        *done += bytes;
+                        p.update(*done);
+                    }
+                    if let Some(next) = self.waiting.pop_front() {
+                        self.issue(next)?;
+                    }
+                    let think = self.streams[stream as usize].thinktime_ns;
+                    if think > 0 {
+                        self.queue.push(t + think, Event::Issue { stream });
+                    } else {
+                        self.issue(stream)?;
+                    }
+                    self.maybe_finish_group()?;
+                }
+                Event::Issue { stream } => {
+                    self.hash.record(t, 2, stream as u64);
+                    self.streams[stream as usize].wakeup_pending = false;
+                    self.issue(stream)?;
+                    self.maybe_finish_group()?;
+                }
+                Event::Background => {
+                    self.background_pending = false;
+                }
+            }
+            self.maybe_background();
+        }
+        Ok(())
+    }
+
+    /// Gives the device idle time when nothing is outstanding.
+    fn maybe_background(&mut self) {
+        if !self.background_work || self.device_outstanding > 0 || self.background_pending {
+            return;
+        }
+        if let Some(next) = self.device.background(self.now_ns) {
+            // Only worth waking up if the host would otherwise stay idle until then.
+            if self.queue.peek_time().is_none_or(|t| t > next) && next > self.now_ns {
+                self.background_pending = true;
+                self.queue.push(next, Event::Background);
+            }
+        }
+    }
+
+    fn start_group(&mut self, group: usize) -> Result<(), RunError> {
+        self.current_group = group;
+        let now = self.now_ns;
+        let mut max_ramp_end = now;
+        for i in 0..self.streams.len() {
+            let s = &mut self.streams[i];
+            if s.group != group {
+                continue;
+            }
+            s.deadline_ns = s.runtime_ns.map(|r| now + s.ramp_time_ns + r);
+            s.ramp_end_ns = now + s.ramp_time_ns;
+            max_ramp_end = max_ramp_end.max(s.ramp_end_ns);
+            let depth = s.iodepth;
+            if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
+                s.wakeup_pending = true;
+                self.queue.push(now, Event::Issue { stream: i as u32 });
+                continue;
+            }
+            for _ in 0..depth {
+                self.issue(i as u32)?;
+                if self.streams[i].exhausted {
+                    break;
+                }
+            }
+        }
+        if group == 0 {
+            self.recorder.set_measure_from_ns(max_ramp_end);
+        }
+        self.maybe_finish_group()
+    }
+
+    fn maybe_finish_group(&mut self) -> Result<(), RunError> {
+        let group = self.current_group;
+        let done = self
+            .streams
+            .iter()
+            .filter(|s| s.group == group)
+            .all(|s| s.exhausted && s.outstanding == 0);
+        if done && group + 1 < self.groups {
+            self.start_group(group + 1)?;
+        }
+        Ok(())
+    }
+
+    /// The next request of a stream, or None when it is done.
+    fn next_request(&mut self, stream: u32) -> Option<IoRequest> {
+        let now = self.now_ns;
+        let capacity = self.capacity_bytes;
+        let sector = self.sector_bytes;
+        let s = &mut self.streams[stream as usize];
+        if s.exhausted {
+            return None;
+        }
+        if s.deadline_ns.is_some_and(|d| now >= d) {
+            s.exhausted = true;
+            return None;
+        }
+        let request = match &mut s.source {
+            Source::Job(g) => g.next_io(),
+            Source::Trace {
+                records,
+                next,
+                timed,
+            } => {
+                let r = records.get(*next).copied();
+                if let (Some(scale), Some(r)) = (*timed, r) {
+                    let due = (r.timestamp_ns as f64 * scale) as TimeNs;
+                    if due > now {
+                        // Not yet: come back at the record's time (once).
+                        if !s.wakeup_pending {
+                            s.wakeup_pending = true;
+                            self.queue.push(due, Event::Issue { stream });
+                        }
+                        return None;
+                    }
+                }
+                *next += 1;
+                r.map(|r| wrap_trace_request(r, capacity, sector))
+            }
+        };
+        if request.is_none() {
+            s.exhausted = true;
+        }
+        request
+    }
+
+    fn issue(&mut self, stream: u32) -> Result<(), RunError> {
+        loop {
+            let s = &self.streams[stream as usize];
+            if s.outstanding >= s.iodepth || s.group != self.current_group {
+                return Ok(());
+            }
+            if self.device_outstanding >= self.device_queue_depth {
+                self.waiting.push_back(stream);
+                return Ok(());
+            }
+            let Some(request) = self.next_request(stream) else {
+                return Ok(());
+            };
+            self.submit(stream, request)?;
+            // A timed trace issues every record that is due; a job issues one request per
+            // free slot, and its slots are refilled one by one as completions arrive.
+            let timed = matches!(
+                self.streams[stream as usize].source,
+                Source::Trace { timed: Some(_), .. }
+            );
+            if !timed {
+                return Ok(());
+            }
+        }
+    }
+
+    fn submit(&mut self, stream: u32, request: IoRequest) -> Result<(), RunError> {
+        let sector = self.sector_bytes;
+        if request.op != IoOp::Flush
+            && (request.offset_bytes % sector != 0 || request.len_bytes % sector != 0)
+        {
+            return Err(RunError::Unaligned {
+                offset_bytes: request.offset_bytes,
+                len_bytes: request.len_bytes,
+                sector_bytes: sector as u32,
+            });
+        }
+        let lba = request.offset_bytes / sector;
+        let sectors = (request.len_bytes / sector) as u32;
+        let unit = self.unit_bytes;
+        let now = self.now_ns;
+        let device_error = |source| RunError::Device {
+            op: request.op,
+            offset_bytes: request.offset_bytes,
+            len_bytes: request.len_bytes,
+            source,
+        };
+        let completion = match request.op {
+            IoOp::Write => {
+                self.write_buf.resize(sectors as usize * unit, 0);
+                if let Some(oracle) = self.oracle.as_mut() {
+                    let version = oracle.next_version();
+                    for i in 0..sectors as usize {
+                        let token = sector_token(lba + i as u64, version);
+                        oracle.set(lba + i as u64, token);
+                        fill_unit(token, &mut self.write_buf[i * unit..(i + 1) * unit]);
+                    }
+                }
+                let cmd = Command::write(lba, sectors, &self.write_buf);
+                self.device
+                    .submit(now, &cmd, ReadBuffers { data: &mut [], tags: None })
+                    .map_err(device_error)?
+            }
+            IoOp::Read => {
+                self.read_buf.resize(sectors as usize * unit, 0);
+                let c = self
+                    .device
+                    .submit(
+                        now,
+                        &Command::read(lba, sectors),
+                        ReadBuffers {
+                            data: &mut self.read_buf,
+                            tags: None,
+                        },
+                    )
+                    .map_err(device_error)?;
+                if let Some(oracle) = self.oracle.as_mut() {
+                    oracle.check(lba, &self.read_buf, unit, now);
+                }
+                c
+            }
+            IoOp::Trim => {
+                if let Some(oracle) = self.oracle.as_mut() {
+                    for i in 0..sectors as u64 {
+                        oracle.set(lba + i, 0);
+                    }
+                }
+                self.device
+                    .submit(now, &Command::trim(lba, sectors), ReadBuffers { data: &mut [], tags: None })
+                    .map_err(device_error)?
+            }
+            IoOp::Flush => self
+                .device
+                .submit(now, &Command::flush(), ReadBuffers { data: &mut [], tags: None })
+                .map_err(device_error)?,
+        };
+        debug_assert!(completion.done_ns >= now, "completion before submission");
+        self.hash.record(completion.done_ns, 3, lba);
+        self.requests += 1;
+        self.device_outstanding += 1;
+        self.streams[stream as usize].outstanding += 1;
+        self.queue.push(
+            completion.done_ns.max(now),
+            Event::Complete {
+                stream,
+                op: request.op,
+                bytes: request.len_bytes,
+                submit_ns: now,
+            },
+        );
+        Ok(())
+    }
+
+    fn finish(mut self) -> RunOutcome {
+        if let Some((p, _)) = self.progress.as_mut() {
+            p.finish();
+        }
+        let (checked, mismatches, first) = self
+            .oracle
+            .as_ref()
+            .map_or((0, 0, Vec::new()), |o| (o.reads_checked(), o.mismatches(), o.first_mismatches().to_vec()));
+        RunOutcome {
+            measurements: self.recorder.finish(self.now_ns),
+            sim_time_ns: self.now_ns,
+            requests: self.requests,
+            reads_checked: checked,
+            mismatches,
+            first_mismatches: first,
+            event_hash: self.hash.value(),
+        }
+    }
+}
+
+/// Maps a trace request into the device: offsets wrap around the capacity and both ends are
+/// rounded to whole sectors, so any trace can be replayed on any device.
+fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) -> IoRequest {
+    if r.op == IoOp::Flush {
+        return IoRequest {
+            op: IoOp::Flush,
+            offset_bytes: 0,
+            len_bytes: 0,
+        };
+    }
+    let start = r.offset_bytes / sector_bytes * sector_bytes;
+    let end = (r.offset_bytes + r.len_bytes.max(1)).div_ceil(sector_bytes) * sector_bytes;
+    let len = (end - start).min(capacity_bytes);
+    let offset = start % capacity_bytes;
+    let offset = if offset + len > capacity_bytes {
+        capacity_bytes - len
+    } else {
+        offset
+    };
+    IoRequest {
+        op: r.op,
+        offset_bytes: offset,
+        len_bytes: len,
+    }
+}
+
+/// Payload mode of a device, from the bytes it stores per sector.
+pub fn payload_of(unit_bytes: u32) -> PayloadMode {
+    match unit_bytes {
+        0 => PayloadMode::None,
+        8 => PayloadMode::Token,
+        _ => PayloadMode::Full,
+    }
+}
+
+#[cfg(test)]
+mod tests;
