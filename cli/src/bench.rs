@@ -9,9 +9,7 @@ use serde_json::json;
 
 use afa_host::{RunOptions, Workload};
 use afa_nand::{Geometry, PayloadMode};
-use afa_ssd::{
-    BlockDevice, Precondition, PreconditionPattern, Ssd, SsdConfig, VictimPolicy,
-};
+use afa_ssd::{BlockDevice, Precondition, PreconditionPattern, Ssd, SsdConfig, VictimPolicy};
 use afa_workload::fio::parse_job_file;
 
 use crate::{model_waf_value, GcPolicyArg};
@@ -39,6 +37,10 @@ pub enum BenchCommand {
         /// Requests in the measured window.
         #[arg(long, default_value_t = 4_000_000)]
         requests: u64,
+        /// Simulated random overwrites after the steady state is built, as a multiple of
+        /// the logical capacity.
+        #[arg(long, default_value_t = 0.1)]
+        settle_rounds: f64,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -48,7 +50,7 @@ pub enum BenchCommand {
         fill: f64,
         #[arg(long, value_enum, default_value = "random")]
         pattern: PatternArg,
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 0.25)]
         overwrite_rounds: f64,
         #[arg(long)]
         json: Option<PathBuf>,
@@ -59,6 +61,7 @@ pub enum BenchCommand {
 pub enum PatternArg {
     Sequential,
     Random,
+    RandomSimulated,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -70,7 +73,11 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
             rounds,
             json,
         } => bench_waf(policy, op, pages_per_block, rounds, json.as_deref()),
-        BenchCommand::Sim { requests, json } => bench_sim(requests, json.as_deref()),
+        BenchCommand::Sim {
+            requests,
+            settle_rounds,
+            json,
+        } => bench_sim(requests, settle_rounds, json.as_deref()),
         BenchCommand::Precondition {
             fill,
             pattern,
@@ -91,7 +98,11 @@ fn write_json(path: Option<&Path>, value: &serde_json::Value) -> Result<(), Stri
 
 /// Runs `requests` uniform random 4 KiB writes at queue depth 32 and returns the outcome,
 /// the write amplification inside the window and the host seconds spent.
-fn random_writes(ssd: &mut Ssd, requests: u64, seed: u64) -> Result<(afa_host::RunOutcome, f64, f64), String> {
+fn random_writes(
+    ssd: &mut Ssd,
+    requests: u64,
+    seed: u64,
+) -> Result<(afa_host::RunOutcome, f64, f64), String> {
     let job = format!("[w]\nrw=randwrite\nbs=4k\niodepth=32\nnumber_ios={requests}\nio_size=1p\n");
     let jobs = parse_job_file(&job).map_err(|e| e.to_string())?;
     let programs_before: u64 = ssd.nand_counters().programs.iter().sum();
@@ -148,7 +159,9 @@ fn bench_waf(
     ssd.precondition(
         &Precondition {
             fill_fraction: 1.0,
-            pattern: PreconditionPattern::Random,
+            // Simulated history, not the model-built state: this bench checks the
+            // simulator against the model, so the model must not shape its starting point.
+            pattern: PreconditionPattern::RandomSimulated,
             overwrite_rounds: 3.0,
         },
         1,
@@ -195,7 +208,7 @@ fn sim_device(payload: PayloadMode) -> Result<Ssd, String> {
     Ssd::new(cfg, 1).map_err(|e| e.to_string())
 }
 
-fn bench_sim(requests: u64, json: Option<&Path>) -> Result<(), String> {
+fn bench_sim(requests: u64, settle_rounds: f64, json: Option<&Path>) -> Result<(), String> {
     let mut figures = serde_json::Map::new();
     for payload in [PayloadMode::None, PayloadMode::Token] {
         let mut ssd = sim_device(payload)?;
@@ -204,7 +217,7 @@ fn bench_sim(requests: u64, json: Option<&Path>) -> Result<(), String> {
             &Precondition {
                 fill_fraction: 1.0,
                 pattern: PreconditionPattern::Random,
-                overwrite_rounds: 1.0,
+                overwrite_rounds: settle_rounds,
             },
             1,
         )
@@ -287,6 +300,7 @@ fn bench_precondition(
         pattern: match pattern {
             PatternArg::Sequential => PreconditionPattern::Sequential,
             PatternArg::Random => PreconditionPattern::Random,
+            PatternArg::RandomSimulated => PreconditionPattern::RandomSimulated,
         },
         overwrite_rounds,
     };

@@ -124,7 +124,9 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
             "configuration {source}: [workload] needs exactly one of job_file, job or trace (found {sources})"
         ));
     }
-    if !(config.report.timeline_interval_ms >= 0.0 && config.report.timeline_interval_ms.is_finite()) {
+    if !(config.report.timeline_interval_ms >= 0.0
+        && config.report.timeline_interval_ms.is_finite())
+    {
         return Err(format!(
             "configuration {source}: report.timeline_interval_ms must be a non-negative number"
         ));

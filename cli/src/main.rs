@@ -16,7 +16,11 @@ use afa_workload::fio::parse_job_file;
 use afa_workload::trace::{read_trace, TraceFormat};
 
 #[derive(Debug, Parser)]
-#[command(name = "afa", version, about = "All-flash-array engine and NAND SSD emulator")]
+#[command(
+    name = "afa",
+    version,
+    about = "All-flash-array engine and NAND SSD emulator"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -174,10 +178,7 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
         let jobs = parse_job_file(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(Workload::Jobs(jobs));
     }
-    let t = w
-        .trace
-        .as_ref()
-        .ok_or("[workload] names no job or trace")?;
+    let t = w.trace.as_ref().ok_or("[workload] names no job or trace")?;
     let path = base.join(&t.path);
     let format: TraceFormat = t
         .format

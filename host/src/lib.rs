@@ -80,7 +80,13 @@ pub struct RunOutcome {
 }
 
 enum Source {
-    Job(Box<JobGenerator>),
+    /// A job's generator and the requests already drawn from it. Drawing two requests
+    /// ahead lets the device prefetch what they will touch (see `BlockDevice::prefetch`);
+    /// the sequence of requests is the same either way.
+    Job {
+        generator: Box<JobGenerator>,
+        ahead: std::collections::VecDeque<IoRequest>,
+    },
     Trace {
         records: Vec<TraceRecord>,
         next: usize,
@@ -103,15 +109,20 @@ struct Stream {
     wakeup_pending: bool,
 }
 
+/// A request in flight, kept in a slab so that queue entries stay small (the heap moves
+/// them on every push and pop).
+#[derive(Debug, Clone, Copy)]
+struct Inflight {
+    stream: u32,
+    op: IoOp,
+    bytes: u64,
+    submit_ns: TimeNs,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Event {
-    /// A command of `stream` completes; `op`, `bytes` and `submit_ns` feed the recorder.
-    Complete {
-        stream: u32,
-        op: IoOp,
-        bytes: u64,
-        submit_ns: TimeNs,
-    },
+    /// The request in slab slot `slot` completes.
+    Complete { slot: u32 },
     /// `stream` may issue its next request (after think time, or a timed trace record).
     Issue { stream: u32 },
     /// The device asked to be called for idle-time work.
@@ -162,6 +173,8 @@ struct Host<'d> {
     background_pending: bool,
     background_work: bool,
     progress: Option<(Progress, u64)>,
+    inflight: Vec<Inflight>,
+    free_slots: Vec<u32>,
 }
 
 impl<'d> Host<'d> {
@@ -186,14 +199,16 @@ impl<'d> Host<'d> {
                         let seed = options.seed ^ (index as u64) << 32;
                         let generator =
                             JobGenerator::new(job, capacity_bytes, sector_bytes, seed, clone)?;
-                        progress_total += job
-                            .io_size_bytes
-                            .unwrap_or(generator.region().1)
-                            .min(job.number_ios.map_or(u64::MAX, |n| {
+                        progress_total += job.io_size_bytes.unwrap_or(generator.region().1).min(
+                            job.number_ios.map_or(u64::MAX, |n| {
                                 n.saturating_mul(job.block_sizes[1].max_bytes())
-                            }));
+                            }),
+                        );
                         streams.push(Stream {
-                            source: Source::Job(Box::new(generator)),
+                            source: Source::Job {
+                                generator: Box::new(generator),
+                                ahead: std::collections::VecDeque::with_capacity(3),
+                            },
                             group: groups - 1,
                             iodepth: job.iodepth,
                             outstanding: 0,
@@ -265,6 +280,8 @@ impl<'d> Host<'d> {
             background_pending: false,
             background_work: options.background_work,
             progress,
+            inflight: Vec::new(),
+            free_slots: Vec::new(),
         })
     }
 
@@ -276,12 +293,14 @@ impl<'d> Host<'d> {
         while let Some((t, event)) = self.queue.pop() {
             self.now_ns = t;
             match event {
-                Event::Complete {
-                    stream,
-                    op,
-                    bytes,
-                    submit_ns,
-                } => {
+                Event::Complete { slot } => {
+                    let Inflight {
+                        stream,
+                        op,
+                        bytes,
+                        submit_ns,
+                    } = self.inflight[slot as usize];
+                    self.free_slots.push(slot);
                     self.hash.record(t, 1, stream as u64);
                     self.device_outstanding -= 1;
                     let s = &mut self.streams[stream as usize];
@@ -391,7 +410,22 @@ impl<'d> Host<'d> {
             return None;
         }
         let request = match &mut s.source {
-            Source::Job(g) => g.next_io(),
+            Source::Job { generator, ahead } => {
+                while ahead.len() < 3 {
+                    match generator.next_io() {
+                        Some(r) => ahead.push_back(r),
+                        None => break,
+                    }
+                }
+                let request = ahead.pop_front();
+                for (stage, r) in ahead.iter().enumerate() {
+                    if r.op == IoOp::Write {
+                        self.device
+                            .prefetch(r.offset_bytes / sector, 1 - stage as u8);
+                    }
+                }
+                request
+            }
             Source::Trace {
                 records,
                 next,
@@ -479,7 +513,14 @@ impl<'d> Host<'d> {
                 }
                 let cmd = Command::write(lba, sectors, &self.write_buf);
                 self.device
-                    .submit(now, &cmd, ReadBuffers { data: &mut [], tags: None })
+                    .submit(
+                        now,
+                        &cmd,
+                        ReadBuffers {
+                            data: &mut [],
+                            tags: None,
+                        },
+                    )
                     .map_err(device_error)?
             }
             IoOp::Read => {
@@ -507,12 +548,26 @@ impl<'d> Host<'d> {
                     }
                 }
                 self.device
-                    .submit(now, &Command::trim(lba, sectors), ReadBuffers { data: &mut [], tags: None })
+                    .submit(
+                        now,
+                        &Command::trim(lba, sectors),
+                        ReadBuffers {
+                            data: &mut [],
+                            tags: None,
+                        },
+                    )
                     .map_err(device_error)?
             }
             IoOp::Flush => self
                 .device
-                .submit(now, &Command::flush(), ReadBuffers { data: &mut [], tags: None })
+                .submit(
+                    now,
+                    &Command::flush(),
+                    ReadBuffers {
+                        data: &mut [],
+                        tags: None,
+                    },
+                )
                 .map_err(device_error)?,
         };
         debug_assert!(completion.done_ns >= now, "completion before submission");
@@ -520,15 +575,24 @@ impl<'d> Host<'d> {
         self.requests += 1;
         self.device_outstanding += 1;
         self.streams[stream as usize].outstanding += 1;
-        self.queue.push(
-            completion.done_ns.max(now),
-            Event::Complete {
-                stream,
-                op: request.op,
-                bytes: request.len_bytes,
-                submit_ns: now,
-            },
-        );
+        let record = Inflight {
+            stream,
+            op: request.op,
+            bytes: request.len_bytes,
+            submit_ns: now,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.inflight[slot as usize] = record;
+                slot
+            }
+            None => {
+                self.inflight.push(record);
+                self.inflight.len() as u32 - 1
+            }
+        };
+        self.queue
+            .push(completion.done_ns.max(now), Event::Complete { slot });
         Ok(())
     }
 
@@ -536,10 +600,13 @@ impl<'d> Host<'d> {
         if let Some((p, _)) = self.progress.as_mut() {
             p.finish();
         }
-        let (checked, mismatches, first) = self
-            .oracle
-            .as_ref()
-            .map_or((0, 0, Vec::new()), |o| (o.reads_checked(), o.mismatches(), o.first_mismatches().to_vec()));
+        let (checked, mismatches, first) = self.oracle.as_ref().map_or((0, 0, Vec::new()), |o| {
+            (
+                o.reads_checked(),
+                o.mismatches(),
+                o.first_mismatches().to_vec(),
+            )
+        });
         RunOutcome {
             measurements: self.recorder.finish(self.now_ns),
             sim_time_ns: self.now_ns,

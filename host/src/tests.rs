@@ -76,8 +76,18 @@ fn jobs_run_and_every_read_is_checked() {
 #[test]
 fn same_seed_same_event_log() {
     let jobs = parse_job_file(MIXED).unwrap();
-    let a = run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs.clone()), &options()).unwrap();
-    let b = run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs.clone()), &options()).unwrap();
+    let a = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs.clone()),
+        &options(),
+    )
+    .unwrap();
+    let b = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs.clone()),
+        &options(),
+    )
+    .unwrap();
     assert_eq!(a.event_hash, b.event_hash);
     assert_eq!(a.sim_time_ns, b.sim_time_ns);
     assert_eq!(a.measurements, b.measurements);
@@ -89,8 +99,15 @@ fn same_seed_same_event_log() {
 
 #[test]
 fn stonewall_groups_run_one_after_another() {
-    let jobs = parse_job_file("[a]\nrw=write\nbs=4k\nsize=1m\n[b]\nstonewall\nrw=read\nbs=4k\nsize=1m\n").unwrap();
-    let out = run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs), &options()).unwrap();
+    let jobs =
+        parse_job_file("[a]\nrw=write\nbs=4k\nsize=1m\n[b]\nstonewall\nrw=read\nbs=4k\nsize=1m\n")
+            .unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
     // Reads come after every write, so they see written data, never zeroes.
     assert_eq!(out.mismatches, 0);
     assert_eq!(out.measurements.read.ios, 256);
@@ -101,7 +118,12 @@ fn stonewall_groups_run_one_after_another() {
 fn runtime_limits_a_time_based_job() {
     let jobs =
         parse_job_file("[a]\nrw=randwrite\nbs=4k\niodepth=4\ntime_based\nruntime=20ms\n").unwrap();
-    let out = run(&mut ssd(PayloadMode::None), &Workload::Jobs(jobs), &options()).unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::None),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
     assert!(out.sim_time_ns >= 20_000_000);
     assert!(out.sim_time_ns < 25_000_000, "{}", out.sim_time_ns);
 }
@@ -109,7 +131,12 @@ fn runtime_limits_a_time_based_job() {
 #[test]
 fn think_time_spaces_requests() {
     let jobs = parse_job_file("[a]\nrw=randread\nbs=4k\nnumber_ios=10\nthinktime=1ms\n").unwrap();
-    let out = run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs), &options()).unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
     assert!(out.sim_time_ns >= 9_000_000, "{}", out.sim_time_ns);
 }
 
@@ -143,6 +170,11 @@ fn traces_replay_timed_and_closed_loop() {
 #[test]
 fn requests_beyond_the_device_are_an_error_not_a_panic() {
     let jobs = parse_job_file("[a]\nrw=write\nbs=4k\noffset=1g\n").unwrap();
-    let err = run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs), &options()).unwrap_err();
+    let err = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("offset"), "{err}");
 }

@@ -207,19 +207,40 @@ pub fn waf_fifo(op: f64) -> Result<f64, ModelError> {
 /// Returns an error for `op ≤ 0`, a non-finite `op`, or `pages_per_block = 0`.
 pub fn waf_greedy(op: f64, pages_per_block: u32) -> Result<f64, ModelError> {
     let rho = alpha_from_op(op)?;
-    if pages_per_block == 0 {
-        return Err(ModelError::InvalidPagesPerBlock(pages_per_block));
-    }
-    let b = f64::from(pages_per_block);
-
-    // Tabulate the harmonic numbers H_0..=H_b as a running sum, which keeps neighbouring H_j
-    // mutually consistent (the m constraint compares adjacent levels). Cap the table at 8 MiB so
-    // an absurd block size cannot exhaust memory: beyond 2^20 pages per block greedy and FIFO
-    // differ by far less than any simulation could resolve, so the FIFO figure is returned.
-    const MAX_TABULATED_PAGES: u32 = 1 << 20;
     if pages_per_block > MAX_TABULATED_PAGES {
         return waf_fifo(op);
     }
+    greedy_steady_state(rho, pages_per_block).map(|s| s.waf)
+}
+
+/// Above this many pages per block the harmonic table would be huge and greedy is within
+/// rounding of FIFO anyway.
+const MAX_TABULATED_PAGES: u32 = 1 << 20;
+
+/// The mean-field steady state of greedy cleaning (see [`waf_greedy`] for the derivation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GreedySteadyState {
+    pub waf: f64,
+    /// The cleaning level j*.
+    pub cleaning_level: u32,
+    /// Fraction of blocks holding exactly j valid pages, for j = 0..=b.
+    pub level_fractions: Vec<f64>,
+}
+
+/// Solves the greedy mean-field model at logical utilisation `rho` (0 < rho < 1) with
+/// `pages_per_block` pages per block. Preconditioning uses the level fractions to build a
+/// steady state directly instead of simulating the writes that lead to it.
+pub fn greedy_steady_state(
+    rho: f64,
+    pages_per_block: u32,
+) -> Result<GreedySteadyState, ModelError> {
+    if !(rho > 0.0 && rho < 1.0) {
+        return Err(ModelError::InvalidUtilisation(rho));
+    }
+    if pages_per_block == 0 || pages_per_block > MAX_TABULATED_PAGES {
+        return Err(ModelError::InvalidPagesPerBlock(pages_per_block));
+    }
+    let b = f64::from(pages_per_block);
     let harmonic: Vec<f64> = std::iter::once(0.0)
         .chain((1..=pages_per_block).scan(0.0_f64, |sum, j| {
             *sum += 1.0 / f64::from(j);
@@ -228,16 +249,14 @@ pub fn waf_greedy(op: f64, pages_per_block: u32) -> Result<f64, ModelError> {
         .collect();
     let h_b = harmonic[pages_per_block as usize];
 
-    // How far a candidate j* is from satisfying 0 ≤ m ≤ ρA/j*; zero means it is consistent.
-    let mut best: Option<(f64, f64)> = None; // (violation, A)
+    // (violation, A, j*, m): the exact solution has violation 0; otherwise the closest.
+    let mut best: Option<(f64, f64, u32, f64)> = None;
     for j_star in 0..pages_per_block {
         let j = f64::from(j_star);
         let tail = h_b - harmonic[j_star as usize];
         let denominator = 1.0 - (j / b) * (1.0 + tail);
         let numerator = 1.0 - j / (rho * b);
         if denominator <= 0.0 || numerator <= 0.0 {
-            // A ≤ 0 or undefined: this level cannot be the cleaning level, and neither can any
-            // higher one, because the numerator only shrinks as j* grows.
             break;
         }
         let amplification = numerator / denominator;
@@ -254,16 +273,28 @@ pub fn waf_greedy(op: f64, pages_per_block: u32) -> Result<f64, ModelError> {
         } else {
             0.0
         };
-        if violation == 0.0 {
-            return Ok(amplification);
+        if best.is_none() || violation < best.map_or(f64::INFINITY, |b| b.0) {
+            best = Some((violation, amplification, j_star, m.max(0.0)));
         }
-        if best.map_or(true, |(v, _)| violation < v) {
-            best = Some((violation, amplification));
+        if violation == 0.0 {
+            break;
         }
     }
-    // Only reachable through rounding at a level boundary (see the doc comment); j* = 0 is always
-    // a candidate, so `best` is set.
-    Ok(best.map_or(1.0, |(_, amplification)| amplification))
+    let (_, waf, j_star, m) = best.unwrap_or((0.0, 1.0, 0, 1.0));
+    let mut level_fractions = vec![0.0; pages_per_block as usize + 1];
+    level_fractions[j_star as usize] = m;
+    for (j, f) in level_fractions
+        .iter_mut()
+        .enumerate()
+        .skip(j_star as usize + 1)
+    {
+        *f = rho * waf / j as f64;
+    }
+    Ok(GreedySteadyState {
+        waf,
+        cleaning_level: j_star,
+        level_fractions,
+    })
 }
 
 #[cfg(test)]

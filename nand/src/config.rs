@@ -149,10 +149,27 @@ impl Geometry {
     pub fn raw_bytes(&self) -> u64 {
         self.pages_total() * self.page_bytes as u64
     }
-    /// The plane that holds `block` (blocks are numbered plane by plane).
+    /// The plane that holds `block`.
+    ///
+    /// Blocks are numbered across planes (block `i` of plane `p` is `i * planes + p`), so the
+    /// blocks that the planes fill at the same time sit next to each other in every per-block
+    /// and per-page table. Numbered plane by plane instead, hundreds of concurrently written
+    /// blocks would lie megabytes apart and alias to the same cache sets.
     #[inline]
     pub fn plane_of_block(&self, block: u32) -> u32 {
-        block / self.blocks_per_plane
+        block % self.planes_total()
+    }
+
+    /// Block number of the `index`-th block of `plane`.
+    #[inline]
+    pub fn block_in_plane(&self, plane: u32, index: u32) -> u32 {
+        index * self.planes_total() + plane
+    }
+
+    /// Every block of `plane`, in index order.
+    pub fn blocks_of_plane(&self, plane: u32) -> impl Iterator<Item = u32> {
+        let planes = self.planes_total();
+        (0..self.blocks_per_plane).map(move |i| i * planes + plane)
     }
     #[inline]
     pub fn die_of_plane(&self, plane: u32) -> u32 {

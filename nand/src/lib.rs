@@ -89,6 +89,10 @@ struct BlockState {
     mode: CellMode,
     bad: bool,
     erase_count: u32,
+    /// The die holding the block and the block's plane as a bit within the die, kept here
+    /// so that the hot path needs no division to find them.
+    die: u32,
+    plane_bit: u32,
 }
 
 /// What a die is doing in its current (latest) operation, so that an operation of the same
@@ -124,6 +128,11 @@ pub struct Nand {
     fault_rng: SimRng,
     store: PageStore,
     page_transfer_ns: u64,
+    /// Pages a block holds in each cell mode (index by `CellMode::index`).
+    pages_in_mode: [u32; 3],
+    channel_of_die: Vec<u32>,
+    /// log2(pages_per_block) when it is a power of two, so page-to-block is a shift.
+    ppb_shift: Option<u32>,
 }
 
 impl Nand {
@@ -141,15 +150,19 @@ impl Nand {
         timing.validate()?;
         faults.validate()?;
         let mut fault_rng = SimRng::fork(seed, 0x4e41_4e44); // "NAND"
-        let mut blocks = vec![
-            BlockState {
-                next_page: 0,
-                mode: dense_mode,
-                bad: false,
-                erase_count: 0,
-            };
-            geometry.blocks_total() as usize
-        ];
+        let mut blocks: Vec<BlockState> = (0..geometry.blocks_total())
+            .map(|b| {
+                let plane = geometry.plane_of_block(b);
+                BlockState {
+                    next_page: 0,
+                    mode: dense_mode,
+                    bad: false,
+                    erase_count: 0,
+                    die: geometry.die_of_plane(plane),
+                    plane_bit: 1 << (plane % geometry.planes_per_die),
+                }
+            })
+            .collect();
         if faults.factory_bad_block_fraction > 0.0 {
             for b in blocks.iter_mut() {
                 b.bad = fault_rng.chance(faults.factory_bad_block_fraction);
@@ -163,7 +176,20 @@ impl Nand {
             batch_planes_mask: 0,
         };
         let page_transfer_ns = transfer_ns(geometry.page_bytes as u64, timing.channel_mb_s);
+        let native_bits = dense_mode.bits_per_cell();
+        let pages_in_mode = [CellMode::Slc, CellMode::Mlc, CellMode::Tlc]
+            .map(|m| (geometry.pages_per_block * m.bits_per_cell() / native_bits).max(1));
+        let channel_of_die = (0..geometry.dies_total())
+            .map(|d| geometry.channel_of_die(d))
+            .collect();
+        let ppb_shift = geometry
+            .pages_per_block
+            .is_power_of_two()
+            .then(|| geometry.pages_per_block.trailing_zeros());
         Ok(Self {
+            pages_in_mode,
+            channel_of_die,
+            ppb_shift,
             dies: vec![idle_die; geometry.dies_total() as usize],
             channel_free_ns: vec![0; geometry.channels as usize],
             store: PageStore::new(&geometry, payload),
@@ -209,8 +235,16 @@ impl Nand {
     /// so holds 1/bits of its native pages.
     #[inline]
     pub fn pages_in_mode(&self, mode: CellMode) -> u32 {
-        let native_bits = self.dense_mode.bits_per_cell();
-        (self.geometry.pages_per_block * mode.bits_per_cell() / native_bits).max(1)
+        self.pages_in_mode[mode.index()]
+    }
+
+    /// The block holding physical page `ppn`.
+    #[inline]
+    pub fn block_of(&self, ppn: u32) -> u32 {
+        match self.ppb_shift {
+            Some(shift) => ppn >> shift,
+            None => ppn / self.geometry.pages_per_block,
+        }
     }
 
     #[inline]
@@ -260,43 +294,36 @@ impl Nand {
         self.dies.iter().map(|d| d.busy_ns).collect()
     }
 
-    /// Locates the die and plane of a block and decides whether an operation of `kind`
-    /// ready at `ready_ns` can join the die's latest batch as a multi-plane command: same kind,
-    /// a plane not yet in it, and input ready within one page transfer of the batch start
-    /// (a controller gathers the planes' data before issuing the multi-plane command).
-    /// Returns the die index and, when it can join, the batch's start time.
+    /// Decides whether an operation of `kind` on a block of `die` (plane bit `plane_bit`)
+    /// ready at `ready_ns` can join the die's latest batch as a multi-plane command: same
+    /// kind, a plane not yet in it, and input ready within one page transfer of the batch
+    /// start (a controller gathers the planes' data before issuing the multi-plane command).
     #[inline]
-    fn plan(&self, block: u32, kind: OpKind, ready_ns: TimeNs) -> (usize, Option<TimeNs>) {
-        let plane = self.geometry.plane_of_block(block);
-        let die = self.geometry.die_of_plane(plane) as usize;
-        let plane_bit = 1u64 << (plane % self.geometry.planes_per_die);
+    fn joins_batch(&self, die: usize, plane_bit: u32, kind: OpKind, ready_ns: TimeNs) -> bool {
         let d = &self.dies[die];
-        let joins = self.timing.multi_plane
-            && self.geometry.planes_per_die > 1
+        self.timing.multi_plane
             && d.batch_kind == kind
-            && d.batch_planes_mask & plane_bit == 0
-            && ready_ns <= d.batch_start_ns + self.page_transfer_ns;
-        (die, joins.then_some(d.batch_start_ns))
+            && d.batch_planes_mask & plane_bit as u64 == 0
+            && ready_ns <= d.batch_start_ns + self.page_transfer_ns
     }
 
-    /// Occupies die `die` for an operation of `kind` lasting `latency_ns`, starting no earlier
+    /// Occupies `die` for an operation of `kind` lasting `latency_ns`, starting no earlier
     /// than `ready_ns`, or joins its current batch. Returns the end of the array operation.
     #[inline]
     fn occupy_die(
         &mut self,
         die: usize,
-        plane: u32,
+        plane_bit: u32,
         kind: OpKind,
         ready_ns: TimeNs,
         latency_ns: u64,
-        join_start: Option<TimeNs>,
     ) -> TimeNs {
-        let plane_bit = 1u64 << (plane % self.geometry.planes_per_die);
+        let joins = self.joins_batch(die, plane_bit, kind, ready_ns);
         let d = &mut self.dies[die];
-        if join_start.is_some() {
+        if joins {
             // The batch waits for this plane's input (at most one page transfer) and then
             // runs once for all its planes.
-            d.batch_planes_mask |= plane_bit;
+            d.batch_planes_mask |= plane_bit as u64;
             let end = d.free_ns.max(ready_ns + latency_ns);
             d.busy_ns += end - d.free_ns;
             d.free_ns = end;
@@ -308,13 +335,13 @@ impl Nand {
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
         d.batch_start_ns = start;
-        d.batch_planes_mask = plane_bit;
+        d.batch_planes_mask = plane_bit as u64;
         end
     }
 
     #[inline]
     fn channel_transfer(&mut self, die: usize, ready_ns: TimeNs, bytes: u32) -> TimeNs {
-        let channel = self.geometry.channel_of_die(die as u32) as usize;
+        let channel = self.channel_of_die[die] as usize;
         let ns = if bytes == self.geometry.page_bytes {
             self.page_transfer_ns
         } else {
@@ -330,13 +357,11 @@ impl Nand {
     /// Returns when the data is in controller memory.
     #[inline]
     pub fn read(&mut self, ppn: u32, ready_ns: TimeNs, xfer_bytes: u32) -> TimeNs {
-        let block = ppn / self.geometry.pages_per_block;
-        let mode = self.blocks[block as usize].mode;
-        let latency = self.timing.of(mode).read_ns;
-        let (die, join) = self.plan(block, OpKind::Read, ready_ns);
-        let plane = self.geometry.plane_of_block(block);
-        let array_done = self.occupy_die(die, plane, OpKind::Read, ready_ns, latency, join);
-        self.counters.reads[mode.index()] += 1;
+        let state = self.blocks[self.block_of(ppn) as usize];
+        let latency = self.timing.of(state.mode).read_ns;
+        let die = state.die as usize;
+        let array_done = self.occupy_die(die, state.plane_bit, OpKind::Read, ready_ns, latency);
+        self.counters.reads[state.mode.index()] += 1;
         self.channel_transfer(die, array_done, xfer_bytes)
     }
 
@@ -347,33 +372,19 @@ impl Nand {
     /// write the data elsewhere and retire the block.
     #[inline]
     pub fn program(&mut self, ppn: u32, ready_ns: TimeNs) -> Result<TimeNs, NandError> {
-        let ppb = self.geometry.pages_per_block;
-        let block = ppn / ppb;
-        let page = ppn % ppb;
-        let state = self.blocks[block as usize];
-        if state.bad {
-            return Err(NandError::BadBlock { block });
-        }
-        if page != state.next_page as u32 || page >= self.pages_in_mode(state.mode) {
-            return Err(NandError::OutOfOrder {
-                block,
-                page,
-                next: state.next_page as u32,
-            });
-        }
-        self.blocks[block as usize].next_page += 1;
-        let plane = self.geometry.plane_of_block(block);
-        let die = self.geometry.die_of_plane(plane) as usize;
+        let state = self.claim_next_page(ppn)?;
+        let die = state.die as usize;
         let xfer_done = self.channel_transfer(die, ready_ns, self.geometry.page_bytes);
-        let (_, join) = self.plan(block, OpKind::Program, xfer_done);
         let latency = self.timing.of(state.mode).program_ns;
-        let end = self.occupy_die(die, plane, OpKind::Program, xfer_done, latency, join);
+        let end = self.occupy_die(die, state.plane_bit, OpKind::Program, xfer_done, latency);
         self.counters.programs[state.mode.index()] += 1;
         if self.faults.program_fail_probability > 0.0
             && self.fault_rng.chance(self.faults.program_fail_probability)
         {
             self.counters.program_failures += 1;
             self.store.clear_page(ppn);
+            let block = self.block_of(ppn);
+            let page = ppn - block * self.geometry.pages_per_block;
             return Err(NandError::ProgramFailed { block, page });
         }
         Ok(end)
@@ -385,10 +396,14 @@ impl Nand {
         if state.bad {
             return Err(NandError::BadBlock { block });
         }
-        let plane = self.geometry.plane_of_block(block);
-        let (die, join) = self.plan(block, OpKind::Erase, ready_ns);
         let latency = self.timing.of(state.mode).erase_ns;
-        let end = self.occupy_die(die, plane, OpKind::Erase, ready_ns, latency, join);
+        let end = self.occupy_die(
+            state.die as usize,
+            state.plane_bit,
+            OpKind::Erase,
+            ready_ns,
+            latency,
+        );
         self.counters.erases[state.mode.index()] += 1;
         let b = &mut self.blocks[block as usize];
         b.erase_count += 1;
@@ -406,13 +421,20 @@ impl Nand {
     /// Programs the next page of a block without timing or counting it: preconditioning
     /// builds the state a long write history leaves behind without simulating the history.
     pub fn program_untimed(&mut self, ppn: u32) -> Result<(), NandError> {
-        let ppb = self.geometry.pages_per_block;
-        let (block, page) = (ppn / ppb, ppn % ppb);
+        self.claim_next_page(ppn).map(|_| ())
+    }
+
+    /// Checks that `ppn` is its good block's next programmable page and advances the
+    /// block's write pointer past it. Returns the block's state from before the program.
+    #[inline]
+    fn claim_next_page(&mut self, ppn: u32) -> Result<BlockState, NandError> {
+        let block = self.block_of(ppn);
+        let page = ppn - block * self.geometry.pages_per_block;
         let state = self.blocks[block as usize];
         if state.bad {
             return Err(NandError::BadBlock { block });
         }
-        if page != state.next_page as u32 || page >= self.pages_in_mode(state.mode) {
+        if page != state.next_page as u32 || page >= self.pages_in_mode[state.mode.index()] {
             return Err(NandError::OutOfOrder {
                 block,
                 page,
@@ -420,7 +442,7 @@ impl Nand {
             });
         }
         self.blocks[block as usize].next_page += 1;
-        Ok(())
+        Ok(state)
     }
 
     /// Erases a block without timing (preconditioning only).

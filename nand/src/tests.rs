@@ -55,7 +55,7 @@ fn same_die_serialises_and_other_dies_overlap() {
     assert_eq!(a, xfer + t.mlc.program_ns);
     assert_eq!(b, a + t.mlc.program_ns);
     // A block on another channel's die starts at once.
-    let other = small().plane_index(1, 0, 0, 0) * small().blocks_per_plane * 8;
+    let other = small().block_in_plane(small().plane_index(1, 0, 0, 0), 0) * 8;
     let c = n.program(other, 0).unwrap();
     assert_eq!(c, xfer + t.mlc.program_ns);
 }
@@ -65,7 +65,7 @@ fn multi_plane_program_shares_the_array_time() {
     let g = small();
     let mut n = nand(PayloadMode::None);
     let t = n.timing().clone();
-    let plane1_block = g.plane_index(0, 0, 0, 1) * g.blocks_per_plane;
+    let plane1_block = g.block_in_plane(g.plane_index(0, 0, 0, 1), 0);
     let xfer = transfer_ns(4096, t.channel_mb_s);
     let a = n.program(0, 0).unwrap();
     assert_eq!(a, xfer + t.mlc.program_ns);

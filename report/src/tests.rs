@@ -35,7 +35,11 @@ fn percentiles_of_known_inputs() {
     assert_eq!(m.read.bytes, 4_096_000);
     // Rates are over the op's active span: first submission at 7 µs, last completion at
     // 7000 + 1000 µs, so 7993 µs.
-    assert!(close(m.read.iops, 1000.0 / 7993e-6, 1e-12), "{}", m.read.iops);
+    assert!(
+        close(m.read.iops, 1000.0 / 7993e-6, 1e-12),
+        "{}",
+        m.read.iops
+    );
     assert!(close(m.read.bandwidth_mb_s, 4.096 / 7993e-6, 1e-12));
     // Other op classes untouched.
     assert_eq!(m.write, OpReport::default());

@@ -4,6 +4,7 @@
 //! Nothing on the simulated path may read the wall clock, depend on thread scheduling or
 //! iterate a hash map: everything that varies comes from the one seed handed to [`SimRng`].
 
+pub mod mem;
 mod queue;
 mod rng;
 

@@ -143,6 +143,12 @@ pub trait BlockDevice {
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError>;
 
+    /// A hint that a command touching `lba` will come soon, so the device can start
+    /// fetching the metadata it will need. `stage` 0 is the earliest hint (the request after
+    /// next), stage 1 the next request. It never changes the device state or timing; a
+    /// simulator uses it to overlap the cache misses of consecutive requests.
+    fn prefetch(&self, _lba: u64, _stage: u8) {}
+
     /// Gives the device a chance to do idle-time work (background GC) at `now_ns`, when the
     /// host has nothing outstanding. Returns when it would like to be called again.
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs>;

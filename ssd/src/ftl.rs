@@ -20,6 +20,9 @@ use crate::device::DeviceError;
 /// The "no page" / "no block" marker in mapping tables and links.
 pub const NONE: u32 = u32::MAX;
 
+/// Greedy key of a block that is not a candidate victim (not a full dense block).
+const NOT_A_VICTIM: u16 = u16::MAX;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BlockState {
     Free,
@@ -37,6 +40,9 @@ enum Pool {
 #[derive(Debug, Clone, Copy)]
 struct BlockInfo {
     valid: u16,
+    /// Pages programmed since the last erase (the FTL's copy of the NAND write pointer,
+    /// kept beside the other per-block fields so the hot path touches one cache line).
+    written: u16,
     /// Valid pages written with the transient flag.
     transient: u16,
     state: BlockState,
@@ -45,9 +51,9 @@ struct BlockInfo {
     retire: bool,
     /// Sequence number at which the block was filled (age for FIFO and cost-benefit).
     closed_seq: u64,
-    /// Links of the greedy bucket list the block is in (dense full blocks only).
-    prev: u32,
-    next: u32,
+    plane: u32,
+    /// The block's index within its plane (its slot in the plane's greedy keys).
+    index_in_plane: u32,
 }
 
 /// Free blocks of one plane and pool, handed out least-erased first under dynamic wear
@@ -71,16 +77,17 @@ impl FreePool {
 
 #[derive(Debug)]
 struct Plane {
-    first_block: u32,
     free_dense: FreePool,
     free_slc: FreePool,
     host_open: u32,
     gc_open: u32,
     slc_open: u32,
-    /// Heads of the greedy bucket lists: dense full blocks by valid-page count.
-    bucket_head: Vec<u32>,
-    /// No bucket below this index is occupied.
-    min_bucket: u32,
+    /// Greedy victim keys by block index within the plane: the valid-page count of a full
+    /// dense block, `NOT_A_VICTIM` for any other block. A plane's keys are a small contiguous
+    /// array (1 KB for 512 blocks) that stays in cache, so keeping it current costs one
+    /// cached write per invalidation and finding the victim is a short linear scan, where
+    /// bucket lists would touch neighbouring blocks all over memory on every invalidation.
+    greedy_keys: Vec<u16>,
     /// Dense full blocks in the order they were filled (FIFO victim selection); entries whose
     /// block has since been cleaned are skipped lazily.
     fifo: VecDeque<(u32, u64)>,
@@ -117,6 +124,7 @@ enum Stream {
 pub struct Ftl {
     geometry: Geometry,
     pages_per_block: u32,
+    ppb_shift: Option<u32>,
     slc_pages_per_block: u32,
     logical_pages: u32,
     l2p: Vec<u32>,
@@ -167,35 +175,37 @@ impl Ftl {
         let mut blocks = vec![
             BlockInfo {
                 valid: 0,
+                written: 0,
                 transient: 0,
                 state: BlockState::Free,
                 pool: Pool::Dense,
                 retire: false,
                 closed_seq: 0,
-                prev: NONE,
-                next: NONE,
+                plane: 0,
+                index_in_plane: 0,
             };
             g.blocks_total() as usize
         ];
+        for (b, info) in blocks.iter_mut().enumerate() {
+            info.plane = g.plane_of_block(b as u32);
+            info.index_in_plane = b as u32 / planes_total;
+        }
         let mut planes = Vec::with_capacity(planes_total as usize);
         let mut dense_good_blocks = 0u64;
         for p in 0..planes_total {
-            let first = p * g.blocks_per_plane;
             let mut plane = Plane {
-                first_block: first,
                 free_dense: FreePool::default(),
                 free_slc: FreePool::default(),
                 host_open: NONE,
                 gc_open: NONE,
                 slc_open: NONE,
-                bucket_head: vec![NONE; ppb as usize + 1],
-                min_bucket: ppb + 1,
+                greedy_keys: vec![NOT_A_VICTIM; g.blocks_per_plane as usize],
                 fifo: VecDeque::new(),
                 slc_full: Vec::new(),
                 erases_since_wear_check: 0,
             };
             let mut slc_left = slc_blocks_per_plane;
-            for b in first..first + g.blocks_per_plane {
+            for b in g.blocks_of_plane(p) {
                 if nand.is_bad(b) {
                     blocks[b as usize].state = BlockState::Bad;
                     continue;
@@ -234,10 +244,11 @@ impl Ftl {
         Ok(Self {
             allocation_order: allocation_order(&g, dims),
             pages_per_block: ppb,
+            ppb_shift: ppb.is_power_of_two().then(|| ppb.trailing_zeros()),
             slc_pages_per_block: slc_ppb,
             logical_pages: logical as u32,
-            l2p: vec![NONE; logical as usize],
-            p2l: vec![NONE; pages_total],
+            l2p: afa_sim::mem::huge_vec(NONE, logical as usize),
+            p2l: afa_sim::mem::huge_vec(NONE, pages_total),
             transient_bits: vec![0; pages_total.div_ceil(64)],
             blocks,
             planes,
@@ -253,6 +264,14 @@ impl Ftl {
             stats: FtlStats::default(),
             geometry: g,
         })
+    }
+
+    #[inline]
+    fn block_of(&self, ppn: u32) -> u32 {
+        match self.ppb_shift {
+            Some(shift) => ppn >> shift,
+            None => ppn / self.pages_per_block,
+        }
     }
 
     pub fn logical_pages(&self) -> u32 {
@@ -324,57 +343,30 @@ impl Ftl {
         nand.erase(block, ready_ns)
     }
 
-    // ----- Greedy buckets -----------------------------------------------------------------
+    // ----- Greedy keys ---------------------------------------------------------------------
 
+    /// Records a block's current key: its valid count when it is a full dense block.
     #[inline]
-    fn bucket_link(&mut self, plane: u32, block: u32) {
-        let valid = self.blocks[block as usize].valid as u32;
-        let pl = &mut self.planes[plane as usize];
-        let head = pl.bucket_head[valid as usize];
-        pl.bucket_head[valid as usize] = block;
-        if valid < pl.min_bucket {
-            pl.min_bucket = valid;
-        }
-        let b = &mut self.blocks[block as usize];
-        b.prev = NONE;
-        b.next = head;
-        if head != NONE {
-            self.blocks[head as usize].prev = block;
-        }
-    }
-
-    #[inline]
-    fn bucket_unlink(&mut self, plane: u32, block: u32) {
-        let BlockInfo {
-            prev, next, valid, ..
-        } = self.blocks[block as usize];
-        if prev != NONE {
-            self.blocks[prev as usize].next = next;
+    fn set_greedy_key(&mut self, block: u32) {
+        let b = &self.blocks[block as usize];
+        let key = if b.state == BlockState::Full && b.pool == Pool::Dense {
+            b.valid
         } else {
-            self.planes[plane as usize].bucket_head[valid as usize] = next;
-        }
-        if next != NONE {
-            self.blocks[next as usize].prev = prev;
-        }
-        let b = &mut self.blocks[block as usize];
-        b.prev = NONE;
-        b.next = NONE;
+            NOT_A_VICTIM
+        };
+        self.planes[b.plane as usize].greedy_keys[b.index_in_plane as usize] = key;
     }
 
     // ----- Mapping ------------------------------------------------------------------------
 
-    /// Marks a physical page invalid, keeping the block's counters and greedy bucket right.
+    /// Marks a physical page invalid, keeping the block's counters and greedy key right.
     #[inline]
     fn invalidate(&mut self, ppn: u32) {
-        let block = ppn / self.pages_per_block;
-        let plane = block / self.geometry.blocks_per_plane;
+        let block = self.block_of(ppn);
         self.p2l[ppn as usize] = NONE;
-        let transient = self.take_transient_bit(ppn);
         let info = self.blocks[block as usize];
-        let in_bucket = info.state == BlockState::Full && info.pool == Pool::Dense;
-        if in_bucket {
-            self.bucket_unlink(plane, block);
-        }
+        // Most blocks hold no transient page; skipping the bitmap for them saves a cache miss.
+        let transient = info.transient > 0 && self.take_transient_bit(ppn);
         let b = &mut self.blocks[block as usize];
         debug_assert!(
             b.valid > 0,
@@ -384,8 +376,8 @@ impl Ftl {
         if transient {
             b.transient -= 1;
         }
-        if in_bucket {
-            self.bucket_link(plane, block);
+        if info.state == BlockState::Full && info.pool == Pool::Dense {
+            self.planes[info.plane as usize].greedy_keys[info.index_in_plane as usize] -= 1;
         }
     }
 
@@ -401,12 +393,31 @@ impl Ftl {
     fn map(&mut self, lpn: u32, ppn: u32, transient: bool) {
         self.l2p[lpn as usize] = ppn;
         self.p2l[ppn as usize] = lpn;
-        let block = ppn / self.pages_per_block;
+        let block = self.block_of(ppn);
         let b = &mut self.blocks[block as usize];
         b.valid += 1;
         if transient {
             b.transient += 1;
             self.transient_bits[ppn as usize / 64] |= 1u64 << (ppn % 64);
+        }
+    }
+
+    /// Starts loading the metadata a write of `lpn` will touch: the mapping entry at stage 0;
+    /// at stage 1 (when that entry is likely cached) the old page's reverse entry and its
+    /// block's record.
+    #[inline]
+    pub fn prefetch(&self, lpn: u32, stage: u8) {
+        if lpn as usize >= self.l2p.len() {
+            return;
+        }
+        if stage == 0 {
+            afa_sim::mem::prefetch(&self.l2p, lpn as usize);
+            return;
+        }
+        let old = self.l2p[lpn as usize];
+        if old != NONE {
+            afa_sim::mem::prefetch(&self.p2l, old as usize);
+            afa_sim::mem::prefetch(&self.blocks, self.block_of(old) as usize);
         }
     }
 
@@ -429,7 +440,7 @@ impl Ftl {
         b.closed_seq = seq;
         match b.pool {
             Pool::Dense => {
-                self.bucket_link(plane, block);
+                self.set_greedy_key(block);
                 if self.gc.victim == VictimPolicy::Fifo {
                     self.planes[plane as usize].fifo.push_back((block, seq));
                 }
@@ -462,6 +473,7 @@ impl Ftl {
         debug_assert_eq!(b.state, BlockState::Free);
         b.state = BlockState::Open;
         b.valid = 0;
+        b.written = 0;
         b.transient = 0;
         Some(block)
     }
@@ -475,7 +487,9 @@ impl Ftl {
         stream: Stream,
     ) -> Result<u32, DeviceError> {
         let current = self.open_of(plane, pool, stream);
-        let block = if current != NONE && nand.next_page(current) < self.capacity_of(current) {
+        let block = if current != NONE
+            && (self.blocks[current as usize].written as u32) < self.capacity_of(current)
+        {
             current
         } else {
             if current != NONE {
@@ -488,7 +502,11 @@ impl Ftl {
             self.set_open(plane, pool, stream, b);
             b
         };
-        let ppn = block * self.pages_per_block + nand.next_page(block);
+        let b = &mut self.blocks[block as usize];
+        debug_assert_eq!(b.written as u32, nand.next_page(block));
+        let ppn = block * self.pages_per_block + b.written as u32;
+        // The page is consumed whether its program then succeeds or fails.
+        b.written += 1;
         Ok(ppn)
     }
 
@@ -515,7 +533,7 @@ impl Ftl {
     /// A program failed on `ppn`: the page is lost, its block is closed now and retired
     /// when it is next cleaned.
     fn handle_program_failure(&mut self, plane: u32, ppn: u32) {
-        let block = ppn / self.pages_per_block;
+        let block = self.block_of(ppn);
         self.stats.program_failures += 1;
         self.blocks[block as usize].retire = true;
         let pl = &mut self.planes[plane as usize];
@@ -615,7 +633,8 @@ impl Ftl {
             return self.take_page(nand, plane, Pool::Dense, Stream::Host);
         }
         let open = self.planes[plane as usize].slc_open;
-        let open_has_room = open != NONE && nand.next_page(open) < self.capacity_of(open);
+        let open_has_room =
+            open != NONE && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
         if !open_has_room && self.planes[plane as usize].free_slc.len() == 0 {
             if open != NONE {
                 self.close_block(plane, open);
@@ -636,7 +655,18 @@ impl Ftl {
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
         let first = victim * self.pages_per_block;
-        let written = nand.next_page(victim);
+        let written = self.blocks[victim as usize].written as u32;
+        // Touch the mapping entries of every valid page first. These loads are independent,
+        // so the processor overlaps their cache misses; the updates below then hit the
+        // cache instead of stalling one store miss at a time.
+        let mut touched = 0u32;
+        for ppn in first..first + written {
+            let lpn = self.p2l[ppn as usize];
+            if lpn != NONE {
+                touched ^= self.l2p[lpn as usize];
+            }
+        }
+        std::hint::black_box(touched);
         let mut last_read = now_ns;
         for ppn in first..first + written {
             let lpn = self.p2l[ppn as usize];
@@ -666,7 +696,9 @@ impl Ftl {
     #[inline]
     fn move_mapping(&mut self, nand: &mut Nand, lpn: u32, src: u32, dst: u32) {
         nand.store_mut().copy_page(src, dst);
-        let transient = self.transient_bits[src as usize / 64] >> (src % 64) & 1 == 1;
+        let src_block = self.block_of(src) as usize;
+        let transient = self.blocks[src_block].transient > 0
+            && self.transient_bits[src as usize / 64] >> (src % 64) & 1 == 1;
         self.invalidate(src);
         self.map(lpn, dst, transient);
     }
@@ -692,6 +724,7 @@ impl Ftl {
                 let b = &mut self.blocks[block as usize];
                 b.state = BlockState::Free;
                 b.valid = 0;
+                b.written = 0;
                 b.transient = 0;
                 let pl = &mut self.planes[plane as usize];
                 match info.pool {
@@ -717,14 +750,14 @@ impl Ftl {
     fn take_victim(&mut self, plane: u32) -> Option<u32> {
         let victim = match self.gc.victim {
             VictimPolicy::Greedy => {
-                let pl = &self.planes[plane as usize];
-                let mut v = pl.min_bucket;
-                while (v as usize) < pl.bucket_head.len() && pl.bucket_head[v as usize] == NONE {
-                    v += 1;
+                let keys = &self.planes[plane as usize].greedy_keys;
+                // The first minimum, found with a plain scan the compiler vectorises.
+                let min = *keys.iter().min()?;
+                if min == NOT_A_VICTIM {
+                    return None;
                 }
-                self.planes[plane as usize].min_bucket = v;
-                let head = *self.planes[plane as usize].bucket_head.get(v as usize)?;
-                (head != NONE).then_some(head)?
+                let index = keys.iter().position(|&k| k == min)? as u32;
+                self.geometry.block_in_plane(plane, index)
             }
             VictimPolicy::Fifo => loop {
                 let (block, seq) = self.planes[plane as usize].fifo.pop_front()?;
@@ -734,10 +767,9 @@ impl Ftl {
                 }
             },
             VictimPolicy::CostBenefit => {
-                let first = self.planes[plane as usize].first_block;
                 let ppb = self.pages_per_block as f64;
                 let mut best = (f64::NEG_INFINITY, NONE);
-                for block in first..first + self.geometry.blocks_per_plane {
+                for block in self.geometry.blocks_of_plane(plane) {
                     let b = &self.blocks[block as usize];
                     if b.state != BlockState::Full || b.pool != Pool::Dense {
                         continue;
@@ -752,15 +784,15 @@ impl Ftl {
                 (best.1 != NONE).then_some(best.1)?
             }
         };
-        self.bucket_unlink(plane, victim);
         self.blocks[victim as usize].state = BlockState::Open; // being cleaned
+        self.set_greedy_key(victim);
         Some(victim)
     }
 
     /// Returns a victim that will not be cleaned after all to the full-block structures.
     fn put_back(&mut self, plane: u32, victim: u32) {
         self.blocks[victim as usize].state = BlockState::Full;
-        self.bucket_link(plane, victim);
+        self.set_greedy_key(victim);
         if self.gc.victim == VictimPolicy::Fifo {
             let seq = self.blocks[victim as usize].closed_seq;
             self.planes[plane as usize].fifo.push_front((victim, seq));
@@ -769,12 +801,12 @@ impl Ftl {
 
     /// Whether `pages` relocated pages fit in the plane's relocation block plus its free
     /// blocks, so that a cleaning never stops halfway.
-    fn relocation_fits(&self, nand: &Nand, plane: u32, pages: u32) -> bool {
+    fn relocation_fits(&self, plane: u32, pages: u32) -> bool {
         let pl = &self.planes[plane as usize];
         let room = if pl.gc_open == NONE {
             0
         } else {
-            self.pages_per_block - nand.next_page(pl.gc_open)
+            self.pages_per_block - self.blocks[pl.gc_open as usize].written as u32
         };
         let blocks_needed = pages.saturating_sub(room).div_ceil(self.pages_per_block);
         pl.free_dense.len() >= blocks_needed as usize
@@ -799,7 +831,7 @@ impl Ftl {
             return Ok(false);
         }
         let moved = self.blocks[victim as usize].valid as u64;
-        if !self.relocation_fits(nand, plane, moved as u32) {
+        if !self.relocation_fits(plane, moved as u32) {
             self.put_back(plane, victim);
             return Ok(false);
         }
@@ -871,10 +903,9 @@ impl Ftl {
             return Ok(());
         }
         self.planes[plane as usize].erases_since_wear_check = 0;
-        let first = self.planes[plane as usize].first_block;
         let mut max_erases = 0;
         let mut coldest = (u32::MAX, NONE);
-        for block in first..first + self.geometry.blocks_per_plane {
+        for block in self.geometry.blocks_of_plane(plane) {
             let b = &self.blocks[block as usize];
             if b.state == BlockState::Bad || b.pool != Pool::Dense {
                 continue;
@@ -889,8 +920,8 @@ impl Ftl {
             return Ok(());
         }
         let victim = coldest.1;
-        self.bucket_unlink(plane, victim);
         self.blocks[victim as usize].state = BlockState::Open;
+        self.set_greedy_key(victim);
         self.relocate_and_erase(nand, plane, victim, now_ns)?;
         self.stats.static_wl_moves += 1;
         Ok(())
@@ -914,7 +945,7 @@ impl Ftl {
             if self.planes[p].free_dense.len() >= self.gc.soft_threshold_blocks as usize {
                 continue;
             }
-            let first = self.planes[p].first_block;
+            let first = self.geometry.block_in_plane(p as u32, 0);
             let die_free = nand.die_free_ns_of_block(first);
             if die_free > now_ns {
                 next = Some(next.map_or(die_free, |n: TimeNs| n.min(die_free)));
@@ -926,6 +957,132 @@ impl Ftl {
             }
         }
         Ok(next)
+    }
+
+    /// Builds the state that uniform random overwrites of `filled` logical pages leave
+    /// behind, without simulating them: each plane's blocks get valid-page counts from the
+    /// steady state of the GC policy (the greedy mean-field levels, or FIFO's exponential
+    /// decay with age), and the logical pages are scattered over the valid slots by a seeded
+    /// permutation. `fill` stores each page's payload. The FTL must be empty.
+    pub fn construct_random_steady_state(
+        &mut self,
+        nand: &mut Nand,
+        filled: u32,
+        seed: u64,
+        fill: &mut dyn FnMut(&mut Nand, u32, u32),
+    ) -> Result<(), crate::SsdError> {
+        if self.stats.host_page_writes > 0 || self.l2p.iter().any(|&p| p != NONE) {
+            return Err(crate::SsdError::Config(
+                "a random steady state can only be constructed on an empty device".into(),
+            ));
+        }
+        let planes = self.planes.len() as u32;
+        let ppb = self.pages_per_block;
+        let reserve = self.gc.hard_threshold_blocks as usize + 2;
+        let mut permutation = Permutation::new(filled, seed);
+        for plane in 0..planes {
+            let share = filled / planes + u32::from(plane < filled % planes);
+            let mut free = Vec::new();
+            while let Some(b) = self.planes[plane as usize].free_dense.pop() {
+                free.push(b);
+            }
+            let total_blocks = free.len();
+            let usable = total_blocks.saturating_sub(reserve);
+            if share as u64 > usable as u64 * ppb as u64 {
+                return Err(crate::SsdError::Config(format!(
+                    "plane {plane} cannot hold {share} valid pages in {usable} blocks"
+                )));
+            }
+            let rho = share as f64 / (total_blocks as f64 * ppb as f64);
+            let mut counts = self.steady_state_counts(rho, usable)?;
+            let mut sum: i64 = counts.iter().map(|&c| c as i64).sum();
+            // Round the model's fractions to exactly `share` valid pages.
+            let mut i = 0;
+            while sum != share as i64 && !counts.is_empty() {
+                let c = &mut counts[i % usable];
+                if sum < share as i64 && *c < ppb {
+                    *c += 1;
+                    sum += 1;
+                } else if sum > share as i64 && *c > 0 {
+                    *c -= 1;
+                    sum -= 1;
+                }
+                i += 1;
+            }
+            let (to_fill, keep_free) = free.split_at(usable);
+            for &block in keep_free {
+                let key = self.free_key(nand, block);
+                self.planes[plane as usize].free_dense.push(key, block);
+            }
+            for (&block, &valid) in to_fill.iter().zip(&counts) {
+                if valid == 0 {
+                    // An empty block in the steady state is simply a free block.
+                    let key = self.free_key(nand, block);
+                    self.planes[plane as usize].free_dense.push(key, block);
+                    continue;
+                }
+                let b = &mut self.blocks[block as usize];
+                b.state = BlockState::Open;
+                b.valid = 0;
+                b.written = ppb as u16;
+                b.transient = 0;
+                let first = block * ppb;
+                for page in 0..ppb {
+                    let ppn = first + page;
+                    nand.program_untimed(ppn)?;
+                    if page < valid {
+                        let lpn = permutation.next().ok_or_else(|| {
+                            crate::SsdError::Config("steady state ran out of pages".into())
+                        })?;
+                        self.map(lpn, ppn, false);
+                        fill(nand, ppn, lpn);
+                    }
+                }
+                self.close_block(plane, block);
+            }
+        }
+        Ok(())
+    }
+
+    /// Valid-page counts for `blocks` full blocks at utilisation `rho`, oldest block first.
+    fn steady_state_counts(&self, rho: f64, blocks: usize) -> Result<Vec<u32>, crate::SsdError> {
+        let ppb = self.pages_per_block;
+        if blocks == 0 || rho <= 0.0 {
+            return Ok(vec![0; blocks]);
+        }
+        let model_error = |e: afa_model::ModelError| crate::SsdError::Config(e.to_string());
+        let counts = match self.gc.victim {
+            VictimPolicy::Fifo => {
+                // Under FIFO a block's valid fraction decays as u*^age, from 1 when written
+                // to u* when cleaned, where (u*−1)/ln u* = rho.
+                let u = afa_model::segment_utilisation_from_disk_utilisation(rho.min(0.999_999))
+                    .map_err(model_error)?;
+                (0..blocks)
+                    .map(|i| {
+                        let age = 1.0 - (i as f64 + 0.5) / blocks as f64;
+                        (ppb as f64 * u.powf(age)).round() as u32
+                    })
+                    .collect()
+            }
+            VictimPolicy::Greedy | VictimPolicy::CostBenefit => {
+                let state =
+                    afa_model::greedy_steady_state(rho.min(0.999_999), ppb).map_err(model_error)?;
+                // Block i takes the level at its quantile of the level distribution.
+                let mut cumulative = Vec::with_capacity(state.level_fractions.len());
+                let mut total = 0.0;
+                for f in &state.level_fractions {
+                    total += f;
+                    cumulative.push(total);
+                }
+                (0..blocks)
+                    .map(|i| {
+                        let q = (i as f64 + 0.5) / blocks as f64 * total;
+                        cumulative.partition_point(|&c| c < q).min(ppb as usize) as u32
+                    })
+                    .collect()
+            }
+        };
+        Ok(counts)
     }
 
     /// Checks every structural invariant; tests call it after random operation sequences.
@@ -945,6 +1102,17 @@ impl Ftl {
                 .filter(|&p| self.p2l[p as usize] != NONE)
                 .count();
             assert_eq!(valid, info.valid as usize, "valid count of block {block}");
+            let key = self.planes[info.plane as usize].greedy_keys[info.index_in_plane as usize];
+            let candidate = info.state == BlockState::Full && info.pool == Pool::Dense;
+            let expected = if candidate { info.valid } else { NOT_A_VICTIM };
+            assert_eq!(key, expected, "greedy key of block {block}");
+            if info.state != BlockState::Bad {
+                assert_eq!(
+                    info.written as u32,
+                    nand.next_page(block as u32),
+                    "write pointer of block {block}"
+                );
+            }
             for p in first..first + ppb {
                 let lpn = self.p2l[p as usize];
                 if lpn != NONE {
@@ -978,4 +1146,67 @@ fn allocation_order(g: &Geometry, dims: [usize; 4]) -> Vec<u32> {
             g.plane_index(coord[0], coord[1], coord[2], coord[3])
         })
         .collect()
+}
+
+/// A seeded permutation of `0..n` that needs no memory: a full-period linear congruential
+/// sequence modulo the next power of two, skipping values of `n` and above.
+#[derive(Debug)]
+struct Permutation {
+    n: u32,
+    mask: u64,
+    multiplier: u64,
+    increment: u64,
+    state: u64,
+    produced: u32,
+}
+
+impl Permutation {
+    fn new(n: u32, seed: u64) -> Self {
+        let size = (n.max(1) as u64).next_power_of_two();
+        // a ≡ 1 (mod 4) and an odd increment give a full period modulo a power of two.
+        let mixed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        Self {
+            n,
+            mask: size - 1,
+            multiplier: (mixed & !3) | 1 | 4,
+            increment: ((mixed >> 17) | 1) & (size * 2 - 1),
+            state: (mixed >> 29) & (size - 1),
+            produced: 0,
+        }
+    }
+
+    fn next(&mut self) -> Option<u32> {
+        if self.produced == self.n {
+            return None;
+        }
+        loop {
+            self.state = self
+                .state
+                .wrapping_mul(self.multiplier)
+                .wrapping_add(self.increment)
+                & self.mask;
+            if self.state < self.n as u64 {
+                self.produced += 1;
+                return Some(self.state as u32);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod permutation_tests {
+    use super::Permutation;
+
+    #[test]
+    fn permutation_visits_every_value_once() {
+        for n in [1u32, 2, 3, 7, 8, 1000, 4097] {
+            let mut seen = vec![false; n as usize];
+            let mut p = Permutation::new(n, 42);
+            while let Some(v) = p.next() {
+                assert!(!seen[v as usize], "{v} twice for n {n}");
+                seen[v as usize] = true;
+            }
+            assert!(seen.iter().all(|&s| s), "n {n}");
+        }
+    }
 }

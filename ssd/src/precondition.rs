@@ -11,6 +11,9 @@ use afa_nand::{fill_unit, sector_token};
 use afa_sim::SimRng;
 use serde::{Deserialize, Serialize};
 
+use afa_nand::Nand;
+
+use crate::ftl::Ftl;
 use crate::{Ssd, SsdError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -19,8 +22,13 @@ pub enum PreconditionPattern {
     /// Logical pages written once, in order.
     #[default]
     Sequential,
-    /// A sequential fill followed by uniform random overwrites of the filled range.
+    /// The steady state of uniform random overwrites, built directly from the GC policy's
+    /// model (see `Ftl::construct_random_steady_state`), then settled by `overwrite_rounds`
+    /// of simulated random overwrites.
     Random,
+    /// A sequential fill followed by `overwrite_rounds` of simulated uniform random
+    /// overwrites: slower, and free of any model.
+    RandomSimulated,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,7 +37,7 @@ pub struct Precondition {
     /// Fraction of the logical capacity written, from 0 to 1.
     pub fill_fraction: f64,
     pub pattern: PreconditionPattern,
-    /// For the random pattern: overwrites as a multiple of the filled pages.
+    /// For the random patterns: simulated overwrites as a multiple of the filled pages.
     pub overwrite_rounds: f64,
 }
 
@@ -38,7 +46,7 @@ impl Default for Precondition {
         Self {
             fill_fraction: 0.0,
             pattern: PreconditionPattern::Sequential,
-            overwrite_rounds: 2.0,
+            overwrite_rounds: 0.25,
         }
     }
 }
@@ -66,6 +74,31 @@ impl Precondition {
     }
 }
 
+/// Stores the preconditioning payload of logical page `lpn` into physical page `ppn`.
+fn store_tokens(nand: &mut Nand, ppn: u32, lpn: u32, spp: u32, unit: usize) {
+    if unit == 0 {
+        return;
+    }
+    let page = nand.store_mut().page_mut(ppn);
+    for s in 0..spp as usize {
+        let lba = lpn as u64 * spp as u64 + s as u64;
+        fill_unit(sector_token(lba, 0), &mut page[s * unit..(s + 1) * unit]);
+    }
+}
+
+/// Writes logical page `lpn` whole, untimed, with its preconditioning payload.
+fn write_untimed(
+    ftl: &mut Ftl,
+    nand: &mut Nand,
+    lpn: u32,
+    spp: u32,
+    unit: usize,
+) -> Result<(), SsdError> {
+    let mut fill = |nand: &mut Nand, ppn: u32, _old: u32| store_tokens(nand, ppn, lpn, spp, unit);
+    ftl.write_page(nand, lpn, true, 0, false, &mut fill)?;
+    Ok(())
+}
+
 impl Ssd {
     /// Applies `p`. Every written sector holds `sector_token(lba, 0)`, so an oracle can know
     /// the content without having watched it being written. Counters are reset afterwards.
@@ -74,34 +107,25 @@ impl Ssd {
         let filled = p.filled_pages(self.logical_pages());
         let (nand, ftl, spp, unit) = self.parts();
         ftl.set_untimed(true);
-        let mut write = |lpn: u32| -> Result<(), SsdError> {
-            let mut fill = |nand: &mut afa_nand::Nand, ppn: u32, _old: u32| {
-                if unit == 0 {
-                    return;
-                }
-                let page = nand.store_mut().page_mut(ppn);
-                for s in 0..spp as usize {
-                    let lba = lpn as u64 * spp as u64 + s as u64;
-                    fill_unit(sector_token(lba, 0), &mut page[s * unit..(s + 1) * unit]);
-                }
-            };
-            ftl.write_page(nand, lpn, true, 0, false, &mut fill)?;
-            Ok(())
-        };
         let result = (|| -> Result<(), SsdError> {
-            for lpn in 0..filled {
-                write(lpn)?;
+            if p.pattern == PreconditionPattern::Random {
+                let mut fill =
+                    |nand: &mut Nand, ppn: u32, lpn: u32| store_tokens(nand, ppn, lpn, spp, unit);
+                ftl.construct_random_steady_state(nand, filled, seed, &mut fill)?;
+            } else {
+                for lpn in 0..filled {
+                    write_untimed(ftl, nand, lpn, spp, unit)?;
+                }
             }
-            if p.pattern == PreconditionPattern::Random && filled > 0 {
+            if p.pattern != PreconditionPattern::Sequential && filled > 0 {
                 let mut rng = SimRng::fork(seed, 0x5052_4543); // "PREC"
                 let overwrites = (filled as f64 * p.overwrite_rounds) as u64;
                 for _ in 0..overwrites {
-                    write(rng.below(filled as u64) as u32)?;
+                    write_untimed(ftl, nand, rng.below(filled as u64) as u32, spp, unit)?;
                 }
             }
             Ok(())
         })();
-        let (_, ftl, _, _) = self.parts();
         ftl.set_untimed(false);
         result?;
         self.reset_counters();

@@ -629,6 +629,11 @@ impl BlockDevice for Ssd {
         })
     }
 
+    fn prefetch(&self, lba: u64, stage: u8) {
+        self.ftl
+            .prefetch((lba / self.sectors_per_page as u64) as u32, stage);
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         // Background GC failing means the device is out of space; the next foreground
         // write reports that to the host, so idle work just stops here.
