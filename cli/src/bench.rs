@@ -50,7 +50,9 @@ pub enum BenchCommand {
         fill: f64,
         #[arg(long, value_enum, default_value = "random")]
         pattern: PatternArg,
-        #[arg(long, default_value_t = 0.25)]
+        /// Simulated random overwrites after the steady state is built (random pattern) or
+        /// after the sequential fill (random-simulated), as a multiple of the filled pages.
+        #[arg(long, default_value_t = 0.05)]
         overwrite_rounds: f64,
         #[arg(long)]
         json: Option<PathBuf>,

@@ -759,13 +759,29 @@ impl Ftl {
                 let index = keys.iter().position(|&k| k == min)? as u32;
                 self.geometry.block_in_plane(plane, index)
             }
-            VictimPolicy::Fifo => loop {
-                let (block, seq) = self.planes[plane as usize].fifo.pop_front()?;
-                let b = &self.blocks[block as usize];
-                if b.state == BlockState::Full && b.closed_seq == seq {
+            VictimPolicy::Fifo => {
+                // The oldest block, skipping stale entries. A block whose pages are all still
+                // valid would free nothing, so it goes to the back of the queue and the next
+                // oldest is cleaned instead (a full lap means nothing can be freed).
+                let mut skipped = 0;
+                loop {
+                    let pl = &mut self.planes[plane as usize];
+                    let (block, seq) = pl.fifo.pop_front()?;
+                    let b = &self.blocks[block as usize];
+                    if b.state != BlockState::Full || b.closed_seq != seq {
+                        continue;
+                    }
+                    if b.valid as u32 >= self.pages_per_block && !b.retire {
+                        pl.fifo.push_back((block, seq));
+                        skipped += 1;
+                        if skipped > pl.fifo.len() {
+                            return None;
+                        }
+                        continue;
+                    }
                     break block;
                 }
-            },
+            }
             VictimPolicy::CostBenefit => {
                 let ppb = self.pages_per_block as f64;
                 let mut best = (f64::NEG_INFINITY, NONE);

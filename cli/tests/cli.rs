@@ -1,0 +1,193 @@
+//! End-to-end tests of the `afa` binary: the embedded default run, determinism, config
+//! and job-file errors, traces, models.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn afa(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_afa"))
+        .args(args)
+        .output()
+        .expect("afa runs")
+}
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("afa-cli-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn read_json(path: &PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn default_run_passes_integrity_and_prints_the_seed_first() {
+    let json = temp("default.json");
+    let out = afa(&["run", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("seed: 1\n"), "{stdout}");
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    for key in [
+        "seed",
+        "sim_time_ns",
+        "host_time_s",
+        "read",
+        "write",
+        "waf",
+        "nand",
+        "gc",
+        "integrity",
+        "timeline",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    for op in ["read", "write"] {
+        for key in ["ios", "bytes", "iops", "bandwidth_mb_s"] {
+            assert!(v[op][key].is_number(), "{op}.{key}");
+        }
+        for key in ["mean", "p50", "p90", "p99", "p999", "max"] {
+            assert!(v[op]["latency_us"][key].is_number(), "{op}.latency_us.{key}");
+        }
+    }
+    for key in [
+        "page_reads",
+        "page_programs",
+        "block_erases",
+        "slc_programs",
+        "mlc_programs",
+    ] {
+        assert!(v["nand"][key].is_u64(), "nand.{key}");
+    }
+    assert!(v["gc"]["runs"].is_u64() && v["gc"]["pages_moved"].is_u64());
+    let point = &v["timeline"][0];
+    for key in ["t_ms", "read_mb_s", "write_mb_s"] {
+        assert!(point[key].is_number(), "timeline.{key}");
+    }
+}
+
+/// Removes the one key allowed to differ between two runs of the same seed.
+fn without_host_time(mut v: serde_json::Value) -> serde_json::Value {
+    v.as_object_mut().unwrap().remove("host_time_s");
+    v
+}
+
+#[test]
+fn same_seed_gives_identical_json_and_another_seed_does_not() {
+    let config = fixture("jobfile.toml");
+    let paths: Vec<PathBuf> = ["a.json", "b.json", "c.json"].iter().map(|n| temp(n)).collect();
+    for (path, seed) in paths.iter().zip(["3", "3", "4"]) {
+        let out = afa(&[
+            "run",
+            &config,
+            "--seed",
+            seed,
+            "--quiet",
+            "--json",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let [a, b, c] = [0, 1, 2].map(|i| without_host_time(read_json(&paths[i])));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(a["integrity"]["mismatches"], 0);
+    // The job file exercises the SLC cache, the buffer and GC.
+    assert!(a["nand"]["slc_programs"].as_u64().unwrap() > 0);
+    assert!(a["gc"]["runs"].as_u64().unwrap() > 0 || a["gc"]["slc_evictions"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn trace_replay_runs_from_a_config() {
+    let json = temp("trace.json");
+    let out = afa(&["run", &fixture("trace.toml"), "--quiet", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert_eq!(v["read"]["ios"], 3);
+    assert_eq!(v["write"]["ios"], 2);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    // The last record comes one second after the first.
+    assert!(v["sim_time_ns"].as_u64().unwrap() >= 1_000_000_000);
+}
+
+fn run_config(name: &str, text: &str) -> Output {
+    let path = temp(name);
+    std::fs::write(&path, text).unwrap();
+    afa(&["run", path.to_str().unwrap(), "--quiet"])
+}
+
+#[test]
+fn config_errors_name_the_field_and_do_not_panic() {
+    let cases = [
+        ("unknown.toml", "[ssd]\nover_provisoning = 0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "over_provisoning"),
+        ("badop.toml", "[ssd]\nover_provisioning = -0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "over_provisioning"),
+        ("geometry.toml", "[ssd.geometry]\npage_bytes = 3000\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "page_bytes"),
+        ("policy.toml", "[ssd.gc]\nvictim = \"lru\"\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "victim"),
+        ("noworkload.toml", "seed = 1\n", "workload"),
+        ("badjob.toml", "[workload]\njob = \"[a]\\nrw=randwrite\\niodeph=4\\n\"\n", "iodeph"),
+        ("missingjob.toml", "[workload]\njob_file = \"nope.fio\"\n", "nope.fio"),
+        ("trace.toml", "[workload.trace]\npath = \"nope.csv\"\nformat = \"msr\"\n", "nope.csv"),
+        ("traceformat.toml", "[workload.trace]\npath = \"x\"\nformat = \"spc\"\n", "spc"),
+    ];
+    for (name, text, needle) in cases {
+        let out = run_config(name, text);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn a_corrupt_trace_line_is_reported_with_its_line_number() {
+    let trace = temp("corrupt.csv");
+    std::fs::write(&trace, "128166372003061629,hm,1,Write,4096,8192,100\n128166372003071629,hm,1,Wrte,0,512,1\n").unwrap();
+    let config = format!(
+        "[workload.trace]\npath = \"{}\"\nformat = \"msr\"\n",
+        trace.display()
+    );
+    let out = run_config("corrupt.toml", &config);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn waf_model_prints_the_prediction() {
+    let out = afa(&["model", "waf", "--policy", "fifo", "--op", "0.28"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2.4814"), "{text}");
+    let out = afa(&["model", "waf", "--policy", "greedy", "--op", "-1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("op"));
+}
+
+#[test]
+fn waf_bench_agrees_with_the_model_on_a_small_device() {
+    // A quick version of `afa bench waf`; the full one runs by hand (see README).
+    let json = temp("waf.json");
+    let out = afa(&[
+        "bench", "waf", "--policy", "greedy", "--op", "0.28", "--pages-per-block", "32",
+        "--rounds", "0.5", "--json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    let error = v["relative_error"].as_f64().unwrap();
+    assert!(error.abs() < 0.10, "{v}");
+}
