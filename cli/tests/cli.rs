@@ -62,7 +62,10 @@ fn default_run_passes_integrity_and_prints_the_seed_first() {
             assert!(v[op][key].is_number(), "{op}.{key}");
         }
         for key in ["mean", "p50", "p90", "p99", "p999", "max"] {
-            assert!(v[op]["latency_us"][key].is_number(), "{op}.latency_us.{key}");
+            assert!(
+                v[op]["latency_us"][key].is_number(),
+                "{op}.latency_us.{key}"
+            );
         }
     }
     for key in [
@@ -90,7 +93,10 @@ fn without_host_time(mut v: serde_json::Value) -> serde_json::Value {
 #[test]
 fn same_seed_gives_identical_json_and_another_seed_does_not() {
     let config = fixture("jobfile.toml");
-    let paths: Vec<PathBuf> = ["a.json", "b.json", "c.json"].iter().map(|n| temp(n)).collect();
+    let paths: Vec<PathBuf> = ["a.json", "b.json", "c.json"]
+        .iter()
+        .map(|n| temp(n))
+        .collect();
     for (path, seed) in paths.iter().zip(["3", "3", "4"]) {
         let out = afa(&[
             "run",
@@ -109,13 +115,21 @@ fn same_seed_gives_identical_json_and_another_seed_does_not() {
     assert_eq!(a["integrity"]["mismatches"], 0);
     // The job file exercises the SLC cache, the buffer and GC.
     assert!(a["nand"]["slc_programs"].as_u64().unwrap() > 0);
-    assert!(a["gc"]["runs"].as_u64().unwrap() > 0 || a["gc"]["slc_evictions"].as_u64().unwrap() > 0);
+    assert!(
+        a["gc"]["runs"].as_u64().unwrap() > 0 || a["gc"]["slc_evictions"].as_u64().unwrap() > 0
+    );
 }
 
 #[test]
 fn trace_replay_runs_from_a_config() {
     let json = temp("trace.json");
-    let out = afa(&["run", &fixture("trace.toml"), "--quiet", "--json", json.to_str().unwrap()]);
+    let out = afa(&[
+        "run",
+        &fixture("trace.toml"),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v = read_json(&json);
     assert_eq!(v["read"]["ios"], 3);
@@ -134,15 +148,47 @@ fn run_config(name: &str, text: &str) -> Output {
 #[test]
 fn config_errors_name_the_field_and_do_not_panic() {
     let cases = [
-        ("unknown.toml", "[ssd]\nover_provisoning = 0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "over_provisoning"),
-        ("badop.toml", "[ssd]\nover_provisioning = -0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "over_provisioning"),
-        ("geometry.toml", "[ssd.geometry]\npage_bytes = 3000\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "page_bytes"),
-        ("policy.toml", "[ssd.gc]\nvictim = \"lru\"\n[workload]\njob=\"[a]\\nrw=read\\n\"\n", "victim"),
+        (
+            "unknown.toml",
+            "[ssd]\nover_provisoning = 0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "over_provisoning",
+        ),
+        (
+            "badop.toml",
+            "[ssd]\nover_provisioning = -0.1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "over_provisioning",
+        ),
+        (
+            "geometry.toml",
+            "[ssd.geometry]\npage_bytes = 3000\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "page_bytes",
+        ),
+        (
+            "policy.toml",
+            "[ssd.gc]\nvictim = \"lru\"\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "victim",
+        ),
         ("noworkload.toml", "seed = 1\n", "workload"),
-        ("badjob.toml", "[workload]\njob = \"[a]\\nrw=randwrite\\niodeph=4\\n\"\n", "iodeph"),
-        ("missingjob.toml", "[workload]\njob_file = \"nope.fio\"\n", "nope.fio"),
-        ("trace.toml", "[workload.trace]\npath = \"nope.csv\"\nformat = \"msr\"\n", "nope.csv"),
-        ("traceformat.toml", "[workload.trace]\npath = \"x\"\nformat = \"spc\"\n", "spc"),
+        (
+            "badjob.toml",
+            "[workload]\njob = \"[a]\\nrw=randwrite\\niodeph=4\\n\"\n",
+            "iodeph",
+        ),
+        (
+            "missingjob.toml",
+            "[workload]\njob_file = \"nope.fio\"\n",
+            "nope.fio",
+        ),
+        (
+            "trace.toml",
+            "[workload.trace]\npath = \"nope.csv\"\nformat = \"msr\"\n",
+            "nope.csv",
+        ),
+        (
+            "traceformat.toml",
+            "[workload.trace]\npath = \"x\"\nformat = \"spc\"\n",
+            "spc",
+        ),
     ];
     for (name, text, needle) in cases {
         let out = run_config(name, text);
@@ -156,7 +202,11 @@ fn config_errors_name_the_field_and_do_not_panic() {
 #[test]
 fn a_corrupt_trace_line_is_reported_with_its_line_number() {
     let trace = temp("corrupt.csv");
-    std::fs::write(&trace, "128166372003061629,hm,1,Write,4096,8192,100\n128166372003071629,hm,1,Wrte,0,512,1\n").unwrap();
+    std::fs::write(
+        &trace,
+        "128166372003061629,hm,1,Write,4096,8192,100\n128166372003071629,hm,1,Wrte,0,512,1\n",
+    )
+    .unwrap();
     let config = format!(
         "[workload.trace]\npath = \"{}\"\nformat = \"msr\"\n",
         trace.display()
@@ -183,8 +233,18 @@ fn waf_bench_agrees_with_the_model_on_a_small_device() {
     // A quick version of `afa bench waf`; the full one runs by hand (see README).
     let json = temp("waf.json");
     let out = afa(&[
-        "bench", "waf", "--policy", "greedy", "--op", "0.28", "--pages-per-block", "32",
-        "--rounds", "0.5", "--json", json.to_str().unwrap(),
+        "bench",
+        "waf",
+        "--policy",
+        "greedy",
+        "--op",
+        "0.28",
+        "--pages-per-block",
+        "32",
+        "--rounds",
+        "0.5",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v = read_json(&json);

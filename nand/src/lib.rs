@@ -280,6 +280,12 @@ impl Nand {
         Ok(())
     }
 
+    /// Time at which die `die` is next free.
+    #[inline]
+    pub fn die_free_ns(&self, die: u32) -> TimeNs {
+        self.dies[die as usize].free_ns
+    }
+
     /// Time at which the die holding `block` is next free.
     #[inline]
     pub fn die_free_ns_of_block(&self, block: u32) -> TimeNs {

@@ -108,12 +108,16 @@ pub struct FtlConfig {
     /// in MQSim's letters: C(hannel), W(ay = chip), D(ie), P(lane). "CWDP" spreads consecutive
     /// pages over channels first.
     pub allocation_order: String,
+    /// Dynamic allocation: a host page goes to whichever of the next `die_aware_window`
+    /// planes in allocation order has its die free first (1 = strictly in order).
+    pub die_aware_window: u32,
 }
 
 impl Default for FtlConfig {
     fn default() -> Self {
         Self {
             allocation_order: "CWDP".to_string(),
+            die_aware_window: 1,
         }
     }
 }
@@ -140,6 +144,10 @@ pub struct GcConfig {
     /// Foreground GC runs inside a write when a plane has fewer free blocks than this.
     pub hard_threshold_blocks: u32,
     pub background: bool,
+    /// Below the soft threshold, clean incrementally: each host page written to the plane
+    /// relocates a share of the current victim's pages (set by the victim's valid/invalid
+    /// ratio) instead of the host waiting for whole blocks at the hard threshold.
+    pub incremental: bool,
 }
 
 impl Default for GcConfig {
@@ -149,6 +157,7 @@ impl Default for GcConfig {
             soft_threshold_blocks: 4,
             hard_threshold_blocks: 2,
             background: true,
+            incremental: false,
         }
     }
 }
@@ -257,6 +266,11 @@ impl SsdConfig {
             ));
         }
         parse_allocation_order(&self.ftl.allocation_order)?;
+        if self.ftl.die_aware_window == 0 {
+            return Err(SsdError::Config(
+                "ftl.die_aware_window must be at least 1".into(),
+            ));
+        }
         Ok(())
     }
 }

@@ -93,6 +93,12 @@ struct Plane {
     fifo: VecDeque<(u32, u64)>,
     slc_full: Vec<u32>,
     erases_since_wear_check: u32,
+    /// The victim being cleaned a few pages at a time (incremental GC), NONE if none.
+    gc_victim: u32,
+    /// The next page of `gc_victim` to examine.
+    gc_next_page: u32,
+    /// Pages relocated per host page written while `gc_victim` is cleaned.
+    gc_pace: u32,
 }
 
 /// Counters the FTL keeps; the controller adds them to its report.
@@ -134,6 +140,8 @@ pub struct Ftl {
     planes: Vec<Plane>,
     allocation_order: Vec<u32>,
     cursor: usize,
+    die_aware_window: u32,
+    die_of_plane: Vec<u32>,
     gc: GcConfig,
     slc: SlcCacheConfig,
     slc_enabled: bool,
@@ -203,6 +211,9 @@ impl Ftl {
                 fifo: VecDeque::new(),
                 slc_full: Vec::new(),
                 erases_since_wear_check: 0,
+                gc_victim: NONE,
+                gc_next_page: 0,
+                gc_pace: 1,
             };
             let mut slc_left = slc_blocks_per_plane;
             for b in g.blocks_of_plane(p) {
@@ -243,6 +254,8 @@ impl Ftl {
         let pages_total = g.pages_total() as usize;
         Ok(Self {
             allocation_order: allocation_order(&g, dims),
+            die_aware_window: config.ftl.die_aware_window.clamp(1, planes_total),
+            die_of_plane: (0..planes_total).map(|p| g.die_of_plane(p)).collect(),
             pages_per_block: ppb,
             ppb_shift: ppb.is_power_of_two().then(|| ppb.trailing_zeros()),
             slc_pages_per_block: slc_ppb,
@@ -286,15 +299,36 @@ impl Ftl {
         self.untimed = untimed;
     }
 
-    /// The plane the next host page goes to, in the configured allocation order.
+    /// The plane the next host page goes to: the next in the configured allocation order,
+    /// or, with a die-aware window of W > 1, whichever of the next W planes in that order has
+    /// its die free first, so that host writes flow around dies busy with GC as a real
+    /// controller's dynamic allocation does.
     #[inline]
-    fn next_plane(&mut self) -> u32 {
-        let p = self.allocation_order[self.cursor];
+    fn next_plane(&mut self, nand: &Nand) -> u32 {
+        let len = self.allocation_order.len();
+        let mut best = self.allocation_order[self.cursor];
+        if self.die_aware_window > 1 {
+            let mut best_free = nand.die_free_ns(self.die_of_plane[best as usize]);
+            let soft = self.gc.soft_threshold_blocks as usize;
+            for i in 1..self.die_aware_window as usize {
+                let p = self.allocation_order[(self.cursor + i) % len];
+                // A plane short of free blocks is left to the plain order: steering writes
+                // to it because its die looks idle would fill it faster than it cleans.
+                if self.planes[p as usize].free_dense.len() < soft {
+                    continue;
+                }
+                let free = nand.die_free_ns(self.die_of_plane[p as usize]);
+                if free < best_free {
+                    best = p;
+                    best_free = free;
+                }
+            }
+        }
         self.cursor += 1;
-        if self.cursor == self.allocation_order.len() {
+        if self.cursor == len {
             self.cursor = 0;
         }
-        p
+        best
     }
 
     #[inline]
@@ -565,7 +599,7 @@ impl Ftl {
         self.stats.host_page_writes += 1;
         let mut planes_out_of_space = 0;
         loop {
-            let plane = self.next_plane();
+            let plane = self.next_plane(nand);
             // A plane that lost blocks to failures may fill up before the others; the page
             // then goes to the next plane, and only a device with no room anywhere says so.
             let ppn = match self.allocate_host_page(nand, plane, ready_ns) {
@@ -622,7 +656,26 @@ impl Ftl {
         plane: u32,
         now_ns: TimeNs,
     ) -> Result<u32, DeviceError> {
-        // Foreground GC: the plane must keep its reserve of free dense blocks.
+        // Foreground GC: the plane must keep its reserve of free dense blocks. Below the soft
+        // threshold, incremental GC does a share of the cleaning with every host page; below
+        // the hard threshold, whole victims are cleaned before the write may proceed.
+        let free = self.planes[plane as usize].free_dense.len();
+        if self.gc.incremental
+            && free < self.gc.soft_threshold_blocks as usize
+            && free >= self.gc.hard_threshold_blocks as usize
+        {
+            self.incremental_step(nand, plane, now_ns, u32::MAX - 1)?;
+        }
+        // The victim in progress must always be able to finish: if its remaining pages would
+        // need every free block, it is finished now, before the host takes one.
+        let victim = self.planes[plane as usize].gc_victim;
+        if victim != NONE {
+            let remaining = self.blocks[victim as usize].valid as u32;
+            let free = self.planes[plane as usize].free_dense.len();
+            if free <= self.relocation_blocks_needed(plane, remaining) as usize {
+                self.collect_one(nand, plane, now_ns, false)?;
+            }
+        }
         while self.planes[plane as usize].free_dense.len() < self.gc.hard_threshold_blocks as usize
         {
             if !self.collect_one(nand, plane, now_ns, false)? {
@@ -654,43 +707,67 @@ impl Ftl {
         victim: u32,
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
+        let (_, _, last_read) = self.relocate_pages(nand, plane, victim, 0, u32::MAX, now_ns)?;
+        debug_assert_eq!(self.blocks[victim as usize].valid, 0);
+        self.erase_block(nand, plane, victim, last_read)
+    }
+
+    /// Moves valid pages of `victim`, starting at page `from`, to the plane's relocation
+    /// block until `max_moves` pages have moved or the block is done. Returns the next page
+    /// to examine, the pages moved and when the last read ended.
+    fn relocate_pages(
+        &mut self,
+        nand: &mut Nand,
+        plane: u32,
+        victim: u32,
+        from: u32,
+        max_moves: u32,
+        now_ns: TimeNs,
+    ) -> Result<(u32, u32, TimeNs), DeviceError> {
         let first = victim * self.pages_per_block;
-        let written = self.blocks[victim as usize].written as u32;
-        // Touch the mapping entries of every valid page first. These loads are independent,
-        // so the processor overlaps their cache misses; the updates below then hit the
-        // cache instead of stalling one store miss at a time.
+        let end = first + self.blocks[victim as usize].written as u32;
+        // Touch the mapping entries of the pages about to move first. These loads are
+        // independent, so the processor overlaps their cache misses; the updates below then
+        // hit the cache instead of stalling one store miss at a time.
         let mut touched = 0u32;
-        for ppn in first..first + written {
+        let mut ahead = 0;
+        for ppn in first + from..end {
             let lpn = self.p2l[ppn as usize];
             if lpn != NONE {
                 touched ^= self.l2p[lpn as usize];
+                ahead += 1;
+                if ahead == max_moves {
+                    break;
+                }
             }
         }
         std::hint::black_box(touched);
         let mut last_read = now_ns;
-        for ppn in first..first + written {
+        let mut moved = 0;
+        let mut ppn = first + from;
+        while ppn < end && moved < max_moves {
             let lpn = self.p2l[ppn as usize];
-            if lpn == NONE {
-                continue;
-            }
-            let read_done = self.nand_read(nand, ppn, now_ns);
-            last_read = last_read.max(read_done);
-            loop {
-                let dst = self.take_page(nand, plane, Pool::Dense, Stream::Relocation)?;
-                match self.nand_program(nand, dst, read_done) {
-                    Ok(done) => {
-                        self.gc_busy_until_ns = self.gc_busy_until_ns.max(done);
-                        break self.move_mapping(nand, lpn, ppn, dst);
+            if lpn != NONE {
+                let read_done = self.nand_read(nand, ppn, now_ns);
+                last_read = last_read.max(read_done);
+                loop {
+                    let dst = self.take_page(nand, plane, Pool::Dense, Stream::Relocation)?;
+                    match self.nand_program(nand, dst, read_done) {
+                        Ok(done) => {
+                            self.gc_busy_until_ns = self.gc_busy_until_ns.max(done);
+                            break self.move_mapping(nand, lpn, ppn, dst);
+                        }
+                        Err(NandError::ProgramFailed { .. }) => {
+                            self.handle_program_failure(plane, dst);
+                        }
+                        Err(e) => panic!("FTL invariant broken: {e}"),
                     }
-                    Err(NandError::ProgramFailed { .. }) => {
-                        self.handle_program_failure(plane, dst);
-                    }
-                    Err(e) => panic!("FTL invariant broken: {e}"),
                 }
+                moved += 1;
             }
+            ppn += 1;
         }
-        debug_assert_eq!(self.blocks[victim as usize].valid, 0);
-        self.erase_block(nand, plane, victim, last_read)
+        Ok((ppn - first, moved, last_read))
     }
 
     #[inline]
@@ -818,17 +895,24 @@ impl Ftl {
     /// Whether `pages` relocated pages fit in the plane's relocation block plus its free
     /// blocks, so that a cleaning never stops halfway.
     fn relocation_fits(&self, plane: u32, pages: u32) -> bool {
+        let needed = self.relocation_blocks_needed(plane, pages) as usize;
+        self.planes[plane as usize].free_dense.len() >= needed
+    }
+
+    /// Free blocks that relocating `pages` pages would open, after the relocation block's
+    /// remaining room.
+    fn relocation_blocks_needed(&self, plane: u32, pages: u32) -> u32 {
         let pl = &self.planes[plane as usize];
         let room = if pl.gc_open == NONE {
             0
         } else {
             self.pages_per_block - self.blocks[pl.gc_open as usize].written as u32
         };
-        let blocks_needed = pages.saturating_sub(room).div_ceil(self.pages_per_block);
-        pl.free_dense.len() >= blocks_needed as usize
+        pages.saturating_sub(room).div_ceil(self.pages_per_block)
     }
 
-    /// Cleans one victim block in `plane`. Returns false when no block would yield space.
+    /// Cleans one victim block in `plane`, finishing the incremental victim first if one is
+    /// in progress. Returns false when no block would yield space.
     fn collect_one(
         &mut self,
         nand: &mut Nand,
@@ -836,6 +920,10 @@ impl Ftl {
         now_ns: TimeNs,
         background: bool,
     ) -> Result<bool, DeviceError> {
+        if self.planes[plane as usize].gc_victim != NONE {
+            self.incremental_step(nand, plane, now_ns, u32::MAX)?;
+            return Ok(true);
+        }
         let Some(victim) = self.take_victim(plane) else {
             return Ok(false);
         };
@@ -860,6 +948,59 @@ impl Ftl {
         }
         self.maybe_level_wear(nand, plane, now_ns)?;
         Ok(true)
+    }
+
+    /// Incremental GC: relocates up to `max_moves` pages (the victim's pace when
+    /// `u32::MAX` is not asked for) of the plane's current victim, choosing a victim first if
+    /// none is in progress, and erases the victim once it is empty. Spreading a victim's
+    /// relocation over the host writes that consume the space it frees keeps a host write
+    /// from waiting behind a whole block's worth of copies.
+    fn incremental_step(
+        &mut self,
+        nand: &mut Nand,
+        plane: u32,
+        now_ns: TimeNs,
+        max_moves: u32,
+    ) -> Result<(), DeviceError> {
+        let p = plane as usize;
+        if self.planes[p].gc_victim == NONE {
+            let Some(victim) = self.take_victim(plane) else {
+                return Ok(());
+            };
+            let valid = self.blocks[victim as usize].valid as u32;
+            let full = valid >= self.pages_per_block && !self.blocks[victim as usize].retire;
+            if full || !self.relocation_fits(plane, valid) {
+                self.put_back(plane, victim);
+                return Ok(());
+            }
+            // Pages to move per page of space the victim gives back: cleaning then finishes
+            // just as the host has used up the space.
+            let invalid = (self.pages_per_block - valid).max(1);
+            let pl = &mut self.planes[p];
+            pl.gc_victim = victim;
+            pl.gc_next_page = 0;
+            pl.gc_pace = valid.div_ceil(invalid).max(1);
+            self.stats.gc_foreground_runs += 1;
+        }
+        let pl = &self.planes[p];
+        let (victim, from) = (pl.gc_victim, pl.gc_next_page);
+        let moves = if max_moves == u32::MAX {
+            u32::MAX
+        } else {
+            pl.gc_pace.min(max_moves)
+        };
+        let (next, moved, last_read) =
+            self.relocate_pages(nand, plane, victim, from, moves, now_ns)?;
+        self.stats.gc_pages_moved += moved as u64;
+        if next >= self.blocks[victim as usize].written as u32 {
+            debug_assert_eq!(self.blocks[victim as usize].valid, 0);
+            self.planes[p].gc_victim = NONE;
+            self.erase_block(nand, plane, victim, last_read)?;
+            self.maybe_level_wear(nand, plane, now_ns)?;
+        } else {
+            self.planes[p].gc_next_page = next;
+        }
+        Ok(())
     }
 
     /// Evicts one SLC block of `plane`: its valid pages migrate to dense blocks.

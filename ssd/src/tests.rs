@@ -195,7 +195,7 @@ fn sustained_random_writes_trigger_gc_and_keep_data() {
     let mut h = Harness::new(small_config(4096, PayloadMode::Token), 3);
     let cap = h.oracle.tokens.len() as u64;
     let mut rng = SimRng::new(9);
-    for _ in 0..(cap * 6) {
+    for _ in 0..(cap * 12) {
         h.write(rng.below(cap), 1);
     }
     assert!(h.ssd.ftl_stats().gc_foreground_runs > 0);
@@ -505,6 +505,8 @@ fn policy_config(index: u32) -> SsdConfig {
         cfg.slc_cache.eviction = SlcEvictionPolicy::Transient;
     }
     cfg.wear_leveling.static_threshold_erases = if index % 5 == 0 { 4 } else { 0 };
+    cfg.ftl.die_aware_window = if index % 3 == 0 { 1 } else { 4 };
+    cfg.gc.incremental = index % 7 != 0;
     cfg
 }
 
