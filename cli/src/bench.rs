@@ -108,7 +108,7 @@ fn random_writes(
     let job = format!("[w]\nrw=randwrite\nbs=4k\niodepth=32\nnumber_ios={requests}\nio_size=1p\n");
     let jobs = parse_job_file(&job).map_err(|e| e.to_string())?;
     let programs_before: u64 = ssd.nand_counters().programs.iter().sum();
-    let host_before = ssd.ftl_stats().host_page_writes;
+    let host_before = ssd.stats().host_page_writes;
     let options = RunOptions {
         seed,
         timeline_interval_ns: 0,
@@ -120,7 +120,7 @@ fn random_writes(
     let outcome = afa_host::run(ssd, &Workload::Jobs(jobs), &options).map_err(|e| e.to_string())?;
     let host_s = start.elapsed().as_secs_f64();
     let programs: u64 = ssd.nand_counters().programs.iter().sum::<u64>() - programs_before;
-    let host = ssd.ftl_stats().host_page_writes - host_before;
+    let host = ssd.stats().host_page_writes - host_before;
     Ok((outcome, programs as f64 / host.max(1) as f64, host_s))
 }
 
@@ -315,7 +315,7 @@ fn bench_precondition(
             "raw_bytes": raw,
             "logical_bytes": ssd.info().capacity_sectors * ssd.info().sector_bytes as u64,
             "fill_fraction": fill,
-            "pattern": format!("{pattern:?}").to_lowercase(),
+            "pattern": p.pattern,
             "overwrite_rounds": overwrite_rounds,
             "pages_filled": filled,
             "host_time_s": host_time_s,

@@ -51,7 +51,7 @@ pub fn build(
         trim: m.trim.clone(),
         flush: m.flush.clone(),
         waf: ssd.write_amplification(),
-        host_page_writes: f.host_page_writes,
+        host_page_writes: ssd.stats().host_page_writes,
         nand,
         gc: GcReport {
             runs: f.gc_foreground_runs + f.gc_background_runs,
@@ -69,6 +69,8 @@ pub fn build(
                 erase_sum as f64 / good as f64
             },
             static_wl_moves: f.static_wl_moves,
+            life_used_fraction: erase_max as f64
+                / ssd.nand().timing().of(ssd.nand().dense_mode()).endurance_cycles as f64,
         },
         integrity: IntegrityReport {
             reads_checked: outcome.reads_checked,

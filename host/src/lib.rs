@@ -192,6 +192,13 @@ impl<'d> Host<'d> {
         match workload {
             Workload::Jobs(jobs) => {
                 for (index, job) in jobs.iter().enumerate() {
+                    if job.time_based && job.runtime_ns.is_none() {
+                        // fio would run such a job forever; a simulation must end.
+                        return Err(RunError::Workload(WorkloadError::InvalidJob {
+                            job: job.name.clone(),
+                            reason: "time_based needs a runtime".into(),
+                        }));
+                    }
                     if index == 0 || job.stonewall {
                         groups += 1;
                     }

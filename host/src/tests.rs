@@ -129,6 +129,13 @@ fn runtime_limits_a_time_based_job() {
 }
 
 #[test]
+fn time_based_without_runtime_is_refused() {
+    let jobs = parse_job_file("[a]\nrw=randwrite\ntime_based\n").unwrap();
+    let err = run(&mut ssd(PayloadMode::None), &Workload::Jobs(jobs), &options()).unwrap_err();
+    assert!(err.to_string().contains("runtime"), "{err}");
+}
+
+#[test]
 fn think_time_spaces_requests() {
     let jobs = parse_job_file("[a]\nrw=randread\nbs=4k\nnumber_ios=10\nthinktime=1ms\n").unwrap();
     let out = run(

@@ -193,7 +193,8 @@ pub struct CellTiming {
     pub read_ns: u64,
     pub program_ns: u64,
     pub erase_ns: u64,
-    /// Program/erase cycles a block survives in this mode; reported, and used by wear levelling.
+    /// Rated program/erase cycles of a block in this mode. The report compares the most worn
+    /// block against it; wear levelling itself works on differences of erase counts.
     pub endurance_cycles: u32,
 }
 

@@ -409,9 +409,13 @@ pub struct WearReport {
     pub erase_count_max: u64,
     pub erase_count_mean: f64,
     pub static_wl_moves: u64,
+    /// Erase count of the most worn block over the rated endurance of the dense cell mode.
+    #[serde(default)]
+    pub life_used_fraction: f64,
 }
 
-/// Data-integrity checking: reads whose payload was verified, and how many did not match.
+/// Data-integrity checking: sectors whose payload a read verified against the oracle, and
+/// how many of them did not match.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IntegrityReport {
     pub reads_checked: u64,
@@ -430,10 +434,6 @@ impl RunReport {
         })
     }
 
-    /// The human summary printed at the end of a run: a table with a row per op type (IOs,
-    /// bytes, IOPS, MB/s, latency mean/p50/p90/p99/p99.9/max in µs), WAF, NAND counters split
-    /// SLC / MLC-TLC, GC runs and pages moved, wear, integrity, and the die busy fraction as
-    /// min/mean/max. Plain text, aligned columns, no colour codes.
     /// Simulated host requests completed per wall-clock second: the simulator's own speed.
     /// Derived, not stored, so that the JSON of two runs with one seed differs only in
     /// `host_time_s`.
@@ -446,6 +446,10 @@ impl RunReport {
         }
     }
 
+    /// The human summary printed at the end of a run: a table with a row per op type (IOs,
+    /// bytes, IOPS, MB/s, latency mean/p50/p90/p99/p99.9/max in µs), WAF, NAND counters split
+    /// SLC / MLC-TLC, GC runs and pages moved, wear, integrity, and the die busy fraction as
+    /// min/mean/max. Plain text, aligned columns, no colour codes.
     pub fn human_summary(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail, so the fmt::Results below are ignored.
@@ -535,17 +539,18 @@ impl RunReport {
         misc.row(vec![
             "Wear".to_owned(),
             format!(
-                "erase count min {} / mean {:.2} / max {}, {} static wear-levelling moves",
+                "erase count min {} / mean {:.2} / max {} ({:.2}% of rated life), {} static wear-levelling moves",
                 wear.erase_count_min,
                 wear.erase_count_mean,
                 wear.erase_count_max,
+                wear.life_used_fraction * 100.0,
                 wear.static_wl_moves
             ),
         ]);
         misc.row(vec![
             "Integrity".to_owned(),
             format!(
-                "{} reads checked, {} mismatches",
+                "{} sectors read and checked, {} mismatches",
                 integrity.reads_checked, integrity.mismatches
             ),
         ]);

@@ -229,6 +229,7 @@ fn sample_report() -> RunReport {
             erase_count_max: 9,
             erase_count_mean: 4.5,
             static_wl_moves: 6,
+            life_used_fraction: 0.003,
         },
         integrity: IntegrityReport {
             reads_checked: 777,
@@ -319,6 +320,7 @@ fn json_round_trip_with_contract_keys() {
             "erase_count_max",
             "erase_count_mean",
             "static_wl_moves",
+            "life_used_fraction",
         ])
     );
     assert_eq!(
@@ -375,7 +377,8 @@ fn human_summary_contains_the_numbers() {
         "mean 4.50",
         "max 9",
         "6 static",
-        "777 reads checked",
+        "0.30% of rated life",
+        "777 sectors read and checked",
         "0 mismatches",
         "min 0.250",
         "mean 0.531",

@@ -129,7 +129,9 @@ pub enum VictimPolicy {
     Greedy,
     /// The block that was filled longest ago.
     Fifo,
-    /// Highest (1 − u) · age / (1 + u) (Kawaguchi et al., 1995: benefit over cost).
+    /// Highest (1 − u) · age / (1 + u): free space gained times its age over the cost of
+    /// reading and rewriting the valid part (the cleaning policy of Sprite LFS, Rosenblum and
+    /// Ousterhout, 1992).
     CostBenefit,
 }
 

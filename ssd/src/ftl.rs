@@ -104,8 +104,9 @@ struct Plane {
 /// Counters the FTL keeps; the controller adds them to its report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FtlStats {
-    /// Logical pages written by the host (a partial page counts as one).
-    pub host_page_writes: u64,
+    /// Logical pages the FTL wrote for the host side (from the command path or the write
+    /// buffer; a partial page counts as one). Rewrites absorbed by the buffer never get here.
+    pub page_writes: u64,
     /// Pages read to merge a partial-page write (read-modify-write).
     pub rmw_reads: u64,
     pub gc_foreground_runs: u64,
@@ -596,7 +597,7 @@ impl Ftl {
         transient: bool,
         fill: &mut dyn FnMut(&mut Nand, u32, u32),
     ) -> Result<TimeNs, DeviceError> {
-        self.stats.host_page_writes += 1;
+        self.stats.page_writes += 1;
         let mut planes_out_of_space = 0;
         loop {
             let plane = self.next_plane(nand);
@@ -1128,7 +1129,7 @@ impl Ftl {
         seed: u64,
         fill: &mut dyn FnMut(&mut Nand, u32, u32),
     ) -> Result<(), crate::SsdError> {
-        if self.stats.host_page_writes > 0 || self.l2p.iter().any(|&p| p != NONE) {
+        if self.stats.page_writes > 0 || self.l2p.iter().any(|&p| p != NONE) {
             return Err(crate::SsdError::Config(
                 "a random steady state can only be constructed on an empty device".into(),
             ));

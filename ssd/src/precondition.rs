@@ -17,7 +17,7 @@ use crate::ftl::Ftl;
 use crate::{Ssd, SsdError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum PreconditionPattern {
     /// Logical pages written once, in order.
     #[default]

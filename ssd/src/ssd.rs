@@ -17,6 +17,9 @@ use crate::SsdError;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SsdStats {
     pub commands: u64,
+    /// Logical pages touched by host write commands (a partial page counts as one): the
+    /// denominator of write amplification, counted before the write buffer.
+    pub host_page_writes: u64,
     pub buffer_read_hits: u64,
     pub buffer_write_hits: u64,
     pub buffer_evictions: u64,
@@ -161,7 +164,7 @@ impl Ssd {
 
     /// NAND page programs per host page write so far.
     pub fn write_amplification(&self) -> f64 {
-        let host = self.ftl.stats.host_page_writes;
+        let host = self.stats.host_page_writes;
         if host == 0 {
             return 0.0;
         }
@@ -214,6 +217,7 @@ impl Ssd {
         let mut done = arrived;
         let spp = self.sectors_per_page;
         for span in spans(cmd.lba, cmd.sectors, spp) {
+            self.stats.host_page_writes += 1;
             let page_done = if self.buffer.is_some() {
                 self.buffer_write(span, cmd, arrived)?
             } else {

@@ -223,7 +223,8 @@ fn trimmed_sectors_read_zero_even_when_partial() {
     h.trim(8, 8); // one whole page
     h.trim(18, 3); // part of a page
     h.read_and_check(0, 32);
-    assert_eq!(h.ssd.ftl_stats().host_page_writes, 5);
+    assert_eq!(h.ssd.ftl_stats().page_writes, 5);
+    assert_eq!(h.ssd.stats().host_page_writes, 4);
 }
 
 #[test]
@@ -241,6 +242,8 @@ fn write_buffer_absorbs_rewrites_and_flush_drains_it() {
     h.flush();
     assert_eq!(h.ssd.buffered_pages(), 0);
     assert_eq!(h.ssd.nand_counters().programs.iter().sum::<u64>(), 4);
+    // Sixteen host page writes became four programs.
+    assert_eq!(h.ssd.write_amplification(), 0.25);
     h.read_and_check(0, 4);
 }
 

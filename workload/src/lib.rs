@@ -6,7 +6,7 @@
 //! * [`generator`] turns one `JobSpec` into a deterministic stream of [`IoRequest`]s;
 //! * [`trace`] reads (and writes) recorded block traces in the MSR Cambridge CSV and
 //!   blkparse text formats;
-//! * [`size`] parses fio-style sizes and durations, shared with the TOML configuration.
+//! * [`size`] parses fio-style sizes and durations.
 //!
 //! Everything here is deterministic: the same inputs and seed always produce the same
 //! requests, and no input, however malformed, makes the parsers panic.

@@ -1,7 +1,7 @@
 //! Parsing of fio-style sizes (`4k`, `1.5g`) and durations (`30`, `250ms`, `2m`).
 //!
-//! The same rules serve the fio job-file parser and the simulator's TOML configuration, so
-//! that a size or a duration means the same thing wherever a user writes it.
+//! These are the rules of the fio job-file parser. (The TOML configuration takes plain
+//! integers in the unit its key names, such as `capacity_bytes`.)
 //!
 //! Numbers are decimal, optionally with a fractional part (`1.5m`), or hexadecimal with a
 //! `0x` prefix (no fraction). Arithmetic is exact: a value that does not come out as a
