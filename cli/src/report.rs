@@ -70,7 +70,11 @@ pub fn build(
             },
             static_wl_moves: f.static_wl_moves,
             life_used_fraction: erase_max as f64
-                / ssd.nand().timing().of(ssd.nand().dense_mode()).endurance_cycles as f64,
+                / ssd
+                    .nand()
+                    .timing()
+                    .of(ssd.nand().dense_mode())
+                    .endurance_cycles as f64,
         },
         integrity: IntegrityReport {
             reads_checked: outcome.reads_checked,

@@ -131,7 +131,12 @@ fn runtime_limits_a_time_based_job() {
 #[test]
 fn time_based_without_runtime_is_refused() {
     let jobs = parse_job_file("[a]\nrw=randwrite\ntime_based\n").unwrap();
-    let err = run(&mut ssd(PayloadMode::None), &Workload::Jobs(jobs), &options()).unwrap_err();
+    let err = run(
+        &mut ssd(PayloadMode::None),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("runtime"), "{err}");
 }
 
