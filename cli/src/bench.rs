@@ -44,6 +44,16 @@ pub enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Parity speed: XOR 4+1 encode, Reed-Solomon 6+2 encode and two-erasure decode, in GB/s
+    /// of data (10^9 bytes).
+    Parity {
+        #[arg(long, default_value_t = 65_536)]
+        chunk_bytes: usize,
+        #[arg(long, default_value_t = 2_000)]
+        iterations: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Preconditioning speed and memory on a 512 GiB device filled to 75%.
     Precondition {
         #[arg(long, default_value_t = 0.75)]
@@ -80,6 +90,19 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
             settle_rounds,
             json,
         } => bench_sim(requests, settle_rounds, json.as_deref()),
+        BenchCommand::Parity {
+            chunk_bytes,
+            iterations,
+            json,
+        } => {
+            if chunk_bytes == 0 || iterations == 0 {
+                return Err("--chunk-bytes and --iterations must be positive".into());
+            }
+            write_json(
+                json.as_deref(),
+                &afa_parity::bench::run(chunk_bytes, iterations),
+            )
+        }
         BenchCommand::Precondition {
             fill,
             pattern,

@@ -15,8 +15,60 @@ pub struct RunConfig {
     pub seed: u64,
     pub ssd: SsdConfig,
     pub precondition: Precondition,
+    /// An array of identical SSDs (each as `[ssd]`) instead of one SSD.
+    pub array: Option<ArrayRunConfig>,
     pub workload: WorkloadConfig,
     pub report: ReportConfig,
+}
+
+/// The `[array]` table: the engine, spares and scheduled member failures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArrayRunConfig {
+    pub level: afa_array::Level,
+    pub members: u32,
+    #[serde(default = "default_chunk_bytes")]
+    pub chunk_bytes: u64,
+    #[serde(default = "default_parity_mb_s")]
+    pub parity_mb_s: f64,
+    #[serde(default = "default_rebuild_mb_s")]
+    pub rebuild_mb_s: f64,
+    /// Spare SSDs that replace failed members and are rebuilt onto.
+    #[serde(default)]
+    pub spares: u32,
+    #[serde(default)]
+    pub failures: Vec<FailureConfig>,
+}
+
+/// One scheduled member failure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureConfig {
+    pub member: u32,
+    /// Simulated time of the failure, in milliseconds.
+    pub at_ms: f64,
+}
+
+fn default_chunk_bytes() -> u64 {
+    afa_array::ArrayConfig::default().chunk_bytes
+}
+fn default_parity_mb_s() -> f64 {
+    afa_array::ArrayConfig::default().parity_mb_s
+}
+fn default_rebuild_mb_s() -> f64 {
+    afa_array::ArrayConfig::default().rebuild_mb_s
+}
+
+impl ArrayRunConfig {
+    pub fn engine(&self) -> afa_array::ArrayConfig {
+        afa_array::ArrayConfig {
+            level: self.level,
+            members: self.members,
+            chunk_bytes: self.chunk_bytes,
+            parity_mb_s: self.parity_mb_s,
+            rebuild_mb_s: self.rebuild_mb_s,
+        }
+    }
 }
 
 impl Default for RunConfig {
@@ -25,6 +77,7 @@ impl Default for RunConfig {
             seed: 1,
             ssd: SsdConfig::default(),
             precondition: Precondition::default(),
+            array: None,
             workload: WorkloadConfig::default(),
             report: ReportConfig::default(),
         }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use afa_host::{RunOptions, TraceReplay, Workload};
-use afa_ssd::Ssd;
+use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
 use afa_workload::trace::{read_trace, TraceFormat};
 
@@ -133,25 +133,76 @@ fn run(
     // The seed comes first, so that any run can be reproduced from its output.
     println!("seed: {}", cfg.seed);
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
-    let mut ssd = Ssd::new(cfg.ssd.clone(), cfg.seed)
-        .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
-    ssd.precondition(&cfg.precondition, cfg.seed)
-        .map_err(|e| format!("preconditioning: {e}"))?;
-    // Host time covers the simulated run only, not building and preconditioning the device,
-    // so that requests per host second measure the simulator's speed.
-    let host_start = std::time::Instant::now();
-    let spp = cfg.ssd.geometry.sectors_per_page() as u64;
-    let options = RunOptions {
+    let build_ssd = |seed: u64| -> Result<Ssd, String> {
+        Ssd::new(cfg.ssd.clone(), seed).map_err(|e| format!("configuration {}: {e}", loaded.source))
+    };
+    let mut options = RunOptions {
         seed: cfg.seed,
         timeline_interval_ns: (cfg.report.timeline_interval_ms * 1e6) as u64,
-        preconditioned_sectors: cfg.precondition.filled_pages(ssd.logical_pages()) as u64 * spp,
+        preconditioned_sectors: 0,
         background_work: cfg.workload.background_work.unwrap_or(true),
         show_progress: true,
     };
-    let outcome = afa_host::run(&mut ssd, &workload, &options).map_err(|e| e.to_string())?;
-    let host_time_s = host_start.elapsed().as_secs_f64();
     let config_json = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
-    let report = report::build(&ssd, &outcome, cfg.seed, host_time_s, config_json);
+    let (report, outcome) = if let Some(array_cfg) = &cfg.array {
+        // Members are built from [ssd] with distinct seeds; preconditioning an array is
+        // a later step (members would need parity-consistent content), so it is refused.
+        if cfg.precondition.fill_fraction > 0.0 {
+            return Err("precondition is not supported with [array] yet".into());
+        }
+        let members = (0..array_cfg.members as u64)
+            .map(|i| build_ssd(cfg.seed.wrapping_add(i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let spares = (0..array_cfg.spares as u64)
+            .map(|i| build_ssd(cfg.seed.wrapping_add(1000 + i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut array = afa_array::Array::new(array_cfg.engine(), members, spares)
+            .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
+        for f in &array_cfg.failures {
+            array
+                .schedule_failure(f.member as usize, (f.at_ms * 1e6) as u64)
+                .map_err(|e| format!("configuration {}: array.failures: {e}", loaded.source))?;
+        }
+        let host_start = std::time::Instant::now();
+        let outcome = afa_host::run(&mut array, &workload, &options).map_err(|e| e.to_string())?;
+        let host_time_s = host_start.elapsed().as_secs_f64();
+        let members: Vec<&Ssd> = array.members().collect();
+        let sector = array.info().sector_bytes as u64;
+        let page = cfg.ssd.geometry.page_bytes as u64;
+        let user_pages = (array.stats().user_write_sectors * sector).div_ceil(page);
+        let mut report = report::build(
+            &members,
+            user_pages,
+            &outcome,
+            cfg.seed,
+            host_time_s,
+            config_json,
+        );
+        report.array = serde_json::to_value(array.stats()).ok();
+        (report, outcome)
+    } else {
+        let mut ssd = build_ssd(cfg.seed)?;
+        ssd.precondition(&cfg.precondition, cfg.seed)
+            .map_err(|e| format!("preconditioning: {e}"))?;
+        let spp = cfg.ssd.geometry.sectors_per_page() as u64;
+        options.preconditioned_sectors =
+            cfg.precondition.filled_pages(ssd.logical_pages()) as u64 * spp;
+        // Host time covers the simulated run only, not building and preconditioning the
+        // device, so that requests per host second measure the simulator's speed.
+        let host_start = std::time::Instant::now();
+        let outcome = afa_host::run(&mut ssd, &workload, &options).map_err(|e| e.to_string())?;
+        let host_time_s = host_start.elapsed().as_secs_f64();
+        let host_pages = ssd.stats().host_page_writes;
+        let report = report::build(
+            &[&ssd],
+            host_pages,
+            &outcome,
+            cfg.seed,
+            host_time_s,
+            config_json,
+        );
+        (report, outcome)
+    };
     if !quiet {
         print!("{}", report.human_summary());
     }

@@ -1,18 +1,37 @@
 //! Joins a run's measurements with the device's counters into the run report.
 
 use afa_host::RunOutcome;
+use afa_nand::NandCounters;
 use afa_report::{GcReport, IntegrityReport, NandReport, RunReport, WearReport};
-use afa_ssd::Ssd;
+use afa_ssd::{FtlStats, Ssd};
 
+/// `devices` are the SSDs behind the volume (one, or an array's members); their counters are
+/// summed. `host_page_writes` is the volume's user page writes, the WAF denominator.
 pub fn build(
-    ssd: &Ssd,
+    devices: &[&Ssd],
+    host_page_writes: u64,
     outcome: &RunOutcome,
     seed: u64,
     host_time_s: f64,
     config: serde_json::Value,
 ) -> RunReport {
-    let n = ssd.nand_counters();
-    let f = ssd.ftl_stats();
+    let mut n = NandCounters::default();
+    let mut f = FtlStats::default();
+    for d in devices {
+        let c = d.nand_counters();
+        for i in 0..3 {
+            n.reads[i] += c.reads[i];
+            n.programs[i] += c.programs[i];
+            n.erases[i] += c.erases[i];
+        }
+        let s = d.ftl_stats();
+        f.gc_foreground_runs += s.gc_foreground_runs;
+        f.gc_background_runs += s.gc_background_runs;
+        f.gc_pages_moved += s.gc_pages_moved;
+        f.slc_evictions += s.slc_evictions;
+        f.static_wl_moves += s.static_wl_moves;
+    }
+    let programs: u64 = n.programs.iter().sum();
     let m = &outcome.measurements;
     let nand = NandReport {
         page_reads: n.reads.iter().sum(),
@@ -25,21 +44,26 @@ pub fn build(
         mlc_programs: n.programs[1] + n.programs[2],
         mlc_erases: n.erases[1] + n.erases[2],
     };
-    let geometry = ssd.nand().geometry();
     let mut erase_min = u64::MAX;
     let mut erase_max = 0u64;
     let mut erase_sum = 0u64;
     let mut good = 0u64;
-    for block in 0..geometry.blocks_total() {
-        if ssd.nand().is_bad(block) {
-            continue;
+    for d in devices {
+        let nand = d.nand();
+        for block in 0..nand.geometry().blocks_total() {
+            if nand.is_bad(block) {
+                continue;
+            }
+            let e = nand.erase_count(block) as u64;
+            erase_min = erase_min.min(e);
+            erase_max = erase_max.max(e);
+            erase_sum += e;
+            good += 1;
         }
-        let e = ssd.nand().erase_count(block) as u64;
-        erase_min = erase_min.min(e);
-        erase_max = erase_max.max(e);
-        erase_sum += e;
-        good += 1;
     }
+    let endurance = devices.first().map_or(1, |d| {
+        d.nand().timing().of(d.nand().dense_mode()).endurance_cycles
+    });
     let sim = outcome.sim_time_ns.max(1) as f64;
     RunReport {
         seed,
@@ -50,8 +74,12 @@ pub fn build(
         write: m.write.clone(),
         trim: m.trim.clone(),
         flush: m.flush.clone(),
-        waf: ssd.write_amplification(),
-        host_page_writes: ssd.stats().host_page_writes,
+        waf: if host_page_writes == 0 {
+            0.0
+        } else {
+            programs as f64 / host_page_writes as f64
+        },
+        host_page_writes,
         nand,
         gc: GcReport {
             runs: f.gc_foreground_runs + f.gc_background_runs,
@@ -69,23 +97,18 @@ pub fn build(
                 erase_sum as f64 / good as f64
             },
             static_wl_moves: f.static_wl_moves,
-            life_used_fraction: erase_max as f64
-                / ssd
-                    .nand()
-                    .timing()
-                    .of(ssd.nand().dense_mode())
-                    .endurance_cycles as f64,
+            life_used_fraction: erase_max as f64 / endurance as f64,
         },
         integrity: IntegrityReport {
             reads_checked: outcome.reads_checked,
             mismatches: outcome.mismatches,
         },
-        die_busy_fraction: ssd
-            .nand()
-            .die_busy_ns()
+        die_busy_fraction: devices
             .iter()
-            .map(|&b| b as f64 / sim)
+            .flat_map(|d| d.nand().die_busy_ns())
+            .map(|b| b as f64 / sim)
             .collect(),
+        array: None,
         timeline: m.timeline.clone(),
     }
 }

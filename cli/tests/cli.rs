@@ -43,6 +43,7 @@ fn default_run_passes_integrity_and_prints_the_seed_first() {
     let v = read_json(&json);
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    assert!(v.get("array").is_none(), "one SSD has no array section");
     for key in [
         "seed",
         "sim_time_ns",
@@ -250,4 +251,24 @@ fn waf_bench_agrees_with_the_model_on_a_small_device() {
     let v = read_json(&json);
     let error = v["relative_error"].as_f64().unwrap();
     assert!(error.abs() < 0.10, "{v}");
+}
+
+#[test]
+fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
+    let json = temp("raid5.json");
+    let out = afa(&[
+        "run",
+        &fixture("raid5.toml"),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    assert!(v["array"]["stripes_rebuilt"].as_u64().unwrap() > 0);
+    assert!(v["array"]["read_modify_writes"].as_u64().unwrap() > 0);
+    // Twenty dies: four per member SSD.
+    assert_eq!(v["die_busy_fraction"].as_array().unwrap().len(), 20);
 }

@@ -371,6 +371,9 @@ pub struct RunReport {
     /// Per die, busy time / simulated time.
     pub die_busy_fraction: Vec<f64>,
     pub timeline: Vec<TimelinePoint>,
+    /// Array engine counters, when the volume is an array of SSDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<serde_json::Value>,
 }
 
 /// NAND operation counters. The totals cover both cell modes; `slc_*` counts operations in SLC

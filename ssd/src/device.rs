@@ -126,6 +126,8 @@ pub enum DeviceError {
     NoSpace { plane: u32 },
     #[error("the device has failed")]
     Failed,
+    #[error("command not supported: {0}")]
+    Unsupported(String),
 }
 
 /// A device that takes commands and computes when each completes.

@@ -1,0 +1,970 @@
+//! Arrays of SSDs: one volume over N member devices with a RAID layout.
+//!
+//! An [`Array`] is itself a [`BlockDevice`], so the host, the workloads, the oracle and the
+//! reports drive it exactly as they drive one SSD. Member commands are timed by the members
+//! in the same next-free-time model the SSD uses: a stripe write issues its reads when the
+//! command arrives, computes parity when the last read is back and issues its writes then,
+//! and completes with the last write. Members see commands in the order the array issues
+//! them, as FEMU's devices do.
+//!
+//! Failures: a member can fail at any time. Reads of its chunks are reconstructed from the
+//! survivors (degraded reads); writes keep the survivors and the parity consistent, so that
+//! the lost chunks stay recoverable. A rebuild onto a spare proceeds at a configured rate, a
+//! stripe at a time, interleaved with host I/O; stripes already rebuilt are served by the
+//! spare, the rest stay degraded until the rebuild reaches them.
+
+mod layout;
+
+pub use layout::{Layout, Level, StripeMap};
+
+use afa_parity::ErasureCodec;
+use afa_sim::{transfer_ns, TimeNs};
+use afa_ssd::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    ReadBuffers,
+};
+use serde::{Deserialize, Serialize};
+
+/// The array's configuration (the `[array]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArrayConfig {
+    pub level: Level,
+    /// Member devices in the array (spares not included).
+    pub members: u32,
+    pub chunk_bytes: u64,
+    /// Host parity computation rate in MB/s (10^6 bytes of data per second).
+    pub parity_mb_s: f64,
+    /// Rebuild rate onto a spare, in MB/s of rebuilt member data.
+    pub rebuild_mb_s: f64,
+}
+
+impl Default for ArrayConfig {
+    fn default() -> Self {
+        Self {
+            level: Level::Raid5,
+            members: 5,
+            chunk_bytes: 64 * 1024,
+            parity_mb_s: 12_000.0,
+            rebuild_mb_s: 500.0,
+        }
+    }
+}
+
+/// Counters of the array engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ArrayStats {
+    pub full_stripe_writes: u64,
+    pub read_modify_writes: u64,
+    pub reconstruct_writes: u64,
+    pub degraded_reads: u64,
+    pub member_read_sectors: u64,
+    pub member_write_sectors: u64,
+    pub user_write_sectors: u64,
+    pub stripes_rebuilt: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberState {
+    Alive,
+    Failed,
+    /// Being rebuilt onto its replacement: stripes below `upto` are rebuilt.
+    Rebuilding {
+        upto: u64,
+        started_ns: TimeNs,
+    },
+}
+
+#[derive(Debug)]
+struct Member<D> {
+    device: D,
+    state: MemberState,
+}
+
+/// One piece of a command inside one data chunk of a stripe.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    /// Data chunk index in the stripe.
+    index: usize,
+    /// First row (sector within the chunk) and row count.
+    row: u32,
+    rows: u32,
+    /// Offset of the piece in the command, in sectors.
+    cmd_offset: u64,
+}
+
+/// A volume over member devices.
+#[derive(Debug)]
+pub struct Array<D: BlockDevice> {
+    config: ArrayConfig,
+    layout: Layout,
+    members: Vec<Member<D>>,
+    spares: Vec<D>,
+    codec: Option<Box<dyn ErasureCodec>>,
+    /// Member failures still to happen, as (time, member), earliest last.
+    scheduled_failures: Vec<(TimeNs, usize)>,
+    info: DeviceInfo,
+    unit: usize,
+    chunk_sectors: u32,
+    stripes: u64,
+    stats: ArrayStats,
+}
+
+/// Errors building an array.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArrayError {
+    #[error("invalid array configuration: {0}")]
+    Config(String),
+    #[error("member {0} cannot fail: {1}")]
+    Fail(usize, String),
+}
+
+impl<D: BlockDevice> Array<D> {
+    /// Builds an array over `members` (which must match `config.members`) with `spares`
+    /// waiting to replace failed members.
+    pub fn new(config: ArrayConfig, members: Vec<D>, spares: Vec<D>) -> Result<Self, ArrayError> {
+        let err = |s: String| ArrayError::Config(s);
+        if members.len() != config.members as usize {
+            return Err(err(format!(
+                "array.members = {} but {} member devices were given",
+                config.members,
+                members.len()
+            )));
+        }
+        let layout = Layout::new(config.level, members.len()).map_err(err)?;
+        let first = members[0].info();
+        for (i, m) in members.iter().chain(&spares).enumerate() {
+            let info = m.info();
+            if info.sector_bytes != first.sector_bytes
+                || info.payload_unit_bytes != first.payload_unit_bytes
+            {
+                return Err(err(format!(
+                    "device {i} has {} B sectors and {} B payload units; device 0 has {} and {}",
+                    info.sector_bytes,
+                    info.payload_unit_bytes,
+                    first.sector_bytes,
+                    first.payload_unit_bytes
+                )));
+            }
+        }
+        let sector = first.sector_bytes as u64;
+        if config.chunk_bytes == 0 || config.chunk_bytes % sector != 0 {
+            return Err(err(format!(
+                "array.chunk_bytes = {} must be a positive multiple of the {sector} B sector",
+                config.chunk_bytes
+            )));
+        }
+        for (name, v) in [
+            ("array.parity_mb_s", config.parity_mb_s),
+            ("array.rebuild_mb_s", config.rebuild_mb_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(err(format!("{name} = {v} must be positive")));
+            }
+        }
+        let chunk_sectors = (config.chunk_bytes / sector) as u32;
+        let min_capacity = members
+            .iter()
+            .chain(&spares)
+            .map(|m| m.info().capacity_sectors)
+            .min()
+            .unwrap_or(0);
+        let stripes = min_capacity / chunk_sectors as u64;
+        if stripes == 0 {
+            return Err(err("members are smaller than one chunk".into()));
+        }
+        let codec = if layout.is_parity() {
+            Some(afa_parity::codec(layout.k, layout.m).map_err(|e| err(e.to_string()))?)
+        } else {
+            None
+        };
+        let info = DeviceInfo {
+            sector_bytes: first.sector_bytes,
+            capacity_sectors: stripes * layout.k as u64 * chunk_sectors as u64,
+            payload_unit_bytes: first.payload_unit_bytes,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: members.iter().map(|m| m.info().max_queue_depth).sum(),
+            max_transfer_sectors: u32::MAX,
+        };
+        Ok(Self {
+            unit: first.payload_unit_bytes as usize,
+            members: members
+                .into_iter()
+                .map(|device| Member {
+                    device,
+                    state: MemberState::Alive,
+                })
+                .collect(),
+            spares,
+            codec,
+            scheduled_failures: Vec::new(),
+            info,
+            chunk_sectors,
+            stripes,
+            layout,
+            config,
+            stats: ArrayStats::default(),
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn stats(&self) -> &ArrayStats {
+        &self.stats
+    }
+    pub fn member(&self, i: usize) -> &D {
+        &self.members[i].device
+    }
+    pub fn members(&self) -> impl Iterator<Item = &D> {
+        self.members.iter().map(|m| &m.device)
+    }
+    /// Whether member `i` currently serves stripe `stripe`.
+    fn serves(&self, i: usize, stripe: u64) -> bool {
+        match self.members[i].state {
+            MemberState::Alive => true,
+            MemberState::Failed => false,
+            MemberState::Rebuilding { upto, .. } => stripe < upto,
+        }
+    }
+
+    fn failed_count(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| m.state != MemberState::Alive)
+            .count()
+    }
+
+    /// Fails member `i` now. If a spare is available, its rebuild starts at `now_ns`.
+    pub fn fail_member(&mut self, i: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
+        if i >= self.members.len() {
+            return Err(ArrayError::Fail(i, "no such member".into()));
+        }
+        if self.members[i].state != MemberState::Alive {
+            return Err(ArrayError::Fail(i, "already failed".into()));
+        }
+        if self.failed_count() + 1 > self.layout.tolerance() {
+            return Err(ArrayError::Fail(
+                i,
+                format!(
+                    "the array tolerates {} failed members",
+                    self.layout.tolerance()
+                ),
+            ));
+        }
+        self.members[i].state = MemberState::Failed;
+        self.start_rebuilds(now_ns);
+        Ok(())
+    }
+
+    /// Arranges for member `member` to fail at `at_ns` (checked when the first command or
+    /// idle call at or after that time arrives).
+    pub fn schedule_failure(&mut self, member: usize, at_ns: TimeNs) -> Result<(), ArrayError> {
+        if member >= self.members.len() {
+            return Err(ArrayError::Fail(member, "no such member".into()));
+        }
+        self.scheduled_failures.push((at_ns, member));
+        self.scheduled_failures.sort_by(|a, b| b.cmp(a));
+        Ok(())
+    }
+
+    fn apply_scheduled_failures(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        while let Some(&(at, member)) = self.scheduled_failures.last() {
+            if at > now_ns {
+                break;
+            }
+            self.scheduled_failures.pop();
+            // A failure beyond the tolerance is refused by fail_member; the array then has
+            // lost data and says so on every command.
+            if self.fail_member(member, at).is_err() {
+                self.members[member].state = MemberState::Failed;
+                return Err(DeviceError::Failed);
+            }
+        }
+        if self.failed_beyond_tolerance() {
+            return Err(DeviceError::Failed);
+        }
+        Ok(())
+    }
+
+    fn failed_beyond_tolerance(&self) -> bool {
+        self.members
+            .iter()
+            .filter(|m| m.state == MemberState::Failed)
+            .count()
+            > self.layout.tolerance()
+    }
+
+    /// Puts a spare in place of each failed member that is not yet being rebuilt.
+    fn start_rebuilds(&mut self, now_ns: TimeNs) {
+        for i in 0..self.members.len() {
+            if self.members[i].state == MemberState::Failed && !self.spares.is_empty() {
+                let spare = self.spares.remove(0);
+                self.members[i].device = spare;
+                self.members[i].state = MemberState::Rebuilding {
+                    upto: 0,
+                    started_ns: now_ns,
+                };
+            }
+        }
+    }
+
+    /// Whether any member is being rebuilt.
+    pub fn rebuilding(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| matches!(m.state, MemberState::Rebuilding { .. }))
+    }
+
+    /// Rebuilds every stripe whose turn (at the configured rate) has come by `now_ns`.
+    fn advance_rebuild(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let stripe_ns = transfer_ns(self.config.chunk_bytes, self.config.rebuild_mb_s);
+        for i in 0..self.members.len() {
+            while let MemberState::Rebuilding { upto, started_ns } = self.members[i].state {
+                if upto >= self.stripes {
+                    self.members[i].state = MemberState::Alive;
+                    break;
+                }
+                let due = started_ns + (upto + 1) * stripe_ns;
+                if due > now_ns {
+                    break;
+                }
+                self.rebuild_stripe(i, upto, due)?;
+                self.members[i].state = MemberState::Rebuilding {
+                    upto: upto + 1,
+                    started_ns,
+                };
+                self.stats.stripes_rebuilt += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Regenerates member `target`'s chunk of `stripe` from the survivors onto it.
+    fn rebuild_stripe(
+        &mut self,
+        target: usize,
+        stripe: u64,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        let map = self.layout.stripe(stripe);
+        let rows = self.chunk_sectors;
+        let (shards, mut present, t) =
+            self.read_stripe_rows(stripe, &map, 0, rows, now_ns, Some(target))?;
+        let mut shards = shards;
+        let role = map
+            .data
+            .iter()
+            .chain(&map.redundancy)
+            .position(|&m| m == target)
+            .expect("every member has a role in every stripe");
+        if !self.layout.is_parity() {
+            // A mirror: the chunk is any surviving copy of the same data chunk.
+            let copy = self.surviving_copy(&map, role, stripe, Some(target));
+            let Some(src) = copy else {
+                return Err(DeviceError::Failed);
+            };
+            let data = shards[src].clone();
+            self.member_write(target, stripe, 0, rows, t, &data)?;
+            return Ok(());
+        }
+        present[role] = false;
+        let codec = self.codec.as_ref().expect("parity level has a codec");
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+        codec
+            .reconstruct(&mut refs, &present)
+            .map_err(|_| DeviceError::Failed)?;
+        let data = shards[role].clone();
+        self.member_write(target, stripe, 0, rows, t, &data)?;
+        Ok(())
+    }
+
+    /// For mirrors: the role index (in data ++ redundancy order) of a serving copy of the
+    /// data chunk at `role`, other than `exclude`.
+    fn surviving_copy(
+        &self,
+        map: &StripeMap,
+        role: usize,
+        stripe: u64,
+        exclude: Option<usize>,
+    ) -> Option<usize> {
+        let k = map.data.len();
+        let copies = map.redundancy.len() / k.max(1);
+        let chunk = if role < k {
+            role
+        } else {
+            (role - k) / copies.max(1)
+        };
+        let mut candidates = vec![chunk];
+        candidates.extend((0..copies).map(|j| k + chunk * copies + j));
+        candidates.into_iter().find(|&r| {
+            let m = if r < k {
+                map.data[r]
+            } else {
+                map.redundancy[r - k]
+            };
+            Some(m) != exclude && self.serves(m, stripe)
+        })
+    }
+
+    /// Reads rows `row..row+rows` of every serving member of `stripe` (except `exclude`),
+    /// in data ++ redundancy order. Returns the shards, which ones are present, and when the
+    /// last read completed.
+    #[allow(clippy::type_complexity)]
+    fn read_stripe_rows(
+        &mut self,
+        stripe: u64,
+        map: &StripeMap,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        exclude: Option<usize>,
+    ) -> Result<(Vec<Vec<u8>>, Vec<bool>, TimeNs), DeviceError> {
+        let roles: Vec<usize> = map.data.iter().chain(&map.redundancy).copied().collect();
+        let mut shards = Vec::with_capacity(roles.len());
+        let mut present = Vec::with_capacity(roles.len());
+        let mut done = now_ns;
+        for &m in &roles {
+            let mut buf = vec![0u8; rows as usize * self.unit];
+            let serving = Some(m) != exclude && self.serves(m, stripe);
+            if serving {
+                done = done.max(self.member_read(m, stripe, row, rows, now_ns, &mut buf)?);
+            }
+            shards.push(buf);
+            present.push(serving);
+        }
+        Ok((shards, present, done))
+    }
+
+    #[inline]
+    fn member_lba(&self, stripe: u64, row: u32) -> u64 {
+        stripe * self.chunk_sectors as u64 + row as u64
+    }
+
+    fn member_read(
+        &mut self,
+        m: usize,
+        stripe: u64,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let lba = self.member_lba(stripe, row);
+        self.stats.member_read_sectors += rows as u64;
+        let c = self.members[m].device.submit(
+            now_ns,
+            &Command::read(lba, rows),
+            ReadBuffers {
+                data: out,
+                tags: None,
+            },
+        )?;
+        Ok(c.done_ns)
+    }
+
+    fn member_write(
+        &mut self,
+        m: usize,
+        stripe: u64,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        data: &[u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let lba = self.member_lba(stripe, row);
+        self.stats.member_write_sectors += rows as u64;
+        let c = self.members[m].device.submit(
+            now_ns,
+            &Command::write(lba, rows, data),
+            ReadBuffers {
+                data: &mut [],
+                tags: None,
+            },
+        )?;
+        Ok(c.done_ns)
+    }
+
+    /// Splits a volume range into per-stripe pieces.
+    fn pieces(&self, lba: u64, sectors: u32) -> Vec<(u64, Vec<Piece>)> {
+        let cs = self.chunk_sectors as u64;
+        let stripe_sectors = cs * self.layout.k as u64;
+        let mut out: Vec<(u64, Vec<Piece>)> = Vec::new();
+        let mut at = lba;
+        let end = lba + sectors as u64;
+        while at < end {
+            let stripe = at / stripe_sectors;
+            let within = at % stripe_sectors;
+            let index = (within / cs) as usize;
+            let row = (within % cs) as u32;
+            let rows = (cs - row as u64).min(end - at) as u32;
+            let piece = Piece {
+                index,
+                row,
+                rows,
+                cmd_offset: at - lba,
+            };
+            match out.last_mut() {
+                Some((s, v)) if *s == stripe => v.push(piece),
+                _ => out.push((stripe, vec![piece])),
+            }
+            at += rows as u64;
+        }
+        out
+    }
+
+    fn parity_ns(&self, bytes: usize) -> u64 {
+        transfer_ns(bytes as u64, self.config.parity_mb_s)
+    }
+
+    fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        if self.layout.level == Level::Raid5f {
+            let stripe_sectors = self.chunk_sectors as u64 * self.layout.k as u64;
+            if cmd.lba % stripe_sectors != 0 || cmd.sectors as u64 % stripe_sectors != 0 {
+                return Err(DeviceError::Unsupported(format!(
+                    "raid5f accepts only full-stripe writes ({} sectors, aligned); got {} sectors at {}",
+                    stripe_sectors, cmd.sectors, cmd.lba
+                )));
+            }
+        }
+        self.stats.user_write_sectors += cmd.sectors as u64;
+        let mut done = now_ns;
+        for (stripe, pieces) in self.pieces(cmd.lba, cmd.sectors) {
+            let t = if self.layout.is_parity() {
+                self.write_parity_stripe(stripe, &pieces, cmd.data, now_ns)?
+            } else {
+                self.write_plain_stripe(stripe, &pieces, cmd.data, now_ns)?
+            };
+            done = done.max(t);
+        }
+        Ok(done)
+    }
+
+    fn piece_data<'a>(&self, data: &'a [u8], p: &Piece) -> &'a [u8] {
+        let start = p.cmd_offset as usize * self.unit;
+        &data[start..start + p.rows as usize * self.unit]
+    }
+
+    /// RAID 0/1/10: each piece to its member and to every serving copy.
+    fn write_plain_stripe(
+        &mut self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let map = self.layout.stripe(stripe);
+        let k = map.data.len();
+        let copies = map.redundancy.len() / k.max(1);
+        let mut done = now_ns;
+        for p in pieces {
+            let bytes = self.piece_data(data, p);
+            let mut targets = vec![map.data[p.index]];
+            targets.extend((0..copies).map(|j| map.redundancy[p.index * copies + j]));
+            if !targets.iter().any(|&m| self.serves(m, stripe)) {
+                // Every copy is gone: the data cannot be stored.
+                return Err(DeviceError::Failed);
+            }
+            for m in targets {
+                // Only serving copies are written; a member being rebuilt gets this stripe
+                // from a copy when the rebuild reaches it.
+                if self.serves(m, stripe) {
+                    done = done.max(self.member_write(m, stripe, p.row, p.rows, now_ns, bytes)?);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// RAID 4/5/6 (and 5f): full-stripe, read-modify-write or reconstruct-write.
+    fn write_parity_stripe(
+        &mut self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let map = self.layout.stripe(stripe);
+        let (k, m) = (self.layout.k, self.layout.m);
+        let cs = self.chunk_sectors;
+        let row0 = pieces.iter().map(|p| p.row).min().unwrap_or(0);
+        let row1 = pieces.iter().map(|p| p.row + p.rows).max().unwrap_or(0);
+        let rows = row1 - row0;
+        let unit = self.unit;
+        let degraded = map
+            .data
+            .iter()
+            .chain(&map.redundancy)
+            .any(|&mm| !self.serves(mm, stripe));
+        let full = pieces.len() == k && pieces.iter().all(|p| p.row == 0 && p.rows == cs);
+        // Sectors each strategy must read: the old data of the pieces and the old parity
+        // (read-modify-write), or every data row the write does not supply
+        // (reconstruct-write). mdraid picks the cheaper the same way.
+        let rmw_reads: u64 =
+            pieces.iter().map(|p| p.rows as u64).sum::<u64>() + (m as u64) * rows as u64;
+        let supplied: u64 = pieces.iter().map(|p| p.rows as u64).sum();
+        let rcw_reads = k as u64 * rows as u64 - supplied;
+        let codec = self.codec.take().expect("parity level has a codec");
+        let result = if full && !degraded {
+            self.stats.full_stripe_writes += 1;
+            let shards: Vec<&[u8]> = pieces.iter().map(|p| self.piece_data(data, p)).collect();
+            let mut parity = vec![vec![0u8; cs as usize * unit]; m];
+            {
+                let mut prefs: Vec<&mut [u8]> =
+                    parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                codec
+                    .encode(&shards, &mut prefs)
+                    .map_err(|_| DeviceError::Failed)?;
+            }
+            let t = now_ns + self.parity_ns(k * cs as usize * self.info.sector_bytes as usize);
+            let mut done = t;
+            for p in pieces {
+                let bytes = self.piece_data(data, p);
+                done = done.max(self.member_write(map.data[p.index], stripe, 0, cs, t, bytes)?);
+            }
+            for (j, par) in parity.iter().enumerate() {
+                done = done.max(self.member_write(map.redundancy[j], stripe, 0, cs, t, par)?);
+            }
+            Ok(done)
+        } else if !degraded && rmw_reads < rcw_reads {
+            self.stats.read_modify_writes += 1;
+            self.read_modify_write(&*codec, stripe, &map, pieces, data, row0, rows, now_ns)
+        } else {
+            self.stats.reconstruct_writes += 1;
+            self.reconstruct_write(&*codec, stripe, &map, pieces, data, row0, rows, now_ns)
+        };
+        self.codec = Some(codec);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read_modify_write(
+        &mut self,
+        codec: &dyn ErasureCodec,
+        stripe: u64,
+        map: &StripeMap,
+        pieces: &[Piece],
+        data: &[u8],
+        row0: u32,
+        rows: u32,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut t_read = now_ns;
+        let mut olds = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let mut buf = vec![0u8; p.rows as usize * unit];
+            t_read = t_read.max(self.member_read(
+                map.data[p.index],
+                stripe,
+                p.row,
+                p.rows,
+                now_ns,
+                &mut buf,
+            )?);
+            olds.push(buf);
+        }
+        let mut parity = Vec::with_capacity(map.redundancy.len());
+        for &pm in &map.redundancy {
+            let mut buf = vec![0u8; rows as usize * unit];
+            t_read = t_read.max(self.member_read(pm, stripe, row0, rows, now_ns, &mut buf)?);
+            parity.push(buf);
+        }
+        let mut work = 0;
+        for (p, old) in pieces.iter().zip(&olds) {
+            let new = self.piece_data(data, p);
+            let off = (p.row - row0) as usize * unit;
+            for (j, par) in parity.iter_mut().enumerate() {
+                codec
+                    .update_parity(j, p.index, old, new, &mut par[off..off + new.len()])
+                    .map_err(|_| DeviceError::Failed)?;
+                work += 2 * p.rows as usize;
+            }
+        }
+        let t = t_read + self.parity_ns(work * self.info.sector_bytes as usize);
+        let mut done = t;
+        for p in pieces {
+            let bytes = self.piece_data(data, p);
+            done =
+                done.max(self.member_write(map.data[p.index], stripe, p.row, p.rows, t, bytes)?);
+        }
+        for (j, par) in parity.iter().enumerate() {
+            done = done.max(self.member_write(map.redundancy[j], stripe, row0, rows, t, par)?);
+        }
+        Ok(done)
+    }
+
+    /// Reads every row the write does not supply (reconstructing rows of failed members from
+    /// parity), computes the parity of the new rows, writes the pieces and the parity to the
+    /// members that serve the stripe.
+    #[allow(clippy::too_many_arguments)]
+    fn reconstruct_write(
+        &mut self,
+        codec: &dyn ErasureCodec,
+        stripe: u64,
+        map: &StripeMap,
+        pieces: &[Piece],
+        data: &[u8],
+        row0: u32,
+        rows: u32,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let (k, m) = (self.layout.k, self.layout.m);
+        let degraded = map
+            .data
+            .iter()
+            .chain(&map.redundancy)
+            .any(|&mm| !self.serves(mm, stripe));
+        // Old rows: all shards if degraded (a failed data member's rows come from parity),
+        // otherwise only the data rows the write leaves untouched.
+        let (mut shards, present, t_read) = if degraded {
+            self.read_stripe_rows(stripe, map, row0, rows, now_ns, None)?
+        } else {
+            let mut shards = vec![vec![0u8; rows as usize * unit]; k + m];
+            let mut t = now_ns;
+            for (i, shard) in shards.iter_mut().enumerate().take(k) {
+                let covered = pieces
+                    .iter()
+                    .any(|p| p.index == i && p.row == row0 && p.rows == rows);
+                if !covered {
+                    t = t.max(self.member_read(map.data[i], stripe, row0, rows, now_ns, shard)?);
+                }
+            }
+            (shards, vec![true; k + m], t)
+        };
+        if degraded && present.iter().any(|&p| !p) {
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+            codec
+                .reconstruct(&mut refs, &present)
+                .map_err(|_| DeviceError::Failed)?;
+        }
+        for p in pieces {
+            let new = self.piece_data(data, p);
+            let off = (p.row - row0) as usize * unit;
+            shards[p.index][off..off + new.len()].copy_from_slice(new);
+        }
+        {
+            let (data_shards, parity_shards) = shards.split_at_mut(k);
+            let drefs: Vec<&[u8]> = data_shards.iter().map(|s| s.as_slice()).collect();
+            let mut prefs: Vec<&mut [u8]> =
+                parity_shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+            codec
+                .encode(&drefs, &mut prefs)
+                .map_err(|_| DeviceError::Failed)?;
+        }
+        let t = t_read + self.parity_ns(k * rows as usize * self.info.sector_bytes as usize);
+        let mut done = t;
+        for p in pieces {
+            let member = map.data[p.index];
+            if self.writable(member, stripe) {
+                let bytes = self.piece_data(data, p);
+                done = done.max(self.member_write(member, stripe, p.row, p.rows, t, bytes)?);
+            }
+        }
+        for j in 0..m {
+            let member = map.redundancy[j];
+            if self.writable(member, stripe) {
+                let par = shards[k + j].clone();
+                done = done.max(self.member_write(member, stripe, row0, rows, t, &par)?);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Whether a write should reach member `m` for `stripe`: only members serving it; a member
+    /// being rebuilt gets the stripe regenerated when the rebuild reaches it.
+    fn writable(&self, m: usize, stripe: u64) -> bool {
+        self.serves(m, stripe)
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut done = now_ns;
+        for (stripe, pieces) in self.pieces(cmd.lba, cmd.sectors) {
+            let map = self.layout.stripe(stripe);
+            for p in &pieces {
+                let dst_start = p.cmd_offset as usize * unit;
+                let dst_len = p.rows as usize * unit;
+                let primary = map.data[p.index];
+                if self.serves(primary, stripe) {
+                    let t = self.member_read(
+                        primary,
+                        stripe,
+                        p.row,
+                        p.rows,
+                        now_ns,
+                        &mut out[dst_start..dst_start + dst_len],
+                    )?;
+                    done = done.max(t);
+                    continue;
+                }
+                self.stats.degraded_reads += 1;
+                if !self.layout.is_parity() {
+                    let copy = self
+                        .surviving_copy(&map, p.index, stripe, None)
+                        .ok_or(DeviceError::Failed)?;
+                    let k = map.data.len();
+                    let member = if copy < k {
+                        map.data[copy]
+                    } else {
+                        map.redundancy[copy - k]
+                    };
+                    let t = self.member_read(
+                        member,
+                        stripe,
+                        p.row,
+                        p.rows,
+                        now_ns,
+                        &mut out[dst_start..dst_start + dst_len],
+                    )?;
+                    done = done.max(t);
+                    continue;
+                }
+                let (mut shards, present, t) =
+                    self.read_stripe_rows(stripe, &map, p.row, p.rows, now_ns, None)?;
+                let codec = self.codec.as_ref().expect("parity level has a codec");
+                let mut refs: Vec<&mut [u8]> =
+                    shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+                codec
+                    .reconstruct(&mut refs, &present)
+                    .map_err(|_| DeviceError::Failed)?;
+                out[dst_start..dst_start + dst_len].copy_from_slice(&shards[p.index]);
+                let rebuilt = self.layout.k * p.rows as usize * self.info.sector_bytes as usize;
+                done = done.max(t + self.parity_ns(rebuilt));
+            }
+        }
+        Ok(done)
+    }
+
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let cs = self.chunk_sectors;
+        let mut done = now_ns;
+        for (stripe, pieces) in self.pieces(cmd.lba, cmd.sectors) {
+            let whole =
+                pieces.len() == self.layout.k && pieces.iter().all(|p| p.row == 0 && p.rows == cs);
+            if whole {
+                // Zero data gives zero parity in every code, so trimming the whole stripe on
+                // every member keeps it consistent.
+                let lba = self.member_lba(stripe, 0);
+                for m in 0..self.members.len() {
+                    if self.serves(m, stripe) {
+                        let c = self.members[m].device.submit(
+                            now_ns,
+                            &Command::trim(lba, cs),
+                            ReadBuffers {
+                                data: &mut [],
+                                tags: None,
+                            },
+                        )?;
+                        done = done.max(c.done_ns);
+                    }
+                }
+                continue;
+            }
+            // A partial trim writes zeroes, so that parity (or the copies) stays consistent.
+            let first = pieces[0].cmd_offset;
+            let sectors: u64 = pieces.iter().map(|p| p.rows as u64).sum();
+            let zeros = vec![0u8; sectors as usize * self.unit];
+            let sub = Command::write(cmd.lba + first, sectors as u32, &zeros);
+            let shifted: Vec<Piece> = pieces
+                .iter()
+                .map(|p| Piece {
+                    cmd_offset: p.cmd_offset - first,
+                    ..*p
+                })
+                .collect();
+            let t = if self.layout.is_parity() {
+                self.write_parity_stripe(stripe, &shifted, sub.data, now_ns)?
+            } else {
+                self.write_plain_stripe(stripe, &shifted, sub.data, now_ns)?
+            };
+            done = done.max(t);
+        }
+        Ok(done)
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for Array<D> {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd)?;
+        self.apply_scheduled_failures(now_ns)?;
+        self.advance_rebuild(now_ns)?;
+        let done_ns = match cmd.opcode {
+            Opcode::Read => {
+                let expected = cmd.sectors as usize * self.unit;
+                if out.data.len() != expected {
+                    return Err(DeviceError::PayloadLength {
+                        expected,
+                        got: out.data.len(),
+                    });
+                }
+                self.read(now_ns, cmd, out.data)?
+            }
+            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Trim => self.trim(now_ns, cmd)?,
+            Opcode::Flush => {
+                let mut done = now_ns;
+                for m in 0..self.members.len() {
+                    if self.members[m].state != MemberState::Failed {
+                        let c = self.members[m].device.submit(
+                            now_ns,
+                            &Command::flush(),
+                            ReadBuffers {
+                                data: &mut [],
+                                tags: None,
+                            },
+                        )?;
+                        done = done.max(c.done_ns);
+                    }
+                }
+                done
+            }
+        };
+        Ok(Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+
+    fn prefetch(&self, _lba: u64, _stage: u8) {}
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        if self.apply_scheduled_failures(now_ns).is_err() {
+            return None;
+        }
+        let mut next: Option<TimeNs> = self.scheduled_failures.last().map(|&(t, _)| t);
+        for m in &mut self.members {
+            if let Some(t) = m.device.background(now_ns) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        if self.advance_rebuild(now_ns).is_ok() {
+            let stripe_ns = transfer_ns(self.config.chunk_bytes, self.config.rebuild_mb_s);
+            for m in &self.members {
+                if let MemberState::Rebuilding { upto, started_ns } = m.state {
+                    let due = started_ns + (upto + 1) * stripe_ns;
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,283 @@
+//! Every level against an oracle: random reads, writes (aligned and not), trims and
+//! flushes, with members failing mid-run and rebuilding onto spares.
+
+use afa_nand::{fill_unit, sector_token, unit_matches, Geometry, PayloadMode};
+use afa_sim::SimRng;
+use afa_ssd::{Ssd, SsdConfig};
+use proptest::prelude::*;
+
+use super::*;
+
+fn ssd(seed: u64) -> Ssd {
+    let cfg = SsdConfig {
+        geometry: Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 1,
+            planes_per_die: 2,
+            blocks_per_plane: 32,
+            pages_per_block: 16,
+            page_bytes: 4096,
+            sector_bytes: 512,
+            oob_bytes_per_page: 64,
+        },
+        payload: PayloadMode::Token,
+        over_provisioning: 0.25,
+        ..SsdConfig::default()
+    };
+    Ssd::new(cfg, seed).unwrap()
+}
+
+fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
+    let config = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        // Slow enough that host I/O overlaps a good part of every rebuild.
+        rebuild_mb_s: 0.05,
+        ..ArrayConfig::default()
+    };
+    let devs = (0..members as u64).map(ssd).collect();
+    let spare_devs = (0..spares as u64).map(|i| ssd(100 + i)).collect();
+    Array::new(config, devs, spare_devs).unwrap()
+}
+
+struct Harness {
+    array: Array<Ssd>,
+    tokens: Vec<u64>,
+    version: u64,
+    now_ns: u64,
+    checked: u64,
+}
+
+impl Harness {
+    fn new(array: Array<Ssd>) -> Self {
+        let cap = array.info().capacity_sectors as usize;
+        Self {
+            array,
+            tokens: vec![0; cap],
+            version: 0,
+            now_ns: 0,
+            checked: 0,
+        }
+    }
+
+    fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
+        self.version += 1;
+        let mut data = vec![0u8; sectors as usize * 8];
+        let mut tokens = Vec::with_capacity(sectors as usize);
+        for i in 0..sectors as usize {
+            let t = sector_token(lba + i as u64, self.version);
+            fill_unit(t, &mut data[i * 8..(i + 1) * 8]);
+            tokens.push(t);
+        }
+        let c = self
+            .array
+            .submit(self.now_ns, &Command::write(lba, sectors, &data), no_out())?;
+        self.tokens[lba as usize..lba as usize + sectors as usize].copy_from_slice(&tokens);
+        self.advance(c.done_ns);
+        Ok(())
+    }
+
+    fn read_check(&mut self, lba: u64, sectors: u32) {
+        let mut out = vec![0u8; sectors as usize * 8];
+        let c = self
+            .array
+            .submit(
+                self.now_ns,
+                &Command::read(lba, sectors),
+                ReadBuffers {
+                    data: &mut out,
+                    tags: None,
+                },
+            )
+            .expect("read accepted");
+        for i in 0..sectors as usize {
+            let want = self.tokens[lba as usize + i];
+            assert!(
+                unit_matches(want, &out[i * 8..(i + 1) * 8]),
+                "sector {} expected {want:#x}",
+                lba + i as u64
+            );
+            self.checked += 1;
+        }
+        self.advance(c.done_ns);
+    }
+
+    fn trim(&mut self, lba: u64, sectors: u32) {
+        let c = self
+            .array
+            .submit(self.now_ns, &Command::trim(lba, sectors), no_out())
+            .expect("trim accepted");
+        self.tokens[lba as usize..lba as usize + sectors as usize].fill(0);
+        self.advance(c.done_ns);
+    }
+
+    fn advance(&mut self, done: u64) {
+        self.now_ns += (done.saturating_sub(self.now_ns)) / 3 + 1;
+    }
+
+    fn random_ops(&mut self, rng: &mut SimRng, ops: usize) {
+        let cap = self.tokens.len() as u64;
+        for _ in 0..ops {
+            let len = 1 + rng.below(80) as u32;
+            let lba = rng.below(cap - len as u64);
+            match rng.below(10) {
+                0..=5 => self.write(lba, len).expect("write accepted"),
+                6..=8 => self.read_check(lba, len),
+                _ => self.trim(lba, len),
+            }
+        }
+    }
+
+    fn check_all(&mut self) {
+        let cap = self.tokens.len() as u64;
+        let mut lba = 0;
+        while lba < cap {
+            let n = (cap - lba).min(128) as u32;
+            self.read_check(lba, n);
+            lba += n as u64;
+        }
+    }
+}
+
+fn no_out() -> ReadBuffers<'static> {
+    ReadBuffers {
+        data: &mut [],
+        tags: None,
+    }
+}
+
+const LEVELS: [(Level, u32); 7] = [
+    (Level::Raid0, 3),
+    (Level::Raid1, 3),
+    (Level::Raid10, 4),
+    (Level::Raid4, 4),
+    (Level::Raid5, 5),
+    (Level::Raid6, 6),
+    (Level::Raid5, 3),
+];
+
+#[test]
+fn every_level_keeps_data() {
+    for (level, n) in LEVELS {
+        let mut h = Harness::new(array(level, n, 0));
+        let mut rng = SimRng::new(n as u64);
+        h.random_ops(&mut rng, 400);
+        h.check_all();
+        assert!(h.checked > 0);
+    }
+}
+
+#[test]
+fn degraded_reads_and_rebuild_lose_nothing() {
+    for (level, n) in LEVELS {
+        let tolerance = Layout::new(level, n as usize).unwrap().tolerance();
+        if tolerance == 0 {
+            continue;
+        }
+        let mut h = Harness::new(array(level, n, tolerance));
+        let mut rng = SimRng::new(7 + n as u64);
+        h.random_ops(&mut rng, 200);
+        // Fail as many members as the level tolerates, one after another.
+        for f in 0..tolerance {
+            let now = h.now_ns;
+            h.array.fail_member(f * 2 % n as usize, now).unwrap();
+            h.random_ops(&mut rng, 150);
+            h.check_all();
+        }
+        assert!(h.array.stats().degraded_reads > 0 || !h.array.layout().is_parity());
+        // Let the rebuilds finish (the rebuild rate is in simulated time).
+        h.now_ns += 1_000_000_000_000;
+        h.array.background(h.now_ns);
+        assert!(!h.array.rebuilding(), "{level:?}");
+        h.check_all();
+        h.random_ops(&mut rng, 100);
+        h.check_all();
+    }
+}
+
+#[test]
+fn a_second_failure_beyond_tolerance_is_refused() {
+    let mut a = array(Level::Raid5, 4, 0);
+    a.fail_member(0, 0).unwrap();
+    let err = a.fail_member(1, 0).unwrap_err();
+    assert!(err.to_string().contains("tolerates 1"), "{err}");
+}
+
+#[test]
+fn scheduled_failures_happen_at_their_time() {
+    let mut h = Harness::new(array(Level::Raid5, 4, 0));
+    h.array.schedule_failure(2, 1).unwrap();
+    h.write(0, 100).unwrap();
+    h.read_check(0, 100);
+    assert!(h.array.stats().degraded_reads > 0);
+    let mut a = array(Level::Raid5, 4, 0);
+    a.schedule_failure(0, 0).unwrap();
+    a.schedule_failure(1, 0).unwrap();
+    let err = a.submit(
+        5,
+        &Command::read(0, 1),
+        ReadBuffers {
+            data: &mut [0u8; 8],
+            tags: None,
+        },
+    );
+    assert_eq!(err.unwrap_err(), DeviceError::Failed);
+}
+
+#[test]
+fn raid6_survives_two_failures_without_spares() {
+    let mut h = Harness::new(array(Level::Raid6, 6, 0));
+    let mut rng = SimRng::new(3);
+    h.random_ops(&mut rng, 300);
+    h.array.fail_member(1, h.now_ns).unwrap();
+    h.array.fail_member(4, h.now_ns).unwrap();
+    h.check_all();
+    h.random_ops(&mut rng, 300);
+    h.check_all();
+}
+
+#[test]
+fn raid5f_rejects_partial_stripes() {
+    let mut h = Harness::new(array(Level::Raid5f, 5, 0));
+    // A stripe is 4 chunks of 16 sectors.
+    let err = h.write(0, 32).unwrap_err();
+    assert!(matches!(err, DeviceError::Unsupported(_)), "{err}");
+    assert!(h.write(0, 16).is_err());
+    h.write(64, 64).unwrap();
+    h.write(128, 128).unwrap();
+    h.read_check(0, 256);
+    assert_eq!(h.array.stats().full_stripe_writes, 3);
+}
+
+#[test]
+fn small_writes_read_modify_write_and_wide_ones_reconstruct() {
+    let mut h = Harness::new(array(Level::Raid5, 5, 0));
+    h.write(0, 1).unwrap(); // 1 data row + 1 parity row to read vs 3 untouched chunks
+    assert_eq!(h.array.stats().read_modify_writes, 1);
+    h.write(0, 48).unwrap(); // three whole chunks: reading the fourth is cheaper
+    assert_eq!(h.array.stats().reconstruct_writes, 1);
+    h.write(0, 64).unwrap();
+    assert_eq!(h.array.stats().full_stripe_writes, 1);
+    h.read_check(0, 64);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    #[test]
+    fn random_levels_and_failures_match_the_oracle(which in 0usize..7, seed in any::<u64>(), fail_at in 0usize..200) {
+        let (level, n) = LEVELS[which];
+        let tolerance = Layout::new(level, n as usize).unwrap().tolerance();
+        let mut h = Harness::new(array(level, n, 1));
+        let mut rng = SimRng::new(seed);
+        h.random_ops(&mut rng, fail_at);
+        if tolerance > 0 {
+            let victim = (seed % n as u64) as usize;
+            h.array.fail_member(victim, h.now_ns).unwrap();
+        }
+        h.random_ops(&mut rng, 200);
+        h.check_all();
+        prop_assert!(h.checked > 0);
+    }
+}
