@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use afa_host::{RunOptions, TraceReplay, Workload};
+use afa_host::{Monitored, RunOptions, TraceReplay, Workload};
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
 use afa_workload::trace::{read_trace, TraceFormat};
@@ -150,11 +150,17 @@ fn run(
         if cfg.precondition.fill_fraction > 0.0 {
             return Err("precondition is not supported with [array] yet".into());
         }
+        let monitored = |seed: u64| -> Result<Monitored<Ssd>, String> {
+            Ok(Monitored::new(
+                build_ssd(seed)?,
+                options.timeline_interval_ns,
+            ))
+        };
         let members = (0..array_cfg.members as u64)
-            .map(|i| build_ssd(cfg.seed.wrapping_add(i)))
+            .map(|i| monitored(cfg.seed.wrapping_add(i)))
             .collect::<Result<Vec<_>, _>>()?;
         let spares = (0..array_cfg.spares as u64)
-            .map(|i| build_ssd(cfg.seed.wrapping_add(1000 + i)))
+            .map(|i| monitored(cfg.seed.wrapping_add(1000 + i)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut array = afa_array::Array::new(array_cfg.engine(), members, spares)
             .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
@@ -166,10 +172,12 @@ fn run(
         let host_start = std::time::Instant::now();
         let outcome = afa_host::run(&mut array, &workload, &options).map_err(|e| e.to_string())?;
         let host_time_s = host_start.elapsed().as_secs_f64();
-        let members: Vec<&Ssd> = array.members().collect();
+        let monitored: Vec<&Monitored<Ssd>> = array.members().collect();
+        let members: Vec<&Ssd> = monitored.iter().map(|m| m.inner()).collect();
         let sector = array.info().sector_bytes as u64;
         let page = cfg.ssd.geometry.page_bytes as u64;
-        let user_pages = (array.stats().user_write_sectors * sector).div_ceil(page);
+        let stats = array.stats();
+        let user_pages = (stats.user_write_sectors * sector).div_ceil(page);
         let mut report = report::build(
             &members,
             user_pages,
@@ -178,7 +186,15 @@ fn run(
             host_time_s,
             config_json,
         );
-        report.array = serde_json::to_value(array.stats()).ok();
+        let mut array_json = serde_json::to_value(stats).unwrap_or_default();
+        // Array-level amplification: what the members were asked to write per user byte.
+        array_json["write_amplification"] = serde_json::json!(if stats.user_write_sectors == 0 {
+            0.0
+        } else {
+            stats.member_write_sectors as f64 / stats.user_write_sectors as f64
+        });
+        report.array = Some(array_json);
+        report.members = report::member_reports(&monitored, outcome.sim_time_ns);
         (report, outcome)
     } else {
         let mut ssd = build_ssd(cfg.seed)?;

@@ -1,8 +1,9 @@
 //! Joins a run's measurements with the device's counters into the run report.
 
+use afa_host::Monitored;
 use afa_host::RunOutcome;
 use afa_nand::NandCounters;
-use afa_report::{GcReport, IntegrityReport, NandReport, RunReport, WearReport};
+use afa_report::{GcReport, IntegrityReport, MemberReport, NandReport, RunReport, WearReport};
 use afa_ssd::{FtlStats, Ssd};
 
 /// `devices` are the SSDs behind the volume (one, or an array's members); their counters are
@@ -16,7 +17,8 @@ pub fn build(
     config: serde_json::Value,
 ) -> RunReport {
     let mut n = NandCounters::default();
-    let mut f = FtlStats::default();
+    let mut static_wl_moves = 0;
+    let mut gc = GcReport::default();
     for d in devices {
         let c = d.nand_counters();
         for i in 0..3 {
@@ -24,26 +26,17 @@ pub fn build(
             n.programs[i] += c.programs[i];
             n.erases[i] += c.erases[i];
         }
-        let s = d.ftl_stats();
-        f.gc_foreground_runs += s.gc_foreground_runs;
-        f.gc_background_runs += s.gc_background_runs;
-        f.gc_pages_moved += s.gc_pages_moved;
-        f.slc_evictions += s.slc_evictions;
-        f.static_wl_moves += s.static_wl_moves;
+        let g = gc_report(d.ftl_stats());
+        gc.runs += g.runs;
+        gc.foreground_runs += g.foreground_runs;
+        gc.background_runs += g.background_runs;
+        gc.pages_moved += g.pages_moved;
+        gc.slc_evictions += g.slc_evictions;
+        static_wl_moves += d.ftl_stats().static_wl_moves;
     }
     let programs: u64 = n.programs.iter().sum();
     let m = &outcome.measurements;
-    let nand = NandReport {
-        page_reads: n.reads.iter().sum(),
-        page_programs: n.programs.iter().sum(),
-        block_erases: n.erases.iter().sum(),
-        slc_reads: n.reads[0],
-        slc_programs: n.programs[0],
-        slc_erases: n.erases[0],
-        mlc_reads: n.reads[1] + n.reads[2],
-        mlc_programs: n.programs[1] + n.programs[2],
-        mlc_erases: n.erases[1] + n.erases[2],
-    };
+    let nand = nand_report(&n);
     let mut erase_min = u64::MAX;
     let mut erase_max = 0u64;
     let mut erase_sum = 0u64;
@@ -81,13 +74,7 @@ pub fn build(
         },
         host_page_writes,
         nand,
-        gc: GcReport {
-            runs: f.gc_foreground_runs + f.gc_background_runs,
-            foreground_runs: f.gc_foreground_runs,
-            background_runs: f.gc_background_runs,
-            pages_moved: f.gc_pages_moved,
-            slc_evictions: f.slc_evictions,
-        },
+        gc,
         wear: WearReport {
             erase_count_min: if good == 0 { 0 } else { erase_min },
             erase_count_max: erase_max,
@@ -96,7 +83,7 @@ pub fn build(
             } else {
                 erase_sum as f64 / good as f64
             },
-            static_wl_moves: f.static_wl_moves,
+            static_wl_moves,
             life_used_fraction: erase_max as f64 / endurance as f64,
         },
         integrity: IntegrityReport {
@@ -109,6 +96,45 @@ pub fn build(
             .map(|b| b as f64 / sim)
             .collect(),
         array: None,
+        members: Vec::new(),
         timeline: m.timeline.clone(),
     }
+}
+
+fn nand_report(n: &NandCounters) -> NandReport {
+    NandReport {
+        page_reads: n.reads.iter().sum(),
+        page_programs: n.programs.iter().sum(),
+        block_erases: n.erases.iter().sum(),
+        slc_reads: n.reads[0],
+        slc_programs: n.programs[0],
+        slc_erases: n.erases[0],
+        mlc_reads: n.reads[1] + n.reads[2],
+        mlc_programs: n.programs[1] + n.programs[2],
+        mlc_erases: n.erases[1] + n.erases[2],
+    }
+}
+
+fn gc_report(f: &FtlStats) -> GcReport {
+    GcReport {
+        runs: f.gc_foreground_runs + f.gc_background_runs,
+        foreground_runs: f.gc_foreground_runs,
+        background_runs: f.gc_background_runs,
+        pages_moved: f.gc_pages_moved,
+        slc_evictions: f.slc_evictions,
+    }
+}
+
+/// Per-member counters and bandwidth timelines of an array's members.
+pub fn member_reports(members: &[&Monitored<Ssd>], end_ns: u64) -> Vec<MemberReport> {
+    members
+        .iter()
+        .map(|m| MemberReport {
+            read_bytes: m.read_bytes,
+            write_bytes: m.write_bytes,
+            nand: nand_report(m.inner().nand_counters()),
+            gc: gc_report(m.inner().ftl_stats()),
+            timeline: m.timeline(end_ns),
+        })
+        .collect()
 }

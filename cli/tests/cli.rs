@@ -44,6 +44,7 @@ fn default_run_passes_integrity_and_prints_the_seed_first() {
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
     assert!(v.get("array").is_none(), "one SSD has no array section");
+    assert!(v.get("members").is_none(), "one SSD has no member list");
     for key in [
         "seed",
         "sim_time_ns",
@@ -271,4 +272,19 @@ fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
     assert!(v["array"]["read_modify_writes"].as_u64().unwrap() > 0);
     // Twenty dies: four per member SSD.
     assert_eq!(v["die_busy_fraction"].as_array().unwrap().len(), 20);
+    assert!(v["array"]["write_amplification"].as_f64().unwrap() > 1.0);
+    // Five member slots (the spare took member 2's place), each with its own timeline.
+    let members = v["members"].as_array().unwrap();
+    assert_eq!(members.len(), 5);
+    let written: u64 = members
+        .iter()
+        .map(|m| m["write_bytes"].as_u64().unwrap())
+        .sum();
+    assert!(
+        written > v["write"]["bytes"].as_u64().unwrap(),
+        "parity makes members write more"
+    );
+    assert!(members
+        .iter()
+        .all(|m| !m["timeline"].as_array().unwrap().is_empty()));
 }

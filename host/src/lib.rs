@@ -5,6 +5,7 @@
 //! It runs against any [`BlockDevice`], so one SSD and (later) an array of them are driven
 //! by the same code.
 
+mod monitor;
 mod oracle;
 
 use afa_nand::{fill_unit, sector_token, PayloadMode};
@@ -16,6 +17,7 @@ use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
 
+pub use monitor::Monitored;
 pub use oracle::{Mismatch, Oracle};
 
 #[derive(Debug, thiserror::Error)]

@@ -374,6 +374,20 @@ pub struct RunReport {
     /// Array engine counters, when the volume is an array of SSDs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<serde_json::Value>,
+    /// Per member device of an array: its own counters and bandwidth timeline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberReport>,
+}
+
+/// One member device of an array.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MemberReport {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub nand: NandReport,
+    pub gc: GcReport,
+    /// Read and write MB/s of this member over time, bucketed as the run timeline.
+    pub timeline: Vec<TimelinePoint>,
 }
 
 /// NAND operation counters. The totals cover both cell modes; `slc_*` counts operations in SLC

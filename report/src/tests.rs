@@ -238,6 +238,7 @@ fn sample_report() -> RunReport {
         die_busy_fraction: vec![0.25, 0.5, 0.75, 0.625],
         timeline: m.timeline,
         array: None,
+        members: Vec::new(),
     }
 }
 

@@ -1,0 +1,99 @@
+//! A device wrapper that records the bytes each command moves, bucketed by completion time:
+//! the per-member bandwidth timelines of an array (SWAN Figure 6 is drawn from these).
+
+use afa_report::TimelinePoint;
+use afa_sim::TimeNs;
+use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode, ReadBuffers};
+
+/// Forwards every call to `inner` and counts read and written bytes per time bucket.
+#[derive(Debug)]
+pub struct Monitored<D> {
+    inner: D,
+    interval_ns: u64,
+    /// Bytes read and written per bucket of `interval_ns`, by completion time.
+    buckets: Vec<[u64; 2]>,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+impl<D: BlockDevice> Monitored<D> {
+    /// `interval_ns` of 0 keeps totals only.
+    pub fn new(inner: D, interval_ns: u64) -> Self {
+        Self {
+            inner,
+            interval_ns,
+            buckets: Vec::new(),
+            read_bytes: 0,
+            write_bytes: 0,
+        }
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    /// Read and write MB/s (10^6 bytes) per bucket, up to `end_ns`.
+    pub fn timeline(&self, end_ns: TimeNs) -> Vec<TimelinePoint> {
+        if self.interval_ns == 0 {
+            return Vec::new();
+        }
+        let buckets = end_ns.div_ceil(self.interval_ns) as usize;
+        let seconds = self.interval_ns as f64 / 1e9;
+        (0..buckets.max(self.buckets.len()))
+            .map(|b| {
+                let [r, w] = self.buckets.get(b).copied().unwrap_or([0, 0]);
+                TimelinePoint {
+                    t_ms: (b as u64 * self.interval_ns) as f64 / 1e6,
+                    read_mb_s: r as f64 / 1e6 / seconds,
+                    write_mb_s: w as f64 / 1e6 / seconds,
+                }
+            })
+            .collect()
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for Monitored<D> {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let c = self.inner.submit(now_ns, cmd, out)?;
+        let bytes = cmd.sectors as u64 * self.inner.info().sector_bytes as u64;
+        let lane = match cmd.opcode {
+            Opcode::Read => 0,
+            Opcode::Write => 1,
+            Opcode::Trim | Opcode::Flush => return Ok(c),
+        };
+        if lane == 0 {
+            self.read_bytes += bytes;
+        } else {
+            self.write_bytes += bytes;
+        }
+        if self.interval_ns > 0 {
+            let b = (c.done_ns / self.interval_ns) as usize;
+            // Bounded like the run timeline: a bogus completion time cannot allocate without
+            // limit.
+            if b < 1 << 20 {
+                if b >= self.buckets.len() {
+                    self.buckets.resize(b + 1, [0, 0]);
+                }
+                self.buckets[b][lane] += bytes;
+            }
+        }
+        Ok(c)
+    }
+
+    fn prefetch(&self, lba: u64, stage: u8) {
+        self.inner.prefetch(lba, stage);
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
