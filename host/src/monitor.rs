@@ -75,8 +75,8 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
         } else {
             self.write_bytes += bytes;
         }
-        if self.interval_ns > 0 {
-            let b = (c.done_ns / self.interval_ns) as usize;
+        if let Some(b) = c.done_ns.checked_div(self.interval_ns) {
+            let b = b as usize;
             // Bounded like the run timeline: a bogus completion time cannot allocate without
             // limit.
             if b < 1 << 20 {
