@@ -93,6 +93,19 @@ struct Piece {
     cmd_offset: u64,
 }
 
+/// A partial-stripe write: the pieces of the command in one stripe and the parity rows they
+/// span (`row0..row0 + rows`).
+#[derive(Debug, Clone, Copy)]
+struct StripeWrite<'a> {
+    stripe: u64,
+    map: &'a StripeMap,
+    pieces: &'a [Piece],
+    data: &'a [u8],
+    row0: u32,
+    rows: u32,
+    now_ns: TimeNs,
+}
+
 /// A volume over member devices.
 #[derive(Debug)]
 pub struct Array<D: BlockDevice> {
@@ -226,6 +239,14 @@ impl<D: BlockDevice> Array<D> {
             MemberState::Failed => false,
             MemberState::Rebuilding { upto, .. } => stripe < upto,
         }
+    }
+
+    /// Whether some member of `stripe` does not serve it (failed, or not yet rebuilt).
+    fn stripe_degraded(&self, map: &StripeMap, stripe: u64) -> bool {
+        map.data
+            .iter()
+            .chain(&map.redundancy)
+            .any(|&m| !self.serves(m, stripe))
     }
 
     fn failed_count(&self) -> usize {
@@ -477,10 +498,7 @@ impl<D: BlockDevice> Array<D> {
         let c = self.members[m].device.submit(
             now_ns,
             &Command::write(lba, rows, data),
-            ReadBuffers {
-                data: &mut [],
-                tags: None,
-            },
+            ReadBuffers::none(),
         )?;
         Ok(c.done_ns)
     }
@@ -591,11 +609,7 @@ impl<D: BlockDevice> Array<D> {
         let row1 = pieces.iter().map(|p| p.row + p.rows).max().unwrap_or(0);
         let rows = row1 - row0;
         let unit = self.unit;
-        let degraded = map
-            .data
-            .iter()
-            .chain(&map.redundancy)
-            .any(|&mm| !self.serves(mm, stripe));
+        let degraded = self.stripe_degraded(&map, stripe);
         let full = pieces.len() == k && pieces.iter().all(|p| p.row == 0 && p.rows == cs);
         // Sectors each strategy must read: the old data of the pieces and the old parity
         // (read-modify-write), or every data row the write does not supply
@@ -628,27 +642,47 @@ impl<D: BlockDevice> Array<D> {
             Ok(done)
         } else if !degraded && rmw_reads < rcw_reads {
             self.stats.read_modify_writes += 1;
-            self.read_modify_write(&*codec, stripe, &map, pieces, data, row0, rows, now_ns)
+            let w = StripeWrite {
+                stripe,
+                map: &map,
+                pieces,
+                data,
+                row0,
+                rows,
+                now_ns,
+            };
+            self.read_modify_write(&*codec, &w)
         } else {
             self.stats.reconstruct_writes += 1;
-            self.reconstruct_write(&*codec, stripe, &map, pieces, data, row0, rows, now_ns)
+            let w = StripeWrite {
+                stripe,
+                map: &map,
+                pieces,
+                data,
+                row0,
+                rows,
+                now_ns,
+            };
+            self.reconstruct_write(&*codec, &w)
         };
         self.codec = Some(codec);
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn read_modify_write(
         &mut self,
         codec: &dyn ErasureCodec,
-        stripe: u64,
-        map: &StripeMap,
-        pieces: &[Piece],
-        data: &[u8],
-        row0: u32,
-        rows: u32,
-        now_ns: TimeNs,
+        w: &StripeWrite<'_>,
     ) -> Result<TimeNs, DeviceError> {
+        let StripeWrite {
+            stripe,
+            map,
+            pieces,
+            data,
+            row0,
+            rows,
+            now_ns,
+        } = *w;
         let unit = self.unit;
         let mut t_read = now_ns;
         let mut olds = Vec::with_capacity(pieces.len());
@@ -697,25 +731,23 @@ impl<D: BlockDevice> Array<D> {
     /// Reads every row the write does not supply (reconstructing rows of failed members from
     /// parity), computes the parity of the new rows, writes the pieces and the parity to the
     /// members that serve the stripe.
-    #[allow(clippy::too_many_arguments)]
     fn reconstruct_write(
         &mut self,
         codec: &dyn ErasureCodec,
-        stripe: u64,
-        map: &StripeMap,
-        pieces: &[Piece],
-        data: &[u8],
-        row0: u32,
-        rows: u32,
-        now_ns: TimeNs,
+        w: &StripeWrite<'_>,
     ) -> Result<TimeNs, DeviceError> {
+        let StripeWrite {
+            stripe,
+            map,
+            pieces,
+            data,
+            row0,
+            rows,
+            now_ns,
+        } = *w;
         let unit = self.unit;
         let (k, m) = (self.layout.k, self.layout.m);
-        let degraded = map
-            .data
-            .iter()
-            .chain(&map.redundancy)
-            .any(|&mm| !self.serves(mm, stripe));
+        let degraded = self.stripe_degraded(map, stripe);
         // Old rows: all shards if degraded (a failed data member's rows come from parity),
         // otherwise only the data rows the write leaves untouched.
         let (mut shards, present, t_read) = if degraded {
@@ -857,10 +889,7 @@ impl<D: BlockDevice> Array<D> {
                         let c = self.members[m].device.submit(
                             now_ns,
                             &Command::trim(lba, cs),
-                            ReadBuffers {
-                                data: &mut [],
-                                tags: None,
-                            },
+                            ReadBuffers::none(),
                         )?;
                         done = done.max(c.done_ns);
                     }
@@ -924,10 +953,7 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
                         let c = self.members[m].device.submit(
                             now_ns,
                             &Command::flush(),
-                            ReadBuffers {
-                                data: &mut [],
-                                tags: None,
-                            },
+                            ReadBuffers::none(),
                         )?;
                         done = done.max(c.done_ns);
                     }

@@ -71,9 +71,11 @@ impl Harness {
             fill_unit(t, &mut data[i * 8..(i + 1) * 8]);
             tokens.push(t);
         }
-        let c = self
-            .array
-            .submit(self.now_ns, &Command::write(lba, sectors, &data), no_out())?;
+        let c = self.array.submit(
+            self.now_ns,
+            &Command::write(lba, sectors, &data),
+            ReadBuffers::none(),
+        )?;
         self.tokens[lba as usize..lba as usize + sectors as usize].copy_from_slice(&tokens);
         self.advance(c.done_ns);
         Ok(())
@@ -107,7 +109,11 @@ impl Harness {
     fn trim(&mut self, lba: u64, sectors: u32) {
         let c = self
             .array
-            .submit(self.now_ns, &Command::trim(lba, sectors), no_out())
+            .submit(
+                self.now_ns,
+                &Command::trim(lba, sectors),
+                ReadBuffers::none(),
+            )
             .expect("trim accepted");
         self.tokens[lba as usize..lba as usize + sectors as usize].fill(0);
         self.advance(c.done_ns);
@@ -138,13 +144,6 @@ impl Harness {
             self.read_check(lba, n);
             lba += n as u64;
         }
-    }
-}
-
-fn no_out() -> ReadBuffers<'static> {
-    ReadBuffers {
-        data: &mut [],
-        tags: None,
     }
 }
 

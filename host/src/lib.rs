@@ -522,14 +522,7 @@ impl<'d> Host<'d> {
                 }
                 let cmd = Command::write(lba, sectors, &self.write_buf);
                 self.device
-                    .submit(
-                        now,
-                        &cmd,
-                        ReadBuffers {
-                            data: &mut [],
-                            tags: None,
-                        },
-                    )
+                    .submit(now, &cmd, ReadBuffers::none())
                     .map_err(device_error)?
             }
             IoOp::Read => {
@@ -557,26 +550,12 @@ impl<'d> Host<'d> {
                     }
                 }
                 self.device
-                    .submit(
-                        now,
-                        &Command::trim(lba, sectors),
-                        ReadBuffers {
-                            data: &mut [],
-                            tags: None,
-                        },
-                    )
+                    .submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
                     .map_err(device_error)?
             }
             IoOp::Flush => self
                 .device
-                .submit(
-                    now,
-                    &Command::flush(),
-                    ReadBuffers {
-                        data: &mut [],
-                        tags: None,
-                    },
-                )
+                .submit(now, &Command::flush(), ReadBuffers::none())
                 .map_err(device_error)?,
         };
         debug_assert!(completion.done_ns >= now, "completion before submission");

@@ -79,6 +79,16 @@ pub struct ReadBuffers<'a> {
     pub tags: Option<&'a mut [u8]>,
 }
 
+impl ReadBuffers<'static> {
+    /// No buffers: for commands that return no data (write, trim, flush).
+    pub fn none() -> Self {
+        Self {
+            data: &mut [],
+            tags: None,
+        }
+    }
+}
+
 /// What the device reports when a command completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {

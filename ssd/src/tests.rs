@@ -68,7 +68,11 @@ impl Harness {
         }
         let c = self
             .ssd
-            .submit(self.now_ns, &Command::write(lba, sectors, &data), no_out())
+            .submit(
+                self.now_ns,
+                &Command::write(lba, sectors, &data),
+                ReadBuffers::none(),
+            )
             .expect("write accepted");
         self.advance(&c);
         c
@@ -107,7 +111,11 @@ impl Harness {
         }
         let c = self
             .ssd
-            .submit(self.now_ns, &Command::trim(lba, sectors), no_out())
+            .submit(
+                self.now_ns,
+                &Command::trim(lba, sectors),
+                ReadBuffers::none(),
+            )
             .expect("trim accepted");
         self.advance(&c);
     }
@@ -115,7 +123,7 @@ impl Harness {
     fn flush(&mut self) {
         let c = self
             .ssd
-            .submit(self.now_ns, &Command::flush(), no_out())
+            .submit(self.now_ns, &Command::flush(), ReadBuffers::none())
             .expect("flush accepted");
         self.advance(&c);
     }
@@ -154,13 +162,6 @@ impl Harness {
                 _ => self.flush(),
             }
         }
-    }
-}
-
-fn no_out() -> ReadBuffers<'static> {
-    ReadBuffers {
-        data: &mut [],
-        tags: None,
     }
 }
 
@@ -255,10 +256,10 @@ fn buffered_writes_complete_faster_than_programs() {
     cfg.write_buffer.capacity_bytes = 0;
     let mut direct = Ssd::new(cfg, 1).unwrap();
     let b = buffered
-        .submit(0, &Command::write(0, 1, &[]), no_out())
+        .submit(0, &Command::write(0, 1, &[]), ReadBuffers::none())
         .unwrap();
     let d = direct
-        .submit(0, &Command::write(0, 1, &[]), no_out())
+        .submit(0, &Command::write(0, 1, &[]), ReadBuffers::none())
         .unwrap();
     assert!(b.done_ns * 10 < d.done_ns, "{} vs {}", b.done_ns, d.done_ns);
 }
@@ -299,17 +300,17 @@ fn transient_aware_eviction_migrates_fewer_pages() {
         for i in 0..(cap * 8) {
             if rng.chance(0.5) {
                 let cmd = Command::write(rng.below(cap / 2), 1, &[]);
-                ssd.submit(i * 1000, &cmd, no_out()).unwrap();
+                ssd.submit(i * 1000, &cmd, ReadBuffers::none()).unwrap();
                 continue;
             }
             let replica = cap / 2 + rng.below(cap / 2);
             let mut cmd = Command::write(replica, 1, &[]);
             cmd.flags.transient = true;
-            ssd.submit(i * 1000, &cmd, no_out()).unwrap();
+            ssd.submit(i * 1000, &cmd, ReadBuffers::none()).unwrap();
             pending.push_back(replica);
             if pending.len() > 160 {
                 let old = pending.pop_front().unwrap();
-                ssd.submit(i * 1000, &Command::trim(old, 1), no_out())
+                ssd.submit(i * 1000, &Command::trim(old, 1), ReadBuffers::none())
                     .unwrap();
             }
         }
@@ -334,7 +335,7 @@ fn tags_are_stored_with_the_data_and_returned() {
         tags: Some(&tags),
         ..Command::write(10, 4, &data)
     };
-    ssd.submit(0, &cmd, no_out()).unwrap();
+    ssd.submit(0, &cmd, ReadBuffers::none()).unwrap();
     let mut out = vec![0u8; 4 * 8];
     let mut out_tags = vec![0u8; 4 * tag_bytes];
     ssd.submit(
@@ -354,10 +355,12 @@ fn tags_are_stored_with_the_data_and_returned() {
 fn bad_commands_are_refused_with_reasons() {
     let mut ssd = Ssd::new(small_config(4096, PayloadMode::Token), 1).unwrap();
     let cap = ssd.info().capacity_sectors;
-    let err = ssd.submit(0, &Command::read(cap, 1), no_out()).unwrap_err();
+    let err = ssd
+        .submit(0, &Command::read(cap, 1), ReadBuffers::none())
+        .unwrap_err();
     assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
     let err = ssd
-        .submit(0, &Command::write(0, 2, &[0u8; 8]), no_out())
+        .submit(0, &Command::write(0, 2, &[0u8; 8]), ReadBuffers::none())
         .unwrap_err();
     assert!(err.to_string().contains("payload"), "{err}");
 }
@@ -441,7 +444,7 @@ fn constructed_steady_state_has_the_simulated_write_amplification() {
             ssd.submit(
                 i * 100_000,
                 &Command::write(rng.below(cap), 1, &[]),
-                no_out(),
+                ReadBuffers::none(),
             )
             .unwrap();
         }
