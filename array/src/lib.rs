@@ -14,8 +14,10 @@
 //! spare, the rest stay degraded until the rebuild reaches them.
 
 mod layout;
+mod log_raid;
 
 pub use layout::{Layout, Level, StripeMap};
+pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
 
 use afa_parity::ErasureCodec;
 use afa_sim::{transfer_ns, TimeNs};
@@ -222,6 +224,10 @@ impl<D: BlockDevice> Array<D> {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+    /// Sectors per chunk.
+    pub fn chunk_sectors(&self) -> u32 {
+        self.chunk_sectors
     }
     pub fn stats(&self) -> &ArrayStats {
         &self.stats

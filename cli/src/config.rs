@@ -38,6 +38,9 @@ pub struct ArrayRunConfig {
     pub spares: u32,
     #[serde(default)]
     pub failures: Vec<FailureConfig>,
+    /// Log-RAID on top of the array (raid0, raid4 or raid5): `[array.log]`.
+    #[serde(default)]
+    pub log: Option<afa_array::LogRaidConfig>,
 }
 
 /// One scheduled member failure.

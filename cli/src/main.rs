@@ -169,15 +169,40 @@ fn run(
                 .schedule_failure(f.member as usize, (f.at_ms * 1e6) as u64)
                 .map_err(|e| format!("configuration {}: array.failures: {e}", loaded.source))?;
         }
+        let (mut log, mut plain) = match &array_cfg.log {
+            Some(c) => (
+                Some(
+                    afa_array::LogRaid::new(array, c.clone())
+                        .map_err(|e| format!("configuration {}: array.log: {e}", loaded.source))?,
+                ),
+                None,
+            ),
+            None => (None, Some(array)),
+        };
+        let volume: &mut dyn BlockDevice = match (log.as_mut(), plain.as_mut()) {
+            (Some(l), _) => l,
+            (None, Some(a)) => a,
+            (None, None) => unreachable!("the volume is one of the two"),
+        };
         let host_start = std::time::Instant::now();
-        let outcome = afa_host::run(&mut array, &workload, &options).map_err(|e| e.to_string())?;
+        let outcome = afa_host::run(volume, &workload, &options).map_err(|e| e.to_string())?;
         let host_time_s = host_start.elapsed().as_secs_f64();
+        let array = match (&log, &plain) {
+            (Some(l), _) => l.array(),
+            (None, Some(a)) => a,
+            (None, None) => unreachable!("the volume is one of the two"),
+        };
         let monitored: Vec<&Monitored<Ssd>> = array.members().collect();
         let members: Vec<&Ssd> = monitored.iter().map(|m| m.inner()).collect();
         let sector = array.info().sector_bytes as u64;
         let page = cfg.ssd.geometry.page_bytes as u64;
         let stats = array.stats();
-        let user_pages = (stats.user_write_sectors * sector).div_ceil(page);
+        // The user's writes: what the volume was asked to write (under Log-RAID, the array
+        // also writes the log's relocated data).
+        let user_sectors = log
+            .as_ref()
+            .map_or(stats.user_write_sectors, |l| l.stats().user_sectors);
+        let user_pages = (user_sectors * sector).div_ceil(page);
         let mut report = report::build(
             &members,
             user_pages,
@@ -188,11 +213,14 @@ fn run(
         );
         let mut array_json = serde_json::to_value(stats).unwrap_or_default();
         // Array-level amplification: what the members were asked to write per user byte.
-        array_json["write_amplification"] = serde_json::json!(if stats.user_write_sectors == 0 {
+        array_json["write_amplification"] = serde_json::json!(if user_sectors == 0 {
             0.0
         } else {
-            stats.member_write_sectors as f64 / stats.user_write_sectors as f64
+            stats.member_write_sectors as f64 / user_sectors as f64
         });
+        if let Some(l) = &log {
+            array_json["log"] = serde_json::to_value(l.stats()).unwrap_or_default();
+        }
         report.array = Some(array_json);
         report.members = report::member_reports(&monitored, outcome.sim_time_ns);
         (report, outcome)

@@ -288,3 +288,23 @@ fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
         .iter()
         .all(|m| !m["timeline"].as_array().unwrap().is_empty()));
 }
+
+#[test]
+fn log_raid_cleans_segments_and_keeps_every_read_right() {
+    let json = temp("lograid.json");
+    let out = afa(&[
+        "run",
+        &fixture("lograid.toml"),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(v["array"]["log"]["segments_cleaned"].as_u64().unwrap() > 0);
+    // Cleaning rewrites live data, so the members write more than the user did.
+    assert!(v["array"]["write_amplification"].as_f64().unwrap() > 1.0);
+    // Log-RAID writes whole stripes only.
+    assert_eq!(v["array"]["read_modify_writes"], 0);
+}

@@ -1,0 +1,421 @@
+//! Log-RAID: host-side log-structured writing over a RAID 0/4/5 array (the SOFA/Purity
+//! design SWAN compares itself against).
+//!
+//! Every sector the user writes is appended to the open stripe in host NVRAM; a full stripe
+//! is written to the array in one full-stripe write, so parity never needs a read. A map
+//! sends each volume sector to its newest physical sector. When free segments run short, the
+//! segment with the fewest valid sectors is cleaned: its valid sectors are read back and
+//! appended to the log, and the segment is trimmed on the members before reuse.
+
+use std::collections::VecDeque;
+
+use afa_sim::TimeNs;
+use afa_ssd::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    ReadBuffers,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{Array, Level};
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogRaidConfig {
+    /// Stripes per segment (the unit of cleaning).
+    pub segment_stripes: u32,
+    /// Fraction of the array's capacity kept out of the volume for cleaning.
+    pub spare_fraction: f64,
+    /// Cleaning starts when fewer free segments than this remain.
+    pub gc_free_segments: u32,
+    /// Host NVRAM holding the open stripe and stripes being written, in stripes.
+    pub nvram_stripes: u32,
+    /// Time to copy a write into NVRAM, in ns.
+    pub nvram_write_ns: u64,
+}
+
+impl Default for LogRaidConfig {
+    fn default() -> Self {
+        Self {
+            segment_stripes: 16,
+            spare_fraction: 0.1,
+            gc_free_segments: 2,
+            nvram_stripes: 8,
+            nvram_write_ns: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SegmentState {
+    Free,
+    Open,
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LogRaidStats {
+    pub user_sectors: u64,
+    pub stripes_written: u64,
+    pub segments_cleaned: u64,
+    pub gc_sectors_moved: u64,
+}
+
+/// A log-structured volume over an array.
+#[derive(Debug)]
+pub struct LogRaid<D: BlockDevice> {
+    array: Array<D>,
+    config: LogRaidConfig,
+    unit: usize,
+    stripe_sectors: u32,
+    segment_sectors: u32,
+    segments: u32,
+    l2p: Vec<u32>,
+    p2l: Vec<u32>,
+    valid: Vec<u32>,
+    state: Vec<SegmentState>,
+    free: VecDeque<u32>,
+    /// Physical sector where the next appended sector goes, NONE when no segment is open.
+    head: u32,
+    /// Payload of the open stripe (in NVRAM).
+    stripe_buf: Vec<u8>,
+    /// Completion times of stripe writes still holding NVRAM.
+    inflight: VecDeque<TimeNs>,
+    info: DeviceInfo,
+    cleaning: bool,
+    stats: LogRaidStats,
+}
+
+impl<D: BlockDevice> LogRaid<D> {
+    pub fn new(array: Array<D>, config: LogRaidConfig) -> Result<Self, DeviceError> {
+        if !matches!(
+            array.layout().level,
+            Level::Raid0 | Level::Raid4 | Level::Raid5
+        ) {
+            return Err(DeviceError::Unsupported(format!(
+                "log-raid runs over raid0, raid4 or raid5, not {:?}",
+                array.layout().level
+            )));
+        }
+        let bad = |s: String| DeviceError::Unsupported(s);
+        if config.segment_stripes == 0 || config.nvram_stripes == 0 || config.gc_free_segments == 0
+        {
+            return Err(bad(
+                "log-raid segment_stripes, nvram_stripes and gc_free_segments must be positive"
+                    .into(),
+            ));
+        }
+        if !(0.0..0.9).contains(&config.spare_fraction) || config.spare_fraction.is_nan() {
+            return Err(bad(format!(
+                "log-raid spare_fraction = {} must lie in [0, 0.9)",
+                config.spare_fraction
+            )));
+        }
+        let ainfo = array.info();
+        let stripe_sectors = (array.chunk_sectors() as u64 * array.layout().k as u64) as u32;
+        let segment_sectors = stripe_sectors * config.segment_stripes;
+        let segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
+        let reserve = config.gc_free_segments + 1;
+        if segments <= reserve + 1 {
+            return Err(bad(format!(
+                "the array holds only {segments} segments; log-raid needs more than {}",
+                reserve + 1
+            )));
+        }
+        let physical = segments as u64 * segment_sectors as u64;
+        let usable = (segments - reserve) as u64 * segment_sectors as u64;
+        let logical = ((physical as f64 * (1.0 - config.spare_fraction)) as u64).min(usable);
+        let unit = ainfo.payload_unit_bytes as usize;
+        Ok(Self {
+            info: DeviceInfo {
+                capacity_sectors: logical,
+                tag_bytes_per_sector: 0,
+                ..ainfo
+            },
+            unit,
+            stripe_sectors,
+            segment_sectors,
+            segments,
+            l2p: vec![NONE; logical as usize],
+            p2l: vec![NONE; physical as usize],
+            valid: vec![0; segments as usize],
+            state: vec![SegmentState::Free; segments as usize],
+            free: (0..segments).collect(),
+            head: NONE,
+            stripe_buf: vec![0; stripe_sectors as usize * unit],
+            inflight: VecDeque::new(),
+            cleaning: false,
+            stats: LogRaidStats::default(),
+            array,
+            config,
+        })
+    }
+
+    pub fn array(&self) -> &Array<D> {
+        &self.array
+    }
+    pub fn array_mut(&mut self) -> &mut Array<D> {
+        &mut self.array
+    }
+    pub fn stats(&self) -> &LogRaidStats {
+        &self.stats
+    }
+
+    #[inline]
+    fn segment_of(&self, physical: u32) -> u32 {
+        physical / self.segment_sectors
+    }
+
+    /// Whether `physical` lies in the open stripe, still only in NVRAM.
+    fn in_open_stripe(&self, physical: u32) -> bool {
+        self.head != NONE
+            && physical / self.stripe_sectors == self.head / self.stripe_sectors
+            && physical < self.head
+    }
+
+    fn invalidate(&mut self, physical: u32) {
+        self.p2l[physical as usize] = NONE;
+        let s = self.segment_of(physical) as usize;
+        self.valid[s] -= 1;
+    }
+
+    /// Opens a new segment, cleaning first when free segments run short.
+    fn open_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        if !self.cleaning {
+            while self.free.len() < self.config.gc_free_segments as usize {
+                match self.clean_one(t)? {
+                    Some(done) => t = t.max(done),
+                    None => break,
+                }
+            }
+        }
+        if self.head != NONE {
+            // Cleaning relocated data and so opened a segment already; appending goes on there.
+            return Ok(t);
+        }
+        let seg = self
+            .free
+            .pop_front()
+            .ok_or(DeviceError::NoSpace { plane: 0 })?;
+        self.state[seg as usize] = SegmentState::Open;
+        self.head = seg * self.segment_sectors;
+        Ok(t)
+    }
+
+    /// Cleans the full segment with the fewest valid sectors. Returns when its relocated data
+    /// was read, or None when no segment would free space.
+    fn clean_one(&mut self, now_ns: TimeNs) -> Result<Option<TimeNs>, DeviceError> {
+        let victim = (0..self.segments)
+            .filter(|&s| self.state[s as usize] == SegmentState::Full)
+            .min_by_key(|&s| (self.valid[s as usize], s));
+        let Some(victim) = victim else {
+            return Ok(None);
+        };
+        if self.valid[victim as usize] >= self.segment_sectors {
+            return Ok(None);
+        }
+        self.cleaning = true;
+        let first = victim * self.segment_sectors;
+        let mut t = now_ns;
+        let mut unit_buf = vec![0u8; self.unit];
+        for physical in first..first + self.segment_sectors {
+            let lba = self.p2l[physical as usize];
+            if lba == NONE {
+                continue;
+            }
+            let c = self.array.submit(
+                now_ns,
+                &Command::read(physical as u64, 1),
+                ReadBuffers {
+                    data: &mut unit_buf,
+                    tags: None,
+                },
+            )?;
+            t = t.max(c.done_ns);
+            let data = unit_buf.clone();
+            self.append(lba, &data, c.done_ns)?;
+            self.stats.gc_sectors_moved += 1;
+        }
+        self.cleaning = false;
+        debug_assert_eq!(self.valid[victim as usize], 0);
+        // Trimming the whole segment keeps the members' FTLs from moving dead data.
+        let c = self.array.submit(
+            t,
+            &Command::trim(first as u64, self.segment_sectors),
+            ReadBuffers::none(),
+        )?;
+        self.state[victim as usize] = SegmentState::Free;
+        self.free.push_back(victim);
+        self.stats.segments_cleaned += 1;
+        Ok(Some(t.max(c.done_ns)))
+    }
+
+    /// Appends one sector of volume address `lba`. Returns when it is in NVRAM.
+    fn append(&mut self, lba: u32, data: &[u8], now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        if self.head == NONE {
+            t = self.open_segment(now_ns)?;
+        }
+        let physical = self.head;
+        let offset = (physical % self.stripe_sectors) as usize;
+        if self.unit > 0 {
+            self.stripe_buf[offset * self.unit..(offset + 1) * self.unit].copy_from_slice(data);
+        }
+        let old = self.l2p[lba as usize];
+        if old != NONE {
+            self.invalidate(old);
+        }
+        self.l2p[lba as usize] = physical;
+        self.p2l[physical as usize] = lba;
+        let seg = self.segment_of(physical);
+        self.valid[seg as usize] += 1;
+        self.head += 1;
+        if self.head % self.stripe_sectors == 0 {
+            t = t.max(self.flush_stripe(t)?);
+            if self.head % self.segment_sectors == 0 {
+                self.state[seg as usize] = SegmentState::Full;
+                self.head = NONE;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Writes the open stripe to the array as one full-stripe write. Returns when NVRAM has
+    /// room for the next stripe (the oldest in-flight stripe write may have to finish).
+    fn flush_stripe(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let start = self.head - self.stripe_sectors;
+        let c = self.array.submit(
+            now_ns,
+            &Command::write(start as u64, self.stripe_sectors, &self.stripe_buf),
+            ReadBuffers::none(),
+        )?;
+        self.stats.stripes_written += 1;
+        self.inflight.push_back(c.done_ns);
+        let mut ready = now_ns;
+        while let Some(&front) = self.inflight.front() {
+            if front <= now_ns {
+                self.inflight.pop_front();
+            } else if self.inflight.len() >= self.config.nvram_stripes as usize {
+                ready = ready.max(front);
+                self.inflight.pop_front();
+            } else {
+                break;
+            }
+        }
+        Ok(ready)
+    }
+
+    fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut done = now_ns + self.config.nvram_write_ns;
+        let zeros = vec![0u8; unit];
+        for i in 0..cmd.sectors as usize {
+            let data = if unit > 0 {
+                &cmd.data[i * unit..(i + 1) * unit]
+            } else {
+                &zeros[..]
+            };
+            let t = self.append((cmd.lba + i as u64) as u32, data, now_ns)?;
+            done = done.max(t + self.config.nvram_write_ns);
+        }
+        self.stats.user_sectors += cmd.sectors as u64;
+        Ok(done)
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut done = now_ns + self.config.nvram_write_ns;
+        let mut i = 0usize;
+        let n = cmd.sectors as usize;
+        while i < n {
+            let physical = self.l2p[cmd.lba as usize + i];
+            if physical == NONE || self.in_open_stripe(physical) {
+                if unit > 0 {
+                    let dst = &mut out[i * unit..(i + 1) * unit];
+                    if physical == NONE {
+                        dst.fill(0);
+                    } else {
+                        let off = (physical % self.stripe_sectors) as usize;
+                        dst.copy_from_slice(&self.stripe_buf[off * unit..(off + 1) * unit]);
+                    }
+                }
+                i += 1;
+                continue;
+            }
+            // Read the longest run of physically consecutive sectors in one command.
+            let mut run = 1;
+            while i + run < n
+                && self.l2p[cmd.lba as usize + i + run] == physical + run as u32
+                && !self.in_open_stripe(physical + run as u32)
+            {
+                run += 1;
+            }
+            let c = self.array.submit(
+                now_ns,
+                &Command::read(physical as u64, run as u32),
+                ReadBuffers {
+                    data: &mut out[i * unit..(i + run) * unit],
+                    tags: None,
+                },
+            )?;
+            done = done.max(c.done_ns);
+            i += run;
+        }
+        Ok(done)
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for LogRaid<D> {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd)?;
+        let done_ns = match cmd.opcode {
+            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Read => {
+                let expected = cmd.sectors as usize * self.unit;
+                if out.data.len() != expected {
+                    return Err(DeviceError::PayloadLength {
+                        expected,
+                        got: out.data.len(),
+                    });
+                }
+                self.read(now_ns, cmd, out.data)?
+            }
+            Opcode::Trim => {
+                for lba in cmd.lba..cmd.lba + cmd.sectors as u64 {
+                    let old = self.l2p[lba as usize];
+                    if old != NONE {
+                        self.invalidate(old);
+                        self.l2p[lba as usize] = NONE;
+                    }
+                }
+                now_ns + self.config.nvram_write_ns
+            }
+            // NVRAM is durable, so a flush needs only the members' own flushes.
+            Opcode::Flush => self.array.submit(now_ns, cmd, out)?.done_ns,
+        };
+        Ok(Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.array.background(now_ns)
+    }
+}
