@@ -8,7 +8,7 @@
 mod monitor;
 mod oracle;
 
-use afa_nand::{fill_unit, sector_token, PayloadMode};
+use afa_nand::{fill_unit, sector_token};
 use afa_report::{Measurements, OpClass, Progress, Recorder};
 use afa_sim::{EventLogHash, EventQueue, TimeNs};
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
@@ -630,15 +630,6 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
         op: r.op,
         offset_bytes: offset,
         len_bytes: len,
-    }
-}
-
-/// Payload mode of a device, from the bytes it stores per sector.
-pub fn payload_of(unit_bytes: u32) -> PayloadMode {
-    match unit_bytes {
-        0 => PayloadMode::None,
-        8 => PayloadMode::Token,
-        _ => PayloadMode::Full,
     }
 }
 
