@@ -625,6 +625,15 @@ impl<D: BlockDevice> Array<D> {
         let supplied: u64 = pieces.iter().map(|p| p.rows as u64).sum();
         let rcw_reads = k as u64 * rows as u64 - supplied;
         let codec = self.codec.take().expect("parity level has a codec");
+        let partial = StripeWrite {
+            stripe,
+            map: &map,
+            pieces,
+            data,
+            row0,
+            rows,
+            now_ns,
+        };
         let result = if full && !degraded {
             self.stats.full_stripe_writes += 1;
             let shards: Vec<&[u8]> = pieces.iter().map(|p| self.piece_data(data, p)).collect();
@@ -648,28 +657,10 @@ impl<D: BlockDevice> Array<D> {
             Ok(done)
         } else if !degraded && rmw_reads < rcw_reads {
             self.stats.read_modify_writes += 1;
-            let w = StripeWrite {
-                stripe,
-                map: &map,
-                pieces,
-                data,
-                row0,
-                rows,
-                now_ns,
-            };
-            self.read_modify_write(&*codec, &w)
+            self.read_modify_write(&*codec, &partial)
         } else {
             self.stats.reconstruct_writes += 1;
-            let w = StripeWrite {
-                stripe,
-                map: &map,
-                pieces,
-                data,
-                row0,
-                rows,
-                now_ns,
-            };
-            self.reconstruct_write(&*codec, &w)
+            self.reconstruct_write(&*codec, &partial)
         };
         self.codec = Some(codec);
         result
@@ -936,20 +927,11 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
-        validate_command(&self.info, cmd)?;
+        validate_command(&self.info, cmd, &out)?;
         self.apply_scheduled_failures(now_ns)?;
         self.advance_rebuild(now_ns)?;
         let done_ns = match cmd.opcode {
-            Opcode::Read => {
-                let expected = cmd.sectors as usize * self.unit;
-                if out.data.len() != expected {
-                    return Err(DeviceError::PayloadLength {
-                        expected,
-                        got: out.data.len(),
-                    });
-                }
-                self.read(now_ns, cmd, out.data)?
-            }
+            Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => {

@@ -383,19 +383,10 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
-        validate_command(&self.info, cmd)?;
+        validate_command(&self.info, cmd, &out)?;
         let done_ns = match cmd.opcode {
             Opcode::Write => self.write(now_ns, cmd)?,
-            Opcode::Read => {
-                let expected = cmd.sectors as usize * self.unit;
-                if out.data.len() != expected {
-                    return Err(DeviceError::PayloadLength {
-                        expected,
-                        got: out.data.len(),
-                    });
-                }
-                self.read(now_ns, cmd, out.data)?
-            }
+            Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Trim => {
                 for lba in cmd.lba..cmd.lba + cmd.sectors as u64 {
                     let old = self.l2p[lba as usize];

@@ -42,19 +42,20 @@ fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
     Array::new(config, devs, spare_devs).unwrap()
 }
 
-struct Harness {
-    array: Array<Ssd>,
+/// Drives any volume (an array, or Log-RAID over one) against the oracle.
+struct Harness<V: BlockDevice> {
+    volume: V,
     tokens: Vec<u64>,
     version: u64,
     now_ns: u64,
     checked: u64,
 }
 
-impl Harness {
-    fn new(array: Array<Ssd>) -> Self {
-        let cap = array.info().capacity_sectors as usize;
+impl<V: BlockDevice> Harness<V> {
+    fn new(volume: V) -> Self {
+        let cap = volume.info().capacity_sectors as usize;
         Self {
-            array,
+            volume,
             tokens: vec![0; cap],
             version: 0,
             now_ns: 0,
@@ -71,7 +72,7 @@ impl Harness {
             fill_unit(t, &mut data[i * 8..(i + 1) * 8]);
             tokens.push(t);
         }
-        let c = self.array.submit(
+        let c = self.volume.submit(
             self.now_ns,
             &Command::write(lba, sectors, &data),
             ReadBuffers::none(),
@@ -84,7 +85,7 @@ impl Harness {
     fn read_check(&mut self, lba: u64, sectors: u32) {
         let mut out = vec![0u8; sectors as usize * 8];
         let c = self
-            .array
+            .volume
             .submit(
                 self.now_ns,
                 &Command::read(lba, sectors),
@@ -108,7 +109,7 @@ impl Harness {
 
     fn trim(&mut self, lba: u64, sectors: u32) {
         let c = self
-            .array
+            .volume
             .submit(
                 self.now_ns,
                 &Command::trim(lba, sectors),
@@ -181,15 +182,15 @@ fn degraded_reads_and_rebuild_lose_nothing() {
         // Fail as many members as the level tolerates, one after another.
         for f in 0..tolerance {
             let now = h.now_ns;
-            h.array.fail_member(f * 2 % n as usize, now).unwrap();
+            h.volume.fail_member(f * 2 % n as usize, now).unwrap();
             h.random_ops(&mut rng, 150);
             h.check_all();
         }
-        assert!(h.array.stats().degraded_reads > 0 || !h.array.layout().is_parity());
+        assert!(h.volume.stats().degraded_reads > 0 || !h.volume.layout().is_parity());
         // Let the rebuilds finish (the rebuild rate is in simulated time).
         h.now_ns += 1_000_000_000_000;
-        h.array.background(h.now_ns);
-        assert!(!h.array.rebuilding(), "{level:?}");
+        h.volume.background(h.now_ns);
+        assert!(!h.volume.rebuilding(), "{level:?}");
         h.check_all();
         h.random_ops(&mut rng, 100);
         h.check_all();
@@ -207,10 +208,10 @@ fn a_second_failure_beyond_tolerance_is_refused() {
 #[test]
 fn scheduled_failures_happen_at_their_time() {
     let mut h = Harness::new(array(Level::Raid5, 4, 0));
-    h.array.schedule_failure(2, 1).unwrap();
+    h.volume.schedule_failure(2, 1).unwrap();
     h.write(0, 100).unwrap();
     h.read_check(0, 100);
-    assert!(h.array.stats().degraded_reads > 0);
+    assert!(h.volume.stats().degraded_reads > 0);
     let mut a = array(Level::Raid5, 4, 0);
     a.schedule_failure(0, 0).unwrap();
     a.schedule_failure(1, 0).unwrap();
@@ -230,8 +231,8 @@ fn raid6_survives_two_failures_without_spares() {
     let mut h = Harness::new(array(Level::Raid6, 6, 0));
     let mut rng = SimRng::new(3);
     h.random_ops(&mut rng, 300);
-    h.array.fail_member(1, h.now_ns).unwrap();
-    h.array.fail_member(4, h.now_ns).unwrap();
+    h.volume.fail_member(1, h.now_ns).unwrap();
+    h.volume.fail_member(4, h.now_ns).unwrap();
     h.check_all();
     h.random_ops(&mut rng, 300);
     h.check_all();
@@ -247,18 +248,18 @@ fn raid5f_rejects_partial_stripes() {
     h.write(64, 64).unwrap();
     h.write(128, 128).unwrap();
     h.read_check(0, 256);
-    assert_eq!(h.array.stats().full_stripe_writes, 3);
+    assert_eq!(h.volume.stats().full_stripe_writes, 3);
 }
 
 #[test]
 fn small_writes_read_modify_write_and_wide_ones_reconstruct() {
     let mut h = Harness::new(array(Level::Raid5, 5, 0));
     h.write(0, 1).unwrap(); // 1 data row + 1 parity row to read vs 3 untouched chunks
-    assert_eq!(h.array.stats().read_modify_writes, 1);
+    assert_eq!(h.volume.stats().read_modify_writes, 1);
     h.write(0, 48).unwrap(); // three whole chunks: reading the fourth is cheaper
-    assert_eq!(h.array.stats().reconstruct_writes, 1);
+    assert_eq!(h.volume.stats().reconstruct_writes, 1);
     h.write(0, 64).unwrap();
-    assert_eq!(h.array.stats().full_stripe_writes, 1);
+    assert_eq!(h.volume.stats().full_stripe_writes, 1);
     h.read_check(0, 64);
 }
 
@@ -273,7 +274,7 @@ proptest! {
         h.random_ops(&mut rng, fail_at);
         if tolerance > 0 {
             let victim = (seed % n as u64) as usize;
-            h.array.fail_member(victim, h.now_ns).unwrap();
+            h.volume.fail_member(victim, h.now_ns).unwrap();
         }
         h.random_ops(&mut rng, 200);
         h.check_all();
@@ -281,118 +282,31 @@ proptest! {
     }
 }
 
-/// The same oracle checks, for a log-structured volume.
-struct LogHarness {
-    volume: LogRaid<Ssd>,
-    tokens: Vec<u64>,
-    version: u64,
-    now_ns: u64,
-}
-
-impl LogHarness {
-    fn new(level: Level, members: u32) -> Self {
-        let config = LogRaidConfig {
-            segment_stripes: 4,
-            spare_fraction: 0.3,
-            ..LogRaidConfig::default()
-        };
-        let volume = LogRaid::new(array(level, members, 1), config).unwrap();
-        let cap = volume.info().capacity_sectors as usize;
-        Self {
-            volume,
-            tokens: vec![0; cap],
-            version: 0,
-            now_ns: 0,
-        }
-    }
-
-    fn op(&mut self, rng: &mut SimRng) {
-        let cap = self.tokens.len() as u64;
-        let len = 1 + rng.below(24) as u32;
-        let lba = rng.below(cap - len as u64);
-        let done = match rng.below(10) {
-            0..=5 => {
-                self.version += 1;
-                let mut data = vec![0u8; len as usize * 8];
-                for i in 0..len as usize {
-                    let t = sector_token(lba + i as u64, self.version);
-                    fill_unit(t, &mut data[i * 8..(i + 1) * 8]);
-                    self.tokens[lba as usize + i] = t;
-                }
-                self.volume
-                    .submit(
-                        self.now_ns,
-                        &Command::write(lba, len, &data),
-                        ReadBuffers::none(),
-                    )
-                    .unwrap()
-                    .done_ns
-            }
-            6..=8 => self.read_check(lba, len),
-            _ => {
-                self.tokens[lba as usize..lba as usize + len as usize].fill(0);
-                self.volume
-                    .submit(self.now_ns, &Command::trim(lba, len), ReadBuffers::none())
-                    .unwrap()
-                    .done_ns
-            }
-        };
-        self.now_ns += done.saturating_sub(self.now_ns) / 3 + 1;
-    }
-
-    fn read_check(&mut self, lba: u64, len: u32) -> u64 {
-        let mut out = vec![0u8; len as usize * 8];
-        let c = self
-            .volume
-            .submit(
-                self.now_ns,
-                &Command::read(lba, len),
-                ReadBuffers {
-                    data: &mut out,
-                    tags: None,
-                },
-            )
-            .unwrap();
-        for i in 0..len as usize {
-            let want = self.tokens[lba as usize + i];
-            assert!(
-                unit_matches(want, &out[i * 8..(i + 1) * 8]),
-                "sector {}",
-                lba + i as u64
-            );
-        }
-        c.done_ns
-    }
-
-    fn check_all(&mut self) {
-        let cap = self.tokens.len() as u64;
-        let mut lba = 0;
-        while lba < cap {
-            let n = (cap - lba).min(128) as u32;
-            self.read_check(lba, n);
-            lba += n as u64;
-        }
-    }
+fn log_raid(level: Level, members: u32) -> LogRaid<Ssd> {
+    let config = LogRaidConfig {
+        segment_stripes: 4,
+        spare_fraction: 0.3,
+        ..LogRaidConfig::default()
+    };
+    LogRaid::new(array(level, members, 1), config).unwrap()
 }
 
 #[test]
 fn log_raid_keeps_data_through_cleaning_and_a_failure() {
     for (level, n) in [(Level::Raid0, 3), (Level::Raid5, 4)] {
-        let mut h = LogHarness::new(level, n);
+        let mut h = Harness::new(log_raid(level, n));
         let mut rng = SimRng::new(21);
         // Write well past the volume's capacity so that segments are cleaned.
         let cap = h.tokens.len() as u64;
         while h.volume.stats().user_sectors < cap * 3 {
-            h.op(&mut rng);
+            h.random_ops(&mut rng, 100);
         }
         assert!(h.volume.stats().segments_cleaned > 0, "{level:?}");
         h.check_all();
         if level == Level::Raid5 {
             let now = h.now_ns;
             h.volume.array_mut().fail_member(1, now).unwrap();
-            for _ in 0..2000 {
-                h.op(&mut rng);
-            }
+            h.random_ops(&mut rng, 2000);
             h.check_all();
         }
         // Every array write was a whole stripe: no parity read was ever needed.
@@ -412,11 +326,9 @@ proptest! {
     #[test]
     fn log_raid_matches_the_oracle(seed in any::<u64>(), raid5 in any::<bool>()) {
         let (level, n) = if raid5 { (Level::Raid5, 4) } else { (Level::Raid0, 2) };
-        let mut h = LogHarness::new(level, n);
+        let mut h = Harness::new(log_raid(level, n));
         let mut rng = SimRng::new(seed);
-        for _ in 0..3000 {
-            h.op(&mut rng);
-        }
+        h.random_ops(&mut rng, 3000);
         h.check_all();
     }
 }

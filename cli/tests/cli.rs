@@ -29,6 +29,20 @@ fn read_json(path: &PathBuf) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Runs `afa run` on a fixture configuration, insists it succeeds, and returns its JSON.
+fn run_fixture(name: &str) -> serde_json::Value {
+    let json = temp(&format!("{name}.json"));
+    let out = afa(&[
+        "run",
+        &fixture(name),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{name}: {}", stderr(&out));
+    read_json(&json)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -124,16 +138,7 @@ fn same_seed_gives_identical_json_and_another_seed_does_not() {
 
 #[test]
 fn trace_replay_runs_from_a_config() {
-    let json = temp("trace.json");
-    let out = afa(&[
-        "run",
-        &fixture("trace.toml"),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v = read_json(&json);
+    let v = run_fixture("trace.toml");
     assert_eq!(v["read"]["ios"], 3);
     assert_eq!(v["write"]["ios"], 2);
     assert_eq!(v["integrity"]["mismatches"], 0);
@@ -256,16 +261,7 @@ fn waf_bench_agrees_with_the_model_on_a_small_device() {
 
 #[test]
 fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
-    let json = temp("raid5.json");
-    let out = afa(&[
-        "run",
-        &fixture("raid5.toml"),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v = read_json(&json);
+    let v = run_fixture("raid5.toml");
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
     assert!(v["array"]["stripes_rebuilt"].as_u64().unwrap() > 0);
@@ -291,16 +287,7 @@ fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
 
 #[test]
 fn log_raid_cleans_segments_and_keeps_every_read_right() {
-    let json = temp("lograid.json");
-    let out = afa(&[
-        "run",
-        &fixture("lograid.toml"),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v = read_json(&json);
+    let v = run_fixture("lograid.toml");
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(v["array"]["log"]["segments_cleaned"].as_u64().unwrap() > 0);
     // Cleaning rewrites live data, so the members write more than the user did.

@@ -166,8 +166,13 @@ pub trait BlockDevice {
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs>;
 }
 
-/// Checks a command's range, size and payload lengths against a device's facts.
-pub fn validate_command(info: &DeviceInfo, cmd: &Command<'_>) -> Result<(), DeviceError> {
+/// Checks a command's range, size and payload lengths (the write's data, or the read
+/// buffer `out` that must take the read's data) against a device's facts.
+pub fn validate_command(
+    info: &DeviceInfo,
+    cmd: &Command<'_>,
+    out: &ReadBuffers<'_>,
+) -> Result<(), DeviceError> {
     if cmd.opcode == Opcode::Flush {
         return Ok(());
     }
@@ -184,6 +189,15 @@ pub fn validate_command(info: &DeviceInfo, cmd: &Command<'_>) -> Result<(), Devi
             sectors: cmd.sectors,
             max: info.max_transfer_sectors,
         });
+    }
+    if cmd.opcode == Opcode::Read {
+        let expected = cmd.sectors as usize * info.payload_unit_bytes as usize;
+        if out.data.len() != expected {
+            return Err(DeviceError::PayloadLength {
+                expected,
+                got: out.data.len(),
+            });
+        }
     }
     if cmd.opcode == Opcode::Write {
         let expected = cmd.sectors as usize * info.payload_unit_bytes as usize;

@@ -610,16 +610,7 @@ impl BlockDevice for Ssd {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
-        validate_command(&self.info, cmd)?;
-        if cmd.opcode == Opcode::Read {
-            let expected = cmd.sectors as usize * self.unit_bytes;
-            if out.data.len() != expected {
-                return Err(DeviceError::PayloadLength {
-                    expected,
-                    got: out.data.len(),
-                });
-            }
-        }
+        validate_command(&self.info, cmd, &out)?;
         self.stats.commands += 1;
         let done_ns = match cmd.opcode {
             Opcode::Read => self.read(now_ns, cmd, out)?,
