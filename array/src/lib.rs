@@ -15,14 +15,16 @@
 
 mod layout;
 mod log_raid;
+mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
+pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
 
 use afa_parity::ErasureCodec;
 use afa_sim::{transfer_ns, TimeNs};
 use afa_ssd::{
-    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
     ReadBuffers,
 };
 use serde::{Deserialize, Serialize};
@@ -123,6 +125,10 @@ pub struct Array<D: BlockDevice> {
     chunk_sectors: u32,
     stripes: u64,
     stats: ArrayStats,
+    /// Host work since the last `take_host_work`, for the host CPU model.
+    work: HostWork,
+    /// Whether the commands being issued are background work (rebuild).
+    in_background: bool,
 }
 
 /// Errors building an array.
@@ -219,6 +225,8 @@ impl<D: BlockDevice> Array<D> {
             layout,
             config,
             stats: ArrayStats::default(),
+            work: HostWork::default(),
+            in_background: false,
         })
     }
 
@@ -356,7 +364,10 @@ impl<D: BlockDevice> Array<D> {
                 if due > now_ns {
                     break;
                 }
-                self.rebuild_stripe(i, upto, due)?;
+                self.in_background = true;
+                let rebuilt = self.rebuild_stripe(i, upto, due);
+                self.in_background = false;
+                rebuilt?;
                 self.members[i].state = MemberState::Rebuilding {
                     upto: upto + 1,
                     started_ns,
@@ -479,6 +490,7 @@ impl<D: BlockDevice> Array<D> {
     ) -> Result<TimeNs, DeviceError> {
         let lba = self.member_lba(stripe, row);
         self.stats.member_read_sectors += rows as u64;
+        self.count_command(rows);
         let c = self.members[m].device.submit(
             now_ns,
             &Command::read(lba, rows),
@@ -501,6 +513,7 @@ impl<D: BlockDevice> Array<D> {
     ) -> Result<TimeNs, DeviceError> {
         let lba = self.member_lba(stripe, row);
         self.stats.member_write_sectors += rows as u64;
+        self.count_command(rows);
         let c = self.members[m].device.submit(
             now_ns,
             &Command::write(lba, rows, data),
@@ -510,7 +523,7 @@ impl<D: BlockDevice> Array<D> {
     }
 
     /// Splits a volume range into per-stripe pieces.
-    fn pieces(&self, lba: u64, sectors: u32) -> Vec<(u64, Vec<Piece>)> {
+    fn pieces(&mut self, lba: u64, sectors: u32) -> Vec<(u64, Vec<Piece>)> {
         let cs = self.chunk_sectors as u64;
         let stripe_sectors = cs * self.layout.k as u64;
         let mut out: Vec<(u64, Vec<Piece>)> = Vec::new();
@@ -534,11 +547,29 @@ impl<D: BlockDevice> Array<D> {
             }
             at += rows as u64;
         }
+        self.work.chunks += out.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         out
     }
 
-    fn parity_ns(&self, bytes: usize) -> u64 {
+    /// The time the host takes to run `bytes` of data through the parity code (also
+    /// counted as host work).
+    fn parity_ns(&mut self, bytes: usize) -> u64 {
+        if self.in_background {
+            self.work.background_parity_bytes += bytes as u64;
+        } else {
+            self.work.parity_bytes += bytes as u64;
+        }
         transfer_ns(bytes as u64, self.config.parity_mb_s)
+    }
+
+    /// Counts one member command of `rows` sectors as host work.
+    fn count_command(&mut self, rows: u32) {
+        if self.in_background {
+            self.work.background_commands += 1;
+            self.work.background_bytes += rows as u64 * self.info.sector_bytes as u64;
+        } else {
+            self.work.member_commands += 1;
+        }
     }
 
     fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
@@ -883,6 +914,7 @@ impl<D: BlockDevice> Array<D> {
                 let lba = self.member_lba(stripe, 0);
                 for m in 0..self.members.len() {
                     if self.serves(m, stripe) {
+                        self.work.member_commands += 1;
                         let c = self.members[m].device.submit(
                             now_ns,
                             &Command::trim(lba, cs),
@@ -938,6 +970,7 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
                 let mut done = now_ns;
                 for m in 0..self.members.len() {
                     if self.members[m].state != MemberState::Failed {
+                        self.work.member_commands += 1;
                         let c = self.members[m].device.submit(
                             now_ns,
                             &Command::flush(),
@@ -956,6 +989,10 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
     }
 
     fn prefetch(&self, _lba: u64, _stage: u8) {}
+
+    fn take_host_work(&mut self) -> HostWork {
+        std::mem::take(&mut self.work)
+    }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         if self.apply_scheduled_failures(now_ns).is_err() {

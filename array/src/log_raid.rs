@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use afa_sim::TimeNs;
 use afa_ssd::{
-    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
     ReadBuffers,
 };
 use serde::{Deserialize, Serialize};
@@ -408,5 +408,9 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.array.background(now_ns)
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        self.array.take_host_work()
     }
 }

@@ -5,6 +5,7 @@
 //! It runs against any [`BlockDevice`], so one SSD and (later) an array of them are driven
 //! by the same code.
 
+pub mod cpu;
 mod monitor;
 mod oracle;
 
@@ -17,6 +18,7 @@ use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
 
+pub use cpu::{CpuConfig, CpuFront, CpuReport, StackProfile};
 pub use monitor::Monitored;
 pub use oracle::{Mismatch, Oracle};
 

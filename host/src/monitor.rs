@@ -3,7 +3,9 @@
 
 use afa_report::TimelinePoint;
 use afa_sim::TimeNs;
-use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode, ReadBuffers};
+use afa_ssd::{
+    BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
+};
 
 /// Forwards every call to `inner` and counts read and written bytes per time bucket.
 #[derive(Debug)]
@@ -95,5 +97,9 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.inner.background(now_ns)
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        self.inner.take_host_work()
     }
 }

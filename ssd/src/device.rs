@@ -98,6 +98,39 @@ pub struct Completion {
     pub gc_active: bool,
 }
 
+/// Host-side work an engine did since the last [`BlockDevice::take_host_work`] call: what
+/// a host CPU model charges time for. Engines count it as they work, so that the same engine
+/// code is timed by whichever host (kernel or user-space stack, one thread or many) runs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostWork {
+    /// Chunks the engine's logic handled for user requests (map lookups, allocation, stripe
+    /// bookkeeping).
+    pub chunks: u64,
+    /// Commands sent to devices for user requests.
+    pub member_commands: u64,
+    /// Bytes of data the host ran through the parity code for user requests.
+    pub parity_bytes: u64,
+    /// Background work (conversion, cleaning, rebuild): commands sent to devices.
+    pub background_commands: u64,
+    /// Background work: bytes moved through host memory (read into and written from host
+    /// buffers).
+    pub background_bytes: u64,
+    /// Background work: bytes of data run through the parity code.
+    pub background_parity_bytes: u64,
+}
+
+impl HostWork {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &HostWork) {
+        self.chunks += other.chunks;
+        self.member_commands += other.member_commands;
+        self.parity_bytes += other.parity_bytes;
+        self.background_commands += other.background_commands;
+        self.background_bytes += other.background_bytes;
+        self.background_parity_bytes += other.background_parity_bytes;
+    }
+}
+
 /// Static facts about a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -164,6 +197,13 @@ pub trait BlockDevice {
     /// Gives the device a chance to do idle-time work (background GC) at `now_ns`, when the
     /// host has nothing outstanding. Returns when it would like to be called again.
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs>;
+
+    /// Returns and resets the host-side work done since the last call. A plain device does
+    /// no host work of its own beyond the commands it was sent, which it counts as one
+    /// member command each.
+    fn take_host_work(&mut self) -> HostWork {
+        HostWork::default()
+    }
 }
 
 /// Checks a command's range, size and payload lengths (the write's data, or the read

@@ -684,6 +684,19 @@ impl Ftl {
             }
         }
         if !self.slc_enabled {
+            // GC could not restore the plane's reserve: its blocks hold almost nothing but
+            // valid data. A new host block would eat the reserve that relocation needs, so
+            // the page goes to another plane instead (the caller tries the next one) and the
+            // plane drains as its data is overwritten. Without this, a write pattern that
+            // keeps sending long-lived data to the same planes fills them while the others
+            // stay half empty, and the device reports no space at 70% utilisation.
+            let pl = &self.planes[plane as usize];
+            let open = pl.host_open;
+            let open_has_room = open != NONE
+                && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
+            if !open_has_room && pl.free_dense.len() < self.gc.hard_threshold_blocks as usize {
+                return Err(DeviceError::NoSpace { plane });
+            }
             return self.take_page(nand, plane, Pool::Dense, Stream::Host);
         }
         let open = self.planes[plane as usize].slc_open;

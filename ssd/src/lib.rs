@@ -15,7 +15,7 @@ pub use config::{
 };
 pub use device::{
     validate_command, BlockDevice, Command, CommandFlags, Completion, DeviceError, DeviceInfo,
-    Opcode, ReadBuffers,
+    HostWork, Opcode, ReadBuffers,
 };
 pub use ftl::FtlStats;
 pub use precondition::{Precondition, PreconditionPattern};

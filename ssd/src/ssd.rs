@@ -7,7 +7,7 @@ use afa_sim::{transfer_ns, TimeNs};
 use crate::buffer::WriteBuffer;
 use crate::config::SsdConfig;
 use crate::device::{
-    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
     ReadBuffers,
 };
 use crate::ftl::{Ftl, FtlStats, NONE};
@@ -40,6 +40,8 @@ pub struct Ssd {
     h2d_free_ns: TimeNs,
     d2h_free_ns: TimeNs,
     stats: SsdStats,
+    /// `stats.commands` at the last `take_host_work`.
+    commands_taken: u64,
 }
 
 /// The sectors of one logical page that a command touches.
@@ -137,6 +139,7 @@ impl Ssd {
             h2d_free_ns: 0,
             d2h_free_ns: 0,
             stats: SsdStats::default(),
+            commands_taken: 0,
         })
     }
 
@@ -633,5 +636,14 @@ impl BlockDevice for Ssd {
         // Background GC failing means the device is out of space; the next foreground
         // write reports that to the host, so idle work just stops here.
         self.ftl.background(&mut self.nand, now_ns).ok().flatten()
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        let commands = self.stats.commands - self.commands_taken;
+        self.commands_taken = self.stats.commands;
+        HostWork {
+            member_commands: commands,
+            ..HostWork::default()
+        }
     }
 }
