@@ -740,7 +740,9 @@ impl<D: BlockDevice> Array<D> {
                 codec
                     .update_parity(j, p.index, old, new, &mut par[off..off + new.len()])
                     .map_err(|_| DeviceError::Failed)?;
-                work += 2 * p.rows as usize;
+                // The update runs three buffers through the XOR: old data, new data and the
+                // old parity.
+                work += 3 * p.rows as usize;
             }
         }
         let t = t_read + self.parity_ns(work * self.info.sector_bytes as usize);

@@ -17,6 +17,9 @@ pub struct RunConfig {
     pub precondition: Precondition,
     /// An array of identical SSDs (each as `[ssd]`) instead of one SSD.
     pub array: Option<ArrayRunConfig>,
+    /// The host CPU model (`[host]`): I/O threads and a software-stack profile. Without it
+    /// the host is infinitely fast.
+    pub host: Option<afa_host::CpuConfig>,
     pub workload: WorkloadConfig,
     pub report: ReportConfig,
 }
@@ -41,6 +44,10 @@ pub struct ArrayRunConfig {
     /// Log-RAID on top of the array (raid0, raid4 or raid5): `[array.log]`.
     #[serde(default)]
     pub log: Option<afa_array::LogRaidConfig>,
+    /// Two-phase write with host conversion (FusionRAID-style) converting into `level`
+    /// stripes (raid5 or raid6): `[array.two_phase]`.
+    #[serde(default)]
+    pub two_phase: Option<afa_array::TwoPhaseConfig>,
 }
 
 /// One scheduled member failure.
@@ -81,6 +88,7 @@ impl Default for RunConfig {
             ssd: SsdConfig::default(),
             precondition: Precondition::default(),
             array: None,
+            host: None,
             workload: WorkloadConfig::default(),
             report: ReportConfig::default(),
         }
@@ -179,6 +187,17 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         return Err(format!(
             "configuration {source}: [workload] needs exactly one of job_file, job or trace (found {sources})"
         ));
+    }
+    if let Some(a) = &config.array {
+        if a.log.is_some() && a.two_phase.is_some() {
+            return Err(format!(
+                "configuration {source}: [array.log] and [array.two_phase] are two engines; choose one"
+            ));
+        }
+    }
+    if let Some(h) = &config.host {
+        h.validate()
+            .map_err(|e| format!("configuration {source}: {e}"))?;
     }
     if !(config.report.timeline_interval_ms >= 0.0
         && config.report.timeline_interval_ms.is_finite())

@@ -4,13 +4,15 @@
 mod bench;
 mod config;
 mod report;
+mod reproduce;
+mod volume;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use afa_host::{Monitored, RunOptions, TraceReplay, Workload};
+use afa_host::{RunOptions, TraceReplay, Workload};
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
 use afa_workload::trace::{read_trace, TraceFormat};
@@ -46,6 +48,8 @@ enum Command {
         #[command(subcommand)]
         model: ModelCommand,
     },
+    /// Reruns one of the papers' experiments: the paper's figures next to the measured ones.
+    Reproduce(reproduce::ReproduceArgs),
     /// Benchmarks of the simulator itself and of its agreement with the models.
     Bench {
         #[command(subcommand)]
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
                 },
         } => model_waf(policy, op, pages_per_block),
         Command::Bench { bench } => bench::run(bench),
+        Command::Reproduce(args) => reproduce::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,79 +155,29 @@ fn run(
         if cfg.precondition.fill_fraction > 0.0 {
             return Err("precondition is not supported with [array] yet".into());
         }
-        let monitored = |seed: u64| -> Result<Monitored<Ssd>, String> {
-            Ok(Monitored::new(
-                build_ssd(seed)?,
-                options.timeline_interval_ns,
-            ))
-        };
-        let members = (0..array_cfg.members as u64)
-            .map(|i| monitored(cfg.seed.wrapping_add(i)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let spares = (0..array_cfg.spares as u64)
-            .map(|i| monitored(cfg.seed.wrapping_add(1000 + i)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut array = afa_array::Array::new(array_cfg.engine(), members, spares)
-            .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
-        for f in &array_cfg.failures {
-            array
-                .schedule_failure(f.member as usize, (f.at_ms * 1e6) as u64)
-                .map_err(|e| format!("configuration {}: array.failures: {e}", loaded.source))?;
-        }
-        let (mut log, mut plain) = match &array_cfg.log {
-            Some(c) => (
-                Some(
-                    afa_array::LogRaid::new(array, c.clone())
-                        .map_err(|e| format!("configuration {}: array.log: {e}", loaded.source))?,
-                ),
-                None,
-            ),
-            None => (None, Some(array)),
-        };
-        let volume: &mut dyn BlockDevice = match (log.as_mut(), plain.as_mut()) {
-            (Some(l), _) => l,
-            (None, Some(a)) => a,
-            (None, None) => unreachable!("the volume is one of the two"),
-        };
+        let spec = volume::ArraySpec::from_config(array_cfg);
+        let mut array =
+            volume::ArrayVolume::build(&spec, &cfg.ssd, cfg.seed, options.timeline_interval_ns)
+                .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
         let host_start = std::time::Instant::now();
-        let outcome = afa_host::run(volume, &workload, &options).map_err(|e| e.to_string())?;
+        let (outcome, cpu) = run_on(array.device(), cfg.host.as_ref(), &workload, &options)?;
         let host_time_s = host_start.elapsed().as_secs_f64();
-        let array = match (&log, &plain) {
-            (Some(l), _) => l.array(),
-            (None, Some(a)) => a,
-            (None, None) => unreachable!("the volume is one of the two"),
-        };
-        let monitored: Vec<&Monitored<Ssd>> = array.members().collect();
-        let members: Vec<&Ssd> = monitored.iter().map(|m| m.inner()).collect();
-        let sector = array.info().sector_bytes as u64;
+        let sector = array.device().info().sector_bytes as u64;
+        let members = array.members();
+        let ssds: Vec<&Ssd> = members.iter().map(|m| m.inner()).collect();
         let page = cfg.ssd.geometry.page_bytes as u64;
-        let stats = array.stats();
-        // The user's writes: what the volume was asked to write (under Log-RAID, the array
-        // also writes the log's relocated data).
-        let user_sectors = log
-            .as_ref()
-            .map_or(stats.user_write_sectors, |l| l.stats().user_sectors);
-        let user_pages = (user_sectors * sector).div_ceil(page);
+        let user_pages = (array.user_write_sectors() * sector).div_ceil(page);
         let mut report = report::build(
-            &members,
+            &ssds,
             user_pages,
             &outcome,
             cfg.seed,
             host_time_s,
             config_json,
         );
-        let mut array_json = serde_json::to_value(stats).unwrap_or_default();
-        // Array-level amplification: what the members were asked to write per user byte.
-        array_json["write_amplification"] = serde_json::json!(if user_sectors == 0 {
-            0.0
-        } else {
-            stats.member_write_sectors as f64 / user_sectors as f64
-        });
-        if let Some(l) = &log {
-            array_json["log"] = serde_json::to_value(l.stats()).unwrap_or_default();
-        }
-        report.array = Some(array_json);
-        report.members = report::member_reports(&monitored, outcome.sim_time_ns);
+        report.array = Some(array.engine_json());
+        report.members = report::member_reports(&members, outcome.sim_time_ns);
+        report.cpu = cpu;
         (report, outcome)
     } else {
         let mut ssd = build_ssd(cfg.seed)?;
@@ -234,10 +189,10 @@ fn run(
         // Host time covers the simulated run only, not building and preconditioning the
         // device, so that requests per host second measure the simulator's speed.
         let host_start = std::time::Instant::now();
-        let outcome = afa_host::run(&mut ssd, &workload, &options).map_err(|e| e.to_string())?;
+        let (outcome, cpu) = run_on(&mut ssd, cfg.host.as_ref(), &workload, &options)?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let host_pages = ssd.stats().host_page_writes;
-        let report = report::build(
+        let mut report = report::build(
             &[&ssd],
             host_pages,
             &outcome,
@@ -245,6 +200,7 @@ fn run(
             host_time_s,
             config_json,
         );
+        report.cpu = cpu;
         (report, outcome)
     };
     if !quiet {
@@ -261,6 +217,29 @@ fn run(
         ));
     }
     Ok(())
+}
+
+/// Runs the workload on `device`, through the host CPU model when one is configured, and
+/// returns the outcome and the CPU report.
+pub fn run_on(
+    device: &mut dyn BlockDevice,
+    host: Option<&afa_host::CpuConfig>,
+    workload: &Workload,
+    options: &RunOptions,
+) -> Result<(afa_host::RunOutcome, Option<serde_json::Value>), String> {
+    match host {
+        Some(h) => {
+            let mut front = afa_host::CpuFront::new(device, h)?;
+            let outcome =
+                afa_host::run(&mut front, workload, options).map_err(|e| e.to_string())?;
+            let cpu = serde_json::to_value(front.report(outcome.sim_time_ns)).ok();
+            Ok((outcome, cpu))
+        }
+        None => {
+            let outcome = afa_host::run(device, workload, options).map_err(|e| e.to_string())?;
+            Ok((outcome, None))
+        }
+    }
 }
 
 fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, String> {

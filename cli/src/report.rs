@@ -97,6 +97,7 @@ pub fn build(
             .collect(),
         array: None,
         members: Vec::new(),
+        cpu: None,
         timeline: m.timeline.clone(),
     }
 }

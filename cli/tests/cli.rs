@@ -295,3 +295,65 @@ fn log_raid_cleans_segments_and_keeps_every_read_right() {
     // Log-RAID writes whole stripes only.
     assert_eq!(v["array"]["read_modify_writes"], 0);
 }
+
+#[test]
+fn two_phase_with_a_host_cpu_converts_fails_over_and_reports_cpu_time() {
+    let v = run_fixture("two_phase.toml");
+    assert_eq!(v["integrity"]["mismatches"], 0, "{}", v["integrity"]);
+    assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    let a = &v["array"];
+    assert!(a["stripes_converted"].as_u64().unwrap() > 0, "{a}");
+    assert!(a["slots_rebuilt"].as_u64().unwrap() > 0, "{a}");
+    // Replication writes two copies; conversion adds k + m chunks per k: between 1.25 and 3.5.
+    let amp = a["write_amplification"].as_f64().unwrap();
+    assert!(amp > 1.25 && amp < 3.5, "{amp}");
+    let cpu = &v["cpu"];
+    assert_eq!(cpu["threads"].as_array().unwrap().len(), 1);
+    let f = &cpu["fractions"];
+    let sum: f64 = ["stack", "array", "parity", "sync", "background", "waiting"]
+        .iter()
+        .map(|k| f[k].as_f64().unwrap())
+        .sum();
+    assert!((sum - 1.0).abs() < 1e-9, "{f}");
+    assert!(f["background"].as_f64().unwrap() > 0.0, "{f}");
+}
+
+#[test]
+fn reproduce_writes_the_paper_and_measured_maps_with_the_same_labels() {
+    let json = temp("fig3.json");
+    let out = afa(&[
+        "reproduce",
+        "scalaafa-fig3",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert_eq!(v["id"], "scalaafa-fig3");
+    let paper = v["paper"].as_object().unwrap();
+    let measured = v["measured"].as_object().unwrap();
+    let labels: Vec<&String> = paper.keys().collect();
+    assert_eq!(labels, measured.keys().collect::<Vec<_>>());
+    for label in [
+        "rep_1t_gbps",
+        "rep_2t_gbps",
+        "rep_8t_gbps",
+        "conv_gbps",
+        "randwrite_two-phase/raid5",
+    ] {
+        assert!(measured[label].as_f64().unwrap() > 0.0, "{label}");
+    }
+    // Conversion collapses throughput; replication beats read-modify-write by 3x or more.
+    assert!(
+        measured["conv_gbps"].as_f64().unwrap() < measured["rep_1t_gbps"].as_f64().unwrap() / 4.0
+    );
+    assert!(measured["randwrite_two-phase/raid5"].as_f64().unwrap() >= 3.0);
+    let err = afa(&["reproduce", "no-such-figure"]);
+    assert!(!err.status.success());
+    assert!(
+        stderr(&err).contains("unknown experiment"),
+        "{}",
+        stderr(&err)
+    );
+}

@@ -377,6 +377,9 @@ pub struct RunReport {
     /// Per member device of an array: its own counters and bandwidth timeline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberReport>,
+    /// The host CPU model's use per thread and category, when `[host]` is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<serde_json::Value>,
 }
 
 /// One member device of an array.

@@ -239,6 +239,7 @@ fn sample_report() -> RunReport {
         timeline: m.timeline,
         array: None,
         members: Vec::new(),
+        cpu: None,
     }
 }
 

@@ -206,6 +206,31 @@ pub trait BlockDevice {
     }
 }
 
+/// A borrowed device is a device, so wrappers (the host CPU model, monitors) can sit in front
+/// of an engine the caller keeps owning.
+impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
+    fn info(&self) -> DeviceInfo {
+        (**self).info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        (**self).submit(now_ns, cmd, out)
+    }
+    fn prefetch(&self, lba: u64, stage: u8) {
+        (**self).prefetch(lba, stage)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        (**self).background(now_ns)
+    }
+    fn take_host_work(&mut self) -> HostWork {
+        (**self).take_host_work()
+    }
+}
+
 /// Checks a command's range, size and payload lengths (the write's data, or the read
 /// buffer `out` that must take the read's data) against a device's facts.
 pub fn validate_command(

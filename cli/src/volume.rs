@@ -1,0 +1,170 @@
+//! Building the configured volume: one SSD, or an array engine over monitored SSDs. `afa
+//! run`, `afa reproduce` and serve mode all build volumes here, so an engine is wired once.
+
+use afa_array::{Array, ArrayConfig, LogRaid, LogRaidConfig, TwoPhase, TwoPhaseConfig};
+use afa_host::Monitored;
+use afa_sim::TimeNs;
+use afa_ssd::{BlockDevice, Ssd, SsdConfig};
+
+use crate::config::ArrayRunConfig;
+
+/// A member SSD with its bandwidth timeline.
+pub type Member = Monitored<Ssd>;
+
+/// An array engine over member SSDs.
+#[derive(Debug)]
+pub enum ArrayVolume {
+    Raid(Array<Member>),
+    Log(LogRaid<Member>),
+    TwoPhase(TwoPhase<Member>),
+}
+
+/// Which engine runs over the members, and its own table.
+#[derive(Debug, Clone)]
+pub enum EngineChoice {
+    Raid,
+    Log(LogRaidConfig),
+    TwoPhase(TwoPhaseConfig),
+}
+
+/// Everything needed to build an array volume.
+#[derive(Debug, Clone)]
+pub struct ArraySpec {
+    pub engine: ArrayConfig,
+    pub choice: EngineChoice,
+    pub spares: u32,
+    /// Scheduled member failures as (member, time in ns).
+    pub failures: Vec<(u32, TimeNs)>,
+}
+
+impl ArraySpec {
+    pub fn from_config(a: &ArrayRunConfig) -> Self {
+        let choice = match (&a.log, &a.two_phase) {
+            (Some(l), _) => EngineChoice::Log(l.clone()),
+            (None, Some(t)) => EngineChoice::TwoPhase(t.clone()),
+            (None, None) => EngineChoice::Raid,
+        };
+        Self {
+            engine: a.engine(),
+            choice,
+            spares: a.spares,
+            failures: a
+                .failures
+                .iter()
+                .map(|f| (f.member, (f.at_ms * 1e6) as TimeNs))
+                .collect(),
+        }
+    }
+}
+
+impl ArrayVolume {
+    /// Builds the members from `ssd` (member i gets seed `seed + i`, spare j `seed + 1000
+    /// + j`) and the engine over them.
+    pub fn build(
+        spec: &ArraySpec,
+        ssd: &SsdConfig,
+        seed: u64,
+        timeline_interval_ns: u64,
+    ) -> Result<Self, String> {
+        let member = |seed: u64| -> Result<Member, String> {
+            let ssd = Ssd::new(ssd.clone(), seed).map_err(|e| e.to_string())?;
+            Ok(Monitored::new(ssd, timeline_interval_ns))
+        };
+        let members = (0..spec.engine.members as u64)
+            .map(|i| member(seed.wrapping_add(i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let spares = (0..spec.spares as u64)
+            .map(|i| member(seed.wrapping_add(1000 + i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let failures = |name: &str, r: Result<(), afa_array::ArrayError>| {
+            r.map_err(|e| format!("array.failures: {name}: {e}"))
+        };
+        let mut volume = match &spec.choice {
+            EngineChoice::TwoPhase(t) => ArrayVolume::TwoPhase(
+                TwoPhase::new(spec.engine.clone(), t.clone(), members, spares)
+                    .map_err(|e| e.to_string())?,
+            ),
+            EngineChoice::Raid | EngineChoice::Log(_) => {
+                let array =
+                    Array::new(spec.engine.clone(), members, spares).map_err(|e| e.to_string())?;
+                match &spec.choice {
+                    EngineChoice::Log(c) => ArrayVolume::Log(
+                        LogRaid::new(array, c.clone()).map_err(|e| format!("array.log: {e}"))?,
+                    ),
+                    _ => ArrayVolume::Raid(array),
+                }
+            }
+        };
+        for &(member, at_ns) in &spec.failures {
+            let m = member as usize;
+            match &mut volume {
+                ArrayVolume::Raid(a) => failures("raid", a.schedule_failure(m, at_ns))?,
+                ArrayVolume::Log(l) => {
+                    failures("log-raid", l.array_mut().schedule_failure(m, at_ns))?
+                }
+                ArrayVolume::TwoPhase(t) => failures("two-phase", t.schedule_failure(m, at_ns))?,
+            }
+        }
+        Ok(volume)
+    }
+
+    pub fn device(&mut self) -> &mut dyn BlockDevice {
+        match self {
+            ArrayVolume::Raid(a) => a,
+            ArrayVolume::Log(l) => l,
+            ArrayVolume::TwoPhase(t) => t,
+        }
+    }
+
+    pub fn members(&self) -> Vec<&Member> {
+        match self {
+            ArrayVolume::Raid(a) => a.members().collect(),
+            ArrayVolume::Log(l) => l.array().members().collect(),
+            ArrayVolume::TwoPhase(t) => t.members().collect(),
+        }
+    }
+
+    /// Sectors the user asked the volume to write.
+    pub fn user_write_sectors(&self) -> u64 {
+        match self {
+            ArrayVolume::Raid(a) => a.stats().user_write_sectors,
+            ArrayVolume::Log(l) => l.stats().user_sectors,
+            ArrayVolume::TwoPhase(t) => t.stats().user_write_sectors,
+        }
+    }
+
+    /// Sectors the engine wrote to its members.
+    pub fn member_write_sectors(&self) -> u64 {
+        match self {
+            ArrayVolume::Raid(a) => a.stats().member_write_sectors,
+            ArrayVolume::Log(l) => l.array().stats().member_write_sectors,
+            ArrayVolume::TwoPhase(t) => t.stats().member_write_sectors,
+        }
+    }
+
+    /// The engine's counters for the report, with the array-level write amplification
+    /// (member writes per user write).
+    pub fn engine_json(&self) -> serde_json::Value {
+        let mut json = match self {
+            ArrayVolume::Raid(a) => serde_json::to_value(a.stats()),
+            ArrayVolume::Log(l) => {
+                let mut v = serde_json::to_value(l.array().stats()).unwrap_or_default();
+                v["log"] = serde_json::to_value(l.stats()).unwrap_or_default();
+                Ok(v)
+            }
+            ArrayVolume::TwoPhase(t) => {
+                let mut v = serde_json::to_value(t.stats()).unwrap_or_default();
+                v["watermark_chunks"] = serde_json::json!(t.watermark_chunks());
+                Ok(v)
+            }
+        }
+        .unwrap_or_default();
+        let user = self.user_write_sectors();
+        json["write_amplification"] = serde_json::json!(if user == 0 {
+            0.0
+        } else {
+            self.member_write_sectors() as f64 / user as f64
+        });
+        json
+    }
+}
