@@ -41,6 +41,11 @@ pub struct ArrayConfig {
     pub parity_mb_s: f64,
     /// Rebuild rate onto a spare, in MB/s of rebuilt member data.
     pub rebuild_mb_s: f64,
+    /// mdraid's stripe cache, in stripes (0: off). Partial-stripe writes wait in host
+    /// memory, so sequential small writes that fill a stripe are written as one full
+    /// stripe; a stripe evicted before it fills is written by read-modify-write or
+    /// reconstruct-write. The cache is volatile: FLUSH and FUA writes drain it.
+    pub stripe_cache_stripes: u32,
 }
 
 impl Default for ArrayConfig {
@@ -51,6 +56,7 @@ impl Default for ArrayConfig {
             chunk_bytes: 64 * 1024,
             parity_mb_s: 12_000.0,
             rebuild_mb_s: 500.0,
+            stripe_cache_stripes: 0,
         }
     }
 }
@@ -66,6 +72,22 @@ pub struct ArrayStats {
     pub member_write_sectors: u64,
     pub user_write_sectors: u64,
     pub stripes_rebuilt: u64,
+    /// Partial-stripe writes absorbed by the stripe cache.
+    pub stripe_cache_writes: u64,
+    /// Stripes the cache completed and wrote whole.
+    pub stripe_cache_full_stripes: u64,
+    /// Stripes evicted (or flushed) before they were complete.
+    pub stripe_cache_evictions: u64,
+}
+
+/// A stripe waiting in the stripe cache: its data rows and which sectors are present.
+#[derive(Debug)]
+struct CachedStripe {
+    stripe: u64,
+    data: Vec<u8>,
+    present: Vec<bool>,
+    present_count: u32,
+    last_use: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +151,11 @@ pub struct Array<D: BlockDevice> {
     work: HostWork,
     /// Whether the commands being issued are background work (rebuild).
     in_background: bool,
+    cache: Vec<CachedStripe>,
+    /// Completion times of stripe writes the cache started, which hold a cache slot until
+    /// they are done.
+    cache_inflight: std::collections::BinaryHeap<std::cmp::Reverse<TimeNs>>,
+    cache_clock: u64,
 }
 
 /// Errors building an array.
@@ -227,6 +254,9 @@ impl<D: BlockDevice> Array<D> {
             stats: ArrayStats::default(),
             work: HostWork::default(),
             in_background: false,
+            cache: Vec::new(),
+            cache_inflight: std::collections::BinaryHeap::new(),
+            cache_clock: 0,
         })
     }
 
@@ -584,7 +614,27 @@ impl<D: BlockDevice> Array<D> {
         }
         self.stats.user_write_sectors += cmd.sectors as u64;
         let mut done = now_ns;
+        let cached = self.config.stripe_cache_stripes > 0
+            && self.layout.is_parity()
+            && self.layout.level != Level::Raid5f;
+        let cs = self.chunk_sectors;
         for (stripe, pieces) in self.pieces(cmd.lba, cmd.sectors) {
+            let full =
+                pieces.len() == self.layout.k && pieces.iter().all(|p| p.row == 0 && p.rows == cs);
+            if cached {
+                if !full && !cmd.flags.fua {
+                    done = done.max(self.cache_write(stripe, &pieces, cmd.data, now_ns)?);
+                    continue;
+                }
+                // A full stripe supersedes what the cache holds of it; a FUA write first
+                // writes back the stripe's cached sectors so it lands after them.
+                if let Some(i) = self.cache.iter().position(|e| e.stripe == stripe) {
+                    let entry = self.cache.swap_remove(i);
+                    if !full {
+                        done = done.max(self.write_back(entry, now_ns)?);
+                    }
+                }
+            }
             let t = if self.layout.is_parity() {
                 self.write_parity_stripe(stripe, &pieces, cmd.data, now_ns)?
             } else {
@@ -593,6 +643,154 @@ impl<D: BlockDevice> Array<D> {
             done = done.max(t);
         }
         Ok(done)
+    }
+
+    /// Puts a partial-stripe write into the stripe cache. Returns when the write is in
+    /// host memory (after waiting for a free cache slot if every slot is taken).
+    fn cache_write(
+        &mut self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let cs = self.chunk_sectors as usize;
+        let k = self.layout.k;
+        let unit = self.unit;
+        let mut t = now_ns;
+        let index = match self.cache.iter().position(|e| e.stripe == stripe) {
+            Some(i) => i,
+            None => {
+                while self.cache_inflight.peek().is_some_and(|r| r.0 <= t) {
+                    self.cache_inflight.pop();
+                }
+                let capacity = self.config.stripe_cache_stripes as usize;
+                if self.cache.len() + self.cache_inflight.len() >= capacity
+                    && !self.cache.is_empty()
+                {
+                    // Evict the least recently used stripe: written back as it is.
+                    let lru = (0..self.cache.len())
+                        .min_by_key(|&i| self.cache[i].last_use)
+                        .expect("the cache is not empty");
+                    let entry = self.cache.swap_remove(lru);
+                    self.stats.stripe_cache_evictions += 1;
+                    let done = self.write_back(entry, t)?;
+                    self.cache_inflight.push(std::cmp::Reverse(done));
+                }
+                while self.cache.len() + self.cache_inflight.len() >= capacity {
+                    // Every slot holds a stripe being written: wait for the first to finish.
+                    let std::cmp::Reverse(free) = self
+                        .cache_inflight
+                        .pop()
+                        .expect("a full cache with no entries has writes in flight");
+                    t = t.max(free);
+                }
+                self.cache.push(CachedStripe {
+                    stripe,
+                    data: vec![0u8; k * cs * unit],
+                    present: vec![false; k * cs],
+                    present_count: 0,
+                    last_use: 0,
+                });
+                self.cache.len() - 1
+            }
+        };
+        self.stats.stripe_cache_writes += 1;
+        self.cache_clock += 1;
+        let mut bytes = 0u64;
+        {
+            let entry = &mut self.cache[index];
+            entry.last_use = self.cache_clock;
+            for p in pieces {
+                let src = &data[p.cmd_offset as usize * unit..][..p.rows as usize * unit];
+                let at = p.index * cs + p.row as usize;
+                entry.data[at * unit..(at + p.rows as usize) * unit].copy_from_slice(src);
+                for present in &mut entry.present[at..at + p.rows as usize] {
+                    if !*present {
+                        *present = true;
+                        entry.present_count += 1;
+                    }
+                }
+                bytes += p.rows as u64 * self.info.sector_bytes as u64;
+            }
+        }
+        // Copying into host memory at the parity engine's memory rate.
+        let t = t + transfer_ns(bytes, self.config.parity_mb_s);
+        if self.cache[index].present_count as usize == k * cs {
+            let entry = self.cache.swap_remove(index);
+            self.stats.stripe_cache_full_stripes += 1;
+            let done = self.write_back(entry, t)?;
+            self.cache_inflight.push(std::cmp::Reverse(done));
+        }
+        Ok(t)
+    }
+
+    /// Writes a cached stripe's present sectors to the members (a full-stripe write when
+    /// every sector is present).
+    fn write_back(&mut self, entry: CachedStripe, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let cs = self.chunk_sectors as usize;
+        let mut pieces = Vec::new();
+        let mut data = Vec::with_capacity(entry.present_count as usize * self.unit);
+        let mut offset_sectors = 0u64;
+        for index in 0..self.layout.k {
+            let mut row = 0;
+            while row < cs {
+                if !entry.present[index * cs + row] {
+                    row += 1;
+                    continue;
+                }
+                let start = row;
+                while row < cs && entry.present[index * cs + row] {
+                    row += 1;
+                }
+                let at = index * cs + start;
+                pieces.push(Piece {
+                    index,
+                    row: start as u32,
+                    rows: (row - start) as u32,
+                    cmd_offset: offset_sectors,
+                });
+                offset_sectors += (row - start) as u64;
+                data.extend_from_slice(&entry.data[at * self.unit..(at + row - start) * self.unit]);
+            }
+        }
+        self.write_parity_stripe(entry.stripe, &pieces, &data, now_ns)
+    }
+
+    /// Writes every cached stripe back. Returns when the last write is done.
+    fn drain_cache(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut done = now_ns;
+        while let Some(entry) = self.cache.pop() {
+            self.stats.stripe_cache_evictions += 1;
+            done = done.max(self.write_back(entry, now_ns)?);
+        }
+        while let Some(std::cmp::Reverse(t)) = self.cache_inflight.pop() {
+            done = done.max(t);
+        }
+        Ok(done)
+    }
+
+    /// Copies the stripe cache's sectors over what was read from the members.
+    fn overlay_cache(&self, cmd: &Command<'_>, out: &mut [u8]) {
+        if self.cache.is_empty() || self.unit == 0 {
+            return;
+        }
+        let cs = self.chunk_sectors as u64;
+        let stripe_sectors = cs * self.layout.k as u64;
+        let unit = self.unit;
+        for entry in &self.cache {
+            let base = entry.stripe * stripe_sectors;
+            let from = cmd.lba.max(base);
+            let to = (cmd.lba + cmd.sectors as u64).min(base + stripe_sectors);
+            for lba in from..to {
+                let within = (lba - base) as usize;
+                if entry.present[within] {
+                    let dst = (lba - cmd.lba) as usize * unit;
+                    out[dst..dst + unit]
+                        .copy_from_slice(&entry.data[within * unit..(within + 1) * unit]);
+                }
+            }
+        }
     }
 
     fn piece_data<'a>(&self, data: &'a [u8], p: &Piece) -> &'a [u8] {
@@ -910,6 +1108,25 @@ impl<D: BlockDevice> Array<D> {
         for (stripe, pieces) in self.pieces(cmd.lba, cmd.sectors) {
             let whole =
                 pieces.len() == self.layout.k && pieces.iter().all(|p| p.row == 0 && p.rows == cs);
+            if let Some(i) = self.cache.iter().position(|e| e.stripe == stripe) {
+                if whole {
+                    self.cache.swap_remove(i);
+                } else {
+                    // The cached stripe takes the zeroes, so a read sees the trim.
+                    let sectors: u64 = pieces.iter().map(|p| p.rows as u64).sum();
+                    let zeros = vec![0u8; sectors as usize * self.unit];
+                    let first = pieces[0].cmd_offset;
+                    let shifted: Vec<Piece> = pieces
+                        .iter()
+                        .map(|p| Piece {
+                            cmd_offset: p.cmd_offset - first,
+                            ..*p
+                        })
+                        .collect();
+                    done = done.max(self.cache_write(stripe, &shifted, &zeros, now_ns)?);
+                    continue;
+                }
+            }
             if whole {
                 // Zero data gives zero parity in every code, so trimming the whole stripe on
                 // every member keeps it consistent.
@@ -965,11 +1182,15 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         self.apply_scheduled_failures(now_ns)?;
         self.advance_rebuild(now_ns)?;
         let done_ns = match cmd.opcode {
-            Opcode::Read => self.read(now_ns, cmd, out.data)?,
+            Opcode::Read => {
+                let t = self.read(now_ns, cmd, out.data)?;
+                self.overlay_cache(cmd, out.data);
+                t
+            }
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => {
-                let mut done = now_ns;
+                let mut done = self.drain_cache(now_ns)?;
                 for m in 0..self.members.len() {
                     if self.members[m].state != MemberState::Failed {
                         self.work.member_commands += 1;

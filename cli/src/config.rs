@@ -36,6 +36,9 @@ pub struct ArrayRunConfig {
     pub parity_mb_s: f64,
     #[serde(default = "default_rebuild_mb_s")]
     pub rebuild_mb_s: f64,
+    /// mdraid's stripe cache in stripes (0: off).
+    #[serde(default)]
+    pub stripe_cache_stripes: u32,
     /// Spare SSDs that replace failed members and are rebuilt onto.
     #[serde(default)]
     pub spares: u32,
@@ -77,6 +80,7 @@ impl ArrayRunConfig {
             chunk_bytes: self.chunk_bytes,
             parity_mb_s: self.parity_mb_s,
             rebuild_mb_s: self.rebuild_mb_s,
+            stripe_cache_stripes: self.stripe_cache_stripes,
         }
     }
 }
