@@ -167,6 +167,72 @@ pub enum ArrayError {
     Fail(usize, String),
 }
 
+/// Checks what every engine needs of its devices and rates: the same sector size and payload
+/// mode on every device, a chunk of whole sectors, positive rates. Returns the first device's
+/// facts, sectors per chunk and the smallest device's capacity in sectors.
+pub(crate) fn check_members<D: BlockDevice>(
+    config: &ArrayConfig,
+    members: &[D],
+    spares: &[D],
+) -> Result<(DeviceInfo, u32, u64), ArrayError> {
+    let err = |s: String| ArrayError::Config(s);
+    let first = members
+        .first()
+        .ok_or_else(|| err("an array needs members".into()))?
+        .info();
+    for (i, m) in members.iter().chain(spares).enumerate() {
+        let info = m.info();
+        if info.sector_bytes != first.sector_bytes
+            || info.payload_unit_bytes != first.payload_unit_bytes
+        {
+            return Err(err(format!(
+                "device {i} has {} B sectors and {} B payload units; device 0 has {} and {}",
+                info.sector_bytes,
+                info.payload_unit_bytes,
+                first.sector_bytes,
+                first.payload_unit_bytes
+            )));
+        }
+    }
+    let sector = first.sector_bytes as u64;
+    if config.chunk_bytes == 0 || config.chunk_bytes % sector != 0 {
+        return Err(err(format!(
+            "array.chunk_bytes = {} must be a positive multiple of the {sector} B sector",
+            config.chunk_bytes
+        )));
+    }
+    for (name, v) in [
+        ("array.parity_mb_s", config.parity_mb_s),
+        ("array.rebuild_mb_s", config.rebuild_mb_s),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(err(format!("{name} = {v} must be positive")));
+        }
+    }
+    let min_capacity = members
+        .iter()
+        .chain(spares)
+        .map(|m| m.info().capacity_sectors)
+        .min()
+        .unwrap_or(0);
+    Ok((first, (config.chunk_bytes / sector) as u32, min_capacity))
+}
+
+/// Pieces re-based so the first starts at offset 0, and the sectors they cover: a trim's
+/// pieces become a zero write of its own.
+fn rebased(pieces: &[Piece]) -> (Vec<Piece>, u64) {
+    let first = pieces[0].cmd_offset;
+    let sectors = pieces.iter().map(|p| p.rows as u64).sum();
+    let shifted = pieces
+        .iter()
+        .map(|p| Piece {
+            cmd_offset: p.cmd_offset - first,
+            ..*p
+        })
+        .collect();
+    (shifted, sectors)
+}
+
 impl<D: BlockDevice> Array<D> {
     /// Builds an array over `members` (which must match `config.members`) with `spares`
     /// waiting to replace failed members.
@@ -180,43 +246,7 @@ impl<D: BlockDevice> Array<D> {
             )));
         }
         let layout = Layout::new(config.level, members.len()).map_err(err)?;
-        let first = members[0].info();
-        for (i, m) in members.iter().chain(&spares).enumerate() {
-            let info = m.info();
-            if info.sector_bytes != first.sector_bytes
-                || info.payload_unit_bytes != first.payload_unit_bytes
-            {
-                return Err(err(format!(
-                    "device {i} has {} B sectors and {} B payload units; device 0 has {} and {}",
-                    info.sector_bytes,
-                    info.payload_unit_bytes,
-                    first.sector_bytes,
-                    first.payload_unit_bytes
-                )));
-            }
-        }
-        let sector = first.sector_bytes as u64;
-        if config.chunk_bytes == 0 || config.chunk_bytes % sector != 0 {
-            return Err(err(format!(
-                "array.chunk_bytes = {} must be a positive multiple of the {sector} B sector",
-                config.chunk_bytes
-            )));
-        }
-        for (name, v) in [
-            ("array.parity_mb_s", config.parity_mb_s),
-            ("array.rebuild_mb_s", config.rebuild_mb_s),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(err(format!("{name} = {v} must be positive")));
-            }
-        }
-        let chunk_sectors = (config.chunk_bytes / sector) as u32;
-        let min_capacity = members
-            .iter()
-            .chain(&spares)
-            .map(|m| m.info().capacity_sectors)
-            .min()
-            .unwrap_or(0);
+        let (first, chunk_sectors, min_capacity) = check_members(&config, &members, &spares)?;
         let stripes = min_capacity / chunk_sectors as u64;
         if stripes == 0 {
             return Err(err("members are smaller than one chunk".into()));
@@ -1113,16 +1143,8 @@ impl<D: BlockDevice> Array<D> {
                     self.cache.swap_remove(i);
                 } else {
                     // The cached stripe takes the zeroes, so a read sees the trim.
-                    let sectors: u64 = pieces.iter().map(|p| p.rows as u64).sum();
+                    let (shifted, sectors) = rebased(&pieces);
                     let zeros = vec![0u8; sectors as usize * self.unit];
-                    let first = pieces[0].cmd_offset;
-                    let shifted: Vec<Piece> = pieces
-                        .iter()
-                        .map(|p| Piece {
-                            cmd_offset: p.cmd_offset - first,
-                            ..*p
-                        })
-                        .collect();
                     done = done.max(self.cache_write(stripe, &shifted, &zeros, now_ns)?);
                     continue;
                 }
@@ -1145,21 +1167,12 @@ impl<D: BlockDevice> Array<D> {
                 continue;
             }
             // A partial trim writes zeroes, so that parity (or the copies) stays consistent.
-            let first = pieces[0].cmd_offset;
-            let sectors: u64 = pieces.iter().map(|p| p.rows as u64).sum();
+            let (shifted, sectors) = rebased(&pieces);
             let zeros = vec![0u8; sectors as usize * self.unit];
-            let sub = Command::write(cmd.lba + first, sectors as u32, &zeros);
-            let shifted: Vec<Piece> = pieces
-                .iter()
-                .map(|p| Piece {
-                    cmd_offset: p.cmd_offset - first,
-                    ..*p
-                })
-                .collect();
             let t = if self.layout.is_parity() {
-                self.write_parity_stripe(stripe, &shifted, sub.data, now_ns)?
+                self.write_parity_stripe(stripe, &shifted, &zeros, now_ns)?
             } else {
-                self.write_plain_stripe(stripe, &shifted, sub.data, now_ns)?
+                self.write_plain_stripe(stripe, &shifted, &zeros, now_ns)?
             };
             done = done.max(t);
         }

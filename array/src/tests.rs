@@ -29,17 +29,7 @@ fn ssd(seed: u64) -> Ssd {
 }
 
 fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
-    let config = ArrayConfig {
-        level,
-        members,
-        chunk_bytes: 8 * 1024,
-        // Slow enough that host I/O overlaps a good part of every rebuild.
-        rebuild_mb_s: 0.05,
-        ..ArrayConfig::default()
-    };
-    let devs = (0..members as u64).map(ssd).collect();
-    let spare_devs = (0..spares as u64).map(|i| ssd(100 + i)).collect();
-    Array::new(config, devs, spare_devs).unwrap()
+    cached_array(level, members, spares, 0)
 }
 
 /// Drives any volume (an array, or Log-RAID over one) against the oracle.
@@ -338,6 +328,7 @@ fn cached_array(level: Level, members: u32, spares: usize, stripes: u32) -> Arra
         level,
         members,
         chunk_bytes: 8 * 1024,
+        // Slow enough that host I/O overlaps a good part of every rebuild.
         rebuild_mb_s: 0.05,
         stripe_cache_stripes: stripes,
         ..ArrayConfig::default()

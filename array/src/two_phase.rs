@@ -200,39 +200,8 @@ impl<D: BlockDevice> TwoPhase<D> {
                 "array.two_phase.spare_fraction = {s} must lie in [0.02, 0.9)"
             )));
         }
-        let first = members[0].info();
-        for (i, d) in members.iter().chain(&spares).enumerate() {
-            let info = d.info();
-            if info.sector_bytes != first.sector_bytes
-                || info.payload_unit_bytes != first.payload_unit_bytes
-            {
-                return Err(err(format!(
-                    "device {i} differs from device 0 in sector size or payload mode"
-                )));
-            }
-        }
-        let sector = first.sector_bytes as u64;
-        if config.chunk_bytes == 0 || config.chunk_bytes % sector != 0 {
-            return Err(err(format!(
-                "array.chunk_bytes = {} must be a positive multiple of the {sector} B sector",
-                config.chunk_bytes
-            )));
-        }
-        for (name, v) in [
-            ("array.parity_mb_s", config.parity_mb_s),
-            ("array.rebuild_mb_s", config.rebuild_mb_s),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(err(format!("{name} = {v} must be positive")));
-            }
-        }
-        let chunk_sectors = (config.chunk_bytes / sector) as u32;
-        let min_capacity = members
-            .iter()
-            .chain(&spares)
-            .map(|d| d.info().capacity_sectors)
-            .min()
-            .unwrap_or(0);
+        let (first, chunk_sectors, min_capacity) =
+            crate::check_members(&config, &members, &spares)?;
         let slots = (min_capacity / chunk_sectors as u64).min(u32::MAX as u64 / 2) as u32;
         let k = n - m;
         // With W of U chunks replicated, the rest striped, the footprint is
@@ -388,6 +357,16 @@ impl<D: BlockDevice> TwoPhase<D> {
         }
     }
 
+    /// A copy of replica set `id` that its member serves, other than `exclude`.
+    fn serving_copy(&self, id: u32, exclude: Option<Slot>) -> Result<Slot, DeviceError> {
+        self.rsets[id as usize]
+            .slots
+            .iter()
+            .copied()
+            .find(|&s| Some(s) != exclude && self.serves(s))
+            .ok_or(DeviceError::Failed)
+    }
+
     fn count_command(&mut self, sectors: u32) {
         if self.background_depth > 0 {
             self.work.background_commands += 1;
@@ -494,12 +473,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 Ok(now_ns)
             }
             Loc::Replica(id) => {
-                let copy = self.rsets[id as usize]
-                    .slots
-                    .iter()
-                    .copied()
-                    .find(|&s| self.serves(s))
-                    .ok_or(DeviceError::Failed)?;
+                let copy = self.serving_copy(id, None)?;
                 self.member_read(copy, row, rows, now_ns, out)
             }
             Loc::Striped { stripe, index } => {
@@ -683,12 +657,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut data = vec![vec![0u8; cu]; k];
         let mut t_read = start;
         for (i, &(id, _)) in picked.iter().enumerate() {
-            let copy = self.rsets[id as usize]
-                .slots
-                .iter()
-                .copied()
-                .find(|&s| self.serves(s))
-                .ok_or(DeviceError::Failed)?;
+            let copy = self.serving_copy(id, None)?;
             t_read = t_read.max(self.member_read(copy, 0, rows, start, &mut data[i])?);
         }
         let mut parity = vec![vec![0u8; cu]; m];
@@ -970,12 +939,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         let rows = self.chunk_sectors;
         let cu = self.chunk_bytes_units();
         let data = if owner & STRIPE_BIT == 0 {
-            let copy = self.rsets[owner as usize]
-                .slots
-                .iter()
-                .copied()
-                .find(|&s| s != target && self.serves(s))
-                .ok_or(DeviceError::Failed)?;
+            let copy = self.serving_copy(owner, Some(target))?;
             let mut buf = vec![0u8; cu];
             let t = self.member_read(copy, 0, rows, now_ns, &mut buf)?;
             (buf, t)
