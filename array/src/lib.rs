@@ -68,6 +68,13 @@ pub struct ArrayStats {
     pub read_modify_writes: u64,
     pub reconstruct_writes: u64,
     pub degraded_reads: u64,
+    /// Read commands that needed a reconstruction, and their summed and largest latency
+    /// inside the array (ns): what degraded mode costs a reader.
+    pub degraded_read_commands: u64,
+    pub degraded_read_latency_ns_total: u64,
+    pub degraded_read_latency_ns_max: u64,
+    /// How long the last completed rebuild took, in ns of simulated time.
+    pub last_rebuild_ns: Option<u64>,
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
     pub user_write_sectors: u64,
@@ -417,6 +424,7 @@ impl<D: BlockDevice> Array<D> {
         for i in 0..self.members.len() {
             while let MemberState::Rebuilding { upto, started_ns } = self.members[i].state {
                 if upto >= self.stripes {
+                    self.stats.last_rebuild_ns = Some(upto * stripe_ns);
                     self.members[i].state = MemberState::Alive;
                     break;
                 }
@@ -1196,7 +1204,14 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         self.advance_rebuild(now_ns)?;
         let done_ns = match cmd.opcode {
             Opcode::Read => {
+                let before = self.stats.degraded_reads;
                 let t = self.read(now_ns, cmd, out.data)?;
+                if self.stats.degraded_reads > before {
+                    let s = &mut self.stats;
+                    s.degraded_read_commands += 1;
+                    s.degraded_read_latency_ns_total += t - now_ns;
+                    s.degraded_read_latency_ns_max = s.degraded_read_latency_ns_max.max(t - now_ns);
+                }
                 self.overlay_cache(cmd, out.data);
                 t
             }

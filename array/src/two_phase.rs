@@ -63,6 +63,13 @@ pub struct TwoPhaseStats {
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
     pub degraded_reads: u64,
+    /// Read commands that needed a reconstruction, and their summed and largest latency
+    /// inside the array (ns): what degraded mode costs a reader.
+    pub degraded_read_commands: u64,
+    pub degraded_read_latency_ns_total: u64,
+    pub degraded_read_latency_ns_max: u64,
+    /// How long the last completed rebuild took, in ns of simulated time.
+    pub last_rebuild_ns: Option<u64>,
     pub slots_rebuilt: u64,
     /// Chunks currently held as replicas.
     pub replicated_chunks: u64,
@@ -114,6 +121,7 @@ enum MemberState {
     Rebuilding {
         upto: u32,
         next_due_ns: TimeNs,
+        started_ns: TimeNs,
     },
 }
 
@@ -306,6 +314,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             self.members[i].state = MemberState::Rebuilding {
                 upto: 0,
                 next_due_ns: now_ns,
+                started_ns: now_ns,
             };
         }
         Ok(())
@@ -897,8 +906,14 @@ impl<D: BlockDevice> TwoPhase<D> {
     fn advance_rebuild(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
         let slot_ns = transfer_ns(self.config.chunk_bytes, self.config.rebuild_mb_s);
         for i in 0..self.members.len() {
-            while let MemberState::Rebuilding { upto, next_due_ns } = self.members[i].state {
+            while let MemberState::Rebuilding {
+                upto,
+                next_due_ns,
+                started_ns,
+            } = self.members[i].state
+            {
                 if upto >= self.slots_per_member {
+                    self.stats.last_rebuild_ns = Some(next_due_ns.saturating_sub(started_ns));
                     self.members[i].state = MemberState::Alive;
                     break;
                 }
@@ -908,6 +923,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                     self.members[i].state = MemberState::Rebuilding {
                         upto: upto + 1,
                         next_due_ns,
+                        started_ns,
                     };
                     continue;
                 }
@@ -921,6 +937,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 self.members[i].state = MemberState::Rebuilding {
                     upto: upto + 1,
                     next_due_ns: next_due_ns + slot_ns,
+                    started_ns,
                 };
                 self.stats.slots_rebuilt += 1;
             }
@@ -954,10 +971,13 @@ impl<D: BlockDevice> TwoPhase<D> {
             (shards[role].clone(), t)
         };
         // The slot serves from now on, so the write goes through.
-        self.members[member].state = MemberState::Rebuilding {
-            upto: slot + 1,
-            next_due_ns: now_ns,
-        };
+        if let MemberState::Rebuilding { started_ns, .. } = self.members[member].state {
+            self.members[member].state = MemberState::Rebuilding {
+                upto: slot + 1,
+                next_due_ns: now_ns,
+                started_ns,
+            };
+        }
         self.member_write(target, data.1, &data.0)?;
         Ok(())
     }
@@ -978,7 +998,17 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
         self.apply_scheduled_failures(now_ns)?;
         self.advance_rebuild(now_ns)?;
         let done_ns = match cmd.opcode {
-            Opcode::Read => self.read(now_ns, cmd.lba, cmd.sectors, out.data)?,
+            Opcode::Read => {
+                let before = self.stats.degraded_reads;
+                let t = self.read(now_ns, cmd.lba, cmd.sectors, out.data)?;
+                if self.stats.degraded_reads > before {
+                    let s = &mut self.stats;
+                    s.degraded_read_commands += 1;
+                    s.degraded_read_latency_ns_total += t - now_ns;
+                    s.degraded_read_latency_ns_max = s.degraded_read_latency_ns_max.max(t - now_ns);
+                }
+                t
+            }
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
             Opcode::Flush => {
