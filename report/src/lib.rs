@@ -575,6 +575,21 @@ impl RunReport {
             ),
         ]);
         misc.row(vec!["Die busy".to_owned(), self.die_busy_summary()]);
+        if let Some(f) = self.cpu.as_ref().map(|c| &c["fractions"]) {
+            let pct = |k: &str| f[k].as_f64().unwrap_or(0.0) * 100.0;
+            misc.row(vec![
+                "Host CPU".to_owned(),
+                format!(
+                    "stack {:.1}%, array {:.1}%, parity {:.1}%, sync {:.1}%, background {:.1}%, waiting {:.1}% of thread time",
+                    pct("stack"),
+                    pct("array"),
+                    pct("parity"),
+                    pct("sync"),
+                    pct("background"),
+                    pct("waiting")
+                ),
+            ]);
+        }
         out.push_str(&misc.render_left_aligned_without_header());
         out
     }
