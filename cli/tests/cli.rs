@@ -196,6 +196,31 @@ fn config_errors_name_the_field_and_do_not_panic() {
             "[workload.trace]\npath = \"x\"\nformat = \"spc\"\n",
             "spc",
         ),
+        (
+            "threads.toml",
+            "[host]\nthreads = 0\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "host.threads",
+        ),
+        (
+            "profile.toml",
+            "[host]\nprofile = \"dpdk\"\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "dpdk",
+        ),
+        (
+            "twophase.toml",
+            "[array]\nlevel = \"raid10\"\nmembers = 4\n[array.two_phase]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "raid5 or raid6",
+        ),
+        (
+            "watermark.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 5\n[array.two_phase]\nwatermark_fraction = 0.9\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "watermark_fraction",
+        ),
+        (
+            "twoengines.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 5\n[array.two_phase]\n[array.log]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "choose one",
+        ),
     ];
     for (name, text, needle) in cases {
         let out = run_config(name, text);
