@@ -5,6 +5,7 @@ mod bench;
 mod config;
 mod report;
 mod reproduce;
+mod serve;
 mod volume;
 
 use std::path::{Path, PathBuf};
@@ -50,6 +51,8 @@ enum Command {
     },
     /// Reruns one of the papers' experiments: the paper's figures next to the measured ones.
     Reproduce(reproduce::ReproduceArgs),
+    /// Serves the volume as an NBD export to real clients (qemu, nbd tools, fio, nbdfuse).
+    Serve(serve::ServeArgs),
     /// Benchmarks of the simulator itself and of its agreement with the models.
     Bench {
         #[command(subcommand)]
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         } => model_waf(policy, op, pages_per_block),
         Command::Bench { bench } => bench::run(bench),
         Command::Reproduce(args) => reproduce::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

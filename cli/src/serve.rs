@@ -1,0 +1,599 @@
+//! `afa serve`: the configured volume as an NBD export, and `afa bench serve`: fio's nbd
+//! engine against afa and against `nbdkit memory` in the same run.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use afa_array::{Array, ArrayConfig};
+use afa_nand::PayloadMode;
+use afa_serve::{FileDevice, ListenAddr, Pace, ServeConfig, Server, StateDir};
+use afa_sim::TimeNs;
+use afa_ssd::{
+    BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
+};
+use clap::{Args, ValueEnum};
+
+use crate::config::{RunConfig, DEFAULT_CONFIG};
+use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
+
+/// How replies are timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PaceArg {
+    /// A reply leaves no earlier than the emulated device's completion time.
+    Model,
+    /// Replies leave as soon as the command is applied.
+    None,
+}
+
+impl From<PaceArg> for Pace {
+    fn from(p: PaceArg) -> Self {
+        match p {
+            PaceArg::Model => Pace::Model,
+            PaceArg::None => Pace::None,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The volume's configuration (`[ssd]`, `[array]`; other tables are ignored). The
+    /// embedded default volume when absent.
+    pub config: Option<PathBuf>,
+    /// `IP:PORT` or `unix:/path/to.sock`.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub listen: String,
+    /// `model`: replies are paced by the emulated devices' timing; `none`: at once.
+    #[arg(long, value_enum, default_value_t = PaceArg::Model)]
+    pub pace: PaceArg,
+    /// Keep the volume in files under DIR (one per member), so it survives restarts.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// The export's name (clients may also ask for the default export, "").
+    #[arg(long, default_value = "afa")]
+    pub export: String,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 16)]
+    pub max_connections: usize,
+    /// The largest read or write request in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub max_request_bytes: u32,
+    /// Log every connection, not only errors.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Reads the volume tables of a run configuration. Unlike `afa run`, serve mode needs no
+/// `[workload]`: the clients are the workload.
+fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String> {
+    let (text, source) = match path {
+        Some(p) => (
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read configuration {}: {e}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (DEFAULT_CONFIG.to_string(), "embedded default".to_string()),
+    };
+    let config: RunConfig =
+        toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+    config
+        .ssd
+        .validate()
+        .map_err(|e| format!("configuration {source}: {e}"))?;
+    if let Some(a) = &config.array {
+        if a.log.is_some() && a.two_phase.is_some() {
+            return Err(format!(
+                "configuration {source}: [array.log] and [array.two_phase] are two engines; choose one"
+            ));
+        }
+    }
+    if config.precondition.fill_fraction > 0.0 {
+        return Err(format!(
+            "configuration {source}: [precondition] is not supported in serve mode (its fill carries no real bytes); set fill_fraction = 0"
+        ));
+    }
+    Ok((config, source))
+}
+
+/// An array engine built by the shared volume builder, as one device the engine thread
+/// can own.
+struct ArrayDevice {
+    volume: ArrayVolume,
+    info: DeviceInfo,
+}
+
+impl std::fmt::Debug for ArrayDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayDevice")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl BlockDevice for ArrayDevice {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &DeviceCommand<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.volume.device().submit(now_ns, cmd, out)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.volume.device().background(now_ns)
+    }
+}
+
+/// A built volume: the device, a description for clients and logs, and the state
+/// directory's lock (held as long as the volume lives).
+pub struct Volume {
+    pub device: Box<dyn BlockDevice + Send>,
+    pub description: String,
+    pub state: Option<StateDir>,
+}
+
+fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
+    let level = format!("{level:?}").to_lowercase();
+    match choice {
+        EngineChoice::Raid => level,
+        EngineChoice::Log(_) => format!("log-raid over {level}"),
+        EngineChoice::TwoPhase(_) => format!("two-phase over {level}"),
+    }
+}
+
+/// Builds the configured volume for serve mode: emulated SSDs that keep full bytes in
+/// memory, or, with a state directory, file-backed members timed by the emulated SSDs.
+pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume, String> {
+    let seed = cfg.seed;
+    let Some(state_dir) = state_dir else {
+        let mut ssd = cfg.ssd.clone();
+        ssd.payload = PayloadMode::Full;
+        let Some(array_cfg) = &cfg.array else {
+            let device = Ssd::new(ssd, seed).map_err(|e| e.to_string())?;
+            return Ok(Volume {
+                device: Box::new(device),
+                description: "afa: one emulated SSD in memory".into(),
+                state: None,
+            });
+        };
+        let spec = ArraySpec::from_config(array_cfg);
+        let mut volume = ArrayVolume::build(&spec, &ssd, seed, 0)?;
+        let info = volume.device().info();
+        let description = format!(
+            "afa: {} over {} emulated SSDs in memory",
+            engine_name(&spec.choice, spec.engine.level),
+            spec.engine.members
+        );
+        return Ok(Volume {
+            device: Box::new(ArrayDevice { volume, info }),
+            description,
+            state: None,
+        });
+    };
+    // File-backed members keep their bytes; the emulated SSD beside each keeps only the
+    // timing (payload none), rebuilt empty at every start.
+    let mut timing = cfg.ssd.clone();
+    timing.payload = PayloadMode::None;
+    let model = |seed: u64| Ssd::new(timing.clone(), seed).map_err(|e| e.to_string());
+    let probe = model(seed)?.info();
+    let (sector_bytes, member_sectors) = (probe.sector_bytes, probe.capacity_sectors);
+    let Some(array_cfg) = &cfg.array else {
+        let fingerprint =
+            format!("afa volume: one SSD of {member_sectors} sectors of {sector_bytes} bytes");
+        let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+        let device = FileDevice::open(
+            &state.member_path(0),
+            sector_bytes,
+            member_sectors,
+            Some(Box::new(model(seed)?)),
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(Volume {
+            device: Box::new(device),
+            description: format!("afa: one emulated SSD kept in {}", state_dir.display()),
+            state: Some(state),
+        });
+    };
+    let spec = ArraySpec::from_config(array_cfg);
+    match spec.choice {
+        EngineChoice::Raid => {}
+        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) => {
+            return Err(format!(
+                "--state keeps arrays with a static layout only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
+                engine_name(&spec.choice, spec.engine.level)
+            ));
+        }
+    }
+    if !spec.failures.is_empty() {
+        return Err(
+            "--state cannot be combined with [array] failures: a failed member is not recorded in the state directory, so a restart would read its stale file"
+                .into(),
+        );
+    }
+    let engine: ArrayConfig = spec.engine.clone();
+    let fingerprint = format!(
+        "afa volume: {:?} over {} members and {} spares, chunk {} bytes, {member_sectors} sectors of {sector_bytes} bytes per member",
+        engine.level, engine.members, spec.spares, engine.chunk_bytes
+    );
+    let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    let file_member = |index: u64| -> Result<FileDevice, String> {
+        let seed = if index < engine.members as u64 {
+            seed.wrapping_add(index)
+        } else {
+            seed.wrapping_add(1000 + index - engine.members as u64)
+        };
+        FileDevice::open(
+            &state.member_path(index as usize),
+            sector_bytes,
+            member_sectors,
+            Some(Box::new(model(seed)?)),
+        )
+        .map_err(|e| e.to_string())
+    };
+    let members = (0..engine.members as u64)
+        .map(file_member)
+        .collect::<Result<Vec<_>, _>>()?;
+    let spares = (0..spec.spares as u64)
+        .map(|j| file_member(engine.members as u64 + j))
+        .collect::<Result<Vec<_>, _>>()?;
+    let array = Array::new(engine.clone(), members, spares).map_err(|e| e.to_string())?;
+    Ok(Volume {
+        device: Box::new(array),
+        description: format!(
+            "afa: {} over {} emulated SSDs kept in {}",
+            engine_name(&spec.choice, engine.level),
+            engine.members,
+            state_dir.display()
+        ),
+        state: Some(state),
+    })
+}
+
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    let (cfg, source) = load_volume_config(args.config.as_deref())?;
+    let listen: ListenAddr = args
+        .listen
+        .parse()
+        .map_err(|e: afa_serve::ServeError| e.to_string())?;
+    if let ListenAddr::Tcp(addr) = &listen {
+        if !addr.ip().is_loopback() {
+            eprintln!(
+                "warning: serving on {addr}, which is not loopback: NBD has no authentication here, so anyone who can reach it can read and write the volume"
+            );
+        }
+    }
+    let volume = build_volume(&cfg, args.state.as_deref())
+        .map_err(|e| format!("configuration {source}: {e}"))?;
+    let pace: Pace = args.pace.into();
+    let config = ServeConfig {
+        listen,
+        export_name: args.export,
+        description: volume.description.clone(),
+        pace,
+        max_connections: args.max_connections,
+        max_request_bytes: args.max_request_bytes,
+        verbose: args.verbose,
+        ..ServeConfig::default()
+    };
+    let server = Server::bind(config, volume.device).map_err(|e| e.to_string())?;
+    // One line on stdout once the socket listens, so scripts and tests know when to start.
+    println!(
+        "serving {} ({} bytes, pace {}) at {}",
+        volume.description,
+        server.size_bytes(),
+        match pace {
+            Pace::Model => "model",
+            Pace::None => "none",
+        },
+        server.uri()
+    );
+    let _ = std::io::stdout().flush();
+    let _state = volume.state;
+    server.run().map_err(|e| e.to_string())
+}
+
+/// `afa bench serve`. The lead routes `afa bench serve` here from bench.rs; until that
+/// line lands nothing in the binary calls it, hence the allowance.
+#[allow(dead_code)]
+pub mod bench_serve {
+    use super::*;
+
+    #[derive(Debug, Args)]
+    pub struct BenchServeArgs {
+        /// Seconds each fio run lasts.
+        #[arg(long, default_value_t = 5)]
+        pub runtime_s: u64,
+        /// Runs per job and server, interleaved across the servers; the median is reported,
+        /// so that load from other processes hits every server alike.
+        #[arg(long, default_value_t = 3)]
+        pub rounds: u32,
+        /// Bytes of the export the jobs touch, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        pub size_mib: u64,
+        #[arg(long)]
+        pub json: Option<PathBuf>,
+    }
+
+    /// One fio job's write figures.
+    #[derive(Debug, Clone, Copy, serde::Serialize)]
+    struct FioFigures {
+        iops: f64,
+        mb_s: f64,
+    }
+
+    /// The run with the median IOPS.
+    fn median(mut runs: Vec<FioFigures>) -> FioFigures {
+        runs.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+        runs[runs.len() / 2]
+    }
+
+    fn free_port() -> Result<u16, String> {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("cannot find a free port: {e}"))
+    }
+
+    fn require(program: &str, package: &str) -> Result<(), String> {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {program}"))
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if found {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} is needed for afa bench serve (Debian package {package})"
+            ))
+        }
+    }
+
+    fn run_fio(
+        uri: &str,
+        job: &str,
+        rw: &str,
+        bs: &str,
+        args: &BenchServeArgs,
+    ) -> Result<FioFigures, String> {
+        let out = Command::new("fio")
+            .args([
+                format!("--name={job}"),
+                "--ioengine=nbd".into(),
+                format!("--uri={uri}"),
+                format!("--rw={rw}"),
+                format!("--bs={bs}"),
+                "--iodepth=32".into(),
+                format!("--size={}m", args.size_mib),
+                "--time_based".into(),
+                format!("--runtime={}", args.runtime_s),
+                "--ramp_time=1".into(),
+                "--output-format=json".into(),
+            ])
+            .output()
+            .map_err(|e| format!("cannot run fio: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "fio {job} against {uri} failed: {}{}",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let start = text
+            .find('{')
+            .ok_or_else(|| format!("fio printed no JSON: {text}"))?;
+        let report: serde_json::Value =
+            serde_json::from_str(&text[start..]).map_err(|e| format!("fio JSON: {e}"))?;
+        let write = &report["jobs"][0]["write"];
+        if report["jobs"][0]["error"].as_u64() != Some(0) {
+            return Err(format!("fio {job} against {uri} reported an error: {text}"));
+        }
+        Ok(FioFigures {
+            iops: write["iops"].as_f64().unwrap_or(0.0),
+            mb_s: write["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        })
+    }
+
+    /// `nbdkit memory` on a free loopback port, stopped when dropped.
+    struct Nbdkit {
+        child: Child,
+        uri: String,
+    }
+
+    impl Nbdkit {
+        fn start(size_mib: u64) -> Result<Self, String> {
+            let port = free_port()?;
+            let pidfile =
+                std::env::temp_dir().join(format!("afa-bench-nbdkit-{}.pid", std::process::id()));
+            let _ = std::fs::remove_file(&pidfile);
+            let child = Command::new("nbdkit")
+                .args(["--foreground", "--exit-with-parent", "-i", "127.0.0.1"])
+                .arg("-p")
+                .arg(port.to_string())
+                .arg("-P")
+                .arg(&pidfile)
+                .arg("memory")
+                .arg(format!("size={size_mib}M"))
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start nbdkit: {e}"))?;
+            let mut kit = Nbdkit {
+                child,
+                uri: format!("nbd://127.0.0.1:{port}/"),
+            };
+            // nbdkit writes its pid file once it listens.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !pidfile.exists() {
+                if let Ok(Some(status)) = kit.child.try_wait() {
+                    return Err(format!("nbdkit exited early: {status}"));
+                }
+                if Instant::now() > deadline {
+                    return Err("nbdkit did not start listening within 10 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(&pidfile);
+            Ok(kit)
+        }
+    }
+
+    impl Drop for Nbdkit {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Starts an unpaced afa server over `device` on a free loopback port, in this process.
+    fn start_afa(
+        device: Box<dyn BlockDevice + Send>,
+        description: &str,
+        size_mib: u64,
+    ) -> Result<afa_serve::RunningServer, String> {
+        let config = ServeConfig {
+            listen: ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0))),
+            description: description.into(),
+            pace: Pace::None,
+            ..ServeConfig::default()
+        };
+        let server = Server::bind(config, device)
+            .map_err(|e| e.to_string())?
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        if server.size_bytes() < size_mib << 20 {
+            return Err(format!(
+                "--size-mib {size_mib} exceeds the {description} export's {} MiB",
+                server.size_bytes() >> 20
+            ));
+        }
+        Ok(server)
+    }
+
+    pub fn bench(args: BenchServeArgs) -> Result<(), String> {
+        require("fio", "fio")?;
+        require("nbdkit", "nbdkit")?;
+        if args.runtime_s == 0 || args.size_mib == 0 || args.rounds == 0 {
+            return Err("--runtime-s, --size-mib and --rounds must be positive".into());
+        }
+        // The comparison the target is set on: afa's in-memory device against nbdkit's
+        // memory plugin, both plain RAM disks, so the figures compare the servers.
+        let memory =
+            afa_serve::MemDevice::new(4096, args.size_mib << 8).map_err(|e| e.to_string())?;
+        let afa_memory = start_afa(Box::new(memory), "afa in-memory device", args.size_mib)?;
+        // For information: the embedded default volume, one emulated SSD holding full bytes
+        // in memory, whose FTL writes out of place and so touches fresh memory on every
+        // write.
+        let (cfg, _) = load_volume_config(None)?;
+        let volume = build_volume(&cfg, None)?;
+        let afa_ssd = start_afa(volume.device, &volume.description, args.size_mib)?;
+        let kit = Nbdkit::start(args.size_mib)?;
+        let jobs = [
+            ("4k-randwrite-qd32", "randwrite", "4k"),
+            ("64k-seqwrite-qd32", "write", "64k"),
+        ];
+        println!(
+            "fio nbd engine, median of {} interleaved runs of {} s, {} MiB region, TCP loopback, afa --pace none",
+            args.rounds, args.runtime_s, args.size_mib
+        );
+        println!(
+            "{:<18} {:<14} {:>10} {:>10} {:>7} {:>9} {:>9} {:>7}",
+            "job", "afa device", "afa IOPS", "nbdkit", "ratio", "afa MB/s", "nbdkit", "ratio"
+        );
+        let mut results = Vec::new();
+        let mut worst = f64::INFINITY;
+        let servers = [kit.uri.as_str(), afa_memory.uri(), afa_ssd.uri()];
+        for (job, rw, bs) in jobs {
+            let mut runs: [Vec<FioFigures>; 3] = Default::default();
+            for _ in 0..args.rounds {
+                for (i, uri) in servers.iter().enumerate() {
+                    runs[i].push(run_fio(uri, job, rw, bs, &args)?);
+                }
+            }
+            let [nbdkit, memory, ssd] = runs.map(median);
+            for (device, afa) in [("memory", memory), ("emulated SSD", ssd)] {
+                let iops_ratio = afa.iops / nbdkit.iops.max(f64::MIN_POSITIVE);
+                let mb_ratio = afa.mb_s / nbdkit.mb_s.max(f64::MIN_POSITIVE);
+                if device == "memory" {
+                    worst = worst.min(iops_ratio).min(mb_ratio);
+                }
+                println!(
+                    "{job:<18} {device:<14} {:>10.0} {:>10.0} {:>6.2}x {:>9.1} {:>9.1} {:>6.2}x",
+                    afa.iops, nbdkit.iops, iops_ratio, afa.mb_s, nbdkit.mb_s, mb_ratio
+                );
+                results.push(serde_json::json!({
+                    "job": job,
+                    "afa_device": device,
+                    "afa": afa,
+                    "nbdkit": nbdkit,
+                    "iops_ratio": iops_ratio,
+                    "mb_s_ratio": mb_ratio,
+                }));
+            }
+        }
+        println!(
+            "worst ratio afa in-memory device / nbdkit memory: {worst:.2}x (target at least 1.00x)"
+        );
+        drop(kit);
+        afa_memory.stop();
+        afa_ssd.stop();
+        if let Some(path) = &args.json {
+            let json = serde_json::json!({
+                "runtime_s": args.runtime_s,
+                "rounds": args.rounds,
+                "size_mib": args.size_mib,
+                "jobs": results,
+                "worst_ratio": worst,
+            });
+            std::fs::write(
+                path,
+                serde_json::to_string_pretty(&json).unwrap_or_default(),
+            )
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_volume_builds_with_full_bytes() {
+        let (cfg, _) = load_volume_config(None).unwrap();
+        let volume = build_volume(&cfg, None).unwrap();
+        let info = volume.device.info();
+        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
+    }
+
+    #[test]
+    fn state_refuses_engines_that_keep_their_map_in_memory() {
+        let text = "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.log]\n";
+        let cfg: RunConfig = toml::from_str(text).unwrap();
+        let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
+        let err = build_volume(&cfg, Some(&dir)).err().unwrap();
+        assert!(err.contains("static layout"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn serve_configs_need_no_workload_but_refuse_preconditioning() {
+        let dir = std::env::temp_dir().join(format!("afa-serve-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.toml");
+        std::fs::write(&path, "seed = 3\n[ssd]\nover_provisioning = 0.1\n").unwrap();
+        assert!(load_volume_config(Some(&path)).is_ok());
+        std::fs::write(&path, "[precondition]\nfill_fraction = 0.5\n").unwrap();
+        let err = load_volume_config(Some(&path)).unwrap_err();
+        assert!(err.contains("precondition"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,366 @@
+//! `afa serve` as a process: stop and restart, and kill -9, with file-backed state. Every
+//! rule of the fault model (docs/serve.md) has its own test; data is checked with qemu-io
+//! patterns (-P), which fail on any byte that differs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AFA: &str = env!("CARGO_BIN_EXE_afa");
+
+/// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
+/// files are the whole state.
+const RAID5: &str = r#"
+seed = 5
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 1
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 32
+[array]
+level = "raid5"
+members = 3
+"#;
+
+/// Whether a client program is installed. Under CI=true a missing client is a failure;
+/// elsewhere the test is skipped with a note.
+fn have(program: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{program} is not installed, and CI=true requires every client (see .ci/run)");
+        }
+        eprintln!("skipping: {program} is not installed (install it to run this test)");
+    }
+    found
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
+struct Afa {
+    child: Child,
+    uri: String,
+}
+
+impl Afa {
+    /// Starts `afa serve` and waits for its "serving ... at URI" line.
+    fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
+        let mut child = Command::new(AFA)
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("afa starts");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "afa serve did not start ({}): {line}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+        Afa { child, uri }
+    }
+
+    /// kill -9: the process gets no chance to flush or clean up.
+    fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// An orderly stop (SIGTERM), as an operator or a service manager does it.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Afa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs qemu-io commands; fails on an error or a pattern mismatch.
+fn qemu_io(uri: &str, commands: &[&str]) {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = Command::new("qemu-io").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        "qemu-io {commands:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+struct Setup {
+    dir: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+    state: PathBuf,
+}
+
+fn setup(name: &str, toml: &str) -> Setup {
+    let dir = scratch(name);
+    let config = dir.join("volume.toml");
+    std::fs::write(&config, toml).unwrap();
+    Setup {
+        socket: dir.join("afa.sock"),
+        state: dir.join("state"),
+        config,
+        dir,
+    }
+}
+
+impl Setup {
+    fn start(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, &self.state, extra)
+    }
+}
+
+#[test]
+fn stop_and_restart_keep_every_flushed_write() {
+    if !have("qemu-io") {
+        return;
+    }
+    let s = setup("restart", RAID5);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "write -P 0x5a 0 1M",
+            "write -P 0xa5 3M 64k",
+            "write -P 0x33 5000 3000",
+            "flush",
+        ],
+    );
+    afa.stop();
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x5a 0 4096",
+            "read -P 0x33 5000 3000",
+            "read -P 0x5a 8000 1040576",
+            "read -P 0xa5 3M 64k",
+        ],
+    );
+    // A second restart changes nothing either.
+    afa.stop();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0xa5 3M 64k"]);
+}
+
+#[test]
+fn kill_9_keeps_every_flushed_write() {
+    if !have("qemu-io") {
+        return;
+    }
+    let s = setup("kill9-flushed", RAID5);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x42 1M 2M", "flush"]);
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x42 1M 2M"]);
+}
+
+#[test]
+fn kill_9_keeps_acknowledged_writes_because_the_server_caches_nothing() {
+    if !have("qemu-io") {
+        return;
+    }
+    let s = setup("kill9-acked", RAID5);
+    let afa = s.start(&["--pace", "none"]);
+    // No flush: the writes are acknowledged, written to the member files, not fsynced.
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x17 0 256k", "write -P 0x71 10M 100000"],
+    );
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &["read -P 0x17 0 256k", "read -P 0x71 10M 100000"],
+    );
+}
+
+#[test]
+fn kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    if !(have("qemu-io") && have("fio")) {
+        return;
+    }
+    let s = setup("kill9-load", RAID5);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
+    // Random writes to another region, killed while in flight.
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=load",
+            "--ioengine=nbd",
+            &format!("--uri={}", afa.uri),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=32",
+            "--offset=8m",
+            "--size=8m",
+            "--time_based",
+            "--runtime=30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    afa.kill_9();
+    let _ = fio.kill();
+    let _ = fio.wait();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
+    // The volume takes new writes after the crash.
+    qemu_io(&afa.uri, &["write -P 0x12 9M 64k", "read -P 0x12 9M 64k"]);
+}
+
+#[test]
+fn a_state_directory_refuses_another_configuration_and_a_second_server() {
+    let s = setup("mismatch", RAID5);
+    let afa = s.start(&[]);
+    // A second server on the same directory.
+    let other_socket = s.dir.join("other.sock");
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", other_socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another afa serve"), "{err}");
+    afa.stop();
+    // The same directory under a different layout.
+    let raid6 = RAID5.replace("raid5\"\nmembers = 3", "raid6\"\nmembers = 4");
+    let config = s.dir.join("raid6.toml");
+    std::fs::write(&config, raid6).unwrap();
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Raid5") && err.contains("Raid6"), "{err}");
+}
+
+#[test]
+fn engines_with_an_in_memory_map_are_refused_with_state() {
+    let s = setup("lograid", &format!("{RAID5}[array.log]\n"));
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("static layout"), "{err}");
+}
+
+#[test]
+fn bad_arguments_are_named() {
+    let out = Command::new(AFA)
+        .args(["serve", "--listen", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"localhost\"") && err.contains("IP:PORT"),
+        "{err}"
+    );
+    let out = Command::new(AFA)
+        .args(["serve", "--listen", "127.0.0.1:0", "--max-connections", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_connections"));
+}
+
+#[test]
+fn the_embedded_default_volume_is_served_without_a_config() {
+    if !have("nbdinfo") {
+        return;
+    }
+    let dir = scratch("default");
+    let socket = dir.join("afa.sock");
+    let mut child = Command::new(AFA)
+        .args(["serve", "--listen"])
+        .arg(format!("unix:{}", socket.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("one emulated SSD in memory"), "{line}");
+    let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+    let out = Command::new("nbdinfo")
+        .args(["--size", &uri])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let size: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(size > 1 << 30, "the default SSD exports {size} bytes");
+}

@@ -1,0 +1,838 @@
+//! The engine thread: it owns the volume, applies every request to it in arrival order and
+//! sends each reply when the wall clock reaches the model's completion time (paced) or at
+//! once (unpaced). Connections talk to it over channels only.
+//!
+//! Time: the device lives in virtual nanoseconds. Paced, virtual time is the wall-clock time
+//! since the engine started, so a command the model completes at `done_ns` is answered at
+//! `start + done_ns` (as FEMU does). Unpaced, virtual time is the wall clock plus a skew
+//! that grows whenever the host outruns the model and the device's queue is full: the
+//! clock then jumps to the earliest completion, so the model never sees more than its
+//! queue depth outstanding, while the reply goes out at once.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use afa_sim::TimeNs;
+use afa_ssd::{BlockDevice, Command, DeviceError, DeviceInfo, Opcode, ReadBuffers};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::proto::{Request, EINVAL, EIO, ENOSPC, ESHUTDOWN};
+use crate::ServeError;
+
+/// How replies are timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// A reply leaves no earlier than the model's completion time, mapped to wall clock.
+    Model,
+    /// Replies leave as soon as the command is applied; the model's clock runs ahead.
+    None,
+}
+
+/// One request for the engine, with where its reply goes.
+#[derive(Debug)]
+pub struct Job {
+    pub handle: u64,
+    pub request: Request,
+    /// A write's payload; for a read, a buffer to read into (its contents are
+    /// overwritten). Buffers circulate between a connection and the engine, so steady
+    /// traffic allocates nothing.
+    pub data: Vec<u8>,
+    /// Where the reply goes; replies travel in batches, one channel message per burst.
+    pub reply_to: Sender<Vec<Reply>>,
+    /// Flow-control credits the connection took for this request; they travel back with
+    /// the reply so the connection's writer can return them.
+    pub credits: u32,
+}
+
+/// A failed request: the errno for the wire and a message for structured replies and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub errno: u32,
+    pub message: String,
+}
+
+/// The answer to one request.
+#[derive(Debug)]
+pub struct Reply {
+    pub handle: u64,
+    /// For a read: its offset, so a structured reply can say where the data belongs.
+    pub read_offset: Option<u64>,
+    pub result: Result<(), Failure>,
+    /// A successful read's data. Otherwise the request's buffer, handed back so the
+    /// connection can reuse it (it is never sent).
+    pub data: Vec<u8>,
+    pub credits: u32,
+}
+
+enum Message {
+    /// A connection's burst of requests, in arrival order: one message (and at most one
+    /// wake-up of the engine) per burst rather than per request.
+    Jobs(Vec<Job>),
+    Shutdown,
+}
+
+/// Counters the engine reports when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+    /// Calls of the device's `background` while idle.
+    pub background_calls: u64,
+}
+
+/// Applies byte-addressed requests to a sector-addressed device: splits them at the
+/// device's maximum transfer and reads and rewrites partial sectors (read-modify-write),
+/// which is atomic because one thread owns the device.
+#[derive(Debug)]
+pub struct Executor<D: BlockDevice + ?Sized> {
+    info: DeviceInfo,
+    /// The largest command sent to the device, in sectors.
+    chunk_sectors: u32,
+    device: Box<D>,
+}
+
+/// Chunk size for WRITE_ZEROES with NO_HOLE, so a 4 GiB request does not allocate 4 GiB.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+impl<D: BlockDevice + ?Sized> Executor<D> {
+    /// Wraps a device; serve mode needs real bytes, so the device must store the whole
+    /// sector (payload `full`).
+    pub fn new(device: Box<D>) -> Result<Self, ServeError> {
+        let info = device.info();
+        if info.payload_unit_bytes != info.sector_bytes {
+            return Err(ServeError::PayloadNotFull {
+                unit_bytes: info.payload_unit_bytes,
+                sector_bytes: info.sector_bytes,
+            });
+        }
+        if info.sector_bytes == 0 || info.capacity_sectors == 0 {
+            return Err(ServeError::EmptyDevice);
+        }
+        // Keep each command at most 1 MiB of payload (and at most the device's limit):
+        // large enough to amortise, small enough that a partial-sector buffer stays small.
+        let chunk_sectors =
+            ((1u32 << 20) / info.sector_bytes).clamp(1, info.max_transfer_sectors.max(1));
+        Ok(Self {
+            info,
+            chunk_sectors,
+            device,
+        })
+    }
+
+    pub fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.info.capacity_sectors * self.info.sector_bytes as u64
+    }
+
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    pub fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.device.background(now_ns)
+    }
+
+    /// Applies one request at `now_ns`; returns the completion time and a read's data.
+    pub fn execute(
+        &mut self,
+        now_ns: TimeNs,
+        request: &Request,
+        data: &[u8],
+    ) -> Result<(TimeNs, Vec<u8>), Failure> {
+        let mut buf = match request {
+            Request::Write { .. } => data.to_vec(),
+            _ => Vec::new(),
+        };
+        let done = self.execute_into(now_ns, request, &mut buf)?;
+        if !matches!(request, Request::Read { .. }) {
+            buf.clear();
+        }
+        Ok((done, buf))
+    }
+
+    /// Applies one request at `now_ns` and returns its completion time. `buf` holds a
+    /// write's payload; a read's data replaces its contents.
+    pub fn execute_into(
+        &mut self,
+        now_ns: TimeNs,
+        request: &Request,
+        buf: &mut Vec<u8>,
+    ) -> Result<TimeNs, Failure> {
+        let data: &[u8] = buf;
+        let size = self.size_bytes();
+        let in_range = |offset: u64, length: u32| {
+            offset
+                .checked_add(length as u64)
+                .is_some_and(|end| end <= size)
+        };
+        match *request {
+            Request::Read { offset, length } => {
+                if !in_range(offset, length) {
+                    return Err(out_of_range("read", offset, length, size));
+                }
+                // A recycled buffer is cut or grown to size without zeroing what the read
+                // overwrites anyway.
+                let length = length as usize;
+                if buf.len() >= length {
+                    buf.truncate(length);
+                } else {
+                    buf.resize(length, 0);
+                }
+                self.read_bytes(now_ns, offset, buf)
+            }
+            Request::Write {
+                offset,
+                length,
+                fua,
+            } => {
+                if !in_range(offset, length) {
+                    return Err(out_of_range("write", offset, length, size));
+                }
+                if data.len() != length as usize {
+                    return Err(Failure {
+                        errno: EINVAL,
+                        message: format!(
+                            "write of {length} bytes came with {} payload bytes",
+                            data.len()
+                        ),
+                    });
+                }
+                let mut done = self.write_bytes(now_ns, offset, data)?;
+                if fua {
+                    done = done.max(self.flush(now_ns)?);
+                }
+                Ok(done)
+            }
+            Request::Flush => self.flush(now_ns),
+            Request::Trim {
+                offset,
+                length,
+                fua,
+            } => {
+                if !in_range(offset, length) {
+                    return Err(out_of_range("trim", offset, length, size));
+                }
+                // TRIM is advisory: only whole sectors inside the range are deallocated,
+                // the partial sectors at its edges are left as they are.
+                let mut done = self.trim_whole_sectors(now_ns, offset, length)?;
+                if fua {
+                    done = done.max(self.flush(now_ns)?);
+                }
+                Ok(done)
+            }
+            Request::WriteZeroes {
+                offset,
+                length,
+                fua,
+                no_hole,
+            } => {
+                if !in_range(offset, length) {
+                    return Err(out_of_range("write-zeroes", offset, length, size));
+                }
+                let mut done = if no_hole {
+                    self.write_zeroes(now_ns, offset, length as u64)?
+                } else {
+                    // Deallocated sectors read back as zeroes (the BlockDevice contract),
+                    // so whole sectors are trimmed and only the partial edges are written.
+                    self.zero_by_trim(now_ns, offset, length)?
+                };
+                if fua {
+                    done = done.max(self.flush(now_ns)?);
+                }
+                Ok(done)
+            }
+            Request::Disconnect => Err(Failure {
+                errno: EINVAL,
+                message: "NBD_CMD_DISC has no reply".into(),
+            }),
+        }
+    }
+
+    fn sector(&self) -> u64 {
+        self.info.sector_bytes as u64
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<TimeNs, Failure> {
+        self.device
+            .submit(now_ns, cmd, out)
+            .map(|c| c.done_ns)
+            .map_err(|e| device_failure(cmd, &e))
+    }
+
+    /// Reads whole sectors `lba..lba + buf.len() / sector` in device-sized chunks.
+    fn read_sectors(
+        &mut self,
+        now_ns: TimeNs,
+        lba: u64,
+        buf: &mut [u8],
+    ) -> Result<TimeNs, Failure> {
+        let sector = self.sector() as usize;
+        let mut done = now_ns;
+        let chunk_bytes = self.chunk_sectors as usize * sector;
+        for (i, piece) in buf.chunks_mut(chunk_bytes).enumerate() {
+            let at = lba + (i * chunk_bytes / sector) as u64;
+            let n = (piece.len() / sector) as u32;
+            let t = self.submit(
+                now_ns,
+                &Command::read(at, n),
+                ReadBuffers {
+                    data: piece,
+                    tags: None,
+                },
+            )?;
+            done = done.max(t);
+        }
+        Ok(done)
+    }
+
+    /// Writes whole sectors starting at `lba` in device-sized chunks.
+    fn write_sectors(&mut self, now_ns: TimeNs, lba: u64, data: &[u8]) -> Result<TimeNs, Failure> {
+        let sector = self.sector() as usize;
+        let mut done = now_ns;
+        let chunk_bytes = self.chunk_sectors as usize * sector;
+        for (i, piece) in data.chunks(chunk_bytes).enumerate() {
+            let at = lba + (i * chunk_bytes / sector) as u64;
+            let n = (piece.len() / sector) as u32;
+            let t = self.submit(now_ns, &Command::write(at, n, piece), ReadBuffers::none())?;
+            done = done.max(t);
+        }
+        Ok(done)
+    }
+
+    fn read_bytes(
+        &mut self,
+        now_ns: TimeNs,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<TimeNs, Failure> {
+        let sector = self.sector();
+        let end = offset + out.len() as u64;
+        if offset % sector == 0 && end % sector == 0 {
+            return self.read_sectors(now_ns, offset / sector, out);
+        }
+        let first = offset / sector;
+        let last = end.div_ceil(sector);
+        let mut whole = vec![0u8; ((last - first) * sector) as usize];
+        let done = self.read_sectors(now_ns, first, &mut whole)?;
+        let skip = (offset - first * sector) as usize;
+        out.copy_from_slice(&whole[skip..skip + out.len()]);
+        Ok(done)
+    }
+
+    fn write_bytes(&mut self, now_ns: TimeNs, offset: u64, data: &[u8]) -> Result<TimeNs, Failure> {
+        let sector = self.sector();
+        let end = offset + data.len() as u64;
+        if offset % sector == 0 && end % sector == 0 {
+            return self.write_sectors(now_ns, offset / sector, data);
+        }
+        // Read-modify-write of the partial sectors at the edges.
+        let first = offset / sector;
+        let last = end.div_ceil(sector);
+        let mut whole = vec![0u8; ((last - first) * sector) as usize];
+        let s = sector as usize;
+        let mut done = now_ns;
+        if offset % sector != 0 {
+            done = done.max(self.read_sectors(now_ns, first, &mut whole[..s])?);
+        }
+        if end % sector != 0 && (last - 1 > first || offset % sector == 0) {
+            let tail = whole.len() - s;
+            done = done.max(self.read_sectors(now_ns, last - 1, &mut whole[tail..])?);
+        }
+        let skip = (offset - first * sector) as usize;
+        whole[skip..skip + data.len()].copy_from_slice(data);
+        // The write is submitted at the same instant as its reads: devices take commands
+        // in time order, and the model's queues serialise what conflicts anyway.
+        Ok(done.max(self.write_sectors(now_ns, first, &whole)?))
+    }
+
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, Failure> {
+        self.submit(now_ns, &Command::flush(), ReadBuffers::none())
+    }
+
+    /// Trims the whole sectors inside `offset..offset + length`.
+    fn trim_whole_sectors(
+        &mut self,
+        now_ns: TimeNs,
+        offset: u64,
+        length: u32,
+    ) -> Result<TimeNs, Failure> {
+        let sector = self.sector();
+        let first = offset.div_ceil(sector);
+        let last = (offset + length as u64) / sector;
+        if first >= last {
+            return Ok(now_ns);
+        }
+        // A trim carries no payload, so it is not split at the transfer limit; its sector
+        // count fits in u32 because the request length does.
+        let cmd = Command::trim(first, (last - first) as u32);
+        self.submit(now_ns, &cmd, ReadBuffers::none())
+    }
+
+    fn zero_by_trim(
+        &mut self,
+        now_ns: TimeNs,
+        offset: u64,
+        length: u32,
+    ) -> Result<TimeNs, Failure> {
+        let sector = self.sector();
+        let end = offset + length as u64;
+        let first = offset.div_ceil(sector) * sector;
+        let last = end / sector * sector;
+        if first >= last {
+            return self.write_zeroes(now_ns, offset, length as u64);
+        }
+        let mut done = self.trim_whole_sectors(now_ns, offset, length)?;
+        if offset < first {
+            done = done.max(self.write_zeroes(now_ns, offset, first - offset)?);
+        }
+        if last < end {
+            done = done.max(self.write_zeroes(now_ns, last, end - last)?);
+        }
+        Ok(done)
+    }
+
+    fn write_zeroes(
+        &mut self,
+        now_ns: TimeNs,
+        offset: u64,
+        length: u64,
+    ) -> Result<TimeNs, Failure> {
+        let zeros = vec![0u8; length.min(ZERO_CHUNK_BYTES) as usize];
+        let mut done = now_ns;
+        let mut at = offset;
+        while at < offset + length {
+            let n = (offset + length - at).min(ZERO_CHUNK_BYTES);
+            done = done.max(self.write_bytes(now_ns, at, &zeros[..n as usize])?);
+            at += n;
+        }
+        Ok(done)
+    }
+}
+
+fn out_of_range(what: &str, offset: u64, length: u32, size: u64) -> Failure {
+    Failure {
+        errno: EINVAL,
+        message: format!(
+            "{what} of {length} bytes at offset {offset} ends past the export's {size} bytes"
+        ),
+    }
+}
+
+/// Maps a device error onto the protocol's errno values, keeping its message.
+fn device_failure(cmd: &Command<'_>, e: &DeviceError) -> Failure {
+    let errno = match e {
+        DeviceError::OutOfRange { .. } | DeviceError::TooLarge { .. } => EINVAL,
+        DeviceError::NoSpace { .. } => ENOSPC,
+        DeviceError::Unsupported(_) => EINVAL,
+        DeviceError::Failed | DeviceError::PayloadLength { .. } | DeviceError::TagLength { .. } => {
+            EIO
+        }
+    };
+    let op = match cmd.opcode {
+        Opcode::Read => "read",
+        Opcode::Write => "write",
+        Opcode::Trim => "trim",
+        Opcode::Flush => "flush",
+    };
+    Failure {
+        errno,
+        message: format!("device {op} at sector {} failed: {e}", cmd.lba),
+    }
+}
+
+/// A reply waiting for its wall-clock time, ordered by (due time, arrival sequence).
+struct Due {
+    due_ns: TimeNs,
+    seq: u64,
+    reply: Reply,
+    reply_to: Sender<Vec<Reply>>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due_ns, self.seq) == (other.due_ns, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    // Reversed, so that the max-heap pops the earliest reply first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.due_ns, other.seq).cmp(&(self.due_ns, self.seq))
+    }
+}
+
+/// Further bursts taken without blocking before the replies go out.
+const MAX_BURSTS_PER_ROUND: usize = 64;
+
+/// The shortest idle wait between `background` calls, so a device that keeps asking to be
+/// called "now" cannot spin the engine thread.
+const MIN_BACKGROUND_GAP_NS: u64 = 100_000;
+
+struct Engine<D: BlockDevice + ?Sized> {
+    exec: Executor<D>,
+    pace: Pace,
+    start: Instant,
+    /// Unpaced only: how far virtual time runs ahead of the wall clock.
+    skew_ns: u64,
+    last_now_ns: TimeNs,
+    /// Paced: replies not yet due. Their count is the device's outstanding commands.
+    pending: BinaryHeap<Due>,
+    /// Unpaced: completion times of commands the model still counts as outstanding.
+    outstanding: BinaryHeap<std::cmp::Reverse<TimeNs>>,
+    /// Paced: jobs held back because the device's queue is full.
+    waiting: VecDeque<Job>,
+    seq: u64,
+    queue_depth: usize,
+    /// Virtual time at which the device asked for its next idle call.
+    background_at_ns: Option<TimeNs>,
+    /// Set by every request: the device gets an idle call once the engine goes quiet.
+    background_armed: bool,
+    /// Replies ready to go, grouped by connection, sent together after each burst so a
+    /// connection's writer wakes once per burst.
+    outbox: Vec<(Sender<Vec<Reply>>, Vec<Reply>)>,
+    stats: EngineStats,
+}
+
+impl<D: BlockDevice + ?Sized> Engine<D> {
+    fn wall_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    fn now_ns(&mut self) -> TimeNs {
+        let now = (self.wall_ns() + self.skew_ns).max(self.last_now_ns);
+        self.last_now_ns = now;
+        now
+    }
+
+    /// The wall-clock instant that corresponds to virtual time `t`.
+    fn instant_of(&self, t: TimeNs) -> Instant {
+        self.start + Duration::from_nanos(t.saturating_sub(self.skew_ns))
+    }
+
+    fn run(mut self, rx: Receiver<Message>) -> EngineStats {
+        let mut open = true;
+        while open || !self.pending.is_empty() || !self.waiting.is_empty() {
+            self.release_due();
+            self.admit_waiting();
+            let idle = self.pending.is_empty() && self.waiting.is_empty() && rx.is_empty();
+            if idle && open {
+                self.idle_work();
+            }
+            let next_reply = self.pending.peek().map(|d| self.instant_of(d.due_ns));
+            let next_background = self
+                .background_at_ns
+                .filter(|_| self.pending.is_empty() && self.waiting.is_empty())
+                .map(|t| self.instant_of(t));
+            let deadline = match (next_reply, next_background) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if !open {
+                // Shutting down: answer what is left without waiting for the wall clock.
+                self.drain_now();
+                continue;
+            }
+            let message = match deadline {
+                Some(d) => match rx.recv_deadline(d) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => Some(Message::Shutdown),
+                },
+                None => Some(rx.recv().unwrap_or(Message::Shutdown)),
+            };
+            match message {
+                Some(Message::Jobs(jobs)) => {
+                    jobs.into_iter().for_each(|j| self.accept(j));
+                    // Take whatever else has arrived meanwhile before answering, so that
+                    // replies to concurrent bursts leave together.
+                    for _ in 0..MAX_BURSTS_PER_ROUND {
+                        match rx.try_recv() {
+                            Ok(Message::Jobs(jobs)) => {
+                                jobs.into_iter().for_each(|j| self.accept(j))
+                            }
+                            Ok(Message::Shutdown) => {
+                                open = false;
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Some(Message::Shutdown) => open = false,
+                None => {}
+            }
+            self.send_outbox();
+        }
+        self.send_outbox();
+        // Whatever the device still buffers is made durable before the engine goes away.
+        let now = self.now_ns();
+        if let Err(f) = self.exec.flush(now) {
+            crate::log(&format!("final flush failed: {}", f.message));
+        }
+        self.stats
+    }
+
+    fn accept(&mut self, job: Job) {
+        self.background_armed = true;
+        self.background_at_ns = None;
+        match self.pace {
+            Pace::Model if self.pending.len() >= self.queue_depth || !self.waiting.is_empty() => {
+                self.waiting.push_back(job)
+            }
+            _ => self.start_job(job),
+        }
+    }
+
+    fn admit_waiting(&mut self) {
+        while self.pending.len() < self.queue_depth {
+            let Some(job) = self.waiting.pop_front() else {
+                return;
+            };
+            self.start_job(job);
+        }
+    }
+
+    fn start_job(&mut self, job: Job) {
+        let mut now = self.now_ns();
+        if self.pace == Pace::None {
+            while self.outstanding.peek().is_some_and(|r| r.0 <= now) {
+                self.outstanding.pop();
+            }
+            if self.outstanding.len() >= self.queue_depth {
+                // The host outran the model: jump virtual time to the earliest completion
+                // so the device never has more than its queue depth outstanding.
+                if let Some(std::cmp::Reverse(t)) = self.outstanding.pop() {
+                    if t > now {
+                        self.skew_ns += t - now;
+                        now = self.now_ns();
+                    }
+                }
+            }
+        }
+        self.stats.requests += 1;
+        let mut data = job.data;
+        let outcome = self.exec.execute_into(now, &job.request, &mut data);
+        let read_offset = match job.request {
+            Request::Read { offset, .. } => Some(offset),
+            _ => None,
+        };
+        let (done_ns, result) = match outcome {
+            Ok(done) => {
+                match job.request {
+                    Request::Read { length, .. } => self.stats.read_bytes += length as u64,
+                    Request::Write { length, .. } => self.stats.write_bytes += length as u64,
+                    _ => {}
+                }
+                (done, Ok(()))
+            }
+            Err(f) => {
+                self.stats.errors += 1;
+                (now, Err(f))
+            }
+        };
+        let reply = Reply {
+            handle: job.handle,
+            read_offset,
+            result,
+            data,
+            credits: job.credits,
+        };
+        match self.pace {
+            Pace::Model => {
+                self.seq += 1;
+                self.pending.push(Due {
+                    due_ns: done_ns,
+                    seq: self.seq,
+                    reply,
+                    reply_to: job.reply_to,
+                });
+            }
+            Pace::None => {
+                self.outstanding.push(std::cmp::Reverse(done_ns));
+                self.post(job.reply_to, reply);
+            }
+        }
+    }
+
+    fn release_due(&mut self) {
+        let now = self.now_ns();
+        while self.pending.peek().is_some_and(|d| d.due_ns <= now) {
+            if let Some(d) = self.pending.pop() {
+                self.post(d.reply_to, d.reply);
+            }
+        }
+        self.send_outbox();
+    }
+
+    fn drain_now(&mut self) {
+        while let Some(job) = self.waiting.pop_front() {
+            self.start_job(job);
+        }
+        while let Some(d) = self.pending.pop() {
+            self.post(d.reply_to, d.reply);
+        }
+        self.send_outbox();
+    }
+
+    /// Queues a reply in the outbox, with the others for the same connection.
+    fn post(&mut self, to: Sender<Vec<Reply>>, reply: Reply) {
+        match self
+            .outbox
+            .iter_mut()
+            .rev()
+            .find(|(s, _)| s.same_channel(&to))
+        {
+            Some((_, replies)) => replies.push(reply),
+            None => self.outbox.push((to, vec![reply])),
+        }
+    }
+
+    fn send_outbox(&mut self) {
+        for (to, replies) in self.outbox.drain(..) {
+            // A connection that went away dropped its receiver; its replies are moot.
+            let _ = to.send(replies);
+        }
+    }
+
+    /// Gives the device its idle-time work when it asked for it (or after new requests).
+    fn idle_work(&mut self) {
+        let now = self.now_ns();
+        let due = self.background_at_ns.is_some_and(|t| t <= now);
+        if !(self.background_armed || due) {
+            return;
+        }
+        self.background_armed = false;
+        self.stats.background_calls += 1;
+        self.background_at_ns = self
+            .exec
+            .background(now)
+            .map(|t| t.max(now + MIN_BACKGROUND_GAP_NS));
+    }
+}
+
+/// The running engine: the channel to it and its thread.
+#[derive(Debug)]
+pub struct EngineHandle {
+    tx: Sender<Message>,
+    thread: Option<JoinHandle<EngineStats>>,
+}
+
+/// What connections hold to submit jobs.
+#[derive(Debug, Clone)]
+pub struct EngineSender {
+    tx: Sender<Message>,
+}
+
+impl EngineSender {
+    /// Queues a burst of jobs; gives them back when the engine has stopped.
+    pub fn submit(&self, jobs: Vec<Job>) -> Result<(), Vec<Job>> {
+        self.tx.send(Message::Jobs(jobs)).map_err(|e| match e.0 {
+            Message::Jobs(jobs) => jobs,
+            Message::Shutdown => Vec::new(),
+        })
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::Jobs(j) => write!(f, "Jobs({})", j.len()),
+            Message::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl EngineHandle {
+    /// Starts the engine thread over `device`.
+    pub fn spawn(
+        device: Box<dyn BlockDevice + Send>,
+        pace: Pace,
+    ) -> Result<(Self, DeviceInfo), ServeError> {
+        let exec = Executor::new(device)?;
+        let info = exec.info();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let engine = Engine {
+            exec,
+            pace,
+            start: Instant::now(),
+            skew_ns: 0,
+            last_now_ns: 0,
+            pending: BinaryHeap::new(),
+            outstanding: BinaryHeap::new(),
+            waiting: VecDeque::new(),
+            seq: 0,
+            queue_depth: info.max_queue_depth.max(1) as usize,
+            background_at_ns: None,
+            background_armed: false,
+            outbox: Vec::new(),
+            stats: EngineStats::default(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("afa-engine".into())
+            .spawn(move || engine.run(rx))
+            .map_err(ServeError::Thread)?;
+        Ok((
+            Self {
+                tx,
+                thread: Some(thread),
+            },
+            info,
+        ))
+    }
+
+    pub fn sender(&self) -> EngineSender {
+        EngineSender {
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// Stops the engine after it has answered every queued job and flushed the device.
+    pub fn stop(mut self) -> EngineStats {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> EngineStats {
+        let _ = self.tx.send(Message::Shutdown);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(stats)) => stats,
+            Some(Err(_)) => {
+                crate::log("the engine thread panicked");
+                EngineStats::default()
+            }
+            None => EngineStats::default(),
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop_inner();
+        }
+    }
+}
+
+/// The reply to a job refused because the engine is shutting down.
+pub fn shutdown_failure() -> Failure {
+    Failure {
+        errno: ESHUTDOWN,
+        message: "the server is shutting down".into(),
+    }
+}

@@ -1,0 +1,830 @@
+//! The listener and the connection threads. Each connection has a reader thread (the
+//! handshake, then requests to the engine) and a writer thread (replies back to the
+//! client); they share nothing but channels.
+
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use crate::engine::{shutdown_failure, EngineHandle, EngineSender, EngineStats, Job, Pace, Reply};
+use crate::proto::{ExportInfo, Limits, Negotiation, Request};
+use crate::session::{
+    handshake, read_requests, rejected_reply, write_reply, End, Incoming, SessionError,
+};
+use crate::{log, ServeError};
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for ListenAddr {
+    type Err = ServeError;
+
+    /// `IP:PORT` (e.g. `127.0.0.1:10809`, `[::1]:10809`) or `unix:/path/to.sock`.
+    fn from_str(s: &str) -> Result<Self, ServeError> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(ServeError::Listen(format!(
+                    "{s:?}: the unix: form needs a socket path, as in unix:/tmp/afa.sock"
+                )));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        s.parse::<SocketAddr>().map(ListenAddr::Tcp).map_err(|_| {
+            ServeError::Listen(format!(
+                "{s:?} is neither IP:PORT (as in 127.0.0.1:10809) nor unix:/path/to.sock"
+            ))
+        })
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The NBD default port (IANA).
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// Everything the server needs besides the device.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: ListenAddr,
+    pub export_name: String,
+    pub description: String,
+    pub pace: Pace,
+    /// Connections served at once; further ones are refused during the handshake.
+    pub max_connections: usize,
+    /// The largest READ or WRITE payload; larger requests get EINVAL.
+    pub max_request_bytes: u32,
+    /// How long a client may take over the handshake before it is dropped.
+    pub handshake_timeout_ms: u64,
+    /// Log every connection's opening and closing (errors are always logged).
+    pub verbose: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT))),
+            export_name: "afa".into(),
+            description: "afa volume".into(),
+            pace: Pace::Model,
+            max_connections: 16,
+            max_request_bytes: 32 << 20,
+            handshake_timeout_ms: 10_000,
+            verbose: false,
+        }
+    }
+}
+
+/// A connection's flow control: each request takes credits (one per `CREDIT_BYTES` of
+/// payload, at least one) from a budget of `CREDITS`, returned when its reply is written.
+/// This bounds what a client that never reads its replies can make the server hold.
+const CREDITS: usize = 128;
+const CREDIT_BYTES: u64 = 512 * 1024;
+/// Connections over the limit still get a refusal message, up to this many at once;
+/// beyond that they are closed at once.
+const REFUSAL_SLOTS: usize = 16;
+/// Buffers a connection keeps for reuse, and the largest one it keeps.
+const POOLED_BUFFERS: usize = 64;
+const MAX_POOLED_BUFFER_BYTES: usize = 256 * 1024;
+/// The most requests handed to the engine in one burst.
+const MAX_BURST_JOBS: usize = 64;
+
+fn credits_for(bytes: u64) -> u32 {
+    bytes.div_ceil(CREDIT_BYTES).clamp(1, CREDITS as u64) as u32
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// A client connection on either transport.
+#[derive(Debug)]
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self) {
+        // The peer may already be gone; there is nothing more to do then.
+        let _ = match self {
+            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
+            Conn::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.flush(),
+            Conn::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// State shared by the acceptor and the connection threads (read-only but for counters).
+struct Shared {
+    export: ExportInfo,
+    config: ServeConfig,
+    engine: EngineSender,
+    active: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+/// A bound server, not yet accepting.
+pub struct Server {
+    listener: Listener,
+    shared: Arc<Shared>,
+    engine: EngineHandle,
+    local: ListenAddr,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl Server {
+    /// Binds the listener and starts the engine over `device`.
+    pub fn bind(
+        config: ServeConfig,
+        device: Box<dyn afa_ssd::BlockDevice + Send>,
+    ) -> Result<Self, ServeError> {
+        if config.max_connections == 0 {
+            return Err(ServeError::Config(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        if config.max_request_bytes < 4096 {
+            return Err(ServeError::Config(format!(
+                "max_request_bytes = {} is below 4096",
+                config.max_request_bytes
+            )));
+        }
+        if config.export_name.len() > crate::proto::MAX_STRING_BYTES {
+            return Err(ServeError::Config(
+                "the export name is longer than 4096 bytes".into(),
+            ));
+        }
+        let (listener, local) = match &config.listen {
+            ListenAddr::Tcp(addr) => {
+                let l = TcpListener::bind(addr)
+                    .map_err(|e| ServeError::Listen(format!("cannot listen on {addr}: {e}")))?;
+                let local = l
+                    .local_addr()
+                    .map_err(|e| ServeError::Listen(format!("{addr}: {e}")))?;
+                (Listener::Tcp(l), ListenAddr::Tcp(local))
+            }
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path)?;
+                let l = UnixListener::bind(path).map_err(|e| {
+                    ServeError::Listen(format!("cannot listen on unix:{}: {e}", path.display()))
+                })?;
+                (
+                    Listener::Unix(l, path.clone()),
+                    ListenAddr::Unix(path.clone()),
+                )
+            }
+        };
+        let (engine, info) = EngineHandle::spawn(device, config.pace)?;
+        let export = ExportInfo {
+            name: config.export_name.clone(),
+            description: config.description.clone(),
+            size_bytes: info.capacity_sectors * info.sector_bytes as u64,
+            preferred_block_bytes: info.sector_bytes,
+            max_request_bytes: config.max_request_bytes,
+        };
+        let shared = Arc::new(Shared {
+            export,
+            config,
+            engine: engine.sender(),
+            active: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+        });
+        Ok(Self {
+            listener,
+            shared,
+            engine,
+            local,
+        })
+    }
+
+    /// The address actually bound (the port is filled in when 0 was asked for).
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.local
+    }
+
+    /// The export's size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.shared.export.size_bytes
+    }
+
+    /// An NBD URI for this export, as qemu, libnbd and fio take it.
+    pub fn uri(&self) -> String {
+        let name = &self.shared.export.name;
+        match &self.local {
+            ListenAddr::Tcp(a) => format!("nbd://{a}/{name}"),
+            ListenAddr::Unix(p) => format!("nbd+unix:///{name}?socket={}", p.display()),
+        }
+    }
+
+    /// Serves until the process ends.
+    pub fn run(self) -> Result<(), ServeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (closed_tx, closed_rx) = crossbeam_channel::unbounded();
+        accept_loop(&self.listener, &self.shared, &stop, &closed_tx, &closed_rx);
+        Ok(())
+    }
+
+    /// Serves on a background thread until `stop` is called on the result.
+    pub fn spawn(self) -> Result<RunningServer, ServeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let uri = self.uri();
+        let local = self.local.clone();
+        let size_bytes = self.size_bytes();
+        let Server {
+            listener,
+            shared,
+            engine,
+            ..
+        } = self;
+        let stop_flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("afa-accept".into())
+            .spawn(move || {
+                let (closed_tx, closed_rx) = crossbeam_channel::unbounded();
+                let open = accept_loop(&listener, &shared, &stop_flag, &closed_tx, &closed_rx);
+                for (_, conn) in open {
+                    conn.shutdown();
+                }
+                if let Listener::Unix(_, path) = &listener {
+                    let _ = std::fs::remove_file(path);
+                }
+            })
+            .map_err(ServeError::Thread)?;
+        Ok(RunningServer {
+            stop,
+            thread: Some(thread),
+            engine: Some(engine),
+            local,
+            uri,
+            size_bytes,
+        })
+    }
+}
+
+/// A server serving on a background thread.
+#[derive(Debug)]
+pub struct RunningServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    engine: Option<EngineHandle>,
+    local: ListenAddr,
+    uri: String,
+    size_bytes: u64,
+}
+
+impl RunningServer {
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.local
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Stops accepting, closes every connection, lets the engine answer what it holds and
+    /// flush the device, and returns its counters.
+    pub fn stop(mut self) -> EngineStats {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> EngineStats {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the acceptor, which is blocked in accept().
+        match &self.local {
+            ListenAddr::Tcp(a) => drop(TcpStream::connect(a)),
+            ListenAddr::Unix(p) => drop(UnixStream::connect(p)),
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.engine
+            .take()
+            .map(EngineHandle::stop)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop_inner();
+        }
+    }
+}
+
+/// Refuses to take over a path that is not a socket or that a live server listens on.
+fn remove_stale_socket(path: &Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ServeError::Listen(format!(
+            "unix:{} exists and is not a socket; refusing to replace it",
+            path.display()
+        )));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(ServeError::Listen(format!(
+            "unix:{}: another server is listening there",
+            path.display()
+        )));
+    }
+    std::fs::remove_file(path).map_err(|e| {
+        ServeError::Listen(format!(
+            "cannot remove stale socket {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// Accepts until `stop` is set; returns the connections still open then.
+fn accept_loop(
+    listener: &Listener,
+    shared: &Arc<Shared>,
+    stop: &AtomicBool,
+    closed_tx: &Sender<u64>,
+    closed_rx: &Receiver<u64>,
+) -> Vec<(u64, Conn)> {
+    let mut open: Vec<(u64, Conn)> = Vec::new();
+    loop {
+        let accepted = match listener {
+            Listener::Tcp(l) => l.accept().map(|(s, peer)| {
+                // Replies are small and latency-bound; Nagle's algorithm would hold them.
+                if let Err(e) = s.set_nodelay(true) {
+                    log(&format!("cannot set TCP_NODELAY for {peer}: {e}"));
+                }
+                (Conn::Tcp(s), peer.to_string())
+            }),
+            Listener::Unix(l, path) => l
+                .accept()
+                .map(|(s, _)| (Conn::Unix(s), format!("unix:{}", path.display()))),
+        };
+        if stop.load(Ordering::SeqCst) {
+            return open;
+        }
+        while let Ok(id) = closed_rx.try_recv() {
+            open.retain(|(i, _)| *i != id);
+        }
+        let (conn, peer) = match accepted {
+            Ok(c) => c,
+            Err(e) => {
+                // Running out of descriptors or a connection reset before accept: the
+                // listener itself is fine, so keep serving after a short pause.
+                log(&format!("accept failed: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let active = shared.active.fetch_add(1, Ordering::SeqCst) + 1;
+        let limit = shared.config.max_connections;
+        if active > limit + REFUSAL_SLOTS {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            log(&format!(
+                "connection {id} from {peer} closed at once: {} connections open (limit {limit})",
+                active - 1
+            ));
+            conn.shutdown();
+            continue;
+        }
+        if let Ok(clone) = conn.try_clone() {
+            open.push((id, clone));
+        }
+        let refusal = (active > limit)
+            .then(|| format!("the server is at its limit of {limit} connections; try again later"));
+        let conn_shared = shared.clone();
+        let closed_tx = closed_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("afa-conn-{id}"))
+            .spawn(move || {
+                connection(conn, id, &peer, &conn_shared, refusal);
+                conn_shared.active.fetch_sub(1, Ordering::SeqCst);
+                let _ = closed_tx.send(id);
+            });
+        if let Err(e) = spawned {
+            // The closure (and the connection in it) was dropped unrun: undo its count.
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            open.retain(|(i, _)| *i != id);
+            log(&format!("cannot start a thread for connection {id}: {e}"));
+        }
+    }
+}
+
+/// Serves one connection to its end, logging why it ended if that was not a clean close.
+fn connection(conn: Conn, id: u64, peer: &str, shared: &Shared, refusal: Option<String>) {
+    let verbose = shared.config.verbose;
+    let who = format!("connection {id} ({peer})");
+    let outcome = match conn.try_clone() {
+        Ok(c) => serve(c, shared, refusal.clone()),
+        Err(e) => Err(SessionError::Io(e)),
+    };
+    // The acceptor keeps a clone of every socket (to close them all on stop), so dropping
+    // ours would not close the connection: shut it down explicitly on every path.
+    conn.shutdown();
+    match outcome {
+        Ok(end) if refusal.is_some() => log(&format!("{who}: refused ({end})")),
+        Ok(end) => {
+            if verbose {
+                log(&format!("{who}: {end}"));
+            }
+        }
+        Err(e) => log(&format!("{who}: closed: {e}")),
+    }
+}
+
+fn serve(conn: Conn, shared: &Shared, refusal: Option<String>) -> Result<String, SessionError> {
+    let timeout = Duration::from_millis(shared.config.handshake_timeout_ms.max(1));
+    conn.set_read_timeout(Some(timeout))?;
+    let mut reader = BufReader::with_capacity(256 * 1024, conn.try_clone()?);
+    let mut writer = BufWriter::with_capacity(256 * 1024, conn.try_clone()?);
+    let negotiation = match refusal {
+        Some(message) => Negotiation::refusing(shared.export.clone(), message),
+        None => Negotiation::new(shared.export.clone()),
+    };
+    let negotiated = match handshake(&mut reader, &mut writer, negotiation) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok("the client aborted the handshake".into()),
+        Err(SessionError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            conn.shutdown();
+            return Err(SessionError::Io(io::Error::new(
+                e.kind(),
+                format!("no complete handshake within {} ms", timeout.as_millis()),
+            )));
+        }
+        Err(e) => {
+            conn.shutdown();
+            return Err(e);
+        }
+    };
+    // Clients may idle as long as they like once connected.
+    conn.set_read_timeout(None)?;
+    let structured = negotiated.structured_replies;
+    let limits = Limits {
+        size_bytes: shared.export.size_bytes,
+        max_request_bytes: shared.export.max_request_bytes,
+        structured_replies: structured,
+    };
+    if shared.config.pace == Pace::None {
+        return transmission_inline(conn, reader, writer, shared, &limits);
+    }
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
+    let (credit_tx, credit_rx) = crossbeam_channel::bounded::<()>(CREDITS);
+    // Request buffers go reader -> engine -> writer -> back to the reader, so steady
+    // traffic neither allocates nor page-faults.
+    let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
+    let writer_thread = std::thread::Builder::new()
+        .name("afa-conn-writer".into())
+        .spawn(move || reply_loop(writer, &reply_rx, &credit_rx, &pool_tx, structured))
+        .map_err(SessionError::Io)?;
+    let engine = &shared.engine;
+    // Requests that arrive together go to the engine as one burst: one channel message
+    // and at most one wake-up of the engine thread, instead of one per request.
+    let mut burst: Vec<Job> = Vec::new();
+    let hand_over = |burst: &mut Vec<Job>| -> bool {
+        if burst.is_empty() {
+            return true;
+        }
+        match engine.submit(std::mem::take(burst)) {
+            Ok(()) => true,
+            Err(jobs) => {
+                let replies = jobs
+                    .into_iter()
+                    .map(|job| Reply {
+                        handle: job.handle,
+                        read_offset: None,
+                        result: Err(shutdown_failure()),
+                        data: job.data,
+                        credits: job.credits,
+                    })
+                    .collect();
+                let _ = reply_tx.send(replies);
+                false
+            }
+        }
+    };
+    let take_buffer = || pool_rx.try_recv().unwrap_or_default();
+    let result = read_requests(&mut reader, &limits, take_buffer, |incoming, next_ready| {
+        let bytes = match &incoming {
+            Incoming::Job { request, .. } => request_bytes(request),
+            Incoming::Rejected { .. } => 0,
+        };
+        let credits = credits_for(bytes);
+        for _ in 0..credits {
+            match credit_tx.try_send(()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(())) => {
+                    // Out of credits: hand over what was gathered, then wait for replies
+                    // to drain. The writer owns the receiver; when it is gone the
+                    // connection is dead.
+                    if !hand_over(&mut burst) || credit_tx.send(()).is_err() {
+                        return false;
+                    }
+                }
+                Err(TrySendError::Disconnected(())) => return false,
+            }
+        }
+        match incoming {
+            Incoming::Job {
+                handle,
+                request,
+                data,
+            } => burst.push(Job {
+                handle,
+                request,
+                data,
+                reply_to: reply_tx.clone(),
+                credits,
+            }),
+            Incoming::Rejected {
+                handle,
+                kind,
+                rejection,
+            } => {
+                if shared.config.verbose {
+                    log(&format!(
+                        "request {handle:#x} rejected: {}",
+                        rejection.message
+                    ));
+                }
+                let reply = rejected_reply(handle, kind, rejection, credits);
+                if reply_tx.send(vec![reply]).is_err() {
+                    return false;
+                }
+            }
+        }
+        if !next_ready || burst.len() >= MAX_BURST_JOBS {
+            return hand_over(&mut burst);
+        }
+        true
+    });
+    // Requests read before the end (even before a protocol violation) are still served.
+    hand_over(&mut burst);
+    // The writer ends once every outstanding reply is written: the engine holds the other
+    // senders, one per job in flight.
+    drop(reply_tx);
+    if result.is_err() {
+        // A protocol violation: hard disconnect, as the protocol allows.
+        conn.shutdown();
+    }
+    let written = writer_thread.join();
+    conn.shutdown();
+    let end = result?;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(SessionError::Io(e)),
+        Err(_) => {
+            return Err(SessionError::Io(io::Error::other(
+                "the reply writer panicked",
+            )));
+        }
+    }
+    Ok(describe(end))
+}
+
+/// What a connection's transmission ended with, for the log.
+fn describe(end: End) -> String {
+    match end {
+        End::Disconnect => "the client disconnected (NBD_CMD_DISC)".into(),
+        End::Closed => "the client closed the connection".into(),
+        End::Stopped => "the server is shutting down".into(),
+    }
+}
+
+/// Unpaced transmission. A reply may leave as soon as the engine has applied its request,
+/// so the reader thread hands a burst to the engine, waits for the burst's replies and
+/// writes them itself. That saves the writer thread's wake-up (two thread switches per
+/// burst instead of three, which matters on a busy host), and while the reader waits, the
+/// client's next requests gather in the socket and make the next burst larger. Requests of
+/// one connection are then in flight one burst at a time, which also bounds what the
+/// connection holds: at most `MAX_BURST_JOBS` requests.
+fn transmission_inline(
+    conn: Conn,
+    mut reader: BufReader<Conn>,
+    writer: BufWriter<Conn>,
+    shared: &Shared,
+    limits: &Limits,
+) -> Result<String, SessionError> {
+    struct Inline<'a> {
+        writer: BufWriter<Conn>,
+        engine: &'a EngineSender,
+        structured: bool,
+        /// Requests read but not yet handed to the engine: handle, request, buffer.
+        burst: Vec<(u64, Request, Vec<u8>)>,
+        /// Replies ready to write: a burst's, and rejections read meanwhile.
+        ready: Vec<Reply>,
+        pool_tx: Sender<Vec<u8>>,
+        error: Option<io::Error>,
+    }
+    impl Inline<'_> {
+        /// Runs the gathered burst and writes every ready reply; false when the
+        /// connection or the engine is gone.
+        fn round(&mut self) -> bool {
+            if !self.burst.is_empty() {
+                // A channel per burst: once the engine has answered every job, the last
+                // sender is gone and the loop below ends, even if the engine stopped.
+                let (tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
+                let jobs: Vec<Job> = self
+                    .burst
+                    .drain(..)
+                    .map(|(handle, request, data)| Job {
+                        handle,
+                        request,
+                        data,
+                        reply_to: tx.clone(),
+                        credits: 0,
+                    })
+                    .collect();
+                drop(tx);
+                if let Err(jobs) = self.engine.submit(jobs) {
+                    self.ready.extend(jobs.into_iter().map(|job| Reply {
+                        handle: job.handle,
+                        read_offset: None,
+                        result: Err(shutdown_failure()),
+                        data: job.data,
+                        credits: 0,
+                    }));
+                }
+                while let Ok(replies) = rx.recv() {
+                    self.ready.extend(replies);
+                }
+            }
+            for reply in self.ready.drain(..) {
+                if let Err(e) = write_reply(&mut self.writer, self.structured, &reply) {
+                    self.error = Some(e);
+                    return false;
+                }
+                if reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
+                    let _ = self.pool_tx.try_send(reply.data);
+                }
+            }
+            if let Err(e) = self.writer.flush() {
+                self.error = Some(e);
+                return false;
+            }
+            true
+        }
+    }
+    let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
+    let mut state = Inline {
+        writer,
+        engine: &shared.engine,
+        structured: limits.structured_replies,
+        burst: Vec::new(),
+        ready: Vec::new(),
+        pool_tx,
+        error: None,
+    };
+    let take_buffer = || pool_rx.try_recv().unwrap_or_default();
+    let result = read_requests(&mut reader, limits, take_buffer, |incoming, next_ready| {
+        match incoming {
+            Incoming::Job {
+                handle,
+                request,
+                data,
+            } => state.burst.push((handle, request, data)),
+            Incoming::Rejected {
+                handle,
+                kind,
+                rejection,
+            } => {
+                if shared.config.verbose {
+                    log(&format!(
+                        "request {handle:#x} rejected: {}",
+                        rejection.message
+                    ));
+                }
+                state.ready.push(rejected_reply(handle, kind, rejection, 0));
+            }
+        }
+        if !next_ready || state.burst.len() >= MAX_BURST_JOBS {
+            return state.round();
+        }
+        true
+    });
+    // Requests read before the end (even before a protocol violation) are still served.
+    let written = state.round();
+    conn.shutdown();
+    let end = result?;
+    if !written {
+        if let Some(e) = state.error {
+            return Err(SessionError::Io(e));
+        }
+    }
+    Ok(describe(end))
+}
+
+fn request_bytes(request: &crate::proto::Request) -> u64 {
+    use crate::proto::Request;
+    match *request {
+        Request::Read { length, .. } | Request::Write { length, .. } => length as u64,
+        _ => 0,
+    }
+}
+
+/// Writes replies as they come, flushing whenever no further reply is waiting, and
+/// returns each reply's credits to the reader.
+fn reply_loop(
+    mut writer: BufWriter<Conn>,
+    replies: &Receiver<Vec<Reply>>,
+    credits: &Receiver<()>,
+    pool: &Sender<Vec<u8>>,
+    structured: bool,
+) -> io::Result<()> {
+    while let Ok(burst) = replies.recv() {
+        for reply in burst {
+            write_reply(&mut writer, structured, &reply)?;
+            for _ in 0..reply.credits {
+                let _ = credits.try_recv();
+            }
+            // Only buffers of ordinary size are kept, so one huge request does not pin
+            // its memory for the life of the connection.
+            if reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
+                let _ = pool.try_send(reply.data);
+            }
+        }
+        if replies.is_empty() {
+            writer.flush()?;
+        }
+    }
+    writer.flush()
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            End::Disconnect => "disconnected",
+            End::Closed => "closed",
+            End::Stopped => "stopped",
+        })
+    }
+}

@@ -1,0 +1,359 @@
+//! Unit and property tests of the parser, the executor and the engine.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use afa_sim::TimeNs;
+use afa_ssd::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, ReadBuffers,
+};
+use proptest::prelude::*;
+
+use crate::engine::{EngineHandle, Job, Reply};
+use crate::proto::*;
+use crate::session::replay;
+use crate::{Executor, MemDevice, Pace};
+
+/// A client's bytes for a fixed-newstyle handshake onto the default export.
+fn handshake_bytes(structured: bool) -> Vec<u8> {
+    let mut b = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    let mut option = |opt: u32, data: &[u8]| {
+        b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        b.extend_from_slice(&opt.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+    };
+    if structured {
+        option(OPT_STRUCTURED_REPLY, &[]);
+    }
+    option(OPT_GO, &[0, 0, 0, 0, 0, 0]);
+    b
+}
+
+fn request(flags: u16, kind: u16, handle: u64, offset: u64, length: u32) -> Vec<u8> {
+    let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&kind.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&length.to_be_bytes());
+    b
+}
+
+#[test]
+fn a_scripted_session_writes_and_reads_back() {
+    let mut input = handshake_bytes(false);
+    input.extend(request(0, CMD_WRITE, 7, 4096, 8));
+    input.extend_from_slice(b"afa-data");
+    input.extend(request(0, CMD_READ, 8, 4096, 8));
+    input.extend(request(0, CMD_DISC, 9, 0, 0));
+    let out = replay(&input);
+    // Greeting, GO's INFO_EXPORT and ACK, then two simple replies, the second with data.
+    let tail = &out[out.len() - 16 - 24..];
+    assert_eq!(&tail[..4], &SIMPLE_REPLY_MAGIC.to_be_bytes());
+    assert_eq!(&tail[8..16], &7u64.to_be_bytes());
+    assert_eq!(&tail[16..20], &SIMPLE_REPLY_MAGIC.to_be_bytes());
+    assert_eq!(&tail[20..24], &0u32.to_be_bytes());
+    assert_eq!(&tail[32..], b"afa-data");
+}
+
+#[test]
+fn a_refusing_negotiation_answers_policy_and_acknowledges_abort() {
+    let export = ExportInfo {
+        name: "afa".into(),
+        description: String::new(),
+        size_bytes: 4096,
+        preferred_block_bytes: 4096,
+        max_request_bytes: 4096,
+    };
+    let mut n = Negotiation::refusing(export, "full".into());
+    n.client_flags(FLAG_C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
+    let mut out = Vec::new();
+    let go = OptionHeader {
+        option: OPT_GO,
+        length: 0,
+    };
+    assert_eq!(n.option(go, &[], &mut out), Ok(OptionOutcome::Continue));
+    assert_eq!(&out[12..16], &REP_ERR_POLICY.to_be_bytes());
+    assert_eq!(&out[20..], b"full");
+    let name = OptionHeader {
+        option: OPT_EXPORT_NAME,
+        length: 0,
+    };
+    assert!(n.option(name, &[], &mut out).is_err());
+    let abort = OptionHeader {
+        option: OPT_ABORT,
+        length: 0,
+    };
+    assert_eq!(n.option(abort, &[], &mut out), Ok(OptionOutcome::Abort));
+}
+
+#[test]
+fn option_headers_and_request_headers_check_their_magic() {
+    let mut h = [0u8; OPTION_HEADER_BYTES];
+    assert!(matches!(
+        parse_option_header(&h),
+        Err(ProtocolError::BadOptionMagic(0))
+    ));
+    h[..8].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    h[12..].copy_from_slice(&(MAX_OPTION_BYTES + 1).to_be_bytes());
+    assert!(matches!(
+        parse_option_header(&h),
+        Err(ProtocolError::OptionTooLong { .. })
+    ));
+    let r: [u8; REQUEST_HEADER_BYTES] = request(3, CMD_READ, 1, 2, 3).try_into().unwrap();
+    let parsed = parse_request_header(&r).unwrap();
+    assert_eq!(
+        (
+            parsed.flags,
+            parsed.kind,
+            parsed.handle,
+            parsed.offset,
+            parsed.length
+        ),
+        (3, CMD_READ, 1, 2, 3)
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any bytes at all, from the first byte of the handshake.
+    #[test]
+    fn arbitrary_input_never_panics(input in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let out = replay(&input);
+        prop_assert_eq!(&out[..18], &greeting()[..]);
+    }
+
+    /// A valid handshake, then arbitrary request headers (with valid magic half the time)
+    /// and payload bytes.
+    #[test]
+    fn arbitrary_requests_never_panic(
+        structured in any::<bool>(),
+        requests in proptest::collection::vec(
+            (any::<bool>(), any::<u16>(), 0u16..10, any::<u64>(), prop_oneof![any::<u64>(), 0u64..(1 << 20)], prop_oneof![any::<u32>(), 0u32..70_000], proptest::collection::vec(any::<u8>(), 0..64)),
+            0..8,
+        ),
+    ) {
+        let mut input = handshake_bytes(structured);
+        for (good_magic, flags, kind, handle, offset, length, tail) in requests {
+            let mut r = request(flags, kind, handle, offset, length);
+            if !good_magic {
+                r[0] ^= 0x5a;
+            }
+            input.extend(r);
+            input.extend(tail);
+        }
+        let _ = replay(&input);
+    }
+}
+
+/// What a region of bytes should hold after each operation, for the executor's property.
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        offset: u64,
+        len: u32,
+        seed: u8,
+    },
+    Trim {
+        offset: u64,
+        len: u32,
+    },
+    Zero {
+        offset: u64,
+        len: u32,
+        no_hole: bool,
+    },
+    Read {
+        offset: u64,
+        len: u32,
+    },
+}
+
+fn op_strategy(size: u64) -> impl Strategy<Value = Op> {
+    let range =
+        (0..size - 1).prop_flat_map(move |o| (Just(o), 1..=((size - o).min(20_000) as u32)));
+    prop_oneof![
+        (range.clone(), any::<u8>()).prop_map(|((offset, len), seed)| Op::Write {
+            offset,
+            len,
+            seed
+        }),
+        range
+            .clone()
+            .prop_map(|(offset, len)| Op::Trim { offset, len }),
+        (range.clone(), any::<bool>()).prop_map(|((offset, len), no_hole)| Op::Zero {
+            offset,
+            len,
+            no_hole
+        }),
+        range.prop_map(|(offset, len)| Op::Read { offset, len }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Byte-addressed requests on a sector device behave like a flat byte array: partial
+    /// sectors are read, modified and written back, trims zero only whole sectors.
+    #[test]
+    fn the_executor_behaves_like_a_byte_array(ops in proptest::collection::vec(op_strategy(64 * 1024), 1..40)) {
+        let size = 64 * 1024u64;
+        let mut exec = Executor::new(Box::new(MemDevice::new(512, size / 512).unwrap())).unwrap();
+        let mut model = vec![0u8; size as usize];
+        for (t, op) in ops.into_iter().enumerate() {
+            let now = t as u64 * 1000;
+            match op {
+                Op::Write { offset, len, seed } => {
+                    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed)).collect();
+                    exec.execute(now, &Request::Write { offset, length: len, fua: false }, &data).unwrap();
+                    model[offset as usize..(offset + len as u64) as usize].copy_from_slice(&data);
+                }
+                Op::Trim { offset, len } => {
+                    exec.execute(now, &Request::Trim { offset, length: len, fua: true }, &[]).unwrap();
+                    let first = offset.div_ceil(512) * 512;
+                    let last = (offset + len as u64) / 512 * 512;
+                    if first < last {
+                        model[first as usize..last as usize].fill(0);
+                    }
+                }
+                Op::Zero { offset, len, no_hole } => {
+                    exec.execute(now, &Request::WriteZeroes { offset, length: len, fua: false, no_hole }, &[]).unwrap();
+                    model[offset as usize..(offset + len as u64) as usize].fill(0);
+                }
+                Op::Read { offset, len } => {
+                    let (_, got) = exec.execute(now, &Request::Read { offset, length: len }, &[]).unwrap();
+                    prop_assert_eq!(&got[..], &model[offset as usize..(offset + len as u64) as usize]);
+                }
+            }
+        }
+        let (_, all) = exec.execute(0, &Request::Read { offset: 0, length: size as u32 }, &[]).unwrap();
+        prop_assert_eq!(all, model);
+    }
+}
+
+/// A device that completes every command `latency_ns` later and counts, at each submit,
+/// how many earlier commands are still outstanding at the submit time.
+struct Counting {
+    info: DeviceInfo,
+    latency_ns: u64,
+    done: Vec<TimeNs>,
+    max_outstanding: Arc<AtomicU64>,
+    background_calls: Arc<AtomicU64>,
+}
+
+impl BlockDevice for Counting {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd, &out)?;
+        self.done.retain(|&d| d > now_ns);
+        self.max_outstanding
+            .fetch_max(self.done.len() as u64 + 1, Ordering::SeqCst);
+        let done_ns = now_ns + self.latency_ns;
+        self.done.push(done_ns);
+        Ok(Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.background_calls.fetch_add(1, Ordering::SeqCst);
+        // Asks to be called again soon twice, then has nothing more to do.
+        (self.background_calls.load(Ordering::SeqCst) < 3).then_some(now_ns + 1_000_000)
+    }
+}
+
+fn counting(queue_depth: u32, latency_ns: u64) -> (Counting, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let max = Arc::new(AtomicU64::new(0));
+    let bg = Arc::new(AtomicU64::new(0));
+    let d = Counting {
+        info: DeviceInfo {
+            sector_bytes: 512,
+            capacity_sectors: 1024,
+            payload_unit_bytes: 512,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: queue_depth,
+            max_transfer_sectors: 1024,
+        },
+        latency_ns,
+        done: Vec::new(),
+        max_outstanding: max.clone(),
+        background_calls: bg.clone(),
+    };
+    (d, max, bg)
+}
+
+fn flood(pace: Pace, jobs: u64) -> (u64, u64, Vec<Reply>) {
+    let (device, max, bg) = counting(4, 2_000_000);
+    let (engine, _) = EngineHandle::spawn(Box::new(device), pace).unwrap();
+    let tx = engine.sender();
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    // Half the jobs one burst at a time, half in one burst.
+    let job = |h: u64| Job {
+        handle: h,
+        request: Request::Write {
+            offset: 0,
+            length: 512,
+            fua: false,
+        },
+        data: vec![h as u8; 512],
+        reply_to: reply_tx.clone(),
+        credits: 1,
+    };
+    for h in 0..jobs / 2 {
+        tx.submit(vec![job(h)]).unwrap();
+    }
+    tx.submit((jobs / 2..jobs).map(job).collect()).unwrap();
+    let mut replies = Vec::new();
+    while replies.len() < jobs as usize {
+        replies.extend(reply_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+    }
+    // Idle time for the background calls.
+    std::thread::sleep(Duration::from_millis(30));
+    let stats = engine.stop();
+    assert_eq!(stats.requests, jobs);
+    (
+        max.load(Ordering::SeqCst),
+        bg.load(Ordering::SeqCst),
+        replies,
+    )
+}
+
+#[test]
+fn unpaced_engine_never_exceeds_the_queue_depth_in_virtual_time() {
+    let (max, _, replies) = flood(Pace::None, 64);
+    assert!(max <= 4, "{max} outstanding with queue depth 4");
+    assert!(replies.iter().all(|r| r.result.is_ok()));
+}
+
+#[test]
+fn paced_engine_holds_requests_beyond_the_queue_depth_and_answers_in_order() {
+    let (max, _, replies) = flood(Pace::Model, 16);
+    assert!(max <= 4, "{max} outstanding with queue depth 4");
+    let handles: Vec<u64> = replies.iter().map(|r| r.handle).collect();
+    assert_eq!(
+        handles,
+        (0..16).collect::<Vec<_>>(),
+        "equal latencies complete in order"
+    );
+}
+
+#[test]
+fn the_engine_gives_the_device_idle_time() {
+    let (_, background_calls, _) = flood(Pace::Model, 2);
+    assert!(
+        background_calls >= 3,
+        "background called {background_calls} times"
+    );
+}
