@@ -58,6 +58,9 @@ impl std::fmt::Display for ListenAddr {
     }
 }
 
+/// The largest `max_request_bytes` accepted (256 MiB).
+pub const MAX_REQUEST_CEILING_BYTES: u32 = 256 << 20;
+
 /// The NBD default port (IANA).
 pub const DEFAULT_PORT: u16 = 10809;
 
@@ -205,9 +208,10 @@ impl Server {
                 "max_connections must be at least 1".into(),
             ));
         }
-        if config.max_request_bytes < 4096 {
+        // A request is buffered whole, so the ceiling bounds the memory one request takes.
+        if !(4096..=MAX_REQUEST_CEILING_BYTES).contains(&config.max_request_bytes) {
             return Err(ServeError::Config(format!(
-                "max_request_bytes = {} is below 4096",
+                "max_request_bytes = {} must be from 4096 to {MAX_REQUEST_CEILING_BYTES}",
                 config.max_request_bytes
             )));
         }

@@ -181,6 +181,8 @@ fn fio(uri: &str, name: &str, extra: &[&str]) {
         "--verify=crc32c".into(),
         "--do_verify=1".into(),
         "--verify_fatal=1".into(),
+        // fio would otherwise leave verify-state files in the working directory.
+        "--verify_state_save=0".into(),
         "--output-format=json".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));

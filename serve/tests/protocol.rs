@@ -341,7 +341,13 @@ fn paced_replies_wait_for_the_model_and_unpaced_ones_do_not() {
 
 #[test]
 fn several_connections_at_once_share_one_volume() {
-    let server = serve(Box::new(small_ssd()), Pace::Model);
+    for pace in [Pace::Model, Pace::None] {
+        several_connections(pace);
+    }
+}
+
+fn several_connections(pace: Pace) {
+    let server = serve(Box::new(small_ssd()), pace);
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let mut c = RawClient::open(&server, t % 2 == 0);

@@ -1,0 +1,57 @@
+//! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write`.
+
+use afa_ox::kv::{Interface, KvConfig, KvStore};
+use afa_ox::reproduce::{Scale, Table3Row};
+use afa_ox::ycsb::Workload;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let records = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let ops = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let cache: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0.2);
+    let w = match args.get(4).map(String::as_str) {
+        Some("read") => Workload::ReadHeavy,
+        _ => Workload::WriteHeavy,
+    };
+    let scale = Scale { records, ops };
+    for i in [Interface::Batch, Interface::Block] {
+        let start = std::time::Instant::now();
+        let mut cfg = KvConfig::scaled(scale.records, i, cache);
+        for flag in args.iter().skip(5) {
+            match flag.as_str() {
+                "nodevgc" => cfg.device.gc.enabled = false,
+                "nohostgc" => {
+                    cfg.host_gc_start_used_fraction = 0.99;
+                    cfg.host_gc_stop_used_fraction = 0.98;
+                }
+                "nockpt" => {
+                    cfg.device.checkpoint.enabled = false;
+                    cfg.host_checkpoint_interval_ns = 0;
+                }
+                _ => {}
+            }
+        }
+        let run = KvStore::new(cfg, 42).and_then(|mut kv| {
+            kv.load()?;
+            kv.run(w, scale.ops, 42 ^ 0x5eed)
+        });
+        match run {
+            Ok(r) => {
+                let t = Table3Row::of(&r, i);
+                println!(
+                    "{i:?}: {:.0} ops/s in {:.1} s host; mismatches {}; read amp {:.3} write amp {:.3} GC overhead {:.3}; {t:?}\n  host {:?}\n  device {:?}",
+                    r.ops_per_s,
+                    start.elapsed().as_secs_f64(),
+                    r.host.mismatches,
+                    t.read_amplification(),
+                    t.write_amplification(),
+                    t.gc_overhead(),
+                    r.host,
+                    r.device
+                );
+            }
+            Err(e) => println!("{i:?}: error {e}"),
+        }
+    }
+}

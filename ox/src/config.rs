@@ -1,0 +1,334 @@
+//! The controller's configuration: the flash terms of Table 1, the shape of the open-channel
+//! medium, the controller's own costs, GC, checkpoints and the transport to the host.
+
+use afa_nand::{CellMode, FaultConfig, Geometry, NandTiming, PayloadMode, CONTROLLER_OOB_BYTES};
+use serde::{Deserialize, Serialize};
+
+use crate::OxError;
+
+/// The flash terms of Table 1 of the paper, as configuration rather than constants.
+///
+/// The medium's page is the WBLOCK (smallest writable unit), its sector the RBLOCK (smallest
+/// readable unit), its block the EBLOCK (smallest erasable unit); each RBLOCK carries a TAG
+/// in the out-of-band area that only the controller sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlashTerms {
+    pub rblock_bytes: u32,
+    pub wblock_bytes: u32,
+    pub eblock_bytes: u32,
+    pub tag_bytes: u32,
+}
+
+impl Default for FlashTerms {
+    /// The paper's figures: 4 KiB RBLOCK, 32 KiB WBLOCK, 8 MiB EBLOCK, 16-byte TAG.
+    fn default() -> Self {
+        Self {
+            rblock_bytes: 4096,
+            wblock_bytes: 32 * 1024,
+            eblock_bytes: 8 * 1024 * 1024,
+            tag_bytes: 16,
+        }
+    }
+}
+
+impl FlashTerms {
+    /// RBLOCKs per WBLOCK.
+    pub fn rblocks_per_wblock(&self) -> u32 {
+        self.wblock_bytes / self.rblock_bytes
+    }
+    /// WBLOCKs per EBLOCK.
+    pub fn wblocks_per_eblock(&self) -> u32 {
+        self.eblock_bytes / self.wblock_bytes
+    }
+    /// RBLOCKs per EBLOCK.
+    pub fn rblocks_per_eblock(&self) -> u32 {
+        self.eblock_bytes / self.rblock_bytes
+    }
+
+    pub fn validate(&self) -> Result<(), OxError> {
+        if self.rblock_bytes == 0 || !self.rblock_bytes.is_power_of_two() {
+            return Err(OxError::Config(format!(
+                "rblock_bytes = {} must be a positive power of two",
+                self.rblock_bytes
+            )));
+        }
+        if self.wblock_bytes < self.rblock_bytes || self.wblock_bytes % self.rblock_bytes != 0 {
+            return Err(OxError::Config(format!(
+                "wblock_bytes = {} must be a multiple of rblock_bytes = {}",
+                self.wblock_bytes, self.rblock_bytes
+            )));
+        }
+        if self.eblock_bytes < self.wblock_bytes || self.eblock_bytes % self.wblock_bytes != 0 {
+            return Err(OxError::Config(format!(
+                "eblock_bytes = {} must be a multiple of wblock_bytes = {}",
+                self.eblock_bytes, self.wblock_bytes
+            )));
+        }
+        if self.rblocks_per_wblock() > Geometry::MAX_SECTORS_PER_PAGE {
+            return Err(OxError::Config(format!(
+                "{} RBLOCKs per WBLOCK exceed the medium's limit of {}",
+                self.rblocks_per_wblock(),
+                Geometry::MAX_SECTORS_PER_PAGE
+            )));
+        }
+        if self.tag_bytes < 16 {
+            return Err(OxError::Config(format!(
+                "tag_bytes = {} is too small: a TAG holds an LPID, a writer sequence and a kind (16 bytes)",
+                self.tag_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Costs of the controller's software, which runs on the SSD's embedded cores (the paper's
+/// ARM Cortex-A72 running OX in user space), and of the transport to the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControllerCosts {
+    /// Embedded cores that run FTL work; each piece of work takes the earliest free core.
+    pub cores: u32,
+    /// Parsing and dispatching one host command.
+    pub command_cpu_ns: u64,
+    /// Creating one write context (the unit the WAL protocol protects).
+    pub context_cpu_ns: u64,
+    /// Building and appending one log record (RDESC, RDESC_A, done, GC, erase).
+    pub log_record_cpu_ns: u64,
+    /// Per LPAGE written: parsing the DESC entry, filling the TAG, grouping into WBLOCKs.
+    pub page_cpu_ns: u64,
+    /// Installing one MAP entry (the install of a batch walks its entries in order, which is
+    /// what makes a concurrent read see a prefix).
+    pub map_update_ns: u64,
+    /// One-way latency of a command or completion over the fabric (NVMe-oF/TCP).
+    pub transport_latency_ns: u64,
+    /// Link rate between host and SSD in MB/s (the paper's 100 Gb/s network).
+    pub link_mb_s: f64,
+    /// Payload bytes of one transport packet (a 64 KiB IP datagram less its header): the
+    /// paper's 1 MiB buffer arrives as 17 packets.
+    pub packet_bytes: u32,
+}
+
+impl Default for ControllerCosts {
+    fn default() -> Self {
+        Self {
+            cores: 4,
+            command_cpu_ns: 4_000,
+            context_cpu_ns: 25_000,
+            log_record_cpu_ns: 4_000,
+            page_cpu_ns: 400,
+            map_update_ns: 150,
+            transport_latency_ns: 15_000,
+            link_mb_s: 12_500.0,
+            packet_bytes: 65_512,
+        }
+    }
+}
+
+/// Garbage collection per channel (§7.2.8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OxGcConfig {
+    pub enabled: bool,
+    /// GC starts on a channel when the fraction of its data EBLOCKs in use exceeds this
+    /// (the paper's "aggressive" 50% and "non-aggressive" 70%).
+    pub start_used_fraction: f64,
+    /// GC on a channel stops once the used fraction falls below this.
+    pub stop_used_fraction: f64,
+    /// Static wear levelling: when the most erased data EBLOCK of a channel exceeds the least
+    /// erased FULL one by more than this many erases, the cold one is collected so that its
+    /// EBLOCK returns to the free pool. Zero turns it off.
+    pub static_wear_threshold_erases: u32,
+    /// Channels that may be closed for GC at once (0: no limit). Channels fill at the same
+    /// pace under round-robin striping, so without a limit they all start GC together and
+    /// user writes stall; the paper does not say how OX staggers them, this is our choice.
+    pub max_gc_channels: u32,
+}
+
+impl Default for OxGcConfig {
+    fn default() -> Self {
+        Self {
+            max_gc_channels: 4,
+            enabled: true,
+            start_used_fraction: 0.5,
+            stop_used_fraction: 0.45,
+            static_wear_threshold_erases: 16,
+        }
+    }
+}
+
+/// Fuzzy incremental checkpoints (§6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OxCheckpointConfig {
+    pub enabled: bool,
+    /// Virtual time between the starts of two checkpoints.
+    pub interval_ns: u64,
+}
+
+impl Default for OxCheckpointConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_ns: 3_000_000_000,
+        }
+    }
+}
+
+/// Everything that shapes one OX controller and its medium.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OxConfig {
+    pub terms: FlashTerms,
+    pub channels: u32,
+    /// Chips (LUNs) per channel; a channel pipelines WBLOCKs over them.
+    pub luns_per_channel: u32,
+    pub eblocks_per_lun: u32,
+    /// Logical pages (LPIDs) the device exposes; the rest of the flash is over-provisioning,
+    /// log, tables and system blocks.
+    pub logical_pages: u64,
+    pub timing: NandTiming,
+    pub cell_mode: CellMode,
+    pub payload: PayloadMode,
+    pub faults: FaultConfig,
+    /// MAP pages (WBLOCK-sized) the controller keeps in DRAM; the rest load on demand.
+    pub map_cache_pages: u32,
+    /// Forward links per log block (§4.3): a failed log write retries at the next one.
+    pub log_forward_links: u32,
+    /// Largest number of LPAGEs in one batch (the DESC block lists them).
+    pub max_batch_pages: u32,
+    pub costs: ControllerCosts,
+    pub gc: OxGcConfig,
+    pub checkpoint: OxCheckpointConfig,
+}
+
+impl Default for OxConfig {
+    /// A small device (8 channels × 2 LUNs × 64 EBLOCKs of 1 MiB, 1 GiB raw) that tests and
+    /// examples run in well under a second.
+    fn default() -> Self {
+        let terms = FlashTerms {
+            eblock_bytes: 1024 * 1024,
+            ..FlashTerms::default()
+        };
+        Self {
+            terms,
+            channels: 8,
+            luns_per_channel: 2,
+            eblocks_per_lun: 64,
+            logical_pages: 160 * 1024,
+            timing: NandTiming::default(),
+            cell_mode: CellMode::Mlc,
+            payload: PayloadMode::Token,
+            faults: FaultConfig::default(),
+            map_cache_pages: 8,
+            log_forward_links: 3,
+            max_batch_pages: 511,
+            costs: ControllerCosts::default(),
+            gc: OxGcConfig::default(),
+            checkpoint: OxCheckpointConfig::default(),
+        }
+    }
+}
+
+impl OxConfig {
+    /// The medium's geometry: one plane per die and one die per LUN, so that a LUN is a
+    /// parallel unit as in an open-channel SSD.
+    pub fn geometry(&self) -> Geometry {
+        let t = &self.terms;
+        Geometry {
+            channels: self.channels,
+            chips_per_channel: self.luns_per_channel,
+            dies_per_chip: 1,
+            planes_per_die: 1,
+            blocks_per_plane: self.eblocks_per_lun,
+            pages_per_block: t.wblocks_per_eblock(),
+            page_bytes: t.wblock_bytes,
+            sector_bytes: t.rblock_bytes,
+            oob_bytes_per_page: CONTROLLER_OOB_BYTES + t.tag_bytes * t.rblocks_per_wblock(),
+        }
+    }
+
+    pub fn eblocks_total(&self) -> u32 {
+        self.channels * self.luns_per_channel * self.eblocks_per_lun
+    }
+
+    /// MAP entries per MAP page (8-byte entries in a WBLOCK-sized page).
+    pub fn map_entries_per_page(&self) -> u64 {
+        self.terms.wblock_bytes as u64 / 8
+    }
+
+    pub fn validate(&self) -> Result<(), OxError> {
+        self.terms.validate()?;
+        self.geometry().validate()?;
+        self.timing.validate()?;
+        self.faults.validate()?;
+        if self.payload == PayloadMode::Full {
+            return Err(OxError::Config(
+                "payload = full is not supported by OX; use token (an 8-byte fingerprint per RBLOCK) or none".into(),
+            ));
+        }
+        if self.log_forward_links == 0 || 2 * self.log_forward_links > self.channels {
+            return Err(OxError::Config(format!(
+                "log_forward_links = {} must be at least 1 and at most half the {} channels, \
+                 so that consecutive log blocks reserve disjoint channels",
+                self.log_forward_links, self.channels
+            )));
+        }
+        if self.map_cache_pages < 2 {
+            return Err(OxError::Config("map_cache_pages must be at least 2".into()));
+        }
+        let max_desc = (self.terms.rblock_bytes as u64 - 8) / 8;
+        if self.max_batch_pages == 0 || self.max_batch_pages as u64 > max_desc {
+            return Err(OxError::Config(format!(
+                "max_batch_pages = {} must lie in 1..={max_desc}: the DESC is one RBLOCK of 8-byte LPIDs after an 8-byte count",
+                self.max_batch_pages
+            )));
+        }
+        if self.eblocks_per_lun < 8 {
+            return Err(OxError::Config(format!(
+                "eblocks_per_lun = {} is too small: each LUN needs room for open HOT, COLD, log and table blocks and a GC reserve",
+                self.eblocks_per_lun
+            )));
+        }
+        // System blocks, open blocks of every line and the GC reserve come out of the flash
+        // before the logical space; the rest must hold every logical page once.
+        let data_rblocks = (self.eblocks_total() as u64).saturating_sub(self.reserved_eblocks())
+            * self.terms.rblocks_per_eblock() as u64;
+        if self.logical_pages == 0 || self.logical_pages > data_rblocks {
+            return Err(OxError::Config(format!(
+                "logical_pages = {} must lie in 1..={data_rblocks} (the flash left after system, open, log and reserve EBLOCKs)",
+                self.logical_pages
+            )));
+        }
+        let gc = &self.gc;
+        if !(0.0 < gc.stop_used_fraction
+            && gc.stop_used_fraction <= gc.start_used_fraction
+            && gc.start_used_fraction < 1.0)
+        {
+            return Err(OxError::Config(format!(
+                "gc fractions must satisfy 0 < stop ({}) <= start ({}) < 1",
+                gc.stop_used_fraction, gc.start_used_fraction
+            )));
+        }
+        if self.checkpoint.enabled && self.checkpoint.interval_ns == 0 {
+            return Err(OxError::Config(
+                "checkpoint.interval_ns must be positive".into(),
+            ));
+        }
+        let c = &self.costs;
+        if c.cores == 0 || !(c.link_mb_s.is_finite() && c.link_mb_s > 0.0) || c.packet_bytes == 0 {
+            return Err(OxError::Config(
+                "costs: cores, link_mb_s and packet_bytes must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// EBLOCKs that never hold logical data: the system blocks (bad-block tables, checkpoint
+    /// blocks), one open block per LUN for each of the four write streams, and a reserve of
+    /// two EBLOCKs per LUN that keeps GC able to move a victim's pages.
+    pub fn reserved_eblocks(&self) -> u64 {
+        let luns = (self.channels * self.luns_per_channel) as u64;
+        self.channels as u64 + 2 + luns * 4 + luns * 2
+    }
+}

@@ -1,0 +1,296 @@
+//! Garbage collection per channel (§5.1, §7.2.8) and static wear levelling.
+//!
+//! When a channel's used EBLOCKs exceed `start_used_fraction`, GC closes the channel to user
+//! writes (reads go on) and collects victims one at a time until the used fraction falls
+//! below `stop_used_fraction`. Victims are FULL HOT or COLD EBLOCKs with no context in
+//! flight, most invalid RBLOCKs first; GBITV says which RBLOCKs are live and their TAGs give
+//! the LPIDs, so only live RBLOCKs are read. They are written to the COLD line, and MAP is
+//! updated with the optimistic check: an entry moves only if it still points at the victim,
+//! so a user write that landed meanwhile wins. The GC record of the moves is durable before
+//! the victim is erased.
+
+use afa_sim::TimeNs;
+
+use crate::controller::{Event, GcPass, Waiter};
+use crate::log::{GcMove, LogRecord};
+use crate::media::{Ppn, RblockWrite, Tag, TagKind};
+use crate::provision::{BlockState, Stream};
+use crate::OxController;
+
+impl OxController {
+    /// Schedules a GC check of the channel of a WBLOCK just handed out, if it crossed the
+    /// start threshold.
+    pub(crate) fn gc_trigger_for(&mut self, ppn: Ppn) {
+        if !self.cfg.gc.enabled {
+            return;
+        }
+        let ch = self.media.channel_of(self.media.block_of_ppn(ppn));
+        if !self.gc.contains_key(&ch)
+            && self.prov.used_fraction(ch) >= self.cfg.gc.start_used_fraction
+        {
+            self.events.push(self.now_ns, Event::GcCheck(ch));
+        }
+    }
+
+    /// The EBLOCK GC should collect next in a channel, if any would give space back.
+    pub(crate) fn pick_victim(&self, ch: u32) -> Option<u32> {
+        let full_rblocks = self.cfg.terms.rblocks_per_eblock();
+        let mut best: Option<(u32, u32)> = None; // (invalid, block)
+        let mut coldest: Option<(u32, u32)> = None; // (erase count, block)
+        let mut max_erase = 0;
+        for b in self.prov.blocks_of_channel(&self.media, ch) {
+            let m = &self.prov.blocks[b as usize];
+            if m.state == BlockState::Bad || m.state == BlockState::System {
+                continue;
+            }
+            max_erase = max_erase.max(self.media.erase_count(b));
+            let candidate = m.state == BlockState::Full
+                && matches!(m.stream, Some(Stream::Hot) | Some(Stream::Cold))
+                && m.inflight == 0
+                && !self.gc.values().any(|p| p.victim == b);
+            if !candidate {
+                continue;
+            }
+            if m.retire {
+                return Some(b);
+            }
+            let invalid = full_rblocks - self.gbitv.valid(b);
+            if best.is_none_or(|(i, _)| invalid > i) {
+                best = Some((invalid, b));
+            }
+            let e = self.media.erase_count(b);
+            if coldest.is_none_or(|(c, _)| e < c) {
+                coldest = Some((e, b));
+            }
+        }
+        // Static wear levelling takes every eighth pass of a channel at most, so that moving
+        // cold data never starves the passes that give space back.
+        let wl = self.cfg.gc.static_wear_threshold_erases;
+        if let Some((e, b)) = coldest {
+            if wl > 0 && max_erase > e + wl && self.gc_passes[ch as usize] % 8 == 7 {
+                return Some(b);
+            }
+        }
+        best.filter(|&(invalid, _)| invalid > 0).map(|(_, b)| b)
+    }
+
+    pub(crate) fn on_gc_check(&mut self, ch: u32) {
+        if !self.cfg.gc.enabled || self.gc.contains_key(&ch) || self.fatal.is_some() {
+            return;
+        }
+        let needed = self.prov.used_fraction(ch) >= self.cfg.gc.start_used_fraction
+            || (self.prov.is_gc_channel(ch)
+                && self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction);
+        if !needed {
+            self.prov.gc_channels[ch as usize] = false;
+            self.retry_stalled();
+            return;
+        }
+        let limit = self.cfg.gc.max_gc_channels;
+        let closed = self.prov.gc_channels.iter().filter(|&&c| c).count() as u32;
+        if limit > 0 && !self.prov.is_gc_channel(ch) && closed >= limit {
+            // Another channel's pass ends soon and checks again; this one waits its turn.
+            return;
+        }
+        match self.pick_victim(ch) {
+            Some(v) => self.start_gc_pass(ch, v),
+            None => {
+                self.prov.gc_channels[ch as usize] = false;
+                self.retry_stalled();
+                self.fail_stalled_if_hopeless();
+            }
+        }
+    }
+
+    /// Reads the live RBLOCKs of the victim and writes them to the COLD line.
+    fn start_gc_pass(&mut self, ch: u32, victim: u32) {
+        let now = self.now_ns;
+        self.prov.gc_channels[ch as usize] = true;
+        self.gc_passes[ch as usize] += 1;
+        let seq = self.next_gc_seq;
+        self.next_gc_seq += 1;
+        let spp = self.media.rblocks_per_wblock() as usize;
+        let rb = self.cfg.terms.rblock_bytes as u64;
+        let live = self.gbitv.live_rblocks(victim);
+        let first = self.media.first_ppn(victim);
+        let mut copies = Vec::with_capacity(live.len());
+        let mut end_max = now;
+        for chunk in live.chunks(spp) {
+            let mut ready = now;
+            let mut rblocks = Vec::with_capacity(spp);
+            let mut priors = Vec::with_capacity(spp);
+            for &r in chunk {
+                let ppa = self.media.ppa(first + r / spp as u32, r % spp as u32);
+                let (t, token, tag) = self.media.read_rblock(ppa, now);
+                ready = ready.max(t);
+                rblocks.push(RblockWrite {
+                    tag: Tag::new(TagKind::Gc, tag.lpid, seq),
+                    token,
+                });
+                priors.push((tag.lpid, ppa));
+            }
+            self.stats.gc_read_bytes += chunk.len() as u64 * rb;
+            let ready = self.cpu(ready, self.cfg.costs.page_cpu_ns * chunk.len() as u64);
+            loop {
+                let Some(ppn) = self.prov.alloc(&self.media, Stream::Cold) else {
+                    // Nowhere to move the pages: give up on this victim for now.
+                    self.abort_gc(ch, copies);
+                    return;
+                };
+                match self.media.program(ppn, ready, &rblocks, None) {
+                    Ok(end) => {
+                        end_max = end_max.max(end);
+                        self.stats.gc_write_bytes += chunk.len() as u64 * rb;
+                        let b = self.media.block_of_ppn(ppn) as usize;
+                        self.prov.blocks[b].inflight += chunk.len() as u32;
+                        for (i, &(lpid, prior)) in priors.iter().enumerate() {
+                            copies.push((lpid, prior, self.media.ppa(ppn, i as u32)));
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        if !self.absorb_program_failure(ppn, e) {
+                            self.abort_gc(ch, copies);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        let reclaim = self.cfg.terms.rblocks_per_eblock() - live.len() as u32;
+        self.gc.insert(
+            ch,
+            GcPass {
+                victim,
+                seq,
+                copies,
+                reclaim_rblocks: reclaim,
+            },
+        );
+        self.events.push(end_max, Event::GcCopiesDone(ch));
+    }
+
+    /// Abandons a pass whose pages could not all be moved: the copies made are garbage.
+    fn abort_gc(&mut self, ch: u32, copies: Vec<(u64, crate::media::Ppa, crate::media::Ppa)>) {
+        for (_, _, new) in copies {
+            let b = self.media.block_of_ppa(new) as usize;
+            self.prov.blocks[b].inflight -= 1;
+        }
+        self.prov.gc_channels[ch as usize] = false;
+        // GC cannot move pages anywhere: the device is full.
+        if self.gc.is_empty() {
+            while let Some(p) = self.stalled.pop_front() {
+                self.fail_context(p);
+            }
+        }
+    }
+
+    /// The copies are on flash: install the ones that still hold (optimistic check), log the
+    /// moves, and erase the victim once that record is durable.
+    pub(crate) fn on_gc_copies_done(&mut self, ch: u32) {
+        let now = self.now_ns;
+        let Some(pass) = self.gc.get(&ch).cloned() else {
+            return;
+        };
+        let mut moves = Vec::with_capacity(pass.copies.len());
+        for &(lpid, prior, new) in &pass.copies {
+            // Read the entry, then compare again under the entry's lock and swap only if
+            // unchanged (§7.2.8); in one simulated thread the two reads coincide.
+            let (_, seen) = self.map_lookup(lpid, now);
+            let b = self.media.block_of_ppa(new) as usize;
+            self.prov.blocks[b].inflight -= 1;
+            if seen.ppa() == prior {
+                self.map.set(lpid, crate::tables::MapEntry::new(new));
+                self.set_live(prior, false);
+                self.set_live(new, true);
+                moves.push(GcMove { lpid, prior, new });
+            } else {
+                self.stats.gc_copies_lost += 1;
+            }
+        }
+        let cost = self.cfg.costs.log_record_cpu_ns
+            + self.cfg.costs.map_update_ns * pass.copies.len() as u64;
+        let t = self.cpu(now, cost);
+        let lsn = self.log_append(
+            LogRecord::Gc {
+                victim: pass.victim,
+                moves,
+            },
+            t,
+        );
+        self.wait_log(
+            lsn,
+            Waiter::EraseAfter {
+                block: pass.victim,
+                gc_channel: Some(ch),
+            },
+        );
+    }
+
+    /// Erases (or retires) an EBLOCK whose erase record is durable.
+    pub(crate) fn on_erase(&mut self, block: u32, gc_channel: Option<u32>) {
+        let now = self.now_ns;
+        if let Some(ch) = gc_channel {
+            if let Some(pass) = self.gc.remove(&ch) {
+                self.stats.gc_victims += 1;
+                self.stats.gc_reclaimed_bytes +=
+                    pass.reclaim_rblocks as u64 * self.cfg.terms.rblock_bytes as u64;
+                let _ = pass.seq;
+            }
+        }
+        if self.gbitv.valid(block) != 0 {
+            // A live page appeared in the victim: never erase live data.
+            self.fatal = Some(crate::OxError::Recovery(format!(
+                "EBLOCK {block} still holds {} live RBLOCKs at erase",
+                self.gbitv.valid(block)
+            )));
+            return;
+        }
+        if self.prov.blocks[block as usize].retire {
+            self.retire_block(block);
+        } else {
+            match self.media.erase(block, now) {
+                Ok(_) => {
+                    self.space_checkpoint_tried = false;
+                    self.wear.set(block, self.media.erase_count(block));
+                    self.gbitv.clear_block(block);
+                    self.prov.add_free(&self.media, block);
+                }
+                Err(_) => {
+                    self.wear.set(block, self.media.erase_count(block));
+                    self.retire_block(block);
+                }
+            }
+        }
+        if let Some(ch) = gc_channel {
+            if self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction {
+                self.events.push(now, Event::GcCheck(ch));
+            } else {
+                self.prov.gc_channels[ch as usize] = false;
+                // Channels that waited for their turn may start now.
+                for other in 0..self.cfg.channels {
+                    if other != ch && !self.gc.contains_key(&other) {
+                        self.events.push(now, Event::GcCheck(other));
+                    }
+                }
+            }
+        }
+        self.retry_stalled();
+        self.fail_stalled_if_hopeless();
+    }
+
+    /// Reclaims a log or table EBLOCK after a checkpoint: an erase record first (so that
+    /// WEAR stays exact across a crash), then the erase.
+    pub(crate) fn reclaim_meta_block(&mut self, block: u32, ready_ns: TimeNs) {
+        self.prov.blocks[block as usize].stream = None;
+        let t = self.cpu(ready_ns, self.cfg.costs.log_record_cpu_ns);
+        let lsn = self.log_append(LogRecord::Erase { block }, t);
+        self.wait_log(
+            lsn,
+            Waiter::EraseAfter {
+                block,
+                gc_channel: None,
+            },
+        );
+    }
+}

@@ -1,0 +1,1022 @@
+//! The host key-value store of §8: a B-tree of fixed 4 KiB pages updated in place (the
+//! paper's modified Bw-tree), a host page cache limited to a fraction of the data set, and a
+//! 1 MiB write buffer, on either interface:
+//!
+//! - **Batch** (BwTree_Batch): the host keeps only its cache; a full write buffer goes to the
+//!   SSD as one `flush_batch` (a DESC block and 255 LPAGEs); reads are `read_lpid`.
+//! - **Block** (BwTree_Block): the host does LLAMA-like log structuring itself: a map from
+//!   LPID to LBA, a circular log of 1 MiB segments written with block writes (each arrives
+//!   as 17 packets and so 17 write contexts in OXBlock), host GC that reads the segment at
+//!   the head of the log back and re-appends its live pages, and host checkpoints of its map.
+//!
+//! The host runs one thread (as in the paper). Its CPU time per operation is modelled:
+//! a fixed cost per YCSB operation, a cost per device command, per page copied into the
+//! write buffer, and — on the block interface only — per page mapped, per page examined by
+//! host GC and per map entry checkpointed. A read miss waits for the device; flushes run in
+//! the background, at most `max_outstanding_flushes` at a time.
+//!
+//! The content of a page is its (LPID, version): the device stores the token of that pair,
+//! and every page read from the device is checked against the version the host last wrote
+//! (the oracle); each record's value version is also checked on every YCSB read.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use afa_nand::sector_token;
+use afa_sim::{TimeNs, NS_PER_S};
+use serde::{Deserialize, Serialize};
+
+use crate::ycsb::{Workload, Ycsb, YcsbOp, KEY_BYTES, VALUE_BYTES};
+use crate::{BatchBuffer, OxConfig, OxController, OxError, OxStats, Request, RequestId};
+
+/// Which storage interface the host uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interface {
+    Batch,
+    Block,
+}
+
+/// The host's CPU costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostCosts {
+    /// Index traversal, key search and record copy of one YCSB operation.
+    pub op_cpu_ns: u64,
+    /// Issuing one device command and handling its completion (NVMe-oF/TCP on the host).
+    pub io_cpu_ns: u64,
+    /// Copying one page into the write buffer.
+    pub page_copy_cpu_ns: u64,
+    /// Block interface: maintaining the LPID → LBA map for one page written.
+    pub map_update_cpu_ns: u64,
+    /// Block interface: host GC work per page of a cleaned segment (parse, liveness check).
+    pub gc_page_cpu_ns: u64,
+    /// Block interface: host checkpoint work per map entry written.
+    pub ckpt_entry_cpu_ns: u64,
+}
+
+impl Default for HostCosts {
+    fn default() -> Self {
+        Self {
+            op_cpu_ns: 1_800,
+            io_cpu_ns: 5_000,
+            page_copy_cpu_ns: 400,
+            map_update_cpu_ns: 300,
+            gc_page_cpu_ns: 1_200,
+            ckpt_entry_cpu_ns: 15,
+        }
+    }
+}
+
+/// The key-value store and its device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvConfig {
+    pub interface: Interface,
+    /// Records loaded before the measured phase.
+    pub records: u64,
+    /// Host page cache as a fraction of the data set's pages.
+    pub cache_fraction: f64,
+    pub write_buffer_bytes: u64,
+    pub max_outstanding_flushes: usize,
+    /// Page reads the host keeps in flight (LLAMA's asynchronous I/O queue, §8.1.2): a
+    /// missing page is requested and the thread goes on; it waits only when this many are
+    /// outstanding.
+    pub max_outstanding_reads: usize,
+    pub costs: HostCosts,
+    /// Block interface: host GC starts when this fraction of the log's segments is used …
+    pub host_gc_start_used_fraction: f64,
+    /// … and stops below this one.
+    pub host_gc_stop_used_fraction: f64,
+    /// Block interface: time between host checkpoints of the LPID → LBA map (0: none).
+    pub host_checkpoint_interval_ns: u64,
+    /// Block interface: trim a segment once host GC freed it.
+    pub host_trim: bool,
+    pub device: OxConfig,
+}
+
+/// Records per 4 KiB leaf and separators per 4 KiB inner page (32-byte page header).
+pub const PAGE_BYTES: u64 = 4096;
+const PAGE_HEADER_BYTES: u64 = 32;
+pub const LEAF_CAPACITY: usize =
+    ((PAGE_BYTES - PAGE_HEADER_BYTES) / (KEY_BYTES + VALUE_BYTES) as u64) as usize;
+pub const INNER_CAPACITY: usize = ((PAGE_BYTES - PAGE_HEADER_BYTES) / 16) as usize;
+
+impl KvConfig {
+    /// A configuration for `records` records with the device scaled as in §8.2.3: the SSD's
+    /// logical capacity ten times the data set, 30% over-provisioning, GC at 50% used.
+    pub fn scaled(records: u64, interface: Interface, cache_fraction: f64) -> KvConfig {
+        // Leaves end up about 69% full after random inserts.
+        let data_pages = (records as f64 / (LEAF_CAPACITY as f64 * 0.69)).ceil() as u64 + 64;
+        let logical_pages = 10 * data_pages;
+        let mut device = OxConfig {
+            terms: crate::FlashTerms {
+                eblock_bytes: 512 * 1024,
+                ..crate::FlashTerms::default()
+            },
+            channels: 8,
+            luns_per_channel: 2,
+            ..OxConfig::default()
+        };
+        let rblocks_per_eblock = device.terms.rblocks_per_eblock() as u64;
+        let luns = (device.channels * device.luns_per_channel) as u64;
+        let physical_rblocks = logical_pages * 13 / 10;
+        let per_lun = physical_rblocks.div_ceil(rblocks_per_eblock * luns) + 6;
+        device.eblocks_per_lun = per_lun.max(16) as u32;
+        device.logical_pages = logical_pages;
+        device.map_cache_pages = 4;
+        device.max_batch_pages = 255;
+        device.checkpoint.interval_ns = NS_PER_S / 2;
+        device.gc.start_used_fraction = 0.5;
+        device.gc.stop_used_fraction = 0.45;
+        KvConfig {
+            interface,
+            records,
+            cache_fraction,
+            write_buffer_bytes: 1024 * 1024,
+            max_outstanding_flushes: 2,
+            max_outstanding_reads: 32,
+            costs: HostCosts::default(),
+            host_gc_start_used_fraction: 0.5,
+            host_gc_stop_used_fraction: 0.45,
+            host_checkpoint_interval_ns: NS_PER_S / 2,
+            host_trim: true,
+            device,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), OxError> {
+        if self.records == 0 {
+            return Err(OxError::KvConfig("records must be positive".into()));
+        }
+        if !(self.cache_fraction > 0.0 && self.cache_fraction <= 1.0) {
+            return Err(OxError::KvConfig(format!(
+                "cache_fraction = {} must lie in (0, 1]",
+                self.cache_fraction
+            )));
+        }
+        if self.write_buffer_bytes < 2 * PAGE_BYTES
+            || self.max_outstanding_flushes == 0
+            || self.max_outstanding_reads == 0
+        {
+            return Err(OxError::KvConfig(
+                "the write buffer must hold at least two pages and one flush must be allowed"
+                    .into(),
+            ));
+        }
+        if !(0.0 < self.host_gc_stop_used_fraction
+            && self.host_gc_stop_used_fraction <= self.host_gc_start_used_fraction
+            && self.host_gc_start_used_fraction < 1.0)
+        {
+            return Err(OxError::KvConfig(
+                "host GC fractions must satisfy 0 < stop <= start < 1".into(),
+            ));
+        }
+        self.device.validate()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Leaf { keys: Vec<u64>, vals: Vec<u32> },
+    Inner { keys: Vec<u64>, children: Vec<u64> },
+}
+
+/// Host-side counters of one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct KvStats {
+    pub ops: u64,
+    pub reads: u64,
+    pub updates: u64,
+    pub inserts: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Page reads issued to the device for cache misses.
+    pub user_read_bytes: u64,
+    /// Pages flushed for updates and inserts (host GC relocations excluded).
+    pub user_write_bytes: u64,
+    pub flushes: u64,
+    pub host_gc_read_bytes: u64,
+    pub host_gc_write_bytes: u64,
+    pub host_gc_reclaimed_bytes: u64,
+    pub host_gc_segments: u64,
+    pub host_checkpoints: u64,
+    pub host_checkpoint_bytes: u64,
+    /// Pages read from the device whose token was not the version the host wrote.
+    pub mismatches: u64,
+    /// Host CPU time by purpose.
+    pub cpu_op_ns: u64,
+    pub cpu_io_ns: u64,
+    pub cpu_gc_ns: u64,
+    pub cpu_ckpt_ns: u64,
+    /// Host time spent waiting: for a free flush slot, for the read queue, for host GC reads.
+    pub wait_flush_ns: u64,
+    pub wait_read_ns: u64,
+    pub wait_gc_ns: u64,
+    pub elapsed_ns: u64,
+}
+
+/// The result of one measured phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KvRun {
+    pub ops_per_s: f64,
+    pub host: KvStats,
+    /// The device's counters over the measured phase.
+    pub device: OxStatsSummary,
+}
+
+/// The device counters a report needs (Table 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OxStatsSummary {
+    pub user_read_bytes: u64,
+    pub user_write_bytes: u64,
+    pub gc_read_bytes: u64,
+    pub gc_write_bytes: u64,
+    pub gc_reclaimed_bytes: u64,
+    pub done_records: u64,
+    pub contexts: u64,
+    pub write_command_bytes: u64,
+    pub checkpoints: u64,
+    /// Write contexts that waited for GC to free space (every channel closed or full).
+    pub stalled_contexts: u64,
+    pub gc_victims: u64,
+}
+
+impl OxStatsSummary {
+    fn delta(a: &OxStats, b: &OxStats) -> OxStatsSummary {
+        OxStatsSummary {
+            user_read_bytes: b.user_read_bytes - a.user_read_bytes,
+            user_write_bytes: b.user_write_bytes - a.user_write_bytes,
+            gc_read_bytes: b.gc_read_bytes - a.gc_read_bytes,
+            gc_write_bytes: b.gc_write_bytes - a.gc_write_bytes,
+            gc_reclaimed_bytes: b.gc_reclaimed_bytes - a.gc_reclaimed_bytes,
+            done_records: b.done_records - a.done_records,
+            contexts: b.contexts - a.contexts,
+            write_command_bytes: b.write_command_bytes - a.write_command_bytes,
+            checkpoints: b.checkpoints - a.checkpoints,
+            stalled_contexts: b.stalled_contexts - a.stalled_contexts,
+            gc_victims: b.gc_victims - a.gc_victims,
+        }
+    }
+}
+
+const NONE: u64 = u64::MAX;
+
+/// What a flush in flight carried.
+#[derive(Debug, Clone)]
+struct InFlight {
+    lpids: Vec<u64>,
+}
+
+/// The store.
+#[derive(Debug)]
+pub struct KvStore {
+    cfg: KvConfig,
+    dev: OxController,
+    now_ns: TimeNs,
+    nodes: Vec<Node>,
+    /// Version of every page as last modified, and as last handed to the device.
+    version: Vec<u64>,
+    flushed_version: Vec<u64>,
+    root: u64,
+    /// The records and their value versions: the oracle of the KV level.
+    records: BTreeMap<u64, u32>,
+    cache_capacity: usize,
+    last_use: Vec<u64>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    buffer: Vec<u64>,
+    in_buffer: BTreeSet<u64>,
+    buffer_capacity: usize,
+    inflight: BTreeMap<RequestId, InFlight>,
+    inflight_pages: BTreeMap<u64, u32>,
+    /// Page reads in flight: the token each must return.
+    pending_reads: BTreeMap<RequestId, u64>,
+    // Block interface: LLAMA.
+    lba_of: Vec<u64>,
+    seg_pages: u64,
+    segments: u64,
+    seg_slots: Vec<Vec<u64>>,
+    seg_live: Vec<u32>,
+    free_segs: std::collections::VecDeque<u64>,
+    log_order: std::collections::VecDeque<u64>,
+    gc_buffer_pages: BTreeSet<u64>,
+    ckpt_base_lba: u64,
+    ckpt_pages: u64,
+    ckpt_cursor: u64,
+    dirty_map_pages: BTreeSet<u64>,
+    next_ckpt_ns: TimeNs,
+    in_gc: bool,
+    stats: KvStats,
+}
+
+impl KvStore {
+    /// Formats a device and builds an empty store.
+    pub fn new(cfg: KvConfig, seed: u64) -> Result<KvStore, OxError> {
+        cfg.validate()?;
+        let dev = OxController::format(&cfg.device, seed)?;
+        let lp = cfg.device.logical_pages;
+        let seg_pages = cfg.write_buffer_bytes / PAGE_BYTES;
+        // The host checkpoint area sits at the end of the LBA space: room for two copies of
+        // the map of every LPID the data set may use.
+        let max_lpids = lp / 4;
+        let ckpt_pages = (max_lpids * 8).div_ceil(PAGE_BYTES) * 2;
+        let log_lbas = lp.saturating_sub(ckpt_pages);
+        let segments = log_lbas / seg_pages;
+        if cfg.interface == Interface::Block && segments < 4 {
+            return Err(OxError::KvConfig(format!(
+                "the device's {lp} logical pages leave only {segments} host log segments"
+            )));
+        }
+        let buffer_capacity = match cfg.interface {
+            // The DESC takes the first RBLOCK of the buffer.
+            Interface::Batch => (seg_pages as usize - 1).min(cfg.device.max_batch_pages as usize),
+            Interface::Block => seg_pages as usize,
+        };
+        let mut s = KvStore {
+            now_ns: 0,
+            nodes: vec![Node::Leaf {
+                keys: Vec::new(),
+                vals: Vec::new(),
+            }],
+            version: vec![1],
+            flushed_version: vec![0],
+            root: 0,
+            records: BTreeMap::new(),
+            cache_capacity: usize::MAX,
+            last_use: vec![0],
+            lru: BTreeMap::new(),
+            tick: 0,
+            buffer: Vec::new(),
+            in_buffer: BTreeSet::new(),
+            buffer_capacity,
+            inflight: BTreeMap::new(),
+            inflight_pages: BTreeMap::new(),
+            pending_reads: BTreeMap::new(),
+            lba_of: vec![NONE],
+            seg_pages,
+            segments,
+            seg_slots: vec![Vec::new(); segments as usize],
+            seg_live: vec![0; segments as usize],
+            free_segs: (0..segments).collect(),
+            log_order: std::collections::VecDeque::new(),
+            gc_buffer_pages: BTreeSet::new(),
+            ckpt_base_lba: segments * seg_pages,
+            ckpt_pages,
+            ckpt_cursor: 0,
+            dirty_map_pages: BTreeSet::new(),
+            next_ckpt_ns: cfg.host_checkpoint_interval_ns,
+            in_gc: false,
+            stats: KvStats::default(),
+            dev,
+            cfg,
+        };
+        s.touch(0);
+        s.mark_modified(0)?;
+        Ok(s)
+    }
+
+    pub fn device(&self) -> &OxController {
+        &self.dev
+    }
+    pub fn stats(&self) -> &KvStats {
+        &self.stats
+    }
+    pub fn now_ns(&self) -> TimeNs {
+        self.now_ns
+    }
+    /// Pages of the B-tree.
+    pub fn pages(&self) -> u64 {
+        self.nodes.len() as u64
+    }
+
+    // ----- CPU and device ---------------------------------------------------------------
+
+    fn cpu(&mut self, ns: u64, purpose: Purpose) {
+        self.now_ns += ns;
+        match purpose {
+            Purpose::Op => self.stats.cpu_op_ns += ns,
+            Purpose::Io => self.stats.cpu_io_ns += ns,
+            Purpose::Gc => self.stats.cpu_gc_ns += ns,
+            Purpose::Ckpt => self.stats.cpu_ckpt_ns += ns,
+        }
+    }
+
+    fn submit(&mut self, req: Request) -> Result<RequestId, OxError> {
+        let now = self.now_ns.max(self.dev.now_ns());
+        self.now_ns = now;
+        self.dev.submit(now, req)
+    }
+
+    /// Handles completions that arrived: acknowledged flushes leave the in-flight set.
+    fn drain_completions(&mut self) -> Result<(), OxError> {
+        for c in self.dev.take_completions() {
+            if let Some(expect) = self.pending_reads.remove(&c.id) {
+                if c.result?.first() != Some(&expect) {
+                    self.stats.mismatches += 1;
+                }
+                continue;
+            }
+            if let Some(f) = self.inflight.remove(&c.id) {
+                c.result?;
+                for l in f.lpids {
+                    if let Some(n) = self.inflight_pages.get_mut(&l) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.inflight_pages.remove(&l);
+                        }
+                    }
+                }
+            } else {
+                c.result?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for one request (a read, or the host GC's segment read).
+    fn wait(&mut self, id: RequestId) -> Result<Vec<u64>, OxError> {
+        let c = self.dev.run_until_complete(id)?;
+        self.now_ns = self.now_ns.max(c.done_ns);
+        self.drain_completions()?;
+        c.result
+    }
+
+    /// Waits until fewer than `n` flushes are in flight.
+    fn wait_flushes_below(&mut self, n: usize) -> Result<(), OxError> {
+        let start = self.now_ns;
+        let r = self.wait_flushes_below_inner(n);
+        self.stats.wait_flush_ns += self.now_ns - start;
+        r
+    }
+
+    fn wait_flushes_below_inner(&mut self, n: usize) -> Result<(), OxError> {
+        while self.inflight.len() >= n {
+            let Some(t) = self.dev.next_event_ns() else {
+                return Err(OxError::KvConfig("a flush never completed".into()));
+            };
+            self.dev.advance_to(t);
+            self.now_ns = self.now_ns.max(t);
+            self.drain_completions()?;
+        }
+        Ok(())
+    }
+
+    // ----- the page cache ---------------------------------------------------------------
+
+    fn touch(&mut self, lpid: u64) {
+        self.tick += 1;
+        let old = self.last_use[lpid as usize];
+        if old != 0 {
+            self.lru.remove(&old);
+        }
+        self.last_use[lpid as usize] = self.tick;
+        self.lru.insert(self.tick, lpid);
+        while self.lru.len() > self.cache_capacity {
+            let (_, victim) = self.lru.pop_first().expect("non-empty");
+            self.last_use[victim as usize] = 0;
+        }
+    }
+
+    /// Makes a page resident: a hit, a copy still in host memory (buffer or flush in
+    /// flight), or a read from the device, checked against the version the host wrote.
+    fn access(&mut self, lpid: u64) -> Result<(), OxError> {
+        if self.last_use[lpid as usize] != 0 {
+            self.stats.cache_hits += 1;
+            self.touch(lpid);
+            return Ok(());
+        }
+        self.stats.cache_misses += 1;
+        if self.in_buffer.contains(&lpid) || self.inflight_pages.contains_key(&lpid) {
+            self.touch(lpid);
+            return Ok(());
+        }
+        self.read_page_from_device(lpid)?;
+        self.stats.user_read_bytes += PAGE_BYTES;
+        self.touch(lpid);
+        Ok(())
+    }
+
+    /// Requests a page from the device without waiting for it (the thread waits only when
+    /// the read queue is full). The operation that needed the page goes on as if it had
+    /// arrived: the model does not suspend operations, so a leaf that depends on a missing
+    /// inner page is requested at the same time (inner pages almost never miss).
+    fn read_page_from_device(&mut self, lpid: u64) -> Result<(), OxError> {
+        self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Io);
+        let req = match self.cfg.interface {
+            Interface::Batch => Request::ReadLpid(lpid),
+            Interface::Block => Request::ReadBlocks {
+                lba: self.lba_of[lpid as usize],
+                count: 1,
+            },
+        };
+        let expect = sector_token(lpid, self.flushed_version[lpid as usize]);
+        let id = self.submit(req)?;
+        self.pending_reads.insert(id, expect);
+        while self.pending_reads.len() >= self.cfg.max_outstanding_reads {
+            self.wait_oldest_read()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest page read and checks what it returned.
+    fn wait_oldest_read(&mut self) -> Result<(), OxError> {
+        let Some((&oldest, &expect)) = self.pending_reads.iter().next() else {
+            return Ok(());
+        };
+        let c = self.dev.run_until_complete(oldest)?;
+        self.stats.wait_read_ns += c.done_ns.saturating_sub(self.now_ns);
+        self.now_ns = self.now_ns.max(c.done_ns);
+        self.pending_reads.remove(&oldest);
+        if c.result?.first() != Some(&expect) {
+            self.stats.mismatches += 1;
+        }
+        self.drain_completions()
+    }
+
+    // ----- the write buffer and flushes -------------------------------------------------
+
+    /// A page changed: its new image goes into the write buffer (once per buffer).
+    fn mark_modified(&mut self, lpid: u64) -> Result<(), OxError> {
+        self.version[lpid as usize] += 1;
+        if self.in_buffer.insert(lpid) {
+            self.buffer.push(lpid);
+            self.cpu(self.cfg.costs.page_copy_cpu_ns, Purpose::Op);
+            self.stats.user_write_bytes += PAGE_BYTES;
+            if self.buffer.len() >= self.buffer_capacity {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the write buffer to the device.
+    fn flush(&mut self) -> Result<(), OxError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        self.wait_flushes_below(self.cfg.max_outstanding_flushes)?;
+        let lpids = std::mem::take(&mut self.buffer);
+        self.in_buffer.clear();
+        let gc_pages = std::mem::take(&mut self.gc_buffer_pages);
+        for &l in &lpids {
+            self.flushed_version[l as usize] = self.version[l as usize];
+            *self.inflight_pages.entry(l).or_insert(0) += 1;
+        }
+        let pages: Vec<(u64, u64)> = lpids
+            .iter()
+            .map(|&l| (l, sector_token(l, self.version[l as usize])))
+            .collect();
+        self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Io);
+        let req = match self.cfg.interface {
+            Interface::Batch => Request::FlushBatch(BatchBuffer::new(
+                &pages,
+                self.cfg.device.terms.rblock_bytes,
+            )?),
+            Interface::Block => {
+                let seg = self.take_segment()?;
+                let base = seg * self.seg_pages;
+                for (i, &l) in lpids.iter().enumerate() {
+                    let lba = base + i as u64;
+                    let old = std::mem::replace(&mut self.lba_of[l as usize], lba);
+                    if old != NONE {
+                        let seg_old = (old / self.seg_pages) as usize;
+                        self.seg_live[seg_old] = self.seg_live[seg_old].saturating_sub(1);
+                    }
+                    self.seg_live[seg as usize] += 1;
+                    self.dirty_map_pages.insert(l * 8 / PAGE_BYTES);
+                }
+                self.seg_slots[seg as usize] = lpids.clone();
+                self.log_order.push_back(seg);
+                let cost = self.cfg.costs.map_update_cpu_ns * lpids.len() as u64;
+                self.cpu(cost, Purpose::Io);
+                let _ = gc_pages;
+                Request::WriteBlocks {
+                    lba: base,
+                    tokens: pages.iter().map(|p| p.1).collect(),
+                }
+            }
+        };
+        let id = self.submit(req)?;
+        self.stats.flushes += 1;
+        self.inflight.insert(id, InFlight { lpids });
+        if self.cfg.interface == Interface::Block && !self.in_gc {
+            self.host_gc()?;
+        }
+        Ok(())
+    }
+
+    fn take_segment(&mut self) -> Result<u64, OxError> {
+        if self.free_segs.is_empty() {
+            self.host_gc_one()?;
+        }
+        self.free_segs.pop_front().ok_or(OxError::NoSpace)
+    }
+
+    fn used_fraction(&self) -> f64 {
+        1.0 - self.free_segs.len() as f64 / self.segments as f64
+    }
+
+    /// LLAMA-like host GC: clean segments at the head of the log while too few are free.
+    fn host_gc(&mut self) -> Result<(), OxError> {
+        if self.used_fraction() < self.cfg.host_gc_start_used_fraction {
+            return Ok(());
+        }
+        while self.used_fraction() > self.cfg.host_gc_stop_used_fraction {
+            if !self.host_gc_one()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cleans the oldest segment: reads it back whole, re-appends its live pages and frees
+    /// it. Returns false when there is nothing to clean.
+    fn host_gc_one(&mut self) -> Result<bool, OxError> {
+        // Segments still being written cannot be cleaned.
+        let Some(seg) = self.log_order.front().copied() else {
+            return Ok(false);
+        };
+        let busy = self.inflight.values().any(|f| {
+            f.lpids
+                .iter()
+                .any(|&l| self.lba_of[l as usize] / self.seg_pages == seg)
+        });
+        if busy {
+            self.wait_flushes_below(1)?;
+        }
+        self.log_order.pop_front();
+        self.in_gc = true;
+        let base = seg * self.seg_pages;
+        let slots = std::mem::take(&mut self.seg_slots[seg as usize]);
+        self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Gc);
+        let id = self.submit(Request::ReadBlocks {
+            lba: base,
+            count: slots.len().max(1) as u32,
+        })?;
+        let before = self.now_ns;
+        let tokens = self.wait(id)?;
+        self.stats.wait_gc_ns += self.now_ns - before;
+        self.stats.host_gc_read_bytes += slots.len() as u64 * PAGE_BYTES;
+        self.stats.host_gc_segments += 1;
+        self.cpu(
+            self.cfg.costs.gc_page_cpu_ns * slots.len() as u64,
+            Purpose::Gc,
+        );
+        let mut live = Vec::new();
+        for (i, &l) in slots.iter().enumerate() {
+            if self.lba_of[l as usize] == base + i as u64 {
+                // The device must hold the version the host last wrote for a live page.
+                if tokens.get(i) != Some(&sector_token(l, self.flushed_version[l as usize])) {
+                    self.stats.mismatches += 1;
+                }
+                // Until the buffer takes it to its new place the page lives in host memory.
+                self.lba_of[l as usize] = NONE;
+                live.push(l);
+            }
+        }
+        self.stats.host_gc_reclaimed_bytes += (slots.len() - live.len()) as u64 * PAGE_BYTES;
+        self.seg_live[seg as usize] = 0;
+        self.free_segs.push_back(seg);
+        if self.cfg.host_trim {
+            self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Gc);
+            // The trim goes in the background, like a flush.
+            let t = self.submit(Request::TrimBlocks {
+                lba: base,
+                count: self.seg_pages as u32,
+            })?;
+            self.inflight.insert(t, InFlight { lpids: Vec::new() });
+        }
+        for l in live {
+            // Relocated pages keep their version: only their address changes.
+            if self.in_buffer.insert(l) {
+                self.buffer.push(l);
+                self.gc_buffer_pages.insert(l);
+                self.stats.host_gc_write_bytes += PAGE_BYTES;
+                self.cpu(self.cfg.costs.page_copy_cpu_ns, Purpose::Gc);
+                if self.buffer.len() >= self.buffer_capacity {
+                    self.flush()?;
+                }
+            }
+        }
+        self.in_gc = false;
+        Ok(true)
+    }
+
+    /// Host checkpoint of the LPID → LBA map: the map pages changed since the last one are
+    /// written to the checkpoint area.
+    fn host_checkpoint(&mut self) -> Result<(), OxError> {
+        let pages: Vec<u64> = std::mem::take(&mut self.dirty_map_pages)
+            .into_iter()
+            .collect();
+        if pages.is_empty() {
+            return Ok(());
+        }
+        self.stats.host_checkpoints += 1;
+        let entries = pages.len() as u64 * PAGE_BYTES / 8;
+        self.cpu(self.cfg.costs.ckpt_entry_cpu_ns * entries, Purpose::Ckpt);
+        for chunk in pages.chunks(256) {
+            let n = chunk.len() as u64;
+            if self.ckpt_cursor + n > self.ckpt_pages {
+                self.ckpt_cursor = 0;
+            }
+            let lba = self.ckpt_base_lba + self.ckpt_cursor;
+            self.ckpt_cursor += n;
+            self.wait_flushes_below(self.cfg.max_outstanding_flushes)?;
+            self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Ckpt);
+            let tokens = chunk
+                .iter()
+                .map(|&p| sector_token(u64::MAX - p, self.stats.host_checkpoints))
+                .collect();
+            let id = self.submit(Request::WriteBlocks { lba, tokens })?;
+            self.stats.host_checkpoint_bytes += n * PAGE_BYTES;
+            self.inflight.insert(id, InFlight { lpids: Vec::new() });
+        }
+        Ok(())
+    }
+
+    // ----- the B-tree -------------------------------------------------------------------
+
+    fn new_page(&mut self, node: Node) -> u64 {
+        let l = self.nodes.len() as u64;
+        self.nodes.push(node);
+        self.version.push(0);
+        self.flushed_version.push(0);
+        self.last_use.push(0);
+        self.lba_of.push(NONE);
+        l
+    }
+
+    /// The path from the root to the leaf that holds (or would hold) `key`, each page made
+    /// resident on the way.
+    fn descend(&mut self, key: u64) -> Result<Vec<u64>, OxError> {
+        let mut path = vec![self.root];
+        let mut p = self.root;
+        loop {
+            self.access(p)?;
+            match &self.nodes[p as usize] {
+                Node::Leaf { .. } => return Ok(path),
+                Node::Inner { keys, children } => {
+                    let i = keys.partition_point(|&k| k <= key);
+                    p = children[i];
+                    path.push(p);
+                }
+            }
+        }
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<u32>, OxError> {
+        let path = self.descend(key)?;
+        let leaf = *path.last().expect("non-empty");
+        if let Node::Leaf { keys, vals } = &self.nodes[leaf as usize] {
+            return Ok(keys.binary_search(&key).ok().map(|i| vals[i]));
+        }
+        Ok(None)
+    }
+
+    fn update(&mut self, key: u64) -> Result<bool, OxError> {
+        let path = self.descend(key)?;
+        let leaf = *path.last().expect("non-empty");
+        let found = if let Node::Leaf { keys, vals } = &mut self.nodes[leaf as usize] {
+            match keys.binary_search(&key) {
+                Ok(i) => {
+                    vals[i] += 1;
+                    Some(vals[i])
+                }
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        match found {
+            Some(v) => {
+                self.records.insert(key, v);
+                self.mark_modified(leaf)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn insert(&mut self, key: u64) -> Result<(), OxError> {
+        let path = self.descend(key)?;
+        let leaf = *path.last().expect("non-empty");
+        if let Node::Leaf { keys, vals } = &mut self.nodes[leaf as usize] {
+            match keys.binary_search(&key) {
+                Ok(i) => vals[i] += 1,
+                Err(i) => {
+                    keys.insert(i, key);
+                    vals.insert(i, 1);
+                }
+            }
+        }
+        self.records.insert(key, 1);
+        self.mark_modified(leaf)?;
+        // Split full pages bottom-up.
+        let mut child = leaf;
+        for depth in (0..path.len()).rev() {
+            let p = path[depth];
+            if p != child {
+                break;
+            }
+            let over = match &self.nodes[p as usize] {
+                Node::Leaf { keys, .. } => keys.len() > LEAF_CAPACITY,
+                Node::Inner { keys, .. } => keys.len() > INNER_CAPACITY,
+            };
+            if !over {
+                break;
+            }
+            let (sep, right) = match &mut self.nodes[p as usize] {
+                Node::Leaf { keys, vals } => {
+                    let h = keys.len() / 2;
+                    let rk = keys.split_off(h);
+                    let rv = vals.split_off(h);
+                    (rk[0], Node::Leaf { keys: rk, vals: rv })
+                }
+                Node::Inner { keys, children } => {
+                    let h = keys.len() / 2;
+                    let mut rk = keys.split_off(h);
+                    let sep = rk.remove(0);
+                    let rc = children.split_off(h + 1);
+                    (
+                        sep,
+                        Node::Inner {
+                            keys: rk,
+                            children: rc,
+                        },
+                    )
+                }
+            };
+            let r = self.new_page(right);
+            self.touch(r);
+            self.mark_modified(p)?;
+            self.mark_modified(r)?;
+            if depth == 0 {
+                let root = self.new_page(Node::Inner {
+                    keys: vec![sep],
+                    children: vec![p, r],
+                });
+                self.touch(root);
+                self.mark_modified(root)?;
+                self.root = root;
+            } else {
+                let parent = path[depth - 1];
+                if let Node::Inner { keys, children } = &mut self.nodes[parent as usize] {
+                    let i = keys.partition_point(|&k| k <= sep);
+                    keys.insert(i, sep);
+                    children.insert(i + 1, r);
+                }
+                self.mark_modified(parent)?;
+                child = parent;
+            }
+        }
+        Ok(())
+    }
+
+    // ----- phases -----------------------------------------------------------------------
+
+    /// Loads `records` records, flushes everything, and empties the cache (the paper's
+    /// experiments are cold).
+    pub fn load(&mut self) -> Result<(), OxError> {
+        for k in Ycsb::load_keys(self.cfg.records) {
+            self.cpu(self.cfg.costs.op_cpu_ns, Purpose::Op);
+            self.insert(k)?;
+        }
+        self.flush()?;
+        self.wait_flushes_below(1)?;
+        while !self.pending_reads.is_empty() {
+            self.wait_oldest_read()?;
+        }
+        self.dev.quiesce();
+        self.now_ns = self.now_ns.max(self.dev.now_ns());
+        self.cache_capacity =
+            ((self.cfg.cache_fraction * self.nodes.len() as f64).round() as usize).max(1);
+        for l in 0..self.nodes.len() {
+            self.last_use[l] = 0;
+        }
+        self.lru.clear();
+        self.stats = KvStats::default();
+        Ok(())
+    }
+
+    /// Runs `ops` operations of `workload` and measures them.
+    pub fn run(&mut self, workload: Workload, ops: u64, seed: u64) -> Result<KvRun, OxError> {
+        let mut y = Ycsb::new(workload, self.cfg.records, seed);
+        let start_ns = self.now_ns;
+        let dev_before = *self.dev.stats();
+        self.next_ckpt_ns = start_ns + self.cfg.host_checkpoint_interval_ns;
+        for _ in 0..ops {
+            self.stats.ops += 1;
+            self.cpu(self.cfg.costs.op_cpu_ns, Purpose::Op);
+            match y.next_op() {
+                YcsbOp::Read(k) => {
+                    self.stats.reads += 1;
+                    let got = self.get(k)?;
+                    if got != self.records.get(&k).copied() {
+                        self.stats.mismatches += 1;
+                    }
+                }
+                YcsbOp::Update(k) => {
+                    self.stats.updates += 1;
+                    if !self.update(k)? {
+                        self.stats.mismatches += 1;
+                    }
+                }
+                YcsbOp::Insert(k) => {
+                    self.stats.inserts += 1;
+                    self.insert(k)?;
+                }
+            }
+            if self.cfg.interface == Interface::Block
+                && self.cfg.host_checkpoint_interval_ns > 0
+                && self.now_ns >= self.next_ckpt_ns
+            {
+                self.next_ckpt_ns += self.cfg.host_checkpoint_interval_ns;
+                self.host_checkpoint()?;
+            }
+            // Let the device catch up with the host's clock so that background work and
+            // completions are processed in time order.
+            self.dev.advance_to(self.now_ns);
+            self.drain_completions()?;
+        }
+        while !self.pending_reads.is_empty() {
+            self.wait_oldest_read()?;
+        }
+        let elapsed = self.now_ns - start_ns;
+        self.stats.elapsed_ns = elapsed;
+        let device = OxStatsSummary::delta(&dev_before, self.dev.stats());
+        Ok(KvRun {
+            ops_per_s: ops as f64 * NS_PER_S as f64 / elapsed.max(1) as f64,
+            host: self.stats,
+            device,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    Op,
+    Io,
+    Gc,
+    Ckpt,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(interface: Interface, cache: f64) -> KvConfig {
+        let mut cfg = KvConfig::scaled(30_000, interface, cache);
+        cfg.device.checkpoint.interval_ns = 20_000_000;
+        cfg.host_checkpoint_interval_ns = 20_000_000;
+        cfg
+    }
+
+    #[test]
+    fn the_btree_holds_every_record_after_the_load() {
+        let mut kv = KvStore::new(small(Interface::Batch, 1.0), 1).unwrap();
+        kv.load().unwrap();
+        assert!(kv.pages() > 30_000 / LEAF_CAPACITY as u64);
+        for k in Ycsb::load_keys(30_000) {
+            assert_eq!(kv.get(k).unwrap(), Some(1));
+        }
+        assert_eq!(kv.get(12345).unwrap(), None);
+        assert_eq!(kv.stats().mismatches, 0);
+    }
+
+    #[test]
+    fn both_interfaces_run_ycsb_without_a_mismatch() {
+        for interface in [Interface::Batch, Interface::Block] {
+            for w in [
+                Workload::WriteHeavy,
+                Workload::ReadHeavy,
+                Workload::A,
+                Workload::D,
+            ] {
+                let mut kv = KvStore::new(small(interface, 0.2), 2).unwrap();
+                kv.load().unwrap();
+                let r = kv.run(w, 4_000, 9).unwrap();
+                assert_eq!(r.host.mismatches, 0, "{interface:?} {w:?}");
+                assert!(r.ops_per_s > 0.0);
+                assert!(r.host.cache_misses > 0);
+                kv.device().check_invariants().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn the_block_host_collects_its_log_and_checkpoints_its_map() {
+        let mut cfg = small(Interface::Block, 0.2);
+        cfg.host_gc_start_used_fraction = 0.2;
+        cfg.host_gc_stop_used_fraction = 0.15;
+        let mut kv = KvStore::new(cfg, 3).unwrap();
+        kv.load().unwrap();
+        let r = kv.run(Workload::WriteHeavy, 20_000, 4).unwrap();
+        assert!(r.host.host_gc_segments > 0, "{:?}", r.host);
+        assert!(r.host.host_gc_reclaimed_bytes > 0);
+        assert!(r.host.host_checkpoints > 0);
+        assert!(r.host.cpu_gc_ns > 0 && r.host.cpu_ckpt_ns > 0);
+        assert_eq!(r.host.mismatches, 0);
+        // Every 1 MiB host flush arrives as 17 packets and so 17 contexts.
+        assert!(r.device.done_records >= 17 * (r.host.flushes - 1));
+    }
+}

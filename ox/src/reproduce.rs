@@ -1,0 +1,276 @@
+//! The paper's measurements, scaled: `ox-fig12` (done records per MiB flushed), `ox-fig13`
+//! (YCSB throughput, batch over block, with checkpoints and GC on) and `ox-table4` (GC
+//! overhead and read amplification, write-heavy, 20% cache).
+//!
+//! The scale (records loaded, operations measured) is in [`Scale`]; the device is sized by
+//! [`KvConfig::scaled`] as in §8.2.3 (logical capacity ten times the data set, 30%
+//! over-provisioning, GC from 50% used). Nothing here is a constant of the paper's results:
+//! every measured figure comes from running the store on the simulated device.
+
+use std::collections::BTreeMap;
+
+use afa_nand::sector_token;
+use serde::Serialize;
+
+use crate::kv::{Interface, KvConfig, KvRun, KvStore};
+use crate::ycsb::Workload;
+use crate::{BatchBuffer, OxConfig, OxController, OxError, Request};
+
+/// A measurement next to the paper's figure, under the same labels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reproduction {
+    pub unit: String,
+    pub paper: BTreeMap<String, f64>,
+    pub measured: BTreeMap<String, f64>,
+}
+
+/// The size of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Scale {
+    pub records: u64,
+    pub ops: u64,
+}
+
+impl Scale {
+    /// `--quick`: 100 000 records (the paper: 10 M), 200 000 operations per phase.
+    pub const QUICK: Scale = Scale {
+        records: 100_000,
+        ops: 200_000,
+    };
+    /// The full run: 1 M records, 2 M operations per phase.
+    pub const FULL: Scale = Scale {
+        records: 1_000_000,
+        ops: 2_000_000,
+    };
+
+    pub fn of(quick: bool) -> Scale {
+        if quick {
+            Scale::QUICK
+        } else {
+            Scale::FULL
+        }
+    }
+}
+
+/// Loads the store and runs one measured phase.
+pub fn measure(
+    interface: Interface,
+    cache_fraction: f64,
+    workload: Workload,
+    scale: Scale,
+    seed: u64,
+) -> Result<KvRun, OxError> {
+    let cfg = KvConfig::scaled(scale.records, interface, cache_fraction);
+    let mut kv = KvStore::new(cfg, seed)?;
+    kv.load()?;
+    kv.run(workload, scale.ops, seed ^ 0x5eed)
+}
+
+fn labels(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Runs experiment `id` and returns the paper's figures next to the measured ones.
+pub fn reproduce(id: &str, quick: bool, seed: u64) -> Result<Reproduction, String> {
+    let scale = Scale::of(quick);
+    let err = |e: OxError| e.to_string();
+    match id {
+        "ox-fig13" => {
+            let mut measured = BTreeMap::new();
+            for (name, w) in [
+                ("read_heavy", Workload::ReadHeavy),
+                ("write_heavy", Workload::WriteHeavy),
+            ] {
+                for cache in [20u32, 80] {
+                    let f = cache as f64 / 100.0;
+                    let batch = measure(Interface::Batch, f, w, scale, seed).map_err(err)?;
+                    let block = measure(Interface::Block, f, w, scale, seed).map_err(err)?;
+                    check_integrity(&batch)?;
+                    check_integrity(&block)?;
+                    measured.insert(format!("{name}_{cache}"), batch.ops_per_s / block.ops_per_s);
+                }
+            }
+            Ok(Reproduction {
+                unit: "throughput ratio, batch / block (YCSB ops per second)".into(),
+                paper: labels(&[
+                    ("read_heavy_20", 2.61),
+                    ("read_heavy_80", 1.36),
+                    ("write_heavy_20", 2.71),
+                    ("write_heavy_80", 1.69),
+                ]),
+                measured,
+            })
+        }
+        "ox-table4" => {
+            let batch =
+                measure(Interface::Batch, 0.2, Workload::WriteHeavy, scale, seed).map_err(err)?;
+            let block =
+                measure(Interface::Block, 0.2, Workload::WriteHeavy, scale, seed).map_err(err)?;
+            check_integrity(&batch)?;
+            check_integrity(&block)?;
+            let t_batch = Table3Row::of(&batch, Interface::Batch);
+            let t_block = Table3Row::of(&block, Interface::Block);
+            Ok(Reproduction {
+                unit: "GC overhead = (GC read + GC write) / reclaimed; read amplification = (user read + GC read) / user read".into(),
+                paper: labels(&[
+                    ("gc_overhead_block_20", 1.252),
+                    ("gc_overhead_batch_20", 0.536),
+                    ("read_amp_block_20", 2.442),
+                    ("read_amp_batch_20", 1.500),
+                ]),
+                measured: labels(&[
+                    ("gc_overhead_block_20", t_block.gc_overhead()),
+                    ("gc_overhead_batch_20", t_batch.gc_overhead()),
+                    ("read_amp_block_20", t_block.read_amplification()),
+                    ("read_amp_batch_20", t_batch.read_amplification()),
+                ]),
+            })
+        }
+        "ox-fig12" => {
+            let mib = if quick { 32 } else { 256 };
+            Ok(Reproduction {
+                unit: "done log records per MiB of host flush".into(),
+                paper: labels(&[("done_per_mib_block", 17.0), ("done_per_mib_batch", 1.0)]),
+                measured: labels(&[
+                    (
+                        "done_per_mib_block",
+                        done_per_mib(Interface::Block, mib, seed).map_err(err)?,
+                    ),
+                    (
+                        "done_per_mib_batch",
+                        done_per_mib(Interface::Batch, mib, seed).map_err(err)?,
+                    ),
+                ]),
+            })
+        }
+        other => Err(OxError::UnknownExperiment(other.to_string()).to_string()),
+    }
+}
+
+fn check_integrity(run: &KvRun) -> Result<(), String> {
+    if run.host.mismatches > 0 {
+        return Err(format!(
+            "{} reads returned the wrong data",
+            run.host.mismatches
+        ));
+    }
+    Ok(())
+}
+
+/// The Table 3 analogue of one run, in bytes. On the block interface "GC" is the host's
+/// LLAMA-like log cleaning (what the paper's table reports for BwTree_Block) plus whatever
+/// the device's own GC moved underneath; on the batch interface it is the device's GC.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Table3Row {
+    pub user_read_bytes: u64,
+    pub user_write_bytes: u64,
+    pub gc_read_bytes: u64,
+    pub gc_write_bytes: u64,
+    pub reclaimed_bytes: u64,
+    /// The share of the GC figures that the device's own GC did (block interface).
+    pub device_gc_read_bytes: u64,
+    pub device_gc_write_bytes: u64,
+    pub device_reclaimed_bytes: u64,
+}
+
+impl Table3Row {
+    pub fn of(run: &KvRun, interface: Interface) -> Table3Row {
+        let d = &run.device;
+        match interface {
+            Interface::Batch => Table3Row {
+                user_read_bytes: run.host.user_read_bytes,
+                user_write_bytes: d.user_write_bytes,
+                gc_read_bytes: d.gc_read_bytes,
+                gc_write_bytes: d.gc_write_bytes,
+                reclaimed_bytes: d.gc_reclaimed_bytes,
+                device_gc_read_bytes: d.gc_read_bytes,
+                device_gc_write_bytes: d.gc_write_bytes,
+                device_reclaimed_bytes: d.gc_reclaimed_bytes,
+            },
+            Interface::Block => Table3Row {
+                user_read_bytes: run.host.user_read_bytes,
+                user_write_bytes: run.host.user_write_bytes,
+                gc_read_bytes: run.host.host_gc_read_bytes + d.gc_read_bytes,
+                gc_write_bytes: run.host.host_gc_write_bytes + d.gc_write_bytes,
+                reclaimed_bytes: run.host.host_gc_reclaimed_bytes,
+                device_gc_read_bytes: d.gc_read_bytes,
+                device_gc_write_bytes: d.gc_write_bytes,
+                device_reclaimed_bytes: d.gc_reclaimed_bytes,
+            },
+        }
+    }
+
+    /// (GC read + GC write) / reclaimed space, for the GC that reclaims the host's space:
+    /// LLAMA's on the block interface (as in the paper's Table 4), the device's on batch.
+    pub fn gc_overhead(&self) -> f64 {
+        let (r, w) = if self.device_reclaimed_bytes == self.reclaimed_bytes {
+            (self.gc_read_bytes, self.gc_write_bytes)
+        } else {
+            (
+                self.gc_read_bytes - self.device_gc_read_bytes,
+                self.gc_write_bytes - self.device_gc_write_bytes,
+            )
+        };
+        (r + w) as f64 / self.reclaimed_bytes.max(1) as f64
+    }
+
+    /// (user read + every GC read) / user read.
+    pub fn read_amplification(&self) -> f64 {
+        (self.user_read_bytes + self.gc_read_bytes) as f64 / self.user_read_bytes.max(1) as f64
+    }
+
+    /// (user write + every GC write) / user write.
+    pub fn write_amplification(&self) -> f64 {
+        (self.user_write_bytes + self.gc_write_bytes) as f64 / self.user_write_bytes.max(1) as f64
+    }
+}
+
+/// Flushes `mib` host buffers of 1 MiB through one interface and counts `done` records per
+/// MiB (Figure 12): a batch buffer is a DESC and 255 LPAGEs; a block write is 256 pages.
+pub fn done_per_mib(interface: Interface, mib: u64, seed: u64) -> Result<f64, OxError> {
+    let cfg = OxConfig {
+        logical_pages: 160 * 1024,
+        ..OxConfig::default()
+    };
+    let mut c = OxController::format(&cfg, seed)?;
+    let mut t = 0;
+    let before = c.stats().done_records;
+    for i in 0..mib {
+        let req = match interface {
+            Interface::Batch => {
+                let pages: Vec<(u64, u64)> = (0..255)
+                    .map(|k| (i * 256 + k, sector_token(i * 256 + k, 1)))
+                    .collect();
+                Request::FlushBatch(BatchBuffer::new(&pages, cfg.terms.rblock_bytes)?)
+            }
+            Interface::Block => Request::WriteBlocks {
+                lba: i * 256,
+                tokens: (0..256).map(|k| sector_token(i * 256 + k, 1)).collect(),
+            },
+        };
+        let id = c.submit(t, req)?;
+        let done = c.run_until_complete(id)?;
+        done.result?;
+        t = done.done_ns;
+    }
+    let host_mib = c.stats().write_command_bytes as f64 / (1024.0 * 1024.0);
+    Ok((c.stats().done_records - before) as f64 / host_mib)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figure12_counts_17_done_records_per_mib_on_block_and_1_on_batch() {
+        let block = done_per_mib(Interface::Block, 4, 1).unwrap();
+        let batch = done_per_mib(Interface::Batch, 4, 1).unwrap();
+        assert!((block - 17.0).abs() < 1e-9, "{block}");
+        assert!((batch - 1.0).abs() < 1e-9, "{batch}");
+    }
+
+    #[test]
+    fn unknown_experiments_are_refused() {
+        assert!(reproduce("ox-fig99", true, 1).is_err());
+    }
+}
