@@ -16,6 +16,8 @@ use crate::{model_waf_value, GcPolicyArg};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// Serve mode: fio's nbd engine against afa and nbdkit memory.
+    Serve(crate::serve::bench_serve::BenchServeArgs),
     /// Simulated steady-state write amplification of uniform random 4 KiB writes beside the
     /// analytic model.
     Waf {
@@ -78,6 +80,7 @@ pub enum PatternArg {
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
+        BenchCommand::Serve(args) => crate::serve::bench_serve::bench(args),
         BenchCommand::Waf {
             policy,
             op,

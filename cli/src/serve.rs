@@ -297,9 +297,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     server.run().map_err(|e| e.to_string())
 }
 
-/// `afa bench serve`. The lead routes `afa bench serve` here from bench.rs; until that
-/// line lands nothing in the binary calls it, hence the allowance.
-#[allow(dead_code)]
+/// `afa bench serve`.
 pub mod bench_serve {
     use super::*;
 

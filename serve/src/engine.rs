@@ -581,7 +581,12 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             self.send_outbox();
         }
         self.send_outbox();
-        // Whatever the device still buffers is made durable before the engine goes away.
+        // Whatever the device still buffers is made durable before the engine goes away,
+        // once every command it has is complete in virtual time (the flush must not exceed
+        // the device's queue depth either).
+        if let Some(latest) = self.outstanding.iter().map(|r| r.0).max() {
+            self.jump_to(latest);
+        }
         let now = self.now_ns();
         if let Err(f) = self.exec.flush(now) {
             crate::log(&format!("final flush failed: {}", f.message));
@@ -681,14 +686,33 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         self.send_outbox();
     }
 
+    /// Shutting down: answers everything without waiting for the wall clock. Virtual time
+    /// jumps from completion to completion instead, so the device still never has more
+    /// than its queue depth outstanding.
     fn drain_now(&mut self) {
-        while let Some(job) = self.waiting.pop_front() {
-            self.start_job(job);
-        }
-        while let Some(d) = self.pending.pop() {
-            self.post(d.reply_to, d.reply);
+        loop {
+            while self.pending.len() >= self.queue_depth
+                || (self.waiting.is_empty() && !self.pending.is_empty())
+            {
+                if let Some(d) = self.pending.pop() {
+                    self.jump_to(d.due_ns);
+                    self.post(d.reply_to, d.reply);
+                }
+            }
+            match self.waiting.pop_front() {
+                Some(job) => self.start_job(job),
+                None => break,
+            }
         }
         self.send_outbox();
+    }
+
+    /// Moves virtual time forward to `t` (never back).
+    fn jump_to(&mut self, t: TimeNs) {
+        let now = self.now_ns();
+        if t > now {
+            self.skew_ns += t - now;
+        }
     }
 
     /// Queues a reply in the outbox, with the others for the same connection.

@@ -294,7 +294,9 @@ fn counting(queue_depth: u32, latency_ns: u64) -> (Counting, Arc<AtomicU64>, Arc
     (d, max, bg)
 }
 
-fn flood(pace: Pace, jobs: u64) -> (u64, u64, Vec<Reply>) {
+/// Sends `jobs` writes, collects their replies, then waits (up to 10 s) until the device
+/// has had `background_calls` idle calls, and stops the engine.
+fn flood(pace: Pace, jobs: u64, background_calls: u64) -> (u64, u64, Vec<Reply>) {
     let (device, max, bg) = counting(4, 2_000_000);
     let (engine, _) = EngineHandle::spawn(Box::new(device), pace).unwrap();
     let tx = engine.sender();
@@ -319,9 +321,12 @@ fn flood(pace: Pace, jobs: u64) -> (u64, u64, Vec<Reply>) {
     while replies.len() < jobs as usize {
         replies.extend(reply_rx.recv_timeout(Duration::from_secs(10)).unwrap());
     }
-    // Idle time for the background calls: generous, because a loaded machine (CI runs
-    // several test binaries at once) can starve the engine thread for tens of milliseconds.
-    std::thread::sleep(Duration::from_millis(400));
+    // Polled rather than slept: a loaded machine (CI runs several test binaries at once)
+    // can starve the engine thread for a long while.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while bg.load(Ordering::SeqCst) < background_calls && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let stats = engine.stop();
     assert_eq!(stats.requests, jobs);
     (
@@ -333,14 +338,14 @@ fn flood(pace: Pace, jobs: u64) -> (u64, u64, Vec<Reply>) {
 
 #[test]
 fn unpaced_engine_never_exceeds_the_queue_depth_in_virtual_time() {
-    let (max, _, replies) = flood(Pace::None, 64);
+    let (max, _, replies) = flood(Pace::None, 64, 0);
     assert!(max <= 4, "{max} outstanding with queue depth 4");
     assert!(replies.iter().all(|r| r.result.is_ok()));
 }
 
 #[test]
 fn paced_engine_holds_requests_beyond_the_queue_depth_and_answers_in_order() {
-    let (max, _, replies) = flood(Pace::Model, 16);
+    let (max, _, replies) = flood(Pace::Model, 16, 0);
     assert!(max <= 4, "{max} outstanding with queue depth 4");
     let handles: Vec<u64> = replies.iter().map(|r| r.handle).collect();
     assert_eq!(
@@ -352,9 +357,38 @@ fn paced_engine_holds_requests_beyond_the_queue_depth_and_answers_in_order() {
 
 #[test]
 fn the_engine_gives_the_device_idle_time() {
-    let (_, background_calls, _) = flood(Pace::Model, 2);
+    let (_, background_calls, _) = flood(Pace::Model, 2, 3);
     assert!(
         background_calls >= 3,
         "background called {background_calls} times"
     );
+}
+
+#[test]
+fn stopping_answers_held_requests_within_the_queue_depth() {
+    // Completions 10 s out: nothing is due before the stop, so the stop itself must answer
+    // every request, jumping virtual time rather than exceeding the queue depth.
+    let (device, max, _) = counting(4, 10_000_000_000);
+    let (engine, _) = EngineHandle::spawn(Box::new(device), Pace::Model).unwrap();
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    let jobs: Vec<Job> = (0..16)
+        .map(|h| Job {
+            handle: h,
+            request: Request::Write {
+                offset: 512 * h,
+                length: 512,
+                fua: false,
+            },
+            data: vec![1; 512],
+            reply_to: reply_tx.clone(),
+            credits: 1,
+        })
+        .collect();
+    engine.sender().submit(jobs).unwrap();
+    let stats = engine.stop();
+    assert_eq!(stats.requests, 16);
+    let replies: usize = reply_rx.try_iter().map(|v| v.len()).sum();
+    assert_eq!(replies, 16);
+    let max = max.load(Ordering::SeqCst);
+    assert!(max <= 4, "{max} outstanding with queue depth 4");
 }
