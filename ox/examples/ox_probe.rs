@@ -1,12 +1,50 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write`.
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial]`,
+//! or `-- lat` for the mean 1 MiB flush latency of each interface.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
 use afa_ox::reproduce::{Scale, Table3Row};
 use afa_ox::ycsb::Workload;
 
+fn flush_latency() {
+    use afa_nand::sector_token;
+    use afa_ox::{BatchBuffer, OxConfig, OxController, Request};
+    for block in [false, true] {
+        let cfg = OxConfig::default();
+        let mut c = OxController::format(&cfg, 1).unwrap();
+        let mut t = 0;
+        let mut total = 0;
+        for i in 0..64u64 {
+            let req = if block {
+                Request::WriteBlocks {
+                    lba: i * 256,
+                    tokens: (0..256).map(|k| sector_token(i * 256 + k, 1)).collect(),
+                }
+            } else {
+                let pages: Vec<(u64, u64)> = (0..255)
+                    .map(|k| (i * 256 + k, sector_token(i * 256 + k, 1)))
+                    .collect();
+                Request::FlushBatch(BatchBuffer::new(&pages, 4096).unwrap())
+            };
+            let id = c.submit(t, req).unwrap();
+            let d = c.run_until_complete(id).unwrap();
+            total += d.done_ns - t;
+            t = d.done_ns;
+        }
+        println!(
+            "block={block}: mean 1 MiB flush latency {} us, {:?}",
+            total / 64 / 1000,
+            c.stats()
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("lat") {
+        flush_latency();
+        return;
+    }
     let records = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let ops = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let cache: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0.2);
@@ -25,6 +63,7 @@ fn main() {
                     cfg.host_gc_start_used_fraction = 0.99;
                     cfg.host_gc_stop_used_fraction = 0.98;
                 }
+                "serial" => cfg.device.costs.block_packet_contexts = 1,
                 "nockpt" => {
                     cfg.device.checkpoint.enabled = false;
                     cfg.host_checkpoint_interval_ns = 0;

@@ -130,6 +130,11 @@ impl BlockDevice for OxBlockDevice {
         if now_ns >= self.ctrl.now_ns() {
             self.ctrl.advance_to(now_ns);
         }
-        self.ctrl.next_event_ns()
+        // Periodic checkpoints are always scheduled; only work under way asks for a call.
+        if self.ctrl.busy() {
+            self.ctrl.next_event_ns()
+        } else {
+            None
+        }
     }
 }

@@ -142,6 +142,7 @@ impl OxController {
             .contexts
             .values()
             .map(|c| c.rdesc_lsn)
+            .chain(self.pending_erases.values().copied())
             .min()
             .unwrap_or(self.log.next_lsn)
             .min(self.log.next_lsn);

@@ -107,6 +107,10 @@ pub struct ControllerCosts {
     /// Payload bytes of one transport packet (a 64 KiB IP datagram less its header): the
     /// paper's 1 MiB buffer arrives as 17 packets.
     pub packet_bytes: u32,
+    /// OXBlock: packet contexts of one write command under way at once (0: all of them).
+    /// The paper says an OXBlock internal write is bounded by the packet size; whether OX
+    /// then runs a command's packet contexts one at a time or side by side it does not say.
+    pub block_packet_contexts: u32,
 }
 
 impl Default for ControllerCosts {
@@ -121,6 +125,7 @@ impl Default for ControllerCosts {
             transport_latency_ns: 15_000,
             link_mb_s: 12_500.0,
             packet_bytes: 65_512,
+            block_packet_contexts: 0,
         }
     }
 }

@@ -102,6 +102,8 @@ pub(crate) struct PendingRequest {
     pub outstanding: u32,
     pub result: Option<Result<Vec<u64>, OxError>>,
     pub ready_ns: TimeNs,
+    /// Block writes: packets whose contexts have not started (ready time, LPIDs, tokens).
+    pub packets: VecDeque<(TimeNs, Vec<u64>, Vec<u64>)>,
 }
 
 /// What waits for the log to become durable up to an LSN.
@@ -216,6 +218,8 @@ pub struct OxController {
     pub(crate) fatal: Option<OxError>,
     /// A checkpoint was started to free log space for waiting contexts (reset by an erase).
     pub(crate) space_checkpoint_tried: bool,
+    /// EBLOCKs whose erase record is logged but which are not erased yet, with its LSN.
+    pub(crate) pending_erases: BTreeMap<u32, u64>,
 }
 
 impl OxController {
@@ -284,6 +288,7 @@ impl OxController {
             hash: EventLogHash::new(),
             fatal: None,
             space_checkpoint_tried: false,
+            pending_erases: BTreeMap::new(),
             cfg,
             media,
             system,
@@ -485,6 +490,7 @@ impl OxController {
                 outstanding: 0,
                 result: None,
                 ready_ns: now_ns,
+                packets: VecDeque::new(),
             },
         );
         Ok(id)
@@ -610,21 +616,44 @@ impl OxController {
             Request::WriteBlocks { lba, tokens } => {
                 // Packet k carries bytes [k·P, (k+1)·P) of the buffer; an RBLOCK belongs to
                 // the packet that completes it.
+                // Each packet is its own context. At most `block_packet_contexts` of one
+                // command are under way at once; a further packet's context starts once it
+                // has arrived and an earlier one is installed (1 makes every internal write
+                // at most a packet, as §8.2.1 describes; 0 lets all run at once).
                 let p = c.packet_bytes as u64;
                 let total = tokens.len() as u64 * rb;
                 let packets = total.div_ceil(p);
                 let mut first = 0u64;
+                let mut queue = VecDeque::new();
                 for k in 0..packets {
                     let end_byte = ((k + 1) * p).min(total);
-                    let last = end_byte / rb; // RBLOCKs complete after this packet
+                    let last = end_byte / rb;
                     let arrive = now + self.link_ns(end_byte);
                     if last > first {
-                        let t = self.cpu(arrive, c.command_cpu_ns);
                         let range = first as usize..last as usize;
                         let lpids = range.clone().map(|i| lba + i as u64).collect();
-                        self.add_context(t, id, lpids, tokens[range].to_vec(), false);
+                        queue.push_back((arrive, lpids, tokens[range].to_vec()));
                         first = last;
                     }
+                }
+                let limit = match c.block_packet_contexts {
+                    0 => usize::MAX,
+                    n => n as usize,
+                };
+                let mut started = Vec::new();
+                while started.len() < limit {
+                    match queue.pop_front() {
+                        Some(p) => started.push(p),
+                        None => break,
+                    }
+                }
+                if let Some(r) = self.requests.get_mut(&id) {
+                    r.outstanding += queue.len() as u32;
+                    r.packets = queue;
+                }
+                for (arrive, lpids, toks) in started {
+                    let t = self.cpu(arrive, c.command_cpu_ns);
+                    self.add_context(t, id, lpids, toks, false);
                 }
             }
             Request::TrimBlocks { lba, count } => {
@@ -880,9 +909,16 @@ impl OxController {
         ready_ns: TimeNs,
     ) -> TimeNs {
         let spp = self.media.rblocks_per_wblock();
+        // The TAG of a table page carries the log's next LSN when it was written: recovery
+        // compares it with erase records to tell an EBLOCK rewritten since its erase.
+        let stamp = self.log.next_lsn;
         let rblocks: Vec<RblockWrite> = (0..spp)
             .map(|_| RblockWrite {
-                tag: Tag::new(TagKind::Table, index as u64, table_code(table)),
+                tag: Tag::new(
+                    TagKind::Table,
+                    table_code(table) << 32 | index as u64,
+                    stamp,
+                ),
                 token: 0,
             })
             .collect();
@@ -1154,6 +1190,33 @@ impl OxController {
         let Some(r) = self.requests.get_mut(&id) else {
             return;
         };
+        if let Some((arrive, lpids, tokens)) = r.packets.pop_front() {
+            // The next packet of a block write starts (its count is already outstanding).
+            r.outstanding -= 1;
+            let cost = self.cfg.costs.command_cpu_ns;
+            let start = self.cpu(arrive.max(t), cost);
+            let k = self.next_start;
+            self.next_start += 1;
+            self.starting.insert(
+                k,
+                PendingContext {
+                    request: id,
+                    lpids,
+                    tokens,
+                    trim: false,
+                    held: Vec::new(),
+                },
+            );
+            self.events.push(start, Event::StartContext(k));
+            if let Some(r) = self.requests.get_mut(&id) {
+                if let Some(res) = result {
+                    if r.result.as_ref().is_none_or(|x| x.is_ok()) {
+                        r.result = Some(res);
+                    }
+                }
+            }
+            return;
+        }
         r.outstanding = r.outstanding.saturating_sub(1);
         r.ready_ns = r.ready_ns.max(t);
         if let Some(res) = result {
@@ -1230,8 +1293,19 @@ impl OxController {
         let bytes = rec.bytes();
         self.stats.log_bytes += bytes as u64;
         let cap = self.log.capacity_bytes;
+        let queued = self.log_forming.len();
         if let Some(back) = self.log_forming.back_mut() {
-            if back.bytes + bytes <= cap && ready_ns <= back.issue_ns {
+            // The front block is programmed at its issue time, so a record joins it only if
+            // ready by then. A block queued behind it waits for the front's program to end,
+            // so any record that fits joins it (group commit), moving its issue no earlier
+            // than the record is ready.
+            let joinable = if queued == 1 {
+                ready_ns <= back.issue_ns
+            } else {
+                true
+            };
+            if back.bytes + bytes <= cap && joinable {
+                back.issue_ns = back.issue_ns.max(ready_ns);
                 back.records.push((lsn, rec));
                 back.bytes += bytes;
                 return lsn;
@@ -1258,6 +1332,11 @@ impl OxController {
     }
 
     pub(crate) fn wait_log(&mut self, lsn: u64, w: Waiter) {
+        if let Waiter::EraseAfter { block, .. } = w {
+            // A checkpoint's RSSP may not pass an erase record before the erase happened,
+            // or the erase would be in neither the checkpointed WEAR nor the redone log.
+            self.pending_erases.insert(block, lsn);
+        }
         if lsn < self.log.durable_lsn {
             self.wake(w);
         } else {

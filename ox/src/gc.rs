@@ -230,6 +230,7 @@ impl OxController {
     /// Erases (or retires) an EBLOCK whose erase record is durable.
     pub(crate) fn on_erase(&mut self, block: u32, gc_channel: Option<u32>) {
         let now = self.now_ns;
+        self.pending_erases.remove(&block);
         if let Some(ch) = gc_channel {
             if let Some(pass) = self.gc.remove(&ch) {
                 self.stats.gc_victims += 1;

@@ -299,7 +299,6 @@ pub struct KvStore {
     seg_live: Vec<u32>,
     free_segs: std::collections::VecDeque<u64>,
     log_order: std::collections::VecDeque<u64>,
-    gc_buffer_pages: BTreeSet<u64>,
     ckpt_base_lba: u64,
     ckpt_pages: u64,
     ckpt_cursor: u64,
@@ -359,7 +358,6 @@ impl KvStore {
             seg_live: vec![0; segments as usize],
             free_segs: (0..segments).collect(),
             log_order: std::collections::VecDeque::new(),
-            gc_buffer_pages: BTreeSet::new(),
             ckpt_base_lba: segments * seg_pages,
             ckpt_pages,
             ckpt_cursor: 0,
@@ -557,7 +555,6 @@ impl KvStore {
         self.wait_flushes_below(self.cfg.max_outstanding_flushes)?;
         let lpids = std::mem::take(&mut self.buffer);
         self.in_buffer.clear();
-        let gc_pages = std::mem::take(&mut self.gc_buffer_pages);
         for &l in &lpids {
             self.flushed_version[l as usize] = self.version[l as usize];
             *self.inflight_pages.entry(l).or_insert(0) += 1;
@@ -589,7 +586,6 @@ impl KvStore {
                 self.log_order.push_back(seg);
                 let cost = self.cfg.costs.map_update_cpu_ns * lpids.len() as u64;
                 self.cpu(cost, Purpose::Io);
-                let _ = gc_pages;
                 Request::WriteBlocks {
                     lba: base,
                     tokens: pages.iter().map(|p| p.1).collect(),
@@ -690,7 +686,6 @@ impl KvStore {
             // Relocated pages keep their version: only their address changes.
             if self.in_buffer.insert(l) {
                 self.buffer.push(l);
-                self.gc_buffer_pages.insert(l);
                 self.stats.host_gc_write_bytes += PAGE_BYTES;
                 self.cpu(self.cfg.costs.page_copy_cpu_ns, Purpose::Gc);
                 if self.buffer.len() >= self.buffer_capacity {

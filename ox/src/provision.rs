@@ -225,10 +225,11 @@ impl Provisioner {
             self.open[slot] = None;
         }
         // Each stream leaves a reserve of free EBLOCKs in the channel for the ones that free
-        // space: user writes stop first, GC copies next, the log and tables last.
+        // space: user writes stop first, GC copies next; the last two EBLOCKs are for the
+        // log and the tables, which a checkpoint needs before it can truncate anything.
         let reserve = match stream {
-            Stream::Hot => 2 * self.luns,
-            Stream::Cold => self.luns,
+            Stream::Hot => 2 * self.luns + 2,
+            Stream::Cold => self.luns + 2,
             Stream::Log | Stream::Table => 0,
         };
         if self.free_in_channel(channel) <= reserve {
@@ -324,14 +325,13 @@ impl Provisioner {
         self.channel_cursor[stream.index()] = ch % self.channels;
     }
 
-    /// Marks recovered EBLOCKs: `written` WBLOCKs on flash, holding `stream`.
-    pub fn mark_recovered(&mut self, media: &Media, block: u32, stream: Stream, written: u32) {
+    /// Marks an EBLOCK recovery found written, holding `stream`.
+    pub fn mark_recovered(&mut self, media: &Media, block: u32, stream: Stream) {
         self.remove_free(media, block);
         self.close_seq += 1;
         let m = &mut self.blocks[block as usize];
         m.state = BlockState::Full;
         m.stream = Some(stream);
-        m.alloc_ptr = written.max(1).min(self.wblocks_per_eblock);
         // A partly written EBLOCK found at recovery is closed: the WBLOCKs after a torn one
         // are not trusted, and its pages are garbage-collected like any other.
         m.alloc_ptr = self.wblocks_per_eblock;

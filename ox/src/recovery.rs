@@ -198,7 +198,7 @@ impl OxController {
                 TagKind::Gc => Stream::Cold,
                 _ => Stream::Hot,
             };
-            c.prov.mark_recovered(&c.media, b, stream, wp);
+            c.prov.mark_recovered(&c.media, b, stream);
         }
 
         // Walk the log from the RSSP.
@@ -341,9 +341,11 @@ impl OxController {
         let mut erased_blocks = BTreeSet::new();
         for (block, pos, first_move) in erase_marks {
             let free_now = c.media.write_pointer(block) == 0;
+            let lsn = records[pos].0;
+            let first_tag = c.media.tag_of(c.media.ppa(c.media.first_ppn(block), 0));
             let rewritten = mentioned_after.get(&block).is_some_and(|&p| p > pos)
-                || walked_blocks.contains(&block)
-                    && c.prov.blocks[block as usize].max_lsn > records[pos].0;
+                || walked_blocks.contains(&block) && c.prov.blocks[block as usize].max_lsn > lsn
+                || first_tag.kind == TagKind::Table && first_tag.seq > lsn;
             let moved_gone = first_move.is_some_and(|(lpid, prior)| {
                 let tag = c.media.tag_of(prior);
                 !(matches!(tag.kind, TagKind::User | TagKind::Gc) && tag.lpid == lpid)
