@@ -68,11 +68,9 @@ pub struct ArrayStats {
     pub read_modify_writes: u64,
     pub reconstruct_writes: u64,
     pub degraded_reads: u64,
-    /// Read commands that needed a reconstruction, and their summed and largest latency
-    /// inside the array (ns): what degraded mode costs a reader.
-    pub degraded_read_commands: u64,
-    pub degraded_read_latency_ns_total: u64,
-    pub degraded_read_latency_ns_max: u64,
+    /// What degraded mode costs a reader (serialised flat).
+    #[serde(flatten)]
+    pub degraded: DegradedReadLatency,
     /// How long the last completed rebuild took, in ns of simulated time.
     pub last_rebuild_ns: Option<u64>,
     pub member_read_sectors: u64,
@@ -85,6 +83,46 @@ pub struct ArrayStats {
     pub stripe_cache_full_stripes: u64,
     /// Stripes evicted (or flushed) before they were complete.
     pub stripe_cache_evictions: u64,
+}
+
+/// Read commands that needed a reconstruction, and their summed and largest latency
+/// inside the array (ns).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DegradedReadLatency {
+    pub degraded_read_commands: u64,
+    pub degraded_read_latency_ns_total: u64,
+    pub degraded_read_latency_ns_max: u64,
+}
+
+impl DegradedReadLatency {
+    fn record(&mut self, latency_ns: u64) {
+        self.degraded_read_commands += 1;
+        self.degraded_read_latency_ns_total += latency_ns;
+        self.degraded_read_latency_ns_max = self.degraded_read_latency_ns_max.max(latency_ns);
+    }
+}
+
+/// Member failures still to happen, as (time, member), earliest last; each engine applies
+/// them when the first command or idle call at or after their time arrives.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FailureSchedule(Vec<(TimeNs, usize)>);
+
+impl FailureSchedule {
+    fn add(&mut self, at_ns: TimeNs, member: usize) {
+        self.0.push((at_ns, member));
+        self.0.sort_by(|a, b| b.cmp(a));
+    }
+    /// The next failure due by `now_ns`, removed from the schedule.
+    fn pop_due(&mut self, now_ns: TimeNs) -> Option<(TimeNs, usize)> {
+        let &(at, _) = self.0.last()?;
+        if at > now_ns {
+            return None;
+        }
+        self.0.pop()
+    }
+    fn next_ns(&self) -> Option<TimeNs> {
+        self.0.last().map(|&(t, _)| t)
+    }
 }
 
 /// A stripe waiting in the stripe cache: its data rows and which sectors are present.
@@ -148,7 +186,7 @@ pub struct Array<D: BlockDevice> {
     spares: Vec<D>,
     codec: Option<Box<dyn ErasureCodec>>,
     /// Member failures still to happen, as (time, member), earliest last.
-    scheduled_failures: Vec<(TimeNs, usize)>,
+    scheduled_failures: FailureSchedule,
     info: DeviceInfo,
     unit: usize,
     chunk_sectors: u32,
@@ -282,7 +320,7 @@ impl<D: BlockDevice> Array<D> {
                 .collect(),
             spares,
             codec,
-            scheduled_failures: Vec::new(),
+            scheduled_failures: FailureSchedule::default(),
             info,
             chunk_sectors,
             stripes,
@@ -365,17 +403,12 @@ impl<D: BlockDevice> Array<D> {
         if member >= self.members.len() {
             return Err(ArrayError::Fail(member, "no such member".into()));
         }
-        self.scheduled_failures.push((at_ns, member));
-        self.scheduled_failures.sort_by(|a, b| b.cmp(a));
+        self.scheduled_failures.add(at_ns, member);
         Ok(())
     }
 
     fn apply_scheduled_failures(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
-        while let Some(&(at, member)) = self.scheduled_failures.last() {
-            if at > now_ns {
-                break;
-            }
-            self.scheduled_failures.pop();
+        while let Some((at, member)) = self.scheduled_failures.pop_due(now_ns) {
             // A failure beyond the tolerance is refused by fail_member; the array then has
             // lost data and says so on every command.
             if self.fail_member(member, at).is_err() {
@@ -1207,10 +1240,7 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
                 let before = self.stats.degraded_reads;
                 let t = self.read(now_ns, cmd, out.data)?;
                 if self.stats.degraded_reads > before {
-                    let s = &mut self.stats;
-                    s.degraded_read_commands += 1;
-                    s.degraded_read_latency_ns_total += t - now_ns;
-                    s.degraded_read_latency_ns_max = s.degraded_read_latency_ns_max.max(t - now_ns);
+                    self.stats.degraded.record(t - now_ns);
                 }
                 self.overlay_cache(cmd, out.data);
                 t
@@ -1249,7 +1279,7 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         if self.apply_scheduled_failures(now_ns).is_err() {
             return None;
         }
-        let mut next: Option<TimeNs> = self.scheduled_failures.last().map(|&(t, _)| t);
+        let mut next: Option<TimeNs> = self.scheduled_failures.next_ns();
         for m in &mut self.members {
             if let Some(t) = m.device.background(now_ns) {
                 next = Some(next.map_or(t, |n| n.min(t)));

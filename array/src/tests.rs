@@ -184,8 +184,8 @@ fn degraded_reads_and_rebuild_lose_nothing() {
         let s = *h.volume.stats();
         assert!(s.last_rebuild_ns.is_some_and(|ns| ns > 0), "{s:?}");
         if h.volume.layout().is_parity() {
-            assert!(s.degraded_read_commands > 0, "{s:?}");
-            assert!(s.degraded_read_latency_ns_max > 0);
+            assert!(s.degraded.degraded_read_commands > 0, "{s:?}");
+            assert!(s.degraded.degraded_read_latency_ns_max > 0);
         }
         h.check_all();
         h.random_ops(&mut rng, 100);
@@ -487,7 +487,7 @@ fn two_phase_degraded_reads_and_rebuild_lose_nothing() {
         assert!(!h.volume.rebuilding(), "{level:?}");
         assert!(h.volume.stats().slots_rebuilt > 0);
         assert!(h.volume.stats().last_rebuild_ns.is_some());
-        assert!(h.volume.stats().degraded_read_commands > 0);
+        assert!(h.volume.stats().degraded.degraded_read_commands > 0);
         h.check_all();
         h.random_ops(&mut rng, 300);
         h.check_all();

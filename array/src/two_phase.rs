@@ -30,7 +30,7 @@ use afa_ssd::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{ArrayConfig, ArrayError, Level};
+use crate::{ArrayConfig, ArrayError, DegradedReadLatency, FailureSchedule, Level};
 
 /// The `[array.two_phase]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,11 +63,9 @@ pub struct TwoPhaseStats {
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
     pub degraded_reads: u64,
-    /// Read commands that needed a reconstruction, and their summed and largest latency
-    /// inside the array (ns): what degraded mode costs a reader.
-    pub degraded_read_commands: u64,
-    pub degraded_read_latency_ns_total: u64,
-    pub degraded_read_latency_ns_max: u64,
+    /// What degraded mode costs a reader (serialised flat).
+    #[serde(flatten)]
+    pub degraded: DegradedReadLatency,
     /// How long the last completed rebuild took, in ns of simulated time.
     pub last_rebuild_ns: Option<u64>,
     pub slots_rebuilt: u64,
@@ -159,7 +157,7 @@ pub struct TwoPhase<D: BlockDevice> {
     conversion_free_ns: TimeNs,
     /// Rotates the first member tried for replicas among equally free members.
     cursor: usize,
-    scheduled_failures: Vec<(TimeNs, usize)>,
+    scheduled_failures: FailureSchedule,
     info: DeviceInfo,
     unit: usize,
     chunk_sectors: u32,
@@ -258,7 +256,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             watermark_chunks,
             conversion_free_ns: 0,
             cursor: 0,
-            scheduled_failures: Vec::new(),
+            scheduled_failures: FailureSchedule::default(),
             info,
             chunk_sectors,
             slots_per_member: slots,
@@ -325,8 +323,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         if member >= self.members.len() {
             return Err(ArrayError::Fail(member, "no such member".into()));
         }
-        self.scheduled_failures.push((at_ns, member));
-        self.scheduled_failures.sort_by(|a, b| b.cmp(a));
+        self.scheduled_failures.add(at_ns, member);
         Ok(())
     }
 
@@ -337,11 +334,7 @@ impl<D: BlockDevice> TwoPhase<D> {
     }
 
     fn apply_scheduled_failures(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
-        while let Some(&(at, member)) = self.scheduled_failures.last() {
-            if at > now_ns {
-                break;
-            }
-            self.scheduled_failures.pop();
+        while let Some((at, member)) = self.scheduled_failures.pop_due(now_ns) {
             if self.fail_member(member, at).is_err() {
                 // Beyond the tolerance the volume has lost data and says so.
                 self.members[member].state = MemberState::Failed;
@@ -1002,10 +995,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
                 let before = self.stats.degraded_reads;
                 let t = self.read(now_ns, cmd.lba, cmd.sectors, out.data)?;
                 if self.stats.degraded_reads > before {
-                    let s = &mut self.stats;
-                    s.degraded_read_commands += 1;
-                    s.degraded_read_latency_ns_total += t - now_ns;
-                    s.degraded_read_latency_ns_max = s.degraded_read_latency_ns_max.max(t - now_ns);
+                    self.stats.degraded.record(t - now_ns);
                 }
                 t
             }
@@ -1037,7 +1027,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
         if self.apply_scheduled_failures(now_ns).is_err() {
             return None;
         }
-        let mut next: Option<TimeNs> = self.scheduled_failures.last().map(|&(t, _)| t);
+        let mut next: Option<TimeNs> = self.scheduled_failures.next_ns();
         for m in &mut self.members {
             if let Some(t) = m.device.background(now_ns) {
                 next = Some(next.map_or(t, |n| n.min(t)));

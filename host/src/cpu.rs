@@ -341,19 +341,17 @@ impl<D: BlockDevice> BlockDevice for CpuFront<D> {
             * work.background_commands
             + transfer_ns(work.background_bytes, c.copy_mb_s)
             + transfer_ns(work.background_parity_bytes, c.parity_mb_s);
-        let stack_ns = c.request_ns + c.completion_ns + c.member_command_ns * work.member_commands;
+        // The driver's work for the member commands and the completion path follow the
+        // engine's work; the submission path (`request_ns`) came before it.
+        let post_ns = c.member_command_ns * work.member_commands + c.completion_ns;
+        let stack_ns = c.request_ns + post_ns;
         let thread = &mut self.threads[i];
         thread.busy.stack_ns += stack_ns;
         thread.busy.array_ns += array_ns;
         thread.busy.parity_ns += parity_ns;
         thread.busy.sync_ns += sync_ns;
         thread.busy.background_ns += background_ns;
-        let cpu_end = issue
-            + array_ns
-            + parity_ns
-            + background_ns
-            + c.member_command_ns * work.member_commands
-            + c.completion_ns;
+        let cpu_end = issue + array_ns + parity_ns + background_ns + post_ns;
         thread.free_ns = cpu_end;
         let completion = result?;
         let devices_done = completion.done_ns + array_ns + background_ns + c.completion_ns;
