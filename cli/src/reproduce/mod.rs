@@ -1,0 +1,124 @@
+//! `afa reproduce ID`: rerun one of the papers' experiments and print the paper's figures
+//! next to the measured ones, under the same labels, so anyone can compute the ratio.
+//! Each paper has its own module with its experiments and SSD presets.
+
+mod ox;
+pub mod scalaafa;
+pub mod swan;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use afa_host::{CpuConfig, RunOptions, Workload};
+use afa_workload::fio::parse_job_file;
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct ReproduceArgs {
+    /// The experiment (see --list).
+    pub id: Option<String>,
+    /// A scaled-down run that finishes in about a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Writes the result as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Lists the experiments.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// The paper's figures and the measured ones, under the same labels.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reproduction {
+    pub id: String,
+    pub unit: String,
+    pub paper: BTreeMap<String, f64>,
+    pub measured: BTreeMap<String, f64>,
+}
+
+pub type Experiment = fn(quick: bool, seed: u64) -> Result<Reproduction, String>;
+
+/// One experiment: its id, what it reproduces, and the function that runs it.
+pub type Entry = (&'static str, &'static str, Experiment);
+
+/// Every experiment, paper by paper. Each paper's module owns its entries.
+fn experiments() -> Vec<Entry> {
+    [scalaafa::EXPERIMENTS, swan::EXPERIMENTS, ox::EXPERIMENTS].concat()
+}
+
+pub fn run(args: ReproduceArgs) -> Result<(), String> {
+    if args.list || args.id.is_none() {
+        for (id, what, _) in experiments() {
+            println!("{id}\n    {what}");
+        }
+        return Ok(());
+    }
+    let id = args.id.unwrap_or_default();
+    let all = experiments();
+    let (_, _, experiment) = all.iter().find(|(name, _, _)| *name == id).ok_or_else(|| {
+        let known: Vec<&str> = all.iter().map(|e| e.0).collect();
+        format!("unknown experiment {id:?}; known: {}", known.join(", "))
+    })?;
+    println!("seed: {}", args.seed);
+    let r = experiment(args.quick, args.seed)?;
+    println!("{} ({})", r.id, r.unit);
+    println!(
+        "{:<28} {:>10} {:>10} {:>7}",
+        "label", "paper", "measured", "ratio"
+    );
+    for (label, paper) in &r.paper {
+        let measured = r.measured.get(label).copied().unwrap_or(f64::NAN);
+        println!(
+            "{label:<28} {paper:>10.3} {measured:>10.3} {:>7.2}",
+            measured / paper
+        );
+    }
+    if let Some(path) = args.json {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs an inline fio job file on `device` through the host CPU model.
+pub(crate) fn run_jobs(
+    device: &mut dyn afa_ssd::BlockDevice,
+    host: &CpuConfig,
+    job: &str,
+    seed: u64,
+    timeline_interval_ns: u64,
+) -> Result<(afa_host::RunOutcome, serde_json::Value), String> {
+    let jobs = parse_job_file(job).map_err(|e| format!("experiment job: {e}"))?;
+    let options = RunOptions {
+        seed,
+        timeline_interval_ns,
+        preconditioned_sectors: 0,
+        background_work: true,
+        show_progress: false,
+    };
+    let (outcome, cpu) = crate::run_on(device, Some(host), &Workload::Jobs(jobs), &options)?;
+    if outcome.mismatches > 0 {
+        return Err(format!(
+            "{} sectors read back wrong in the experiment",
+            outcome.mismatches
+        ));
+    }
+    Ok((outcome, cpu.unwrap_or_default()))
+}
+
+/// `threads` fio jobs, each writing its own `bytes_per_job` region sequentially in 64 KiB
+/// requests at queue depth 32 (fio's default `numjobs` layout, one region per thread).
+pub(crate) fn sequential_jobs(threads: u32, bytes_per_job: u64) -> String {
+    let mut job = String::from("[global]\nrw=write\nbs=64k\niodepth=32\n");
+    for t in 0..threads {
+        job.push_str(&format!(
+            "[writer{t}]\noffset={}\nsize={bytes_per_job}\n",
+            t as u64 * bytes_per_job
+        ));
+    }
+    job
+}
