@@ -8,9 +8,19 @@
 //! that grows whenever the host outruns the model and the device's queue is full: the
 //! clock then jumps to the earliest completion, so the model never sees more than its
 //! queue depth outstanding, while the reply goes out at once.
+//!
+//! Unpaced, a reply needs nothing from the engine but the applied request, so there is no
+//! engine thread to hand requests to: the engine sits behind a mutex and the connection
+//! thread that read a burst applies it itself and writes the replies (as nbdkit's worker
+//! threads do). A hand-over costs two thread switches per burst, and on a loaded host each
+//! switch waits for a core; that made unpaced serving several times slower than nbdkit
+//! whenever anything else ran. Only idle-time device work (`background`) runs on a thread
+//! of its own, once the volume has been quiet for `IDLE_QUIET_NS`.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -581,22 +591,11 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             self.send_outbox();
         }
         self.send_outbox();
-        // Whatever the device still buffers is made durable before the engine goes away,
-        // once every command it has is complete in virtual time (the flush must not exceed
-        // the device's queue depth either).
-        if let Some(latest) = self.outstanding.iter().map(|r| r.0).max() {
-            self.jump_to(latest);
-        }
-        let now = self.now_ns();
-        if let Err(f) = self.exec.flush(now) {
-            crate::log(&format!("final flush failed: {}", f.message));
-        }
+        self.final_flush();
         self.stats
     }
 
     fn accept(&mut self, job: Job) {
-        self.background_armed = true;
-        self.background_at_ns = None;
         match self.pace {
             Pace::Model if self.pending.len() >= self.queue_depth || !self.waiting.is_empty() => {
                 self.waiting.push_back(job)
@@ -615,6 +614,32 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     }
 
     fn start_job(&mut self, job: Job) {
+        let (done_ns, reply) = self.apply(job.handle, job.request, job.data, job.credits);
+        match self.pace {
+            Pace::Model => {
+                self.seq += 1;
+                self.pending.push(Due {
+                    due_ns: done_ns,
+                    seq: self.seq,
+                    reply,
+                    reply_to: job.reply_to,
+                });
+            }
+            Pace::None => self.post(job.reply_to, reply),
+        }
+    }
+
+    /// Applies one request to the device now and returns its completion time in virtual
+    /// time and its reply.
+    fn apply(
+        &mut self,
+        handle: u64,
+        request: Request,
+        mut data: Vec<u8>,
+        credits: u32,
+    ) -> (TimeNs, Reply) {
+        self.background_armed = true;
+        self.background_at_ns = None;
         let mut now = self.now_ns();
         if self.pace == Pace::None {
             while self.outstanding.peek().is_some_and(|r| r.0 <= now) {
@@ -632,15 +657,14 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             }
         }
         self.stats.requests += 1;
-        let mut data = job.data;
-        let outcome = self.exec.execute_into(now, &job.request, &mut data);
-        let read_offset = match job.request {
+        let outcome = self.exec.execute_into(now, &request, &mut data);
+        let read_offset = match request {
             Request::Read { offset, .. } => Some(offset),
             _ => None,
         };
         let (done_ns, result) = match outcome {
             Ok(done) => {
-                match job.request {
+                match request {
                     Request::Read { length, .. } => self.stats.read_bytes += length as u64,
                     Request::Write { length, .. } => self.stats.write_bytes += length as u64,
                     _ => {}
@@ -652,27 +676,29 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
                 (now, Err(f))
             }
         };
+        if self.pace == Pace::None {
+            self.outstanding.push(std::cmp::Reverse(done_ns));
+        }
         let reply = Reply {
-            handle: job.handle,
+            handle,
             read_offset,
             result,
             data,
-            credits: job.credits,
+            credits,
         };
-        match self.pace {
-            Pace::Model => {
-                self.seq += 1;
-                self.pending.push(Due {
-                    due_ns: done_ns,
-                    seq: self.seq,
-                    reply,
-                    reply_to: job.reply_to,
-                });
-            }
-            Pace::None => {
-                self.outstanding.push(std::cmp::Reverse(done_ns));
-                self.post(job.reply_to, reply);
-            }
+        (done_ns, reply)
+    }
+
+    /// Makes what the device buffers durable before the engine goes away, once every
+    /// command it has is complete in virtual time (the flush must not exceed the device's
+    /// queue depth either).
+    fn final_flush(&mut self) {
+        if let Some(latest) = self.outstanding.iter().map(|r| r.0).max() {
+            self.jump_to(latest);
+        }
+        let now = self.now_ns();
+        if let Err(f) = self.exec.flush(now) {
+            crate::log(&format!("final flush failed: {}", f.message));
         }
     }
 
@@ -751,26 +777,161 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     }
 }
 
-/// The running engine: the channel to it and its thread.
+/// How long the volume must be quiet before an unpaced engine gives the device its
+/// idle-time work: long enough that a client streaming requests never waits behind it.
+const IDLE_QUIET_NS: u64 = 1_000_000;
+
+type DynEngine = Engine<dyn BlockDevice + Send>;
+
+/// A request applied on the connection's own thread: its handle, the request, and its
+/// buffer (a write's payload, or where a read's data goes).
+pub type InlineJob = (u64, Request, Vec<u8>);
+
+/// The unpaced engine, applied by whichever connection thread holds its lock.
+struct InlineEngine {
+    engine: Mutex<InlineState>,
+    start: Instant,
+    /// Wall-clock nanoseconds since `start` of the last request, for idle detection.
+    last_request_ns: AtomicU64,
+    /// The idle thread is parked until a request wakes it.
+    parked: AtomicBool,
+    wake: Sender<Message>,
+}
+
+struct InlineState {
+    engine: Box<DynEngine>,
+    stopped: bool,
+}
+
+impl InlineEngine {
+    fn lock(&self) -> MutexGuard<'_, InlineState> {
+        // A panic inside the engine leaves it as it was between two requests (every
+        // request is applied whole under the lock), so its state is still usable.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wall_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    /// The idle thread: gives the device its background work once the volume has been
+    /// quiet for `IDLE_QUIET_NS`, or when the device asked to be called, and parks when
+    /// there is nothing to do. It makes the final flush when the engine stops.
+    fn idle_loop(self: Arc<Self>, rx: Receiver<Message>) -> EngineStats {
+        loop {
+            let quiet_at = self.start
+                + Duration::from_nanos(
+                    self.last_request_ns.load(AtomicOrdering::Acquire) + IDLE_QUIET_NS,
+                );
+            let due = {
+                let state = self.lock();
+                let e = &state.engine;
+                if e.background_armed {
+                    Some(quiet_at)
+                } else {
+                    e.background_at_ns.map(|t| e.instant_of(t))
+                }
+            };
+            let message = match due {
+                Some(at) if at <= Instant::now() => {
+                    self.lock().engine.idle_work();
+                    continue;
+                }
+                Some(at) => match rx.recv_deadline(at) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => Message::Shutdown,
+                },
+                None => {
+                    self.parked.store(true, AtomicOrdering::Release);
+                    // A request may have come between the look above and parking; it saw
+                    // `parked` false and sent no wake-up, so look once more.
+                    if self.lock().engine.background_armed {
+                        self.parked.store(false, AtomicOrdering::Release);
+                        continue;
+                    }
+                    rx.recv().unwrap_or(Message::Shutdown)
+                }
+            };
+            if matches!(message, Message::Shutdown) {
+                let mut state = self.lock();
+                state.stopped = true;
+                state.engine.final_flush();
+                return state.engine.stats;
+            }
+        }
+    }
+
+    /// Applies a burst of requests on the calling thread and returns their replies in
+    /// order; after the engine has stopped, every request is refused.
+    fn apply(&self, jobs: Vec<InlineJob>) -> Vec<Reply> {
+        let replies = {
+            let mut state = self.lock();
+            if state.stopped {
+                jobs.into_iter()
+                    .map(|(handle, _, data)| Reply {
+                        handle,
+                        read_offset: None,
+                        result: Err(shutdown_failure()),
+                        data,
+                        credits: 0,
+                    })
+                    .collect()
+            } else {
+                jobs.into_iter()
+                    .map(|(handle, request, data)| state.engine.apply(handle, request, data, 0).1)
+                    .collect()
+            }
+        };
+        self.last_request_ns
+            .store(self.wall_ns(), AtomicOrdering::Release);
+        if self.parked.swap(false, AtomicOrdering::AcqRel) {
+            let _ = self.wake.try_send(Message::Jobs(Vec::new()));
+        }
+        replies
+    }
+}
+
+/// The running engine: its thread and the channel to it (paced), or the shared engine and
+/// its idle thread (unpaced).
 #[derive(Debug)]
 pub struct EngineHandle {
     tx: Sender<Message>,
     thread: Option<JoinHandle<EngineStats>>,
+    inline: Option<Arc<InlineEngine>>,
 }
 
 /// What connections hold to submit jobs.
 #[derive(Debug, Clone)]
 pub struct EngineSender {
     tx: Sender<Message>,
+    inline: Option<Arc<InlineEngine>>,
+}
+
+impl std::fmt::Debug for InlineEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InlineEngine")
+    }
 }
 
 impl EngineSender {
-    /// Queues a burst of jobs; gives them back when the engine has stopped.
+    /// Queues a burst of jobs for the engine thread; gives them back when the engine has
+    /// stopped.
     pub fn submit(&self, jobs: Vec<Job>) -> Result<(), Vec<Job>> {
         self.tx.send(Message::Jobs(jobs)).map_err(|e| match e.0 {
             Message::Jobs(jobs) => jobs,
             Message::Shutdown => Vec::new(),
         })
+    }
+
+    /// Unpaced engines only: applies a burst of (handle, request, buffer) on the calling
+    /// thread and returns the replies in order. `None` for a paced engine, whose replies
+    /// wait for the wall clock and so go through [`EngineSender::submit`].
+    pub fn apply(&self, jobs: Vec<InlineJob>) -> Result<Vec<Reply>, Vec<InlineJob>> {
+        match &self.inline {
+            Some(inline) => Ok(inline.apply(jobs)),
+            None => Err(jobs),
+        }
     }
 }
 
@@ -784,18 +945,19 @@ impl std::fmt::Debug for Message {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread over `device`.
+    /// Starts the engine over `device`: an engine thread when paced, the shared engine and
+    /// its idle thread when unpaced.
     pub fn spawn(
         device: Box<dyn BlockDevice + Send>,
         pace: Pace,
     ) -> Result<(Self, DeviceInfo), ServeError> {
         let exec = Executor::new(device)?;
         let info = exec.info();
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let start = Instant::now();
         let engine = Engine {
             exec,
             pace,
-            start: Instant::now(),
+            start,
             skew_ns: 0,
             last_now_ns: 0,
             pending: BinaryHeap::new(),
@@ -808,6 +970,33 @@ impl EngineHandle {
             outbox: Vec::new(),
             stats: EngineStats::default(),
         };
+        if pace == Pace::None {
+            let (wake, rx) = crossbeam_channel::bounded(1);
+            let inline = Arc::new(InlineEngine {
+                engine: Mutex::new(InlineState {
+                    engine: Box::new(engine),
+                    stopped: false,
+                }),
+                start,
+                last_request_ns: AtomicU64::new(0),
+                parked: AtomicBool::new(false),
+                wake: wake.clone(),
+            });
+            let idle = inline.clone();
+            let thread = std::thread::Builder::new()
+                .name("afa-engine-idle".into())
+                .spawn(move || idle.idle_loop(rx))
+                .map_err(ServeError::Thread)?;
+            return Ok((
+                Self {
+                    tx: wake,
+                    thread: Some(thread),
+                    inline: Some(inline),
+                },
+                info,
+            ));
+        }
+        let (tx, rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("afa-engine".into())
             .spawn(move || engine.run(rx))
@@ -816,6 +1005,7 @@ impl EngineHandle {
             Self {
                 tx,
                 thread: Some(thread),
+                inline: None,
             },
             info,
         ))
@@ -824,6 +1014,7 @@ impl EngineHandle {
     pub fn sender(&self) -> EngineSender {
         EngineSender {
             tx: self.tx.clone(),
+            inline: self.inline.clone(),
         }
     }
 
@@ -833,6 +1024,8 @@ impl EngineHandle {
     }
 
     fn stop_inner(&mut self) -> EngineStats {
+        // Unpaced, the channel is the idle thread's one-message wake-up slot; the send
+        // blocks until the thread has taken what is in it.
         let _ = self.tx.send(Message::Shutdown);
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(stats)) => stats,

@@ -665,12 +665,11 @@ fn describe(end: End) -> String {
 }
 
 /// Unpaced transmission. A reply may leave as soon as the engine has applied its request,
-/// so the reader thread hands a burst to the engine, waits for the burst's replies and
-/// writes them itself. That saves the writer thread's wake-up (two thread switches per
-/// burst instead of three, which matters on a busy host), and while the reader waits, the
-/// client's next requests gather in the socket and make the next burst larger. Requests of
-/// one connection are then in flight one burst at a time, which also bounds what the
-/// connection holds: at most `MAX_BURST_JOBS` requests.
+/// so the connection thread reads a burst, applies it to the engine itself and writes the
+/// replies: no thread switch at all on the request path (which matters on a busy host),
+/// and while it works, the client's next requests gather in the socket and make the next
+/// burst larger. Requests of one connection are in flight one burst at a time, which also
+/// bounds what the connection holds: at most `MAX_BURST_JOBS` requests.
 fn transmission_inline(
     conn: Conn,
     mut reader: BufReader<Conn>,
@@ -694,32 +693,21 @@ fn transmission_inline(
         /// connection or the engine is gone.
         fn round(&mut self) -> bool {
             if !self.burst.is_empty() {
-                // A channel per burst: once the engine has answered every job, the last
-                // sender is gone and the loop below ends, even if the engine stopped.
-                let (tx, rx) = crossbeam_channel::unbounded::<Vec<Reply>>();
-                let jobs: Vec<Job> = self
-                    .burst
-                    .drain(..)
-                    .map(|(handle, request, data)| Job {
-                        handle,
-                        request,
-                        data,
-                        reply_to: tx.clone(),
-                        credits: 0,
-                    })
-                    .collect();
-                drop(tx);
-                if let Err(jobs) = self.engine.submit(jobs) {
-                    self.ready.extend(jobs.into_iter().map(|job| Reply {
-                        handle: job.handle,
-                        read_offset: None,
-                        result: Err(shutdown_failure()),
-                        data: job.data,
-                        credits: 0,
-                    }));
-                }
-                while let Ok(replies) = rx.recv() {
-                    self.ready.extend(replies);
+                let burst = std::mem::take(&mut self.burst);
+                match self.engine.apply(burst) {
+                    Ok(replies) => self.ready.extend(replies),
+                    // Only unpaced engines run inline, and only unpaced connections come
+                    // here; a paced engine is a wiring mistake, answered as a shutdown.
+                    Err(jobs) => {
+                        self.ready
+                            .extend(jobs.into_iter().map(|(handle, _, data)| Reply {
+                                handle,
+                                read_offset: None,
+                                result: Err(shutdown_failure()),
+                                data,
+                                credits: 0,
+                            }))
+                    }
                 }
             }
             for reply in self.ready.drain(..) {

@@ -313,13 +313,25 @@ fn flood(pace: Pace, jobs: u64, background_calls: u64) -> (u64, u64, Vec<Reply>)
         reply_to: reply_tx.clone(),
         credits: 1,
     };
-    for h in 0..jobs / 2 {
-        tx.submit(vec![job(h)]).unwrap();
-    }
-    tx.submit((jobs / 2..jobs).map(job).collect()).unwrap();
     let mut replies = Vec::new();
-    while replies.len() < jobs as usize {
-        replies.extend(reply_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+    if pace == Pace::None {
+        // Unpaced engines are applied on the submitting thread.
+        let inline = |j: Job| (j.handle, j.request, j.data);
+        for h in 0..jobs / 2 {
+            replies.extend(tx.apply(vec![inline(job(h))]).unwrap());
+        }
+        replies.extend(
+            tx.apply((jobs / 2..jobs).map(job).map(inline).collect())
+                .unwrap(),
+        );
+    } else {
+        for h in 0..jobs / 2 {
+            tx.submit(vec![job(h)]).unwrap();
+        }
+        tx.submit((jobs / 2..jobs).map(job).collect()).unwrap();
+        while replies.len() < jobs as usize {
+            replies.extend(reply_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+        }
     }
     // Polled rather than slept: a loaded machine (CI runs several test binaries at once)
     // can starve the engine thread for a long while.
@@ -341,6 +353,33 @@ fn unpaced_engine_never_exceeds_the_queue_depth_in_virtual_time() {
     let (max, _, replies) = flood(Pace::None, 64, 0);
     assert!(max <= 4, "{max} outstanding with queue depth 4");
     assert!(replies.iter().all(|r| r.result.is_ok()));
+}
+
+#[test]
+fn unpaced_engine_gives_the_device_idle_time_once_requests_stop() {
+    let (_, background_calls, replies) = flood(Pace::None, 2, 3);
+    assert!(background_calls >= 3, "{background_calls} idle calls");
+    assert!(replies.iter().all(|r| r.result.is_ok()));
+}
+
+#[test]
+fn unpaced_engine_refuses_requests_once_stopped() {
+    let (device, _, _) = counting(4, 2_000_000);
+    let (engine, _) = EngineHandle::spawn(Box::new(device), Pace::None).unwrap();
+    let tx = engine.sender();
+    engine.stop();
+    let write = Request::Write {
+        offset: 0,
+        length: 512,
+        fua: false,
+    };
+    let replies = tx.apply(vec![(7, write, vec![0; 512])]).unwrap();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].handle, 7);
+    assert_eq!(
+        replies[0].result.as_ref().unwrap_err().errno,
+        crate::proto::ESHUTDOWN
+    );
 }
 
 #[test]
