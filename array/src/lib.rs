@@ -210,6 +210,8 @@ pub enum ArrayError {
     Config(String),
     #[error("member {0} cannot fail: {1}")]
     Fail(usize, String),
+    #[error("resync: {0}")]
+    Resync(String),
 }
 
 /// Checks what every engine needs of its devices and rates: the same sector size and payload
@@ -516,6 +518,66 @@ impl<D: BlockDevice> Array<D> {
         let data = shards[role].clone();
         self.member_write(target, stripe, 0, rows, t, &data)?;
         Ok(())
+    }
+
+    /// Rewrites every stripe's redundancy from its data: parity recomputed, mirror copies
+    /// copied from the first copy. This is md's resync after an unclean stop: a write cut
+    /// off between its data and its parity (the write hole) leaves the data right but the
+    /// parity stale, which would only show when a later degraded read reconstructed from it.
+    /// Returns the stripes rewritten and when the last write completes. Every member must
+    /// be alive: a degraded array has nothing to resync from.
+    pub fn resync(&mut self, now_ns: TimeNs) -> Result<(u64, TimeNs), ArrayError> {
+        if self.layout.m == 0 {
+            return Ok((0, now_ns));
+        }
+        if let Some(i) = self
+            .members
+            .iter()
+            .position(|m| !matches!(m.state, MemberState::Alive))
+        {
+            return Err(ArrayError::Resync(format!("member {i} is not alive")));
+        }
+        let rows = self.chunk_sectors;
+        let mut done = now_ns;
+        for stripe in 0..self.stripes {
+            let map = self.layout.stripe(stripe);
+            let k = map.data.len();
+            let mut data = Vec::with_capacity(k);
+            let mut t = now_ns;
+            for &m in &map.data {
+                let mut buf = vec![0u8; rows as usize * self.unit];
+                let read = self.member_read(m, stripe, 0, rows, now_ns, &mut buf);
+                t = t.max(read.map_err(|e| {
+                    ArrayError::Resync(format!("reading member {m}, stripe {stripe}: {e}"))
+                })?);
+                data.push(buf);
+            }
+            let redundancy: Vec<Vec<u8>> = if self.layout.is_parity() {
+                let mut parity = vec![vec![0u8; rows as usize * self.unit]; map.redundancy.len()];
+                let codec = self.codec.as_ref().expect("parity level has a codec");
+                let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+                let mut outputs: Vec<&mut [u8]> =
+                    parity.iter_mut().map(Vec::as_mut_slice).collect();
+                codec
+                    .encode(&inputs, &mut outputs)
+                    .map_err(|e| ArrayError::Resync(format!("parity of stripe {stripe}: {e}")))?;
+                parity
+            } else {
+                // Mirrors: copy j of data chunk c sits at redundancy index c·copies + j.
+                let copies = map.redundancy.len() / k.max(1);
+                (0..map.redundancy.len())
+                    .map(|r| data[r / copies.max(1)].clone())
+                    .collect()
+            };
+            for (r, chunk) in redundancy.iter().enumerate() {
+                let m = map.redundancy[r];
+                let written = self.member_write(m, stripe, 0, rows, t, chunk);
+                done = done.max(written.map_err(|e| {
+                    ArrayError::Resync(format!("writing member {m}, stripe {stripe}: {e}"))
+                })?);
+            }
+        }
+        Ok((self.stripes, done))
     }
 
     /// For mirrors: the role index (in data ++ redundancy order) of a serving copy of the

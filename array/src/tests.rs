@@ -554,3 +554,85 @@ proptest! {
         prop_assert!(h.checked > 0);
     }
 }
+
+/// Members that come back after an unclean stop: each holds whatever it last wrote, so a
+/// stripe's parity (or mirror copy) may not match its data. Here every sector of every
+/// member gets a token of its own, which no parity relation holds.
+fn inconsistent_array(level: Level, members: u32) -> Array<Ssd> {
+    let config = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let devs: Vec<Ssd> = (0..members as u64)
+        .map(|i| {
+            let mut d = ssd(i);
+            let sectors = d.info().capacity_sectors;
+            let mut data = vec![0u8; sectors as usize * 8];
+            for s in 0..sectors as usize {
+                fill_unit(sector_token(s as u64, 1 + i), &mut data[s * 8..(s + 1) * 8]);
+            }
+            d.submit(
+                0,
+                &Command::write(0, sectors as u32, &data),
+                ReadBuffers::none(),
+            )
+            .unwrap();
+            d
+        })
+        .collect();
+    Array::new(config, devs, Vec::new()).unwrap()
+}
+
+fn read_all(a: &mut Array<Ssd>, now_ns: u64) -> Vec<u8> {
+    let sectors = a.info().capacity_sectors as u32;
+    let mut out = vec![0u8; sectors as usize * 8];
+    a.submit(
+        now_ns,
+        &Command::read(0, sectors),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .unwrap();
+    out
+}
+
+/// After a resync, every degraded read returns what the healthy array returned; without
+/// it, the stale redundancy shows (which proves the check can fail).
+#[test]
+fn resync_makes_redundancy_match_the_data_after_an_unclean_stop() {
+    for (level, members) in [(Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
+        for resync in [false, true] {
+            let mut a = inconsistent_array(level, members);
+            let healthy = read_all(&mut a, 1_000_000_000);
+            if resync {
+                let (stripes, _) = a.resync(2_000_000_000).unwrap();
+                assert!(stripes > 0);
+            }
+            a.fail_member(0, 3_000_000_000).unwrap();
+            let degraded = read_all(&mut a, 4_000_000_000);
+            if resync {
+                assert!(
+                    healthy == degraded,
+                    "{level:?}: degraded read differs after resync"
+                );
+            } else {
+                assert!(
+                    healthy != degraded,
+                    "{level:?}: stale redundancy went unnoticed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn resync_refuses_a_degraded_array() {
+    let mut a = inconsistent_array(Level::Raid5, 4);
+    a.fail_member(2, 0).unwrap();
+    let err = a.resync(0).unwrap_err().to_string();
+    assert!(err.contains("member 2"), "{err}");
+}

@@ -15,6 +15,8 @@ use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
 };
 use clap::{Args, ValueEnum};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use crate::config::{RunConfig, DEFAULT_CONFIG};
 use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
@@ -241,7 +243,18 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     let spares = (0..spec.spares as u64)
         .map(|j| file_member(engine.members as u64 + j))
         .collect::<Result<Vec<_>, _>>()?;
-    let array = Array::new(engine.clone(), members, spares).map_err(|e| e.to_string())?;
+    let mut array = Array::new(engine.clone(), members, spares).map_err(|e| e.to_string())?;
+    if state.unclean() {
+        // The last server was killed or crashed: a write may have reached some members and
+        // not others, so redundancy is made to match the data before anything is served
+        // (md resyncs after an unclean shutdown the same way, in the background).
+        let (stripes, _) = array.resync(0).map_err(|e| e.to_string())?;
+        if stripes > 0 {
+            eprintln!(
+                "afa serve: the last server did not stop in order; resynced the redundancy of {stripes} stripes"
+            );
+        }
+    }
     Ok(Volume {
         device: Box::new(array),
         description: format!(
@@ -280,6 +293,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         verbose: args.verbose,
         ..ServeConfig::default()
     };
+    // Registered before the socket listens, so a stop signal never finds the default
+    // action (which would end the process without the final flush).
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| format!("cannot handle stop signals: {e}"))?;
     let server = Server::bind(config, volume.device).map_err(|e| e.to_string())?;
     // One line on stdout once the socket listens, so scripts and tests know when to start.
     println!(
@@ -293,8 +310,20 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         server.uri()
     );
     let _ = std::io::stdout().flush();
-    let _state = volume.state;
-    server.run().map_err(|e| e.to_string())
+    let running = server.spawn().map_err(|e| e.to_string())?;
+    let signal = signals.forever().next().unwrap_or(SIGTERM);
+    eprintln!("afa serve: signal {signal}: stopping");
+    // Stops accepting, closes the connections, lets the engine answer what it holds and
+    // flush the volume; only then is the stop recorded as clean.
+    let stats = running.stop();
+    if let Some(state) = &volume.state {
+        state.mark_clean().map_err(|e| e.to_string())?;
+    }
+    eprintln!(
+        "afa serve: stopped after {} requests ({} bytes read, {} written, {} errors)",
+        stats.requests, stats.read_bytes, stats.write_bytes, stats.errors
+    );
+    Ok(())
 }
 
 /// `afa bench serve`.

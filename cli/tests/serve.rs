@@ -98,16 +98,28 @@ impl Afa {
         self.child.wait().unwrap();
     }
 
-    /// An orderly stop (SIGTERM), as an operator or a service manager does it.
-    fn stop(mut self) {
+    /// An orderly stop (SIGTERM), as an operator or a service manager does it: the server
+    /// flushes, exits with success and records the stop as clean. Returns what it printed
+    /// on stderr.
+    fn stop(mut self) -> String {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() {
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
             assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
             std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = pipe.read_to_string(&mut stderr);
         }
+        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
+        stderr
     }
 }
 
@@ -363,4 +375,53 @@ fn the_embedded_default_volume_is_served_without_a_config() {
     let _ = child.wait();
     let size: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(size > 1 << 30, "the default SSD exports {size} bytes");
+}
+
+/// An orderly stop is recorded as clean and the restart serves at once; after kill -9 the
+/// restart resyncs the redundancy (md's unclean-shutdown resync), which a torn write needs:
+/// here member 0's file is overwritten behind the server's back, as a write that reached
+/// one member and not the parity would leave it, and afterwards every stripe's XOR over
+/// the three RAID 5 members is zero again.
+#[test]
+fn a_kill_makes_the_restart_resync_parity_and_an_orderly_stop_does_not() {
+    if !have("qemu-io") {
+        return;
+    }
+    let s = setup("resync", RAID5);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(&afa.uri, &["write -P 0x3c 0 2M", "flush"]);
+    let first = afa.stop();
+    assert!(
+        !first.contains("resynced"),
+        "a fresh volume needs no resync: {first}"
+    );
+    let afa = s.start(&[]);
+    let clean = afa.stop();
+    assert!(
+        !clean.contains("resynced"),
+        "an orderly stop needs no resync: {clean}"
+    );
+    let afa = s.start(&[]);
+    afa.kill_9();
+    // A torn write: new bytes on member 0 only, far from the client's data.
+    let member0 = s.state.join("member-0.img");
+    let mut bytes = std::fs::read(&member0).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at..at + 65536].fill(0xee);
+    std::fs::write(&member0, &bytes).unwrap();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x3c 0 2M"]);
+    let after_kill = afa.stop();
+    assert!(
+        after_kill.contains("resynced"),
+        "no resync after kill -9: {after_kill}"
+    );
+    let members: Vec<Vec<u8>> = (0..3)
+        .map(|i| std::fs::read(s.state.join(format!("member-{i}.img"))).unwrap())
+        .collect();
+    let len = members.iter().map(Vec::len).min().unwrap();
+    let bad = (0..len)
+        .filter(|&b| members[0][b] ^ members[1][b] ^ members[2][b] != 0)
+        .count();
+    assert_eq!(bad, 0, "{bad} bytes where the RAID 5 parity does not match");
 }

@@ -1,5 +1,6 @@
 //! The state directory (`--state DIR`): one file per member device, a description of the
-//! volume the files were made for, and a lock so two servers never share the files.
+//! volume the files were made for, a lock so two servers never share the files, and a
+//! clean-stop marker that tells a restart whether the last server stopped in order.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,11 +12,17 @@ use crate::ServeError;
 
 const VOLUME_FILE: &str = "volume.txt";
 const LOCK_FILE: &str = "lock";
+/// Present only between an orderly stop (after the final flush) and the next start, which
+/// removes it before serving: a start that does not find it follows a crash or a kill.
+const CLEAN_FILE: &str = "clean";
 
 /// An opened, locked state directory.
 #[derive(Debug)]
 pub struct StateDir {
     dir: PathBuf,
+    /// The member files existed before and the last server did not stop in order: writes
+    /// may have been cut off between members (md's "unclean shutdown").
+    unclean: bool,
     /// Holds an exclusive `flock` for as long as the server runs; the kernel drops it when
     /// the process dies, even by kill -9, so a restart never finds a stale lock.
     _lock: File,
@@ -43,8 +50,11 @@ impl StateDir {
             )));
         }
         let recorded_path = dir.join(VOLUME_FILE);
+        let clean_path = dir.join(CLEAN_FILE);
+        let mut unclean = false;
         match std::fs::read_to_string(&recorded_path) {
             Ok(recorded) => {
+                unclean = !clean_path.exists();
                 if recorded.trim_end() != description.trim_end() {
                     return Err(ServeError::State(format!(
                         "{} holds a volume made as\n  {}\nbut the configuration now gives\n  {}\nuse another directory or the original configuration",
@@ -69,10 +79,42 @@ impl StateDir {
             }
             Err(e) => return Err(err("cannot read the volume description in", e)),
         }
+        // The marker goes before anything is served, durably, so that a crash from here on
+        // is seen as one by the next start.
+        match std::fs::remove_file(&clean_path) {
+            Ok(()) => File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| err("cannot sync", e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err("cannot remove the clean-stop marker in", e)),
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
+            unclean,
             _lock: lock,
         })
+    }
+
+    /// Whether the member files come from a server that did not stop in order.
+    pub fn unclean(&self) -> bool {
+        self.unclean
+    }
+
+    /// Records an orderly stop; call it only once every acknowledged write is durable in
+    /// the member files.
+    pub fn mark_clean(&self) -> Result<(), ServeError> {
+        let err = |e: std::io::Error| {
+            ServeError::State(format!(
+                "cannot record the clean stop in {}: {e}",
+                self.dir.display()
+            ))
+        };
+        File::create(self.dir.join(CLEAN_FILE))
+            .and_then(|f| f.sync_all())
+            .map_err(err)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)
     }
 
     pub fn dir(&self) -> &Path {
