@@ -62,7 +62,7 @@ fn ycsb_throughput_and_table3_at_20_50_80() {
             ] {
                 let t = Table3Row::of(run, i);
                 println!(
-                    "  {name}: user read {:.1} MB, user write {:.1} MB, GC read {:.1} MB, GC write {:.1} MB, reclaimed {:.1} MB (device GC {:.1}/{:.1}/{:.1} MB); read amp {:.3}, write amp {:.3}, GC overhead {:.3}; host cpu op {:.0} ms io {:.0} ms gc {:.0} ms ckpt {:.0} ms",
+                    "  {name}: user read {:.1} MB, user write {:.1} MB, GC read {:.1} MB, GC write {:.1} MB, reclaimed {:.1} MB (device GC {:.1}/{:.1}/{:.1} MB); read amp {:.3}, write amp {:.3}, GC overhead {:.3}; host cpu op {:.0} ms io {:.0} ms gc {:.0} ms ckpt {:.0} ms; wait flush {:.0} ms read {:.0} ms gc {:.0} ms",
                     t.user_read_bytes as f64 / 1e6,
                     t.user_write_bytes as f64 / 1e6,
                     t.gc_read_bytes as f64 / 1e6,
@@ -78,6 +78,9 @@ fn ycsb_throughput_and_table3_at_20_50_80() {
                     run.host.cpu_io_ns as f64 / 1e6,
                     run.host.cpu_gc_ns as f64 / 1e6,
                     run.host.cpu_ckpt_ns as f64 / 1e6,
+                    run.host.wait_flush_ns as f64 / 1e6,
+                    run.host.wait_read_ns as f64 / 1e6,
+                    run.host.wait_gc_ns as f64 / 1e6,
                 );
             }
         }
