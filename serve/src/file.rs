@@ -6,6 +6,15 @@
 //! is no cache in the server), so a crash of the server process (kill -9) loses nothing
 //! that was acknowledged; FLUSH calls `fdatasync`, so a flushed write also survives a crash
 //! of the host.
+//!
+//! OOB tags: engines that recover from per-sector metadata (ScalaAFA's OOB scan) need the
+//! tags an SSD programs with each sector to survive too. With `tag_bytes_per_sector > 0`
+//! they live in a sidecar file beside the member (`NAME.tags`, that many bytes per sector),
+//! and mean what they mean on the emulated SSD: a write stores its tags (zeroes when it
+//! carries none), a trim zeroes them, a read returns them. An SSD programs data and OOB in
+//! one operation; two files cannot be written atomically, so the tags are written after
+//! the data and act as its commit: a crash between the two leaves new data under the old
+//! tags, which describe an older, already superseded write, never new tags over old data.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -48,6 +57,8 @@ pub enum FileDeviceError {
 pub struct FileDevice {
     file: File,
     path: PathBuf,
+    /// The sidecar file of OOB tags, when the device keeps tags.
+    tags: Option<File>,
     info: DeviceInfo,
     timing: Option<Box<dyn BlockDevice + Send>>,
     /// Cleared when the file system cannot punch holes; trims then write zeroes.
@@ -60,6 +71,7 @@ impl std::fmt::Debug for FileDevice {
             .field("path", &self.path)
             .field("info", &self.info)
             .field("timed", &self.timing.is_some())
+            .field("tags", &self.tags.is_some())
             .finish()
     }
 }
@@ -74,48 +86,31 @@ impl FileDevice {
         capacity_sectors: u64,
         timing: Option<Box<dyn BlockDevice + Send>>,
     ) -> Result<Self, FileDeviceError> {
+        Self::open_with_tags(path, sector_bytes, capacity_sectors, 0, timing)
+    }
+
+    /// As [`FileDevice::open`], and keeps `tag_bytes_per_sector` bytes of OOB tags per
+    /// sector in the sidecar file `path` + `.tags` (none when 0).
+    pub fn open_with_tags(
+        path: &Path,
+        sector_bytes: u32,
+        capacity_sectors: u64,
+        tag_bytes_per_sector: u32,
+        timing: Option<Box<dyn BlockDevice + Send>>,
+    ) -> Result<Self, FileDeviceError> {
         if !sector_bytes.is_power_of_two() || sector_bytes < 512 {
             return Err(FileDeviceError::SectorSize(sector_bytes));
         }
-        let open_err = |source| FileDeviceError::Open {
-            path: path.to_path_buf(),
-            source,
+        let file = open_sized(path, capacity_sectors * sector_bytes as u64)?;
+        let tags = match tag_bytes_per_sector {
+            0 => None,
+            n => Some(open_sized(&tags_path(path), capacity_sectors * n as u64)?),
         };
-        let expected = capacity_sectors * sector_bytes as u64;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(open_err)?;
-        let actual = file.metadata().map_err(open_err)?.len();
-        if actual == 0 {
-            file.set_len(expected).map_err(open_err)?;
-            file.sync_all().map_err(open_err)?;
-            // The new file's directory entry must be durable too.
-            if let Some(dir) = path.parent() {
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                };
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(open_err)?;
-            }
-        } else if actual != expected {
-            return Err(FileDeviceError::SizeMismatch {
-                path: path.to_path_buf(),
-                actual,
-                expected,
-            });
-        }
         let mut info = DeviceInfo {
             sector_bytes,
             capacity_sectors,
             payload_unit_bytes: sector_bytes,
-            tag_bytes_per_sector: 0,
+            tag_bytes_per_sector,
             max_queue_depth: 1024,
             max_transfer_sectors: (16 << 20) / sector_bytes,
         };
@@ -142,6 +137,7 @@ impl FileDevice {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            tags,
             info,
             timing,
             punch_holes: true,
@@ -150,6 +146,15 @@ impl FileDevice {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Makes the data, then the tags, durable.
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        match &self.tags {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
     }
 
     fn io_failed(&self, what: &str, e: &io::Error) -> DeviceError {
@@ -175,15 +180,65 @@ impl FileDevice {
         }
         // Trimmed sectors must read back as zeroes, so without hole punching they are
         // written with zeroes.
-        let zeros = vec![0u8; len.min(1 << 20) as usize];
-        let mut at = offset;
-        while at < offset + len {
-            let n = (offset + len - at).min(zeros.len() as u64) as usize;
-            self.file.write_all_at(&zeros[..n], at)?;
-            at += n as u64;
-        }
-        Ok(())
+        write_zeroes(&self.file, offset, len)
     }
+}
+
+/// The sidecar file of a member's OOB tags.
+pub fn tags_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tags");
+    PathBuf::from(name)
+}
+
+/// Opens (or creates, sparse and durably) a file of exactly `expected` bytes.
+fn open_sized(path: &Path, expected: u64) -> Result<File, FileDeviceError> {
+    let open_err = |source| FileDeviceError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(open_err)?;
+    let actual = file.metadata().map_err(open_err)?.len();
+    if actual == 0 {
+        file.set_len(expected).map_err(open_err)?;
+        file.sync_all().map_err(open_err)?;
+        // The new file's directory entry must be durable too.
+        if let Some(dir) = path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(open_err)?;
+        }
+    } else if actual != expected {
+        return Err(FileDeviceError::SizeMismatch {
+            path: path.to_path_buf(),
+            actual,
+            expected,
+        });
+    }
+    Ok(file)
+}
+
+/// Writes `len` zero bytes at `offset`, a megabyte at a time.
+fn write_zeroes(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let zeros = vec![0u8; len.min(1 << 20) as usize];
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 impl BlockDevice for FileDevice {
@@ -201,29 +256,37 @@ impl BlockDevice for FileDevice {
         let sector = self.info.sector_bytes as u64;
         let offset = cmd.lba * sector;
         let len = cmd.sectors as u64 * sector;
+        let tag = self.info.tag_bytes_per_sector as u64;
+        let (tag_offset, tag_len) = (cmd.lba * tag, cmd.sectors as u64 * tag);
         let result = match cmd.opcode {
-            Opcode::Read => self
-                .file
-                .read_exact_at(out.data, offset)
-                .map_err(|e| self.io_failed("read", &e)),
-            Opcode::Write => {
-                let written = self.file.write_all_at(cmd.data, offset);
-                let synced = written.and_then(|()| {
-                    if cmd.flags.fua {
-                        self.file.sync_data()
-                    } else {
-                        Ok(())
-                    }
+            Opcode::Read => {
+                let read = self.file.read_exact_at(out.data, offset);
+                let read = read.and_then(|()| match (&self.tags, out.tags) {
+                    (Some(file), Some(t)) => file.read_exact_at(t, tag_offset),
+                    _ => Ok(()),
                 });
+                read.map_err(|e| self.io_failed("read", &e))
+            }
+            Opcode::Write => {
+                // Data first, then its tags: the tags are the write's commit (module doc).
+                let written = self.file.write_all_at(cmd.data, offset);
+                let written = written.and_then(|()| match (&self.tags, cmd.tags) {
+                    (Some(file), Some(t)) => file.write_all_at(t, tag_offset),
+                    (Some(file), None) => write_zeroes(file, tag_offset, tag_len),
+                    _ => Ok(()),
+                });
+                let synced =
+                    written.and_then(|()| if cmd.flags.fua { self.sync() } else { Ok(()) });
                 synced.map_err(|e| self.io_failed("write", &e))
             }
-            Opcode::Trim => self
-                .trim(offset, len)
-                .map_err(|e| self.io_failed("trim", &e)),
-            Opcode::Flush => self
-                .file
-                .sync_data()
-                .map_err(|e| self.io_failed("fdatasync", &e)),
+            Opcode::Trim => {
+                let trimmed = self.trim(offset, len).and_then(|()| match &self.tags {
+                    Some(file) => write_zeroes(file, tag_offset, tag_len),
+                    None => Ok(()),
+                });
+                trimmed.map_err(|e| self.io_failed("trim", &e))
+            }
+            Opcode::Flush => self.sync().map_err(|e| self.io_failed("fdatasync", &e)),
         };
         result?;
         let completion = match &mut self.timing {
@@ -245,5 +308,94 @@ impl BlockDevice for FileDevice {
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.timing.as_mut().and_then(|m| m.background(now_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("afa-file-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("member-0.img")
+    }
+
+    fn write(d: &mut FileDevice, lba: u64, data: &[u8], tags: Option<&[u8]>) {
+        let cmd = Command {
+            tags,
+            ..Command::write(lba, (data.len() / 512) as u32, data)
+        };
+        d.submit(0, &cmd, ReadBuffers::none()).unwrap();
+    }
+
+    fn read(d: &mut FileDevice, lba: u64, sectors: u32) -> (Vec<u8>, Vec<u8>) {
+        let mut data = vec![0u8; sectors as usize * 512];
+        let mut tags = vec![0u8; sectors as usize * d.info().tag_bytes_per_sector as usize];
+        let out = ReadBuffers {
+            data: &mut data,
+            tags: Some(&mut tags),
+        };
+        d.submit(0, &Command::read(lba, sectors), out).unwrap();
+        (data, tags)
+    }
+
+    #[test]
+    fn tags_are_kept_with_their_sectors_across_a_reopen() {
+        let path = scratch("tags");
+        let mut d = FileDevice::open_with_tags(&path, 512, 64, 9, None).unwrap();
+        write(
+            &mut d,
+            3,
+            &[7u8; 1024],
+            Some(&[
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+            ]),
+        );
+        drop(d);
+        let mut d = FileDevice::open_with_tags(&path, 512, 64, 9, None).unwrap();
+        let (data, tags) = read(&mut d, 2, 3);
+        assert_eq!(&data[..512], &[0u8; 512][..]);
+        assert_eq!(&data[512..], &[7u8; 1024][..]);
+        assert_eq!(&tags[..9], &[0u8; 9]);
+        assert_eq!(
+            &tags[9..],
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// As on the emulated SSD: a write without tags and a trim both leave zero tags.
+    #[test]
+    fn untagged_writes_and_trims_clear_the_tags() {
+        let path = scratch("clear");
+        let mut d = FileDevice::open_with_tags(&path, 512, 64, 4, None).unwrap();
+        write(&mut d, 0, &[1u8; 1024], Some(&[9u8; 8]));
+        write(&mut d, 0, &[2u8; 512], None);
+        assert_eq!(read(&mut d, 0, 2).1, [0, 0, 0, 0, 9, 9, 9, 9]);
+        d.submit(0, &Command::trim(1, 1), ReadBuffers::none())
+            .unwrap();
+        let (data, tags) = read(&mut d, 0, 2);
+        assert_eq!(tags, [0u8; 8]);
+        assert_eq!(&data[512..], &[0u8; 512][..]);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn tags_are_refused_without_a_tag_file_and_a_wrong_sized_one_is_named() {
+        let path = scratch("refuse");
+        let mut d = FileDevice::open(&path, 512, 64, None).unwrap();
+        let cmd = Command {
+            tags: Some(&[1u8; 4]),
+            ..Command::write(0, 1, &[0u8; 512])
+        };
+        let err = d.submit(0, &cmd, ReadBuffers::none()).unwrap_err();
+        assert!(matches!(err, DeviceError::TagLength { .. }), "{err}");
+        drop(d);
+        drop(FileDevice::open_with_tags(&path, 512, 64, 4, None).unwrap());
+        let err = FileDevice::open_with_tags(&path, 512, 64, 8, None).unwrap_err();
+        assert!(err.to_string().contains(".tags"), "{err}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }
