@@ -1,5 +1,5 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback]`,
 //! or `-- lat` for the mean 1 MiB flush latency of each interface.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
@@ -64,6 +64,9 @@ fn main() {
                     cfg.host_gc_stop_used_fraction = 0.98;
                 }
                 "serial" => cfg.device.costs.block_packet_contexts = 1,
+                "syncreads" => cfg.max_outstanding_reads = 1,
+                "oneflush" => cfg.max_outstanding_flushes = 1,
+                "writeback" => cfg.write_back = true,
                 "nockpt" => {
                     cfg.device.checkpoint.enabled = false;
                     cfg.host_checkpoint_interval_ns = 0;
