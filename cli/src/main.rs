@@ -3,6 +3,7 @@
 
 mod bench;
 mod config;
+mod plot;
 mod report;
 mod reproduce;
 mod serve;
@@ -43,6 +44,12 @@ enum Command {
         /// Suppresses the human summary.
         #[arg(long)]
         quiet: bool,
+        /// `fio-json` writes fio 3.x json+ instead of the summary (docs/plots.md).
+        #[arg(long, value_enum, default_value_t)]
+        output_format: plot::OutputFormat,
+        /// Where `--output-format fio-json` writes (default: stdout, with the seed on stderr).
+        #[arg(long)]
+        output: Option<PathBuf>,
     },
     /// Analytic models.
     Model {
@@ -53,6 +60,12 @@ enum Command {
     Reproduce(reproduce::ReproduceArgs),
     /// Serves the volume as an NBD export to real clients (qemu, nbd tools, fio, nbdfuse).
     Serve(serve::ServeArgs),
+    /// Draws a run report's figures as SVG and PNG.
+    Plot(plot::PlotArgs),
+    /// Overlays several runs' figures and prints their ratios.
+    Compare(plot::CompareArgs),
+    /// Writes one self-contained HTML page with runs' configuration, tables and figures.
+    Report(plot::ReportArgs),
     /// Benchmarks of the simulator itself and of its agreement with the models.
     Bench {
         #[command(subcommand)]
@@ -88,7 +101,15 @@ fn main() -> ExitCode {
             seed,
             json,
             quiet,
-        } => run(config.as_deref(), seed, json.as_deref(), quiet),
+            output_format,
+            output,
+        } => run(
+            config.as_deref(),
+            seed,
+            json.as_deref(),
+            quiet,
+            (output_format, output.as_deref()),
+        ),
         Command::Model {
             model:
                 ModelCommand::Waf {
@@ -100,6 +121,9 @@ fn main() -> ExitCode {
         Command::Bench { bench } => bench::run(bench),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Plot(args) => plot::plot(args),
+        Command::Compare(args) => plot::compare(args),
+        Command::Report(args) => plot::report(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -133,14 +157,21 @@ fn run(
     seed: Option<u64>,
     json: Option<&Path>,
     quiet: bool,
+    (output_format, output): (plot::OutputFormat, Option<&Path>),
 ) -> Result<(), String> {
     let loaded = config::load(config_path)?;
     let mut cfg = loaded.config;
     if let Some(seed) = seed {
         cfg.seed = seed;
     }
-    // The seed comes first, so that any run can be reproduced from its output.
-    println!("seed: {}", cfg.seed);
+    // The seed comes first, so that any run can be reproduced from its output. When stdout
+    // carries the fio JSON document, the seed goes to stderr so that stdout parses.
+    let fio_to_stdout = output_format == plot::OutputFormat::FioJson && output.is_none();
+    if fio_to_stdout {
+        eprintln!("seed: {}", cfg.seed);
+    } else {
+        println!("seed: {}", cfg.seed);
+    }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
     let build_ssd = |seed: u64| -> Result<Ssd, String> {
         Ssd::new(cfg.ssd.clone(), seed).map_err(|e| format!("configuration {}: {e}", loaded.source))
@@ -207,7 +238,10 @@ fn run(
         report.cpu = cpu;
         (report, outcome)
     };
-    if !quiet {
+    if output_format == plot::OutputFormat::FioJson {
+        plot::write_fio_json(&report, config_path, output)?;
+    }
+    if !quiet && !fio_to_stdout {
         print!("{}", report.human_summary());
     }
     if let Some(path) = json {

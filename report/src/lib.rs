@@ -112,7 +112,35 @@ impl OpStats {
             iops: per_second(self.ios as f64),
             bandwidth_mb_s: per_second(self.bytes as f64 / BYTES_PER_MB),
             latency_us: self.latency_summary(),
+            latency_cdf: self.latency_cdf(),
         }
+    }
+
+    /// The latency distribution as a compact CDF: the histogram's recorded buckets merged into
+    /// groups whose latencies lie within [`CDF_STEP_RATIO`] of each other, one point per group
+    /// at its highest latency (clamped to the exact maximum, as the percentiles are) with the
+    /// exact number of requests at or below it. The counts stay exact, so plots and fio's
+    /// histogram bins can be derived from it; only the latency axis is quantised.
+    fn latency_cdf(&self) -> Vec<CdfPoint> {
+        let mut points = Vec::new();
+        let mut cumulative = 0_u64;
+        // The open group: its first latency and its last (highest) latency so far.
+        let mut group: Option<(u64, u64)> = None;
+        for bucket in self.latency_ns.iter_recorded() {
+            let value_ns = bucket.value_iterated_to().min(self.latency_max_ns);
+            if let Some((first_ns, last_ns)) = group {
+                if value_ns as f64 > first_ns as f64 * CDF_STEP_RATIO {
+                    points.push(CdfPoint(last_ns, cumulative));
+                    group = None;
+                }
+            }
+            cumulative += bucket.count_at_value();
+            group = Some(group.map_or((value_ns, value_ns), |(first, _)| (first, value_ns)));
+        }
+        if let Some((_, last_ns)) = group {
+            points.push(CdfPoint(last_ns, cumulative));
+        }
+        points
     }
 
     fn latency_summary(&self) -> LatencySummary {
@@ -320,6 +348,33 @@ pub struct OpReport {
     pub bandwidth_mb_s: f64,
     /// Completion latency (submit to complete) in microseconds.
     pub latency_us: LatencySummary,
+    /// The latency CDF: `[latency_ns, requests_at_or_below]` points in increasing order (see
+    /// [`CdfPoint`]). Empty in reports written before it existed and when no request completed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_cdf: Vec<CdfPoint>,
+}
+
+/// A latency CDF merges histogram buckets into groups spanning at most this factor in
+/// latency, so each point is within 1 % of every latency it stands for; since each group
+/// starts more than this factor above the previous one, a CDF has at most about 2,300 points
+/// over ten decades of latency (typically a few hundred).
+pub const CDF_STEP_RATIO: f64 = 1.01;
+
+/// One point of a latency CDF: `(latency_ns, requests_at_or_below)`, serialised as a
+/// two-element JSON array to keep reports compact. The last point's count is the op's `ios`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CdfPoint(pub u64, pub u64);
+
+impl CdfPoint {
+    /// The latency in nanoseconds.
+    pub fn latency_ns(self) -> u64 {
+        self.0
+    }
+
+    /// How many requests completed with at most this latency.
+    pub fn requests_at_or_below(self) -> u64 {
+        self.1
+    }
 }
 
 /// Latency statistics in microseconds. Percentiles come from an HDR histogram with 3 significant
@@ -763,6 +818,10 @@ impl Progress {
         }
     }
 }
+
+pub mod fio_json;
+pub mod html;
+pub mod plot;
 
 #[cfg(test)]
 mod tests;

@@ -182,7 +182,7 @@ fn timeline_coarsens_instead_of_exhausting_memory() {
     assert_eq!(total, 2_000);
 }
 
-fn sample_report() -> RunReport {
+pub(crate) fn sample_report() -> RunReport {
     let mut recorder = Recorder::new(MS);
     for i in 0..100_u64 {
         recorder.record(OpClass::Read, i * 10 * US, i * 10 * US + 87 * US, 4096);
@@ -283,10 +283,12 @@ fn json_round_trip_with_contract_keys() {
         ])
     );
     for op in ["read", "write", "trim", "flush"] {
-        assert_eq!(
-            keys(&value[op]),
-            sorted(&["ios", "bytes", "iops", "bandwidth_mb_s", "latency_us"])
-        );
+        // The CDF is left out when no request completed (flush here).
+        let mut expected = vec!["ios", "bytes", "iops", "bandwidth_mb_s", "latency_us"];
+        if value[op]["ios"] != 0 {
+            expected.push("latency_cdf");
+        }
+        assert_eq!(keys(&value[op]), sorted(&expected));
         assert_eq!(
             keys(&value[op]["latency_us"]),
             sorted(&["mean", "p50", "p90", "p99", "p999", "max"])
@@ -445,4 +447,50 @@ fn progress_creates_bar_after_a_second() {
     }
     progress.finish();
     assert!(progress.bar.is_none());
+}
+
+#[test]
+fn latency_cdf_counts_are_exact_and_groups_span_one_percent() {
+    let mut recorder = Recorder::new(0);
+    // Latencies 1 µs … 1000 µs, and a far outlier at 5 ms.
+    let mut latencies_ns: Vec<u64> = (1..=1000_u64).map(|i| i * US).collect();
+    latencies_ns.push(5 * MS);
+    for (i, latency_ns) in latencies_ns.iter().enumerate() {
+        let submit_ns = i as u64 * 3 * US;
+        recorder.record(OpClass::Write, submit_ns, submit_ns + latency_ns, 4096);
+    }
+    let m = recorder.finish(S);
+    let cdf = &m.write.latency_cdf;
+    assert_eq!(
+        cdf.last(),
+        Some(&CdfPoint(5 * MS, 1001)),
+        "ends at the exact max"
+    );
+    // Far fewer points than samples: where samples are dense, 1 % of latency is one point.
+    assert!(cdf.len() < 600 && cdf.len() > 100, "{} points", cdf.len());
+    for pair in cdf.windows(2) {
+        assert!(pair[1].latency_ns() > pair[0].latency_ns());
+        assert!(pair[1].requests_at_or_below() > pair[0].requests_at_or_below());
+    }
+    // The counts are exact: every sample at or below a point's latency, and no other.
+    for point in cdf {
+        let exact = latencies_ns
+            .iter()
+            .filter(|l| **l <= point.latency_ns())
+            .count() as u64;
+        assert_eq!(point.requests_at_or_below(), exact, "{point:?}");
+    }
+    assert!(m.read.latency_cdf.is_empty(), "no reads, no CDF");
+}
+
+#[test]
+fn reports_written_before_the_cdf_still_load() {
+    let report = sample_report();
+    let mut value = serde_json::to_value(&report).unwrap();
+    for op in ["read", "write", "trim", "flush"] {
+        value[op].as_object_mut().unwrap().remove("latency_cdf");
+    }
+    let back: RunReport = serde_json::from_value(value).expect("old report loads");
+    assert!(back.write.latency_cdf.is_empty());
+    assert_eq!(back.write.latency_us, report.write.latency_us);
 }

@@ -28,6 +28,12 @@ pub struct ReproduceArgs {
     /// Lists the experiments.
     #[arg(long)]
     pub list: bool,
+    /// Runs every experiment; with --plots it also writes the gallery index DIR/README.md.
+    #[arg(long, conflicts_with = "id")]
+    pub all: bool,
+    /// Writes a paper-vs-measured chart per experiment into DIR as ID.svg and ID.png.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
 }
 
 /// The paper's figures and the measured ones, under the same labels.
@@ -50,20 +56,70 @@ fn experiments() -> Vec<Entry> {
 }
 
 pub fn run(args: ReproduceArgs) -> Result<(), String> {
-    if args.list || args.id.is_none() {
+    if args.list || (args.id.is_none() && !args.all) {
         for (id, what, _) in experiments() {
             println!("{id}\n    {what}");
         }
         return Ok(());
     }
-    let id = args.id.unwrap_or_default();
     let all = experiments();
-    let (_, _, experiment) = all.iter().find(|(name, _, _)| *name == id).ok_or_else(|| {
-        let known: Vec<&str> = all.iter().map(|e| e.0).collect();
-        format!("unknown experiment {id:?}; known: {}", known.join(", "))
-    })?;
+    let selected: Vec<&Entry> = if args.all {
+        all.iter().collect()
+    } else {
+        let id = args.id.clone().unwrap_or_default();
+        let entry = all.iter().find(|(name, _, _)| *name == id).ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|e| e.0).collect();
+            format!("unknown experiment {id:?}; known: {}", known.join(", "))
+        })?;
+        vec![entry]
+    };
     println!("seed: {}", args.seed);
-    let r = experiment(args.quick, args.seed)?;
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for (id, what, experiment) in selected {
+        // With --all one failing experiment must not hide the others' results.
+        let r = match experiment(args.quick, args.seed) {
+            Ok(r) => r,
+            Err(e) if args.all => {
+                eprintln!("{id}: {e}");
+                failures.push(format!("{id}: {e}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        print_reproduction(&r);
+        if let Some(dir) = &args.plots {
+            for path in crate::plot::write_reproduction_chart(dir, &r)? {
+                println!("{}", path.display());
+            }
+        }
+        results.push((*id, *what, r));
+    }
+    if let (Some(dir), true) = (&args.plots, args.all) {
+        let index = crate::plot::write_gallery_index(dir, &results, args.quick, args.seed)?;
+        println!("{}", index.display());
+    }
+    if let Some(path) = args.json {
+        let text = if args.all {
+            let all: Vec<&Reproduction> = results.iter().map(|(_, _, r)| r).collect();
+            serde_json::to_string_pretty(&all)
+        } else {
+            results.first().map_or(Ok(String::new()), |(_, _, r)| {
+                serde_json::to_string_pretty(r)
+            })
+        }
+        .map_err(|e| e.to_string())?;
+        std::fs::write(&path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("experiments failed: {}", failures.join("; ")))
+    }
+}
+
+fn print_reproduction(r: &Reproduction) {
     println!("{} ({})", r.id, r.unit);
     println!(
         "{:<28} {:>10} {:>10} {:>7}",
@@ -76,12 +132,6 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
             measured / paper
         );
     }
-    if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    Ok(())
 }
 
 /// Runs an inline fio job file on `device` through the host CPU model.
