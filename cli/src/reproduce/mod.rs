@@ -63,6 +63,9 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         format!("unknown experiment {id:?}; known: {}", known.join(", "))
     })?;
     println!("seed: {}", args.seed);
+    if let (Some(json), Ok(mut path)) = (&args.json, swan::FIG6_REPORT_PATH.lock()) {
+        *path = Some(json.with_extension("report.json"));
+    }
     let r = experiment(args.quick, args.seed)?;
     println!("{} ({})", r.id, r.unit);
     println!(
