@@ -15,10 +15,14 @@
 
 mod layout;
 mod log_raid;
+mod swan;
 mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
+pub use swan::{
+    decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
+};
 pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
 
 use afa_parity::ErasureCodec;

@@ -47,6 +47,35 @@ impl Default for LogRaidConfig {
     }
 }
 
+/// Stripe writes in flight that each hold one stripe of host buffer (NVRAM) until they
+/// complete: the back-pressure a log-structured engine puts on its writers. Shared by
+/// Log-RAID and SWAN.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteWindow {
+    inflight: VecDeque<TimeNs>,
+}
+
+impl WriteWindow {
+    /// Admits a stripe write issued at `now_ns` that completes at `done_ns`, in a buffer of
+    /// `capacity` stripes. Returns when the buffer has room for the next stripe (the oldest
+    /// write in flight may have to finish first).
+    pub(crate) fn admit(&mut self, now_ns: TimeNs, done_ns: TimeNs, capacity: usize) -> TimeNs {
+        self.inflight.push_back(done_ns);
+        let mut ready = now_ns;
+        while let Some(&front) = self.inflight.front() {
+            if front <= now_ns {
+                self.inflight.pop_front();
+            } else if self.inflight.len() >= capacity {
+                ready = ready.max(front);
+                self.inflight.pop_front();
+            } else {
+                break;
+            }
+        }
+        ready
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SegmentState {
     Free,
@@ -80,8 +109,8 @@ pub struct LogRaid<D: BlockDevice> {
     head: u32,
     /// Payload of the open stripe (in NVRAM).
     stripe_buf: Vec<u8>,
-    /// Completion times of stripe writes still holding NVRAM.
-    inflight: VecDeque<TimeNs>,
+    /// Stripe writes still holding NVRAM.
+    inflight: WriteWindow,
     info: DeviceInfo,
     cleaning: bool,
     stats: LogRaidStats,
@@ -144,7 +173,7 @@ impl<D: BlockDevice> LogRaid<D> {
             free: (0..segments).collect(),
             head: NONE,
             stripe_buf: vec![0; stripe_sectors as usize * unit],
-            inflight: VecDeque::new(),
+            inflight: WriteWindow::default(),
             cleaning: false,
             stats: LogRaidStats::default(),
             array,
@@ -292,19 +321,9 @@ impl<D: BlockDevice> LogRaid<D> {
             ReadBuffers::none(),
         )?;
         self.stats.stripes_written += 1;
-        self.inflight.push_back(c.done_ns);
-        let mut ready = now_ns;
-        while let Some(&front) = self.inflight.front() {
-            if front <= now_ns {
-                self.inflight.pop_front();
-            } else if self.inflight.len() >= self.config.nvram_stripes as usize {
-                ready = ready.max(front);
-                self.inflight.pop_front();
-            } else {
-                break;
-            }
-        }
-        Ok(ready)
+        Ok(self
+            .inflight
+            .admit(now_ns, c.done_ns, self.config.nvram_stripes as usize))
     }
 
     fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {

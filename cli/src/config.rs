@@ -51,6 +51,10 @@ pub struct ArrayRunConfig {
     /// stripes (raid5 or raid6): `[array.two_phase]`.
     #[serde(default)]
     pub two_phase: Option<afa_array::TwoPhaseConfig>,
+    /// SWAN: the members split into R-groups of `level` (raid0, raid4 or raid5), one
+    /// front-end taking writes, GC in one back-end group at a time: `[array.swan]`.
+    #[serde(default)]
+    pub swan: Option<afa_array::SwanConfig>,
 }
 
 /// One scheduled member failure.
@@ -193,9 +197,11 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         ));
     }
     if let Some(a) = &config.array {
-        if a.log.is_some() && a.two_phase.is_some() {
+        let engines =
+            a.log.is_some() as u32 + a.two_phase.is_some() as u32 + a.swan.is_some() as u32;
+        if engines > 1 {
             return Err(format!(
-                "configuration {source}: [array.log] and [array.two_phase] are two engines; choose one"
+                "configuration {source}: [array.log], [array.two_phase] and [array.swan] are separate engines; choose one"
             ));
         }
     }

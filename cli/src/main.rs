@@ -85,6 +85,43 @@ enum ModelCommand {
         #[arg(long, default_value_t = 64)]
         pages_per_block: u32,
     },
+    /// SWAN's sizing (ATC '19 §3.5): the minimum number of R-groups from Equation 1 and the
+    /// R-group width for a network bandwidth.
+    Swan(SwanModelArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("util").required(true).args(["utilization", "disk_utilization"])))]
+struct SwanModelArgs {
+    /// Time to erase a segment's flash blocks, in µs.
+    #[arg(long)]
+    erase_us: f64,
+    /// Time to read one block, in µs.
+    #[arg(long)]
+    read_us: f64,
+    /// Time to write one block, in µs.
+    #[arg(long)]
+    write_us: f64,
+    #[arg(long)]
+    blocks_per_segment: u32,
+    /// Segment utilisation u of the cleaned segments.
+    #[arg(long)]
+    utilization: Option<f64>,
+    /// Disk utilisation u_d; u solves u_d = (u − 1) / ln u.
+    #[arg(long)]
+    disk_utilization: Option<f64>,
+    /// Network bandwidth to fill, in GB/s (with --ssd-write-gb-s: the R-group width).
+    #[arg(long, requires = "ssd_write_gb_s")]
+    network_gb_s: Option<f64>,
+    /// One SSD's write bandwidth, in GB/s.
+    #[arg(long, requires = "network_gb_s")]
+    ssd_write_gb_s: Option<f64>,
+    /// Parity members per R-group.
+    #[arg(long, default_value_t = 0)]
+    parity: u32,
+    /// SSDs in the box, to split into R-groups.
+    #[arg(long)]
+    ssds: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -118,6 +155,9 @@ fn main() -> ExitCode {
                     pages_per_block,
                 },
         } => model_waf(policy, op, pages_per_block),
+        Command::Model {
+            model: ModelCommand::Swan(args),
+        } => model_swan(&args),
         Command::Bench { bench } => bench::run(bench),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Serve(args) => serve::run(args),
@@ -149,6 +189,66 @@ fn model_waf(policy: GcPolicyArg, op: f64, pages_per_block: u32) -> Result<(), S
         "policy {policy:?}, over-provisioning {op}, logical utilisation {utilisation:.4}, pages per block {pages_per_block}"
     );
     println!("predicted steady-state write amplification: {waf:.4}");
+    Ok(())
+}
+
+fn model_swan(a: &SwanModelArgs) -> Result<(), String> {
+    use afa_model::swan::{group_width, min_groups, min_groups_for_disk_utilization, SwanDevice};
+    let device = SwanDevice {
+        erase_us: a.erase_us,
+        read_us: a.read_us,
+        write_us: a.write_us,
+        blocks_per_segment: a.blocks_per_segment,
+    };
+    let s = match (a.utilization, a.disk_utilization) {
+        (Some(u), _) => min_groups(&device, u),
+        (None, Some(u_d)) => {
+            let s = min_groups_for_disk_utilization(&device, u_d);
+            if let Ok(s) = &s {
+                println!(
+                    "disk utilisation u_d {u_d}: segment utilisation u = {:.4} (u_d = (u − 1) / ln u)",
+                    s.segment_utilization
+                );
+            }
+            s
+        }
+        (None, None) => return Err("give --utilization or --disk-utilization".into()),
+    }
+    .map_err(|e| e.to_string())?;
+    let b = a.blocks_per_segment as f64;
+    println!(
+        "segment: T_w = {:.1} µs, T_r = {:.1} µs, T_e = {} µs",
+        a.write_us * b,
+        a.read_us * b,
+        a.erase_us
+    );
+    println!(
+        "cleaning a segment takes {:.1} µs; the front-end consumes what it frees in {:.1} µs",
+        s.clean_segment_us, s.consume_segment_us
+    );
+    println!(
+        "minimum R-groups (Equation 1): N = {:.3}, so {} R-groups",
+        s.min_groups,
+        s.min_groups.ceil()
+    );
+    if let (Some(net), Some(ssd)) = (a.network_gb_s, a.ssd_write_gb_s) {
+        let w = group_width(net, ssd, a.parity, a.ssds).map_err(|e| e.to_string())?;
+        println!(
+            "R-group width for {net} GB/s over {ssd} GB/s SSDs: {} SSDs ({} data + {} parity)",
+            w.ssds_per_group, w.data_per_group, a.parity
+        );
+        if let (Some(n), Some(groups), Some(left)) = (a.ssds, w.groups, w.leftover_ssds) {
+            let verdict = if groups as f64 >= s.min_groups {
+                "enough to hide GC"
+            } else {
+                "fewer than Equation 1 asks for: GC will reach the front-end"
+            };
+            println!(
+                "{n} SSDs: {groups} R-groups (1 front-end + {} back-end) and {left} spare SSDs; {verdict}",
+                groups.saturating_sub(1)
+            );
+        }
+    }
     Ok(())
 }
 

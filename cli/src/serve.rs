@@ -145,6 +145,7 @@ fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
         EngineChoice::Raid => level,
         EngineChoice::Log(_) => format!("log-raid over {level}"),
         EngineChoice::TwoPhase(_) => format!("two-phase over {level}"),
+        EngineChoice::Swan(_) => format!("swan over {level} R-groups"),
     }
 }
 
@@ -204,7 +205,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     let spec = ArraySpec::from_config(array_cfg);
     match spec.choice {
         EngineChoice::Raid => {}
-        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) => {
+        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) | EngineChoice::Swan(_) => {
             return Err(format!(
                 "--state keeps arrays with a static layout only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
                 engine_name(&spec.choice, spec.engine.level)

@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+pub mod swan;
+
 /// Why a model could not be evaluated. Every variant names the offending parameter so that the
 /// message is actionable without a backtrace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +27,8 @@ pub enum ModelError {
     InvalidUtilisation(f64),
     /// A block must hold at least one page.
     InvalidPagesPerBlock(u32),
+    /// A named device or network figure was zero, negative or not finite.
+    InvalidParameter(&'static str, f64),
 }
 
 impl fmt::Display for ModelError {
@@ -38,6 +42,12 @@ impl fmt::Display for ModelError {
                 f,
                 "utilisation u_d = {u} is invalid: it must be finite and strictly between 0 and 1"
             ),
+            ModelError::InvalidParameter(name, v) => {
+                write!(
+                    f,
+                    "{name} = {v} is invalid: it must be finite and greater than 0"
+                )
+            }
             ModelError::InvalidPagesPerBlock(b) => write!(
                 f,
                 "pages_per_block = {b} is invalid: a block must hold at least one page"

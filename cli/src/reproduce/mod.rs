@@ -74,6 +74,9 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         vec![entry]
     };
     println!("seed: {}", args.seed);
+    if let (Some(json), Ok(mut path)) = (&args.json, swan::FIG6_REPORT_PATH.lock()) {
+        *path = Some(json.with_extension("report.json"));
+    }
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for (id, what, experiment) in selected {

@@ -1,0 +1,1257 @@
+//! SWAN (ATC '19): spatial separation of array-level GC across R-groups.
+//!
+//! The SSDs form a two-dimensional array: R-groups (columns), each an [`Array`] of its
+//! members (RAID 0, 4 or 5). The volume exposes linear 4 KiB blocks (one block per sector);
+//! the physical space of every R-group is cut into fixed-size segments written log-structured,
+//! a full stripe at a time. The last block of every segment holds its summary (sequence
+//! number, the logical address of every block, a checksum).
+//!
+//! Only the front-end R-group takes user writes. When its free segments run out it joins the
+//! back-end, and the back-end group with the most free segments becomes the front-end. GC
+//! runs inside one back-end group at a time, on its own clock that overlaps the front-end's
+//! writes: a victim (greedy by default) has its valid blocks read and rewritten into a
+//! segment of the same group, and is then trimmed on the members. Reads go to whichever
+//! group holds the block; each read is counted by the kind of group that served it
+//! (front-end, idle back-end, back-end in GC: the paper's Table 4).
+
+use std::collections::VecDeque;
+
+use afa_nand::{fill_unit, sector_token};
+use afa_sim::TimeNs;
+use afa_ssd::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
+    ReadBuffers,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::log_raid::WriteWindow;
+use crate::{Array, ArrayConfig, ArrayError, Level};
+
+const NONE: u32 = u32::MAX;
+
+/// Free segments every R-group keeps for its own GC: the front-end moves on before it would
+/// take them, so that a group returned to the back-end can always start cleaning.
+const GC_RESERVE_SEGMENTS: usize = 2;
+
+/// When GC is wanted but no back-end group has a victim, how long until it looks again.
+const GC_RETRY_NS: TimeNs = 1_000_000;
+
+/// How a victim segment is chosen inside the R-group being cleaned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VictimPolicy {
+    /// The segment with the fewest valid blocks (the paper's choice).
+    #[default]
+    Greedy,
+    /// The oldest segment (lowest sequence number).
+    Fifo,
+}
+
+/// The `[array.swan]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwanConfig {
+    /// R-groups; the array's members are split into this many groups of equal width, in
+    /// member order (members 0..w form group 0).
+    pub groups: u32,
+    /// Segment size in bytes: a whole number of the group's stripes.
+    pub segment_bytes: u64,
+    /// Fraction of the physical segment space kept out of the volume.
+    pub spare_fraction: f64,
+    pub victim: VictimPolicy,
+    /// Background GC runs while the back-end groups hold fewer free segments than this
+    /// fraction of one group's segments.
+    pub gc_free_target: f64,
+    /// A group is cleaned only while its best victim holds at most this fraction of valid
+    /// blocks; past it the group counts as compacted.
+    pub gc_max_victim_valid: f64,
+    /// Back-end groups cleaned at once (1: the paper's one group at a time; Equation 1's
+    /// recycle-time argument lets every back-end group clean during its whole stay).
+    pub gc_parallel_groups: u32,
+    /// Host memory holding stripes being written, per stream, in stripes.
+    pub buffer_stripes: u32,
+    /// Time to copy a user write into host memory, in ns.
+    pub buffer_write_ns: u64,
+    /// Aging before measuring (paper §5): fraction of the volume written by random writes
+    /// after every SSD is trimmed (0: none). Applied by the tool that builds the volume.
+    pub age_fraction: f64,
+}
+
+impl Default for SwanConfig {
+    fn default() -> Self {
+        Self {
+            groups: 2,
+            segment_bytes: 1 << 20,
+            spare_fraction: 0.1,
+            victim: VictimPolicy::Greedy,
+            gc_free_target: 1.0,
+            gc_max_victim_valid: 0.95,
+            gc_parallel_groups: 1,
+            buffer_stripes: 8,
+            buffer_write_ns: 2_000,
+            age_fraction: 0.0,
+        }
+    }
+}
+
+/// The kind of R-group that served a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadKind {
+    FrontEnd,
+    BackEndIdle,
+    BackEndGc,
+}
+
+/// Reads served by one kind of group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReadsByKind {
+    /// Member-array read commands.
+    pub reads: u64,
+    pub sectors: u64,
+    pub latency_ns_total: u64,
+    pub latency_ns_max: u64,
+}
+
+impl ReadsByKind {
+    fn record(&mut self, sectors: u32, latency_ns: u64) {
+        self.reads += 1;
+        self.sectors += sectors as u64;
+        self.latency_ns_total += latency_ns;
+        self.latency_ns_max = self.latency_ns_max.max(latency_ns);
+    }
+}
+
+/// A change of role: the front-end moved, or GC started or stopped in a group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SwanEvent {
+    pub t_ns: u64,
+    /// "front_end", "gc_start", "gc_stop" (background GC) or "foreground_gc_start",
+    /// "foreground_gc_stop" (the writer waits while the next front-end is cleaned).
+    pub kind: &'static str,
+    pub group: u32,
+}
+
+/// One cleaned victim, for the paper's Figure 7.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct VictimSample {
+    pub t_ns: u64,
+    pub group: u32,
+    /// Valid blocks over data blocks of the victim.
+    pub utilization: f64,
+    /// Free segments in the whole array after it was cleaned.
+    pub free_segments: u32,
+}
+
+/// SWAN's counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SwanStats {
+    pub user_sectors: u64,
+    pub stripes_written: u64,
+    pub segments_written: u64,
+    pub segments_cleaned: u64,
+    pub gc_sectors_moved: u64,
+    pub front_end_switches: u64,
+    /// Times the front-end had to wait for GC (the back-end fell behind), and how long.
+    pub foreground_gc_stalls: u64,
+    pub foreground_gc_stall_ns: u64,
+    pub reads_front_end: ReadsByKind,
+    pub reads_back_end_idle: ReadsByKind,
+    pub reads_back_end_gc: ReadsByKind,
+    /// Reads served from host memory (the open stripes) or of never-written blocks.
+    pub reads_buffered_sectors: u64,
+    /// Engine time of the user's time 0 (the end of aging).
+    pub epoch_ns: u64,
+    pub events: Vec<SwanEvent>,
+    pub victims: Vec<VictimSample>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SegmentState {
+    Free,
+    Open,
+    Full,
+}
+
+/// An append point: the open segment and the stripe being filled in host memory.
+#[derive(Debug, Clone)]
+struct Stream {
+    /// Global segment id, NONE when no segment is open.
+    segment: u32,
+    /// Physical block where the next append goes.
+    head: u32,
+    stripe_buf: Vec<u8>,
+    /// Logical address of every data block appended to the open segment.
+    /// Logical address and write sequence number of every data block appended to the open
+    /// segment.
+    lbas: Vec<(u32, u64)>,
+    window: WriteWindow,
+}
+
+impl Stream {
+    fn new(stripe_bytes: usize) -> Self {
+        Self {
+            segment: NONE,
+            head: NONE,
+            stripe_buf: vec![0; stripe_bytes],
+            lbas: Vec::new(),
+            window: WriteWindow::default(),
+        }
+    }
+}
+
+/// The SWAN volume over R-groups.
+#[derive(Debug)]
+pub struct Swan<D: BlockDevice> {
+    groups: Vec<Array<D>>,
+    config: SwanConfig,
+    info: DeviceInfo,
+    unit: usize,
+    width: usize,
+    stripe_sectors: u32,
+    segment_sectors: u32,
+    /// Segments per group.
+    group_segments: u32,
+    l2p: Vec<u32>,
+    p2l: Vec<u32>,
+    /// Write sequence number of the data in every physical block: a user write takes the
+    /// next number, a GC copy keeps its source's, so the newest version of a block wins a
+    /// map rebuild even when an older version was copied into a later segment.
+    wseq: Vec<u64>,
+    next_wseq: u64,
+    valid: Vec<u32>,
+    state: Vec<SegmentState>,
+    seq: Vec<u64>,
+    next_seq: u64,
+    free: Vec<VecDeque<u32>>,
+    front: usize,
+    user: Stream,
+    /// One GC append point per group (only the cleaning group's moves).
+    gc_streams: Vec<Stream>,
+    /// Per GC lane (`gc_parallel_groups` of them): the group it cleans and its clock.
+    gc_group: Vec<Option<usize>>,
+    gc_clock_ns: Vec<TimeNs>,
+    /// Engine time when the user's time 0 began (after aging): added to every time the
+    /// user gives, taken off every completion.
+    epoch_ns: TimeNs,
+    stats: SwanStats,
+}
+
+/// A short, stable checksum (FNV-1a) for segment summaries.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Magic at the start of a segment summary block.
+pub const SUMMARY_MAGIC: &[u8; 8] = b"SWANSUM1";
+
+/// Encodes a segment summary: magic, sequence number, segment id, block count, then for each
+/// data block its 5-byte logical address (0xFF.. for none) and 8-byte write sequence number,
+/// and an FNV-1a checksum of all that. Returns None if it does not fit in `unit` bytes.
+pub fn encode_summary(
+    seq: u64,
+    segment: u32,
+    entries: &[(u32, u64)],
+    unit: usize,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(24 + entries.len() * 13 + 8);
+    out.extend_from_slice(SUMMARY_MAGIC);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&segment.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for &(l, w) in entries {
+        let v: u64 = if l == NONE { 0xFF_FFFF_FFFF } else { l as u64 };
+        out.extend_from_slice(&v.to_le_bytes()[..5]);
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    let sum = fnv1a(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    if out.len() > unit {
+        return None;
+    }
+    out.resize(unit, 0);
+    Some(out)
+}
+
+/// A decoded segment summary: (sequence number, segment, (address, write sequence) per block).
+pub type Summary = (u64, u32, Vec<(u32, u64)>);
+
+/// Decodes a summary written by [`encode_summary`]; None unless magic and checksum match.
+pub fn decode_summary(block: &[u8]) -> Option<Summary> {
+    if block.len() < 32 || &block[..8] != SUMMARY_MAGIC {
+        return None;
+    }
+    let seq = u64::from_le_bytes(block[8..16].try_into().ok()?);
+    let segment = u32::from_le_bytes(block[16..20].try_into().ok()?);
+    let count = u32::from_le_bytes(block[20..24].try_into().ok()?) as usize;
+    let end = 24usize.checked_add(count.checked_mul(13)?)?;
+    if end + 8 > block.len() {
+        return None;
+    }
+    let sum = u64::from_le_bytes(block[end..end + 8].try_into().ok()?);
+    if fnv1a(&block[..end]) != sum {
+        return None;
+    }
+    let entries = block[24..end]
+        .chunks(13)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..5].copy_from_slice(&c[..5]);
+            let v = u64::from_le_bytes(b);
+            let lba = if v == 0xFF_FFFF_FFFF { NONE } else { v as u32 };
+            let w = u64::from_le_bytes(c[5..13].try_into().expect("13-byte entry"));
+            (lba, w)
+        })
+        .collect();
+    Some((seq, segment, entries))
+}
+
+impl<D: BlockDevice> Swan<D> {
+    /// Builds SWAN over `members` split into `swan.groups` R-groups of `array.level`
+    /// (raid0, raid4 or raid5) with `array.chunk_bytes`; spare j goes to group j mod groups.
+    pub fn new(
+        array: ArrayConfig,
+        swan: SwanConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+    ) -> Result<Self, ArrayError> {
+        let err = |s: String| ArrayError::Config(s);
+        if !matches!(array.level, Level::Raid0 | Level::Raid4 | Level::Raid5) {
+            return Err(err(format!(
+                "swan R-groups are raid0, raid4 or raid5, not {:?}",
+                array.level
+            )));
+        }
+        let groups = swan.groups as usize;
+        if groups < 2 {
+            return Err(err(format!(
+                "array.swan.groups = {groups}: SWAN needs at least 2 R-groups (a front-end and a back-end)"
+            )));
+        }
+        if members.len() != array.members as usize || members.len() % groups != 0 {
+            return Err(err(format!(
+                "array.members = {} ({} devices given) must split evenly into {groups} R-groups",
+                array.members,
+                members.len()
+            )));
+        }
+        if !(0.0..0.95).contains(&swan.spare_fraction) {
+            return Err(err(format!(
+                "array.swan.spare_fraction = {} must lie in [0, 0.95)",
+                swan.spare_fraction
+            )));
+        }
+        if !(swan.gc_free_target.is_finite() && swan.gc_free_target >= 0.0) {
+            return Err(err(format!(
+                "array.swan.gc_free_target = {} must be a non-negative number",
+                swan.gc_free_target
+            )));
+        }
+        if !(swan.gc_max_victim_valid > 0.0 && swan.gc_max_victim_valid <= 1.0) {
+            return Err(err(format!(
+                "array.swan.gc_max_victim_valid = {} must lie in (0, 1]",
+                swan.gc_max_victim_valid
+            )));
+        }
+        if !(0.0..1.0).contains(&swan.age_fraction) {
+            return Err(err(format!(
+                "array.swan.age_fraction = {} must lie in [0, 1)",
+                swan.age_fraction
+            )));
+        }
+        if swan.gc_parallel_groups == 0 || swan.gc_parallel_groups as usize >= groups {
+            return Err(err(format!(
+                "array.swan.gc_parallel_groups = {} must lie in [1, groups − 1 = {}]",
+                swan.gc_parallel_groups,
+                groups - 1
+            )));
+        }
+        if swan.buffer_stripes == 0 {
+            return Err(err("array.swan.buffer_stripes must be positive".into()));
+        }
+        let width = members.len() / groups;
+        let group_config = ArrayConfig {
+            members: width as u32,
+            ..array.clone()
+        };
+        let mut spare_lists: Vec<Vec<D>> = (0..groups).map(|_| Vec::new()).collect();
+        for (j, s) in spares.into_iter().enumerate() {
+            spare_lists[j % groups].push(s);
+        }
+        let mut member_iter = members.into_iter();
+        let mut arrays = Vec::with_capacity(groups);
+        for spares in spare_lists {
+            let m: Vec<D> = member_iter.by_ref().take(width).collect();
+            arrays.push(Array::new(group_config.clone(), m, spares)?);
+        }
+        let ainfo = arrays[0].info();
+        let sector = ainfo.sector_bytes as u64;
+        let stripe_sectors = arrays[0].chunk_sectors() * arrays[0].layout().k as u32;
+        if swan.segment_bytes == 0
+            || swan.segment_bytes % sector != 0
+            || (swan.segment_bytes / sector) % stripe_sectors as u64 != 0
+        {
+            return Err(err(format!(
+                "array.swan.segment_bytes = {} must be a positive multiple of the R-group's stripe ({} B: chunk {} B × {} data members)",
+                swan.segment_bytes,
+                stripe_sectors as u64 * sector,
+                array.chunk_bytes,
+                arrays[0].layout().k
+            )));
+        }
+        let segment_sectors = (swan.segment_bytes / sector) as u32;
+        if segment_sectors < 2 {
+            return Err(err(
+                "array.swan.segment_bytes must hold at least two blocks (data and summary)".into(),
+            ));
+        }
+        let unit = ainfo.payload_unit_bytes as usize;
+        if unit == sector as usize
+            && encode_summary(0, 0, &vec![(0, 0); segment_sectors as usize - 1], unit).is_none()
+        {
+            return Err(err(format!(
+                "array.swan.segment_bytes = {}: the summary of {} blocks does not fit in one block",
+                swan.segment_bytes,
+                segment_sectors - 1
+            )));
+        }
+        let group_segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
+        let needed = GC_RESERVE_SEGMENTS as u32 + 2;
+        if group_segments < needed {
+            return Err(err(format!(
+                "each R-group holds only {group_segments} segments; SWAN needs at least {needed}"
+            )));
+        }
+        let total_segments = group_segments as u64 * groups as u64;
+        let physical = total_segments * segment_sectors as u64;
+        if physical >= NONE as u64 {
+            return Err(err(format!(
+                "the array's {physical} blocks exceed SWAN's 2^32 block addresses"
+            )));
+        }
+        let data_per_segment = (segment_sectors - 1) as u64;
+        // Every group keeps its GC reserve plus one segment, so the log always has somewhere
+        // to go; the spare fraction comes out of the rest.
+        let usable =
+            (total_segments - groups as u64 * (GC_RESERVE_SEGMENTS as u64 + 1)) * data_per_segment;
+        let logical =
+            ((total_segments * data_per_segment) as f64 * (1.0 - swan.spare_fraction)) as u64;
+        let logical = logical.min(usable);
+        if logical == 0 {
+            return Err(err("the SWAN volume would be empty".into()));
+        }
+        let stripe_bytes = stripe_sectors as usize * unit;
+        let free = (0..groups as u32)
+            .map(|g| (g * group_segments..(g + 1) * group_segments).collect())
+            .collect();
+        let mut swan_engine = Self {
+            info: DeviceInfo {
+                capacity_sectors: logical,
+                tag_bytes_per_sector: 0,
+                max_queue_depth: arrays.iter().map(|a| a.info().max_queue_depth).sum(),
+                ..ainfo
+            },
+            unit,
+            width,
+            stripe_sectors,
+            segment_sectors,
+            group_segments,
+            l2p: vec![NONE; logical as usize],
+            p2l: vec![NONE; physical as usize],
+            wseq: vec![0; physical as usize],
+            next_wseq: 1,
+            valid: vec![0; total_segments as usize],
+            state: vec![SegmentState::Free; total_segments as usize],
+            seq: vec![0; total_segments as usize],
+            next_seq: 1,
+            free,
+            front: 0,
+            user: Stream::new(stripe_bytes),
+            gc_streams: (0..groups).map(|_| Stream::new(stripe_bytes)).collect(),
+            gc_group: vec![None; swan.gc_parallel_groups as usize],
+            gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
+            epoch_ns: 0,
+            stats: SwanStats::default(),
+            groups: arrays,
+            config: swan,
+        };
+        swan_engine.event(0, "front_end", 0);
+        Ok(swan_engine)
+    }
+
+    /// Starts the user's clock at engine time `epoch_ns` (after aging, so that a measured
+    /// run starting at 0 finds the members as aging left them). Events and victim samples
+    /// stay in engine time; `stats().epoch_ns` says where the user's time 0 is.
+    pub fn set_epoch(&mut self, epoch_ns: TimeNs) {
+        self.epoch_ns = epoch_ns;
+        self.stats.epoch_ns = epoch_ns;
+    }
+
+    pub fn config(&self) -> &SwanConfig {
+        &self.config
+    }
+    pub fn stats(&self) -> &SwanStats {
+        &self.stats
+    }
+    /// The R-groups, in order.
+    pub fn groups(&self) -> &[Array<D>] {
+        &self.groups
+    }
+    /// Members per R-group.
+    pub fn group_width(&self) -> usize {
+        self.width
+    }
+    /// Every member, group by group.
+    pub fn members(&self) -> impl Iterator<Item = &D> {
+        self.groups.iter().flat_map(|g| g.members())
+    }
+    /// The front-end R-group.
+    pub fn front_end(&self) -> usize {
+        self.front
+    }
+    /// The R-group being cleaned, if any.
+    pub fn gc_group(&self) -> Option<usize> {
+        self.gc_group.iter().find_map(|g| *g)
+    }
+    /// Whether R-group `g` is being cleaned.
+    pub fn in_gc(&self, g: usize) -> bool {
+        self.gc_group.contains(&Some(g))
+    }
+    /// Free segments of R-group `g`.
+    pub fn free_segments(&self, g: usize) -> usize {
+        self.free[g].len()
+    }
+    /// Sectors the members were asked to write, over all groups.
+    pub fn member_write_sectors(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| g.stats().member_write_sectors)
+            .sum()
+    }
+    /// Degraded reads over all groups.
+    pub fn degraded_reads(&self) -> u64 {
+        self.groups.iter().map(|g| g.stats().degraded_reads).sum()
+    }
+
+    /// Arranges for array member `member` (numbered group by group) to fail at `at_ns`.
+    pub fn schedule_failure(&mut self, member: usize, at_ns: TimeNs) -> Result<(), ArrayError> {
+        let g = member / self.width;
+        if g >= self.groups.len() {
+            return Err(ArrayError::Fail(member, "no such member".into()));
+        }
+        self.groups[g].schedule_failure(member % self.width, at_ns)
+    }
+
+    /// Fails array member `member` now (degraded reads follow in RAID 4/5 groups).
+    pub fn fail_member(&mut self, member: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
+        let g = member / self.width;
+        if g >= self.groups.len() {
+            return Err(ArrayError::Fail(member, "no such member".into()));
+        }
+        self.groups[g].fail_member(member % self.width, now_ns)
+    }
+
+    /// Checks the map against the segment counters (for tests): every mapped block points
+    /// back at its address, and every segment's valid count matches its mapped blocks.
+    pub fn check_invariants(&self) {
+        let mut valid = vec![0u32; self.valid.len()];
+        for (lba, &p) in self.l2p.iter().enumerate() {
+            if p != NONE {
+                assert_eq!(self.p2l[p as usize], lba as u32, "p2l of {p} is not {lba}");
+                valid[(p / self.segment_sectors) as usize] += 1;
+            }
+        }
+        assert_eq!(
+            valid, self.valid,
+            "segment valid counts disagree with the map"
+        );
+        for (s, st) in self.state.iter().enumerate() {
+            if *st == SegmentState::Free {
+                assert_eq!(self.valid[s], 0, "free segment {s} holds valid blocks");
+            }
+        }
+        let free: usize = self.free.iter().map(|f| f.len()).sum();
+        let free_state = self
+            .state
+            .iter()
+            .filter(|s| **s == SegmentState::Free)
+            .count();
+        assert_eq!(free, free_state, "free lists disagree with segment states");
+    }
+
+    fn event(&mut self, t_ns: TimeNs, kind: &'static str, group: usize) {
+        self.stats.events.push(SwanEvent {
+            t_ns,
+            kind,
+            group: group as u32,
+        });
+    }
+
+    #[inline]
+    fn group_sectors(&self) -> u32 {
+        self.group_segments * self.segment_sectors
+    }
+    #[inline]
+    fn group_of(&self, physical: u32) -> usize {
+        (physical / self.group_sectors()) as usize
+    }
+    /// The block's address inside its group's array.
+    #[inline]
+    fn group_lba(&self, physical: u32) -> u64 {
+        (physical % self.group_sectors()) as u64
+    }
+    /// Data blocks per segment (the last block holds the summary).
+    #[inline]
+    fn data_blocks(&self) -> u32 {
+        self.segment_sectors - 1
+    }
+
+    /// Whether `physical` lies in a stripe still being filled in host memory; returns its
+    /// payload there.
+    fn buffered(&self, physical: u32) -> Option<&[u8]> {
+        let g = self.group_of(physical);
+        let streams = [&self.user, &self.gc_streams[g]];
+        streams.into_iter().find_map(|s| {
+            (s.head != NONE
+                && physical / self.stripe_sectors == s.head / self.stripe_sectors
+                && physical < s.head)
+                .then(|| {
+                    let off = (physical % self.stripe_sectors) as usize * self.unit;
+                    &s.stripe_buf[off..off + self.unit]
+                })
+        })
+    }
+
+    fn invalidate(&mut self, physical: u32) {
+        self.p2l[physical as usize] = NONE;
+        self.valid[(physical / self.segment_sectors) as usize] -= 1;
+    }
+
+    /// Free segments the back-end holds beyond each group's GC reserve.
+    fn back_end_free(&self) -> usize {
+        (0..self.groups.len())
+            .filter(|&g| g != self.front)
+            .map(|g| self.free[g].len().saturating_sub(GC_RESERVE_SEGMENTS))
+            .sum()
+    }
+
+    fn gc_needed(&self) -> bool {
+        (self.back_end_free() as f64) < self.config.gc_free_target * self.group_segments as f64
+    }
+
+    /// Invalid blocks in group `g`'s full segments: what cleaning it could reclaim.
+    fn reclaimable(&self, g: usize) -> u64 {
+        let d = self.data_blocks();
+        (g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments)
+            .filter(|&s| self.state[s as usize] == SegmentState::Full)
+            .map(|s| (d - self.valid[s as usize]) as u64)
+            .sum()
+    }
+
+    /// The back-end group most worth cleaning, if any has a victim.
+    fn pick_gc_group(&self) -> Option<usize> {
+        (0..self.groups.len())
+            .filter(|&g| g != self.front && !self.in_gc(g) && self.pick_victim(g).is_some())
+            .max_by_key(|&g| (self.reclaimable(g), std::cmp::Reverse(g)))
+    }
+
+    /// Runs background GC steps on the GC clocks up to `now_ns`: GC overlaps the front-end's
+    /// writes, one victim at a time, inside one back-end group per lane (one lane by
+    /// default: the paper's one group at a time).
+    fn advance_gc(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        for lane in 0..self.gc_group.len() {
+            self.advance_lane(lane, now_ns)?;
+        }
+        Ok(())
+    }
+
+    fn advance_lane(&mut self, lane: usize, now_ns: TimeNs) -> Result<(), DeviceError> {
+        loop {
+            if self.gc_clock_ns[lane] > now_ns {
+                return Ok(());
+            }
+            if self.gc_group[lane].is_none() {
+                if !self.gc_needed() {
+                    self.gc_clock_ns[lane] = now_ns;
+                    return Ok(());
+                }
+                match self.pick_gc_group() {
+                    Some(g) => {
+                        self.gc_group[lane] = Some(g);
+                        self.event(self.gc_clock_ns[lane], "gc_start", g);
+                    }
+                    None => {
+                        // Nothing is worth cleaning yet; look again after a while rather
+                        // than scanning every segment on every command.
+                        self.gc_clock_ns[lane] = now_ns + GC_RETRY_NS;
+                        return Ok(());
+                    }
+                }
+            }
+            let g = self.gc_group[lane].expect("a GC group was chosen");
+            let t = self.gc_clock_ns[lane];
+            let cleaned = self.clean_one(g, t)?;
+            match cleaned {
+                Some(done) => self.gc_clock_ns[lane] = done.max(t + 1),
+                None => {
+                    self.gc_group[lane] = None;
+                    self.event(t, "gc_stop", g);
+                }
+            }
+            if self.gc_group[lane].is_some() && !self.gc_needed() {
+                self.event(self.gc_clock_ns[lane], "gc_stop", g);
+                self.gc_group[lane] = None;
+            }
+        }
+    }
+
+    /// Chooses a victim in group `g`: a full segment worth cleaning whose valid blocks fit
+    /// in the group's free space.
+    fn pick_victim(&self, g: usize) -> Option<u32> {
+        let d = self.data_blocks();
+        let max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
+        let room = {
+            let s = &self.gc_streams[g];
+            let open_room = if s.head == NONE {
+                0
+            } else {
+                d - (s.head % self.segment_sectors)
+            };
+            open_room + self.free[g].len() as u32 * d
+        };
+        let candidates = (g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments)
+            .filter(|&s| self.state[s as usize] == SegmentState::Full)
+            .filter(|&s| self.valid[s as usize] < d && self.valid[s as usize] <= max_valid)
+            .filter(|&s| self.valid[s as usize] <= room);
+        match self.config.victim {
+            VictimPolicy::Greedy => candidates.min_by_key(|&s| (self.valid[s as usize], s)),
+            VictimPolicy::Fifo => candidates.min_by_key(|&s| (self.seq[s as usize], s)),
+        }
+    }
+
+    /// Cleans one victim of group `g` starting at `now_ns`: reads its valid blocks, appends
+    /// them to the group's GC stream, trims it. Returns when the step is done, or None when
+    /// the group has nothing left worth cleaning.
+    fn clean_one(&mut self, g: usize, now_ns: TimeNs) -> Result<Option<TimeNs>, DeviceError> {
+        let Some(victim) = self.pick_victim(g) else {
+            return Ok(None);
+        };
+        let d = self.data_blocks();
+        let utilization = self.valid[victim as usize] as f64 / d as f64;
+        let first = victim * self.segment_sectors;
+        let unit = self.unit;
+        let mut done = now_ns;
+        let mut p = first;
+        while p < first + d {
+            if self.p2l[p as usize] == NONE {
+                p += 1;
+                continue;
+            }
+            let mut run = 1;
+            while p + run < first + d && self.p2l[(p + run) as usize] != NONE {
+                run += 1;
+            }
+            let mut buf = vec![0u8; run as usize * unit];
+            let at = self.group_lba(p);
+            let c = self.groups[g].submit(
+                now_ns,
+                &Command::read(at, run),
+                ReadBuffers {
+                    data: &mut buf,
+                    tags: None,
+                },
+            )?;
+            done = done.max(c.done_ns);
+            for i in 0..run {
+                let q = p + i;
+                let lba = self.p2l[q as usize];
+                let wseq = self.wseq[q as usize];
+                let data = buf[i as usize * unit..(i as usize + 1) * unit].to_vec();
+                let t = self.append(Some(g), lba, wseq, &data, c.done_ns)?;
+                done = done.max(t);
+                self.stats.gc_sectors_moved += 1;
+            }
+            p += run;
+        }
+        debug_assert_eq!(self.valid[victim as usize], 0);
+        // Trimming the whole segment lets the SSDs erase without moving dead data (§4.2).
+        let at = self.group_lba(first);
+        let c = self.groups[g].submit(
+            done,
+            &Command::trim(at, self.segment_sectors),
+            ReadBuffers::none(),
+        )?;
+        self.state[victim as usize] = SegmentState::Free;
+        self.free[g].push_back(victim);
+        self.stats.segments_cleaned += 1;
+        let free_segments = self.free.iter().map(|f| f.len() as u32).sum();
+        self.stats.victims.push(VictimSample {
+            t_ns: done,
+            group: g as u32,
+            utilization,
+            free_segments,
+        });
+        Ok(Some(done.max(c.done_ns)))
+    }
+
+    /// Opens a segment for the user stream, moving the front-end when its group runs out.
+    /// Returns when appending may go on (later than `now_ns` if GC had to catch up).
+    fn open_user_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        if self.free[self.front].len() <= GC_RESERVE_SEGMENTS {
+            let mut next = (0..self.groups.len())
+                .filter(|&g| g != self.front)
+                .max_by_key(|&g| (self.free[g].len(), std::cmp::Reverse(g)))
+                .expect("SWAN has at least two groups");
+            if self.free[next].len() <= GC_RESERVE_SEGMENTS {
+                // The back-end fell behind: the writer waits while GC frees a segment.
+                (t, next) = self.foreground_gc(next, t)?;
+            }
+            for lane in 0..self.gc_group.len() {
+                if self.gc_group[lane] == Some(next) {
+                    self.gc_group[lane] = None;
+                    self.event(t, "gc_stop", next);
+                }
+            }
+            if next != self.front {
+                self.front = next;
+                self.stats.front_end_switches += 1;
+                self.event(t, "front_end", next);
+            }
+        }
+        let segment = self.free[self.front]
+            .pop_front()
+            .ok_or(DeviceError::NoSpace { plane: 0 })?;
+        self.open(segment, None);
+        Ok(t)
+    }
+
+    /// Cleans group `g` (or, if it has nothing left worth cleaning, the group that has the
+    /// most to reclaim, the front-end last) until it has a segment beyond its reserve.
+    /// Returns when that is done, and the group that has the space.
+    fn foreground_gc(
+        &mut self,
+        mut g: usize,
+        now_ns: TimeNs,
+    ) -> Result<(TimeNs, usize), DeviceError> {
+        let mut t = now_ns.max(self.gc_clock_ns.iter().copied().max().unwrap_or(0));
+        self.stats.foreground_gc_stalls += 1;
+        self.event(t, "foreground_gc_start", g);
+        while self.free[g].len() <= GC_RESERVE_SEGMENTS {
+            match self.clean_one(g, t)? {
+                Some(done) => t = t.max(done),
+                None => {
+                    let front = self.front;
+                    let other = (0..self.groups.len())
+                        .filter(|&h| h != g && self.pick_victim(h).is_some())
+                        .max_by_key(|&h| (h != front, self.reclaimable(h), std::cmp::Reverse(h)));
+                    self.event(t, "foreground_gc_stop", g);
+                    g = other.ok_or(DeviceError::NoSpace { plane: 0 })?;
+                    self.event(t, "foreground_gc_start", g);
+                }
+            }
+        }
+        self.event(t, "foreground_gc_stop", g);
+        self.stats.foreground_gc_stall_ns += t - now_ns;
+        for clock in &mut self.gc_clock_ns {
+            *clock = (*clock).max(t);
+        }
+        Ok((t, g))
+    }
+
+    fn open(&mut self, segment: u32, gc: Option<usize>) {
+        self.state[segment as usize] = SegmentState::Open;
+        self.seq[segment as usize] = self.next_seq;
+        self.next_seq += 1;
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        s.segment = segment;
+        s.head = segment * self.segment_sectors;
+        s.lbas.clear();
+    }
+
+    /// Appends one block of logical address `lba` to the user stream (`gc` None) or to
+    /// group `gc`'s GC stream. Returns when it is in host memory and the buffer has room.
+    fn append(
+        &mut self,
+        gc: Option<usize>,
+        lba: u32,
+        wseq: u64,
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        let head = match gc {
+            Some(g) => self.gc_streams[g].head,
+            None => self.user.head,
+        };
+        if head == NONE {
+            match gc {
+                Some(g) => {
+                    let segment = self.free[g]
+                        .pop_front()
+                        .ok_or(DeviceError::NoSpace { plane: 0 })?;
+                    self.open(segment, Some(g));
+                }
+                None => t = self.open_user_segment(now_ns)?,
+            }
+        }
+        let unit = self.unit;
+        let stripe_sectors = self.stripe_sectors;
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        let physical = s.head;
+        let offset = (physical % stripe_sectors) as usize;
+        if unit > 0 {
+            s.stripe_buf[offset * unit..(offset + 1) * unit].copy_from_slice(data);
+        }
+        s.lbas.push((lba, wseq));
+        s.head += 1;
+        let old = self.l2p[lba as usize];
+        if old != NONE {
+            self.invalidate(old);
+        }
+        self.l2p[lba as usize] = physical;
+        self.p2l[physical as usize] = lba;
+        self.wseq[physical as usize] = wseq;
+        self.valid[(physical / self.segment_sectors) as usize] += 1;
+        let head = physical + 1;
+        if head % stripe_sectors == 0 {
+            t = t.max(self.flush_stripe(gc, t)?);
+        }
+        if head % self.segment_sectors == self.segment_sectors - 1 {
+            // The last block of the segment takes the summary; a segment is a whole number
+            // of stripes, so the summary ends a stripe.
+            self.put_summary(gc);
+            t = t.max(self.flush_stripe(gc, t)?);
+            self.close(gc);
+        }
+        Ok(t)
+    }
+
+    /// Writes the segment summary into the open stripe's last slot.
+    fn put_summary(&mut self, gc: Option<usize>) {
+        let unit = self.unit;
+        let stripe_sectors = self.stripe_sectors;
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        let seq = self.seq[s.segment as usize];
+        let offset = (s.head % stripe_sectors) as usize;
+        let slot = &mut s.stripe_buf[offset * unit..(offset + 1) * unit];
+        match encode_summary(seq, s.segment, &s.lbas, unit) {
+            Some(bytes) => slot.copy_from_slice(&bytes),
+            // In token mode a block holds 8 bytes: it carries the sequence number only.
+            None => fill_unit(sector_token(s.segment as u64, seq), slot),
+        }
+        s.head += 1;
+    }
+
+    fn close(&mut self, gc: Option<usize>) {
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        let segment = s.segment;
+        s.segment = NONE;
+        s.head = NONE;
+        self.state[segment as usize] = SegmentState::Full;
+        self.stats.segments_written += 1;
+    }
+
+    /// Writes the stream's full stripe (the one just before its head) to its group as one
+    /// full-stripe write. Returns when the buffer has room for the next stripe.
+    fn flush_stripe(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let capacity = self.config.buffer_stripes as usize;
+        let stripe_sectors = self.stripe_sectors;
+        let group_sectors = self.group_sectors();
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        let start = s.head - stripe_sectors;
+        let g = (start / group_sectors) as usize;
+        let c = self.groups[g].submit(
+            now_ns,
+            &Command::write(
+                (start % group_sectors) as u64,
+                stripe_sectors,
+                &s.stripe_buf,
+            ),
+            ReadBuffers::none(),
+        )?;
+        self.stats.stripes_written += 1;
+        Ok(s.window.admit(now_ns, c.done_ns, capacity))
+    }
+
+    fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut done = now_ns + self.config.buffer_write_ns;
+        let zeros = vec![0u8; unit];
+        for i in 0..cmd.sectors as usize {
+            let data = if unit > 0 {
+                &cmd.data[i * unit..(i + 1) * unit]
+            } else {
+                &zeros[..]
+            };
+            let wseq = self.next_wseq;
+            self.next_wseq += 1;
+            let t = self.append(None, (cmd.lba + i as u64) as u32, wseq, data, now_ns)?;
+            done = done.max(t + self.config.buffer_write_ns);
+        }
+        self.stats.user_sectors += cmd.sectors as u64;
+        Ok(done)
+    }
+
+    fn read_kind(&self, g: usize) -> ReadKind {
+        if g == self.front {
+            ReadKind::FrontEnd
+        } else if self.in_gc(g) {
+            ReadKind::BackEndGc
+        } else {
+            ReadKind::BackEndIdle
+        }
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let mut done = now_ns + self.config.buffer_write_ns;
+        let n = cmd.sectors as usize;
+        let mut i = 0usize;
+        while i < n {
+            let physical = self.l2p[cmd.lba as usize + i];
+            if physical == NONE {
+                out[i * unit..(i + 1) * unit].fill(0);
+                self.stats.reads_buffered_sectors += 1;
+                i += 1;
+                continue;
+            }
+            if let Some(bytes) = self.buffered(physical) {
+                out[i * unit..(i + 1) * unit].copy_from_slice(bytes);
+                self.stats.reads_buffered_sectors += 1;
+                i += 1;
+                continue;
+            }
+            // The longest run of consecutive blocks of one segment, read in one command.
+            let mut run = 1u32;
+            while i + (run as usize) < n
+                && self.l2p[cmd.lba as usize + i + run as usize] == physical + run
+                && (physical + run) % self.segment_sectors != 0
+                && self.buffered(physical + run).is_none()
+            {
+                run += 1;
+            }
+            let g = self.group_of(physical);
+            let kind = self.read_kind(g);
+            let at = self.group_lba(physical);
+            let c = self.groups[g].submit(
+                now_ns,
+                &Command::read(at, run),
+                ReadBuffers {
+                    data: &mut out[i * unit..(i + run as usize) * unit],
+                    tags: None,
+                },
+            )?;
+            let by_kind = match kind {
+                ReadKind::FrontEnd => &mut self.stats.reads_front_end,
+                ReadKind::BackEndIdle => &mut self.stats.reads_back_end_idle,
+                ReadKind::BackEndGc => &mut self.stats.reads_back_end_gc,
+            };
+            by_kind.record(run, c.done_ns - now_ns);
+            done = done.max(c.done_ns);
+            i += run as usize;
+        }
+        Ok(done)
+    }
+
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> TimeNs {
+        for lba in cmd.lba..cmd.lba + cmd.sectors as u64 {
+            let old = self.l2p[lba as usize];
+            if old != NONE {
+                self.invalidate(old);
+                self.l2p[lba as usize] = NONE;
+            }
+        }
+        now_ns + self.config.buffer_write_ns
+    }
+
+    /// Rebuilds the map as after a loss of the host's DRAM: the summary in the last block of
+    /// every segment is read from the members, the open segments' lists come from the
+    /// battery-backed host memory (the paper's §4.1 assumption, which also keeps the open
+    /// stripes), and for every logical block the version with the highest write sequence
+    /// number wins. Needs payload `full` (a summary is a block's real bytes). TRIMs are not
+    /// in the summaries: a trimmed block gets its last written data back. Returns when the
+    /// summary reads are done.
+    pub fn rebuild_map(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let now_ns = now_ns + self.epoch_ns;
+        let sector = self.info.sector_bytes as usize;
+        if self.unit != sector {
+            return Err(DeviceError::Unsupported(
+                "rebuilding the SWAN map needs payload mode full: summaries are real bytes".into(),
+            ));
+        }
+        let d = self.data_blocks();
+        let mut best: Vec<(u64, u32)> = vec![(0, NONE); self.l2p.len()];
+        let mut done = now_ns;
+        let mut block = vec![0u8; self.unit];
+        let open: Vec<(u32, Vec<(u32, u64)>)> = std::iter::once(&self.user)
+            .chain(&self.gc_streams)
+            .filter(|st| st.segment != NONE)
+            .map(|st| (st.segment, st.lbas.clone()))
+            .collect();
+        for segment in 0..self.state.len() as u32 {
+            let first = segment * self.segment_sectors;
+            let entries = if let Some((_, lbas)) = open.iter().find(|(s, _)| *s == segment) {
+                self.state[segment as usize] = SegmentState::Open;
+                lbas.clone()
+            } else {
+                let last = first + self.segment_sectors - 1;
+                let g = self.group_of(last);
+                let at = self.group_lba(last);
+                let c = self.groups[g].submit(
+                    now_ns,
+                    &Command::read(at, 1),
+                    ReadBuffers {
+                        data: &mut block,
+                        tags: None,
+                    },
+                )?;
+                done = done.max(c.done_ns);
+                match decode_summary(&block) {
+                    Some((seq, id, entries)) if id == segment && entries.len() == d as usize => {
+                        self.state[segment as usize] = SegmentState::Full;
+                        self.seq[segment as usize] = seq;
+                        self.next_seq = self.next_seq.max(seq + 1);
+                        entries
+                    }
+                    _ => {
+                        self.state[segment as usize] = SegmentState::Free;
+                        Vec::new()
+                    }
+                }
+            };
+            for (i, &(lba, w)) in entries.iter().enumerate() {
+                if lba != NONE && (lba as usize) < best.len() && w > best[lba as usize].0 {
+                    best[lba as usize] = (w, first + i as u32);
+                }
+                self.next_wseq = self.next_wseq.max(w + 1);
+            }
+        }
+        self.l2p.fill(NONE);
+        self.p2l.fill(NONE);
+        self.valid.fill(0);
+        for (lba, &(w, p)) in best.iter().enumerate() {
+            if p != NONE {
+                self.l2p[lba] = p;
+                self.p2l[p as usize] = lba as u32;
+                self.wseq[p as usize] = w;
+                self.valid[(p / self.segment_sectors) as usize] += 1;
+            }
+        }
+        for (g, free) in self.free.iter_mut().enumerate() {
+            let range = g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments;
+            *free = range
+                .filter(|&s| self.state[s as usize] == SegmentState::Free)
+                .collect();
+        }
+        Ok(done - self.epoch_ns)
+    }
+
+    /// Trims every member's whole capacity (the paper's "clean" step before aging). Only
+    /// allowed while the volume holds no data.
+    pub fn trim_members(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        if self.l2p.iter().any(|&p| p != NONE) {
+            return Err(DeviceError::Unsupported(
+                "trimming the members of a SWAN volume that holds data".into(),
+            ));
+        }
+        let mut done = now_ns;
+        for g in &mut self.groups {
+            let cap = g.info().capacity_sectors;
+            let mut at = 0u64;
+            while at < cap {
+                let n = (cap - at).min(u32::MAX as u64 / 2) as u32;
+                let c = g.submit(now_ns, &Command::trim(at, n), ReadBuffers::none())?;
+                done = done.max(c.done_ns);
+                at += n as u64;
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for Swan<D> {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd, &out)?;
+        let now_ns = now_ns + self.epoch_ns;
+        self.advance_gc(now_ns)?;
+        let done_ns = match cmd.opcode {
+            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Read => self.read(now_ns, cmd, out.data)?,
+            Opcode::Trim => self.trim(now_ns, cmd),
+            // The open stripes live in battery-backed host memory (the paper's §4.1
+            // assumption), so a flush needs only the members' own flushes.
+            Opcode::Flush => {
+                let mut done = now_ns;
+                for g in &mut self.groups {
+                    done = done.max(g.submit(now_ns, cmd, ReadBuffers::none())?.done_ns);
+                }
+                done
+            }
+        };
+        Ok(Completion {
+            done_ns: done_ns - self.epoch_ns,
+            gc_active: self.gc_group.iter().any(Option::is_some),
+        })
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        let now_ns = now_ns + self.epoch_ns;
+        if self.advance_gc(now_ns).is_err() {
+            return None;
+        }
+        let mut next = (0..self.gc_group.len())
+            .filter(|&l| self.gc_group[l].is_some())
+            .map(|l| self.gc_clock_ns[l].max(now_ns + 1))
+            .min();
+        for g in &mut self.groups {
+            if let Some(t) = g.background(now_ns) {
+                next = Some(next.map_or(t, |n: TimeNs| n.min(t)));
+            }
+        }
+        next.map(|t| t.saturating_sub(self.epoch_ns))
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        let mut w = HostWork::default();
+        for g in &mut self.groups {
+            w.add(&g.take_host_work());
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+#[path = "swan_tests.rs"]
+mod tests;

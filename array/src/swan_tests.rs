@@ -1,0 +1,467 @@
+//! SWAN against the oracle: random reads, writes and trims through front-end moves and GC,
+//! RAID 4/5 groups with a failed member, the role rules of the paper (only the front-end
+//! takes writes, GC stays inside one back-end group), summaries and determinism.
+
+use afa_nand::{fill_unit, sector_token};
+use afa_sim::SimRng;
+use afa_ssd::Ssd;
+use proptest::prelude::*;
+
+use super::*;
+use crate::tests::{ssd, Harness};
+
+/// `groups` R-groups of `width` test SSDs, 4 KiB chunks, segments of `stripes` stripes.
+fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan<Ssd> {
+    let members = groups * width;
+    let array = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let k = if level == Level::Raid0 {
+        width
+    } else {
+        width - 1
+    } as u64;
+    let config = SwanConfig {
+        groups,
+        segment_bytes: 4096 * k * stripes,
+        spare_fraction: spare,
+        ..SwanConfig::default()
+    };
+    let devices = (0..members as u64).map(ssd).collect();
+    Swan::new(array, config, devices, Vec::new()).unwrap()
+}
+
+#[test]
+fn keeps_data_through_front_end_moves_and_gc() {
+    for (level, groups, width) in [
+        (Level::Raid0, 4, 2),
+        (Level::Raid5, 3, 3),
+        (Level::Raid4, 2, 3),
+    ] {
+        let mut h = Harness::new(swan(level, groups, width, 4, 0.3));
+        let mut rng = SimRng::new(7);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_sectors < cap * 4 {
+            h.random_ops(&mut rng, 200);
+            h.volume.check_invariants();
+        }
+        let s = h.volume.stats();
+        assert!(s.segments_cleaned > 0, "{level:?}: no GC ran");
+        assert!(
+            s.front_end_switches >= groups as u64,
+            "{level:?}: the front-end never moved"
+        );
+        h.check_all();
+        // Every member write was a whole stripe: parity never needed a read.
+        for g in h.volume.groups() {
+            assert_eq!(g.stats().read_modify_writes, 0, "{level:?}");
+            assert_eq!(g.stats().reconstruct_writes, 0, "{level:?}");
+        }
+    }
+}
+
+/// Wraps a member to record which commands reach it, so the role rules can be checked.
+#[derive(Debug)]
+struct Watched {
+    inner: Ssd,
+    writes: Vec<TimeNs>,
+    reads: Vec<TimeNs>,
+}
+
+impl BlockDevice for Watched {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        match cmd.opcode {
+            Opcode::Write => self.writes.push(now_ns),
+            Opcode::Read => self.reads.push(now_ns),
+            _ => {}
+        }
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
+
+#[test]
+fn only_the_front_end_takes_user_writes_and_gc_stays_in_one_group() {
+    let members = 8u32;
+    let array = ArrayConfig {
+        level: Level::Raid0,
+        members,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let config = SwanConfig {
+        groups: 4,
+        segment_bytes: 4096 * 2 * 4,
+        spare_fraction: 0.4,
+        ..SwanConfig::default()
+    };
+    let devices = (0..members as u64)
+        .map(|i| Watched {
+            inner: ssd(i),
+            writes: Vec::new(),
+            reads: Vec::new(),
+        })
+        .collect();
+    let mut v = Swan::new(array, config, devices, Vec::new()).unwrap();
+    let cap = v.info().capacity_sectors;
+    let mut rng = SimRng::new(3);
+    let mut now = 0u64;
+    let data = vec![0u8; 2 * 8];
+    // Random 2-sector writes (the oracle test covers data); between writes, check that the
+    // groups' roles are exclusive: no write reaches a group that is neither the front-end
+    // nor the one being cleaned, and no read reaches a group other than the one cleaned
+    // (the workload writes only, so every member read is a GC read).
+    let mut last: Vec<(usize, usize)> = (0..8).map(|_| (0, 0)).collect();
+    while v.stats().user_sectors < cap * 3 {
+        let front = v.front_end();
+        let gc = v.gc_group();
+        let lba = rng.below(cap - 2);
+        let c = v
+            .submit(now, &Command::write(lba, 2, &data), ReadBuffers::none())
+            .unwrap();
+        now += (c.done_ns - now) / 2 + 1;
+        let (front_after, gc_after) = (v.front_end(), v.gc_group());
+        for (m, dev) in v.members().enumerate() {
+            let g = m / 2;
+            let (w0, r0) = last[m];
+            let wrote = dev.writes.len() > w0;
+            let read = dev.reads.len() > r0;
+            let allowed = [Some(front), gc, Some(front_after), gc_after];
+            if wrote {
+                assert!(
+                    allowed.contains(&Some(g)),
+                    "group {g} written outside its role"
+                );
+            }
+            if read {
+                assert!(
+                    [gc, gc_after].contains(&Some(g)) || v.stats().foreground_gc_stalls > 0,
+                    "group {g} read while not cleaned"
+                );
+            }
+            last[m] = (dev.writes.len(), dev.reads.len());
+        }
+    }
+    assert!(v.stats().segments_cleaned > 0);
+}
+
+#[test]
+fn degraded_reads_in_a_raid5_group_lose_nothing() {
+    let mut h = Harness::new(swan(Level::Raid5, 3, 3, 4, 0.3));
+    let mut rng = SimRng::new(11);
+    h.random_ops(&mut rng, 1500);
+    let now = h.now_ns;
+    // Member 4 is the second member of group 1.
+    h.volume.fail_member(4, now).unwrap();
+    h.check_all();
+    assert!(
+        h.volume.degraded_reads() > 0,
+        "no read needed reconstruction"
+    );
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_sectors < cap * 3 {
+        h.random_ops(&mut rng, 200);
+    }
+    h.check_all();
+}
+
+#[test]
+fn reads_are_counted_by_the_kind_of_group_that_served_them() {
+    let mut h = Harness::new(swan(Level::Raid0, 3, 2, 4, 0.3));
+    let mut rng = SimRng::new(5);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_sectors < cap * 3 {
+        h.random_ops(&mut rng, 200);
+    }
+    let s = h.volume.stats();
+    let total = s.reads_front_end.reads + s.reads_back_end_idle.reads + s.reads_back_end_gc.reads;
+    assert!(total > 0);
+    assert!(s.reads_back_end_idle.reads > 0 && s.reads_front_end.reads > 0);
+}
+
+#[test]
+fn summaries_round_trip_and_reject_corruption() {
+    let entries = vec![(5, 1), (NONE, 0), (0xFF_FFFF, u64::MAX), (7, 3)];
+    let block = encode_summary(42, 9, &entries, 512).unwrap();
+    assert_eq!(decode_summary(&block), Some((42, 9, entries.clone())));
+    let mut bad = block.clone();
+    bad[30] ^= 1;
+    assert_eq!(decode_summary(&bad), None);
+    assert!(encode_summary(1, 1, &vec![(0, 0); 40], 512).is_none());
+}
+
+#[test]
+fn full_segments_end_in_a_summary_of_their_blocks() {
+    // The oracle tests' SSD, keeping every byte so that the summary can be read back.
+    let mut cfg = ssd(0).config().clone();
+    cfg.payload = afa_nand::PayloadMode::Full;
+    let devices = (0..4).map(|i| Ssd::new(cfg.clone(), i).unwrap()).collect();
+    let array = ArrayConfig {
+        level: Level::Raid0,
+        members: 4,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let config = SwanConfig {
+        groups: 2,
+        segment_bytes: 4096 * 2 * 2,
+        ..SwanConfig::default()
+    };
+    let mut v = Swan::new(array, config, devices, Vec::new()).unwrap();
+    let seg = v.segment_sectors;
+    let data = vec![0xabu8; 512 * seg as usize];
+    // One segment's worth of data blocks, written backwards.
+    for i in (0..seg as u64 - 1).rev() {
+        v.submit(0, &Command::write(i, 1, &data[..512]), ReadBuffers::none())
+            .unwrap();
+    }
+    let mut block = vec![0u8; 512];
+    v.groups[0]
+        .submit(
+            0,
+            &Command::read(seg as u64 - 1, 1),
+            ReadBuffers {
+                data: &mut block,
+                tags: None,
+            },
+        )
+        .unwrap();
+    let (seq, segment, entries) = decode_summary(&block).expect("a valid summary");
+    assert_eq!((seq, segment), (1, 0));
+    let want: Vec<(u32, u64)> = (0..seg - 1).rev().zip(1..).collect();
+    assert_eq!(entries, want);
+}
+
+#[test]
+fn bad_configurations_are_refused_with_the_key() {
+    let devices = || (0..4u64).map(ssd).collect::<Vec<_>>();
+    let array = ArrayConfig {
+        level: Level::Raid0,
+        members: 4,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let bad = |config: SwanConfig, array: ArrayConfig| {
+        Swan::new(array, config, devices(), Vec::new())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad(
+        SwanConfig {
+            groups: 3,
+            ..SwanConfig::default()
+        },
+        array.clone(),
+    );
+    assert!(e.contains("split evenly"), "{e}");
+    let e = bad(
+        SwanConfig {
+            groups: 2,
+            segment_bytes: 4096 * 3,
+            ..SwanConfig::default()
+        },
+        array.clone(),
+    );
+    assert!(e.contains("segment_bytes"), "{e}");
+    let e = bad(
+        SwanConfig {
+            groups: 1,
+            ..SwanConfig::default()
+        },
+        array.clone(),
+    );
+    assert!(e.contains("at least 2 R-groups"), "{e}");
+    let e = bad(
+        SwanConfig::default(),
+        ArrayConfig {
+            level: Level::Raid6,
+            ..array
+        },
+    );
+    assert!(e.contains("raid0, raid4 or raid5"), "{e}");
+}
+
+#[test]
+fn a_seed_reproduces_the_run() {
+    let run = || {
+        let mut h = Harness::new(swan(Level::Raid5, 2, 3, 4, 0.3));
+        let mut rng = SimRng::new(99);
+        h.random_ops(&mut rng, 3000);
+        (h.now_ns, h.volume.stats().clone())
+    };
+    assert_eq!(run(), run());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+    #[test]
+    fn swan_matches_the_oracle(
+        seed in any::<u64>(),
+        which in 0usize..3,
+        greedy in any::<bool>(),
+        fail_at in 0usize..4000,
+    ) {
+        let (level, groups, width) = [(Level::Raid0, 3, 1), (Level::Raid5, 2, 3), (Level::Raid4, 3, 3)][which];
+        let mut v = swan(level, groups, width, 2, 0.25);
+        if !greedy {
+            v.config.victim = VictimPolicy::Fifo;
+        }
+        let mut h = Harness::new(v);
+        let mut rng = SimRng::new(seed);
+        for i in 0..40 {
+            h.random_ops(&mut rng, 100);
+            if level != Level::Raid0 && i * 100 == fail_at / 100 * 100 {
+                let now = h.now_ns;
+                h.volume.fail_member(fail_at % (groups * width) as usize, now).unwrap();
+            }
+        }
+        h.volume.check_invariants();
+        h.check_all();
+    }
+}
+
+/// SWAN over `groups` RAID groups of test SSDs keeping full bytes, segments of two stripes
+/// (small enough for a summary to fit in one 512-byte block).
+fn swan_full(level: Level, groups: u32, width: u32) -> Swan<Ssd> {
+    let mut cfg = ssd(0).config().clone();
+    cfg.payload = afa_nand::PayloadMode::Full;
+    let members = groups * width;
+    let devices = (0..members as u64)
+        .map(|i| Ssd::new(cfg.clone(), i).unwrap())
+        .collect();
+    let array = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let k = if level == Level::Raid0 {
+        width
+    } else {
+        width - 1
+    } as u64;
+    let config = SwanConfig {
+        groups,
+        segment_bytes: 4096 * k * 2,
+        spare_fraction: 0.3,
+        ..SwanConfig::default()
+    };
+    Swan::new(array, config, devices, Vec::new()).unwrap()
+}
+
+/// Writes and reads (no trims: they are not in the summaries), full payload.
+fn write_read_ops(h: &mut Harness<Swan<Ssd>>, rng: &mut SimRng, ops: usize) {
+    let cap = h.tokens.len() as u64;
+    for _ in 0..ops {
+        let len = 1 + rng.below(24) as u32;
+        let lba = rng.below(cap - len as u64);
+        if rng.below(3) == 0 {
+            h.read_check_full(lba, len);
+        } else {
+            h.write_full(lba, len);
+        }
+    }
+}
+
+impl Harness<Swan<Ssd>> {
+    fn write_full(&mut self, lba: u64, sectors: u32) {
+        let unit = self.volume.info().payload_unit_bytes as usize;
+        let version = self.now_ns ^ (lba << 20) ^ 0x5eed;
+        let mut data = vec![0u8; sectors as usize * unit];
+        for i in 0..sectors as usize {
+            let t = sector_token(lba + i as u64, version);
+            fill_unit(t, &mut data[i * unit..(i + 1) * unit]);
+            self.tokens[lba as usize + i] = t;
+        }
+        let c = self
+            .volume
+            .submit(
+                self.now_ns,
+                &Command::write(lba, sectors, &data),
+                ReadBuffers::none(),
+            )
+            .expect("write accepted");
+        self.now_ns += (c.done_ns.saturating_sub(self.now_ns)) / 3 + 1;
+    }
+
+    fn read_check_full(&mut self, lba: u64, sectors: u32) {
+        let unit = self.volume.info().payload_unit_bytes as usize;
+        let mut out = vec![0u8; sectors as usize * unit];
+        let c = self
+            .volume
+            .submit(
+                self.now_ns,
+                &Command::read(lba, sectors),
+                ReadBuffers {
+                    data: &mut out,
+                    tags: None,
+                },
+            )
+            .expect("read accepted");
+        for i in 0..sectors as usize {
+            let mut want = vec![0u8; unit];
+            fill_unit(self.tokens[lba as usize + i], &mut want);
+            assert!(
+                out[i * unit..(i + 1) * unit] == want[..],
+                "sector {} read back wrong",
+                lba + i as u64
+            );
+            self.checked += 1;
+        }
+        self.now_ns += (c.done_ns.saturating_sub(self.now_ns)) / 3 + 1;
+    }
+}
+
+#[test]
+fn the_map_rebuilt_from_summaries_is_the_map() {
+    for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
+        let mut h = Harness::new(swan_full(level, groups, width));
+        let mut rng = SimRng::new(17);
+        let cap = h.tokens.len() as u64;
+        let mut rebuilds = 0;
+        while h.volume.stats().user_sectors < cap * 3 {
+            let ops = 50 + rng.below(300) as usize;
+            write_read_ops(&mut h, &mut rng, ops);
+            let before = h.volume.l2p.clone();
+            let now = h.now_ns;
+            h.volume.rebuild_map(now).unwrap();
+            assert!(
+                before == h.volume.l2p,
+                "{level:?}: the rebuilt map differs from the live one"
+            );
+            h.volume.check_invariants();
+            rebuilds += 1;
+        }
+        assert!(
+            h.volume.stats().segments_cleaned > 0,
+            "{level:?}: no GC ran"
+        );
+        assert!(rebuilds > 3);
+        let mut lba = 0;
+        while lba < cap {
+            let n = (cap - lba).min(64) as u32;
+            h.read_check_full(lba, n);
+            lba += n as u64;
+        }
+    }
+}
+
+#[test]
+fn a_rebuild_needs_full_payloads() {
+    let mut v = swan(Level::Raid0, 2, 2, 2, 0.3);
+    let e = v.rebuild_map(0).unwrap_err();
+    assert!(e.to_string().contains("payload mode full"), "{e}");
+}
