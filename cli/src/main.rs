@@ -6,6 +6,8 @@ mod config;
 mod report;
 mod reproduce;
 mod serve;
+mod sweep;
+mod trace;
 mod volume;
 
 use std::path::{Path, PathBuf};
@@ -16,7 +18,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 use afa_host::{RunOptions, TraceReplay, Workload};
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
-use afa_workload::trace::{read_trace, TraceFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,6 +54,13 @@ enum Command {
     Reproduce(reproduce::ReproduceArgs),
     /// Serves the volume as an NBD export to real clients (qemu, nbd tools, fio, nbdfuse).
     Serve(serve::ServeArgs),
+    /// Block traces: statistics, synthesis, conversion (docs/traces.md).
+    Trace {
+        #[command(subcommand)]
+        command: trace::TraceCommand,
+    },
+    /// Runs a grid of simulations in parallel, one JSON line per point (docs/sweep.md).
+    Sweep(sweep::SweepArgs),
     /// Benchmarks of the simulator itself and of its agreement with the models.
     Bench {
         #[command(subcommand)]
@@ -100,6 +108,8 @@ fn main() -> ExitCode {
         Command::Bench { bench } => bench::run(bench),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Trace { command } => trace::run(command),
+        Command::Sweep(args) => sweep::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -259,19 +269,7 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
         return Ok(Workload::Jobs(jobs));
     }
     let t = w.trace.as_ref().ok_or("[workload] names no job or trace")?;
-    let path = base.join(&t.path);
-    let format: TraceFormat = t
-        .format
-        .parse()
-        .map_err(|e| format!("workload.trace.format: {e}"))?;
-    let file = std::fs::File::open(&path)
-        .map_err(|e| format!("cannot open trace {}: {e}", path.display()))?;
-    let records = read_trace(
-        std::io::BufReader::new(file),
-        format,
-        &path.display().to_string(),
-    )
-    .map_err(|e| e.to_string())?;
+    let records = trace::load_records(t, base)?;
     let replay = match t.replay.as_str() {
         "timed" => {
             if !(t.time_scale.is_finite() && t.time_scale >= 0.0) {
