@@ -56,6 +56,19 @@ pub enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// `afa sweep` speed-up: a grid of similar simulations run on one worker, then on
+    /// `--jobs` workers (default: the cores).
+    Sweep {
+        #[arg(long, default_value_t = 16)]
+        points: usize,
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// 4 KiB random writes per point.
+        #[arg(long, default_value_t = 1_000_000)]
+        requests: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Preconditioning speed and memory on a 512 GiB device filled to 75%.
     Precondition {
         #[arg(long, default_value_t = 0.75)]
@@ -112,6 +125,16 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
             overwrite_rounds,
             json,
         } => bench_precondition(fill, pattern, overwrite_rounds, json.as_deref()),
+        BenchCommand::Sweep {
+            points,
+            jobs,
+            requests,
+            json,
+        } => {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            let result = crate::sweep::bench(points, jobs.unwrap_or(cores), requests)?;
+            write_json(json.as_deref(), &result)
+        }
     }
 }
 

@@ -120,7 +120,8 @@ pub struct WorkloadConfig {
 pub struct TraceConfig {
     /// Trace file, relative to the configuration file.
     pub path: PathBuf,
-    /// "msr" (MSR Cambridge CSV) or "blkparse" (blkparse text output).
+    /// "msr" (MSR Cambridge CSV), "blkparse" (blkparse text output), "fiu" (FIU IODedup),
+    /// "iolog" (fio iolog v2/v3) or "ascii" (SSDSim/MQSim).
     pub format: String,
     /// "timed" (issue at the trace's timestamps) or "closed" (as fast as iodepth allows).
     #[serde(default = "default_replay")]
@@ -130,6 +131,13 @@ pub struct TraceConfig {
     /// Multiplier on trace timestamps in timed replay (0.5 replays twice as fast).
     #[serde(default = "default_scale")]
     pub time_scale: f64,
+    /// Keeps only these volumes of the trace, laid side by side in this order (docs/traces.md).
+    #[serde(default)]
+    pub volumes: Vec<u32>,
+    /// Distance between laid-out volumes in bytes (default: the largest end offset rounded up
+    /// to 1 MiB).
+    #[serde(default)]
+    pub volume_stride_bytes: Option<u64>,
 }
 
 fn default_replay() -> String {

@@ -7,6 +7,8 @@ mod plot;
 mod report;
 mod reproduce;
 mod serve;
+mod sweep;
+mod trace;
 mod volume;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +19,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 use afa_host::{RunOptions, TraceReplay, Workload};
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
-use afa_workload::trace::{read_trace, TraceFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,6 +67,13 @@ enum Command {
     Compare(plot::CompareArgs),
     /// Writes one self-contained HTML page with runs' configuration, tables and figures.
     Report(plot::ReportArgs),
+    /// Block traces: statistics, synthesis, conversion (docs/traces.md).
+    Trace {
+        #[command(subcommand)]
+        command: trace::TraceCommand,
+    },
+    /// Runs a grid of simulations in parallel, one JSON line per point (docs/sweep.md).
+    Sweep(sweep::SweepArgs),
     /// Benchmarks of the simulator itself and of its agreement with the models.
     Bench {
         #[command(subcommand)]
@@ -164,6 +172,8 @@ fn main() -> ExitCode {
         Command::Plot(args) => plot::plot(args),
         Command::Compare(args) => plot::compare(args),
         Command::Report(args) => plot::report(args),
+        Command::Trace { command } => trace::run(command),
+        Command::Sweep(args) => sweep::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -393,19 +403,7 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
         return Ok(Workload::Jobs(jobs));
     }
     let t = w.trace.as_ref().ok_or("[workload] names no job or trace")?;
-    let path = base.join(&t.path);
-    let format: TraceFormat = t
-        .format
-        .parse()
-        .map_err(|e| format!("workload.trace.format: {e}"))?;
-    let file = std::fs::File::open(&path)
-        .map_err(|e| format!("cannot open trace {}: {e}", path.display()))?;
-    let records = read_trace(
-        std::io::BufReader::new(file),
-        format,
-        &path.display().to_string(),
-    )
-    .map_err(|e| e.to_string())?;
+    let records = trace::load_records(t, base)?;
     let replay = match t.replay.as_str() {
         "timed" => {
             if !(t.time_scale.is_finite() && t.time_scale >= 0.0) {

@@ -390,7 +390,7 @@ fn validate_distribution(distribution: Distribution) -> Result<(), String> {
 }
 
 /// A uniform draw in `[0, 1)` with 53 bits of precision.
-fn uniform_unit(rng: &mut ChaCha8Rng) -> f64 {
+pub(crate) fn uniform_unit(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
@@ -555,7 +555,7 @@ fn standard_normal(rng: &mut ChaCha8Rng, spare: &mut Option<f64>) -> f64 {
 /// and a right xor-shift, both modulo the domain size), and "cycle-walks": results outside
 /// `0..slot_count` are fed back in until one lands inside. Because the domain is less than
 /// twice `slot_count`, that takes fewer than two rounds on average.
-fn scatter(rank: u64, slot_count: u64) -> u64 {
+pub(crate) fn scatter(rank: u64, slot_count: u64) -> u64 {
     if slot_count <= 1 {
         return 0;
     }
@@ -584,7 +584,7 @@ fn scatter(rank: u64, slot_count: u64) -> u64 {
 /// to `k^-exponent` in constant time and constant memory for any `n`, and works for every
 /// positive exponent including 1.
 #[derive(Debug, Clone)]
-struct ZipfSampler {
+pub(crate) struct ZipfSampler {
     n: u64,
     exponent: f64,
     h_integral_x1: f64,
@@ -598,7 +598,7 @@ struct ZipfSampler {
 const MAX_ZIPF_ROUNDS: u32 = 64;
 
 impl ZipfSampler {
-    fn new(n: u64, exponent: f64) -> Self {
+    pub(crate) fn new(n: u64, exponent: f64) -> Self {
         let n = n.max(1);
         let h_integral_x1 = h_integral(1.5, exponent) - 1.0;
         let h_integral_n = h_integral(n as f64 + 0.5, exponent);
@@ -612,7 +612,7 @@ impl ZipfSampler {
         }
     }
 
-    fn sample(&self, rng: &mut ChaCha8Rng) -> u64 {
+    pub(crate) fn sample(&self, rng: &mut ChaCha8Rng) -> u64 {
         let mut k = 1;
         for _ in 0..MAX_ZIPF_ROUNDS {
             let u =

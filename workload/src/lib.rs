@@ -4,8 +4,9 @@
 //!
 //! * [`fio`] parses fio's INI job-file language into [`fio::JobSpec`] values;
 //! * [`generator`] turns one `JobSpec` into a deterministic stream of [`IoRequest`]s;
-//! * [`trace`] reads (and writes) recorded block traces in the MSR Cambridge CSV and
-//!   blkparse text formats;
+//! * [`trace`] reads (and writes) recorded block traces in the MSR Cambridge CSV, blkparse,
+//!   FIU IODedup, fio iolog and SSDSim/MQSim ASCII formats, computes their ScalaAFA Table 2
+//!   statistics, transforms them and synthesizes look-alikes of Table 2's traces;
 //! * [`size`] parses fio-style sizes and durations.
 //!
 //! Everything here is deterministic: the same inputs and seed always produce the same

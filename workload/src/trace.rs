@@ -1,6 +1,7 @@
-//! Readers (and writers) for recorded block traces.
+//! Readers (and writers) for recorded block traces, their statistics, transformations
+//! (time scaling, volume remapping, wrapping into a device) and synthesized look-alikes.
 //!
-//! Two text formats are supported:
+//! Five text formats are supported, chosen by [`TraceFormat`]:
 //!
 //! * [`TraceFormat::MsrCsv`], the MSR Cambridge traces: one request per line,
 //!   `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`, the timestamp in
@@ -10,14 +11,26 @@
 //!   nanosecond digits, sector and count in 512-byte units. Only one action is kept
 //!   (queue events, `Q`, by default), and the statistics blkparse prints at the end are
 //!   skipped.
+//! * [`TraceFormat::Fiu`], the FIU IODedup traces ([`fiu`]).
+//! * [`TraceFormat::Iolog`], fio's iolog versions 2 and 3 ([`iolog`]).
+//! * [`TraceFormat::Ascii`], the five-column ASCII traces of SSDSim and MQSim ([`ascii`]).
 //!
-//! Readers never panic; a malformed line is a [`WorkloadError::TraceLine`] naming the
+//! Every record carries the volume (device) it addressed, so that [`transform`] can select
+//! and lay out volumes of multi-device traces. Readers never panic; a malformed line is a [`WorkloadError::TraceLine`] naming the
 //! trace and the 1-based line number.
 
+use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 use std::str::FromStr;
 
 use crate::{IoOp, WorkloadError};
+
+pub mod ascii;
+pub mod fiu;
+pub mod iolog;
+pub mod stats;
+pub mod synth;
+pub mod transform;
 
 /// One request from a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +43,10 @@ pub struct TraceRecord {
     pub offset_bytes: u64,
     /// Length in bytes (0 for flushes).
     pub len_bytes: u64,
+    /// The traced device the request addressed, as the format numbers it: MSR's disk
+    /// number, `(major << 20) | minor` for blkparse and FIU, the device column of the ASCII
+    /// format, and the order of first appearance of the file name in an iolog.
+    pub volume: u32,
 }
 
 /// The supported trace formats.
@@ -39,20 +56,83 @@ pub enum TraceFormat {
     MsrCsv,
     /// `blkparse` default text output.
     Blkparse,
+    /// FIU IODedup: `ts pid process lba size R|W major minor md5`.
+    Fiu,
+    /// fio iolog, version 2 or 3 (the header line says which).
+    Iolog,
+    /// SSDSim / MQSim ASCII: `time_ns device lsn sectors type`.
+    Ascii,
+}
+
+impl TraceFormat {
+    /// Every format, in the order the documentation lists them.
+    pub const ALL: [TraceFormat; 5] = [
+        TraceFormat::MsrCsv,
+        TraceFormat::Blkparse,
+        TraceFormat::Fiu,
+        TraceFormat::Iolog,
+        TraceFormat::Ascii,
+    ];
+
+    /// The canonical name, which [`FromStr`] accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::MsrCsv => "msr",
+            TraceFormat::Blkparse => "blkparse",
+            TraceFormat::Fiu => "fiu",
+            TraceFormat::Iolog => "iolog",
+            TraceFormat::Ascii => "ascii",
+        }
+    }
+}
+
+impl std::fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl FromStr for TraceFormat {
     type Err = WorkloadError;
 
-    /// Accepts `msr` (also `msr-csv`, `msrcsv`) and `blkparse`, case-insensitively.
+    /// Accepts `msr` (also `msr-csv`, `msrcsv`), `blkparse`, `fiu` (also `iodedup`),
+    /// `iolog` (also `fio-iolog`) and `ascii` (also `ssdsim`, `mqsim`), case-insensitively.
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         match name.trim().to_ascii_lowercase().as_str() {
             "msr" | "msr-csv" | "msrcsv" | "msr_csv" => Ok(TraceFormat::MsrCsv),
             "blkparse" => Ok(TraceFormat::Blkparse),
+            "fiu" | "iodedup" | "fiu-iodedup" => Ok(TraceFormat::Fiu),
+            "iolog" | "fio-iolog" | "fio_iolog" => Ok(TraceFormat::Iolog),
+            "ascii" | "ssdsim" | "mqsim" => Ok(TraceFormat::Ascii),
             _ => Err(WorkloadError::UnknownTraceFormat {
                 name: name.to_string(),
             }),
         }
+    }
+}
+
+/// Guesses the format of a trace from its first non-blank line, for tools that read traces
+/// of any format; `None` when the line matches no format. The guess looks only at the line's
+/// shape, so it can be wrong for a corrupt file, which the reader then reports.
+pub fn guess_format(text: &str) -> Option<TraceFormat> {
+    let line = text.lines().map(str::trim).find(|line| !line.is_empty())?;
+    if line.starts_with("fio version") {
+        return Some(TraceFormat::Iolog);
+    }
+    if line.split(',').count() == 7 {
+        return Some(TraceFormat::MsrCsv);
+    }
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields
+        .first()
+        .is_some_and(|first| parse_device_number(first).is_some())
+    {
+        return Some(TraceFormat::Blkparse);
+    }
+    match fields.len() {
+        9 => Some(TraceFormat::Fiu),
+        5 => Some(TraceFormat::Ascii),
+        _ => None,
     }
 }
 
@@ -66,24 +146,35 @@ pub fn read_trace(
     match format {
         TraceFormat::MsrCsv => read_msr_csv(reader, source_name),
         TraceFormat::Blkparse => read_blkparse(reader, source_name, 'Q'),
+        TraceFormat::Fiu => fiu::read_fiu(reader, source_name),
+        TraceFormat::Iolog => iolog::read_iolog(reader, source_name),
+        TraceFormat::Ascii => ascii::read_ascii(reader, source_name),
     }
 }
 
 /// Writes records in the given format, so that [`read_trace`] reads them back.
 ///
 /// MSR CSV stores timestamps in 100 ns ticks (finer timestamps are truncated) and only
-/// reads and writes; blkparse stores offsets and lengths in 512-byte sectors. A record the
-/// format cannot represent is an [`std::io::ErrorKind::InvalidInput`] error. Readers make
-/// MSR timestamps relative to the earliest record, so records whose first timestamp is 0
-/// survive a round trip unchanged.
-pub fn write_trace(
-    records: &[TraceRecord],
-    format: TraceFormat,
-    mut out: impl Write,
-) -> std::io::Result<()> {
+/// reads and writes; blkparse, FIU and ASCII store offsets and lengths in 512-byte sectors;
+/// see each module for the others' limits. A record the format cannot represent is an
+/// [`std::io::ErrorKind::InvalidInput`] error. Readers make timestamps relative to the
+/// earliest record, so records whose first timestamp is 0 survive a round trip unchanged.
+///
+/// `records` may be a slice or any iterator, so that long synthesized traces are written
+/// without being held in memory.
+pub fn write_trace<I>(records: I, format: TraceFormat, mut out: impl Write) -> std::io::Result<()>
+where
+    I: IntoIterator,
+    I::Item: Borrow<TraceRecord>,
+{
+    let records = records.into_iter();
     match format {
+        TraceFormat::Fiu => fiu::write_fiu(records, &mut out)?,
+        TraceFormat::Iolog => iolog::write_iolog(records, &mut out)?,
+        TraceFormat::Ascii => ascii::write_ascii(records, &mut out)?,
         TraceFormat::MsrCsv => {
             for record in records {
+                let record = record.borrow();
                 let op = match record.op {
                     IoOp::Read => "Read",
                     IoOp::Write => "Write",
@@ -96,19 +187,24 @@ pub fn write_trace(
                 };
                 writeln!(
                     out,
-                    "{},afa,0,{op},{},{},0",
+                    "{},afa,{},{op},{},{},0",
                     record.timestamp_ns / MSR_TICK_NS,
+                    record.volume,
                     record.offset_bytes,
                     record.len_bytes
                 )?;
             }
         }
         TraceFormat::Blkparse => {
-            for (index, record) in records.iter().enumerate() {
+            for (index, record) in records.enumerate() {
+                let record = record.borrow();
                 let seconds = record.timestamp_ns / 1_000_000_000;
                 let nanos = record.timestamp_ns % 1_000_000_000;
                 let sequence = index + 1;
-                let prefix = format!("  8,0    0 {sequence:8} {seconds:5}.{nanos:09}     0  Q");
+                let (major, minor) = split_device(record.volume);
+                let device = format!("{major},{minor}");
+                let prefix =
+                    format!("{device:>5}    0 {sequence:8} {seconds:5}.{nanos:09}     0  Q");
                 if record.op == IoOp::Flush && record.len_bytes == 0 {
                     writeln!(out, "{prefix}  FN [afa]")?;
                     continue;
@@ -140,19 +236,51 @@ pub fn write_trace(
     out.flush()
 }
 
-fn invalid_input(message: String) -> std::io::Error {
+pub(crate) fn invalid_input(message: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, message)
 }
 
 /// Length of one Windows FILETIME tick.
 const MSR_TICK_NS: u64 = 100;
-/// blkparse always counts in 512-byte sectors, whatever the device's sector size.
-const BLKPARSE_SECTOR_BYTES: u64 = 512;
+/// blkparse (like the FIU and ASCII formats) always counts in 512-byte sectors, whatever the
+/// device's sector size.
+pub(crate) const BLKPARSE_SECTOR_BYTES: u64 = 512;
+
+/// Bits of the minor number in a volume built from a Linux `major,minor` pair, as in the
+/// kernel's `MKDEV`.
+const MINOR_BITS: u32 = 20;
+
+/// The volume number of a Linux device `major,minor`, or `None` when it does not fit.
+pub(crate) fn join_device(major: u32, minor: u32) -> Option<u32> {
+    if minor >= 1 << MINOR_BITS || major >= 1 << (32 - MINOR_BITS) {
+        return None;
+    }
+    Some(major << MINOR_BITS | minor)
+}
+
+/// The Linux `major,minor` pair of a volume number made by [`join_device`].
+pub(crate) fn split_device(volume: u32) -> (u32, u32) {
+    (volume >> MINOR_BITS, volume & ((1 << MINOR_BITS) - 1))
+}
+
+/// Converts a count of 512-byte sectors to bytes, refusing overflow.
+pub(crate) fn sectors_to_bytes(sectors: u64) -> Option<u64> {
+    sectors.checked_mul(BLKPARSE_SECTOR_BYTES)
+}
+
+/// Rebases raw timestamps (in nanoseconds, collected with their line numbers) to the earliest
+/// one. Used by the formats whose timestamps are absolute.
+pub(crate) fn rebase_timestamps(records: &mut [TraceRecord]) {
+    let first = records.iter().map(|r| r.timestamp_ns).min().unwrap_or(0);
+    for record in records {
+        record.timestamp_ns -= first;
+    }
+}
 
 /// Calls `handle(line_number, line)` for every line of `reader`, with line endings removed.
 /// Invalid UTF-8 is reported as a malformed line rather than an I/O error, since it is a
 /// property of the trace's content.
-fn for_each_line(
+pub(crate) fn for_each_line(
     mut reader: impl BufRead,
     source_name: &str,
     mut handle: impl FnMut(usize, &str) -> Result<(), WorkloadError>,
@@ -210,7 +338,7 @@ pub fn read_msr_csv(
             reason,
         };
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        let [timestamp, _host, _disk, kind, offset, size, _response] = fields[..] else {
+        let [timestamp, _host, disk, kind, offset, size, _response] = fields[..] else {
             return Err(bad(format!(
                 "expected 7 comma-separated fields, found {}",
                 fields.len()
@@ -221,6 +349,11 @@ pub fn read_msr_csv(
                 .map_err(|_| bad(format!("{name} '{text}' is not an unsigned integer")))
         };
         let tick = number("timestamp", timestamp)?;
+        let volume = disk.parse::<u32>().map_err(|_| {
+            bad(format!(
+                "disk number '{disk}' is not an unsigned 32-bit integer"
+            ))
+        })?;
         let op = if kind.eq_ignore_ascii_case("read") {
             IoOp::Read
         } else if kind.eq_ignore_ascii_case("write") {
@@ -242,6 +375,7 @@ pub fn read_msr_csv(
             op,
             offset_bytes,
             len_bytes,
+            volume,
         });
         Ok(())
     })?;
@@ -283,7 +417,7 @@ pub fn read_blkparse(
         let Some(first) = tokens.next() else {
             return Ok(());
         };
-        if !is_device_number(first) {
+        let Some(volume) = parse_device_number(first) else {
             if in_summary || is_summary_start(line) {
                 in_summary = true;
                 return Ok(());
@@ -291,7 +425,7 @@ pub fn read_blkparse(
             return Err(bad(format!(
                 "expected an event line starting with 'major,minor', found '{first}'"
             )));
-        }
+        };
         let mut field = |name: &str| {
             tokens
                 .next()
@@ -366,20 +500,22 @@ pub fn read_blkparse(
             op,
             offset_bytes,
             len_bytes,
+            volume,
         });
         Ok(())
     })?;
     Ok(records)
 }
 
-/// Whether `token` looks like blkparse's `major,minor` device field.
-fn is_device_number(token: &str) -> bool {
-    token.split_once(',').is_some_and(|(major, minor)| {
-        !major.is_empty()
-            && !minor.is_empty()
-            && major.bytes().all(|b| b.is_ascii_digit())
-            && minor.bytes().all(|b| b.is_ascii_digit())
-    })
+/// The volume of blkparse's `major,minor` device field, or `None` when `token` is not one
+/// (or names a device number too large for a Linux `dev_t`).
+fn parse_device_number(token: &str) -> Option<u32> {
+    let (major, minor) = token.split_once(',')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits(major) || !digits(minor) {
+        return None;
+    }
+    join_device(major.parse().ok()?, minor.parse().ok()?)
 }
 
 /// Whether `line` starts blkparse's closing statistics: `CPU0 (8,0):` or `Total (8,0):`.
@@ -395,7 +531,7 @@ fn is_summary_start(line: &str) -> bool {
 }
 
 /// Parses blkparse's `seconds.nanoseconds` time into nanoseconds, exactly.
-fn parse_seconds_ns(text: &str) -> Option<u64> {
+pub(crate) fn parse_seconds_ns(text: &str) -> Option<u64> {
     let (seconds_text, fraction_text) = text.split_once('.').unwrap_or((text, ""));
     if seconds_text.is_empty()
         || fraction_text.len() > 9

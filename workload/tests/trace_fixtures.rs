@@ -48,7 +48,8 @@ fn msr_fixture_parses() {
             timestamp_ns: 0,
             op: IoOp::Read,
             offset_bytes: 7014609920,
-            len_bytes: 24576
+            len_bytes: 24576,
+            volume: 0,
         }
     );
     // 128166372016382155 - 128166372003061629 ticks of 100 ns.
@@ -167,8 +168,175 @@ fn synthetic_traces_round_trip_in_both_formats() {
             },
             offset_bytes: (index * 7919 % 1000) * 4096,
             len_bytes: (1 + index % 8) * 512,
+            volume: 0,
         })
         .collect();
     assert_eq!(round_trip(&records, TraceFormat::MsrCsv), records);
     assert_eq!(round_trip(&records, TraceFormat::Blkparse), records);
+}
+
+/// Reads `name` in `format`, checks it round-trips through `write_trace`, and that replacing
+/// line `bad_line` with `bad_text` is reported with the file name and that line number.
+fn check_fixture(
+    name: &str,
+    format: TraceFormat,
+    bad_line: usize,
+    bad_text: &str,
+) -> Vec<TraceRecord> {
+    let (text, source) = fixture(name);
+    let records = read_trace(text.as_bytes(), format, &source).unwrap();
+    assert_eq!(round_trip(&records, format), records, "{name} round trip");
+    let broken = corrupt(&text, bad_line, bad_text);
+    match read_trace(broken.as_bytes(), format, &source) {
+        Err(error @ WorkloadError::TraceLine { line, .. }) if line == bad_line => {
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("{name} line {bad_line}")),
+                "{message}"
+            );
+        }
+        other => panic!("{name}: expected an error on line {bad_line}, got {other:?}"),
+    }
+    records
+}
+
+#[test]
+fn fiu_fixture_parses_round_trips_and_reports_bad_lines() {
+    let records = check_fixture(
+        "fiu_small.txt",
+        TraceFormat::Fiu,
+        9,
+        "89966540123456 4367 nfsd 110246376 128 X 6 0 a87ff679a2f3e71d9181a67b7542122c",
+    );
+    assert_eq!(records.len(), 12, "the blank line is skipped");
+    assert_eq!(
+        records[0],
+        TraceRecord {
+            timestamp_ns: 0,
+            op: IoOp::Write,
+            offset_bytes: 110246360 * 512,
+            len_bytes: 8 * 512,
+            volume: 6 << 20,
+        }
+    );
+    assert_eq!(records[2].op, IoOp::Read);
+    assert_eq!(records[2].timestamp_ns, 89966528011272 - 89966527861862);
+    assert_eq!(records[4].volume, (6 << 20) | 1);
+    assert_eq!(records[10].op, IoOp::Read, "lower-case r");
+    let written: u64 = records
+        .iter()
+        .filter(|r| r.op == IoOp::Write)
+        .map(|r| r.len_bytes)
+        .sum();
+    assert_eq!(written, (8 + 8 + 8 + 8 + 128 + 8 + 8) * 512);
+    for bad in [
+        "1 2 nfsd 3 8 W 6 0",
+        "1 2 nfsd 3 0 W 6 0 00",
+        "1 2 nfsd 3 8 W 6 0 not-hex",
+        "x 2 nfsd 3 8 W 6 0 00",
+        "1 2 nfsd 3 8 W 6 4294967295 00",
+    ] {
+        let result = read_trace(bad.as_bytes(), TraceFormat::Fiu, "t");
+        assert!(
+            matches!(result, Err(WorkloadError::TraceLine { line: 1, .. })),
+            "{bad}: {result:?}"
+        );
+    }
+}
+
+#[test]
+fn iolog_v2_fixture_uses_waits_as_time_and_files_as_volumes() {
+    let records = check_fixture(
+        "iolog_v2.log",
+        TraceFormat::Iolog,
+        7,
+        "/dev/nvme0n1 read zero 8192",
+    );
+    let summary: Vec<(u64, IoOp, u64, u64, u32)> = records
+        .iter()
+        .map(|r| (r.timestamp_ns, r.op, r.offset_bytes, r.len_bytes, r.volume))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (0, IoOp::Write, 0, 4096, 0),
+            (0, IoOp::Write, 4096, 4096, 0),
+            (1_000_000, IoOp::Read, 0, 8192, 0),
+            (1_000_000, IoOp::Write, 1048576, 65536, 1),
+            (1_250_000, IoOp::Trim, 8192, 8192, 0),
+            (1_250_000, IoOp::Flush, 0, 0, 0),
+            (1_250_000, IoOp::Flush, 0, 0, 1),
+            (1_250_000, IoOp::Read, 12288, 512, 0),
+        ]
+    );
+}
+
+#[test]
+fn iolog_v3_fixture_reads_microsecond_timestamps() {
+    let records = check_fixture(
+        "iolog_v3.log",
+        TraceFormat::Iolog,
+        5,
+        "891 Nvme1n1 fetch 0 4096",
+    );
+    assert_eq!(records.len(), 8);
+    assert_eq!(records[0].timestamp_ns, 0);
+    assert_eq!(records[1].timestamp_ns, 10_000);
+    assert_eq!(records[7].timestamp_ns, (4096 - 878) * 1000);
+    assert_eq!(records[7].offset_bytes, 1 << 30);
+    let error = read_trace("write 0 4096\n".as_bytes(), TraceFormat::Iolog, "t").unwrap_err();
+    assert!(error.to_string().contains("header"), "{error}");
+}
+
+#[test]
+fn ascii_fixture_parses_round_trips_and_reports_bad_lines() {
+    let records = check_fixture(
+        "ascii_small.trace",
+        TraceFormat::Ascii,
+        4,
+        "4200 1 77824 64 2",
+    );
+    assert_eq!(records.len(), 10);
+    assert_eq!(
+        records[2],
+        TraceRecord {
+            timestamp_ns: 4200,
+            op: IoOp::Read,
+            offset_bytes: 2048 * 512,
+            len_bytes: 16 * 512,
+            volume: 0,
+        }
+    );
+    assert_eq!(records[3].volume, 1);
+    assert_eq!(records[8].len_bytes, 512);
+    for bad in ["1 0 0 8", "1 0 0 0 1", "1 -1 0 8 1", "1 0 0 8 1 extra"] {
+        let text = format!("0 0 0 8 0\n{bad}\n");
+        let result = read_trace(text.as_bytes(), TraceFormat::Ascii, "t");
+        assert!(
+            matches!(result, Err(WorkloadError::TraceLine { line: 2, .. })),
+            "{bad}: {result:?}"
+        );
+    }
+}
+
+#[test]
+fn every_format_round_trips_what_it_can_hold() {
+    // Reads and writes of whole sectors at microsecond times on volume 0 fit every format.
+    let records: Vec<TraceRecord> = (0..200u64)
+        .map(|index| TraceRecord {
+            timestamp_ns: index * 13_000,
+            op: if index % 3 == 0 {
+                IoOp::Read
+            } else {
+                IoOp::Write
+            },
+            offset_bytes: (index * 7919 % 1000) * 4096,
+            len_bytes: (1 + index % 8) * 512,
+            volume: 0,
+        })
+        .collect();
+    for format in TraceFormat::ALL {
+        assert_eq!(round_trip(&records, format), records, "{format}");
+        assert_eq!(format.name().parse::<TraceFormat>().unwrap(), format);
+    }
 }
