@@ -7,6 +7,7 @@ mod report;
 mod reproduce;
 mod serve;
 mod volume;
+mod waflash;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -141,6 +142,9 @@ fn run(
     }
     // The seed comes first, so that any run can be reproduced from its output.
     println!("seed: {}", cfg.seed);
+    if let Some(w) = &cfg.waflash {
+        return waflash::run(&cfg, w, &loaded.base_dir, json, quiet);
+    }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
     let build_ssd = |seed: u64| -> Result<Ssd, String> {
         Ssd::new(cfg.ssd.clone(), seed).map_err(|e| format!("configuration {}: {e}", loaded.source))
