@@ -20,6 +20,8 @@ pub struct RunConfig {
     /// The host CPU model (`[host]`): I/O threads and a software-stack profile. Without it
     /// the host is infinitely fast.
     pub host: Option<afa_host::CpuConfig>,
+    /// A WAFLASH SSD instead of `[ssd]` (`[waflash.ssd]`, optional `[waflash.filebench]`).
+    pub waflash: Option<crate::waflash::WaflashRunConfig>,
     pub workload: WorkloadConfig,
     pub report: ReportConfig,
 }
@@ -97,6 +99,7 @@ impl Default for RunConfig {
             precondition: Precondition::default(),
             array: None,
             host: None,
+            waflash: None,
             workload: WorkloadConfig::default(),
             report: ReportConfig::default(),
         }
@@ -198,11 +201,23 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         .validate()
         .map_err(|e| format!("configuration {source}: {e}"))?;
     let w = &config.workload;
-    let sources = w.job_file.is_some() as u32 + w.job.is_some() as u32 + w.trace.is_some() as u32;
+    let filebench = config
+        .waflash
+        .as_ref()
+        .is_some_and(|w| w.filebench.is_some());
+    let sources = w.job_file.is_some() as u32
+        + w.job.is_some() as u32
+        + w.trace.is_some() as u32
+        + filebench as u32;
     if sources != 1 {
         return Err(format!(
-            "configuration {source}: [workload] needs exactly one of job_file, job or trace (found {sources})"
+            "configuration {source}: [workload] needs exactly one of job_file, job or trace, or [waflash.filebench] (found {sources})"
         ));
+    }
+    if let Some(wf) = &config.waflash {
+        wf.ssd
+            .validate()
+            .map_err(|e| format!("configuration {source}: waflash.ssd: {e}"))?;
     }
     if let Some(a) = &config.array {
         let engines =

@@ -10,6 +10,7 @@ mod serve;
 mod sweep;
 mod trace;
 mod volume;
+mod waflash;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -281,6 +282,15 @@ fn run(
         eprintln!("seed: {}", cfg.seed);
     } else {
         println!("seed: {}", cfg.seed);
+    }
+    if let Some(w) = &cfg.waflash {
+        if output_format == plot::OutputFormat::FioJson {
+            return Err(
+                "--output-format fio-json is not available for [waflash] runs yet; use --json"
+                    .into(),
+            );
+        }
+        return waflash::run(&cfg, w, &loaded.base_dir, json, quiet);
     }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
     let build_ssd = |seed: u64| -> Result<Ssd, String> {

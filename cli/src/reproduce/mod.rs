@@ -5,6 +5,7 @@
 mod ox;
 pub mod scalaafa;
 pub mod swan;
+pub mod waflash;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -52,7 +53,13 @@ pub type Entry = (&'static str, &'static str, Experiment);
 
 /// Every experiment, paper by paper. Each paper's module owns its entries.
 fn experiments() -> Vec<Entry> {
-    [scalaafa::EXPERIMENTS, swan::EXPERIMENTS, ox::EXPERIMENTS].concat()
+    [
+        scalaafa::EXPERIMENTS,
+        swan::EXPERIMENTS,
+        ox::EXPERIMENTS,
+        waflash::EXPERIMENTS,
+    ]
+    .concat()
 }
 
 pub fn run(args: ReproduceArgs) -> Result<(), String> {

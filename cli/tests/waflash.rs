@@ -1,0 +1,92 @@
+//! `afa run` on a WAFLASH SSD and the WAFLASH reproductions, end to end through the binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn afa(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_afa"))
+        .args(args)
+        .output()
+        .expect("the afa binary runs")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("afa-waflash-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn read_json(path: &PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+const CONFIG: &str = r#"
+seed = 3
+[waflash.ssd]
+buffer_policy = "pc-lru"
+ftl = "multi-version"
+compaction = true
+buffer_bytes = 2097152
+[waflash.filebench]
+personality = "fileserver"
+io_bytes = 5120
+requests = 4000
+scale = 0.005
+seed = 3
+"#;
+
+#[test]
+fn run_with_a_waflash_table_checks_integrity_and_writes_json() {
+    let config = temp("waflash.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let json = temp("waflash.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    assert!(v["waflash"]["device"]["unaligned_writes"].as_u64().unwrap() > 0);
+    // Bad input is a named error, not a panic.
+    let bad = temp("bad.toml");
+    std::fs::write(
+        &bad,
+        CONFIG.replace("ftl = \"multi-version\"", "ftl = \"page-rmw\""),
+    )
+    .unwrap();
+    let out = afa(&["run", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compaction"));
+}
+
+#[test]
+fn waflash_fig10_writes_the_same_labels_in_both_maps() {
+    let json = temp("fig10.json");
+    let out = afa(&[
+        "reproduce",
+        "waflash-fig10",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read_json(&json);
+    assert_eq!(v["id"], "waflash-fig10");
+    let paper: Vec<&String> = v["paper"].as_object().unwrap().keys().collect();
+    let measured: Vec<&String> = v["measured"].as_object().unwrap().keys().collect();
+    assert_eq!(paper, measured);
+    assert_eq!(paper, ["mca", "pc-lru"]);
+}

@@ -1,0 +1,300 @@
+//! The DRAM write buffer, allocated sector by sector (§III: "the buffer is allocated to
+//! write requests at the unit of a sector"). Pages are kept in one stack, most recent at
+//! the head; which page leaves is the policy's choice (see `device.rs`), the buffer only
+//! keeps the order, the sectors and the space.
+//!
+//! Destaged sectors keep their space until their program completes, so a full buffer makes
+//! new writes wait for the flash as long as a real one would.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use afa_sim::TimeNs;
+
+use crate::config::BufferPolicy;
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    lpn: u32,
+    mask: u64,
+    prev: u32,
+    next: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct WriteBuffer {
+    policy: BufferPolicy,
+    full_mask: u64,
+    unit: usize,
+    spp: usize,
+    capacity_sectors: u64,
+    slot_of_lpn: Vec<u32>,
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    data: Vec<u8>,
+    head: u32,
+    tail: u32,
+    dirty_sectors: u64,
+    pages: u64,
+    partial_pages: u64,
+    inflight: BinaryHeap<Reverse<(TimeNs, u64)>>,
+    inflight_sectors: u64,
+    /// FIFO only: the pages of each buffered request, oldest first.
+    requests: VecDeque<Vec<u32>>,
+}
+
+impl WriteBuffer {
+    pub fn new(
+        policy: BufferPolicy,
+        capacity_sectors: u64,
+        logical_pages: u32,
+        spp: u32,
+        unit: usize,
+    ) -> Self {
+        Self {
+            policy,
+            full_mask: if spp == 64 {
+                u64::MAX
+            } else {
+                (1u64 << spp) - 1
+            },
+            unit,
+            spp: spp as usize,
+            capacity_sectors,
+            slot_of_lpn: vec![NONE; logical_pages as usize],
+            entries: Vec::new(),
+            free: Vec::new(),
+            data: Vec::new(),
+            head: NONE,
+            tail: NONE,
+            dirty_sectors: 0,
+            pages: 0,
+            partial_pages: 0,
+            inflight: BinaryHeap::new(),
+            inflight_sectors: 0,
+            requests: VecDeque::new(),
+        }
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    pub fn partial_pages(&self) -> u64 {
+        self.partial_pages
+    }
+
+    /// Sectors of `lpn` in the buffer.
+    #[inline]
+    pub fn mask(&self, lpn: u32) -> u64 {
+        match self.slot_of_lpn[lpn as usize] {
+            NONE => 0,
+            s => self.entries[s as usize].mask,
+        }
+    }
+
+    /// The buffered sector `s` of `lpn` (the page must hold it).
+    pub fn sector(&self, lpn: u32, s: usize) -> &[u8] {
+        let slot = self.slot_of_lpn[lpn as usize] as usize;
+        let start = (slot * self.spp + s) * self.unit;
+        &self.data[start..start + self.unit]
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let Entry { prev, next, .. } = self.entries[slot as usize];
+        if prev != NONE {
+            self.entries[prev as usize].next = next;
+        } else {
+            self.head = next;
+        }
+        if next != NONE {
+            self.entries[next as usize].prev = prev;
+        } else {
+            self.tail = prev;
+        }
+    }
+
+    fn push_front(&mut self, slot: u32) {
+        let e = &mut self.entries[slot as usize];
+        e.prev = NONE;
+        e.next = self.head;
+        if self.head != NONE {
+            self.entries[self.head as usize].prev = slot;
+        } else {
+            self.tail = slot;
+        }
+        self.head = slot;
+    }
+
+    /// Records a read hit: the LRU-based policies move the page to the top of the stack.
+    pub fn touch(&mut self, lpn: u32) {
+        let slot = self.slot_of_lpn[lpn as usize];
+        if slot != NONE && self.policy != BufferPolicy::Fifo && self.head != slot {
+            self.unlink(slot);
+            self.push_front(slot);
+        }
+    }
+
+    /// Stores sectors `first..first + count` of `lpn` from `units` (`count` payload units).
+    /// Overwrites merge with the buffered page and move it to the top (except under FIFO,
+    /// which keeps insertion order).
+    pub fn put(&mut self, lpn: u32, first: usize, count: usize, units: &[u8]) {
+        let mut slot = self.slot_of_lpn[lpn as usize];
+        if slot == NONE {
+            slot = match self.free.pop() {
+                Some(s) => s,
+                None => {
+                    self.entries.push(Entry {
+                        lpn,
+                        mask: 0,
+                        prev: NONE,
+                        next: NONE,
+                    });
+                    self.data
+                        .resize(self.entries.len() * self.spp * self.unit, 0);
+                    self.entries.len() as u32 - 1
+                }
+            };
+            self.entries[slot as usize].lpn = lpn;
+            self.entries[slot as usize].mask = 0;
+            self.slot_of_lpn[lpn as usize] = slot;
+            self.push_front(slot);
+            self.pages += 1;
+            self.partial_pages += 1;
+        } else if self.policy != BufferPolicy::Fifo && self.head != slot {
+            self.unlink(slot);
+            self.push_front(slot);
+        }
+        let mask = if count >= 64 {
+            u64::MAX
+        } else {
+            ((1u64 << count) - 1) << first
+        };
+        let e = &mut self.entries[slot as usize];
+        let was_full = e.mask == self.full_mask;
+        self.dirty_sectors += (mask & !e.mask).count_ones() as u64;
+        e.mask |= mask;
+        if !was_full && e.mask == self.full_mask {
+            self.partial_pages -= 1;
+        }
+        if self.unit > 0 {
+            let start = (slot as usize * self.spp + first) * self.unit;
+            self.data[start..start + count * self.unit].copy_from_slice(units);
+        }
+    }
+
+    /// FIFO: remembers which pages a request wrote, so they leave together.
+    pub fn record_request(&mut self, lpns: Vec<u32>) {
+        if self.policy == BufferPolicy::Fifo {
+            self.requests.push_back(lpns);
+        }
+    }
+
+    /// The oldest buffered request's pages that are still buffered (FIFO).
+    pub fn pop_request(&mut self) -> Option<Vec<u32>> {
+        while let Some(r) = self.requests.pop_front() {
+            let live: Vec<u32> = r
+                .into_iter()
+                .filter(|&l| self.slot_of_lpn[l as usize] != NONE)
+                .collect();
+            if !live.is_empty() {
+                return Some(live);
+            }
+        }
+        None
+    }
+
+    /// Pages from the bottom of the stack upwards: (lpn, mask).
+    pub fn bottom_up(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let mut at = self.tail;
+        std::iter::from_fn(move || {
+            if at == NONE {
+                return None;
+            }
+            let e = self.entries[at as usize];
+            at = e.prev;
+            Some((e.lpn, e.mask))
+        })
+    }
+
+    /// Removes a page and returns its mask and page image (sector `s` at `s * unit`).
+    pub fn take(&mut self, lpn: u32) -> (u64, Vec<u8>) {
+        let slot = self.slot_of_lpn[lpn as usize];
+        debug_assert!(slot != NONE, "taking a page that is not buffered");
+        self.unlink(slot);
+        let e = self.entries[slot as usize];
+        self.slot_of_lpn[lpn as usize] = NONE;
+        self.free.push(slot);
+        self.pages -= 1;
+        if e.mask != self.full_mask {
+            self.partial_pages -= 1;
+        }
+        self.dirty_sectors -= e.mask.count_ones() as u64;
+        let len = self.spp * self.unit;
+        let image = self.data[slot as usize * len..(slot as usize + 1) * len].to_vec();
+        (e.mask, image)
+    }
+
+    /// Drops sectors `mask` of a buffered page (TRIM); the page leaves when it is empty.
+    pub fn discard(&mut self, lpn: u32, mask: u64) {
+        let slot = self.slot_of_lpn[lpn as usize];
+        if slot == NONE {
+            return;
+        }
+        let e = self.entries[slot as usize];
+        if e.mask & !mask == 0 {
+            self.take(lpn);
+            return;
+        }
+        let was_full = e.mask == self.full_mask;
+        self.dirty_sectors -= (e.mask & mask).count_ones() as u64;
+        self.entries[slot as usize].mask &= !mask;
+        if was_full {
+            self.partial_pages += 1;
+        }
+    }
+
+    /// Holds `sectors` of space until `release_ns` (a destaged page being programmed).
+    pub fn hold(&mut self, release_ns: TimeNs, sectors: u64) {
+        self.inflight.push(Reverse((release_ns, sectors)));
+        self.inflight_sectors += sectors;
+    }
+
+    fn release_until(&mut self, now_ns: TimeNs) {
+        while let Some(&Reverse((t, n))) = self.inflight.peek() {
+            if t > now_ns {
+                break;
+            }
+            self.inflight.pop();
+            self.inflight_sectors -= n;
+        }
+    }
+
+    /// Whether `sectors` more fit at `now_ns`.
+    pub fn fits(&mut self, now_ns: TimeNs, sectors: u64) -> bool {
+        self.release_until(now_ns);
+        self.dirty_sectors + self.inflight_sectors + sectors <= self.capacity_sectors
+    }
+
+    /// Whether `sectors` more would not fit even once every in-flight program ended: then
+    /// more dirty pages must be destaged, otherwise waiting is enough.
+    pub fn must_evict(&self, sectors: u64) -> bool {
+        self.dirty_sectors > 0 && self.dirty_sectors + sectors > self.capacity_sectors
+    }
+
+    /// The next time held space is released.
+    pub fn next_release(&self) -> Option<TimeNs> {
+        self.inflight.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// When every held space is released (every destaged program has ended).
+    pub fn drained_at(&self) -> TimeNs {
+        self.inflight
+            .iter()
+            .map(|Reverse((t, _))| *t)
+            .max()
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,213 @@
+//! The configuration of a WAFLASH SSD: the medium, the write buffer, the FTL and the host
+//! interface. Every field has a default, so a TOML `[waflash]` table only names what differs.
+
+use afa_nand::{CellMode, Geometry, NandTiming, PayloadMode};
+use afa_ssd::HostInterfaceConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::WaflashError;
+
+/// How the DRAM write buffer chooses what to destage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BufferPolicy {
+    /// VSSIM's circular queue of requests: when space runs out, the oldest request's pages
+    /// are destaged together, whatever they hold.
+    Fifo,
+    /// The least recently written (or read) page goes first.
+    Lru,
+    /// Seol et al. (CASES '09): LRU, but a partial page whose read-modify-write read would
+    /// wait on a busy chip is passed over for the next page nearer the bottom that would not.
+    Mca,
+    /// WAFLASH §III-A: one LRU stack of full and partial pages; when the target chips are
+    /// idle the bottom page goes, when they are busy the full page nearest the bottom goes.
+    PcLru,
+}
+
+/// How the FTL serves a partial-page write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FtlKind {
+    /// A page-level FTL that merges every partial page with its old version first
+    /// (read-modify-write, the extra read queued on the chip like any other operation).
+    PageRmw,
+    /// MV-FTL (§III-B): a partial page covering more than `mv_threshold_sectors` goes to a
+    /// new page as a new version, without reading the old one.
+    MultiVersion,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WaflashConfig {
+    pub geometry: Geometry,
+    pub timing: NandTiming,
+    pub cell_mode: CellMode,
+    pub payload: PayloadMode,
+    /// (physical − logical) / physical.
+    pub over_provisioning: f64,
+    pub host: HostInterfaceConfig,
+    pub buffer_policy: BufferPolicy,
+    /// DRAM write buffer size; it is allocated sector by sector.
+    pub buffer_bytes: u64,
+    pub ftl: FtlKind,
+    /// §III-C compaction of small partial pages (needs `ftl = "multi-version"`).
+    pub compaction: bool,
+    /// Logical pages per compaction region: only small partial pages of the same region
+    /// share a physical page.
+    pub region_pages: u32,
+    /// A partial page with more valid sectors than this is a multi-version write; fewer is a
+    /// read-modify-write (or a compaction piece). Default: half a page.
+    pub mv_threshold_sectors: Option<u32>,
+    /// Most versions a logical page may have before a write merges them in the foreground.
+    pub max_versions: u32,
+    /// Foreground GC runs in a plane when its free blocks drop below this.
+    pub gc_threshold_blocks: u32,
+    /// Logical pages merged per idle-time call.
+    pub idle_merge_batch: u32,
+    /// How many pages from the bottom of the stack MCA and PC-LRU look at when they pass
+    /// over partial pages.
+    pub scan_window_pages: u32,
+}
+
+impl Default for WaflashConfig {
+    fn default() -> Self {
+        Self {
+            geometry: Geometry {
+                channels: 4,
+                chips_per_channel: 2,
+                dies_per_chip: 1,
+                planes_per_die: 2,
+                blocks_per_plane: 64,
+                pages_per_block: 64,
+                page_bytes: 16_384,
+                sector_bytes: 4096,
+                oob_bytes_per_page: 128,
+            },
+            timing: NandTiming::default(),
+            cell_mode: CellMode::Mlc,
+            payload: PayloadMode::Token,
+            over_provisioning: 0.12,
+            host: HostInterfaceConfig {
+                max_transfer_sectors: 256,
+                ..HostInterfaceConfig::default()
+            },
+            buffer_policy: BufferPolicy::PcLru,
+            buffer_bytes: 4 << 20,
+            ftl: FtlKind::MultiVersion,
+            compaction: true,
+            region_pages: 64,
+            mv_threshold_sectors: None,
+            max_versions: 4,
+            gc_threshold_blocks: 3,
+            idle_merge_batch: 16,
+            scan_window_pages: 256,
+        }
+    }
+}
+
+impl WaflashConfig {
+    /// The baseline of the paper: VSSIM's FIFO request buffer over a page FTL that serves
+    /// partial pages by read-modify-write.
+    pub fn baseline(mut self) -> Self {
+        self.buffer_policy = BufferPolicy::Fifo;
+        self.ftl = FtlKind::PageRmw;
+        self.compaction = false;
+        self
+    }
+
+    /// WAFLASH: PC-LRU over MV-FTL with compaction.
+    pub fn waflash(mut self) -> Self {
+        self.buffer_policy = BufferPolicy::PcLru;
+        self.ftl = FtlKind::MultiVersion;
+        self.compaction = true;
+        self
+    }
+
+    pub fn sectors_per_page(&self) -> u32 {
+        self.geometry.sectors_per_page()
+    }
+
+    /// Sectors above which a partial page is written as a new version.
+    pub fn mv_threshold(&self) -> u32 {
+        self.mv_threshold_sectors
+            .unwrap_or(self.sectors_per_page() / 2)
+    }
+
+    pub fn buffer_sectors(&self) -> u64 {
+        self.buffer_bytes / self.geometry.sector_bytes as u64
+    }
+
+    pub fn validate(&self) -> Result<(), WaflashError> {
+        self.geometry.validate()?;
+        self.timing.validate()?;
+        let bad = |m: String| Err(WaflashError::Config(m));
+        if !(0.0..0.9).contains(&self.over_provisioning) || self.over_provisioning.is_nan() {
+            return bad(format!(
+                "over_provisioning = {} must lie in [0, 0.9)",
+                self.over_provisioning
+            ));
+        }
+        let spp = self.sectors_per_page();
+        if self.host.max_transfer_sectors == 0 || self.host.queue_depth == 0 {
+            return bad("host.max_transfer_sectors and host.queue_depth must be positive".into());
+        }
+        // A write must always fit in the buffer next to one page being destaged, or it
+        // could wait for space forever.
+        let needed = self.host.max_transfer_sectors as u64 + 2 * spp as u64;
+        if self.buffer_sectors() < needed {
+            return bad(format!(
+                "buffer_bytes = {} holds {} sectors; it must hold at least {needed} \
+                 (host.max_transfer_sectors plus two pages)",
+                self.buffer_bytes,
+                self.buffer_sectors()
+            ));
+        }
+        if self.compaction && self.ftl != FtlKind::MultiVersion {
+            return bad("compaction = true needs ftl = \"multi-version\"".into());
+        }
+        if self.region_pages == 0 {
+            return bad("region_pages must be positive".into());
+        }
+        if self.mv_threshold() >= spp {
+            return bad(format!(
+                "mv_threshold_sectors = {} must be below the {spp} sectors of a page",
+                self.mv_threshold()
+            ));
+        }
+        if self.max_versions < 2 {
+            return bad(format!(
+                "max_versions = {} must be at least 2",
+                self.max_versions
+            ));
+        }
+        if self.gc_threshold_blocks < 2 {
+            return bad("gc_threshold_blocks must be at least 2".into());
+        }
+        if self.gc_threshold_blocks + 2 >= self.geometry.blocks_per_plane {
+            return bad(format!(
+                "geometry.blocks_per_plane = {} leaves no room above gc_threshold_blocks = {}",
+                self.geometry.blocks_per_plane, self.gc_threshold_blocks
+            ));
+        }
+        if self.scan_window_pages == 0 || self.idle_merge_batch == 0 {
+            return bad("scan_window_pages and idle_merge_batch must be positive".into());
+        }
+        let usable_blocks = (self.geometry.blocks_per_plane - self.gc_threshold_blocks - 1) as u64
+            * self.geometry.planes_total() as u64;
+        if self.logical_pages() as u64 >= usable_blocks * self.geometry.pages_per_block as u64 {
+            return bad(format!(
+                "over_provisioning = {} leaves too little spare space for GC: raise it",
+                self.over_provisioning
+            ));
+        }
+        if self.logical_pages() == 0 {
+            return bad("the device has no logical pages".into());
+        }
+        Ok(())
+    }
+
+    /// Logical pages the host sees.
+    pub fn logical_pages(&self) -> u32 {
+        (self.geometry.pages_total() as f64 * (1.0 - self.over_provisioning)) as u32
+    }
+}

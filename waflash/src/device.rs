@@ -1,0 +1,572 @@
+//! The WAFLASH SSD: host interface, the sector-granular write buffer and its four
+//! replacement policies, and the FTL, behind the `BlockDevice` seam.
+
+use afa_nand::{fill_unit, sector_token, Nand, NandCounters};
+use afa_sim::{transfer_ns, TimeNs};
+use afa_ssd::{
+    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
+    ReadBuffers,
+};
+use serde::Serialize;
+
+use crate::buffer::WriteBuffer;
+use crate::config::{BufferPolicy, WaflashConfig};
+use crate::ftl::{Ftl, FtlStats};
+use crate::WaflashError;
+
+/// Controller-level counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct DeviceStats {
+    pub commands: u64,
+    pub write_commands: u64,
+    /// Write commands that begin or end inside a flash page.
+    pub unaligned_writes: u64,
+    /// Logical pages touched by host writes (a partial page counts as one).
+    pub host_page_writes: u64,
+    /// Host write spans that landed on a page already in the buffer.
+    pub buffer_write_hits: u64,
+    /// Host read spans served entirely from the buffer.
+    pub buffer_read_hits: u64,
+    pub evicted_full_pages: u64,
+    pub evicted_partial_pages: u64,
+    /// Eviction decisions, and the sum over them of the fraction of buffered pages that
+    /// were partial (the mean is the "partial pages in the buffer" figure of §V-B).
+    pub eviction_decisions: u64,
+    pub partial_fraction_sum: f64,
+    /// Evictions where PC-LRU or MCA passed over the bottom page.
+    pub bottom_passed_over: u64,
+}
+
+/// Everything a run reports about the device.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaflashReport {
+    pub device: DeviceStats,
+    pub ftl: FtlStats,
+    pub flash_reads: u64,
+    pub flash_programs: u64,
+    pub flash_erases: u64,
+    /// Mean fraction of buffered pages that were partial, sampled at each eviction.
+    pub buffer_partial_fraction_mean: f64,
+    /// Compaction header bytes per byte of compacted page.
+    pub compaction_space_overhead: f64,
+    pub multi_version_pages: u64,
+    pub mapping_direct_entries: u64,
+    pub mapping_indirect_entries: u64,
+    pub mapping_ppn_bits: u32,
+    pub mapping_ptf_bits: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    lpn: u32,
+    first: u32,
+    count: u32,
+    /// Offset of the span within the command, in sectors.
+    at: u32,
+}
+
+impl Span {
+    fn mask(&self) -> u64 {
+        let ones = if self.count >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.count) - 1
+        };
+        ones << self.first
+    }
+}
+
+fn spans(lba: u64, sectors: u32, spp: u32) -> Vec<Span> {
+    let end = lba + sectors as u64;
+    let mut at = lba;
+    let mut out = Vec::with_capacity(sectors.div_ceil(spp) as usize + 1);
+    while at < end {
+        let first = (at % spp as u64) as u32;
+        let count = (spp - first).min((end - at) as u32);
+        out.push(Span {
+            lpn: (at / spp as u64) as u32,
+            first,
+            count,
+            at: (at - lba) as u32,
+        });
+        at += count as u64;
+    }
+    out
+}
+
+/// One emulated WAFLASH SSD (or, configured so, its baselines).
+#[derive(Debug)]
+pub struct WaflashSsd {
+    config: WaflashConfig,
+    nand: Nand,
+    ftl: Ftl,
+    buffer: WriteBuffer,
+    info: DeviceInfo,
+    spp: u32,
+    unit: usize,
+    h2d_free_ns: TimeNs,
+    d2h_free_ns: TimeNs,
+    stats: DeviceStats,
+    commands_taken: u64,
+}
+
+impl WaflashSsd {
+    pub fn new(config: WaflashConfig, seed: u64) -> Result<Self, WaflashError> {
+        config.validate()?;
+        let nand = Nand::new(
+            config.geometry.clone(),
+            config.timing.clone(),
+            config.cell_mode,
+            config.payload,
+            afa_nand::FaultConfig::default(),
+            seed,
+        )?;
+        let unit = nand.store().unit_bytes();
+        let spp = config.sectors_per_page();
+        let ftl = Ftl::new(&config, unit)?;
+        let logical = config.logical_pages();
+        let buffer = WriteBuffer::new(
+            config.buffer_policy,
+            config.buffer_sectors(),
+            logical,
+            spp,
+            unit,
+        );
+        let info = DeviceInfo {
+            sector_bytes: config.geometry.sector_bytes,
+            capacity_sectors: logical as u64 * spp as u64,
+            payload_unit_bytes: unit as u32,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: config.host.queue_depth,
+            max_transfer_sectors: config.host.max_transfer_sectors,
+        };
+        Ok(Self {
+            config,
+            nand,
+            ftl,
+            buffer,
+            info,
+            spp,
+            unit,
+            h2d_free_ns: 0,
+            d2h_free_ns: 0,
+            stats: DeviceStats::default(),
+            commands_taken: 0,
+        })
+    }
+
+    pub fn config(&self) -> &WaflashConfig {
+        &self.config
+    }
+
+    pub fn nand_counters(&self) -> &NandCounters {
+        self.nand.counters()
+    }
+
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    pub fn ftl_stats(&self) -> &FtlStats {
+        &self.ftl.stats
+    }
+
+    /// Pages and partial pages now in the buffer.
+    pub fn buffered_pages(&self) -> (u64, u64) {
+        (self.buffer.pages(), self.buffer.partial_pages())
+    }
+
+    /// The raw 32-bit mapping entry of a logical page (PPN in the low bits, PT/F above).
+    pub fn mapping_entry(&self, lpn: u32) -> u32 {
+        self.ftl.map.entry(lpn)
+    }
+
+    /// Versions of a logical page on flash, newest first.
+    pub fn versions(&self, lpn: u32) -> Vec<u32> {
+        self.ftl.map.versions(lpn)
+    }
+
+    pub fn report(&self) -> WaflashReport {
+        let c = self.nand.counters();
+        let d = &self.stats;
+        WaflashReport {
+            device: *d,
+            ftl: self.ftl.stats,
+            flash_reads: c.reads.iter().sum(),
+            flash_programs: c.programs.iter().sum(),
+            flash_erases: c.erases.iter().sum(),
+            buffer_partial_fraction_mean: if d.eviction_decisions == 0 {
+                0.0
+            } else {
+                d.partial_fraction_sum / d.eviction_decisions as f64
+            },
+            compaction_space_overhead: self.ftl.compaction_space_overhead(),
+            multi_version_pages: self.ftl.multi_version_pages() as u64,
+            mapping_direct_entries: self.ftl.map.direct_entries,
+            mapping_indirect_entries: self.ftl.map.indirect_entries,
+            mapping_ppn_bits: self.ftl.map.ppn_bits(),
+            mapping_ptf_bits: self.ftl.map.ptf_bits(),
+        }
+    }
+
+    /// Zeroes every counter (after preconditioning).
+    pub fn reset_counters(&mut self) {
+        self.stats = DeviceStats::default();
+        self.ftl.stats = FtlStats::default();
+        self.nand.reset_counters();
+    }
+
+    /// Checks the FTL's invariants (tests).
+    pub fn check_invariants(&self) {
+        self.ftl.check_invariants();
+    }
+
+    /// Writes sectors `0..sectors` (rounded up to whole pages) with their preconditioning
+    /// content, `sector_token(lba, 0)`, straight to flash without timing, as a file system's
+    /// preallocated files would be. The host's oracle expects exactly that content.
+    pub fn precondition(&mut self, sectors: u64) -> Result<(), WaflashError> {
+        let pages = sectors.div_ceil(self.spp as u64);
+        if pages > self.config.logical_pages() as u64 {
+            return Err(WaflashError::Config(format!(
+                "preconditioning {sectors} sectors exceeds the device's {} sectors",
+                self.info.capacity_sectors
+            )));
+        }
+        let u = self.unit;
+        let mut image = vec![0u8; self.spp as usize * u];
+        for lpn in 0..pages as u32 {
+            if u > 0 {
+                for s in 0..self.spp as usize {
+                    let lba = lpn as u64 * self.spp as u64 + s as u64;
+                    let token = if lba < sectors {
+                        sector_token(lba, 0)
+                    } else {
+                        0
+                    };
+                    fill_unit(token, &mut image[s * u..(s + 1) * u]);
+                }
+            }
+            self.ftl.fill_untimed(&mut self.nand, lpn, &image)?;
+        }
+        Ok(())
+    }
+
+    fn host_to_device(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let start = ready_ns.max(self.h2d_free_ns);
+        self.h2d_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.h2d_free_ns
+    }
+
+    fn device_to_host(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let start = ready_ns.max(self.d2h_free_ns);
+        self.d2h_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.d2h_free_ns
+    }
+
+    fn dram_ns(&self, bytes: u64) -> u64 {
+        transfer_ns(bytes, self.config.host.dram_mb_s)
+    }
+
+    fn die_busy(&self, die: u32, now_ns: TimeNs) -> bool {
+        self.nand.die_free_ns(die) > now_ns
+    }
+
+    /// Picks the pages to destage next under the buffer policy.
+    fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
+        let pages = self.buffer.pages();
+        self.stats.eviction_decisions += 1;
+        if pages > 0 {
+            self.stats.partial_fraction_sum += self.buffer.partial_pages() as f64 / pages as f64;
+        }
+        let full = self.ftl.full_mask();
+        let window = self.config.scan_window_pages as usize;
+        let Some((bottom, bottom_mask)) = self.buffer.bottom_up().next() else {
+            return Vec::new();
+        };
+        let victim = match self.config.buffer_policy {
+            BufferPolicy::Fifo => {
+                return self.buffer.pop_request().unwrap_or_else(|| vec![bottom]);
+            }
+            BufferPolicy::Lru => bottom,
+            BufferPolicy::Mca => {
+                // Pass over partial pages whose read-modify-write read would wait on a busy
+                // chip; take the first page nearer the top that would not.
+                let pick = self
+                    .buffer
+                    .bottom_up()
+                    .take(window)
+                    .find(|&(lpn, mask)| {
+                        !(self.ftl.needs_read(lpn, mask)
+                            && self
+                                .ftl
+                                .read_die(lpn)
+                                .is_some_and(|d| self.die_busy(d, now_ns)))
+                    })
+                    .map(|(lpn, _)| lpn);
+                pick.unwrap_or(bottom)
+            }
+            BufferPolicy::PcLru => {
+                let write_busy = self.die_busy(self.ftl.next_write_die(), now_ns);
+                let read_busy = bottom_mask != full
+                    && self
+                        .ftl
+                        .read_die(bottom)
+                        .is_some_and(|d| self.die_busy(d, now_ns));
+                if !write_busy && !read_busy {
+                    bottom
+                } else {
+                    // Congestion: the full page nearest the bottom leaves, and partial pages
+                    // stay to be filled up.
+                    self.buffer
+                        .bottom_up()
+                        .take(window)
+                        .find(|&(_, mask)| mask == full)
+                        .map_or(bottom, |(lpn, _)| lpn)
+                }
+            }
+        };
+        if victim != bottom {
+            self.stats.bottom_passed_over += 1;
+        }
+        let mut victims = vec![victim];
+        let mask = self.buffer.mask(victim);
+        if self.ftl.compaction() && self.ftl.is_small(mask) {
+            // Destage a batch: other small partial pages of the same region fill the rest of
+            // the compacted page.
+            let region = self.config.region_pages;
+            let start = victim / region * region;
+            let end = (start + region).min(self.config.logical_pages());
+            let mut used = mask.count_ones();
+            for lpn in start..end {
+                if used >= self.spp {
+                    break;
+                }
+                let m = self.buffer.mask(lpn);
+                if lpn == victim || m == 0 || !self.ftl.is_small(m) {
+                    continue;
+                }
+                if used + m.count_ones() <= self.spp {
+                    used += m.count_ones();
+                    victims.push(lpn);
+                }
+            }
+        }
+        victims
+    }
+
+    /// Hands pages to the FTL at `now_ns`; their buffer space is held until programmed.
+    fn destage(&mut self, lpns: &[u32], now_ns: TimeNs) -> Result<(), DeviceError> {
+        let full = self.ftl.full_mask();
+        let mut small = Vec::new();
+        for &lpn in lpns {
+            let (mask, image) = self.buffer.take(lpn);
+            if mask == full {
+                self.stats.evicted_full_pages += 1;
+            } else {
+                self.stats.evicted_partial_pages += 1;
+            }
+            if self.ftl.compaction() && self.ftl.is_small(mask) {
+                small.push((lpn, mask, image));
+                continue;
+            }
+            let done = self.ftl.write(&mut self.nand, lpn, mask, &image, now_ns)?;
+            self.buffer.hold(done, mask.count_ones() as u64);
+        }
+        if !small.is_empty() {
+            // Pieces of one region next to each other, so they share compacted pages.
+            small.sort_by_key(|(lpn, _, _)| *lpn);
+            let sectors: u64 = small.iter().map(|(_, m, _)| m.count_ones() as u64).sum();
+            let done = self.ftl.write_compacted(&mut self.nand, &small, now_ns)?;
+            self.buffer.hold(done, sectors);
+        }
+        Ok(())
+    }
+
+    /// Puts the spans of one write into the buffer, destaging (and waiting for space) first.
+    /// Returns when the data is in the buffer.
+    fn admit(
+        &mut self,
+        spans: &[Span],
+        data: &[u8],
+        arrived_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut t = arrived_ns;
+        loop {
+            let need: u64 = spans
+                .iter()
+                .map(|s| (s.mask() & !self.buffer.mask(s.lpn)).count_ones() as u64)
+                .sum();
+            if self.buffer.fits(t, need) {
+                break;
+            }
+            if self.buffer.must_evict(need) {
+                let victims = self.choose_victims(t);
+                self.destage(&victims, t)?;
+                continue;
+            }
+            match self.buffer.next_release() {
+                Some(r) => t = t.max(r),
+                None => {
+                    return Err(DeviceError::Unsupported(format!(
+                        "a write of {need} new sectors does not fit in the write buffer"
+                    )))
+                }
+            }
+        }
+        let u = self.unit;
+        for s in spans {
+            if self.buffer.mask(s.lpn) != 0 {
+                self.stats.buffer_write_hits += 1;
+            }
+            let units = &data[s.at as usize * u..(s.at + s.count) as usize * u];
+            self.buffer
+                .put(s.lpn, s.first as usize, s.count as usize, units);
+        }
+        self.buffer
+            .record_request(spans.iter().map(|s| s.lpn).collect());
+        Ok(t)
+    }
+
+    fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let bytes = cmd.sectors as u64 * self.info.sector_bytes as u64;
+        let arrived = self.host_to_device(now_ns + self.config.host.command_overhead_ns, bytes);
+        let spp = self.spp as u64;
+        self.stats.write_commands += 1;
+        if cmd.lba % spp != 0 || (cmd.lba + cmd.sectors as u64) % spp != 0 {
+            self.stats.unaligned_writes += 1;
+        }
+        let spans = spans(cmd.lba, cmd.sectors, self.spp);
+        self.stats.host_page_writes += spans.len() as u64;
+        let t = self.admit(&spans, cmd.data, arrived)?;
+        let mut done = t + self.dram_ns(bytes);
+        if cmd.flags.fua {
+            let lpns: Vec<u32> = spans.iter().map(|s| s.lpn).collect();
+            self.destage(&lpns, t)?;
+            done = done.max(self.buffer.drained_at());
+        }
+        Ok(done)
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let u = self.unit;
+        let sector_bytes = self.info.sector_bytes as u64;
+        let mut ready = start;
+        let mut image = vec![0u8; self.spp as usize * u];
+        for s in spans(cmd.lba, cmd.sectors, self.spp) {
+            let present = self.buffer.mask(s.lpn) & s.mask();
+            let need = s.mask() & !present;
+            if need != 0 {
+                let t = self
+                    .ftl
+                    .read(&mut self.nand, s.lpn, need, start, &mut image);
+                ready = ready.max(t);
+            } else {
+                self.stats.buffer_read_hits += 1;
+            }
+            if present != 0 {
+                self.buffer.touch(s.lpn);
+                ready = ready.max(start + self.dram_ns(present.count_ones() as u64 * sector_bytes));
+            }
+            if u > 0 {
+                for i in 0..s.count as usize {
+                    let sector = s.first as usize + i;
+                    let dst = &mut out.data[(s.at as usize + i) * u..(s.at as usize + i + 1) * u];
+                    if present >> sector & 1 == 1 {
+                        dst.copy_from_slice(self.buffer.sector(s.lpn, sector));
+                    } else {
+                        dst.copy_from_slice(&image[sector * u..(sector + 1) * u]);
+                    }
+                }
+            }
+        }
+        if let Some(tags) = out.tags {
+            tags.fill(0);
+        }
+        Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
+    }
+
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let mut done = start;
+        let zeros = vec![0u8; self.spp as usize * self.unit];
+        for s in spans(cmd.lba, cmd.sectors, self.spp) {
+            self.buffer.discard(s.lpn, s.mask());
+            if s.count == self.spp {
+                self.ftl.unmap(s.lpn);
+            } else if self.ftl_has_data(s.lpn) {
+                // A partial trim writes zeroes, so every trimmed sector reads back as zero.
+                let sub = Span { at: 0, ..s };
+                let t = self.admit(&[sub], &zeros[..s.count as usize * self.unit], start)?;
+                done = done.max(t);
+            }
+        }
+        Ok(done)
+    }
+
+    fn ftl_has_data(&self, lpn: u32) -> bool {
+        self.ftl.map.newest(lpn).is_some() || self.buffer.mask(lpn) != 0
+    }
+
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let all: Vec<u32> = self.buffer.bottom_up().map(|(lpn, _)| lpn).collect();
+        self.destage(&all, start)?;
+        while self.buffer.pop_request().is_some() {}
+        Ok(self.buffer.drained_at().max(start))
+    }
+}
+
+impl BlockDevice for WaflashSsd {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd, &out)?;
+        if cmd.tags.is_some_and(|t| !t.is_empty()) {
+            return Err(DeviceError::Unsupported(
+                "the WAFLASH SSD keeps no host tags".into(),
+            ));
+        }
+        self.stats.commands += 1;
+        let done_ns = match cmd.opcode {
+            Opcode::Read => self.read(now_ns, cmd, out)?,
+            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Trim => self.trim(now_ns, cmd)?,
+            Opcode::Flush => self.flush(now_ns)?,
+        };
+        Ok(Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        // Idle time merges versions (§III-B). A failure means the device is out of space;
+        // the next foreground write reports it, so idle work just stops.
+        self.ftl
+            .idle_merge(&mut self.nand, now_ns, self.config.idle_merge_batch)
+            .ok()
+            .flatten()
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        let commands = self.stats.commands - self.commands_taken;
+        self.commands_taken = self.stats.commands;
+        HostWork {
+            member_commands: commands,
+            ..HostWork::default()
+        }
+    }
+}

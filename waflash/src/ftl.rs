@@ -1,0 +1,882 @@
+//! The FTL: page allocation striped over the planes, the baseline read-modify-write page
+//! FTL, MV-FTL (§III-B), compacted partial pages (§III-C), greedy GC that merges versions,
+//! and idle-time merging.
+//!
+//! Each physical page carries, in its OOB area, the logical page it belongs to and the
+//! written-sector pattern (a bitmask of sectors; Fig. 5's patterns are two of its values).
+//! A compacted page carries the marker `COMPACTED` in place of the logical page, and its
+//! page header (0xFFFF marker and ⟨LPN, offset, len⟩ index) in the page's metadata area.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use afa_nand::{Geometry, Nand};
+use afa_sim::TimeNs;
+use afa_ssd::DeviceError;
+use serde::Serialize;
+
+use crate::config::{FtlKind, WaflashConfig};
+use crate::mapping::MappingTable;
+use crate::WaflashError;
+
+const NONE: u32 = u32::MAX;
+/// OOB logical-page value of a compacted page: its pieces are listed in its header.
+const COMPACTED: u32 = u32::MAX - 1;
+/// The identifier a compacted page begins with (§III-C).
+pub const COMPACTED_MARKER: u16 = 0xFFFF;
+/// Bytes of one index entry: LPN (4), physical offset, first logical sector and length in
+/// sectors (1 each).
+pub const INDEX_ENTRY_BYTES: usize = 7;
+/// Bytes before the index: the marker and the entry count.
+pub const HEADER_PREFIX_BYTES: usize = 3;
+
+/// One piece of a compacted page: `len` sectors of logical page `lpn`, starting at sector
+/// `first` of that logical page, stored from sector `offset` of the physical page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub lpn: u32,
+    pub offset: u8,
+    pub first: u8,
+    pub len: u8,
+}
+
+impl Piece {
+    fn mask(&self) -> u64 {
+        run_mask(self.first as u32, self.len as u32)
+    }
+}
+
+fn run_mask(first: u32, len: u32) -> u64 {
+    let ones = if len >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << len) - 1
+    };
+    ones << first
+}
+
+/// Encodes a compacted page's header: the 0xFFFF marker, the entry count, then one
+/// ⟨LPN, offset, first, len⟩ entry per piece.
+pub fn encode_header(pieces: &[Piece]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_PREFIX_BYTES + pieces.len() * INDEX_ENTRY_BYTES);
+    out.extend_from_slice(&COMPACTED_MARKER.to_be_bytes());
+    out.push(pieces.len() as u8);
+    for p in pieces {
+        out.extend_from_slice(&p.lpn.to_le_bytes());
+        out.extend_from_slice(&[p.offset, p.first, p.len]);
+    }
+    out
+}
+
+/// Decodes a compacted page's header; anything that does not begin with the marker or is
+/// cut short is an error naming the problem.
+pub fn decode_header(bytes: &[u8]) -> Result<Vec<Piece>, WaflashError> {
+    if bytes.len() < HEADER_PREFIX_BYTES || bytes[..2] != COMPACTED_MARKER.to_be_bytes() {
+        return Err(WaflashError::Header(
+            "the page does not begin with the 0xFFFF compaction marker".into(),
+        ));
+    }
+    let count = bytes[2] as usize;
+    let body = &bytes[HEADER_PREFIX_BYTES..];
+    if body.len() != count * INDEX_ENTRY_BYTES {
+        return Err(WaflashError::Header(format!(
+            "the header announces {count} entries but holds {} bytes of index",
+            body.len()
+        )));
+    }
+    Ok(body
+        .chunks_exact(INDEX_ENTRY_BYTES)
+        .map(|c| Piece {
+            lpn: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            offset: c[4],
+            first: c[5],
+            len: c[6],
+        })
+        .collect())
+}
+
+/// What the FTL did, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FtlStats {
+    /// Logical pages handed to the FTL by the buffer (flush, eviction).
+    pub page_writes: u64,
+    pub full_page_writes: u64,
+    /// Partial pages handed to the FTL (the unaligned writes that reached flash).
+    pub partial_page_writes: u64,
+    /// Extra flash reads in the write path: read-modify-write of an old version, reads of
+    /// a compacted piece being overwritten, and reads of forced merges.
+    pub extra_reads: u64,
+    /// Partial pages written as a new version without reading the old one.
+    pub version_writes: u64,
+    /// Writes that found `max_versions` versions and merged them in the foreground.
+    pub forced_merges: u64,
+    pub gc_merges: u64,
+    pub idle_merges: u64,
+    /// Compacted physical pages written and the pieces they held.
+    pub compacted_pages: u64,
+    pub compacted_pieces: u64,
+    /// Header bytes written in compacted pages.
+    pub compaction_header_bytes: u64,
+    /// Host reads that needed more than one flash page for one logical page.
+    pub multi_version_reads: u64,
+    pub gc_runs: u64,
+    pub gc_pages_moved: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ftl {
+    geometry: Geometry,
+    kind: FtlKind,
+    compaction: bool,
+    spp: u32,
+    full_mask: u64,
+    unit: usize,
+    mv_threshold: u32,
+    max_versions: usize,
+    gc_threshold: usize,
+    pub map: MappingTable,
+    oob_lpn: Vec<u32>,
+    oob_mask: Vec<u64>,
+    headers: BTreeMap<u32, Vec<u8>>,
+    refs: Vec<u8>,
+    block_valid: Vec<u32>,
+    block_free: Vec<bool>,
+    free_blocks: Vec<Vec<u32>>,
+    active: Vec<u32>,
+    alloc_order: Vec<u32>,
+    cursor: usize,
+    /// Logical pages with more than one version, for idle-time merging (ordered, so the
+    /// order of merges does not depend on hashing).
+    multi: BTreeSet<u32>,
+    /// Pages of each block handed out by the allocator (a page is allocated just before it
+    /// is programmed).
+    next_page_hint: Vec<u32>,
+    pub stats: FtlStats,
+}
+
+fn nand_err(_: afa_nand::NandError) -> DeviceError {
+    DeviceError::Failed
+}
+
+impl Ftl {
+    pub fn new(config: &WaflashConfig, unit: usize) -> Result<Self, WaflashError> {
+        let g = config.geometry.clone();
+        let spp = g.sectors_per_page();
+        let pages = g.pages_total();
+        let planes = g.planes_total();
+        let map = MappingTable::new(config.logical_pages(), pages)?;
+        // Consecutive allocations go to different channels first, then chips, dies and
+        // planes, so that a burst of writes spreads over the whole medium.
+        let mut alloc_order = Vec::with_capacity(planes as usize);
+        for k in 0..planes {
+            let ch = k % g.channels;
+            let r = k / g.channels;
+            let chip = r % g.chips_per_channel;
+            let r = r / g.chips_per_channel;
+            let die = r % g.dies_per_chip;
+            let plane = r / g.dies_per_chip;
+            alloc_order.push(g.plane_index(ch, chip, die, plane));
+        }
+        let free_blocks = (0..planes)
+            .map(|p| {
+                // Popped from the back: the lowest-numbered block is used first.
+                let mut v: Vec<u32> = g.blocks_of_plane(p).collect();
+                v.reverse();
+                v
+            })
+            .collect();
+        Ok(Self {
+            kind: config.ftl,
+            compaction: config.compaction,
+            spp,
+            full_mask: run_mask(0, spp),
+            unit,
+            mv_threshold: config.mv_threshold(),
+            max_versions: config.max_versions as usize,
+            gc_threshold: config.gc_threshold_blocks as usize,
+            map,
+            oob_lpn: vec![NONE; pages as usize],
+            oob_mask: vec![0; pages as usize],
+            headers: BTreeMap::new(),
+            refs: vec![0; pages as usize],
+            block_valid: vec![0; g.blocks_total() as usize],
+            block_free: vec![true; g.blocks_total() as usize],
+            free_blocks,
+            active: vec![NONE; planes as usize],
+            alloc_order,
+            cursor: 0,
+            multi: BTreeSet::new(),
+            next_page_hint: vec![0; g.blocks_total() as usize],
+            stats: FtlStats::default(),
+            geometry: g,
+        })
+    }
+
+    pub fn full_mask(&self) -> u64 {
+        self.full_mask
+    }
+
+    pub fn compaction(&self) -> bool {
+        self.compaction
+    }
+
+    /// Whether a partial page of `mask` would be a compaction piece.
+    pub fn is_small(&self, mask: u64) -> bool {
+        mask != self.full_mask && mask.count_ones() <= self.mv_threshold
+    }
+
+    fn die_of_ppn(&self, ppn: u32) -> u32 {
+        let block = ppn / self.geometry.pages_per_block;
+        self.geometry
+            .die_of_plane(self.geometry.plane_of_block(block))
+    }
+
+    /// The die a partial write of `lpn` would read in read-modify-write (its newest
+    /// version), if the page is mapped.
+    pub fn read_die(&self, lpn: u32) -> Option<u32> {
+        self.map.newest(lpn).map(|p| self.die_of_ppn(p))
+    }
+
+    /// The die the next page write will be programmed on.
+    pub fn next_write_die(&self) -> u32 {
+        self.geometry.die_of_plane(self.alloc_order[self.cursor])
+    }
+
+    /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL.
+    pub fn needs_read(&self, lpn: u32, mask: u64) -> bool {
+        if mask == self.full_mask || self.map.newest(lpn).is_none() {
+            return false;
+        }
+        match self.kind {
+            FtlKind::PageRmw => true,
+            FtlKind::MultiVersion => mask.count_ones() <= self.mv_threshold && !self.compaction,
+        }
+    }
+
+    /// Logical pages with more than one version.
+    pub fn multi_version_pages(&self) -> usize {
+        self.multi.len()
+    }
+
+    // ----- allocation and GC -------------------------------------------------------------
+
+    fn alloc_in_plane(&mut self, plane: u32) -> Result<u32, DeviceError> {
+        let ppb = self.geometry.pages_per_block;
+        let b = self.active[plane as usize];
+        if b != NONE {
+            let next = self.next_page_hint[b as usize];
+            if next < ppb {
+                self.next_page_hint[b as usize] += 1;
+                return Ok(b * ppb + next);
+            }
+        }
+        let nb = self.free_blocks[plane as usize]
+            .pop()
+            .ok_or(DeviceError::NoSpace { plane })?;
+        self.block_free[nb as usize] = false;
+        self.active[plane as usize] = nb;
+        self.next_page_hint[nb as usize] = 1;
+        Ok(nb * ppb)
+    }
+
+    fn alloc(&mut self, nand: &mut Nand, now_ns: TimeNs) -> Result<u32, DeviceError> {
+        let plane = self.alloc_order[self.cursor];
+        self.cursor = (self.cursor + 1) % self.alloc_order.len();
+        if self.free_blocks[plane as usize].len() < self.gc_threshold {
+            self.gc(nand, plane, now_ns)?;
+        }
+        self.alloc_in_plane(plane)
+    }
+
+    fn gc(&mut self, nand: &mut Nand, plane: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let ppb = self.geometry.pages_per_block;
+        while self.free_blocks[plane as usize].len() < self.gc_threshold {
+            let active = self.active[plane as usize];
+            let victim = self
+                .geometry
+                .blocks_of_plane(plane)
+                .filter(|&b| !self.block_free[b as usize] && b != active)
+                .min_by_key(|&b| (self.block_valid[b as usize], b));
+            let Some(victim) = victim else {
+                return Ok(());
+            };
+            if self.block_valid[victim as usize] >= ppb {
+                // Every page is live: nothing can be reclaimed here.
+                return Ok(());
+            }
+            self.stats.gc_runs += 1;
+            for page in 0..ppb {
+                let ppn = victim * ppb + page;
+                if self.refs[ppn as usize] == 0 {
+                    continue;
+                }
+                if self.oob_lpn[ppn as usize] == COMPACTED {
+                    self.relocate_compacted(nand, ppn, plane, now_ns)?;
+                } else {
+                    let lpn = self.oob_lpn[ppn as usize];
+                    if self.map.is_multi(lpn) {
+                        self.stats.gc_merges += 1;
+                        self.merge_into(nand, lpn, now_ns, Some(plane))?;
+                    } else {
+                        self.copy_page(nand, ppn, lpn, plane, now_ns)?;
+                    }
+                }
+            }
+            debug_assert_eq!(self.block_valid[victim as usize], 0);
+            nand.erase(victim, now_ns).map_err(nand_err)?;
+            for page in 0..ppb {
+                let ppn = (victim * ppb + page) as usize;
+                self.oob_lpn[ppn] = NONE;
+                self.oob_mask[ppn] = 0;
+                self.headers.remove(&(ppn as u32));
+            }
+            self.next_page_hint[victim as usize] = 0;
+            self.block_free[victim as usize] = true;
+            self.free_blocks[plane as usize].insert(0, victim);
+        }
+        Ok(())
+    }
+
+    fn copy_page(
+        &mut self,
+        nand: &mut Nand,
+        ppn: u32,
+        lpn: u32,
+        plane: u32,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        let new = self.alloc_in_plane(plane)?;
+        let page_bytes = self.geometry.page_bytes;
+        let read_done = nand.read(ppn, now_ns, page_bytes);
+        nand.program(new, read_done).map_err(nand_err)?;
+        nand.store_mut().copy_page(ppn, new);
+        self.oob_lpn[new as usize] = lpn;
+        self.oob_mask[new as usize] = self.oob_mask[ppn as usize];
+        self.remap(lpn, &[new]);
+        self.stats.gc_pages_moved += 1;
+        Ok(())
+    }
+
+    /// Moves the live pieces of a compacted page to a new compacted page.
+    fn relocate_compacted(
+        &mut self,
+        nand: &mut Nand,
+        ppn: u32,
+        plane: u32,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        let pieces = self.pieces(ppn);
+        let live: Vec<Piece> = pieces
+            .into_iter()
+            .filter(|p| self.map.versions(p.lpn).contains(&ppn))
+            .collect();
+        let new = self.alloc_in_plane(plane)?;
+        let read_done = nand.read(ppn, now_ns, self.geometry.page_bytes);
+        nand.program(new, read_done).map_err(nand_err)?;
+        let mut packed = Vec::with_capacity(live.len());
+        let mut at = 0u8;
+        for p in &live {
+            if self.unit > 0 {
+                let u = self.unit;
+                let src = p.offset as usize * u..(p.offset + p.len) as usize * u;
+                let data = nand.store().page(ppn)[src].to_vec();
+                nand.store_mut().page_mut(new)[at as usize * u..(at + p.len) as usize * u]
+                    .copy_from_slice(&data);
+            }
+            packed.push(Piece { offset: at, ..*p });
+            at += p.len;
+        }
+        self.oob_lpn[new as usize] = COMPACTED;
+        self.headers.insert(new, encode_header(&packed));
+        let mut lpns: Vec<u32> = live.iter().map(|p| p.lpn).collect();
+        lpns.dedup();
+        for lpn in lpns {
+            let vs: Vec<u32> = self
+                .map
+                .versions(lpn)
+                .into_iter()
+                .map(|v| if v == ppn { new } else { v })
+                .collect();
+            self.remap(lpn, &vs);
+        }
+        self.stats.gc_pages_moved += 1;
+        Ok(())
+    }
+
+    // ----- references and versions -------------------------------------------------------
+
+    fn block_of(&self, ppn: u32) -> usize {
+        (ppn / self.geometry.pages_per_block) as usize
+    }
+
+    fn add_ref(&mut self, ppn: u32) {
+        self.refs[ppn as usize] += 1;
+        if self.refs[ppn as usize] == 1 {
+            let b = self.block_of(ppn);
+            self.block_valid[b] += 1;
+        }
+    }
+
+    fn drop_ref(&mut self, ppn: u32) {
+        self.refs[ppn as usize] -= 1;
+        if self.refs[ppn as usize] == 0 {
+            let b = self.block_of(ppn);
+            self.block_valid[b] -= 1;
+        }
+    }
+
+    /// Replaces the version list of `lpn` (newest first), keeping references counted.
+    fn remap(&mut self, lpn: u32, versions: &[u32]) {
+        let old = self.map.versions(lpn);
+        for &v in versions {
+            if !old.contains(&v) {
+                self.add_ref(v);
+            }
+        }
+        for &v in &old {
+            if !versions.contains(&v) {
+                self.drop_ref(v);
+            }
+        }
+        self.map.set_versions(lpn, versions);
+        if versions.len() > 1 {
+            self.multi.insert(lpn);
+        } else {
+            self.multi.remove(&lpn);
+        }
+    }
+
+    fn pieces(&self, ppn: u32) -> Vec<Piece> {
+        // The header was written by this FTL; failing to decode it is a bug, not an input
+        // error, so it is an assertion.
+        decode_header(&self.headers[&ppn]).expect("compacted page header decodes")
+    }
+
+    /// Which sectors of `lpn` the physical page `ppn` holds.
+    fn version_mask(&self, lpn: u32, ppn: u32) -> u64 {
+        if self.oob_lpn[ppn as usize] == COMPACTED {
+            self.pieces(ppn)
+                .iter()
+                .filter(|p| p.lpn == lpn)
+                .fold(0, |m, p| m | p.mask())
+        } else {
+            self.oob_mask[ppn as usize]
+        }
+    }
+
+    /// Copies sectors `mask` of `lpn` from its version at `ppn` into the page image.
+    fn copy_sectors(&self, nand: &Nand, lpn: u32, ppn: u32, mask: u64, image: &mut [u8]) {
+        let u = self.unit;
+        if u == 0 || mask == 0 {
+            return;
+        }
+        let page = nand.store().page(ppn);
+        if self.oob_lpn[ppn as usize] == COMPACTED {
+            for p in self.pieces(ppn).iter().filter(|p| p.lpn == lpn) {
+                for i in 0..p.len as usize {
+                    let s = p.first as usize + i;
+                    if mask >> s & 1 == 1 {
+                        let src = (p.offset as usize + i) * u;
+                        image[s * u..(s + 1) * u].copy_from_slice(&page[src..src + u]);
+                    }
+                }
+            }
+        } else {
+            let mut m = mask;
+            while m != 0 {
+                let s = m.trailing_zeros() as usize;
+                m &= m - 1;
+                image[s * u..(s + 1) * u].copy_from_slice(&page[s * u..(s + 1) * u]);
+            }
+        }
+    }
+
+    /// Drops versions whose sectors newer versions cover entirely. `versions` is newest
+    /// first; `first_mask` is the mask of its first element.
+    fn prune(&self, lpn: u32, versions: &[u32], first_mask: u64) -> Vec<u32> {
+        let mut covered = first_mask;
+        let mut out = vec![versions[0]];
+        for &v in &versions[1..] {
+            if covered == self.full_mask {
+                break;
+            }
+            let m = self.version_mask(lpn, v);
+            if m & !covered != 0 {
+                out.push(v);
+                covered |= m;
+            }
+        }
+        out
+    }
+
+    /// Reads the sectors of `need` that versions of `lpn` hold into `image`, starting at
+    /// `now_ns`; sectors no version holds become zeroes. Returns when the data is in
+    /// controller memory and the number of flash reads.
+    fn gather(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        need: u64,
+        now_ns: TimeNs,
+        image: &mut [u8],
+    ) -> (TimeNs, u32) {
+        let u = self.unit;
+        let mut remaining = need;
+        let mut done = now_ns;
+        let mut reads = 0;
+        let sector_bytes = self.geometry.sector_bytes;
+        for v in self.map.versions(lpn) {
+            if remaining == 0 {
+                break;
+            }
+            // The patterns are in the OOB areas the FTL keeps cached, so it knows which
+            // versions to read and reads them in parallel.
+            let m = self.version_mask(lpn, v) & remaining;
+            if m == 0 {
+                continue;
+            }
+            let t = nand.read(v, now_ns, m.count_ones() * sector_bytes);
+            done = done.max(t);
+            reads += 1;
+            self.copy_sectors(nand, lpn, v, m, image);
+            remaining &= !m;
+        }
+        if u > 0 {
+            let mut m = remaining;
+            while m != 0 {
+                let s = m.trailing_zeros() as usize;
+                m &= m - 1;
+                image[s * u..(s + 1) * u].fill(0);
+            }
+        }
+        (done, reads)
+    }
+
+    fn store_image(&self, nand: &mut Nand, ppn: u32, image: &[u8], mask: u64) {
+        let u = self.unit;
+        if u == 0 {
+            return;
+        }
+        let page = nand.store_mut().page_mut(ppn);
+        if mask == self.full_mask {
+            page.copy_from_slice(image);
+            return;
+        }
+        page.fill(0);
+        let mut m = mask;
+        while m != 0 {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            page[s * u..(s + 1) * u].copy_from_slice(&image[s * u..(s + 1) * u]);
+        }
+    }
+
+    /// Writes `lpn` as one merged page holding every sector (those no version holds are
+    /// zeroes), invalidating all its versions. `image` already holds the sectors `have`;
+    /// the rest are read from flash. Returns when the program ends.
+    fn merge_write(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        new: u32,
+        have: u64,
+        image: &mut [u8],
+        now_ns: TimeNs,
+    ) -> Result<(TimeNs, u32), DeviceError> {
+        let (read_done, reads) = self.gather(nand, lpn, self.full_mask & !have, now_ns, image);
+        let done = nand.program(new, read_done).map_err(nand_err)?;
+        let full = self.full_mask;
+        self.store_image(nand, new, image, full);
+        self.oob_lpn[new as usize] = lpn;
+        self.oob_mask[new as usize] = full;
+        self.remap(lpn, &[new]);
+        Ok((done, reads))
+    }
+
+    /// Merges every version of `lpn` into one page (GC when `plane` is given, else idle
+    /// merging through the allocator).
+    fn merge_into(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        now_ns: TimeNs,
+        plane: Option<u32>,
+    ) -> Result<TimeNs, DeviceError> {
+        let new = match plane {
+            Some(p) => self.alloc_in_plane(p)?,
+            None => self.alloc(nand, now_ns)?,
+        };
+        let mut image = vec![0u8; self.spp as usize * self.unit];
+        let (done, _) = self.merge_write(nand, lpn, new, 0, &mut image, now_ns)?;
+        Ok(done)
+    }
+
+    // ----- the host-facing operations ----------------------------------------------------
+
+    /// Writes the sectors `mask` of `lpn` from the page image `image` (sector `s` at
+    /// `image[s * unit..]`), starting at `now_ns`. Returns when the page is programmed.
+    pub fn write(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        mask: u64,
+        image: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        self.stats.page_writes += 1;
+        let full = mask == self.full_mask;
+        if full {
+            self.stats.full_page_writes += 1;
+        } else {
+            self.stats.partial_page_writes += 1;
+        }
+        let mapped = self.map.newest(lpn).is_some();
+        // Allocation may run GC, which may move this page's versions: look at them after.
+        let new = self.alloc(nand, now_ns)?;
+        if full || !mapped {
+            let done = nand.program(new, now_ns).map_err(nand_err)?;
+            self.store_image(nand, new, image, mask);
+            self.oob_lpn[new as usize] = lpn;
+            self.oob_mask[new as usize] = mask;
+            self.remap(lpn, &[new]);
+            return Ok(done);
+        }
+        let multi_version =
+            self.kind == FtlKind::MultiVersion && mask.count_ones() > self.mv_threshold;
+        if multi_version {
+            let mut vs = vec![new];
+            vs.extend(self.map.versions(lpn));
+            let vs = self.prune(lpn, &vs, mask);
+            if vs.len() <= self.max_versions {
+                self.stats.version_writes += 1;
+                let done = nand.program(new, now_ns).map_err(nand_err)?;
+                self.store_image(nand, new, image, mask);
+                self.oob_lpn[new as usize] = lpn;
+                self.oob_mask[new as usize] = mask;
+                self.remap(lpn, &vs);
+                return Ok(done);
+            }
+            self.stats.forced_merges += 1;
+        }
+        let mut merged = image.to_vec();
+        let (done, reads) = self.merge_write(nand, lpn, new, mask, &mut merged, now_ns)?;
+        self.stats.extra_reads += reads as u64;
+        Ok(done)
+    }
+
+    /// Writes a batch of small partial pages (each of at most `mv_threshold` sectors) as
+    /// compacted pages. A piece whose newest version is itself a compacted piece is merged
+    /// with it first (one read); a piece that grows past the threshold that way is written
+    /// as a new version instead. Returns when the last program ends.
+    pub fn write_compacted(
+        &mut self,
+        nand: &mut Nand,
+        batch: &[(u32, u64, Vec<u8>)],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let u = self.unit;
+        let mut done = now_ns;
+        let mut ready = now_ns;
+        let mut pack: Vec<(u32, u64, Vec<u8>)> = Vec::with_capacity(batch.len());
+        for (lpn, mask, image) in batch {
+            let (lpn, mut mask, mut image) = (*lpn, *mask, image.clone());
+            self.stats.page_writes += 1;
+            self.stats.partial_page_writes += 1;
+            if let Some(newest) = self.map.newest(lpn) {
+                if self.oob_lpn[newest as usize] == COMPACTED {
+                    let m = self.version_mask(lpn, newest) & !mask;
+                    if m != 0 {
+                        let t =
+                            nand.read(newest, now_ns, m.count_ones() * self.geometry.sector_bytes);
+                        self.stats.extra_reads += 1;
+                        ready = ready.max(t);
+                        self.copy_sectors(nand, lpn, newest, m, &mut image);
+                        mask |= m;
+                    }
+                }
+            }
+            if mask.count_ones() > self.mv_threshold {
+                // Counted once already as a partial page; the version write path counts
+                // it again, so take it back.
+                self.stats.page_writes -= 1;
+                self.stats.partial_page_writes -= 1;
+                done = done.max(self.write(nand, lpn, mask, &image, ready)?);
+                continue;
+            }
+            pack.push((lpn, mask, image));
+        }
+        let mut i = 0;
+        while i < pack.len() {
+            // Fill one physical page with whole pieces in order.
+            let mut used = 0u32;
+            let mut j = i;
+            while j < pack.len() && used + pack[j].1.count_ones() <= self.spp {
+                used += pack[j].1.count_ones();
+                j += 1;
+            }
+            let new = self.alloc(nand, now_ns)?;
+            let t = nand.program(new, ready).map_err(nand_err)?;
+            done = done.max(t);
+            let mut pieces = Vec::new();
+            let mut at = 0u32;
+            if u > 0 {
+                nand.store_mut().page_mut(new).fill(0);
+            }
+            for (lpn, mask, image) in &pack[i..j] {
+                // A non-contiguous pattern becomes one index entry per run of sectors.
+                let mut m = *mask;
+                while m != 0 {
+                    let first = m.trailing_zeros();
+                    let len = (!(m >> first)).trailing_zeros();
+                    m &= !run_mask(first, len);
+                    if u > 0 {
+                        let src = &image[first as usize * u..(first + len) as usize * u];
+                        nand.store_mut().page_mut(new)[at as usize * u..(at + len) as usize * u]
+                            .copy_from_slice(src);
+                    }
+                    pieces.push(Piece {
+                        lpn: *lpn,
+                        offset: at as u8,
+                        first: first as u8,
+                        len: len as u8,
+                    });
+                    at += len;
+                }
+            }
+            let header = encode_header(&pieces);
+            self.stats.compacted_pages += 1;
+            self.stats.compacted_pieces += (j - i) as u64;
+            self.stats.compaction_header_bytes += header.len() as u64;
+            self.oob_lpn[new as usize] = COMPACTED;
+            self.headers.insert(new, header);
+            for (lpn, mask, image) in &pack[i..j] {
+                let mut vs = vec![new];
+                vs.extend(self.map.versions(*lpn));
+                let vs = self.prune(*lpn, &vs, *mask);
+                if vs.len() <= self.max_versions {
+                    self.remap(*lpn, &vs);
+                } else {
+                    // Too many versions: the piece is on flash, but the page is merged
+                    // into one full page at once so the chain stays bounded.
+                    self.stats.forced_merges += 1;
+                    self.remap(*lpn, &vs);
+                    let mut img = image.clone();
+                    let merged = self.alloc(nand, now_ns)?;
+                    let (t, reads) = self.merge_write(nand, *lpn, merged, 0, &mut img, t)?;
+                    self.stats.extra_reads += reads as u64;
+                    done = done.max(t);
+                }
+            }
+            i = j;
+        }
+        Ok(done)
+    }
+
+    /// Reads sectors `need` of `lpn` into the page image, starting at `now_ns`.
+    pub fn read(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        need: u64,
+        now_ns: TimeNs,
+        image: &mut [u8],
+    ) -> TimeNs {
+        let (done, reads) = self.gather(nand, lpn, need, now_ns, image);
+        if reads > 1 {
+            self.stats.multi_version_reads += 1;
+        }
+        done
+    }
+
+    /// Forgets a logical page (TRIM of the whole page).
+    pub fn unmap(&mut self, lpn: u32) {
+        self.remap(lpn, &[]);
+    }
+
+    /// Merges up to `batch` multi-version pages while the device is idle. Returns when the
+    /// last merge ends, or None when there was nothing to merge.
+    pub fn idle_merge(
+        &mut self,
+        nand: &mut Nand,
+        now_ns: TimeNs,
+        batch: u32,
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let mut done = None;
+        for _ in 0..batch {
+            let Some(&lpn) = self.multi.first() else {
+                break;
+            };
+            let t = self.merge_into(nand, lpn, now_ns, None)?;
+            self.stats.idle_merges += 1;
+            done = Some(done.unwrap_or(t).max(t));
+        }
+        Ok(done)
+    }
+
+    /// Writes a full page without timing (preconditioning).
+    pub fn fill_untimed(
+        &mut self,
+        nand: &mut Nand,
+        lpn: u32,
+        image: &[u8],
+    ) -> Result<(), DeviceError> {
+        let plane = self.alloc_order[self.cursor];
+        self.cursor = (self.cursor + 1) % self.alloc_order.len();
+        let new = self.alloc_in_plane(plane)?;
+        nand.program_untimed(new).map_err(nand_err)?;
+        let full = self.full_mask;
+        self.store_image(nand, new, image, full);
+        self.oob_lpn[new as usize] = lpn;
+        self.oob_mask[new as usize] = full;
+        self.remap(lpn, &[new]);
+        Ok(())
+    }
+
+    /// Checks the structural invariants (tests): reference counts match the mapping,
+    /// block valid counts match the references, versions are distinct and hold sectors.
+    pub fn check_invariants(&self) {
+        let mut refs = vec![0u32; self.refs.len()];
+        for lpn in 0..self.oob_len_lpns() {
+            let vs = self.map.versions(lpn);
+            assert!(
+                vs.len() <= self.max_versions,
+                "lpn {lpn} has {} versions",
+                vs.len()
+            );
+            for (i, &v) in vs.iter().enumerate() {
+                assert!(!vs[..i].contains(&v), "lpn {lpn} lists page {v} twice");
+                refs[v as usize] += 1;
+                let owner = self.oob_lpn[v as usize];
+                assert!(
+                    owner == lpn || owner == COMPACTED,
+                    "page {v} of lpn {lpn} belongs to {owner}"
+                );
+                assert!(
+                    self.version_mask(lpn, v) != 0,
+                    "version {v} of lpn {lpn} holds nothing"
+                );
+            }
+            assert_eq!(vs.len() > 1, self.multi.contains(&lpn));
+        }
+        let ppb = self.geometry.pages_per_block as usize;
+        for (b, &valid) in self.block_valid.iter().enumerate() {
+            let live = (0..ppb).filter(|&p| refs[b * ppb + p] > 0).count() as u32;
+            assert_eq!(live, valid, "block {b} valid count");
+        }
+        for (p, &r) in refs.iter().enumerate() {
+            assert_eq!(r, self.refs[p] as u32, "page {p} reference count");
+        }
+    }
+
+    fn oob_len_lpns(&self) -> u32 {
+        self.map.logical_pages()
+    }
+
+    /// Bytes of compaction header per byte of compacted page written so far.
+    pub fn compaction_space_overhead(&self) -> f64 {
+        let pages = self.stats.compacted_pages;
+        if pages == 0 {
+            return 0.0;
+        }
+        self.stats.compaction_header_bytes as f64 / (pages * self.geometry.page_bytes as u64) as f64
+    }
+}

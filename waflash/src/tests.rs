@@ -1,0 +1,582 @@
+//! Tests of the WAFLASH controller: the header and mapping formats, each mechanism on its
+//! own, a model-based property test over every buffer × FTL combination, and whole runs
+//! through the host driver (integrity and determinism).
+
+use afa_nand::{fill_unit, sector_token, unit_matches, Geometry, PayloadMode};
+use afa_ssd::{BlockDevice, Command, ReadBuffers};
+use proptest::prelude::*;
+
+use crate::filebench::{generate, FilebenchSpec, Personality};
+use crate::mapping::{MappingTable, UNMAPPED};
+use crate::{
+    decode_header, encode_header, BufferPolicy, FtlKind, Piece, WaflashConfig, WaflashError,
+    WaflashSsd,
+};
+
+/// Two channels of one die with two planes each: 48 blocks of 16 pages of 16 KiB, 4 KiB
+/// sectors. Small enough that a few hundred writes run GC.
+fn tiny(policy: BufferPolicy, ftl: FtlKind, compaction: bool) -> WaflashConfig {
+    let mut c = WaflashConfig {
+        geometry: Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 1,
+            planes_per_die: 2,
+            blocks_per_plane: 12,
+            pages_per_block: 16,
+            page_bytes: 16_384,
+            sector_bytes: 4096,
+            oob_bytes_per_page: 128,
+        },
+        over_provisioning: 0.4,
+        buffer_policy: policy,
+        buffer_bytes: 32 * 4096,
+        ftl,
+        compaction,
+        region_pages: 8,
+        ..WaflashConfig::default()
+    };
+    c.host.max_transfer_sectors = 16;
+    c.host.queue_depth = 64;
+    c
+}
+
+fn units(lba: u64, sectors: u32, version: u64, unit: usize) -> Vec<u8> {
+    let mut data = vec![0u8; sectors as usize * unit];
+    for i in 0..sectors as usize {
+        fill_unit(
+            sector_token(lba + i as u64, version),
+            &mut data[i * unit..(i + 1) * unit],
+        );
+    }
+    data
+}
+
+fn write(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32, version: u64) -> u64 {
+    let data = units(lba, sectors, version, 8);
+    ssd.submit(
+        now,
+        &Command::write(lba, sectors, &data),
+        ReadBuffers::none(),
+    )
+    .expect("write")
+    .done_ns
+}
+
+fn read_tokens_match(ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]) -> bool {
+    let mut out = vec![0u8; expect.len() * 8];
+    ssd.submit(
+        now,
+        &Command::read(lba, expect.len() as u32),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .expect("read");
+    expect
+        .iter()
+        .enumerate()
+        .all(|(i, &t)| unit_matches(t, &out[i * 8..(i + 1) * 8]))
+}
+
+fn flush(ssd: &mut WaflashSsd, now: u64) -> u64 {
+    ssd.submit(now, &Command::flush(), ReadBuffers::none())
+        .expect("flush")
+        .done_ns
+}
+
+#[test]
+fn header_round_trips_and_rejects_garbage() {
+    let pieces = vec![
+        Piece {
+            lpn: 6,
+            offset: 0,
+            first: 1,
+            len: 2,
+        },
+        Piece {
+            lpn: 70_000,
+            offset: 2,
+            first: 0,
+            len: 1,
+        },
+    ];
+    let bytes = encode_header(&pieces);
+    assert_eq!(&bytes[..2], &[0xFF, 0xFF]);
+    assert_eq!(decode_header(&bytes).unwrap(), pieces);
+    assert!(matches!(
+        decode_header(&[0x00, 0xFF, 0]),
+        Err(WaflashError::Header(_))
+    ));
+    assert!(matches!(
+        decode_header(&bytes[..bytes.len() - 1]),
+        Err(WaflashError::Header(_))
+    ));
+    assert!(matches!(decode_header(&[]), Err(WaflashError::Header(_))));
+}
+
+#[test]
+fn mapping_entry_uses_direct_then_indirect_indexing() {
+    // 1,000 pages need 10 PPN bits, leaving 22 bits of PT/F.
+    let mut m = MappingTable::new(100, 1000).unwrap();
+    assert_eq!((m.ppn_bits(), m.ptf_bits()), (10, 22));
+    assert_eq!(m.entry(3), UNMAPPED);
+    m.set_versions(3, &[2]);
+    assert_eq!(m.entry(3), 2, "one version: PT/F is all zeroes");
+    m.set_versions(3, &[8, 2]);
+    assert_eq!(
+        m.entry(3),
+        8 | 6 << 10,
+        "two versions: the distance is in PT"
+    );
+    assert_eq!(m.versions(3), vec![8, 2]);
+    assert_eq!(m.direct_entries, 1);
+    m.set_versions(3, &[9, 8, 2]);
+    assert_ne!(m.entry(3) >> 31, 0, "three versions: indirect");
+    assert_eq!(m.versions(3), vec![9, 8, 2]);
+    assert_eq!((m.direct_entries, m.indirect_entries), (0, 1));
+    m.set_versions(3, &[12]);
+    assert_eq!(m.versions(3), vec![12]);
+    assert_eq!(m.indirect_entries, 0);
+    // An older version above the newest wraps around the PPN field.
+    m.set_versions(4, &[1, 999]);
+    assert_eq!(m.versions(4), vec![1, 999]);
+    m.set_versions(4, &[]);
+    assert_eq!(m.entry(4), UNMAPPED);
+}
+
+#[test]
+fn mapping_with_few_ptf_bits_still_gives_every_page_a_chain() {
+    // 2^29 pages leave 2 PT/F bits: direct distances of 1 only, chains per page.
+    let mut m = MappingTable::new(64, 1 << 29).unwrap();
+    assert_eq!(m.ptf_bits(), 2);
+    for lpn in 0..64 {
+        m.set_versions(lpn, &[lpn * 10 + 5, lpn * 10, 3]);
+    }
+    for lpn in 0..64 {
+        assert_eq!(m.versions(lpn), vec![lpn * 10 + 5, lpn * 10, 3]);
+    }
+    assert!(MappingTable::new(10, 1 << 31).is_err());
+}
+
+#[test]
+fn baseline_serves_partial_overwrite_by_read_modify_write() {
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
+    ssd.precondition(64).unwrap();
+    write(&mut ssd, 0, 1, 3, 7);
+    flush(&mut ssd, 0);
+    let f = ssd.ftl_stats();
+    assert_eq!((f.partial_page_writes, f.extra_reads), (1, 1));
+    assert_eq!(ssd.nand_counters().reads.iter().sum::<u64>(), 1);
+    assert_eq!(ssd.versions(0).len(), 1);
+    let expect = [
+        sector_token(0, 0),
+        sector_token(1, 7),
+        sector_token(2, 7),
+        sector_token(3, 7),
+    ];
+    assert!(read_tokens_match(&mut ssd, 10_000_000, 0, &expect));
+    ssd.check_invariants();
+}
+
+#[test]
+fn mv_ftl_keeps_versions_and_merges_on_read_full_write_and_idle() {
+    let mut ssd =
+        WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, false), 1).unwrap();
+    ssd.precondition(64).unwrap();
+    // Pattern 1 of Fig. 5: sectors 1..=3.
+    write(&mut ssd, 0, 1, 3, 7);
+    flush(&mut ssd, 0);
+    assert_eq!(ssd.ftl_stats().extra_reads, 0, "no read-modify-write");
+    assert_eq!(ssd.ftl_stats().version_writes, 1);
+    assert_eq!(ssd.versions(0).len(), 2, "both versions stay valid");
+    let expect = [
+        sector_token(0, 0),
+        sector_token(1, 7),
+        sector_token(2, 7),
+        sector_token(3, 7),
+    ];
+    assert!(read_tokens_match(&mut ssd, 10_000_000, 0, &expect));
+    assert_eq!(ssd.ftl_stats().multi_version_reads, 1);
+    // Reading sectors 1..=3 needs only the newest version.
+    assert!(read_tokens_match(&mut ssd, 20_000_000, 1, &expect[1..]));
+    assert_eq!(ssd.ftl_stats().multi_version_reads, 1);
+    // Pattern 0 on another page, then a full write of it invalidates every version.
+    write(&mut ssd, 30_000_000, 4, 3, 8);
+    flush(&mut ssd, 30_000_000);
+    assert_eq!(ssd.versions(1).len(), 2);
+    write(&mut ssd, 40_000_000, 4, 4, 9);
+    flush(&mut ssd, 40_000_000);
+    assert_eq!(ssd.versions(1).len(), 1);
+    // Idle time merges the remaining multi-version page.
+    let next = ssd.background(50_000_000);
+    assert!(next.is_some());
+    assert_eq!(ssd.versions(0).len(), 1);
+    assert_eq!(ssd.ftl_stats().idle_merges, 1);
+    assert!(read_tokens_match(&mut ssd, 60_000_000, 0, &expect));
+    ssd.check_invariants();
+}
+
+#[test]
+fn compaction_packs_small_partial_pages_of_a_region_into_one_page() {
+    let mut ssd =
+        WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true), 1).unwrap();
+    ssd.precondition(64).unwrap();
+    ssd.reset_counters();
+    // Three pages of one region get one or two sectors each (at most half a page).
+    write(&mut ssd, 0, 4 * 6 + 1, 2, 5);
+    write(&mut ssd, 0, 4 * 7, 1, 5);
+    write(&mut ssd, 0, 4 * 8 + 3, 1, 5);
+    flush(&mut ssd, 0);
+    let f = *ssd.ftl_stats();
+    assert_eq!(f.compacted_pages, 1, "{f:?}");
+    assert_eq!(f.compacted_pieces, 3);
+    assert_eq!(f.extra_reads, 0);
+    assert_eq!(ssd.nand_counters().programs.iter().sum::<u64>(), 1);
+    let newest = ssd.versions(6)[0];
+    assert_eq!(ssd.versions(7)[0], newest, "pieces share a physical page");
+    let mut expect: Vec<u64> = (24..36).map(|l| sector_token(l, 0)).collect();
+    expect[1] = sector_token(25, 5);
+    expect[2] = sector_token(26, 5);
+    expect[4] = sector_token(28, 5);
+    expect[11] = sector_token(35, 5);
+    assert!(read_tokens_match(&mut ssd, 10_000_000, 24, &expect));
+    // Overwriting a compacted piece reads it, merges and rewrites.
+    write(&mut ssd, 20_000_000, 4 * 7 + 1, 1, 6);
+    flush(&mut ssd, 20_000_000);
+    assert_eq!(ssd.ftl_stats().extra_reads, 1);
+    expect[5] = sector_token(29, 6);
+    assert!(read_tokens_match(&mut ssd, 30_000_000, 24, &expect));
+    assert!(ssd.report().compaction_space_overhead > 0.0);
+    ssd.check_invariants();
+}
+
+/// Fills the buffer with a partial page at the bottom and full pages above it while every
+/// chip is busy programming, then forces one eviction. Returns (partial, full) evictions.
+fn evictions_under_congestion(policy: BufferPolicy) -> (u64, u64) {
+    let mut c = tiny(policy, FtlKind::PageRmw, false);
+    c.host.max_transfer_sectors = 4;
+    c.buffer_bytes = 12 * 4096;
+    let mut ssd = WaflashSsd::new(c, 1).unwrap();
+    ssd.precondition(256).unwrap();
+    // Keep every die busy for a while with reads (they hold no buffer space).
+    for lpn in 20..60u64 {
+        let mut out = vec![0u8; 4 * 8];
+        ssd.submit(
+            0,
+            &Command::read(lpn * 4, 4),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .unwrap();
+    }
+    ssd.reset_counters();
+    write(&mut ssd, 1_000, 1, 1, 2);
+    write(&mut ssd, 1_000, 4, 4, 2);
+    write(&mut ssd, 1_000, 8, 4, 2);
+    write(&mut ssd, 1_000, 12, 4, 2);
+    let s = ssd.stats();
+    (s.evicted_partial_pages, s.evicted_full_pages)
+}
+
+#[test]
+fn pc_lru_evicts_a_full_page_when_chips_are_busy_and_lru_does_not() {
+    assert_eq!(evictions_under_congestion(BufferPolicy::PcLru), (0, 1));
+    assert_eq!(evictions_under_congestion(BufferPolicy::Lru), (1, 0));
+    // MCA passes over the partial page too: its read would wait on a busy chip.
+    assert_eq!(evictions_under_congestion(BufferPolicy::Mca), (0, 1));
+}
+
+#[test]
+fn bad_configurations_are_named() {
+    let c = tiny(BufferPolicy::Fifo, FtlKind::PageRmw, true);
+    let e = WaflashSsd::new(c, 1).unwrap_err();
+    assert!(e.to_string().contains("compaction"), "{e}");
+    let mut c = tiny(BufferPolicy::Fifo, FtlKind::PageRmw, false);
+    c.buffer_bytes = 4096;
+    let e = WaflashSsd::new(c, 1).unwrap_err();
+    assert!(e.to_string().contains("buffer_bytes"), "{e}");
+    let mut c = tiny(BufferPolicy::Fifo, FtlKind::PageRmw, false);
+    c.over_provisioning = 0.01;
+    let e = WaflashSsd::new(c, 1).unwrap_err();
+    assert!(e.to_string().contains("over_provisioning"), "{e}");
+    let spec = FilebenchSpec {
+        personality: Personality::Fileserver,
+        io_bytes: 4096,
+        requests: 10,
+        scale: 1.0,
+        threads: None,
+        seed: 1,
+    };
+    let e = generate(&spec, 1 << 30, 4096).unwrap_err();
+    assert!(e.to_string().contains("lower the scale"), "{e}");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { lba: u64, sectors: u32 },
+    Read { lba: u64, sectors: u32 },
+    Trim { lba: u64, sectors: u32 },
+    Flush,
+    Idle,
+}
+
+fn op_strategy(max_lba: u64) -> impl Strategy<Value = (Op, u64)> {
+    let range =
+        (0..max_lba, 1u32..=9).prop_map(move |(lba, n)| (lba, n.min((max_lba - lba) as u32)));
+    (
+        prop_oneof![
+            10 => range.clone().prop_map(|(lba, sectors)| Op::Write { lba, sectors }),
+            4 => range.clone().prop_map(|(lba, sectors)| Op::Read { lba, sectors }),
+            1 => range.prop_map(|(lba, sectors)| Op::Trim { lba, sectors }),
+            1 => Just(Op::Flush),
+            1 => Just(Op::Idle),
+        ],
+        0u64..400_000,
+    )
+}
+
+const COMBOS: [(BufferPolicy, FtlKind, bool); 12] = [
+    (BufferPolicy::Fifo, FtlKind::PageRmw, false),
+    (BufferPolicy::Lru, FtlKind::PageRmw, false),
+    (BufferPolicy::Mca, FtlKind::PageRmw, false),
+    (BufferPolicy::PcLru, FtlKind::PageRmw, false),
+    (BufferPolicy::Fifo, FtlKind::MultiVersion, false),
+    (BufferPolicy::Lru, FtlKind::MultiVersion, false),
+    (BufferPolicy::Mca, FtlKind::MultiVersion, false),
+    (BufferPolicy::PcLru, FtlKind::MultiVersion, false),
+    (BufferPolicy::Fifo, FtlKind::MultiVersion, true),
+    (BufferPolicy::Lru, FtlKind::MultiVersion, true),
+    (BufferPolicy::Mca, FtlKind::MultiVersion, true),
+    (BufferPolicy::PcLru, FtlKind::MultiVersion, true),
+];
+
+fn run_model(
+    combo: usize,
+    precondition: u64,
+    ops: &[(Op, u64)],
+) -> Result<crate::WaflashReport, TestCaseError> {
+    let (policy, ftl, compaction) = COMBOS[combo];
+    let mut ssd = WaflashSsd::new(tiny(policy, ftl, compaction), 7).unwrap();
+    ssd.precondition(precondition).unwrap();
+    let capacity = ssd.info().capacity_sectors;
+    let mut model: Vec<u64> = (0..capacity)
+        .map(|l| {
+            if l < precondition {
+                sector_token(l, 0)
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut now = 0u64;
+    for (i, (op, dt)) in ops.iter().enumerate() {
+        now += dt;
+        let version = i as u64 + 1;
+        match *op {
+            Op::Write { lba, sectors } => {
+                for s in 0..sectors as u64 {
+                    model[(lba + s) as usize] = sector_token(lba + s, version);
+                }
+                let done = write(&mut ssd, now, lba, sectors, version);
+                prop_assert!(done >= now);
+            }
+            Op::Read { lba, sectors } => {
+                let expect = &model[lba as usize..(lba + sectors as u64) as usize];
+                prop_assert!(
+                    read_tokens_match(&mut ssd, now, lba, expect),
+                    "op {i}: read of {sectors} sectors at {lba} differs from the model"
+                );
+            }
+            Op::Trim { lba, sectors } => {
+                for s in 0..sectors as u64 {
+                    model[(lba + s) as usize] = 0;
+                }
+                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
+                    .expect("trim");
+            }
+            Op::Flush => {
+                flush(&mut ssd, now);
+            }
+            Op::Idle => {
+                if let Some(t) = ssd.background(now) {
+                    now = now.max(t);
+                }
+            }
+        }
+    }
+    // Everything reads back, from flash after a flush too.
+    flush(&mut ssd, now);
+    for lba in (0..capacity.min(600)).step_by(8) {
+        let n = 8.min(capacity - lba) as usize;
+        prop_assert!(read_tokens_match(
+            &mut ssd,
+            now + 1_000_000_000,
+            lba,
+            &model[lba as usize..lba as usize + n]
+        ));
+    }
+    ssd.check_invariants();
+    Ok(ssd.report())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Random sector-granular writes, reads, trims, flushes and idle periods over every
+    /// buffer × FTL combination read back exactly what a flat array of sectors holds. The
+    /// writes cover 150 pages of a 440-page device, so GC runs many times.
+    #[test]
+    fn every_combination_matches_a_flat_model(
+        combo in 0usize..12,
+        precondition in prop_oneof![Just(0u64), Just(600u64)],
+        ops in proptest::collection::vec(op_strategy(600), 1..500),
+    ) {
+        run_model(combo, precondition, &ops)?;
+    }
+}
+
+#[test]
+fn every_combination_survives_long_overwrite_runs() {
+    // Deterministic long runs (many GC cycles) for each combination.
+    for (combo, &(_, ftl, compaction)) in COMBOS.iter().enumerate() {
+        let mut rng = afa_sim::SimRng::new(combo as u64);
+        let ops: Vec<(Op, u64)> = (0..3000)
+            .map(|_| {
+                let lba = rng.below(600);
+                let sectors = (1 + rng.below(9) as u32).min((600 - lba) as u32);
+                let op = match rng.below(10) {
+                    0..=6 => Op::Write { lba, sectors },
+                    7 | 8 => Op::Read { lba, sectors },
+                    _ => Op::Idle,
+                };
+                (op, rng.below(300_000))
+            })
+            .collect();
+        let r = run_model(combo, 600, &ops).unwrap();
+        assert!(r.ftl.gc_runs > 0, "combination {combo} never ran GC");
+        if ftl == FtlKind::MultiVersion {
+            assert!(
+                r.ftl.version_writes > 0,
+                "combination {combo} wrote no versions"
+            );
+            assert!(
+                r.ftl.gc_merges + r.ftl.idle_merges > 0,
+                "combination {combo} never merged"
+            );
+        }
+        if compaction {
+            assert!(
+                r.ftl.compacted_pages > 0,
+                "combination {combo} compacted nothing"
+            );
+        }
+    }
+}
+
+fn filebench_run(
+    cfg: WaflashConfig,
+    p: Personality,
+    io_bytes: u64,
+) -> (afa_host::RunOutcome, crate::WaflashReport) {
+    let mut ssd = WaflashSsd::new(cfg, 3).unwrap();
+    let info = ssd.info();
+    let cap = info.capacity_sectors * info.sector_bytes as u64;
+    let spec = FilebenchSpec {
+        personality: p,
+        io_bytes,
+        requests: 8000,
+        scale: match p {
+            Personality::RandomWrite => 0.004,
+            Personality::Webserver => 0.1,
+            _ => 0.002,
+        },
+        threads: None,
+        seed: 5,
+    };
+    let g = generate(&spec, cap, info.sector_bytes as u64).unwrap();
+    let pre = g.footprint_bytes / info.sector_bytes as u64;
+    ssd.precondition(pre).unwrap();
+    ssd.reset_counters();
+    let workload = afa_host::Workload::Trace {
+        records: g.records,
+        replay: afa_host::TraceReplay::Closed { iodepth: g.iodepth },
+    };
+    let options = afa_host::RunOptions {
+        seed: 1,
+        timeline_interval_ns: 0,
+        preconditioned_sectors: pre,
+        background_work: true,
+        show_progress: false,
+    };
+    let outcome = afa_host::run(&mut ssd, &workload, &options).unwrap();
+    ssd.check_invariants();
+    (outcome, ssd.report())
+}
+
+fn small_device(c: WaflashConfig) -> WaflashConfig {
+    let mut c = c;
+    c.geometry.blocks_per_plane = 48;
+    c
+}
+
+#[test]
+fn filebench_personalities_run_with_integrity_on_baseline_and_waflash() {
+    for p in Personality::ALL {
+        for cfg in [
+            small_device(WaflashConfig::default()).baseline(),
+            small_device(WaflashConfig::default()).waflash(),
+        ] {
+            let (o, r) = filebench_run(cfg, p, 3 * 1024);
+            assert_eq!(o.mismatches, 0, "{p:?}: {:?}", o.first_mismatches);
+            if p != Personality::RandomWrite {
+                assert!(o.reads_checked > 0, "{p:?} checked no reads");
+            }
+            assert!(r.device.unaligned_writes > 0, "{p:?}");
+        }
+    }
+}
+
+#[test]
+fn a_seed_reproduces_a_run() {
+    let cfg = small_device(WaflashConfig::default()).waflash();
+    let (a, ra) = filebench_run(cfg.clone(), Personality::Fileserver, 5 * 1024);
+    let (b, rb) = filebench_run(cfg, Personality::Fileserver, 5 * 1024);
+    assert_eq!(a.event_hash, b.event_hash);
+    assert_eq!(a.sim_time_ns, b.sim_time_ns);
+    assert_eq!(ra.ftl, rb.ftl);
+}
+
+#[test]
+fn waflash_removes_read_modify_write_reads_on_random_writes() {
+    let (_, base) = filebench_run(
+        small_device(WaflashConfig::default()).baseline(),
+        Personality::RandomWrite,
+        5 * 1024,
+    );
+    let (_, wa) = filebench_run(
+        small_device(WaflashConfig::default()).waflash(),
+        Personality::RandomWrite,
+        5 * 1024,
+    );
+    assert!(base.ftl.extra_reads > 0);
+    assert!(
+        wa.ftl.extra_reads < base.ftl.extra_reads / 2,
+        "waflash {} vs baseline {} extra reads",
+        wa.ftl.extra_reads,
+        base.ftl.extra_reads
+    );
+}
+
+#[test]
+fn token_and_full_payloads_agree() {
+    for payload in [PayloadMode::Token, PayloadMode::Full, PayloadMode::None] {
+        let mut c = small_device(WaflashConfig::default()).waflash();
+        c.payload = payload;
+        let (o, _) = filebench_run(c, Personality::Webproxy, 7 * 1024);
+        assert_eq!(o.mismatches, 0);
+    }
+}
