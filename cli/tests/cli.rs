@@ -1,23 +1,11 @@
 //! End-to-end tests of the `afa` binary: the embedded default run, determinism, config
 //! and job-file errors, traces, models.
 
+mod common;
+use common::{afa, fixture};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn afa(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(args)
-        .output()
-        .expect("afa runs")
-}
-
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
+use std::process::Output;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("afa-cli-tests-{}", std::process::id()));

@@ -3,24 +3,12 @@
 //! page renders in headless Chromium without console messages; fio's own json+ tool reads
 //! the fio output.
 
+mod common;
+use common::{afa, fixture};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-
-fn afa(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(args)
-        .output()
-        .expect("afa runs")
-}
-
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

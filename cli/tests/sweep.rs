@@ -1,23 +1,10 @@
 //! End-to-end tests of `afa sweep`: the grid's points, their JSON lines, independence of the
 //! number of workers, single points for Slurm tasks, the Slurm script and grid errors.
 
+mod common;
+use common::{afa, fixture};
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn afa(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(args)
-        .output()
-        .expect("afa runs")
-}
-
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("afa-sweep-tests-{}", std::process::id()));

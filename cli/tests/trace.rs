@@ -1,27 +1,14 @@
 //! End-to-end tests of `afa trace stats|synth|convert` and of replaying the new trace formats
 //! through `afa run`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+use common::{afa, fixture};
 
-fn afa(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(args)
-        .output()
-        .expect("afa runs")
-}
+use std::path::PathBuf;
 
 fn workload_fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../workload/tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
         .join(name)
         .display()
         .to_string()

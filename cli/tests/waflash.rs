@@ -1,14 +1,9 @@
 //! `afa run` on a WAFLASH SSD and the WAFLASH reproductions, end to end through the binary.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+use common::afa;
 
-fn afa(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(args)
-        .output()
-        .expect("the afa binary runs")
-}
+use std::path::PathBuf;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("afa-waflash-tests-{}", std::process::id()));

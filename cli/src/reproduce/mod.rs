@@ -80,8 +80,13 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    if let Some((id, _)) = PLANNED.iter().find(|(id, _)| Some(*id) == args.id.as_deref()) {
-        return Err(format!("experiment {id} is planned but not implemented yet"));
+    if let Some((id, _)) = PLANNED
+        .iter()
+        .find(|(id, _)| Some(*id) == args.id.as_deref())
+    {
+        return Err(format!(
+            "experiment {id} is planned but not implemented yet"
+        ));
     }
     let all = experiments();
     let selected: Vec<&Entry> = if args.all {
