@@ -15,10 +15,12 @@
 
 mod layout;
 mod log_raid;
+pub mod scalaafa;
 mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
+pub use scalaafa::{ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode};
 pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
 
 use afa_parity::ErasureCodec;

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn ssd(seed: u64) -> Ssd {
+pub(crate) fn ssd(seed: u64) -> Ssd {
     let cfg = SsdConfig {
         geometry: Geometry {
             channels: 2,
@@ -33,16 +33,16 @@ fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
 }
 
 /// Drives any volume (an array, or Log-RAID over one) against the oracle.
-struct Harness<V: BlockDevice> {
-    volume: V,
-    tokens: Vec<u64>,
+pub(crate) struct Harness<V: BlockDevice> {
+    pub(crate) volume: V,
+    pub(crate) tokens: Vec<u64>,
     version: u64,
-    now_ns: u64,
-    checked: u64,
+    pub(crate) now_ns: u64,
+    pub(crate) checked: u64,
 }
 
 impl<V: BlockDevice> Harness<V> {
-    fn new(volume: V) -> Self {
+    pub(crate) fn new(volume: V) -> Self {
         let cap = volume.info().capacity_sectors as usize;
         Self {
             volume,
@@ -53,7 +53,7 @@ impl<V: BlockDevice> Harness<V> {
         }
     }
 
-    fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
+    pub(crate) fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
         self.version += 1;
         let mut data = vec![0u8; sectors as usize * 8];
         let mut tokens = Vec::with_capacity(sectors as usize);
@@ -72,7 +72,7 @@ impl<V: BlockDevice> Harness<V> {
         Ok(())
     }
 
-    fn read_check(&mut self, lba: u64, sectors: u32) {
+    pub(crate) fn read_check(&mut self, lba: u64, sectors: u32) {
         let mut out = vec![0u8; sectors as usize * 8];
         let c = self
             .volume
@@ -97,7 +97,7 @@ impl<V: BlockDevice> Harness<V> {
         self.advance(c.done_ns);
     }
 
-    fn trim(&mut self, lba: u64, sectors: u32) {
+    pub(crate) fn trim(&mut self, lba: u64, sectors: u32) {
         let c = self
             .volume
             .submit(
@@ -114,7 +114,7 @@ impl<V: BlockDevice> Harness<V> {
         self.now_ns += (done.saturating_sub(self.now_ns)) / 3 + 1;
     }
 
-    fn random_ops(&mut self, rng: &mut SimRng, ops: usize) {
+    pub(crate) fn random_ops(&mut self, rng: &mut SimRng, ops: usize) {
         let cap = self.tokens.len() as u64;
         for _ in 0..ops {
             let len = 1 + rng.below(80) as u32;
@@ -127,7 +127,7 @@ impl<V: BlockDevice> Harness<V> {
         }
     }
 
-    fn check_all(&mut self) {
+    pub(crate) fn check_all(&mut self) {
         let cap = self.tokens.len() as u64;
         let mut lba = 0;
         while lba < cap {

@@ -51,6 +51,10 @@ pub struct ArrayRunConfig {
     /// stripes (raid5 or raid6): `[array.two_phase]`.
     #[serde(default)]
     pub two_phase: Option<afa_array::TwoPhaseConfig>,
+    /// ScalaAFA (or its ablations scala-co and scala-wr, by `mode`) converting into
+    /// `level` stripes: `[array.scalaafa]`.
+    #[serde(default)]
+    pub scalaafa: Option<afa_array::ScalaAfaConfig>,
 }
 
 /// One scheduled member failure.
@@ -193,9 +197,9 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         ));
     }
     if let Some(a) = &config.array {
-        if a.log.is_some() && a.two_phase.is_some() {
+        if a.log.is_some() as u32 + a.two_phase.is_some() as u32 + a.scalaafa.is_some() as u32 > 1 {
             return Err(format!(
-                "configuration {source}: [array.log] and [array.two_phase] are two engines; choose one"
+                "configuration {source}: [array.log], [array.two_phase] and [array.scalaafa] are separate engines; choose one"
             ));
         }
     }

@@ -1,7 +1,9 @@
 //! Building the configured volume: one SSD, or an array engine over monitored SSDs. `afa
 //! run`, `afa reproduce` and serve mode all build volumes here, so an engine is wired once.
 
-use afa_array::{Array, ArrayConfig, LogRaid, LogRaidConfig, TwoPhase, TwoPhaseConfig};
+use afa_array::{
+    Array, ArrayConfig, LogRaid, LogRaidConfig, ScalaAfa, ScalaAfaConfig, TwoPhase, TwoPhaseConfig,
+};
 use afa_host::Monitored;
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Ssd, SsdConfig};
@@ -17,6 +19,7 @@ pub enum ArrayVolume {
     Raid(Array<Member>),
     Log(LogRaid<Member>),
     TwoPhase(TwoPhase<Member>),
+    ScalaAfa(ScalaAfa<Member>),
 }
 
 /// Which engine runs over the members, and its own table.
@@ -25,6 +28,7 @@ pub enum EngineChoice {
     Raid,
     Log(LogRaidConfig),
     TwoPhase(TwoPhaseConfig),
+    ScalaAfa(ScalaAfaConfig),
 }
 
 /// Everything needed to build an array volume.
@@ -39,10 +43,11 @@ pub struct ArraySpec {
 
 impl ArraySpec {
     pub fn from_config(a: &ArrayRunConfig) -> Self {
-        let choice = match (&a.log, &a.two_phase) {
-            (Some(l), _) => EngineChoice::Log(l.clone()),
-            (None, Some(t)) => EngineChoice::TwoPhase(t.clone()),
-            (None, None) => EngineChoice::Raid,
+        let choice = match (&a.log, &a.two_phase, &a.scalaafa) {
+            (Some(l), _, _) => EngineChoice::Log(l.clone()),
+            (None, Some(t), _) => EngineChoice::TwoPhase(t.clone()),
+            (None, None, Some(s)) => EngineChoice::ScalaAfa(s.clone()),
+            (None, None, None) => EngineChoice::Raid,
         };
         Self {
             engine: a.engine(),
@@ -84,6 +89,10 @@ impl ArrayVolume {
                 TwoPhase::new(spec.engine.clone(), t.clone(), members, spares)
                     .map_err(|e| e.to_string())?,
             ),
+            EngineChoice::ScalaAfa(s) => ArrayVolume::ScalaAfa(
+                ScalaAfa::new(spec.engine.clone(), s.clone(), members, spares)
+                    .map_err(|e| e.to_string())?,
+            ),
             EngineChoice::Raid | EngineChoice::Log(_) => {
                 let array =
                     Array::new(spec.engine.clone(), members, spares).map_err(|e| e.to_string())?;
@@ -103,6 +112,7 @@ impl ArrayVolume {
                     failures("log-raid", l.array_mut().schedule_failure(m, at_ns))?
                 }
                 ArrayVolume::TwoPhase(t) => failures("two-phase", t.schedule_failure(m, at_ns))?,
+                ArrayVolume::ScalaAfa(s) => failures("scalaafa", s.schedule_failure(m, at_ns))?,
             }
         }
         Ok(volume)
@@ -113,6 +123,7 @@ impl ArrayVolume {
             ArrayVolume::Raid(a) => a,
             ArrayVolume::Log(l) => l,
             ArrayVolume::TwoPhase(t) => t,
+            ArrayVolume::ScalaAfa(s) => s,
         }
     }
 
@@ -121,6 +132,7 @@ impl ArrayVolume {
             ArrayVolume::Raid(a) => a.members().collect(),
             ArrayVolume::Log(l) => l.array().members().collect(),
             ArrayVolume::TwoPhase(t) => t.members().collect(),
+            ArrayVolume::ScalaAfa(s) => s.members().collect(),
         }
     }
 
@@ -130,6 +142,7 @@ impl ArrayVolume {
             ArrayVolume::Raid(a) => a.stats().user_write_sectors,
             ArrayVolume::Log(l) => l.stats().user_sectors,
             ArrayVolume::TwoPhase(t) => t.stats().user_write_sectors,
+            ArrayVolume::ScalaAfa(s) => s.stats().user_write_sectors,
         }
     }
 
@@ -139,6 +152,7 @@ impl ArrayVolume {
             ArrayVolume::Raid(a) => a.stats().member_write_sectors,
             ArrayVolume::Log(l) => l.array().stats().member_write_sectors,
             ArrayVolume::TwoPhase(t) => t.stats().member_write_sectors,
+            ArrayVolume::ScalaAfa(s) => s.stats().member_write_sectors,
         }
     }
 
@@ -155,6 +169,12 @@ impl ArrayVolume {
             ArrayVolume::TwoPhase(t) => {
                 let mut v = serde_json::to_value(t.stats()).unwrap_or_default();
                 v["watermark_chunks"] = serde_json::json!(t.watermark_chunks());
+                Ok(v)
+            }
+            ArrayVolume::ScalaAfa(s) => {
+                let mut v = serde_json::to_value(s.stats()).unwrap_or_default();
+                v["mode"] = serde_json::to_value(s.scala_config().mode).unwrap_or_default();
+                v["replicated_chunks"] = serde_json::json!(s.replicated_chunks());
                 Ok(v)
             }
         }
