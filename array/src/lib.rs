@@ -15,11 +15,13 @@
 
 mod layout;
 mod log_raid;
+pub mod scalaafa;
 mod swan;
 mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
+pub use scalaafa::{ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode};
 pub use swan::{
     decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
 };

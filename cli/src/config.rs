@@ -57,6 +57,10 @@ pub struct ArrayRunConfig {
     /// front-end taking writes, GC in one back-end group at a time: `[array.swan]`.
     #[serde(default)]
     pub swan: Option<afa_array::SwanConfig>,
+    /// ScalaAFA (or its ablations scala-co and scala-wr, by `mode`) converting into
+    /// `level` stripes: `[array.scalaafa]`.
+    #[serde(default)]
+    pub scalaafa: Option<afa_array::ScalaAfaConfig>,
 }
 
 /// One scheduled member failure.
@@ -220,11 +224,13 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
             .map_err(|e| format!("configuration {source}: waflash.ssd: {e}"))?;
     }
     if let Some(a) = &config.array {
-        let engines =
-            a.log.is_some() as u32 + a.two_phase.is_some() as u32 + a.swan.is_some() as u32;
+        let engines = a.log.is_some() as u32
+            + a.two_phase.is_some() as u32
+            + a.swan.is_some() as u32
+            + a.scalaafa.is_some() as u32;
         if engines > 1 {
             return Err(format!(
-                "configuration {source}: [array.log], [array.two_phase] and [array.swan] are separate engines; choose one"
+                "configuration {source}: [array.log], [array.two_phase], [array.swan] and [array.scalaafa] are separate engines; choose one"
             ));
         }
     }

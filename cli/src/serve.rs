@@ -85,9 +85,9 @@ fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String
         .validate()
         .map_err(|e| format!("configuration {source}: {e}"))?;
     if let Some(a) = &config.array {
-        if a.log.is_some() && a.two_phase.is_some() {
+        if a.log.is_some() as u32 + a.two_phase.is_some() as u32 + a.scalaafa.is_some() as u32 > 1 {
             return Err(format!(
-                "configuration {source}: [array.log] and [array.two_phase] are two engines; choose one"
+                "configuration {source}: [array.log], [array.two_phase] and [array.scalaafa] are separate engines; choose one"
             ));
         }
     }
@@ -146,6 +146,7 @@ fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
         EngineChoice::Log(_) => format!("log-raid over {level}"),
         EngineChoice::TwoPhase(_) => format!("two-phase over {level}"),
         EngineChoice::Swan(_) => format!("swan over {level} R-groups"),
+        EngineChoice::ScalaAfa(_) => format!("scalaafa over {level}"),
     }
 }
 
@@ -205,7 +206,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     let spec = ArraySpec::from_config(array_cfg);
     match spec.choice {
         EngineChoice::Raid => {}
-        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) | EngineChoice::Swan(_) => {
+        EngineChoice::Log(_)
+        | EngineChoice::TwoPhase(_)
+        | EngineChoice::Swan(_)
+        | EngineChoice::ScalaAfa(_) => {
             return Err(format!(
                 "--state keeps arrays with a static layout only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
                 engine_name(&spec.choice, spec.engine.level)

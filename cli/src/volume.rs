@@ -2,7 +2,8 @@
 //! run`, `afa reproduce` and serve mode all build volumes here, so an engine is wired once.
 
 use afa_array::{
-    Array, ArrayConfig, LogRaid, LogRaidConfig, Swan, SwanConfig, TwoPhase, TwoPhaseConfig,
+    Array, ArrayConfig, LogRaid, LogRaidConfig, ScalaAfa, ScalaAfaConfig, Swan, SwanConfig,
+    TwoPhase, TwoPhaseConfig,
 };
 use afa_host::{Monitored, RunOptions, Workload};
 use afa_sim::TimeNs;
@@ -23,6 +24,7 @@ pub enum ArrayVolume {
     Log(LogRaid<Member>),
     TwoPhase(TwoPhase<Member>),
     Swan(Swan<Member>),
+    ScalaAfa(ScalaAfa<Member>),
 }
 
 /// Which engine runs over the members, and its own table.
@@ -32,6 +34,7 @@ pub enum EngineChoice {
     Log(LogRaidConfig),
     TwoPhase(TwoPhaseConfig),
     Swan(SwanConfig),
+    ScalaAfa(ScalaAfaConfig),
 }
 
 /// Everything needed to build an array volume.
@@ -46,11 +49,12 @@ pub struct ArraySpec {
 
 impl ArraySpec {
     pub fn from_config(a: &ArrayRunConfig) -> Self {
-        let choice = match (&a.log, &a.two_phase, &a.swan) {
-            (Some(l), _, _) => EngineChoice::Log(l.clone()),
-            (None, Some(t), _) => EngineChoice::TwoPhase(t.clone()),
-            (None, None, Some(s)) => EngineChoice::Swan(s.clone()),
-            (None, None, None) => EngineChoice::Raid,
+        let choice = match (&a.log, &a.two_phase, &a.swan, &a.scalaafa) {
+            (Some(l), _, _, _) => EngineChoice::Log(l.clone()),
+            (None, Some(t), _, _) => EngineChoice::TwoPhase(t.clone()),
+            (None, None, Some(s), _) => EngineChoice::Swan(s.clone()),
+            (None, None, None, Some(s)) => EngineChoice::ScalaAfa(s.clone()),
+            (None, None, None, None) => EngineChoice::Raid,
         };
         Self {
             engine: a.engine(),
@@ -96,6 +100,10 @@ impl ArrayVolume {
                 Swan::new(spec.engine.clone(), c.clone(), members, spares)
                     .map_err(|e| format!("array.swan: {e}"))?,
             ),
+            EngineChoice::ScalaAfa(s) => ArrayVolume::ScalaAfa(
+                ScalaAfa::new(spec.engine.clone(), s.clone(), members, spares)
+                    .map_err(|e| e.to_string())?,
+            ),
             EngineChoice::Raid | EngineChoice::Log(_) => {
                 let array =
                     Array::new(spec.engine.clone(), members, spares).map_err(|e| e.to_string())?;
@@ -129,6 +137,7 @@ impl ArrayVolume {
                 }
                 ArrayVolume::TwoPhase(t) => failures("two-phase", t.schedule_failure(m, at_ns))?,
                 ArrayVolume::Swan(s) => failures("swan", s.schedule_failure(m, at_ns))?,
+                ArrayVolume::ScalaAfa(s) => failures("scalaafa", s.schedule_failure(m, at_ns))?,
             }
         }
         Ok(volume)
@@ -140,6 +149,7 @@ impl ArrayVolume {
             ArrayVolume::Log(l) => l,
             ArrayVolume::TwoPhase(t) => t,
             ArrayVolume::Swan(s) => s,
+            ArrayVolume::ScalaAfa(s) => s,
         }
     }
 
@@ -149,6 +159,7 @@ impl ArrayVolume {
             ArrayVolume::Log(l) => l.array().members().collect(),
             ArrayVolume::TwoPhase(t) => t.members().collect(),
             ArrayVolume::Swan(s) => s.members().collect(),
+            ArrayVolume::ScalaAfa(s) => s.members().collect(),
         }
     }
 
@@ -159,6 +170,7 @@ impl ArrayVolume {
             ArrayVolume::Log(l) => l.stats().user_sectors,
             ArrayVolume::TwoPhase(t) => t.stats().user_write_sectors,
             ArrayVolume::Swan(s) => s.stats().user_sectors,
+            ArrayVolume::ScalaAfa(s) => s.stats().user_write_sectors,
         }
     }
 
@@ -169,6 +181,7 @@ impl ArrayVolume {
             ArrayVolume::Log(l) => l.array().stats().member_write_sectors,
             ArrayVolume::TwoPhase(t) => t.stats().member_write_sectors,
             ArrayVolume::Swan(s) => s.member_write_sectors(),
+            ArrayVolume::ScalaAfa(s) => s.stats().member_write_sectors,
         }
     }
 
@@ -195,6 +208,12 @@ impl ArrayVolume {
                     .collect();
                 v["groups"] = serde_json::json!(groups);
                 v["degraded_reads"] = serde_json::json!(s.degraded_reads());
+                Ok(v)
+            }
+            ArrayVolume::ScalaAfa(s) => {
+                let mut v = serde_json::to_value(s.stats()).unwrap_or_default();
+                v["mode"] = serde_json::to_value(s.scala_config().mode).unwrap_or_default();
+                v["replicated_chunks"] = serde_json::json!(s.replicated_chunks());
                 Ok(v)
             }
         }

@@ -57,6 +57,7 @@ pub struct CpuConfig {
     pub contention_ns_per_thread: Option<u64>,
     pub parity_mb_s: Option<f64>,
     pub copy_mb_s: Option<f64>,
+    pub message_ns: Option<u64>,
 }
 
 impl Default for CpuConfig {
@@ -73,6 +74,7 @@ impl Default for CpuConfig {
             contention_ns_per_thread: None,
             parity_mb_s: None,
             copy_mb_s: None,
+            message_ns: None,
         }
     }
 }
@@ -98,6 +100,9 @@ pub struct CpuCosts {
     pub parity_mb_s: f64,
     /// Rate at which background work moves bytes through host memory, MB/s.
     pub copy_mb_s: f64,
+    /// One message sent or received between an I/O thread and a space manager (an SPDK
+    /// `spdk_thread_send_msg` ring operation), charged as synchronisation.
+    pub message_ns: u64,
 }
 
 impl CpuCosts {
@@ -120,6 +125,7 @@ impl CpuCosts {
                 contention_ns_per_thread: 4_550,
                 parity_mb_s: 6_600.0,
                 copy_mb_s: 2_100.0,
+                message_ns: 200,
             },
             // SPDK-like: a few hundred ns per request and per NVMe command when polling,
             // ISA-L parity and memcpy at memory speed, no locks.
@@ -133,6 +139,7 @@ impl CpuCosts {
                 contention_ns_per_thread: 0,
                 parity_mb_s: 12_000.0,
                 copy_mb_s: 10_000.0,
+                message_ns: 200,
             },
         }
     }
@@ -154,6 +161,7 @@ impl CpuConfig {
                 .unwrap_or(base.contention_ns_per_thread),
             parity_mb_s: self.parity_mb_s.unwrap_or(base.parity_mb_s),
             copy_mb_s: self.copy_mb_s.unwrap_or(base.copy_mb_s),
+            message_ns: self.message_ns.unwrap_or(base.message_ns),
         }
     }
 
@@ -335,7 +343,10 @@ impl<D: BlockDevice> BlockDevice for CpuFront<D> {
         self.inner.take_host_work();
         let result = self.inner.submit(issue, cmd, out);
         let work: HostWork = self.inner.take_host_work();
-        let array_ns = c.array_request_ns + c.chunk_ns * work.chunks;
+        // Messages to and from the space manager are sent while the engine works, so they
+        // delay the member commands like the engine's own logic.
+        let messages_ns = c.message_ns * work.messages;
+        let array_ns = c.array_request_ns + c.chunk_ns * work.chunks + messages_ns;
         let parity_ns = transfer_ns(work.parity_bytes, c.parity_mb_s);
         let background_ns = (c.request_ns + c.completion_ns + c.member_command_ns)
             * work.background_commands

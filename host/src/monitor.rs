@@ -99,6 +99,18 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
         self.inner.background(now_ns)
     }
 
+    fn convert(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &afa_ssd::ConvertCommand,
+    ) -> Result<Completion, DeviceError> {
+        self.inner.convert(now_ns, cmd)
+    }
+
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        self.inner.scan_tags(lba, sectors)
+    }
+
     fn take_host_work(&mut self) -> HostWork {
         self.inner.take_host_work()
     }

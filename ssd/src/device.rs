@@ -117,6 +117,10 @@ pub struct HostWork {
     pub background_bytes: u64,
     /// Background work: bytes of data run through the parity code.
     pub background_parity_bytes: u64,
+    /// Messages the engine's I/O threads exchanged with a space manager (ScalaAFA §5.2:
+    /// requests for heroes, grants, returns, recalls); each costs the thread a send or a
+    /// receive.
+    pub messages: u64,
 }
 
 impl HostWork {
@@ -128,7 +132,29 @@ impl HostWork {
         self.background_commands += other.background_commands;
         self.background_bytes += other.background_bytes;
         self.background_parity_bytes += other.background_parity_bytes;
+        self.messages += other.messages;
     }
+}
+
+/// Which parity a `convert` command computes: row `row` of the (k, `of`) erasure code the
+/// array uses (ScalaAFA §5.3's *Ptype*: the row of the encoding matrix). `of` = 1 is XOR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParityType {
+    pub row: u8,
+    pub of: u8,
+}
+
+/// ScalaAFA's extended NVMe command (§5.3): the device reads `k` chunks of `chunk_sectors`
+/// each, laid out back to back from `src_lba` (a vertical hero), into its DRAM, computes one
+/// parity chunk over their data and OOB tags with its XOR/RS engine, writes it (data and
+/// tags) at `dst_lba`, and deallocates the source chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvertCommand {
+    pub src_lba: u64,
+    pub dst_lba: u64,
+    pub chunk_sectors: u32,
+    pub k: u8,
+    pub parity: ParityType,
 }
 
 /// Static facts about a device.
@@ -204,6 +230,25 @@ pub trait BlockDevice {
     fn take_host_work(&mut self) -> HostWork {
         HostWork::default()
     }
+
+    /// Runs a ScalaAFA conversion inside the device ([`ConvertCommand`]). Devices without a
+    /// conversion engine refuse it.
+    fn convert(
+        &mut self,
+        _now_ns: TimeNs,
+        _cmd: &ConvertCommand,
+    ) -> Result<Completion, DeviceError> {
+        Err(DeviceError::Unsupported(
+            "convert (the device has no conversion engine)".into(),
+        ))
+    }
+
+    /// Host-tag bytes of the sectors `lba..lba + sectors` as they are on the medium now,
+    /// without timing: the out-of-band scan of recovery (ScalaAFA §5.4), which reads OOB
+    /// areas only. Devices without tags return `None`.
+    fn scan_tags(&self, _lba: u64, _sectors: u32) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// A borrowed device is a device, so wrappers (the host CPU model, monitors) can sit in front
@@ -228,6 +273,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn take_host_work(&mut self) -> HostWork {
         (**self).take_host_work()
+    }
+    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        (**self).convert(now_ns, cmd)
+    }
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        (**self).scan_tags(lba, sectors)
     }
 }
 

@@ -634,6 +634,11 @@ impl Ftl {
         }
     }
 
+    /// The physical page holding logical page `lpn`, or NONE.
+    pub fn mapped(&self, lpn: u32) -> u32 {
+        self.l2p[lpn as usize]
+    }
+
     /// Reads logical page `lpn` (or its first `xfer_bytes`). Returns the physical page read
     /// (NONE if unmapped, in which case no flash is touched) and when the data is ready.
     #[inline]

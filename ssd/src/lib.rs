@@ -10,12 +10,12 @@ mod precondition;
 mod ssd;
 
 pub use config::{
-    BufferPolicy, FtlConfig, GcConfig, HostInterfaceConfig, SlcCacheConfig, SlcEvictionPolicy,
-    SsdConfig, VictimPolicy, WearLevelingConfig, WriteBufferConfig,
+    BufferPolicy, ConvertEngineConfig, FtlConfig, GcConfig, HostInterfaceConfig, SlcCacheConfig,
+    SlcEvictionPolicy, SsdConfig, VictimPolicy, WearLevelingConfig, WriteBufferConfig,
 };
 pub use device::{
-    validate_command, BlockDevice, Command, CommandFlags, Completion, DeviceError, DeviceInfo,
-    HostWork, Opcode, ReadBuffers,
+    validate_command, BlockDevice, Command, CommandFlags, Completion, ConvertCommand, DeviceError,
+    DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
 };
 pub use ftl::FtlStats;
 pub use precondition::{Precondition, PreconditionPattern};

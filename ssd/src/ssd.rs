@@ -7,8 +7,8 @@ use afa_sim::{transfer_ns, TimeNs};
 use crate::buffer::WriteBuffer;
 use crate::config::SsdConfig;
 use crate::device::{
-    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
-    ReadBuffers,
+    validate_command, BlockDevice, Command, Completion, ConvertCommand, DeviceError, DeviceInfo,
+    HostWork, Opcode, ReadBuffers,
 };
 use crate::ftl::{Ftl, FtlStats, NONE};
 use crate::SsdError;
@@ -23,6 +23,8 @@ pub struct SsdStats {
     pub buffer_read_hits: u64,
     pub buffer_write_hits: u64,
     pub buffer_evictions: u64,
+    /// ScalaAFA `convert` commands served by the in-SSD parity engine.
+    pub convert_commands: u64,
 }
 
 /// One emulated SSD.
@@ -165,6 +167,13 @@ impl Ssd {
         self.ftl.logical_pages()
     }
 
+    /// Pages programmed into dense (MLC/TLC) blocks so far: host writes that bypassed the
+    /// SLC cache, SLC evictions and GC moves. ScalaAFA Figure 16 counts these.
+    pub fn dense_page_programs(&self) -> u64 {
+        let c = self.nand.counters();
+        c.programs[afa_nand::CellMode::Mlc.index()] + c.programs[afa_nand::CellMode::Tlc.index()]
+    }
+
     /// NAND page programs per host page write so far.
     pub fn write_amplification(&self) -> f64 {
         let host = self.stats.host_page_writes;
@@ -217,10 +226,15 @@ impl Ssd {
     fn write(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
         let bytes = cmd.sectors as u64 * self.info.sector_bytes as u64;
         let arrived = self.host_to_device(now_ns + self.config.host.command_overhead_ns, bytes);
+        self.write_arrived(arrived, cmd)
+    }
+
+    /// Writes a command whose data is in the controller at `arrived` (from the host link,
+    /// or from the conversion engine).
+    fn write_arrived(&mut self, arrived: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
         let mut done = arrived;
         let spp = self.sectors_per_page;
         for span in spans(cmd.lba, cmd.sectors, spp) {
-            self.stats.host_page_writes += 1;
             let page_done = if self.buffer.is_some() {
                 self.buffer_write(span, cmd, arrived)?
             } else {
@@ -347,10 +361,23 @@ impl Ssd {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<TimeNs, DeviceError> {
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let ready = self.read_into_controller(start, cmd, out);
+        let sector_bytes = self.info.sector_bytes as u64;
+        Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
+    }
+
+    /// Reads a command's sectors into controller DRAM (`out`) starting at `start`; returns
+    /// when they are all there. The host transfer is the caller's.
+    fn read_into_controller(
+        &mut self,
+        start: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> TimeNs {
         let unit = self.unit_bytes;
         let tag = self.tag_bytes;
         let sector_bytes = self.info.sector_bytes as u64;
-        let start = now_ns + self.config.host.command_overhead_ns;
         let mut ready = start;
         let ReadBuffers {
             data: out_data,
@@ -423,7 +450,100 @@ impl Ssd {
                     .max(start + transfer_ns(n as u64 * sector_bytes, self.config.host.dram_mb_s));
             }
         }
-        Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
+        ready
+    }
+
+    /// ScalaAFA's in-SSD conversion (§5.3): read the vertical hero's k chunks into DRAM,
+    /// compute parity row `cmd.parity.row` over their data and tags with the engine, write it
+    /// at the destination and deallocate the source. No byte crosses the host link.
+    fn convert_stripe(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &ConvertCommand,
+    ) -> Result<TimeNs, DeviceError> {
+        let cs = cmd.chunk_sectors;
+        let k = cmd.k as u32;
+        let capacity = self.info.capacity_sectors;
+        let bad = |what: String| DeviceError::Unsupported(format!("convert: {what}"));
+        if k == 0 || cs == 0 {
+            return Err(bad(format!(
+                "k = {k} and chunk_sectors = {cs} must be positive"
+            )));
+        }
+        if cmd.parity.of == 0 || cmd.parity.row >= cmd.parity.of {
+            return Err(bad(format!(
+                "parity row {} of {} parity chunks does not exist",
+                cmd.parity.row, cmd.parity.of
+            )));
+        }
+        let src_end = cmd.src_lba.checked_add(k as u64 * cs as u64);
+        if src_end.is_none_or(|e| e > capacity) {
+            return Err(DeviceError::OutOfRange {
+                lba: cmd.src_lba,
+                sectors: k * cs,
+                capacity,
+            });
+        }
+        if cmd
+            .dst_lba
+            .checked_add(cs as u64)
+            .is_none_or(|e| e > capacity)
+        {
+            return Err(DeviceError::OutOfRange {
+                lba: cmd.dst_lba,
+                sectors: cs,
+                capacity,
+            });
+        }
+        let codec = afa_parity::codec(k as usize, cmd.parity.of as usize)
+            .map_err(|e| bad(e.to_string()))?;
+        self.stats.convert_commands += 1;
+        let unit = self.unit_bytes;
+        let tag = self.tag_bytes;
+        let chunk_units = cs as usize * unit;
+        let chunk_tags = cs as usize * tag;
+        let mut data = vec![0u8; k as usize * chunk_units];
+        let mut tags = vec![0u8; k as usize * chunk_tags];
+        let start = now_ns + self.config.host.command_overhead_ns;
+        let mut ready = start;
+        for i in 0..k as usize {
+            let read = Command::read(cmd.src_lba + (i * cs as usize) as u64, cs);
+            let out = ReadBuffers {
+                data: &mut data[i * chunk_units..(i + 1) * chunk_units],
+                tags: (tag > 0).then(|| &mut tags[i * chunk_tags..(i + 1) * chunk_tags]),
+            };
+            ready = ready.max(self.read_into_controller(start, &read, out));
+        }
+        let mut parity = vec![0u8; chunk_units];
+        let mut parity_tags = vec![0u8; chunk_tags];
+        let encode = |all: &[u8], len: usize, out: &mut [u8]| {
+            let refs: Vec<&[u8]> = all.chunks(len.max(1)).take(k as usize).collect();
+            if len > 0 {
+                codec
+                    .encode_row(cmd.parity.row as usize, &refs, out)
+                    .map_err(|e| bad(e.to_string()))
+            } else {
+                Ok(())
+            }
+        };
+        encode(&data, chunk_units, &mut parity)?;
+        encode(&tags, chunk_tags, &mut parity_tags)?;
+        let chunk_bytes = cs as u64 * self.info.sector_bytes as u64;
+        let computed = ready + self.config.convert.engine_ns(k, chunk_bytes);
+        let write = Command {
+            opcode: Opcode::Write,
+            lba: cmd.dst_lba,
+            sectors: cs,
+            data: &parity,
+            tags: (tag > 0).then_some(&parity_tags[..]),
+            flags: Default::default(),
+        };
+        self.stats.host_page_writes += spans(cmd.dst_lba, cs, self.sectors_per_page).count() as u64;
+        let written = self.write_arrived(computed, &write)?;
+        // The replicas are dead now: deallocating them lets the SLC evictor and GC drop them
+        // without migration.
+        self.trim(written, &Command::trim(cmd.src_lba, k * cs))?;
+        Ok(written)
     }
 
     fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
@@ -617,7 +737,11 @@ impl BlockDevice for Ssd {
         self.stats.commands += 1;
         let done_ns = match cmd.opcode {
             Opcode::Read => self.read(now_ns, cmd, out)?,
-            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Write => {
+                self.stats.host_page_writes +=
+                    spans(cmd.lba, cmd.sectors, self.sectors_per_page).count() as u64;
+                self.write(now_ns, cmd)?
+            }
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => self.flush(now_ns)?,
         };
@@ -636,6 +760,46 @@ impl BlockDevice for Ssd {
         // Background GC failing means the device is out of space; the next foreground
         // write reports that to the host, so idle work just stops here.
         self.ftl.background(&mut self.nand, now_ns).ok().flatten()
+    }
+
+    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        self.stats.commands += 1;
+        let done_ns = self.convert_stripe(now_ns, cmd)?;
+        Ok(Completion {
+            done_ns,
+            gc_active: self.ftl.gc_busy_until_ns() > now_ns,
+        })
+    }
+
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        let tag = self.tag_bytes;
+        if tag == 0 || lba + sectors as u64 > self.info.capacity_sectors {
+            return None;
+        }
+        let mut out = vec![0u8; sectors as usize * tag];
+        let store = self.nand.store();
+        for span in spans(lba, sectors, self.sectors_per_page) {
+            let off = span.cmd_offset as usize * tag;
+            let n = span.count as usize * tag;
+            let first = span.first as usize * tag;
+            // A page still in the write buffer has its newest tags there.
+            let buffered = self.buffer.as_ref().and_then(|b| {
+                let slot = b.lookup(span.lpn)?;
+                b.has_tags()
+                    .then(|| b.slot_tags(slot)[first..first + n].to_vec())
+            });
+            if let Some(t) = buffered {
+                out[off..off + n].copy_from_slice(&t);
+                continue;
+            }
+            let ppn = self.ftl.mapped(span.lpn);
+            if ppn != NONE {
+                if let Some(src) = store.page_tags(ppn) {
+                    out[off..off + n].copy_from_slice(&src[first..first + n]);
+                }
+            }
+        }
+        Some(out)
     }
 
     fn take_host_work(&mut self) -> HostWork {

@@ -537,3 +537,73 @@ proptest! {
         prop_assert!(h.checked > 0);
     }
 }
+
+/// ScalaAFA's `convert`: the device reads a vertical hero, writes parity row `row` of its
+/// data and tags at the destination (RS row 0 is XOR), deallocates the source, and sends
+/// nothing over the host link; a parity row that does not exist is refused.
+#[test]
+fn convert_computes_parity_over_data_and_tags_in_place() {
+    let mut ssd = Ssd::new(small_config(4096, PayloadMode::Full), 3).unwrap();
+    let tag = ssd.info().tag_bytes_per_sector as usize;
+    let (k, cs) = (3usize, 2u32);
+    let unit = 4096usize;
+    let mut xor = vec![0u8; cs as usize * unit];
+    let mut xor_tags = vec![0u8; cs as usize * tag];
+    for i in 0..k {
+        let data: Vec<u8> = (0..cs as usize * unit)
+            .map(|b| (b * 7 + i * 31) as u8)
+            .collect();
+        let tags: Vec<u8> = (0..cs as usize * tag).map(|b| (b + i * 5) as u8).collect();
+        xor.iter_mut().zip(&data).for_each(|(x, d)| *x ^= d);
+        xor_tags.iter_mut().zip(&tags).for_each(|(x, t)| *x ^= t);
+        let cmd = Command {
+            tags: Some(&tags),
+            ..Command::write(100 + (i as u64) * cs as u64, cs, &data)
+        };
+        ssd.submit(0, &cmd, ReadBuffers::none()).unwrap();
+    }
+    let before = ssd.stats().host_page_writes;
+    let cmd = ConvertCommand {
+        src_lba: 100,
+        dst_lba: 10,
+        chunk_sectors: cs,
+        k: k as u8,
+        parity: ParityType { row: 0, of: 2 },
+    };
+    let c = ssd.convert(1_000_000, &cmd).unwrap();
+    assert!(c.done_ns > 1_000_000 + ssd.config().convert.engine_ns(3, 8192));
+    assert_eq!(ssd.stats().convert_commands, 1);
+    assert_eq!(ssd.stats().host_page_writes, before + cs as u64);
+    let mut out = vec![0u8; cs as usize * unit];
+    let mut out_tags = vec![0u8; cs as usize * tag];
+    ssd.submit(
+        c.done_ns,
+        &Command::read(10, cs),
+        ReadBuffers {
+            data: &mut out,
+            tags: Some(&mut out_tags),
+        },
+    )
+    .unwrap();
+    assert_eq!(out, xor);
+    assert_eq!(out_tags, xor_tags);
+    assert_eq!(ssd.scan_tags(10, cs).unwrap(), xor_tags);
+    // The vertical hero is gone.
+    let mut src = vec![1u8; cs as usize * unit];
+    ssd.submit(
+        c.done_ns,
+        &Command::read(100, cs),
+        ReadBuffers {
+            data: &mut src,
+            tags: None,
+        },
+    )
+    .unwrap();
+    assert!(src.iter().all(|&b| b == 0));
+    let bad = ConvertCommand {
+        parity: ParityType { row: 2, of: 2 },
+        ..cmd
+    };
+    let err = ssd.convert(c.done_ns, &bad).unwrap_err();
+    assert!(err.to_string().contains("parity row 2 of 2"), "{err}");
+}

@@ -1,0 +1,1768 @@
+//! ScalaAFA (ATC '24): a user-space two-phase-write array whose conversion runs inside the
+//! SSDs.
+//!
+//! Space (§5.1): each member is cut into a normal area of chunk rows and a transient area
+//! sized like the SLC cache. Row i of the normal area across the k + m members is horizontal
+//! hero (HH) i, bound to stripe i; k contiguous chunks of one member's transient area form a
+//! vertical hero (VH). A hero group (HG) is one HH plus m VHs on the stripe's m parity
+//! members.
+//!
+//! Permissions (§5.2): the space manager ([`space`]) grants heroes to I/O threads in batches
+//! by message; a thread writes only into heroes it holds, asks again below a low-water mark,
+//! returns its heroes when it ends and queues full HGs for conversion. When grants run dry
+//! the manager converts, recalls unused heroes from threads (fewer from threads that asked
+//! often), and runs array-level GC over stripes with holes.
+//!
+//! Placement (§5.3): a chunk written to slot j of stripe i goes (primary copy) to row i of
+//! the slot's data member and (backup copies, flagged transient) to slot j of the HG's VHs,
+//! one on each parity member — so each parity member gathers the whole stripe locally and
+//! converts it with one `convert` command: no data crosses the host link. `scala-co` instead
+//! converts on the host daemon (read, parity, write back); `scala-wr` does not flag backups
+//! as transient.
+//!
+//! Metadata (§5.4): every chunk write carries (user chunk, slot, timestamp) in the sectors'
+//! OOB tags; conversion computes parity over data and tags alike. [`ScalaAfa::recover`]
+//! rebuilds the AMT and HGMT from the members alone (an OOB scan).
+//!
+//! Reads use the primary copy, or a replica while the home member reported GC; with a member
+//! failed they use a replica or reconstruct from the stripe; a rebuild onto a spare restores
+//! every row and VH.
+
+mod recovery;
+mod space;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+
+use afa_parity::ErasureCodec;
+use afa_sim::{transfer_ns, TimeNs};
+use afa_ssd::{
+    validate_command, BlockDevice, Command, CommandFlags, Completion, ConvertCommand, DeviceError,
+    DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{ArrayConfig, ArrayError, DegradedReadLatency, FailureSchedule, Level};
+use space::{SpaceManager, ThreadHeroes, ToManager, ToThread};
+
+/// Which variant of the engine runs (§6.5's ablations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScalaMode {
+    /// Every design: conversion offloaded to the SSDs, backups flagged transient.
+    Scalaafa,
+    /// Conversion on the host daemon thread (Scala-CO).
+    ScalaCo,
+    /// Offloaded conversion, but backups not flagged transient (Scala-WR).
+    ScalaWr,
+}
+
+/// The `[array.scalaafa]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScalaAfaConfig {
+    pub mode: ScalaMode,
+    /// I/O threads of the engine; requests are handed to them in turn.
+    pub io_threads: u32,
+    /// HHs per grant (each comes with its m VHs).
+    pub grant_batch_hhs: u32,
+    /// A thread asks for more heroes when it holds fewer HHs than this (0: a quarter of a
+    /// batch).
+    pub low_water_hhs: u32,
+    /// Transient area per member in bytes (0: `transient_fraction` of the member).
+    pub transient_bytes: u64,
+    pub transient_fraction: f64,
+    /// Conversion starts when fewer than this fraction of the VHs are free (or when idle).
+    pub convert_watermark_fraction: f64,
+    /// Fraction of the normal area kept out of the volume, for out-of-place updates.
+    pub spare_fraction: f64,
+    /// Daemon thread: one message handled, in ns.
+    pub daemon_message_ns: u64,
+    /// Daemon thread: one device command issued and completed, in ns.
+    pub daemon_command_ns: u64,
+    /// Daemon thread: host-conversion memory copy rate, MB/s.
+    pub daemon_copy_mb_s: f64,
+    /// Daemon thread: host-conversion parity rate, MB/s.
+    pub daemon_parity_mb_s: f64,
+}
+
+impl Default for ScalaAfaConfig {
+    fn default() -> Self {
+        Self {
+            mode: ScalaMode::Scalaafa,
+            io_threads: 1,
+            grant_batch_hhs: 1024,
+            low_water_hhs: 0,
+            transient_bytes: 0,
+            transient_fraction: 0.05,
+            convert_watermark_fraction: 0.5,
+            spare_fraction: 0.1,
+            daemon_message_ns: 200,
+            daemon_command_ns: 1_100,
+            daemon_copy_mb_s: 10_000.0,
+            daemon_parity_mb_s: 12_000.0,
+        }
+    }
+}
+
+/// Counters of the engine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ScalaAfaStats {
+    pub user_write_sectors: u64,
+    pub chunks_written: u64,
+    pub member_read_sectors: u64,
+    pub member_write_sectors: u64,
+    pub stripes_converted: u64,
+    pub convert_commands: u64,
+    pub host_conversions: u64,
+    pub grants: u64,
+    pub recalls: u64,
+    pub thread_messages: u64,
+    pub daemon_messages: u64,
+    pub gc_stripes: u64,
+    pub gc_chunks_moved: u64,
+    pub replica_reads: u64,
+    pub degraded_reads: u64,
+    #[serde(flatten)]
+    pub degraded: DegradedReadLatency,
+    pub units_rebuilt: u64,
+    pub last_rebuild_ns: Option<u64>,
+    /// Time writers waited for heroes (grants, conversions, GC), summed, in ns.
+    pub hero_wait_ns: u64,
+    pub first_conversion_ns: Option<TimeNs>,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HhState {
+    /// In the manager's free list.
+    Free,
+    /// Granted to a thread, not yet opened.
+    Held,
+    /// Being filled by a thread (or the GC writer).
+    Open,
+    /// All k slots written, waiting for conversion.
+    Full,
+    /// Conversion commands issued; the VHs return at `done_ns`.
+    Converting,
+    /// In the striping layout.
+    Striped,
+}
+
+/// One stripe (bound to HH row i) and its HGMT entry.
+#[derive(Debug, Clone)]
+struct Stripe {
+    state: HhState,
+    /// User chunk held by each slot, or NONE (not written this generation, or overwritten).
+    chunks: Vec<u32>,
+    live: u32,
+    filled: u32,
+    /// The HG's VH on each parity member (HGMT's VH list), NONE once converted.
+    vhs: Vec<u32>,
+    /// Parity rows that could not be written (their member was down at conversion).
+    parity_missing: u32,
+    convert_done_ns: TimeNs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberState {
+    Alive,
+    Failed,
+    /// Units (HH rows, then VHs) below `upto` are rebuilt.
+    Rebuilding {
+        upto: u32,
+        next_due_ns: TimeNs,
+        started_ns: TimeNs,
+    },
+}
+
+#[derive(Debug)]
+struct Member<D> {
+    device: D,
+    state: MemberState,
+    /// The member reported GC on its last completion: reads prefer replicas.
+    gc_active: bool,
+    /// The stripe each VH of this member belongs to, or NONE.
+    vh_owner: Vec<u32>,
+    /// Units (HH rows, then VHs) a replacement received whole since it joined: hero groups
+    /// assembled after the failure write their rows and VHs from scratch, so the
+    /// replacement serves them at once and the rebuild skips them.
+    fresh: Vec<bool>,
+}
+
+/// A ScalaAFA volume over k + m member SSDs.
+#[derive(Debug)]
+pub struct ScalaAfa<D: BlockDevice> {
+    config: ArrayConfig,
+    scala: ScalaAfaConfig,
+    k: usize,
+    m: usize,
+    members: Vec<Member<D>>,
+    spares: Vec<D>,
+    codec: Box<dyn ErasureCodec>,
+    /// AMT: user chunk → AFA chunk (stripe · k + slot), NONE if unwritten.
+    amt: Vec<u32>,
+    stripes: Vec<Stripe>,
+    /// Striped stripes by live chunks, for array-level GC.
+    by_live: Vec<BTreeSet<u32>>,
+    manager: SpaceManager,
+    /// I/O threads, then the GC writer (the daemon's own writer).
+    threads: Vec<ThreadHeroes>,
+    /// The HG each thread is filling.
+    open: Vec<Option<u32>>,
+    next_thread: usize,
+    /// Conversions in flight as (done, stripe).
+    pending: Vec<(TimeNs, u32)>,
+    daemon_free_ns: TimeNs,
+    /// Write timestamp (§5.4's 32-bit timestamp), incremented per chunk written.
+    clock: u32,
+    rows: u32,
+    vhs_per_member: u32,
+    batch_hhs: usize,
+    low_water: usize,
+    gc_reserve: usize,
+    scheduled_failures: FailureSchedule,
+    info: DeviceInfo,
+    unit: usize,
+    tag_bytes: usize,
+    chunk_sectors: u32,
+    background_depth: u32,
+    work: HostWork,
+    messages_taken: u64,
+    stats: ScalaAfaStats,
+}
+
+/// Bytes of ScalaAFA metadata per sector tag: user chunk (4), slot (1), timestamp (4) and
+/// the copy's kind (1).
+pub const META_TAG_BYTES: usize = 10;
+const KIND_PRIMARY: u8 = 1;
+const KIND_BACKUP: u8 = 2;
+
+/// The geometry both the engine and recovery derive from the members and the configuration.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    k: usize,
+    m: usize,
+    chunk_sectors: u32,
+    rows: u32,
+    vhs_per_member: u32,
+    volume_chunks: u64,
+}
+
+fn shape<D: BlockDevice>(
+    config: &ArrayConfig,
+    scala: &ScalaAfaConfig,
+    members: &[D],
+    spares: &[D],
+) -> Result<(Shape, DeviceInfo), ArrayError> {
+    let err = |s: String| ArrayError::Config(s);
+    let m = match config.level {
+        Level::Raid5 => 1,
+        Level::Raid6 => 2,
+        other => {
+            return Err(err(format!(
+                "scalaafa converts to raid5 or raid6 stripes, not {other:?}"
+            )))
+        }
+    };
+    let n = members.len();
+    if n != config.members as usize || n < m + 2 {
+        return Err(err(format!(
+            "scalaafa needs array.members = {} devices and at least {} of them; got {n}",
+            config.members,
+            m + 2
+        )));
+    }
+    let k = n - m;
+    let s = &scala;
+    if s.io_threads == 0 || s.io_threads > 256 {
+        return Err(err(format!(
+            "array.scalaafa.io_threads = {} must lie in 1..=256",
+            s.io_threads
+        )));
+    }
+    if s.grant_batch_hhs == 0 {
+        return Err(err("array.scalaafa.grant_batch_hhs must be positive".into()));
+    }
+    if !(s.transient_fraction > 0.0 && s.transient_fraction < 0.5) {
+        return Err(err(format!(
+            "array.scalaafa.transient_fraction = {} must lie in (0, 0.5)",
+            s.transient_fraction
+        )));
+    }
+    if !(s.convert_watermark_fraction >= 0.0 && s.convert_watermark_fraction <= 1.0) {
+        return Err(err(format!(
+            "array.scalaafa.convert_watermark_fraction = {} must lie in [0, 1]",
+            s.convert_watermark_fraction
+        )));
+    }
+    if !(0.02..0.9).contains(&s.spare_fraction) {
+        return Err(err(format!(
+            "array.scalaafa.spare_fraction = {} must lie in [0.02, 0.9)",
+            s.spare_fraction
+        )));
+    }
+    for (name, v) in [
+        ("array.scalaafa.daemon_copy_mb_s", s.daemon_copy_mb_s),
+        ("array.scalaafa.daemon_parity_mb_s", s.daemon_parity_mb_s),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(err(format!("{name} = {v} must be positive")));
+        }
+    }
+    let (first, chunk_sectors, min_capacity) = crate::check_members(config, members, spares)?;
+    let chunks = (min_capacity / chunk_sectors as u64).min(u32::MAX as u64 / 2);
+    let transient_chunks = if s.transient_bytes > 0 {
+        s.transient_bytes / config.chunk_bytes
+    } else {
+        (chunks as f64 * s.transient_fraction) as u64
+    };
+    let vhs_per_member = (transient_chunks / k as u64).min(chunks / 2 / k as u64) as u32;
+    let rows = (chunks - vhs_per_member as u64 * k as u64) as u32;
+    let volume_chunks =
+        ((rows as f64 * (1.0 - s.spare_fraction)) as u64 * k as u64).min(u32::MAX as u64 - 1);
+    if vhs_per_member < 4 || rows < 16 {
+        return Err(err(format!(
+            "members of {chunks} chunks leave {rows} rows and {vhs_per_member} vertical heroes: \
+             too small for a scalaafa volume"
+        )));
+    }
+    Ok((
+        Shape {
+            k,
+            m,
+            chunk_sectors,
+            rows,
+            vhs_per_member,
+            volume_chunks,
+        },
+        first,
+    ))
+}
+
+impl<D: BlockDevice> ScalaAfa<D> {
+    /// Builds an empty volume; `config.level` is the striping layout (raid5: m = 1, raid6:
+    /// m = 2).
+    pub fn new(
+        config: ArrayConfig,
+        scala: ScalaAfaConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+    ) -> Result<Self, ArrayError> {
+        let (sh, first) = shape(&config, &scala, &members, &spares)?;
+        let n = members.len();
+        let threads = scala.io_threads as usize + 1;
+        let free_hhs = (0..sh.rows).collect();
+        let free_vhs = (0..n).map(|_| (0..sh.vhs_per_member).collect()).collect();
+        let (manager, ends) = space::connect(threads, n, sh.m, free_hhs, free_vhs);
+        let codec = afa_parity::codec(sh.k, sh.m).map_err(|e| ArrayError::Config(e.to_string()))?;
+        let unit = first.payload_unit_bytes as usize;
+        let tag_bytes = members
+            .iter()
+            .map(|d| d.info().tag_bytes_per_sector as usize)
+            .min()
+            .unwrap_or(0);
+        // Every thread holding a full batch must leave the others something; a quarter of
+        // the rows per thread at most.
+        // A batch is at most a quarter of the rows per thread and half of all VHs; when
+        // threads hold the rest, the manager recalls (§5.2).
+        let batch_hhs = (scala.grant_batch_hhs as usize)
+            .min((sh.rows as usize / (4 * threads)).max(1))
+            .min(sh.vhs_per_member as usize * n / (sh.m * 2))
+            .max(1);
+        let low_water = if scala.low_water_hhs > 0 {
+            (scala.low_water_hhs as usize).min(batch_hhs)
+        } else {
+            (batch_hhs / 4).max(1)
+        };
+        let info = DeviceInfo {
+            sector_bytes: first.sector_bytes,
+            capacity_sectors: sh.volume_chunks * sh.chunk_sectors as u64,
+            payload_unit_bytes: first.payload_unit_bytes,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: members.iter().map(|d| d.info().max_queue_depth).sum(),
+            max_transfer_sectors: u32::MAX,
+        };
+        Ok(Self {
+            members: members
+                .into_iter()
+                .map(|device| Member {
+                    device,
+                    state: MemberState::Alive,
+                    gc_active: false,
+                    vh_owner: vec![NONE; sh.vhs_per_member as usize],
+                    fresh: Vec::new(),
+                })
+                .collect(),
+            spares,
+            codec,
+            amt: vec![NONE; sh.volume_chunks as usize],
+            stripes: vec![
+                Stripe {
+                    state: HhState::Free,
+                    chunks: vec![NONE; sh.k],
+                    live: 0,
+                    filled: 0,
+                    vhs: Vec::new(),
+                    parity_missing: 0,
+                    convert_done_ns: 0,
+                };
+                sh.rows as usize
+            ],
+            by_live: vec![BTreeSet::new(); sh.k + 1],
+            manager,
+            threads: ends,
+            open: vec![None; threads],
+            next_thread: 0,
+            pending: Vec::new(),
+            daemon_free_ns: 0,
+            clock: 0,
+            rows: sh.rows,
+            vhs_per_member: sh.vhs_per_member,
+            batch_hhs,
+            low_water,
+            gc_reserve: 2,
+            scheduled_failures: FailureSchedule::default(),
+            info,
+            unit,
+            tag_bytes,
+            chunk_sectors: sh.chunk_sectors,
+            background_depth: 0,
+            work: HostWork::default(),
+            messages_taken: 0,
+            stats: ScalaAfaStats::default(),
+            k: sh.k,
+            m: sh.m,
+            config,
+            scala,
+        })
+    }
+
+    pub fn stats(&self) -> &ScalaAfaStats {
+        &self.stats
+    }
+    pub fn scala_config(&self) -> &ScalaAfaConfig {
+        &self.scala
+    }
+    pub fn members(&self) -> impl Iterator<Item = &D> {
+        self.members.iter().map(|m| &m.device)
+    }
+    pub fn chunk_sectors(&self) -> u32 {
+        self.chunk_sectors
+    }
+    /// HH rows (stripes) in each member's normal area.
+    pub fn rows(&self) -> u32 {
+        self.rows
+    }
+    pub fn vhs_per_member(&self) -> u32 {
+        self.vhs_per_member
+    }
+    /// Chunks currently held as replicas (in open or full hero groups).
+    pub fn replicated_chunks(&self) -> u64 {
+        self.stripes
+            .iter()
+            .filter(|s| matches!(s.state, HhState::Open | HhState::Full))
+            .map(|s| s.filled as u64)
+            .sum()
+    }
+    /// Takes the members back (the volume is dropped: a crash, for recovery tests).
+    pub fn into_members(self) -> Vec<D> {
+        self.members.into_iter().map(|m| m.device).collect()
+    }
+
+    // ----- geometry -----
+
+    fn parity_member(&self, stripe: u32, r: usize) -> usize {
+        space::parity_member(stripe, r, self.members.len())
+    }
+    fn data_member(&self, stripe: u32, j: usize) -> usize {
+        space::parity_member(stripe, self.m + j, self.members.len())
+    }
+    fn hh_lba(&self, stripe: u32) -> u64 {
+        stripe as u64 * self.chunk_sectors as u64
+    }
+    fn vh_lba(&self, vh: u32, slot: usize) -> u64 {
+        (self.rows as u64 + vh as u64 * self.k as u64 + slot as u64) * self.chunk_sectors as u64
+    }
+    fn chunk_units(&self) -> usize {
+        self.chunk_sectors as usize * self.unit
+    }
+
+    /// Whether `member` serves rebuild unit `unit` (HH row, or rows + VH number).
+    fn serves(&self, member: usize, unit: u32) -> bool {
+        match self.members[member].state {
+            MemberState::Alive => true,
+            MemberState::Failed => false,
+            MemberState::Rebuilding { upto, .. } => {
+                unit < upto || self.members[member].fresh.get(unit as usize) == Some(&true)
+            }
+        }
+    }
+
+    /// Marks a unit a replacement now receives whole.
+    fn mark_fresh(&mut self, member: usize, unit: u32) {
+        if let MemberState::Rebuilding { .. } = self.members[member].state {
+            self.members[member].fresh[unit as usize] = true;
+        }
+    }
+    fn serves_row(&self, member: usize, stripe: u32) -> bool {
+        self.serves(member, stripe)
+    }
+    fn serves_vh(&self, member: usize, vh: u32) -> bool {
+        self.serves(member, self.rows + vh)
+    }
+    /// Whether writes should go to `member` (a rebuilding member takes new writes: the
+    /// rebuild skips what is already current only by rewriting it, which is harmless).
+    fn writable(&self, member: usize) -> bool {
+        self.members[member].state != MemberState::Failed
+    }
+
+    // ----- member I/O -----
+
+    fn count_command(&mut self, sectors: u32) {
+        if self.background_depth > 0 {
+            self.work.background_commands += 1;
+            self.work.background_bytes += sectors as u64 * self.info.sector_bytes as u64;
+        } else {
+            self.work.member_commands += 1;
+        }
+    }
+
+    fn member_read(
+        &mut self,
+        member: usize,
+        lba: u64,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        self.count_command(rows);
+        self.stats.member_read_sectors += rows as u64;
+        let c = self.members[member].device.submit(
+            now_ns,
+            &Command::read(lba, rows),
+            ReadBuffers {
+                data: out,
+                tags: None,
+            },
+        )?;
+        self.members[member].gc_active = c.gc_active;
+        Ok(c.done_ns)
+    }
+
+    fn member_write(
+        &mut self,
+        member: usize,
+        lba: u64,
+        now_ns: TimeNs,
+        data: &[u8],
+        tags: Option<&[u8]>,
+        transient: bool,
+    ) -> Result<TimeNs, DeviceError> {
+        let rows = self.chunk_sectors;
+        self.count_command(rows);
+        self.stats.member_write_sectors += rows as u64;
+        let cmd = Command {
+            opcode: Opcode::Write,
+            lba,
+            sectors: rows,
+            data,
+            tags,
+            flags: CommandFlags {
+                fua: false,
+                transient,
+            },
+        };
+        let c = self.members[member]
+            .device
+            .submit(now_ns, &cmd, ReadBuffers::none())?;
+        self.members[member].gc_active = c.gc_active;
+        Ok(c.done_ns)
+    }
+
+    fn member_trim(
+        &mut self,
+        member: usize,
+        lba: u64,
+        sectors: u32,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        if !self.writable(member) {
+            return Ok(now_ns);
+        }
+        self.count_command(0);
+        let c = self.members[member].device.submit(
+            now_ns,
+            &Command::trim(lba, sectors),
+            ReadBuffers::none(),
+        )?;
+        Ok(c.done_ns)
+    }
+
+    /// The OOB tags of one chunk copy: (user chunk, slot, timestamp, kind) in every sector.
+    fn meta_tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
+        // Timing-only runs (payload none) keep no bytes, so neither do they keep metadata:
+        // it rides in the same program operations and costs no time.
+        if self.tag_bytes < META_TAG_BYTES || self.unit == 0 {
+            return None;
+        }
+        let mut one = vec![0u8; self.tag_bytes];
+        one[..META_TAG_BYTES].copy_from_slice(&encode_meta(chunk, slot as u8, ts, kind));
+        Some(one.repeat(self.chunk_sectors as usize))
+    }
+
+    // ----- the space manager (daemon) -----
+
+    fn daemon_at(&mut self, at_ns: TimeNs, cost_ns: u64) -> TimeNs {
+        self.daemon_free_ns = self.daemon_free_ns.max(at_ns) + cost_ns;
+        self.daemon_free_ns
+    }
+
+    /// The daemon handles its inbox at `now_ns`: returns, full HGs and asks.
+    fn serve_manager(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        self.recycle_done(now_ns)?;
+        while let Ok(msg) = self.manager.inbox.try_recv() {
+            self.manager.messages += 1;
+            self.daemon_at(now_ns, self.scala.daemon_message_ns);
+            match msg {
+                ToManager::Ask { thread, at_ns } => {
+                    self.manager.recent_asks[thread] += 1;
+                    self.manager.waiting.push_back((thread, at_ns));
+                }
+                ToManager::Return { hhs, vhs, .. } => {
+                    for hh in hhs {
+                        self.stripes[hh as usize].state = HhState::Free;
+                        self.manager.free_hhs.push_back(hh);
+                    }
+                    for (ssd, vh) in vhs {
+                        self.manager.free_vhs[ssd].push_back(vh);
+                    }
+                }
+                ToManager::Full { thread, stripe } => {
+                    self.manager.full[thread].push_back(stripe);
+                }
+            }
+        }
+        // The watermark counts the VHs of full HGs against all VHs: granted but unused VHs
+        // are still free space, only waiting in a thread's hands.
+        let total_vhs = (self.vhs_per_member as usize * self.members.len()) as f64;
+        let full_vhs = (self.manager.full.iter().map(|l| l.len()).sum::<usize>() * self.m) as f64;
+        // Conversion is paced: one HG per visit of the daemon, which outruns the threads
+        // (they fill one HG per k chunks), so the SSDs interleave it with user writes
+        // instead of taking a burst that would stall them.
+        if total_vhs - full_vhs < total_vhs * self.scala.convert_watermark_fraction {
+            self.convert_some_full(now_ns, 1)?;
+        }
+        // §5.2 path 4: array-level GC keeps a batch of HHs free for the next grant.
+        if self.manager.free_hhs.len() < self.gc_reserve + self.batch_hhs
+            && self.background_depth == 0
+        {
+            self.collect_garbage(now_ns)?;
+        }
+        while let Some(&(thread, at_ns)) = self.manager.waiting.front() {
+            if !self.grant(thread, at_ns.max(now_ns))? {
+                break;
+            }
+            self.manager.waiting.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Heroes the manager may give `thread`: I/O threads leave a reserve for the GC writer.
+    fn grantable_hhs(&self, thread: usize) -> usize {
+        let gc = thread == self.scala.io_threads as usize;
+        let free = self.manager.free_hhs.len();
+        if gc {
+            free
+        } else {
+            free.saturating_sub(self.gc_reserve)
+        }
+    }
+
+    /// Takes one HH with VHs on its parity members from the free lists.
+    fn take_group(&mut self, thread: usize) -> Option<(u32, Vec<(usize, u32)>)> {
+        if self.grantable_hhs(thread) == 0 {
+            return None;
+        }
+        // The first free HH whose parity members all have a free VH (they rotate, so a
+        // member short of VHs only skips the rows it is parity of).
+        let pos = self.manager.free_hhs.iter().position(|&hh| {
+            (0..self.m).all(|r| !self.manager.free_vhs[self.parity_member(hh, r)].is_empty())
+        })?;
+        let hh = self.manager.free_hhs.remove(pos)?;
+        let mut vhs = Vec::with_capacity(self.m);
+        for r in 0..self.m {
+            let p = self.parity_member(hh, r);
+            let vh = self.manager.free_vhs[p].pop_front()?;
+            vhs.push((p, vh));
+        }
+        Some((hh, vhs))
+    }
+
+    /// Answers an ask with a batch. Returns false when nothing could be granted even after
+    /// conversion, recall and GC.
+    fn grant(&mut self, thread: usize, at_ns: TimeNs) -> Result<bool, DeviceError> {
+        let mut hhs = Vec::new();
+        let mut vhs = Vec::new();
+        let mut ready = at_ns;
+        for attempt in 0..4 {
+            while hhs.len() < self.batch_hhs {
+                match self.take_group(thread) {
+                    Some((hh, v)) => {
+                        self.stripes[hh as usize].state = HhState::Held;
+                        hhs.push(hh);
+                        vhs.extend(v);
+                    }
+                    None => break,
+                }
+            }
+            if !hhs.is_empty() {
+                break;
+            }
+            // Nothing free: make space, cheapest first.
+            match attempt {
+                // §5.2 path 3: no more heroes to grant, so recall unused ones.
+                0 => self.recall(thread),
+                1 => {
+                    // Conversions free VHs when they end: start every full HG and wait
+                    // for the earliest.
+                    self.convert_all_full(at_ns)?;
+                    if let Some(t) = self.recycle_earliest()? {
+                        ready = ready.max(t);
+                    }
+                }
+                2 => {
+                    // Last resort: clean HHs, then wait for every conversion.
+                    let t = self.collect_garbage(at_ns)?;
+                    ready = ready.max(t);
+                    self.convert_all_full(ready)?;
+                    while let Some(t) = self.recycle_earliest()? {
+                        ready = ready.max(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if hhs.is_empty() {
+            return Ok(false);
+        }
+        let t = self.daemon_at(ready, self.scala.daemon_message_ns);
+        self.stats.grants += 1;
+        self.manager
+            .send(thread, ToThread::Grant { hhs, vhs, at_ns: t });
+        Ok(true)
+    }
+
+    /// Broadcasts a recall to every other thread and takes their returns.
+    fn recall(&mut self, asker: usize) {
+        self.stats.recalls += 1;
+        self.manager.recalls += 1;
+        for t in 0..self.threads.len() {
+            if t == asker {
+                continue;
+            }
+            let per_mille = SpaceManager::recall_per_mille(self.manager.recent_asks[t]);
+            self.manager.send(t, ToThread::Recall { per_mille });
+            self.threads[t].pump();
+        }
+        for a in &mut self.manager.recent_asks {
+            *a /= 2;
+        }
+        while let Ok(msg) = self.manager.inbox.try_recv() {
+            self.manager.messages += 1;
+            match msg {
+                ToManager::Return { hhs, vhs, .. } => {
+                    for hh in hhs {
+                        self.stripes[hh as usize].state = HhState::Free;
+                        self.manager.free_hhs.push_back(hh);
+                    }
+                    for (ssd, vh) in vhs {
+                        self.manager.free_vhs[ssd].push_back(vh);
+                    }
+                }
+                ToManager::Full { thread, stripe } => self.manager.full[thread].push_back(stripe),
+                ToManager::Ask { thread, at_ns } => {
+                    self.manager.recent_asks[thread] += 1;
+                    self.manager.waiting.push_back((thread, at_ns));
+                }
+            }
+        }
+    }
+
+    // ----- conversion -----
+
+    /// Starts converting up to `limit` full HGs, taking the threads' lists in turn.
+    fn convert_some_full(&mut self, now_ns: TimeNs, limit: usize) -> Result<(), DeviceError> {
+        let mut done = 0;
+        while done < limit {
+            let mut any = false;
+            for t in 0..self.manager.full.len() {
+                if done < limit {
+                    if let Some(stripe) = self.manager.full[t].pop_front() {
+                        self.convert(stripe, now_ns)?;
+                        done += 1;
+                        any = true;
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts converting every full HG on every thread's list.
+    fn convert_all_full(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        for t in 0..self.manager.full.len() {
+            while let Some(stripe) = self.manager.full[t].pop_front() {
+                self.convert(stripe, now_ns)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn convert(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let start = self.daemon_at(now_ns, 0);
+        self.stats.first_conversion_ns.get_or_insert(start);
+        self.background_depth += 1;
+        let r = match self.scala.mode {
+            ScalaMode::Scalaafa | ScalaMode::ScalaWr => self.convert_offloaded(stripe, start),
+            ScalaMode::ScalaCo => self.convert_on_host(stripe, start),
+        };
+        self.background_depth -= 1;
+        let done = r?;
+        let s = &mut self.stripes[stripe as usize];
+        s.state = HhState::Converting;
+        s.convert_done_ns = done;
+        self.pending.push((done, stripe));
+        self.stats.stripes_converted += 1;
+        Ok(())
+    }
+
+    /// §5.3: one `convert` command per parity member; the daemon only issues them.
+    fn convert_offloaded(&mut self, stripe: u32, start: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut done = start;
+        let mut missing = 0;
+        for r in 0..self.m {
+            let p = self.parity_member(stripe, r);
+            let vh = self.stripes[stripe as usize].vhs[r];
+            if !self.writable(p) || !self.serves_vh(p, vh) {
+                missing |= 1 << r;
+                continue;
+            }
+            let issue = self.daemon_at(start, self.scala.daemon_command_ns);
+            let cmd = ConvertCommand {
+                src_lba: self.vh_lba(vh, 0),
+                dst_lba: self.hh_lba(stripe),
+                chunk_sectors: self.chunk_sectors,
+                k: self.k as u8,
+                parity: ParityType {
+                    row: r as u8,
+                    of: self.m as u8,
+                },
+            };
+            self.stats.convert_commands += 1;
+            let c = self.members[p].device.convert(issue, &cmd)?;
+            done = done.max(c.done_ns);
+        }
+        self.stripes[stripe as usize].parity_missing = missing;
+        Ok(done)
+    }
+
+    /// Scala-CO: the daemon reads the k primaries, computes the parity and writes it back.
+    fn convert_on_host(&mut self, stripe: u32, start: TimeNs) -> Result<TimeNs, DeviceError> {
+        self.stats.host_conversions += 1;
+        let (k, m) = (self.k, self.m);
+        let cu = self.chunk_units();
+        let cs = self.chunk_sectors;
+        let mut data = vec![vec![0u8; cu]; k];
+        let mut tags = vec![vec![0u8; cs as usize * self.tag_bytes]; k];
+        let mut t_read = start;
+        for (j, buf) in data.iter_mut().enumerate() {
+            let issue = self.daemon_at(start, self.scala.daemon_command_ns);
+            let t = self.read_slot(stripe, j, 0, cs, issue, buf, false)?;
+            t_read = t_read.max(t);
+        }
+        if self.tag_bytes > 0 {
+            for (j, tag) in tags.iter_mut().enumerate() {
+                if let Some(t) = self.slot_tags(stripe, j) {
+                    *tag = t;
+                }
+            }
+        }
+        let chunk_bytes = self.config.chunk_bytes;
+        let cpu_ns = transfer_ns((k + m) as u64 * chunk_bytes, self.scala.daemon_copy_mb_s)
+            + transfer_ns(k as u64 * chunk_bytes, self.scala.daemon_parity_mb_s);
+        let computed = self.daemon_at(t_read, cpu_ns);
+        self.work.background_parity_bytes += k as u64 * chunk_bytes;
+        let mut done = computed;
+        let mut missing = 0;
+        for r in 0..m {
+            let p = self.parity_member(stripe, r);
+            let mut parity = vec![0u8; cu];
+            let mut ptags = vec![0u8; cs as usize * self.tag_bytes];
+            {
+                let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+                self.codec
+                    .encode_row(r, &refs, &mut parity)
+                    .map_err(|_| DeviceError::Failed)?;
+                if self.tag_bytes > 0 {
+                    let trefs: Vec<&[u8]> = tags.iter().map(|v| v.as_slice()).collect();
+                    self.codec
+                        .encode_row(r, &trefs, &mut ptags)
+                        .map_err(|_| DeviceError::Failed)?;
+                }
+            }
+            if !self.writable(p) {
+                missing |= 1 << r;
+                continue;
+            }
+            let issue = self.daemon_at(computed, self.scala.daemon_command_ns);
+            let lba = self.hh_lba(stripe);
+            let tags_ref = (self.tag_bytes > 0).then_some(&ptags[..]);
+            done = done.max(self.member_write(p, lba, issue, &parity, tags_ref, false)?);
+            let vh = self.stripes[stripe as usize].vhs[r];
+            let vlba = self.vh_lba(vh, 0);
+            self.member_trim(p, vlba, k as u32 * cs, done)?;
+        }
+        self.stripes[stripe as usize].parity_missing = missing;
+        Ok(done)
+    }
+
+    /// The OOB tags of slot j's copies as the parity members hold them (kind = backup):
+    /// parity, in the SSD or on the host, is always computed over these, so that recovery
+    /// can check it the same way for every mode.
+    fn slot_tags(&self, stripe: u32, j: usize) -> Option<Vec<u8>> {
+        let d = self.data_member(stripe, j);
+        let lba = self.hh_lba(stripe);
+        let mut t = if self.serves_row(d, stripe) {
+            self.members[d].device.scan_tags(lba, self.chunk_sectors)?
+        } else {
+            let s = &self.stripes[stripe as usize];
+            (0..self.m).find_map(|r| {
+                let p = self.parity_member(stripe, r);
+                let vh = s.vhs.get(r).copied().unwrap_or(NONE);
+                (vh != NONE && self.serves_vh(p, vh))
+                    .then(|| {
+                        self.members[p]
+                            .device
+                            .scan_tags(self.vh_lba(vh, j), self.chunk_sectors)
+                    })
+                    .flatten()
+            })?
+        };
+        set_kind(&mut t, self.tag_bytes, KIND_BACKUP);
+        Some(t)
+    }
+
+    /// Ends the conversions done by `now_ns`: their VHs go back to the manager.
+    fn recycle_done(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].0 <= now_ns {
+                let (_, stripe) = self.pending.swap_remove(i);
+                self.finish_conversion(stripe, now_ns)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the earliest conversion in flight; returns its end time.
+    fn recycle_earliest(&mut self) -> Result<Option<TimeNs>, DeviceError> {
+        let Some(pos) = self
+            .pending
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, &(t, s))| (t, s))
+            .map(|(i, _)| i)
+        else {
+            return Ok(None);
+        };
+        let (t, stripe) = self.pending.swap_remove(pos);
+        self.finish_conversion(stripe, t)?;
+        // Everything else done by then ends too.
+        self.recycle_done(t)?;
+        Ok(Some(t))
+    }
+
+    fn finish_conversion(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let vhs = std::mem::take(&mut self.stripes[stripe as usize].vhs);
+        for (r, vh) in vhs.into_iter().enumerate() {
+            let p = self.parity_member(stripe, r);
+            self.members[p].vh_owner[vh as usize] = NONE;
+            self.manager.free_vhs[p].push_back(vh);
+        }
+        let s = &mut self.stripes[stripe as usize];
+        s.state = HhState::Striped;
+        let live = s.live;
+        if live == 0 {
+            self.free_hh(stripe, now_ns)?;
+        } else {
+            self.by_live[live as usize].insert(stripe);
+        }
+        Ok(())
+    }
+
+    /// A striped HH whose chunks are all dead returns to the manager; its chunks are
+    /// deallocated on the members.
+    fn free_hh(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let lba = self.hh_lba(stripe);
+        for i in 0..self.members.len() {
+            self.member_trim(i, lba, self.chunk_sectors, now_ns)?;
+        }
+        let s = &mut self.stripes[stripe as usize];
+        s.state = HhState::Free;
+        s.chunks.iter_mut().for_each(|c| *c = NONE);
+        s.filled = 0;
+        s.parity_missing = 0;
+        self.manager.free_hhs.push_back(stripe);
+        Ok(())
+    }
+
+    // ----- array-level GC (§5.2 retrieval path 4) -----
+
+    /// Cleans striped HHs with holes until a grant is possible: their live chunks are
+    /// written again by the daemon's own writer, and the HHs freed.
+    fn collect_garbage(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        let gc_thread = self.scala.io_threads as usize;
+        for _ in 0..self.batch_hhs.max(4) {
+            if self.manager.free_hhs.len() >= self.gc_reserve + self.batch_hhs {
+                break;
+            }
+            let Some(victim) = (1..self.k).find_map(|l| self.by_live[l].iter().next().copied())
+            else {
+                break;
+            };
+            self.stats.gc_stripes += 1;
+            let live: Vec<(usize, u32)> = self.stripes[victim as usize]
+                .chunks
+                .iter()
+                .enumerate()
+                .filter(|&(_, &c)| c != NONE)
+                .map(|(j, &c)| (j, c))
+                .collect();
+            self.background_depth += 1;
+            let mut r = Ok(());
+            for (j, chunk) in live {
+                let mut buf = vec![0u8; self.chunk_units()];
+                match self.read_slot(victim, j, 0, self.chunk_sectors, t, &mut buf, false) {
+                    Ok(rt) => match self.write_chunk(gc_thread, chunk, &buf, rt) {
+                        Ok(wt) => {
+                            t = t.max(wt);
+                            self.stats.gc_chunks_moved += 1;
+                        }
+                        Err(e) => {
+                            r = Err(e);
+                            break;
+                        }
+                    },
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
+                }
+            }
+            self.background_depth -= 1;
+            r?;
+        }
+        Ok(t)
+    }
+
+    // ----- the write path -----
+
+    /// The thread's open HG, assembling one from its heroes (and asking the manager) if
+    /// needed. Returns the stripe and when its heroes are usable.
+    fn open_group(&mut self, thread: usize, now_ns: TimeNs) -> Result<(u32, TimeNs), DeviceError> {
+        if let Some(s) = self.open[thread] {
+            return Ok((s, now_ns));
+        }
+        // Each round the manager may have to convert, recall or collect garbage before it
+        // can grant; the last round only receives.
+        for round in 0..6 {
+            self.threads[thread].pump();
+            if let Some((stripe, ready)) = self.assemble(thread) {
+                if self.threads[thread].held_hhs() < self.low_water {
+                    self.threads[thread].ask(now_ns);
+                    self.serve_manager(now_ns)?;
+                    self.threads[thread].pump();
+                }
+                self.open[thread] = Some(stripe);
+                return Ok((stripe, ready.max(now_ns)));
+            }
+            if round < 5 {
+                self.threads[thread].ask(now_ns);
+                self.serve_manager(now_ns)?;
+            }
+        }
+        Err(DeviceError::NoSpace { plane: 0 })
+    }
+
+    /// Pops an HH and, for each of its parity members, a VH there from the thread's lists.
+    fn assemble(&mut self, thread: usize) -> Option<(u32, TimeNs)> {
+        let th = &self.threads[thread];
+        let pos = th.hhs.iter().position(|&(hh, _)| {
+            (0..self.m).all(|r| !th.vhs[self.parity_member(hh, r)].is_empty())
+        })?;
+        let (hh, mut ready) = self.threads[thread].hhs.remove(pos)?;
+        let mut vhs = Vec::with_capacity(self.m);
+        for r in 0..self.m {
+            let p = self.parity_member(hh, r);
+            let (vh, t) = self.threads[thread].vhs[p].pop_front()?;
+            ready = ready.max(t);
+            self.members[p].vh_owner[vh as usize] = hh;
+            vhs.push(vh);
+        }
+        for i in 0..self.members.len() {
+            self.mark_fresh(i, hh);
+        }
+        for (r, &vh) in vhs.iter().enumerate() {
+            let p = self.parity_member(hh, r);
+            self.mark_fresh(p, self.rows + vh);
+        }
+        let s = &mut self.stripes[hh as usize];
+        debug_assert!(matches!(s.state, HhState::Held));
+        s.state = HhState::Open;
+        s.vhs = vhs;
+        s.filled = 0;
+        s.live = 0;
+        s.chunks.iter_mut().for_each(|c| *c = NONE);
+        Some((hh, ready))
+    }
+
+    /// Writes one whole user chunk through `thread`'s open HG (§5.3 placement).
+    fn write_chunk(
+        &mut self,
+        thread: usize,
+        chunk: u32,
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let (stripe, ready) = self.open_group(thread, now_ns)?;
+        self.stats.hero_wait_ns += ready - now_ns;
+        let j = self.stripes[stripe as usize].filled as usize;
+        self.clock = self.clock.wrapping_add(1);
+        let ts = self.clock;
+        let mut done = ready;
+        let d = self.data_member(stripe, j);
+        if self.writable(d) {
+            let tags = self.meta_tags(chunk, j, ts, KIND_PRIMARY);
+            let lba = self.hh_lba(stripe);
+            done = done.max(self.member_write(d, lba, ready, data, tags.as_deref(), false)?);
+        }
+        let transient = self.scala.mode != ScalaMode::ScalaWr;
+        let tags = self.meta_tags(chunk, j, ts, KIND_BACKUP);
+        for r in 0..self.m {
+            let p = self.parity_member(stripe, r);
+            if self.writable(p) {
+                let vh = self.stripes[stripe as usize].vhs[r];
+                let lba = self.vh_lba(vh, j);
+                done =
+                    done.max(self.member_write(p, lba, ready, data, tags.as_deref(), transient)?);
+            }
+        }
+        self.unmap(chunk, done)?;
+        self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+        let s = &mut self.stripes[stripe as usize];
+        s.chunks[j] = chunk;
+        s.live += 1;
+        s.filled += 1;
+        if s.filled as usize == self.k {
+            s.state = HhState::Full;
+            self.open[thread] = None;
+            self.threads[thread].send(ToManager::Full { thread, stripe });
+        }
+        self.stats.chunks_written += 1;
+        Ok(done)
+    }
+
+    /// Forgets where user chunk `chunk` lived (its old slot becomes a hole).
+    fn unmap(&mut self, chunk: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let a = std::mem::replace(&mut self.amt[chunk as usize], NONE);
+        if a == NONE {
+            return Ok(());
+        }
+        let stripe = a / self.k as u32;
+        let j = (a % self.k as u32) as usize;
+        let s = &mut self.stripes[stripe as usize];
+        debug_assert_eq!(s.chunks[j], chunk);
+        s.chunks[j] = NONE;
+        let live = s.live;
+        s.live -= 1;
+        if s.state == HhState::Striped {
+            self.by_live[live as usize].remove(&stripe);
+            if live == 1 {
+                self.free_hh(stripe, now_ns)?;
+            } else {
+                self.by_live[live as usize - 1].insert(stripe);
+            }
+        }
+        Ok(())
+    }
+
+    fn pick_thread(&mut self) -> usize {
+        let t = self.next_thread;
+        self.next_thread = (self.next_thread + 1) % self.scala.io_threads as usize;
+        t
+    }
+
+    fn write(
+        &mut self,
+        now_ns: TimeNs,
+        lba: u64,
+        sectors: u32,
+        data: &[u8],
+    ) -> Result<TimeNs, DeviceError> {
+        self.serve_manager(now_ns)?;
+        let thread = self.pick_thread();
+        let cs = self.chunk_sectors as u64;
+        let cu = self.chunk_units();
+        let first = lba / cs;
+        let last = (lba + sectors as u64 - 1) / cs;
+        let mut done = now_ns;
+        for chunk in first..=last {
+            self.work.chunks += 1;
+            let c_start = chunk * cs;
+            let from = lba.max(c_start);
+            let to = (lba + sectors as u64).min(c_start + cs);
+            let offset = ((from - lba) as usize) * self.unit;
+            let len = ((to - from) as usize) * self.unit;
+            let piece = &data[offset..offset + len];
+            let mut t = now_ns;
+            let buf;
+            let whole: &[u8] = if to - from == cs {
+                piece
+            } else {
+                // Out-of-place update of part of a chunk: the rest comes from its copy.
+                let mut b = vec![0u8; cu];
+                t = t.max(self.read_chunk(chunk as u32, 0, cs as u32, t, &mut b)?);
+                let at = ((from - c_start) as usize) * self.unit;
+                b[at..at + len].copy_from_slice(piece);
+                buf = b;
+                &buf
+            };
+            done = done.max(self.write_chunk(thread, chunk as u32, whole, t)?);
+        }
+        self.stats.user_write_sectors += sectors as u64;
+        Ok(done)
+    }
+
+    // ----- the read path -----
+
+    /// Reads rows of slot j of `stripe`: the primary, or a replica when the home member
+    /// is down or (if `steer`) reported GC, or a reconstruction from the stripe.
+    #[allow(clippy::too_many_arguments)]
+    fn read_slot(
+        &mut self,
+        stripe: u32,
+        j: usize,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+        steer: bool,
+    ) -> Result<TimeNs, DeviceError> {
+        let home = self.data_member(stripe, j);
+        let s = &self.stripes[stripe as usize];
+        // Replicas exist until conversion is issued (the SSD drops them then). One whose
+        // member is not collecting garbage is preferred.
+        let replica = if matches!(s.state, HhState::Open | HhState::Full) {
+            let serving: Vec<(usize, u64)> = (0..self.m)
+                .filter_map(|r| {
+                    let p = self.parity_member(stripe, r);
+                    let vh = s.vhs[r];
+                    self.serves_vh(p, vh).then(|| (p, self.vh_lba(vh, j)))
+                })
+                .collect();
+            serving
+                .iter()
+                .copied()
+                .find(|&(p, _)| !(steer && self.members[p].gc_active))
+                .or_else(|| serving.first().copied())
+        } else {
+            None
+        };
+        let home_ok = self.serves_row(home, stripe);
+        let replica_calm = replica.is_some_and(|(p, _)| !self.members[p].gc_active);
+        if home_ok && !(steer && self.members[home].gc_active && replica_calm) {
+            let lba = self.hh_lba(stripe) + row as u64;
+            return self.member_read(home, lba, rows, now_ns, out);
+        }
+        if let Some((p, lba)) = replica {
+            if home_ok {
+                self.stats.replica_reads += 1;
+            } else {
+                self.stats.degraded_reads += 1;
+            }
+            return self.member_read(p, lba + row as u64, rows, now_ns, out);
+        }
+        self.stats.degraded_reads += 1;
+        let (shards, t) = self.reconstruct_rows(stripe, row, rows, now_ns, j)?;
+        out.copy_from_slice(&shards[j]);
+        Ok(t)
+    }
+
+    /// Reads rows of every serving chunk of converted `stripe` and decodes the others.
+    fn reconstruct_rows(
+        &mut self,
+        stripe: u32,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        wanted: usize,
+    ) -> Result<(Vec<Vec<u8>>, TimeNs), DeviceError> {
+        let (k, m) = (self.k, self.m);
+        let s = &self.stripes[stripe as usize];
+        if !matches!(s.state, HhState::Converting | HhState::Striped) {
+            return Err(DeviceError::Failed);
+        }
+        let missing = s.parity_missing;
+        let mut shards = vec![vec![0u8; rows as usize * self.unit]; k + m];
+        let mut present = vec![false; k + m];
+        let mut t = now_ns;
+        let lba = self.hh_lba(stripe) + row as u64;
+        for (i, shard) in shards.iter_mut().enumerate() {
+            let member = if i < k {
+                self.data_member(stripe, i)
+            } else {
+                if missing >> (i - k) & 1 == 1 {
+                    continue;
+                }
+                self.parity_member(stripe, i - k)
+            };
+            if i != wanted && self.serves_row(member, stripe) {
+                t = t.max(self.member_read(member, lba, rows, now_ns, shard)?);
+                present[i] = true;
+            }
+        }
+        {
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.codec
+                .reconstruct(&mut refs, &present)
+                .map_err(|_| DeviceError::Failed)?;
+        }
+        let bytes = k as u64 * rows as u64 * self.info.sector_bytes as u64;
+        if self.background_depth > 0 {
+            self.work.background_parity_bytes += bytes;
+        } else {
+            self.work.parity_bytes += bytes;
+        }
+        Ok((shards, t + transfer_ns(bytes, self.config.parity_mb_s)))
+    }
+
+    fn read_chunk(
+        &mut self,
+        chunk: u32,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let a = self.amt[chunk as usize];
+        if a == NONE {
+            out.fill(0);
+            return Ok(now_ns);
+        }
+        let stripe = a / self.k as u32;
+        let j = (a % self.k as u32) as usize;
+        self.read_slot(stripe, j, row, rows, now_ns, out, true)
+    }
+
+    fn read(
+        &mut self,
+        now_ns: TimeNs,
+        lba: u64,
+        sectors: u32,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let cs = self.chunk_sectors as u64;
+        let mut done = now_ns;
+        let mut at = lba;
+        let end = lba + sectors as u64;
+        while at < end {
+            let chunk = at / cs;
+            let row = (at % cs) as u32;
+            let rows = (cs - row as u64).min(end - at) as u32;
+            self.work.chunks += 1;
+            let o = ((at - lba) as usize) * self.unit;
+            let len = rows as usize * self.unit;
+            done =
+                done.max(self.read_chunk(chunk as u32, row, rows, now_ns, &mut out[o..o + len])?);
+            at += rows as u64;
+        }
+        Ok(done)
+    }
+
+    fn trim(&mut self, now_ns: TimeNs, lba: u64, sectors: u32) -> Result<TimeNs, DeviceError> {
+        let cs = self.chunk_sectors as u64;
+        let end = lba + sectors as u64;
+        let mut done = now_ns;
+        let mut at = lba;
+        while at < end {
+            let chunk = at / cs;
+            let to = ((chunk + 1) * cs).min(end);
+            if at % cs == 0 && to - at == cs {
+                self.unmap(chunk as u32, now_ns)?;
+            } else if self.amt[chunk as usize] != NONE {
+                // A partial trim writes zeroes, so the chunk reads back as trimmed.
+                let zeros = vec![0u8; (to - at) as usize * self.unit];
+                done = done.max(self.write(now_ns, at, (to - at) as u32, &zeros)?);
+            }
+            at = to;
+        }
+        Ok(done)
+    }
+
+    /// Ends I/O thread `thread` (§5.2 retrieval path 1): its open HG is closed (the unused
+    /// slots are deallocated on the HH and the VHs alike, so both read as zeroes and the
+    /// parity the SSDs compute matches the stripe) and queued for conversion, and its
+    /// unused heroes go back to the manager.
+    pub fn end_thread(&mut self, thread: usize, now_ns: TimeNs) -> Result<(), DeviceError> {
+        if thread >= self.scala.io_threads as usize {
+            return Err(DeviceError::Unsupported(format!(
+                "no I/O thread {thread}; the engine has {}",
+                self.scala.io_threads
+            )));
+        }
+        self.close_open(thread, now_ns)?;
+        self.threads[thread].pump();
+        self.threads[thread].return_all();
+        self.serve_manager(now_ns)
+    }
+
+    fn close_open(&mut self, thread: usize, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let Some(stripe) = self.open[thread].take() else {
+            return Ok(());
+        };
+        let filled = self.stripes[stripe as usize].filled as usize;
+        let cs = self.chunk_sectors;
+        for j in filled..self.k {
+            let d = self.data_member(stripe, j);
+            let lba = self.hh_lba(stripe);
+            self.member_trim(d, lba, cs, now_ns)?;
+            for r in 0..self.m {
+                let p = self.parity_member(stripe, r);
+                let vh = self.stripes[stripe as usize].vhs[r];
+                let vlba = self.vh_lba(vh, j);
+                self.member_trim(p, vlba, cs, now_ns)?;
+            }
+        }
+        let s = &mut self.stripes[stripe as usize];
+        s.filled = self.k as u32;
+        s.state = HhState::Full;
+        self.threads[thread].send(ToManager::Full { thread, stripe });
+        Ok(())
+    }
+
+    // ----- failures -----
+
+    /// Fails member `i` now; a spare, if any, takes its place and is rebuilt.
+    pub fn fail_member(&mut self, i: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
+        if i >= self.members.len() {
+            return Err(ArrayError::Fail(i, "no such member".into()));
+        }
+        if self.members[i].state != MemberState::Alive {
+            return Err(ArrayError::Fail(i, "already failed".into()));
+        }
+        let down = self
+            .members
+            .iter()
+            .filter(|m| m.state != MemberState::Alive)
+            .count();
+        if down + 1 > self.m {
+            return Err(ArrayError::Fail(
+                i,
+                format!("the array tolerates {} failed members", self.m),
+            ));
+        }
+        self.members[i].state = MemberState::Failed;
+        if !self.spares.is_empty() {
+            self.members[i].device = self.spares.remove(0);
+            self.members[i].fresh = vec![false; (self.rows + self.vhs_per_member) as usize];
+            self.members[i].state = MemberState::Rebuilding {
+                upto: 0,
+                next_due_ns: now_ns,
+                started_ns: now_ns,
+            };
+        }
+        Ok(())
+    }
+
+    /// Arranges for `member` to fail at `at_ns`.
+    pub fn schedule_failure(&mut self, member: usize, at_ns: TimeNs) -> Result<(), ArrayError> {
+        if member >= self.members.len() {
+            return Err(ArrayError::Fail(member, "no such member".into()));
+        }
+        self.scheduled_failures.add(at_ns, member);
+        Ok(())
+    }
+
+    pub fn rebuilding(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| matches!(m.state, MemberState::Rebuilding { .. }))
+    }
+
+    fn apply_scheduled_failures(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        while let Some((at, member)) = self.scheduled_failures.pop_due(now_ns) {
+            if self.fail_member(member, at).is_err() {
+                self.members[member].state = MemberState::Failed;
+            }
+        }
+        let failed = self
+            .members
+            .iter()
+            .filter(|m| m.state == MemberState::Failed)
+            .count();
+        if failed > self.m {
+            return Err(DeviceError::Failed);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds every unit (HH rows, then VHs) of a replacement whose turn has come.
+    fn advance_rebuild(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        let unit_ns = transfer_ns(self.config.chunk_bytes, self.config.rebuild_mb_s);
+        let units = self.rows + self.vhs_per_member;
+        for i in 0..self.members.len() {
+            while let MemberState::Rebuilding {
+                upto,
+                next_due_ns,
+                started_ns,
+            } = self.members[i].state
+            {
+                if upto >= units {
+                    self.stats.last_rebuild_ns = Some(next_due_ns.saturating_sub(started_ns));
+                    self.members[i].state = MemberState::Alive;
+                    self.members[i].fresh = Vec::new();
+                    break;
+                }
+                if next_due_ns > now_ns {
+                    break;
+                }
+                self.background_depth += 1;
+                let r = if self.members[i].fresh[upto as usize] {
+                    Ok(0)
+                } else {
+                    self.rebuild_unit(i, upto, next_due_ns)
+                };
+                self.background_depth -= 1;
+                let cost = r?;
+                self.members[i].state = MemberState::Rebuilding {
+                    upto: upto + 1,
+                    next_due_ns: next_due_ns + cost * unit_ns,
+                    started_ns,
+                };
+                self.stats.units_rebuilt += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores one unit of replacement `member`; returns how many chunks it wrote (the
+    /// rebuild's rate is in chunks).
+    fn rebuild_unit(
+        &mut self,
+        member: usize,
+        unit: u32,
+        now_ns: TimeNs,
+    ) -> Result<u64, DeviceError> {
+        let cs = self.chunk_sectors;
+        let cu = self.chunk_units();
+        if unit < self.rows {
+            let stripe = unit;
+            let state = self.stripes[stripe as usize].state;
+            let role = (0..self.k)
+                .find(|&j| self.data_member(stripe, j) == member)
+                .map(Some)
+                .unwrap_or(None);
+            let lba = self.hh_lba(stripe);
+            match state {
+                HhState::Free | HhState::Held => Ok(0),
+                HhState::Open | HhState::Full => {
+                    // Only primaries exist; copy the filled slot from a replica.
+                    let Some(j) = role else { return Ok(0) };
+                    if j >= self.stripes[stripe as usize].filled as usize {
+                        return Ok(0);
+                    }
+                    let mut buf = vec![0u8; cu];
+                    let t = self.read_slot(stripe, j, 0, cs, now_ns, &mut buf, false)?;
+                    let tags = self.slot_tags(stripe, j).map(|mut t| {
+                        set_kind(&mut t, self.tag_bytes, KIND_PRIMARY);
+                        t
+                    });
+                    self.member_write(member, lba, t, &buf, tags.as_deref(), false)?;
+                    Ok(1)
+                }
+                HhState::Converting | HhState::Striped => {
+                    let wanted = match role {
+                        Some(j) => j,
+                        None => {
+                            let r = (0..self.m)
+                                .find(|&r| self.parity_member(stripe, r) == member)
+                                .expect("a member is data or parity of every stripe");
+                            self.k + r
+                        }
+                    };
+                    let (shards, t) = self.reconstruct_rows(stripe, 0, cs, now_ns, wanted)?;
+                    self.member_write(member, lba, t, &shards[wanted], None, false)?;
+                    if wanted >= self.k {
+                        self.stripes[stripe as usize].parity_missing &= !(1 << (wanted - self.k));
+                    }
+                    Ok(1)
+                }
+            }
+        } else {
+            let vh = unit - self.rows;
+            let stripe = self.members[member].vh_owner[vh as usize];
+            if stripe == NONE
+                || !matches!(
+                    self.stripes[stripe as usize].state,
+                    HhState::Open | HhState::Full
+                )
+            {
+                return Ok(0);
+            }
+            let filled = self.stripes[stripe as usize].filled as usize;
+            let mut n = 0;
+            for j in 0..filled {
+                let mut buf = vec![0u8; cu];
+                let t = self.read_slot(stripe, j, 0, cs, now_ns, &mut buf, false)?;
+                let tags = self.slot_tags(stripe, j);
+                let lba = self.vh_lba(vh, j);
+                let transient = self.scala.mode != ScalaMode::ScalaWr;
+                self.member_write(member, lba, t, &buf, tags.as_deref(), transient)?;
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+
+    fn take_messages(&mut self) -> u64 {
+        let total: u64 = self.threads.iter().map(|t| t.messages).sum();
+        let d = total - self.messages_taken;
+        self.messages_taken = total;
+        self.stats.thread_messages = total;
+        self.stats.daemon_messages = self.manager.messages;
+        d
+    }
+}
+
+/// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind.
+fn encode_meta(chunk: u32, slot: u8, ts: u32, kind: u8) -> [u8; META_TAG_BYTES] {
+    let mut b = [0u8; META_TAG_BYTES];
+    b[..4].copy_from_slice(&chunk.to_le_bytes());
+    b[4] = slot;
+    b[5..9].copy_from_slice(&ts.to_le_bytes());
+    b[9] = kind;
+    b
+}
+
+/// Sets the kind byte of every sector's metadata in a chunk's tags (zero tags stay zero:
+/// a deallocated slot carries no metadata).
+fn set_kind(tags: &mut [u8], tag_bytes: usize, kind: u8) {
+    for sector in tags.chunks_mut(tag_bytes) {
+        if sector.iter().any(|&b| b != 0) {
+            sector[META_TAG_BYTES - 1] = kind;
+        }
+    }
+}
+
+/// Unpacks [`encode_meta`]: (chunk, slot, timestamp, kind).
+fn decode_meta(b: &[u8]) -> (u32, u8, u32, u8) {
+    (
+        u32::from_le_bytes(b[..4].try_into().expect("4 bytes")),
+        b[4],
+        u32::from_le_bytes(b[5..9].try_into().expect("4 bytes")),
+        b[9],
+    )
+}
+
+impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        validate_command(&self.info, cmd, &out)?;
+        self.apply_scheduled_failures(now_ns)?;
+        self.advance_rebuild(now_ns)?;
+        let done_ns = match cmd.opcode {
+            Opcode::Read => {
+                let before = self.stats.degraded_reads;
+                let t = self.read(now_ns, cmd.lba, cmd.sectors, out.data)?;
+                if self.stats.degraded_reads > before {
+                    self.stats.degraded.record(t - now_ns);
+                }
+                t
+            }
+            Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
+            Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
+            Opcode::Flush => {
+                let mut done = now_ns;
+                for i in 0..self.members.len() {
+                    if self.members[i].state != MemberState::Failed {
+                        self.work.member_commands += 1;
+                        let c = self.members[i].device.submit(
+                            now_ns,
+                            &Command::flush(),
+                            ReadBuffers::none(),
+                        )?;
+                        done = done.max(c.done_ns);
+                    }
+                }
+                done
+            }
+        };
+        Ok(Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        if self.apply_scheduled_failures(now_ns).is_err() {
+            return None;
+        }
+        let mut next: Option<TimeNs> = self.scheduled_failures.next_ns();
+        // The host is idle: the daemon converts every full HG (§5.3).
+        if self.serve_manager(now_ns).is_ok() && self.convert_all_full(now_ns).is_ok() {
+            if let Some(t) = self.pending.iter().map(|&(t, _)| t).min() {
+                let due = t.max(now_ns + 1);
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        let _ = self.recycle_done(now_ns);
+        for m in &mut self.members {
+            if let Some(t) = m.device.background(now_ns) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        if self.advance_rebuild(now_ns).is_ok() {
+            for m in &self.members {
+                if let MemberState::Rebuilding { next_due_ns, .. } = m.state {
+                    let due = next_due_ns.max(now_ns + 1);
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+        }
+        next
+    }
+
+    fn take_host_work(&mut self) -> HostWork {
+        let messages = self.take_messages();
+        let mut w = std::mem::take(&mut self.work);
+        w.messages += messages;
+        w
+    }
+}

@@ -1,0 +1,400 @@
+//! ScalaAFA against the oracle: random reads, writes and trims through replication,
+//! in-SSD (or host) conversion, array-level GC, recalls, member failures and rebuilds.
+
+use afa_nand::{Geometry, PayloadMode};
+use afa_sim::SimRng;
+use afa_ssd::{Ssd, SsdConfig};
+use proptest::prelude::*;
+
+use super::*;
+use crate::tests::Harness;
+
+/// A small SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's metadata.
+fn ssd(seed: u64) -> Ssd {
+    let cfg = SsdConfig {
+        geometry: Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 1,
+            planes_per_die: 2,
+            blocks_per_plane: 32,
+            pages_per_block: 16,
+            page_bytes: 4096,
+            sector_bytes: 4096,
+            oob_bytes_per_page: 24,
+        },
+        payload: PayloadMode::Token,
+        over_provisioning: 0.25,
+        ..SsdConfig::default()
+    };
+    Ssd::new(cfg, seed).unwrap()
+}
+
+fn engine(level: Level, members: u32, spares: usize, scala: ScalaAfaConfig) -> ScalaAfa<Ssd> {
+    let config = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        rebuild_mb_s: 0.05,
+        ..ArrayConfig::default()
+    };
+    let devs = (0..members as u64).map(ssd).collect();
+    let spare_devs = (0..spares as u64).map(|i| ssd(100 + i)).collect();
+    ScalaAfa::new(config, scala, devs, spare_devs).unwrap()
+}
+
+fn with_mode(mode: ScalaMode) -> ScalaAfaConfig {
+    ScalaAfaConfig {
+        mode,
+        ..ScalaAfaConfig::default()
+    }
+}
+
+const SHAPES: [(Level, u32); 3] = [(Level::Raid5, 5), (Level::Raid6, 6), (Level::Raid5, 3)];
+
+#[test]
+fn keeps_data_through_offloaded_conversion_and_gc() {
+    for (level, n) in SHAPES {
+        // A small spare makes holes run the free HHs out, so array-level GC must clean.
+        let scala = ScalaAfaConfig {
+            spare_fraction: 0.03,
+            ..ScalaAfaConfig::default()
+        };
+        let mut h = Harness::new(engine(level, n, 0, scala));
+        let mut rng = SimRng::new(5 + n as u64);
+        let cap = h.tokens.len() as u64;
+        let cs = h.volume.chunk_sectors();
+        for c in 0..cap / cs as u64 {
+            h.write(c * cs as u64, cs).unwrap();
+        }
+        while h.volume.stats().user_write_sectors < cap * 3 {
+            h.random_ops(&mut rng, 100);
+        }
+        let s = *h.volume.stats();
+        assert!(s.stripes_converted > 0, "{level:?}: {s:?}");
+        assert!(s.convert_commands >= s.stripes_converted, "{s:?}");
+        assert_eq!(s.host_conversions, 0);
+        assert!(s.gc_stripes > 0, "{level:?}: {s:?}");
+        h.check_all();
+    }
+}
+
+#[test]
+fn scala_co_converts_on_the_host_and_keeps_data() {
+    let mut h = Harness::new(engine(Level::Raid6, 6, 0, with_mode(ScalaMode::ScalaCo)));
+    let mut rng = SimRng::new(3);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_write_sectors < cap * 2 {
+        h.random_ops(&mut rng, 100);
+    }
+    let s = *h.volume.stats();
+    assert!(s.host_conversions > 0 && s.convert_commands == 0, "{s:?}");
+    h.check_all();
+}
+
+/// §5.3: a chunk costs one primary and m backups, and a full HG converts with m commands
+/// that move no data over the host link; the parity the SSDs computed reconstructs data.
+#[test]
+fn placement_gathers_each_stripe_on_its_parity_members() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        let m = if level == Level::Raid6 { 2 } else { 1 };
+        let k = n as u64 - m;
+        let mut h = Harness::new(engine(level, n, 0, with_mode(ScalaMode::Scalaafa)));
+        let cs = h.volume.chunk_sectors() as u64;
+        for c in 0..k {
+            h.write(c * cs, cs as u32).unwrap();
+        }
+        let s = *h.volume.stats();
+        assert_eq!(s.member_write_sectors, (1 + m) * k * cs);
+        assert_eq!(h.volume.replicated_chunks(), k);
+        assert_eq!(s.stripes_converted, 0);
+        // The host goes idle: the daemon converts the full HG inside the SSDs.
+        h.volume.take_host_work();
+        h.now_ns += 1_000_000;
+        h.volume.background(h.now_ns);
+        let s = *h.volume.stats();
+        assert_eq!(s.stripes_converted, 1);
+        assert_eq!(s.convert_commands, m);
+        assert_eq!(
+            s.member_read_sectors, 0,
+            "conversion read nothing over the link"
+        );
+        let work = h.volume.take_host_work();
+        assert_eq!(work.background_bytes, 0, "{work:?}");
+        // Every member fails in turn (m at once), so reads decode with the SSD's parity.
+        h.now_ns += 1_000_000;
+        h.volume.background(h.now_ns);
+        h.volume.fail_member(1, h.now_ns).unwrap();
+        if m == 2 {
+            h.volume.fail_member(2, h.now_ns).unwrap();
+        }
+        h.check_all();
+        assert!(h.volume.stats().degraded_reads > 0);
+    }
+}
+
+/// §5.4: every copy carries (user chunk, slot, timestamp) in its sectors' OOB tags, and the
+/// SSD's conversion leaves in the parity chunk's tags the parity of the data chunks' tags.
+#[test]
+fn metadata_rides_in_the_oob_and_parity_covers_it() {
+    let mut h = Harness::new(engine(Level::Raid5, 5, 0, with_mode(ScalaMode::Scalaafa)));
+    let cs = h.volume.chunk_sectors();
+    for c in [7u64, 3, 9, 1] {
+        h.write(c * cs as u64, cs).unwrap();
+    }
+    let v = &h.volume;
+    let stripe = v.amt[7] / 4;
+    let mut xor = vec![0u8; v.tag_bytes];
+    for (j, want) in [7u32, 3, 9, 1].into_iter().enumerate() {
+        let d = v.data_member(stripe, j);
+        let tags = v.members[d].device.scan_tags(v.hh_lba(stripe), cs).unwrap();
+        let (chunk, slot, ts, kind) = decode_meta(&tags);
+        assert_eq!(
+            (chunk, slot as usize, ts, kind),
+            (want, j, j as u32 + 1, KIND_PRIMARY)
+        );
+        let mut as_backup = tags[..v.tag_bytes].to_vec();
+        as_backup[META_TAG_BYTES - 1] = KIND_BACKUP;
+        for (x, t) in xor.iter_mut().zip(&as_backup) {
+            *x ^= t;
+        }
+        let p = v.parity_member(stripe, 0);
+        let vh = v.stripes[stripe as usize].vhs[0];
+        let backup = v.members[p].device.scan_tags(v.vh_lba(vh, j), cs).unwrap();
+        assert_eq!(
+            decode_meta(&backup),
+            (want, j as u8, j as u32 + 1, KIND_BACKUP)
+        );
+    }
+    h.now_ns += 1_000_000;
+    h.volume.background(h.now_ns);
+    let v = &h.volume;
+    assert_eq!(v.stats().stripes_converted, 1);
+    let p = v.parity_member(stripe, 0);
+    let parity = v.members[p].device.scan_tags(v.hh_lba(stripe), cs).unwrap();
+    assert_eq!(&parity[..v.tag_bytes], &xor[..]);
+}
+
+#[test]
+fn degraded_reads_and_rebuild_lose_nothing() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        let m = if level == Level::Raid6 { 2 } else { 1 };
+        let mut h = Harness::new(engine(level, n, m, with_mode(ScalaMode::Scalaafa)));
+        let mut rng = SimRng::new(11);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_write_sectors < cap * 2 {
+            h.random_ops(&mut rng, 100);
+        }
+        for f in 0..m {
+            let now = h.now_ns;
+            h.volume.fail_member(f * 2, now).unwrap();
+            h.random_ops(&mut rng, 300);
+            h.check_all();
+        }
+        assert!(h.volume.rebuilding());
+        h.now_ns += 1_000_000_000_000;
+        h.volume.background(h.now_ns);
+        assert!(!h.volume.rebuilding(), "{level:?}");
+        let s = *h.volume.stats();
+        assert!(s.units_rebuilt > 0 && s.last_rebuild_ns.is_some(), "{s:?}");
+        assert!(s.degraded.degraded_read_commands > 0, "{s:?}");
+        h.check_all();
+        h.random_ops(&mut rng, 300);
+        h.check_all();
+    }
+}
+
+/// §5.2: grants are batches by message; many threads on a small volume run the manager dry,
+/// so it recalls unused heroes; ending a thread returns its heroes and closes its HG.
+#[test]
+fn many_threads_trigger_recalls_and_ending_threads_returns_heroes() {
+    let scala = ScalaAfaConfig {
+        io_threads: 8,
+        grant_batch_hhs: 1024,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine(Level::Raid5, 5, 0, scala));
+    let mut rng = SimRng::new(17);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_write_sectors < cap * 2 {
+        h.random_ops(&mut rng, 100);
+    }
+    let s = *h.volume.stats();
+    assert!(s.grants > 8, "{s:?}");
+    assert!(s.recalls > 0, "{s:?}");
+    let work = h.volume.take_host_work();
+    assert!(work.messages > 0 || s.thread_messages > 0, "{work:?}");
+    for t in 0..8 {
+        h.volume.end_thread(t, h.now_ns).unwrap();
+    }
+    assert!(h.volume.end_thread(8, h.now_ns).is_err());
+    assert!(h.threads_hold_nothing());
+    h.now_ns += 1_000_000_000;
+    h.volume.background(h.now_ns);
+    h.check_all();
+    h.random_ops(&mut rng, 300);
+    h.check_all();
+}
+
+impl Harness<ScalaAfa<Ssd>> {
+    fn threads_hold_nothing(&self) -> bool {
+        let v = &self.volume;
+        v.threads[..v.scala.io_threads as usize]
+            .iter()
+            .all(|t| t.hhs.is_empty() && t.vhs.iter().all(|l| l.is_empty()))
+    }
+}
+
+#[test]
+fn a_seed_reproduces_a_run() {
+    let run = || {
+        let mut h = Harness::new(engine(Level::Raid5, 4, 1, with_mode(ScalaMode::Scalaafa)));
+        let mut rng = SimRng::new(99);
+        h.random_ops(&mut rng, 1500);
+        h.volume.fail_member(2, h.now_ns).unwrap();
+        h.random_ops(&mut rng, 500);
+        (h.now_ns, *h.volume.stats())
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_configurations_are_refused_with_the_key_named() {
+    let config = ArrayConfig {
+        level: Level::Raid10,
+        members: 4,
+        ..ArrayConfig::default()
+    };
+    let devs = (0..4).map(ssd).collect();
+    let err = ScalaAfa::new(config, ScalaAfaConfig::default(), devs, vec![]).unwrap_err();
+    assert!(err.to_string().contains("raid5 or raid6"), "{err}");
+    let config = ArrayConfig {
+        level: Level::Raid5,
+        members: 4,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let bad = ScalaAfaConfig {
+        transient_fraction: 0.7,
+        ..ScalaAfaConfig::default()
+    };
+    let devs = (0..4).map(ssd).collect();
+    let err = ScalaAfa::new(config, bad, devs, vec![]).unwrap_err();
+    assert!(err.to_string().contains("transient_fraction"), "{err}");
+}
+
+/// Found by the property test below: RS(4, 2) with three threads and a spare rebuilding.
+#[test]
+fn raid6_three_threads_with_a_rebuilding_spare_keeps_finding_space() {
+    let seed = 9346694696851444828u64;
+    let scala = ScalaAfaConfig {
+        mode: ScalaMode::ScalaWr,
+        io_threads: 3,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine(Level::Raid6, 6, 1, scala));
+    let mut rng = SimRng::new(seed);
+    h.random_ops(&mut rng, 2159);
+    h.volume.fail_member((seed % 6) as usize, h.now_ns).unwrap();
+    h.random_ops(&mut rng, 2500 - 2159);
+    h.check_all();
+}
+
+/// Found by the property test below: RAID 5 over four members, three threads, one member
+/// failed for good.
+#[test]
+fn raid5_three_threads_with_a_failed_member_keeps_finding_space() {
+    let seed = 11845951395099632144u64;
+    let scala = ScalaAfaConfig {
+        io_threads: 3,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine(Level::Raid5, 4, 0, scala));
+    let mut rng = SimRng::new(seed);
+    h.random_ops(&mut rng, 1706);
+    h.volume.fail_member((seed % 4) as usize, h.now_ns).unwrap();
+    h.random_ops(&mut rng, 2500 - 1706);
+    h.check_all();
+}
+
+/// Power loss between any two requests: the engine's host memory is gone, the members keep
+/// what they were sent (these SSDs have no volatile write buffer, so every acknowledged
+/// write is durable). Recovery from the OOB scan alone must give back every acknowledged
+/// write, and the recovered volume must keep working.
+fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
+    let mut h = Harness::new(engine(level, n, 0, with_mode(ScalaMode::Scalaafa)));
+    let mut rng = SimRng::new(seed);
+    let cap = h.tokens.len() as u64;
+    let ops = |h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usize| {
+        for _ in 0..count {
+            let len = 1 + rng.below(40) as u32;
+            let lba = rng.below(cap - len as u64);
+            if rng.below(4) == 0 {
+                h.read_check(lba, len);
+            } else {
+                h.write(lba, len).expect("write accepted");
+            }
+        }
+    };
+    ops(&mut h, &mut rng, crash_after);
+    let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
+    let Harness {
+        volume,
+        tokens,
+        now_ns,
+        ..
+    } = h;
+    let members = volume.into_members();
+    let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+    let mut h = Harness::new(recovered);
+    h.tokens = tokens;
+    h.now_ns = now_ns;
+    h.check_all();
+    ops(&mut h, &mut rng, 400);
+    h.now_ns += 1_000_000_000;
+    h.volume.background(h.now_ns);
+    h.check_all();
+}
+
+#[test]
+fn recovery_after_power_loss_loses_no_acknowledged_write() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        for crash_after in [0, 1, 7, 150, 900, 2500] {
+            crash_and_recover(level, n, 40 + crash_after as u64, crash_after);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+    #[test]
+    fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), crash_after in 0usize..3000) {
+        let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+        crash_and_recover(level, n, seed, crash_after);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10))]
+    #[test]
+    fn matches_the_oracle(
+        seed in any::<u64>(),
+        raid6 in any::<bool>(),
+        mode in 0u8..3,
+        threads in 1u32..4,
+        fail_at in 0usize..2500,
+        spare in any::<bool>(),
+    ) {
+        let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+        let mode = [ScalaMode::Scalaafa, ScalaMode::ScalaCo, ScalaMode::ScalaWr][mode as usize];
+        let scala = ScalaAfaConfig { mode, io_threads: threads, ..ScalaAfaConfig::default() };
+        let mut h = Harness::new(engine(level, n, spare as usize, scala));
+        let mut rng = SimRng::new(seed);
+        h.random_ops(&mut rng, fail_at);
+        let victim = (seed % n as u64) as usize;
+        h.volume.fail_member(victim, h.now_ns).unwrap();
+        h.random_ops(&mut rng, 2500 - fail_at);
+        h.check_all();
+        prop_assert!(h.checked > 0);
+    }
+}
