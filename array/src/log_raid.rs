@@ -247,25 +247,46 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         self.cleaning = true;
         let first = victim * self.segment_sectors;
-        let mut t = now_ns;
-        let mut unit_buf = vec![0u8; self.unit];
-        for physical in first..first + self.segment_sectors {
-            let lba = self.p2l[physical as usize];
-            if lba == NONE {
+        // Every read of the victim is issued before any of the writes that relocate its data:
+        // the members serve commands in the order they are submitted, so a read submitted
+        // after a stripe write would wait on its die behind that write's program although
+        // the host had issued it first, and cleaning would run at queue depth 1.
+        let unit = self.unit;
+        let mut runs: Vec<(u32, u32, Vec<u8>, TimeNs)> = Vec::new();
+        let mut physical = first;
+        while physical < first + self.segment_sectors {
+            if self.p2l[physical as usize] == NONE {
+                physical += 1;
                 continue;
             }
+            let mut run = 1;
+            while physical + run < first + self.segment_sectors
+                && self.p2l[(physical + run) as usize] != NONE
+            {
+                run += 1;
+            }
+            let mut buf = vec![0u8; run as usize * unit];
             let c = self.array.submit(
                 now_ns,
-                &Command::read(physical as u64, 1),
+                &Command::read(physical as u64, run),
                 ReadBuffers {
-                    data: &mut unit_buf,
+                    data: &mut buf,
                     tags: None,
                 },
             )?;
-            t = t.max(c.done_ns);
-            let data = unit_buf.clone();
-            self.append(lba, &data, c.done_ns)?;
-            self.stats.gc_sectors_moved += 1;
+            runs.push((physical, run, buf, c.done_ns));
+            physical += run;
+        }
+        // A stripe of relocated data is written once every sector in it has been read.
+        let mut t = now_ns;
+        for (physical, run, buf, read_done) in &runs {
+            t = t.max(*read_done);
+            for i in 0..*run {
+                let lba = self.p2l[(physical + i) as usize];
+                let data = &buf[i as usize * unit..(i as usize + 1) * unit];
+                self.append(lba, data, t)?;
+                self.stats.gc_sectors_moved += 1;
+            }
         }
         self.cleaning = false;
         debug_assert_eq!(self.valid[victim as usize], 0);

@@ -742,7 +742,8 @@ impl<D: BlockDevice> Swan<D> {
         let utilization = self.valid[victim as usize] as f64 / d as f64;
         let first = victim * self.segment_sectors;
         let unit = self.unit;
-        let mut done = now_ns;
+        // The victim's valid blocks, as runs of consecutive blocks: one read command each.
+        let mut runs: Vec<(u32, u32)> = Vec::new();
         let mut p = first;
         while p < first + d {
             if self.p2l[p as usize] == NONE {
@@ -753,6 +754,19 @@ impl<D: BlockDevice> Swan<D> {
             while p + run < first + d && self.p2l[(p + run) as usize] != NONE {
                 run += 1;
             }
+            runs.push((p, run));
+            p += run;
+        }
+        // Every read of the victim is issued at once, before any of its writes: the host
+        // reads the segment's valid blocks into memory with all of them queued on the
+        // group's SSDs, which serve them in parallel across their dies and links. Issuing
+        // the writes in between would be wrong here, because the simulated members serve
+        // commands in the order they are submitted: a read submitted after a stripe write
+        // waits on its die behind that write's program even though the host issued it
+        // earlier, which turned cleaning into a read, program, read, program sequence at
+        // queue depth 1 and more than doubled the time a victim took.
+        let mut read: Vec<(Vec<u8>, TimeNs)> = Vec::with_capacity(runs.len());
+        for &(p, run) in &runs {
             let mut buf = vec![0u8; run as usize * unit];
             let at = self.group_lba(p);
             let c = self.groups[g].submit(
@@ -763,17 +777,24 @@ impl<D: BlockDevice> Swan<D> {
                     tags: None,
                 },
             )?;
-            done = done.max(c.done_ns);
+            read.push((buf, c.done_ns));
+        }
+        // Then the blocks are appended to the group's GC stream in order; a stripe is written
+        // once every block in it has been read, so each append waits for the reads before it.
+        let mut done = now_ns;
+        let mut ready = now_ns;
+        for (&(p, run), (buf, read_done)) in runs.iter().zip(&read) {
+            ready = ready.max(*read_done);
+            done = done.max(ready);
             for i in 0..run {
                 let q = p + i;
                 let lba = self.p2l[q as usize];
                 let wseq = self.wseq[q as usize];
-                let data = buf[i as usize * unit..(i as usize + 1) * unit].to_vec();
-                let t = self.append(Some(g), lba, wseq, &data, c.done_ns)?;
+                let data = &buf[i as usize * unit..(i as usize + 1) * unit];
+                let t = self.append(Some(g), lba, wseq, data, ready)?;
                 done = done.max(t);
                 self.stats.gc_sectors_moved += 1;
             }
-            p += run;
         }
         debug_assert_eq!(self.valid[victim as usize], 0);
         // Trimming the whole segment lets the SSDs erase without moving dead data (§4.2).
