@@ -64,8 +64,8 @@ pub struct WaflashConfig {
     pub gc_threshold_blocks: u32,
     /// Logical pages merged per idle-time call.
     pub idle_merge_batch: u32,
-    /// How many pages from the bottom of the stack MCA and PC-LRU look at when they pass
-    /// over partial pages.
+    /// How many pages from the bottom of the stack MCA looks at when it passes over
+    /// partial pages. PC-LRU looks for the full page nearest the bottom in the whole stack.
     pub scan_window_pages: u32,
 }
 

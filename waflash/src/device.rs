@@ -306,20 +306,29 @@ impl WaflashSsd {
                 pick.unwrap_or(bottom)
             }
             BufferPolicy::PcLru => {
+                // The target chips of the bottom page: the die its program goes to and, for a
+                // partial page, the die of its old version. On the RMW FTL that is where its
+                // read goes. Under MV-FTL the partial page is still costlier than a full one
+                // (a second version to read and merge later, or a compacted piece to read and
+                // rewrite), and §V-B finds PC-LRU keeping more partial pages in the buffer
+                // with MV-FTL, so the old version's die counts there too.
                 let write_busy = self.die_busy(self.ftl.next_write_die(), now_ns);
                 let read_busy = bottom_mask != full
                     && self
                         .ftl
                         .read_die(bottom)
                         .is_some_and(|d| self.die_busy(d, now_ns));
-                if !write_busy && !read_busy {
+                let has_full = self.buffer.partial_pages() < self.buffer.pages();
+                if (!write_busy && !read_busy) || !has_full {
+                    // Idle chips, or no full page to prefer: plain LRU (§III-A defines no
+                    // other choice).
                     bottom
                 } else {
-                    // Congestion: the full page nearest the bottom leaves, and partial pages
-                    // stay to be filled up.
+                    // Congestion: "the full page closest to the bottom of L" leaves, however
+                    // far up it is (the paper sets no window; MCA's window does not apply),
+                    // and partial pages stay to be filled up by later writes.
                     self.buffer
                         .bottom_up()
-                        .take(window)
                         .find(|&(_, mask)| mask == full)
                         .map_or(bottom, |(lpn, _)| lpn)
                 }

@@ -1,8 +1,10 @@
-//! One WAFLASH run: build the SSD, generate a Filebench-like stream for it, precondition
-//! the fileset, and drive the stream through the host driver, which checks every read.
+//! One WAFLASH run: build the SSD, generate a Filebench-like stream for it (or take a block
+//! trace), precondition the data it finds on the device, and drive the stream through the
+//! host driver, which checks every read.
 
 use afa_host::{RunOptions, RunOutcome, TraceReplay, Workload};
 use afa_ssd::BlockDevice;
+use afa_workload::trace::TraceRecord;
 
 use crate::filebench::{generate, FilebenchSpec};
 use crate::{WaflashConfig, WaflashReport, WaflashSsd};
@@ -49,21 +51,40 @@ pub fn run_filebench(
     spec: &FilebenchSpec,
     seed: u64,
 ) -> Result<RunResult, String> {
+    config.validate().map_err(|e| e.to_string())?;
+    let sector = config.geometry.sector_bytes as u64;
+    let capacity_bytes = config.logical_pages() as u64 * config.sectors_per_page() as u64 * sector;
+    let generated = generate(spec, capacity_bytes, sector).map_err(|e| e.to_string())?;
+    let replay = TraceReplay::Closed {
+        iodepth: generated.iodepth,
+    };
+    run_trace(
+        config,
+        generated.records,
+        replay,
+        generated.footprint_bytes,
+        seed,
+    )
+}
+
+/// Replays `records` on a fresh SSD built from `config` and `seed`, after preconditioning
+/// bytes `0..footprint_bytes` (the data a real volume already holds, so partial-page
+/// overwrites find an old version to read). Fails on any device error or any read that
+/// does not return what was written.
+pub fn run_trace(
+    config: &WaflashConfig,
+    records: Vec<TraceRecord>,
+    replay: TraceReplay,
+    footprint_bytes: u64,
+    seed: u64,
+) -> Result<RunResult, String> {
     let mut ssd = WaflashSsd::new(config.clone(), seed).map_err(|e| e.to_string())?;
-    let info = ssd.info();
-    let sector = info.sector_bytes as u64;
-    let generated =
-        generate(spec, info.capacity_sectors * sector, sector).map_err(|e| e.to_string())?;
-    let preconditioned = generated.footprint_bytes.div_ceil(sector);
+    let sector = ssd.info().sector_bytes as u64;
+    let preconditioned = footprint_bytes.div_ceil(sector);
     ssd.precondition(preconditioned)
         .map_err(|e| e.to_string())?;
     ssd.reset_counters();
-    let workload = Workload::Trace {
-        records: generated.records,
-        replay: TraceReplay::Closed {
-            iodepth: generated.iodepth,
-        },
-    };
+    let workload = Workload::Trace { records, replay };
     let options = RunOptions {
         seed,
         timeline_interval_ns: 0,

@@ -255,7 +255,12 @@ fn compaction_packs_small_partial_pages_of_a_region_into_one_page() {
 /// Fills the buffer with a partial page at the bottom and full pages above it while every
 /// chip is busy programming, then forces one eviction. Returns (partial, full) evictions.
 fn evictions_under_congestion(policy: BufferPolicy) -> (u64, u64) {
+    evictions_under_congestion_with_window(policy, 256)
+}
+
+fn evictions_under_congestion_with_window(policy: BufferPolicy, window: u32) -> (u64, u64) {
     let mut c = tiny(policy, FtlKind::PageRmw, false);
+    c.scan_window_pages = window;
     c.host.max_transfer_sectors = 4;
     c.buffer_bytes = 12 * 4096;
     let mut ssd = WaflashSsd::new(c, 1).unwrap();
@@ -288,6 +293,20 @@ fn pc_lru_evicts_a_full_page_when_chips_are_busy_and_lru_does_not() {
     assert_eq!(evictions_under_congestion(BufferPolicy::Lru), (1, 0));
     // MCA passes over the partial page too: its read would wait on a busy chip.
     assert_eq!(evictions_under_congestion(BufferPolicy::Mca), (0, 1));
+}
+
+#[test]
+fn pc_lru_looks_for_its_full_page_beyond_mcas_window() {
+    // §III-A: "the full page closest to the bottom of L", however far up. With a one-page
+    // window MCA sees only the partial bottom page and must take it.
+    assert_eq!(
+        evictions_under_congestion_with_window(BufferPolicy::PcLru, 1),
+        (0, 1)
+    );
+    assert_eq!(
+        evictions_under_congestion_with_window(BufferPolicy::Mca, 1),
+        (1, 0)
+    );
 }
 
 #[test]

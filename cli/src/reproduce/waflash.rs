@@ -1,14 +1,18 @@
 //! WAFLASH (He et al.) experiments and the paper's Table I SSD.
 //!
-//! Both experiments drive the Filebench-like block generators of `afa_waflash::filebench`
-//! through the host driver with token payloads, so every read is checked.
+//! Fig. 7 drives the Filebench-like block generators of `afa_waflash::filebench`, Fig. 10
+//! replays synthesized block traces at their timestamps; both go through the host driver
+//! with token payloads, so every read is checked.
 
 use std::collections::BTreeMap;
 
+use afa_host::TraceReplay;
 use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
-use afa_waflash::experiment::{run_filebench, RunResult};
+use afa_waflash::experiment::{run_filebench, run_trace, RunResult};
 use afa_waflash::filebench::{FilebenchSpec, Personality};
 use afa_waflash::{BufferPolicy, FtlKind, WaflashConfig};
+use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
+use afa_workload::trace::TraceRecord;
 
 use super::{Entry, Reproduction};
 
@@ -23,7 +27,8 @@ pub const EXPERIMENTS: &[Entry] = &[
     (
         "waflash-fig10",
         "WAFLASH Fig. 10: average-latency reduction of PC-LRU and of MCA against the \
-         baseline FIFO buffer, both over the read-modify-write page FTL",
+         baseline LRU buffer (SSDSim's), all over the read-modify-write page FTL, on six \
+         synthesized block traces replayed at their timestamps at three loads",
         waflash_fig10,
     ),
 ];
@@ -200,6 +205,50 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
     })
 }
 
+/// Offered loads of the Fig. 10 replay, as fractions of the request rate the LRU baseline
+/// sustains on the same trace when it is replayed saturated (closed loop). The paper replays
+/// real traces at their timestamps, where the chips are busy some of the time and idle the
+/// rest; a saturated closed loop (the chips always busy) is not that. No load is given in
+/// the paper, so three are measured and averaged.
+const FIG10_LOADS: [f64; 3] = [0.25, 0.5, 0.75];
+/// Queue depth of the saturated calibration run.
+const FIG10_CALIBRATION_DEPTH: u32 = 32;
+/// Arrival rate the traces are synthesized at; the replay's time scale then sets the load.
+const FIG10_SYNTH_IOPS: f64 = 10_000.0;
+
+/// A synthesized trace (`afa trace synth --like NAME`: Table 2 sizes and read/write mix, hot
+/// set, Zipf popularity and sequential runs) of `requests` requests over `volume_bytes`, with
+/// requests longer than the device's transfer limit split as a host block layer would.
+fn fig10_trace(
+    name: &str,
+    requests: u64,
+    volume_bytes: u64,
+    max_bytes: u64,
+    seed: u64,
+) -> Result<Vec<TraceRecord>, String> {
+    let row = synth::profile(name).ok_or_else(|| format!("no trace profile {name}"))?;
+    let mut options = SynthOptions::new(row);
+    options.scale =
+        requests as f64 / ((options.profile.write_kops + options.profile.read_kops) * 1000.0);
+    options.seed = seed;
+    options.volume_bytes = volume_bytes;
+    options.rate_iops = Some(FIG10_SYNTH_IOPS);
+    let mut out = Vec::new();
+    for r in Synthesizer::new(options)? {
+        let mut at = 0;
+        while at < r.len_bytes {
+            let len = (r.len_bytes - at).min(max_bytes);
+            out.push(TraceRecord {
+                offset_bytes: r.offset_bytes + at,
+                len_bytes: len,
+                ..r
+            });
+            at += len;
+        }
+    }
+    Ok(out)
+}
+
 fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let scale = Scale::of(quick);
     let base = waflash_table1_ssd(scale.blocks_per_plane, PayloadMode::Token);
@@ -209,48 +258,105 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
         compaction: false,
         ..base.clone()
     };
+    // Fig. 10 ran in SSDSim, whose write buffer is an LRU list (it evicts its tail and moves
+    // hits to the head), so the baseline here is LRU, not VSSIM's FIFO of Fig. 7. FIFO is
+    // shown for reference: against it the LRU stack's buffer hits alone are a large gain.
     let configs = [
-        ("baseline", with(BufferPolicy::Fifo)),
+        ("baseline", with(BufferPolicy::Lru)),
         ("pc-lru", with(BufferPolicy::PcLru)),
         ("mca", with(BufferPolicy::Mca)),
+        ("fifo", with(BufferPolicy::Fifo)),
     ];
-    // The paper replays six block traces; the four generators at two request sizes stand
-    // in for them (no traces ship with afa).
-    let mut sums = BTreeMap::<&str, f64>::new();
+    // The paper replays six real block traces (MSNFS, DTR, RA, CFS, Ex, Web) at their
+    // timestamps in SSDSim. No traces ship with afa; the six synthesized traces of Table 2's
+    // rows (with their locality model) stand in, replayed open loop at their timestamps.
+    let requests: u64 = if quick { 30_000 } else { 300_000 };
+    let sector = base.geometry.sector_bytes as u64;
+    let capacity = base.logical_pages() as u64 * base.sectors_per_page() as u64 * sector;
+    // The traced volume: half the device, preconditioned (a volume in use holds data, so a
+    // partial-page overwrite has an old version to read).
+    let volume = capacity / 2 / (1 << 20) * (1 << 20);
+    let max_bytes = base.host.max_transfer_sectors as u64 * sector;
+    let mut sums = BTreeMap::<String, f64>::new();
+    let mut per_load = BTreeMap::<(&str, u32), f64>::new();
     let mut n = 0.0;
     println!(
-        "{:<12} {:>4} {:>12} {:>12} {:>12}",
-        "workload", "KiB", "fifo lat µs", "pc-lru lat µs", "mca lat µs"
+        "columns: mean latency µs (lru baseline, pc-lru, mca, fifo); flash reads in the \
+         write path (read-modify-write), buffer write hits and full pages evicted (lru, \
+         pc-lru, mca)"
     );
-    for p in Personality::ALL {
-        for kib in [3u64, 6, 12, 24] {
-            let s = spec(&scale, p, kib, seed);
-            let mut lat = Vec::new();
-            for (_, cfg) in &configs {
-                lat.push(run(cfg, &s, seed)?.latency_us_mean());
+    println!(
+        "{:<8} {:>4} {:>6} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+        "trace", "load", "IOPS", "lru", "pc-lru", "mca", "fifo", "l rmw", "p rmw", "m rmw",
+        "l hit", "p hit", "m hit", "l full", "p full", "m full"
+    );
+    for name in synth::profile_names() {
+        let records = fig10_trace(name, requests, volume, max_bytes, seed)?;
+        let calibration = run_trace(
+            &configs[0].1,
+            records.clone(),
+            TraceReplay::Closed {
+                iodepth: FIG10_CALIBRATION_DEPTH,
+            },
+            volume,
+            seed,
+        )
+        .map_err(|e| format!("{name} calibration: {e}"))?;
+        let saturated_iops = records.len() as f64 / (calibration.outcome.sim_time_ns as f64 / 1e9);
+        for load in FIG10_LOADS {
+            let replay = TraceReplay::Timed {
+                time_scale: FIG10_SYNTH_IOPS / (load * saturated_iops),
+            };
+            let mut runs = Vec::new();
+            for (label, cfg) in &configs {
+                runs.push(
+                    run_trace(cfg, records.clone(), replay, volume, seed)
+                        .map_err(|e| format!("{name} at load {load} with {label}: {e}"))?,
+                );
             }
+            let lat: Vec<f64> = runs.iter().map(|r| r.latency_us_mean()).collect();
+            let r = |i: usize| &runs[i].report;
             println!(
-                "{:<12} {:>4} {:>12.1} {:>12.1} {:>12.1}",
-                p.label(),
-                kib,
+                "{:<8} {:>4.2} {:>6.0} | {:>6.1} {:>6.1} {:>6.1} {:>6.1} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+                name,
+                load,
+                load * saturated_iops,
                 lat[0],
                 lat[1],
-                lat[2]
+                lat[2],
+                lat[3],
+                r(0).ftl.extra_reads,
+                r(1).ftl.extra_reads,
+                r(2).ftl.extra_reads,
+                r(0).device.buffer_write_hits,
+                r(1).device.buffer_write_hits,
+                r(2).device.buffer_write_hits,
+                r(0).device.evicted_full_pages,
+                r(1).device.evicted_full_pages,
+                r(2).device.evicted_full_pages,
             );
-            *sums.entry("pc-lru").or_default() += 1.0 - lat[1] / lat[0];
-            *sums.entry("mca").or_default() += 1.0 - lat[2] / lat[0];
+            for (i, label) in ["pc-lru", "mca", "fifo"].into_iter().enumerate() {
+                let reduction = 1.0 - lat[i + 1] / lat[0];
+                *sums.entry(label.to_string()).or_default() += reduction;
+                *per_load.entry((label, (load * 100.0) as u32)).or_default() += reduction;
+            }
             n += 1.0;
         }
     }
+    let traces = synth::profile_names().len() as f64;
+    println!("mean latency reduction against lru, over the six traces, per load:");
+    for ((label, percent), sum) in &per_load {
+        println!("  {label:<7} at {percent:>2}%: {:>6.3}", sum / traces);
+    }
+    println!("  fifo over all loads: {:.3}", sums["fifo"] / n);
+    // The reproduction compares only the two policies the paper reports.
+    sums.remove("fifo");
     Ok(Reproduction {
         id: "waflash-fig10".into(),
-        unit: "average-latency reduction against the FIFO baseline (fraction)".into(),
+        unit: "average-latency reduction against the LRU baseline (fraction)".into(),
         paper: [("pc-lru".to_string(), 0.256), ("mca".to_string(), 0.027)]
             .into_iter()
             .collect(),
-        measured: sums
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v / n))
-            .collect(),
+        measured: sums.into_iter().map(|(k, v)| (k, v / n)).collect(),
     })
 }
