@@ -309,6 +309,27 @@ impl BlockDevice for FileDevice {
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.timing.as_mut().and_then(|m| m.background(now_ns))
     }
+
+    /// The recovery scan of OOB tags (ScalaAFA §5.4) reads the sidecar file.
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        let file = self.tags.as_ref()?;
+        let tag = self.info.tag_bytes_per_sector as u64;
+        let end = lba.checked_add(sectors as u64)?;
+        if end > self.info.capacity_sectors {
+            return None;
+        }
+        let mut out = vec![0u8; (sectors as u64 * tag) as usize];
+        match file.read_exact_at(&mut out, lba * tag) {
+            Ok(()) => Some(out),
+            Err(e) => {
+                crate::log(&format!(
+                    "OOB tag scan of {} failed: {e}",
+                    tags_path(&self.path).display()
+                ));
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +377,12 @@ mod tests {
         drop(d);
         let mut d = FileDevice::open_with_tags(&path, 512, 64, 9, None).unwrap();
         let (data, tags) = read(&mut d, 2, 3);
+        assert_eq!(d.scan_tags(2, 3).as_deref(), Some(&tags[..]));
+        assert_eq!(
+            d.scan_tags(63, 2),
+            None,
+            "a scan past the end finds nothing"
+        );
         assert_eq!(&data[..512], &[0u8; 512][..]);
         assert_eq!(&data[512..], &[7u8; 1024][..]);
         assert_eq!(&tags[..9], &[0u8; 9]);
@@ -386,6 +413,7 @@ mod tests {
     fn tags_are_refused_without_a_tag_file_and_a_wrong_sized_one_is_named() {
         let path = scratch("refuse");
         let mut d = FileDevice::open(&path, 512, 64, None).unwrap();
+        assert_eq!(d.scan_tags(0, 1), None, "no tag file, no tags");
         let cmd = Command {
             tags: Some(&[1u8; 4]),
             ..Command::write(0, 1, &[0u8; 512])
