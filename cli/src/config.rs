@@ -222,6 +222,13 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         wf.ssd
             .validate()
             .map_err(|e| format!("configuration {source}: waflash.ssd: {e}"))?;
+        // A WAFLASH run is one WAFLASH SSD; an array over them is not wired yet, and
+        // silently ignoring [array] would measure something else than asked.
+        if config.array.is_some() {
+            return Err(format!(
+                "configuration {source}: [waflash] runs one WAFLASH SSD and cannot be combined with [array]"
+            ));
+        }
     }
     if let Some(a) = &config.array {
         let engines = a.log.is_some() as u32

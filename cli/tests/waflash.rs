@@ -85,3 +85,20 @@ fn waflash_fig10_writes_the_same_labels_in_both_maps() {
     assert_eq!(paper, measured);
     assert_eq!(paper, ["mca", "pc-lru"]);
 }
+
+#[test]
+fn a_waflash_table_cannot_be_combined_with_an_array() {
+    let config = temp("waflash-array.toml");
+    std::fs::write(
+        &config,
+        format!("{CONFIG}[array]\nlevel = \"raid5\"\nmembers = 3\n"),
+    )
+    .unwrap();
+    let out = afa(&["run", config.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot be combined with [array]"),
+        "{stderr}"
+    );
+}
