@@ -220,6 +220,22 @@ pub enum ArrayError {
     Resync(String),
 }
 
+/// Flushes every given member device, counting one member command each in `work`; returns
+/// when the last flush completes. Every engine's FLUSH ends here, over its serving members.
+pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(
+    now_ns: TimeNs,
+    devices: impl Iterator<Item = &'a mut D>,
+    work: &mut HostWork,
+) -> Result<TimeNs, DeviceError> {
+    let mut done = now_ns;
+    for device in devices {
+        work.member_commands += 1;
+        let c = device.submit(now_ns, &Command::flush(), ReadBuffers::none())?;
+        done = done.max(c.done_ns);
+    }
+    Ok(done)
+}
+
 /// Checks what every engine needs of its devices and rates: the same sector size and payload
 /// mode on every device, a chunk of whole sectors, positive rates. Returns the first device's
 /// facts, sectors per chunk and the smallest device's capacity in sectors.
@@ -1316,19 +1332,13 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => {
-                let mut done = self.drain_cache(now_ns)?;
-                for m in 0..self.members.len() {
-                    if self.members[m].state != MemberState::Failed {
-                        self.work.member_commands += 1;
-                        let c = self.members[m].device.submit(
-                            now_ns,
-                            &Command::flush(),
-                            ReadBuffers::none(),
-                        )?;
-                        done = done.max(c.done_ns);
-                    }
-                }
-                done
+                let drained = self.drain_cache(now_ns)?;
+                let serving = self
+                    .members
+                    .iter_mut()
+                    .filter(|m| m.state != MemberState::Failed)
+                    .map(|m| &mut m.device);
+                drained.max(flush_members(now_ns, serving, &mut self.work)?)
             }
         };
         Ok(Completion {

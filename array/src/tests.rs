@@ -8,8 +8,9 @@ use proptest::prelude::*;
 
 use super::*;
 
-pub(crate) fn ssd(seed: u64) -> Ssd {
-    let cfg = SsdConfig {
+/// The small SSD every engine test runs on: 512-byte sectors on 4 KiB pages, token payloads.
+pub(crate) fn ssd_config() -> SsdConfig {
+    SsdConfig {
         geometry: Geometry {
             channels: 2,
             chips_per_channel: 1,
@@ -24,8 +25,11 @@ pub(crate) fn ssd(seed: u64) -> Ssd {
         payload: PayloadMode::Token,
         over_provisioning: 0.25,
         ..SsdConfig::default()
-    };
-    Ssd::new(cfg, seed).unwrap()
+    }
+}
+
+pub(crate) fn ssd(seed: u64) -> Ssd {
+    Ssd::new(ssd_config(), seed).unwrap()
 }
 
 fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {

@@ -4,10 +4,10 @@
 //! the fio output.
 
 mod common;
-use common::{afa, fixture};
+use common::{afa, fixture, have};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 fn scratch(name: &str) -> PathBuf {
@@ -223,26 +223,6 @@ fn bad_inputs_are_named_not_panicked_on() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("is not an afa run report"));
-}
-
-/// Whether a program is installed. Under CI=true a missing program is a failure; elsewhere
-/// the test is skipped with a note.
-fn have(program: &str, check: &str) -> bool {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(check)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{program} is not installed, and CI=true requires it (see .ci/run)");
-        }
-        eprintln!("skipping: {program} is not installed (install it to run this test)");
-    }
-    found
 }
 
 /// Opens `page` in headless Chromium and returns the serialised DOM and every console

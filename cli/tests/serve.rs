@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::have;
+
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
 /// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
@@ -24,25 +27,6 @@ pages_per_block = 32
 level = "raid5"
 members = 3
 "#;
-
-/// Whether a client program is installed. Under CI=true a missing client is a failure;
-/// elsewhere the test is skipped with a note.
-fn have(program: &str) -> bool {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {program}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{program} is not installed, and CI=true requires every client (see .ci/run)");
-        }
-        eprintln!("skipping: {program} is not installed (install it to run this test)");
-    }
-    found
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
@@ -173,7 +157,7 @@ impl Setup {
 
 #[test]
 fn stop_and_restart_keep_every_flushed_write() {
-    if !have("qemu-io") {
+    if !have("qemu-io", "command -v qemu-io") {
         return;
     }
     let s = setup("restart", RAID5);
@@ -206,7 +190,7 @@ fn stop_and_restart_keep_every_flushed_write() {
 
 #[test]
 fn kill_9_keeps_every_flushed_write() {
-    if !have("qemu-io") {
+    if !have("qemu-io", "command -v qemu-io") {
         return;
     }
     let s = setup("kill9-flushed", RAID5);
@@ -219,7 +203,7 @@ fn kill_9_keeps_every_flushed_write() {
 
 #[test]
 fn kill_9_keeps_acknowledged_writes_because_the_server_caches_nothing() {
-    if !have("qemu-io") {
+    if !have("qemu-io", "command -v qemu-io") {
         return;
     }
     let s = setup("kill9-acked", RAID5);
@@ -239,7 +223,7 @@ fn kill_9_keeps_acknowledged_writes_because_the_server_caches_nothing() {
 
 #[test]
 fn kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    if !(have("qemu-io") && have("fio")) {
+    if !(have("qemu-io", "command -v qemu-io") && have("fio", "command -v fio")) {
         return;
     }
     let s = setup("kill9-load", RAID5);
@@ -349,7 +333,7 @@ fn bad_arguments_are_named() {
 
 #[test]
 fn the_embedded_default_volume_is_served_without_a_config() {
-    if !have("nbdinfo") {
+    if !have("nbdinfo", "command -v nbdinfo") {
         return;
     }
     let dir = scratch("default");
@@ -384,7 +368,7 @@ fn the_embedded_default_volume_is_served_without_a_config() {
 /// the three RAID 5 members is zero again.
 #[test]
 fn a_kill_makes_the_restart_resync_parity_and_an_orderly_stop_does_not() {
-    if !have("qemu-io") {
+    if !have("qemu-io", "command -v qemu-io") {
         return;
     }
     let s = setup("resync", RAID5);

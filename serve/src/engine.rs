@@ -596,11 +596,10 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     }
 
     fn accept(&mut self, job: Job) {
-        match self.pace {
-            Pace::Model if self.pending.len() >= self.queue_depth || !self.waiting.is_empty() => {
-                self.waiting.push_back(job)
-            }
-            _ => self.start_job(job),
+        if self.pending.len() >= self.queue_depth || !self.waiting.is_empty() {
+            self.waiting.push_back(job)
+        } else {
+            self.start_job(job)
         }
     }
 
@@ -613,20 +612,22 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         }
     }
 
+    /// Applies a job on the engine thread, which runs only paced engines (unpaced ones are
+    /// applied inline by the connections): the reply waits for its completion time.
     fn start_job(&mut self, job: Job) {
+        debug_assert_eq!(
+            self.pace,
+            Pace::Model,
+            "the engine thread runs paced engines only"
+        );
         let (done_ns, reply) = self.apply(job.handle, job.request, job.data, job.credits);
-        match self.pace {
-            Pace::Model => {
-                self.seq += 1;
-                self.pending.push(Due {
-                    due_ns: done_ns,
-                    seq: self.seq,
-                    reply,
-                    reply_to: job.reply_to,
-                });
-            }
-            Pace::None => self.post(job.reply_to, reply),
-        }
+        self.seq += 1;
+        self.pending.push(Due {
+            due_ns: done_ns,
+            seq: self.seq,
+            reply,
+            reply_to: job.reply_to,
+        });
     }
 
     /// Applies one request to the device now and returns its completion time in virtual

@@ -282,14 +282,6 @@ impl Server {
         }
     }
 
-    /// Serves until the process ends.
-    pub fn run(self) -> Result<(), ServeError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (closed_tx, closed_rx) = crossbeam_channel::unbounded();
-        accept_loop(&self.listener, &self.shared, &stop, &closed_tx, &closed_rx);
-        Ok(())
-    }
-
     /// Serves on a background thread until `stop` is called on the result.
     pub fn spawn(self) -> Result<RunningServer, ServeError> {
         let stop = Arc::new(AtomicBool::new(false));

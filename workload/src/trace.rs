@@ -263,9 +263,20 @@ pub(crate) fn split_device(volume: u32) -> (u32, u32) {
     (volume >> MINOR_BITS, volume & ((1 << MINOR_BITS) - 1))
 }
 
-/// Converts a count of 512-byte sectors to bytes, refusing overflow.
-pub(crate) fn sectors_to_bytes(sectors: u64) -> Option<u64> {
-    sectors.checked_mul(BLKPARSE_SECTOR_BYTES)
+/// The byte range of `count` 512-byte sectors from sector `start` (`start_name` names the
+/// start column in errors): the zero size and every overflow are refused.
+pub(crate) fn sector_range(start: u64, count: u64, start_name: &str) -> Result<(u64, u64), String> {
+    if count == 0 {
+        return Err("size is zero".to_string());
+    }
+    let offset_bytes = start
+        .checked_mul(BLKPARSE_SECTOR_BYTES)
+        .ok_or_else(|| format!("{start_name} is too large"))?;
+    let len_bytes = count
+        .checked_mul(BLKPARSE_SECTOR_BYTES)
+        .filter(|len| offset_bytes.checked_add(*len).is_some())
+        .ok_or_else(|| "size is too large".to_string())?;
+    Ok((offset_bytes, len_bytes))
 }
 
 /// Rebases raw timestamps (in nanoseconds, collected with their line numbers) to the earliest

@@ -1709,19 +1709,12 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
             Opcode::Flush => {
-                let mut done = now_ns;
-                for i in 0..self.members.len() {
-                    if self.members[i].state != MemberState::Failed {
-                        self.work.member_commands += 1;
-                        let c = self.members[i].device.submit(
-                            now_ns,
-                            &Command::flush(),
-                            ReadBuffers::none(),
-                        )?;
-                        done = done.max(c.done_ns);
-                    }
-                }
-                done
+                let serving = self
+                    .members
+                    .iter_mut()
+                    .filter(|m| m.state != MemberState::Failed)
+                    .map(|m| &mut m.device);
+                crate::flush_members(now_ns, serving, &mut self.work)?
             }
         };
         Ok(Completion {

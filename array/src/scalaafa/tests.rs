@@ -1,32 +1,19 @@
 //! ScalaAFA against the oracle: random reads, writes and trims through replication,
 //! in-SSD (or host) conversion, array-level GC, recalls, member failures and rebuilds.
 
-use afa_nand::{Geometry, PayloadMode};
 use afa_sim::SimRng;
-use afa_ssd::{Ssd, SsdConfig};
+use afa_ssd::Ssd;
 use proptest::prelude::*;
 
 use super::*;
 use crate::tests::Harness;
 
-/// A small SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's metadata.
+/// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's
+/// metadata.
 fn ssd(seed: u64) -> Ssd {
-    let cfg = SsdConfig {
-        geometry: Geometry {
-            channels: 2,
-            chips_per_channel: 1,
-            dies_per_chip: 1,
-            planes_per_die: 2,
-            blocks_per_plane: 32,
-            pages_per_block: 16,
-            page_bytes: 4096,
-            sector_bytes: 4096,
-            oob_bytes_per_page: 24,
-        },
-        payload: PayloadMode::Token,
-        over_provisioning: 0.25,
-        ..SsdConfig::default()
-    };
+    let mut cfg = crate::tests::ssd_config();
+    cfg.geometry.sector_bytes = 4096;
+    cfg.geometry.oob_bytes_per_page = 24;
     Ssd::new(cfg, seed).unwrap()
 }
 

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Runs the `afa` binary built for these tests with `args`.
 pub fn afa(args: &[&str]) -> Output {
@@ -20,4 +20,24 @@ pub fn fixture(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
+}
+
+/// Whether a program is installed. Under CI=true a missing program is a failure; elsewhere
+/// the test is skipped with a note.
+pub fn have(program: &str, check: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(check)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{program} is not installed, and CI=true requires it (see .ci/run)");
+        }
+        eprintln!("skipping: {program} is not installed (install it to run this test)");
+    }
+    found
 }

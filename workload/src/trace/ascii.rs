@@ -11,7 +11,7 @@ use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
 use super::{
-    for_each_line, invalid_input, rebase_timestamps, sectors_to_bytes, TraceRecord,
+    for_each_line, invalid_input, rebase_timestamps, sector_range, TraceRecord,
     BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
@@ -59,14 +59,7 @@ pub fn read_ascii(
                 )))
             }
         };
-        if sectors == 0 {
-            return Err(bad("size is zero".to_string()));
-        }
-        let offset_bytes =
-            sectors_to_bytes(lsn).ok_or_else(|| bad("lsn is too large".to_string()))?;
-        let len_bytes = sectors_to_bytes(sectors)
-            .filter(|len| offset_bytes.checked_add(*len).is_some())
-            .ok_or_else(|| bad("size is too large".to_string()))?;
+        let (offset_bytes, len_bytes) = sector_range(lsn, sectors, "lsn").map_err(bad)?;
         records.push(TraceRecord {
             timestamp_ns,
             op,

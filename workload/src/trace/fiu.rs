@@ -12,7 +12,7 @@ use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
 use super::{
-    for_each_line, invalid_input, join_device, rebase_timestamps, sectors_to_bytes, split_device,
+    for_each_line, invalid_input, join_device, rebase_timestamps, sector_range, split_device,
     TraceRecord, BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
@@ -65,14 +65,7 @@ pub fn read_fiu(
         if !md5.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad(format!("hash '{md5}' is not hexadecimal")));
         }
-        if sectors == 0 {
-            return Err(bad("size is zero".to_string()));
-        }
-        let offset_bytes =
-            sectors_to_bytes(lba).ok_or_else(|| bad("lba is too large".to_string()))?;
-        let len_bytes = sectors_to_bytes(sectors)
-            .filter(|len| offset_bytes.checked_add(*len).is_some())
-            .ok_or_else(|| bad("size is too large".to_string()))?;
+        let (offset_bytes, len_bytes) = sector_range(lba, sectors, "lba").map_err(bad)?;
         records.push(TraceRecord {
             timestamp_ns,
             op,
