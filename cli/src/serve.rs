@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig};
+use afa_array::{Array, ArrayConfig, ScalaAfa, META_TAG_BYTES};
 use afa_nand::PayloadMode;
 use afa_serve::{FileDevice, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
@@ -204,18 +204,16 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
-    match spec.choice {
-        EngineChoice::Raid => {}
-        EngineChoice::Log(_)
-        | EngineChoice::TwoPhase(_)
-        | EngineChoice::Swan(_)
-        | EngineChoice::ScalaAfa(_) => {
+    let scala = match &spec.choice {
+        EngineChoice::Raid => None,
+        EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
+        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) | EngineChoice::Swan(_) => {
             return Err(format!(
-                "--state keeps arrays with a static layout only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
+                "--state keeps arrays with a static layout and ScalaAFA only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
                 engine_name(&spec.choice, spec.engine.level)
             ));
         }
-    }
+    };
     if !spec.failures.is_empty() {
         return Err(
             "--state cannot be combined with [array] failures: a failed member is not recorded in the state directory, so a restart would read its stale file"
@@ -223,10 +221,25 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         );
     }
     let engine: ArrayConfig = spec.engine.clone();
-    let fingerprint = format!(
+    // ScalaAFA keeps its metadata in the OOB tags of every chunk copy (§5.4), so its members
+    // keep tags beside their bytes; RAID members need none.
+    let tag_bytes = match &scala {
+        Some(_) if (probe.tag_bytes_per_sector as usize) < META_TAG_BYTES => {
+            return Err(format!(
+                "ScalaAFA with --state needs {META_TAG_BYTES} bytes of OOB tag per sector, but the SSD leaves {} (raise [ssd.geometry] oob_bytes_per_page)",
+                probe.tag_bytes_per_sector
+            ));
+        }
+        Some(_) => probe.tag_bytes_per_sector,
+        None => 0,
+    };
+    let mut fingerprint = format!(
         "afa volume: {:?} over {} members and {} spares, chunk {} bytes, {member_sectors} sectors of {sector_bytes} bytes per member",
         engine.level, engine.members, spec.spares, engine.chunk_bytes
     );
+    if let Some(scala) = &scala {
+        fingerprint.push_str(&format!(", {scala:?}, {tag_bytes} tag bytes per sector"));
+    }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
         let seed = if index < engine.members as u64 {
@@ -234,10 +247,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         } else {
             seed.wrapping_add(1000 + index - engine.members as u64)
         };
-        FileDevice::open(
+        FileDevice::open_with_tags(
             &state.member_path(index as usize),
             sector_bytes,
             member_sectors,
+            tag_bytes,
             Some(Box::new(model(seed)?)),
         )
         .map_err(|e| e.to_string())
@@ -248,7 +262,35 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     let spares = (0..spec.spares as u64)
         .map(|j| file_member(engine.members as u64 + j))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut array = Array::new(engine.clone(), members, spares).map_err(|e| e.to_string())?;
+    let description = format!(
+        "afa: {} over {} emulated SSDs kept in {}",
+        engine_name(&spec.choice, engine.level),
+        engine.members,
+        state_dir.display()
+    );
+    if let Some(scala) = scala {
+        let engine_members = engine.members;
+        // The AMT and HGMT live in host memory only, so every start but the first rebuilds
+        // them from the members' OOB tags (§5.4), after an orderly stop as after a kill.
+        let volume = if state.fresh() {
+            ScalaAfa::new(engine, scala, members, spares)
+        } else {
+            ScalaAfa::recover(engine, scala, members, spares)
+        }
+        .map_err(|e| e.to_string())?;
+        if !state.fresh() {
+            eprintln!(
+                "afa serve: rebuilt ScalaAFA's AMT and HGMT from the OOB tags of {} members",
+                engine_members
+            );
+        }
+        return Ok(Volume {
+            device: Box::new(volume),
+            description,
+            state: Some(state),
+        });
+    }
+    let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if state.unclean() {
         // The last server was killed or crashed: a write may have reached some members and
         // not others, so redundancy is made to match the data before anything is served
@@ -262,12 +304,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     Ok(Volume {
         device: Box::new(array),
-        description: format!(
-            "afa: {} over {} emulated SSDs kept in {}",
-            engine_name(&spec.choice, engine.level),
-            engine.members,
-            state_dir.display()
-        ),
+        description,
         state: Some(state),
     })
 }

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use afa_sim::TimeNs;
 use afa_ssd::{
-    validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
-    ReadBuffers,
+    validate_command, BlockDevice, Command, Completion, ConvertCommand, DeviceError, DeviceInfo,
+    Opcode, ReadBuffers,
 };
 use rustix::fs::{fallocate, FallocateFlags};
 
@@ -157,6 +157,45 @@ impl FileDevice {
         }
     }
 
+    /// Applies a validated command to the files (no timing).
+    fn file_io(&mut self, cmd: &Command<'_>, out: &mut ReadBuffers<'_>) -> Result<(), DeviceError> {
+        let sector = self.info.sector_bytes as u64;
+        let offset = cmd.lba * sector;
+        let len = cmd.sectors as u64 * sector;
+        let tag = self.info.tag_bytes_per_sector as u64;
+        let (tag_offset, tag_len) = (cmd.lba * tag, cmd.sectors as u64 * tag);
+        match cmd.opcode {
+            Opcode::Read => {
+                let read = self.file.read_exact_at(&mut *out.data, offset);
+                let read = read.and_then(|()| match (&self.tags, out.tags.as_deref_mut()) {
+                    (Some(file), Some(t)) => file.read_exact_at(t, tag_offset),
+                    _ => Ok(()),
+                });
+                read.map_err(|e| self.io_failed("read", &e))
+            }
+            Opcode::Write => {
+                // Data first, then its tags: the tags are the write's commit (module doc).
+                let written = self.file.write_all_at(cmd.data, offset);
+                let written = written.and_then(|()| match (&self.tags, cmd.tags) {
+                    (Some(file), Some(t)) => file.write_all_at(t, tag_offset),
+                    (Some(file), None) => write_zeroes(file, tag_offset, tag_len),
+                    _ => Ok(()),
+                });
+                let synced =
+                    written.and_then(|()| if cmd.flags.fua { self.sync() } else { Ok(()) });
+                synced.map_err(|e| self.io_failed("write", &e))
+            }
+            Opcode::Trim => {
+                let trimmed = self.trim(offset, len).and_then(|()| match &self.tags {
+                    Some(file) => write_zeroes(file, tag_offset, tag_len),
+                    None => Ok(()),
+                });
+                trimmed.map_err(|e| self.io_failed("trim", &e))
+            }
+            Opcode::Flush => self.sync().map_err(|e| self.io_failed("fdatasync", &e)),
+        }
+    }
+
     fn io_failed(&self, what: &str, e: &io::Error) -> DeviceError {
         // The seam's error enum has no room for the cause, so it is logged here.
         crate::log(&format!("{what} on {} failed: {e}", self.path.display()));
@@ -253,42 +292,8 @@ impl BlockDevice for FileDevice {
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
         validate_command(&self.info, cmd, &out)?;
-        let sector = self.info.sector_bytes as u64;
-        let offset = cmd.lba * sector;
-        let len = cmd.sectors as u64 * sector;
-        let tag = self.info.tag_bytes_per_sector as u64;
-        let (tag_offset, tag_len) = (cmd.lba * tag, cmd.sectors as u64 * tag);
-        let result = match cmd.opcode {
-            Opcode::Read => {
-                let read = self.file.read_exact_at(out.data, offset);
-                let read = read.and_then(|()| match (&self.tags, out.tags) {
-                    (Some(file), Some(t)) => file.read_exact_at(t, tag_offset),
-                    _ => Ok(()),
-                });
-                read.map_err(|e| self.io_failed("read", &e))
-            }
-            Opcode::Write => {
-                // Data first, then its tags: the tags are the write's commit (module doc).
-                let written = self.file.write_all_at(cmd.data, offset);
-                let written = written.and_then(|()| match (&self.tags, cmd.tags) {
-                    (Some(file), Some(t)) => file.write_all_at(t, tag_offset),
-                    (Some(file), None) => write_zeroes(file, tag_offset, tag_len),
-                    _ => Ok(()),
-                });
-                let synced =
-                    written.and_then(|()| if cmd.flags.fua { self.sync() } else { Ok(()) });
-                synced.map_err(|e| self.io_failed("write", &e))
-            }
-            Opcode::Trim => {
-                let trimmed = self.trim(offset, len).and_then(|()| match &self.tags {
-                    Some(file) => write_zeroes(file, tag_offset, tag_len),
-                    None => Ok(()),
-                });
-                trimmed.map_err(|e| self.io_failed("trim", &e))
-            }
-            Opcode::Flush => self.sync().map_err(|e| self.io_failed("fdatasync", &e)),
-        };
-        result?;
+        let mut out = out;
+        self.file_io(cmd, &mut out)?;
         let completion = match &mut self.timing {
             Some(model) => {
                 let timed = Command {
@@ -308,6 +313,77 @@ impl BlockDevice for FileDevice {
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.timing.as_mut().and_then(|m| m.background(now_ns))
+    }
+
+    /// ScalaAFA's conversion (§5.3) done by the file device itself, as an SSD's XOR engine
+    /// would: the vertical hero's k chunks and their tags are read from the files, parity
+    /// row `cmd.parity.row` is computed over both, and the parity is written at the
+    /// destination (data, then tags) before the source is trimmed. A crash before the trim
+    /// leaves both the parity and the replicas, which recovery reads as a converted stripe;
+    /// a crash before the parity's tags leaves tags that do not match the data's parity,
+    /// which recovery reads as a stripe still in replication. The timing model, when there
+    /// is one, times the same command.
+    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        let (k, cs) = (cmd.k as u32, cmd.chunk_sectors);
+        let bad = |what: String| DeviceError::Unsupported(format!("convert: {what}"));
+        if k == 0 || cs == 0 {
+            return Err(bad(format!(
+                "k = {k} and chunk_sectors = {cs} must be positive"
+            )));
+        }
+        let source = k
+            .checked_mul(cs)
+            .ok_or_else(|| bad(format!("{k} chunks of {cs} sectors overflow")))?;
+        for (lba, sectors) in [(cmd.src_lba, source), (cmd.dst_lba, cs)] {
+            let end = lba.checked_add(sectors as u64);
+            if end.is_none_or(|e| e > self.info.capacity_sectors) {
+                return Err(DeviceError::OutOfRange {
+                    lba,
+                    sectors,
+                    capacity: self.info.capacity_sectors,
+                });
+            }
+        }
+        let codec = afa_parity::codec(k as usize, cmd.parity.of as usize)
+            .map_err(|e| bad(e.to_string()))?;
+        let tag = self.info.tag_bytes_per_sector as usize;
+        let chunk_bytes = cs as usize * self.info.sector_bytes as usize;
+        let mut data = vec![0u8; k as usize * chunk_bytes];
+        let mut tags = vec![0u8; k as usize * cs as usize * tag];
+        let mut out = ReadBuffers {
+            data: &mut data,
+            tags: (tag > 0).then_some(&mut tags[..]),
+        };
+        self.file_io(&Command::read(cmd.src_lba, source), &mut out)?;
+        let encode = |all: &[u8], out: &mut [u8]| -> Result<(), DeviceError> {
+            if out.is_empty() {
+                return Ok(());
+            }
+            let refs: Vec<&[u8]> = all.chunks(out.len()).collect();
+            codec
+                .encode_row(cmd.parity.row as usize, &refs, out)
+                .map_err(|e| bad(e.to_string()))
+        };
+        let mut parity = vec![0u8; chunk_bytes];
+        let mut parity_tags = vec![0u8; cs as usize * tag];
+        encode(&data, &mut parity)?;
+        encode(&tags, &mut parity_tags)?;
+        let write = Command {
+            tags: (tag > 0).then_some(&parity_tags[..]),
+            ..Command::write(cmd.dst_lba, cs, &parity)
+        };
+        self.file_io(&write, &mut ReadBuffers::none())?;
+        self.file_io(
+            &Command::trim(cmd.src_lba, source),
+            &mut ReadBuffers::none(),
+        )?;
+        match &mut self.timing {
+            Some(model) => model.convert(now_ns, cmd),
+            None => Ok(Completion {
+                done_ns: now_ns,
+                gc_active: false,
+            }),
+        }
     }
 
     /// The recovery scan of OOB tags (ScalaAFA §5.4) reads the sidecar file.
@@ -406,6 +482,64 @@ mod tests {
         let (data, tags) = read(&mut d, 0, 2);
         assert_eq!(tags, [0u8; 8]);
         assert_eq!(&data[512..], &[0u8; 512][..]);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// The file device's conversion writes what the parity codec computes over the
+    /// vertical hero's data and tags, and deallocates the hero, for both parity rows of m = 2.
+    #[test]
+    fn convert_writes_the_parity_of_data_and_tags_and_trims_the_source() {
+        use afa_ssd::ParityType;
+        let path = scratch("convert");
+        let mut d = FileDevice::open_with_tags(&path, 512, 64, 4, None).unwrap();
+        let (k, cs) = (3usize, 2u32);
+        let chunk = |i: usize| -> Vec<u8> { (0..1024).map(|b| (b * 7 + i * 31) as u8).collect() };
+        let chunk_tags = |i: usize| -> Vec<u8> { (0..8).map(|b| (b + 10 * i + 1) as u8).collect() };
+        let codec = afa_parity::codec(k, 2).unwrap();
+        for row in 0..2u8 {
+            for i in 0..k {
+                write(
+                    &mut d,
+                    (i as u64) * cs as u64,
+                    &chunk(i),
+                    Some(&chunk_tags(i)),
+                );
+            }
+            let cmd = ConvertCommand {
+                src_lba: 0,
+                dst_lba: 40,
+                chunk_sectors: cs,
+                k: k as u8,
+                parity: ParityType { row, of: 2 },
+            };
+            d.convert(5, &cmd).unwrap();
+            let data: Vec<Vec<u8>> = (0..k).map(chunk).collect();
+            let tags: Vec<Vec<u8>> = (0..k).map(chunk_tags).collect();
+            let (mut want, mut want_tags) = (vec![0u8; 1024], vec![0u8; 8]);
+            let refs: Vec<&[u8]> = data.iter().map(|c| c.as_slice()).collect();
+            codec.encode_row(row as usize, &refs, &mut want).unwrap();
+            let refs: Vec<&[u8]> = tags.iter().map(|c| c.as_slice()).collect();
+            codec
+                .encode_row(row as usize, &refs, &mut want_tags)
+                .unwrap();
+            assert_eq!(read(&mut d, 40, cs), (want, want_tags), "parity row {row}");
+            let (src, src_tags) = read(&mut d, 0, k as u32 * cs);
+            assert!(
+                src.iter().chain(&src_tags).all(|&b| b == 0),
+                "source trimmed"
+            );
+        }
+        let beyond = ConvertCommand {
+            src_lba: 60,
+            dst_lba: 0,
+            chunk_sectors: cs,
+            k: k as u8,
+            parity: ParityType { row: 0, of: 1 },
+        };
+        assert!(matches!(
+            d.convert(0, &beyond),
+            Err(DeviceError::OutOfRange { lba: 60, .. })
+        ));
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

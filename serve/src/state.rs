@@ -23,6 +23,8 @@ pub struct StateDir {
     /// The member files existed before and the last server did not stop in order: writes
     /// may have been cut off between members (md's "unclean shutdown").
     unclean: bool,
+    /// This start made the directory's volume: no member file holds anything yet.
+    fresh: bool,
     /// Holds an exclusive `flock` for as long as the server runs; the kernel drops it when
     /// the process dies, even by kill -9, so a restart never finds a stale lock.
     _lock: File,
@@ -52,6 +54,7 @@ impl StateDir {
         let recorded_path = dir.join(VOLUME_FILE);
         let clean_path = dir.join(CLEAN_FILE);
         let mut unclean = false;
+        let mut fresh = false;
         match std::fs::read_to_string(&recorded_path) {
             Ok(recorded) => {
                 unclean = !clean_path.exists();
@@ -65,6 +68,7 @@ impl StateDir {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fresh = true;
                 // Written to a temporary name and renamed, so a crash never leaves half a
                 // description behind.
                 let tmp = dir.join(format!("{VOLUME_FILE}.tmp"));
@@ -91,6 +95,7 @@ impl StateDir {
         Ok(Self {
             dir: dir.to_path_buf(),
             unclean,
+            fresh,
             _lock: lock,
         })
     }
@@ -98,6 +103,12 @@ impl StateDir {
     /// Whether the member files come from a server that did not stop in order.
     pub fn unclean(&self) -> bool {
         self.unclean
+    }
+
+    /// Whether this start made the volume (the member files are new and empty), so an
+    /// engine that keeps its map in memory starts empty instead of recovering it.
+    pub fn fresh(&self) -> bool {
+        self.fresh
     }
 
     /// Records an orderly stop; call it only once every acknowledged write is durable in
