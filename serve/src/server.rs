@@ -15,9 +15,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::engine::{shutdown_failure, EngineHandle, EngineSender, EngineStats, Job, Pace, Reply};
-use crate::proto::{ExportInfo, Limits, Negotiation, Request};
+use crate::proto::{ExportInfo, Limits, Negotiation};
 use crate::session::{
-    handshake, read_requests, rejected_reply, write_reply, End, Incoming, SessionError,
+    handshake, read_burst, read_requests, rejected_reply, write_reply, End, Incoming, SessionError,
 };
 use crate::{log, ServeError};
 
@@ -656,115 +656,209 @@ fn describe(end: End) -> String {
     }
 }
 
+/// Threads that take turns at one unpaced connection (see [`transmission_inline`]).
+const INLINE_TURN_THREADS: usize = 2;
+
 /// Unpaced transmission. A reply may leave as soon as the engine has applied its request,
-/// so the connection thread reads a burst, applies it to the engine itself and writes the
-/// replies: no thread switch at all on the request path (which matters on a busy host),
-/// and while it works, the client's next requests gather in the socket and make the next
-/// burst larger. Requests of one connection are in flight one burst at a time, which also
-/// bounds what the connection holds: at most `MAX_BURST_JOBS` requests.
+/// so no engine thread is involved: the connection's own threads read a burst, apply it to
+/// the engine themselves and write the replies, with no hand-off of requests between
+/// threads on the request path (which matters on a busy host). Two threads take turns
+/// (leader/follower): one holds the reading side and waits for the next burst while the
+/// other applies the previous burst and writes its replies, so reading the client's next
+/// requests overlaps with serving the last ones, as nbdkit's worker threads overlap them.
+/// Meanwhile the client's next requests gather in the socket and make the next burst
+/// larger. A connection holds at most `INLINE_TURN_THREADS` bursts of `MAX_BURST_JOBS`.
+/// Replies of different bursts may leave in either order, which NBD allows: a request
+/// is not ordered against another still in flight, and a FLUSH covers the writes already
+/// replied to, all of which were applied before their replies were written.
 fn transmission_inline(
     conn: Conn,
-    mut reader: BufReader<Conn>,
+    reader: BufReader<Conn>,
     writer: BufWriter<Conn>,
     shared: &Shared,
     limits: &Limits,
 ) -> Result<String, SessionError> {
-    struct Inline<'a> {
-        writer: BufWriter<Conn>,
-        engine: &'a EngineSender,
-        structured: bool,
-        /// Requests read but not yet handed to the engine: handle, request, buffer.
-        burst: Vec<(u64, Request, Vec<u8>)>,
-        /// Replies ready to write: a burst's, and rejections read meanwhile.
-        ready: Vec<Reply>,
-        pool_tx: Sender<Vec<u8>>,
-        error: Option<io::Error>,
+    let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
+    let turns = Turns {
+        reader: std::sync::Mutex::new(ReadSide {
+            reader,
+            ended: None,
+        }),
+        writer: std::sync::Mutex::new(WriteSide {
+            writer,
+            error: None,
+        }),
+        conn: &conn,
+        shared,
+        limits,
+        pool_tx,
+        pool_rx,
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..INLINE_TURN_THREADS)
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .name("afa-conn-turn".into())
+                    .spawn_scoped(scope, || turns.take_turns())
+                    .ok()
+            })
+            .collect();
+        turns.take_turns();
+        for helper in helpers {
+            // A turn that panicked has left its burst unanswered; the client sees the
+            // connection close below, as after any server failure.
+            let _ = helper.join();
+        }
+    });
+    conn.shutdown();
+    let ReadSide { ended, .. } = turns.reader.into_inner().unwrap_or_else(|p| p.into_inner());
+    let WriteSide { error, .. } = turns.writer.into_inner().unwrap_or_else(|p| p.into_inner());
+    match (ended, error) {
+        (Some(Err(e)), _) => Err(e),
+        (_, Some(e)) => Err(SessionError::Io(e)),
+        (Some(Ok(end)), None) => Ok(describe(end)),
+        // Only a panicked turn leaves the stream without an end.
+        (None, None) => Ok(describe(End::Stopped)),
     }
-    impl Inline<'_> {
-        /// Runs the gathered burst and writes every ready reply; false when the
-        /// connection or the engine is gone.
-        fn round(&mut self) -> bool {
-            if !self.burst.is_empty() {
-                let burst = std::mem::take(&mut self.burst);
-                match self.engine.apply(burst) {
-                    Ok(replies) => self.ready.extend(replies),
-                    // Only unpaced engines run inline, and only unpaced connections come
-                    // here; a paced engine is a wiring mistake, answered as a shutdown.
-                    Err(jobs) => {
-                        self.ready
-                            .extend(jobs.into_iter().map(|(handle, _, data)| Reply {
-                                handle,
-                                read_offset: None,
-                                result: Err(shutdown_failure()),
-                                data,
-                                credits: 0,
-                            }))
+}
+
+/// The reading side of an unpaced connection, and how its request stream ended.
+struct ReadSide {
+    reader: BufReader<Conn>,
+    ended: Option<Result<End, SessionError>>,
+}
+
+/// The writing side of an unpaced connection, and the first error writing to it.
+struct WriteSide {
+    writer: BufWriter<Conn>,
+    error: Option<io::Error>,
+}
+
+/// What the threads of one unpaced connection share.
+struct Turns<'a> {
+    reader: std::sync::Mutex<ReadSide>,
+    writer: std::sync::Mutex<WriteSide>,
+    conn: &'a Conn,
+    shared: &'a Shared,
+    limits: &'a Limits,
+    /// Request buffers come back here once their replies are written, so steady traffic
+    /// neither allocates nor page-faults.
+    pool_tx: Sender<Vec<u8>>,
+    pool_rx: Receiver<Vec<u8>>,
+}
+
+impl Turns<'_> {
+    /// One thread's share of the connection: read a burst while holding the reading side,
+    /// apply it, write its replies while holding the writing side, until the stream ends.
+    fn take_turns(&self) {
+        let mut incoming = Vec::with_capacity(MAX_BURST_JOBS);
+        let mut jobs = Vec::with_capacity(MAX_BURST_JOBS);
+        let mut replies = Vec::with_capacity(MAX_BURST_JOBS);
+        loop {
+            let last = {
+                let mut side = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+                if side.ended.is_some() {
+                    return;
+                }
+                let take_buffer = || self.pool_rx.try_recv().unwrap_or_default();
+                let read = read_burst(
+                    &mut side.reader,
+                    self.limits,
+                    take_buffer,
+                    MAX_BURST_JOBS,
+                    &mut incoming,
+                );
+                match read {
+                    Ok(None) => false,
+                    Ok(Some(end)) => {
+                        side.ended = Some(Ok(end));
+                        true
+                    }
+                    Err(e) => {
+                        // A protocol violation: hard disconnect, as the protocol allows,
+                        // once the requests read before it are served below.
+                        side.ended = Some(Err(e));
+                        true
+                    }
+                }
+            };
+            for request in incoming.drain(..) {
+                match request {
+                    Incoming::Job {
+                        handle,
+                        request,
+                        data,
+                    } => jobs.push((handle, request, data)),
+                    Incoming::Rejected {
+                        handle,
+                        kind,
+                        rejection,
+                    } => {
+                        if self.shared.config.verbose {
+                            log(&format!(
+                                "request {handle:#x} rejected: {}",
+                                rejection.message
+                            ));
+                        }
+                        replies.push(rejected_reply(handle, kind, rejection, 0));
                     }
                 }
             }
-            for reply in self.ready.drain(..) {
-                if let Err(e) = write_reply(&mut self.writer, self.structured, &reply) {
-                    self.error = Some(e);
-                    return false;
-                }
-                if reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
-                    let _ = self.pool_tx.try_send(reply.data);
+            if !jobs.is_empty() {
+                match self.shared.engine.apply(std::mem::take(&mut jobs)) {
+                    Ok(applied) => replies.extend(applied),
+                    // Only unpaced engines run inline, and only unpaced connections come
+                    // here; a paced engine is a wiring mistake, answered as a shutdown.
+                    Err(refused) => {
+                        replies.extend(refused.into_iter().map(|(handle, _, data)| Reply {
+                            handle,
+                            read_offset: None,
+                            result: Err(shutdown_failure()),
+                            data,
+                            credits: 0,
+                        }))
+                    }
                 }
             }
-            if let Err(e) = self.writer.flush() {
-                self.error = Some(e);
-                return false;
+            if !self.write_replies(&mut replies) {
+                // The other turn may be waiting in a read from a client that will never
+                // send again; closing the socket wakes it.
+                self.conn.shutdown();
+                return;
             }
-            true
+            // The stream ended in this turn's read; the other turn, if it is still
+            // serving a burst, finds the end when it next takes the reading side.
+            if last {
+                return;
+            }
         }
     }
-    let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
-    let mut state = Inline {
-        writer,
-        engine: &shared.engine,
-        structured: limits.structured_replies,
-        burst: Vec::new(),
-        ready: Vec::new(),
-        pool_tx,
-        error: None,
-    };
-    let take_buffer = || pool_rx.try_recv().unwrap_or_default();
-    let result = read_requests(&mut reader, limits, take_buffer, |incoming, next_ready| {
-        match incoming {
-            Incoming::Job {
-                handle,
-                request,
-                data,
-            } => state.burst.push((handle, request, data)),
-            Incoming::Rejected {
-                handle,
-                kind,
-                rejection,
-            } => {
-                if shared.config.verbose {
-                    log(&format!(
-                        "request {handle:#x} rejected: {}",
-                        rejection.message
-                    ));
-                }
-                state.ready.push(rejected_reply(handle, kind, rejection, 0));
+
+    /// Writes and flushes the replies; false when the connection cannot take them.
+    fn write_replies(&self, replies: &mut Vec<Reply>) -> bool {
+        let mut side = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if side.error.is_some() {
+            replies.clear();
+            return false;
+        }
+        let structured = self.limits.structured_replies;
+        let mut written = Ok(());
+        for reply in replies.drain(..) {
+            if written.is_ok() {
+                written = write_reply(&mut side.writer, structured, &reply);
+            }
+            if reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
+                let _ = self.pool_tx.try_send(reply.data);
             }
         }
-        if !next_ready || state.burst.len() >= MAX_BURST_JOBS {
-            return state.round();
-        }
-        true
-    });
-    // Requests read before the end (even before a protocol violation) are still served.
-    let written = state.round();
-    conn.shutdown();
-    let end = result?;
-    if !written {
-        if let Some(e) = state.error {
-            return Err(SessionError::Io(e));
+        match written.and_then(|()| side.writer.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                side.error = Some(e);
+                false
+            }
         }
     }
-    Ok(describe(end))
 }
 
 fn request_bytes(request: &crate::proto::Request) -> u64 {

@@ -105,42 +105,76 @@ pub fn read_requests<R: Read>(
     mut emit: impl FnMut(Incoming, bool) -> bool,
 ) -> Result<End, SessionError> {
     loop {
-        let mut header = [0u8; REQUEST_HEADER_BYTES];
-        if !read_exact_or_eof(reader, &mut header)? {
-            return Ok(End::Closed);
-        }
-        let header = parse_request_header(&header)?;
-        let incoming = match header.check(limits) {
-            Ok(Request::Disconnect) => return Ok(End::Disconnect),
-            Ok(request) => {
-                let data = match request {
-                    Request::Write { length, .. } => {
-                        let mut data = take_buffer();
-                        read_payload(reader, &mut data, length as usize)?;
-                        data
-                    }
-                    Request::Read { .. } => take_buffer(),
-                    _ => Vec::new(),
-                };
-                Incoming::Job {
-                    handle: header.handle,
-                    request,
-                    data,
-                }
-            }
-            Err(rejection) => {
-                discard(reader, rejection.discard_bytes as u64)?;
-                Incoming::Rejected {
-                    handle: header.handle,
-                    kind: header.kind,
-                    rejection,
-                }
-            }
+        let incoming = match read_request(reader, limits, &mut take_buffer)? {
+            Ok(incoming) => incoming,
+            Err(end) => return Ok(end),
         };
         if !emit(incoming, next_request_buffered(reader.buffer())) {
             return Ok(End::Stopped);
         }
     }
+}
+
+/// Reads one burst: the next request (waiting for it), then every request already complete
+/// in the buffer, up to `max` in all, so a burst never waits for the network after its
+/// first request. Returns the burst and, when the stream ended after it, how it ended.
+pub fn read_burst<R: Read>(
+    reader: &mut BufReader<R>,
+    limits: &Limits,
+    mut take_buffer: impl FnMut() -> Vec<u8>,
+    max: usize,
+    burst: &mut Vec<Incoming>,
+) -> Result<Option<End>, SessionError> {
+    loop {
+        match read_request(reader, limits, &mut take_buffer)? {
+            Ok(incoming) => burst.push(incoming),
+            Err(end) => return Ok(Some(end)),
+        }
+        if burst.len() >= max.max(1) || !next_request_buffered(reader.buffer()) {
+            return Ok(None);
+        }
+    }
+}
+
+/// Reads one request, or how the transmission ended between requests.
+fn read_request<R: Read>(
+    reader: &mut BufReader<R>,
+    limits: &Limits,
+    take_buffer: &mut impl FnMut() -> Vec<u8>,
+) -> Result<Result<Incoming, End>, SessionError> {
+    let mut header = [0u8; REQUEST_HEADER_BYTES];
+    if !read_exact_or_eof(reader, &mut header)? {
+        return Ok(Err(End::Closed));
+    }
+    let header = parse_request_header(&header)?;
+    let incoming = match header.check(limits) {
+        Ok(Request::Disconnect) => return Ok(Err(End::Disconnect)),
+        Ok(request) => {
+            let data = match request {
+                Request::Write { length, .. } => {
+                    let mut data = take_buffer();
+                    read_payload(reader, &mut data, length as usize)?;
+                    data
+                }
+                Request::Read { .. } => take_buffer(),
+                _ => Vec::new(),
+            };
+            Incoming::Job {
+                handle: header.handle,
+                request,
+                data,
+            }
+        }
+        Err(rejection) => {
+            discard(reader, rejection.discard_bytes as u64)?;
+            Incoming::Rejected {
+                handle: header.handle,
+                kind: header.kind,
+                rejection,
+            }
+        }
+    };
+    Ok(Ok(incoming))
 }
 
 /// Whether `buffered` holds a whole request (header, and payload for a write), so that
