@@ -23,7 +23,8 @@ pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
 pub use scalaafa::{ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode, META_TAG_BYTES};
 pub use swan::{
-    decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
+    decode_summary, encode_summary, MemNvram, NvramLog, ReadKind, Swan, SwanConfig, SwanEvent,
+    SwanStats, VictimPolicy,
 };
 pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
 

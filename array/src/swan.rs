@@ -235,6 +235,9 @@ pub struct Swan<D: BlockDevice> {
     /// user gives, taken off every completion.
     epoch_ns: TimeNs,
     stats: SwanStats,
+    /// Where the host NVRAM's contents are kept when they must outlive the process
+    /// (`swan_nvram.rs`); in simulation the engine's own memory is the NVRAM.
+    nvram: Option<Box<dyn NvramLog>>,
 }
 
 /// A short, stable checksum (FNV-1a) for segment summaries.
@@ -474,6 +477,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
             epoch_ns: 0,
             stats: SwanStats::default(),
+            nvram: None,
             groups: arrays,
             config: swan,
         };
@@ -845,7 +849,7 @@ impl<D: BlockDevice> Swan<D> {
         let segment = self.free[self.front]
             .pop_front()
             .ok_or(DeviceError::NoSpace { plane: 0 })?;
-        self.open(segment, None);
+        self.open(segment, None)?;
         Ok(t)
     }
 
@@ -882,7 +886,8 @@ impl<D: BlockDevice> Swan<D> {
         Ok((t, g))
     }
 
-    fn open(&mut self, segment: u32, gc: Option<usize>) {
+    fn open(&mut self, segment: u32, gc: Option<usize>) -> Result<(), DeviceError> {
+        self.log_open(gc, segment, self.next_seq)?;
         self.state[segment as usize] = SegmentState::Open;
         self.seq[segment as usize] = self.next_seq;
         self.next_seq += 1;
@@ -893,6 +898,7 @@ impl<D: BlockDevice> Swan<D> {
         s.segment = segment;
         s.head = segment * self.segment_sectors;
         s.lbas.clear();
+        Ok(())
     }
 
     /// Appends one block of logical address `lba` to the user stream (`gc` None) or to
@@ -916,11 +922,14 @@ impl<D: BlockDevice> Swan<D> {
                     let segment = self.free[g]
                         .pop_front()
                         .ok_or(DeviceError::NoSpace { plane: 0 })?;
-                    self.open(segment, Some(g));
+                    self.open(segment, Some(g))?;
                 }
                 None => t = self.open_user_segment(now_ns)?,
             }
         }
+        // Recorded before anything changes: once this append returns, the block survives
+        // the loss of the host's memory.
+        self.log_block(gc, lba, wseq, data)?;
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
@@ -951,7 +960,7 @@ impl<D: BlockDevice> Swan<D> {
             // of stripes, so the summary ends a stripe.
             self.put_summary(gc);
             t = t.max(self.flush_stripe(gc, t)?);
-            self.close(gc);
+            self.close(gc)?;
         }
         Ok(t)
     }
@@ -975,7 +984,7 @@ impl<D: BlockDevice> Swan<D> {
         s.head += 1;
     }
 
-    fn close(&mut self, gc: Option<usize>) {
+    fn close(&mut self, gc: Option<usize>) -> Result<(), DeviceError> {
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
             None => &mut self.user,
@@ -985,6 +994,8 @@ impl<D: BlockDevice> Swan<D> {
         s.head = NONE;
         self.state[segment as usize] = SegmentState::Full;
         self.stats.segments_written += 1;
+        // The summary is on the members: the segment's records may leave the NVRAM log.
+        self.compact_nvram()
     }
 
     /// Writes the stream's full stripe (the one just before its head) to its group as one
@@ -1232,8 +1243,10 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Trim => self.trim(now_ns, cmd),
             // The open stripes live in battery-backed host memory (the paper's §4.1
-            // assumption), so a flush needs only the members' own flushes.
+            // assumption), so a flush needs only the members' own flushes, and the NVRAM
+            // log's when that memory is kept in one.
             Opcode::Flush => {
+                self.sync_nvram()?;
                 let mut done = now_ns;
                 for g in &mut self.groups {
                     done = done.max(g.submit(now_ns, cmd, ReadBuffers::none())?.done_ns);
@@ -1272,6 +1285,10 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         w
     }
 }
+
+#[path = "swan_nvram.rs"]
+mod nvram;
+pub use nvram::{MemNvram, NvramLog};
 
 #[cfg(test)]
 #[path = "swan_tests.rs"]

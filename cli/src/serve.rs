@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig, ScalaAfa, META_TAG_BYTES};
+use afa_array::{Array, ArrayConfig, ScalaAfa, Swan, META_TAG_BYTES};
 use afa_nand::PayloadMode;
-use afa_serve::{FileDevice, ListenAddr, Pace, ServeConfig, Server, StateDir};
+use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
@@ -204,15 +204,26 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
-    let scala = match &spec.choice {
-        EngineChoice::Raid => None,
-        EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
-        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) | EngineChoice::Swan(_) => {
+    match &spec.choice {
+        EngineChoice::Raid | EngineChoice::ScalaAfa(_) | EngineChoice::Swan(_) => {}
+        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) => {
             return Err(format!(
-                "--state keeps arrays with a static layout and ScalaAFA only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
+                "--state keeps arrays with a static layout, ScalaAFA and SWAN only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
                 engine_name(&spec.choice, spec.engine.level)
             ));
         }
+    }
+    if let EngineChoice::Swan(swan) = &spec.choice {
+        if swan.age_fraction > 0.0 {
+            return Err(
+                "--state cannot be combined with [array.swan] age_fraction: aging is a measuring procedure that writes random data over the volume; set it to 0"
+                    .into(),
+            );
+        }
+    }
+    let scala = match &spec.choice {
+        EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
+        _ => None,
     };
     if !spec.failures.is_empty() {
         return Err(
@@ -239,6 +250,9 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     );
     if let Some(scala) = &scala {
         fingerprint.push_str(&format!(", {scala:?}, {tag_bytes} tag bytes per sector"));
+    }
+    if let EngineChoice::Swan(swan) = &spec.choice {
+        fingerprint.push_str(&format!(", {swan:?}"));
     }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
@@ -282,6 +296,29 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             eprintln!(
                 "afa serve: rebuilt ScalaAFA's AMT and HGMT from the OOB tags of {} members",
                 engine_members
+            );
+        }
+        return Ok(Volume {
+            device: Box::new(volume),
+            description,
+            state: Some(state),
+        });
+    }
+    if let EngineChoice::Swan(swan) = &spec.choice {
+        let nvram = FileNvram::open(&state.nvram_path())
+            .map_err(|e| format!("cannot open {}: {e}", state.nvram_path().display()))?;
+        let mut volume =
+            Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
+        volume.attach_nvram(Box::new(nvram));
+        // The map lives in host memory only: every start but the first rebuilds it from the
+        // segment summaries on the members and the NVRAM log of the open segments.
+        if !state.fresh() {
+            volume
+                .recover_from_nvram(0)
+                .map_err(|e| format!("SWAN recovery failed: {e}"))?;
+            eprintln!(
+                "afa serve: rebuilt SWAN's map from the segment summaries and {}",
+                state.nvram_path().display()
             );
         }
         return Ok(Volume {

@@ -6,13 +6,15 @@
 //! - [`engine`]: the thread that owns the device and paces replies in wall-clock time.
 //! - [`server`]: the listener (TCP or unix socket) and the connection threads.
 //! - [`MemDevice`] and [`FileDevice`]: devices for serve mode besides the emulated SSD;
-//!   [`StateDir`] keeps file-backed members across restarts.
+//!   [`StateDir`] keeps file-backed members across restarts, and [`FileNvram`] an
+//!   engine's battery-backed host memory.
 //!
 //! See docs/serve.md for the protocol subset, limits, pacing and the persistence model.
 
 pub mod engine;
 mod file;
 mod mem;
+mod nvram;
 pub mod proto;
 pub mod server;
 pub mod session;
@@ -21,6 +23,7 @@ mod state;
 pub use engine::{EngineStats, Executor, Pace};
 pub use file::{FileDevice, FileDeviceError};
 pub use mem::MemDevice;
+pub use nvram::FileNvram;
 pub use server::{ListenAddr, RunningServer, ServeConfig, Server, DEFAULT_PORT};
 pub use state::StateDir;
 

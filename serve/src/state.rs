@@ -132,6 +132,11 @@ impl StateDir {
         &self.dir
     }
 
+    /// The file that keeps the engine's battery-backed host memory (SWAN's NVRAM).
+    pub fn nvram_path(&self) -> PathBuf {
+        self.dir.join("nvram.log")
+    }
+
     /// The file of member `index` (spares count after the members).
     pub fn member_path(&self, index: usize) -> PathBuf {
         self.dir.join(format!("member-{index}.img"))
