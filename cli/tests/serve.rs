@@ -301,55 +301,6 @@ mode = "scalaafa"
 transient_bytes = 2097152
 "#;
 
-/// ScalaAFA keeps its AMT and HGMT in host memory only; every restart rebuilds them from the
-/// OOB tags in the members' sidecar files (§5.4), after an orderly stop and after kill -9,
-/// with stripes both converted and still in replication.
-#[test]
-fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
-    if !have("qemu-io", "command -v qemu-io") {
-        return;
-    }
-    let s = setup("scalaafa", SCALAAFA);
-    let afa = s.start(&["--pace", "none"]);
-    // More than the transient areas hold: most stripes are converted to parity.
-    qemu_io(
-        &afa.uri,
-        &[
-            "write -P 0x5a 0 24M",
-            "write -P 0x33 5000 3000",
-            "write -P 0xc4 20M 64k",
-            "flush",
-        ],
-    );
-    afa.stop();
-    let afa = s.start(&["--pace", "model"]);
-    qemu_io(
-        &afa.uri,
-        &[
-            "read -P 0x5a 0 4096",
-            "read -P 0x33 5000 3000",
-            "read -P 0x5a 8000 20963520",
-            "read -P 0xc4 20M 64k",
-            "read -P 0x5a 21037056 4128768",
-            // Overwrites out of place, acknowledged but not flushed, then a kill.
-            "write -P 0x81 1M 3M",
-            "write -P 0x19 30M 4M",
-        ],
-    );
-    afa.kill_9();
-    let afa = s.start(&["--pace", "none"]);
-    qemu_io(
-        &afa.uri,
-        &[
-            "read -P 0x33 5000 3000",
-            "read -P 0x81 1M 3M",
-            "read -P 0x5a 4M 16M",
-            "read -P 0xc4 20M 64k",
-            "read -P 0x19 30M 4M",
-        ],
-    );
-}
-
 /// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments:
 /// writing the volume a few times over makes the back-end clean segments.
 const SWAN: &str = r#"
@@ -375,30 +326,51 @@ segment_bytes = 1048576
 spare_fraction = 0.3
 "#;
 
+/// ScalaAFA keeps its AMT and HGMT in host memory only; every restart rebuilds them from the
+/// OOB tags in the members' sidecar files (§5.4), after an orderly stop and after kill -9,
+/// with stripes both converted and still in replication.
+#[test]
+fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
+    // More than the transient areas hold: most stripes are converted to parity.
+    rebuilds_after_a_stop_and_after_kill_9("scalaafa", SCALAAFA, &["0x5a"], 30);
+}
+
 /// SWAN keeps its map in host memory; every restart rebuilds it from the segment summaries
 /// on the members and the NVRAM log of the open segments, after an orderly stop and after
 /// kill -9, and keeps acknowledged writes that were never flushed (the NVRAM holds them).
 #[test]
 fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
+    // The volume is 76.7 MiB: three passes make segments go through GC.
+    rebuilds_after_a_stop_and_after_kill_9("swan", SWAN, &["0x11", "0x22", "0x5a"], 76);
+}
+
+/// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small
+/// pieces over it and flushes; stops and restarts, reads everything back and writes more
+/// without a flush; kills and restarts, and reads everything back again. The volume must
+/// hold at least 36 MiB.
+fn rebuilds_after_a_stop_and_after_kill_9(
+    name: &str,
+    toml: &str,
+    fill_patterns: &[&str],
+    fill_mib: u64,
+) {
     if !have("qemu-io", "command -v qemu-io") {
         return;
     }
-    let s = setup("swan", SWAN);
+    let s = setup(name, toml);
     let afa = s.start(&["--pace", "none"]);
-    // The volume is 76.7 MiB: three passes make segments go through GC.
+    let mut fill: Vec<String> = fill_patterns
+        .iter()
+        .map(|p| format!("write -P {p} 0 {fill_mib}M"))
+        .collect();
+    fill.extend(["write -P 0x33 5000 3000", "write -P 0xc4 20M 64k", "flush"].map(String::from));
     qemu_io(
         &afa.uri,
-        &[
-            "write -P 0x11 0 76M",
-            "write -P 0x22 0 76M",
-            "write -P 0x5a 0 76M",
-            "write -P 0x33 5000 3000",
-            "write -P 0xc4 20M 64k",
-            "flush",
-        ],
+        &fill.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     afa.stop();
     let afa = s.start(&["--pace", "model"]);
+    let tail = format!("read -P 0x5a 21037056 {}", (fill_mib << 20) - 21037056);
     qemu_io(
         &afa.uri,
         &[
@@ -406,11 +378,11 @@ fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9(
             "read -P 0x33 5000 3000",
             "read -P 0x5a 8000 20963520",
             "read -P 0xc4 20M 64k",
-            "read -P 0x5a 21037056 58654720",
+            &tail,
             // Acknowledged, never flushed, then a kill.
             "write -P 0x81 1M 3M",
             "write -P 0x19 30M 4100k",
-            "write -P 0x77 50M 12k",
+            "write -P 0x77 35M 12k",
         ],
     );
     afa.kill_9();
@@ -422,9 +394,9 @@ fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9(
             "read -P 0x81 1M 3M",
             "read -P 0x5a 4M 16M",
             "read -P 0xc4 20M 64k",
+            "read -P 0x5a 21037056 10420224",
             "read -P 0x19 30M 4100k",
-            "read -P 0x77 50M 12k",
-            "read -P 0x5a 60M 16M",
+            "read -P 0x77 35M 12k",
         ],
     );
 }
