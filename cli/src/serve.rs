@@ -213,6 +213,12 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             ));
         }
     }
+    if spec.engine.stripe_cache_stripes > 0 {
+        return Err(
+            "--state cannot be combined with [array] stripe_cache_stripes: the stripe cache holds acknowledged writes in the server's memory, which a kill -9 would lose; set it to 0"
+                .into(),
+        );
+    }
     if let EngineChoice::Swan(swan) = &spec.choice {
         if swan.age_fraction > 0.0 {
             return Err(
@@ -687,6 +693,25 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
         let err = build_volume(&cfg, Some(&dir)).err().unwrap();
         assert!(err.contains("static layout"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn state_refuses_a_stripe_cache_and_swan_aging() {
+        let dir = std::env::temp_dir().join(format!("afa-serve-refuse-{}", std::process::id()));
+        let base =
+            "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 4\n";
+        for (extra, named) in [
+            ("stripe_cache_stripes = 8\n", "stripe_cache_stripes"),
+            (
+                "[array.swan]\ngroups = 2\nage_fraction = 0.6\n",
+                "age_fraction",
+            ),
+        ] {
+            let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();
+            let err = build_volume(&cfg, Some(&dir)).err().unwrap();
+            assert!(err.contains(named), "{err}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
