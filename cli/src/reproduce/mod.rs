@@ -64,11 +64,7 @@ fn experiments() -> Vec<Entry> {
 
 /// Figures and tables of the papers that the issues ask for and no experiment reproduces
 /// yet: listed so that `--list` shows the whole registry, with what is missing.
-const PLANNED: &[(&str, &str)] = &[(
-    "swan-fig8",
-    "SWAN Figs. 8–10 and Table 4: YCSB load and mixed phases on RAID4, RAID5, Log-RAID4 and \
-     SWAN4 over 9 SSDs, throughput, read tail latency and reads split by group kind",
-)];
+const PLANNED: &[(&str, &str)] = &[];
 
 pub fn run(args: ReproduceArgs) -> Result<(), String> {
     if args.list || (args.id.is_none() && !args.all) {

@@ -1,0 +1,88 @@
+//! The SWAN reproductions, end to end through the binary.
+
+mod common;
+use common::afa;
+
+use std::path::PathBuf;
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("afa-swan-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn reproduce(id: &str, seed: &str) -> serde_json::Value {
+    let json = temp(&format!("{id}-{seed}.json"));
+    let out = afa(&[
+        "reproduce",
+        id,
+        "--quick",
+        "--seed",
+        seed,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+fn value(v: &serde_json::Value, label: &str) -> f64 {
+    v["measured"][label]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no measured {label}"))
+}
+
+/// Figure 4a's ordering: RAID0 (the SSDs' own GC over all their space) below Log-RAID0
+/// (array-level cleaning of 1 MiB segments on every SSD at once) below SWAN0 (cleaning in a
+/// back-end group while the front-end writes).
+#[test]
+fn fig4a_orders_raid0_below_log_raid0_below_swan0() {
+    let v = reproduce("swan-fig4a", "1");
+    let (raid0, log, swan) = (
+        value(&v, "raid0"),
+        value(&v, "log-raid0"),
+        value(&v, "swan0"),
+    );
+    assert!(raid0 < log && log < swan, "{raid0} / {log} / {swan}");
+    // SWAN0 writes through a front-end of two 400 MB/s SSDs: it cannot beat them, and it must
+    // not collapse either.
+    assert!(swan > 0.75 * 800.0 && swan <= 800.0, "{swan}");
+    // Fig. 5: Log-RAID0's throughput swings as cleaning stalls every SSD at once, SWAN0's
+    // stays level (100 ms buckets after the array filled).
+    let swan_low = value(&v, "swan0_low");
+    assert!(swan_low > 0.85 * swan, "{swan_low} against {swan}");
+    let log_low = value(&v, "log-raid0_low");
+    assert!(log_low < 0.5 * log, "{log_low} against {log}");
+}
+
+/// Figures 8–10 and Table 4: every paper label is measured, SWAN4's load phase beats the
+/// read-modify-write RAIDs, Table 4's split covers every read, and a seed reproduces the
+/// whole result bit for bit.
+#[test]
+fn fig8_measures_every_label_and_a_seed_reproduces_it() {
+    let v = reproduce("swan-fig8", "1");
+    let paper = v["paper"].as_object().unwrap();
+    for label in paper.keys() {
+        assert!(value(&v, label).is_finite(), "{label}");
+    }
+    for phase in ["load", "a", "b", "c", "d"] {
+        for engine in ["raid4", "raid5", "log-raid4", "swan4"] {
+            assert!(value(&v, &format!("{phase}_{engine}_mb_s")) > 0.0);
+        }
+    }
+    assert!(value(&v, "load_swan4_over_raid4") > 4.0);
+    assert!(value(&v, "load_swan4_over_raid5") > 4.0);
+    let fractions: f64 = ["front_end", "back_end_idle", "back_end_gc"]
+        .iter()
+        .map(|k| value(&v, &format!("table4_{k}_read_fraction")))
+        .sum();
+    assert!((fractions - 1.0).abs() < 1e-9, "{fractions}");
+    let again = reproduce("swan-fig8", "1");
+    assert_eq!(v["measured"], again["measured"]);
+    let other = reproduce("swan-fig8", "2");
+    assert_ne!(v["measured"], other["measured"]);
+}
