@@ -311,33 +311,43 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
     };
     let mut now_ns = 0;
     let mut reader = BufReader::with_capacity(4096, reader);
-    let _ = read_requests(&mut reader, &limits, Vec::new, |incoming, _| {
-        let reply = match incoming {
-            Incoming::Job {
-                handle,
-                request,
-                mut data,
-            } => {
-                now_ns += 1_000;
-                let result = exec.execute_into(now_ns, &request, &mut data).map(|_| ());
-                Reply {
+    // Bursts as the unpaced connection reads them (the paced one reads the same requests
+    // one by one through `read_requests`, which shares `read_request`).
+    let mut burst = Vec::new();
+    loop {
+        let read = read_burst(&mut reader, &limits, Vec::new, 4, &mut burst);
+        for incoming in burst.drain(..) {
+            let reply = match incoming {
+                Incoming::Job {
                     handle,
-                    read_offset: match request {
-                        Request::Read { offset, .. } => Some(offset),
-                        _ => None,
-                    },
-                    result,
-                    data,
-                    credits: 1,
+                    request,
+                    mut data,
+                } => {
+                    now_ns += 1_000;
+                    let result = exec.execute_into(now_ns, &request, &mut data).map(|_| ());
+                    Reply {
+                        handle,
+                        read_offset: match request {
+                            Request::Read { offset, .. } => Some(offset),
+                            _ => None,
+                        },
+                        result,
+                        data,
+                        credits: 1,
+                    }
                 }
+                Incoming::Rejected {
+                    handle,
+                    kind,
+                    rejection,
+                } => rejected_reply(handle, kind, rejection, 1),
+            };
+            if write_reply(&mut out, negotiated.structured_replies, &reply).is_err() {
+                return out;
             }
-            Incoming::Rejected {
-                handle,
-                kind,
-                rejection,
-            } => rejected_reply(handle, kind, rejection, 1),
-        };
-        write_reply(&mut out, negotiated.structured_replies, &reply).is_ok()
-    });
-    out
+        }
+        if !matches!(read, Ok(None)) {
+            return out;
+        }
+    }
 }
