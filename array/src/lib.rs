@@ -15,16 +15,17 @@
 
 mod layout;
 mod log_raid;
+mod nvram;
 pub mod scalaafa;
 mod swan;
 mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
+pub use nvram::{MemNvram, NvramLog};
 pub use scalaafa::{ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode, META_TAG_BYTES};
 pub use swan::{
-    decode_summary, encode_summary, MemNvram, NvramLog, ReadKind, Swan, SwanConfig, SwanEvent,
-    SwanStats, VictimPolicy,
+    decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
 };
 pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
 

@@ -25,6 +25,7 @@ use afa_ssd::{
 use serde::{Deserialize, Serialize};
 
 use crate::log_raid::WriteWindow;
+use crate::nvram::NvramLog;
 use crate::{Array, ArrayConfig, ArrayError, Level};
 
 const NONE: u32 = u32::MAX;
@@ -241,7 +242,7 @@ pub struct Swan<D: BlockDevice> {
 }
 
 /// A short, stable checksum (FNV-1a) for segment summaries.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     })
@@ -1288,7 +1289,6 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
 
 #[path = "swan_nvram.rs"]
 mod nvram;
-pub use nvram::{MemNvram, NvramLog};
 
 #[cfg(test)]
 #[path = "swan_tests.rs"]

@@ -14,164 +14,13 @@
 //! segment, block list and open stripe, rebuilds the map from the summaries and those lists
 //! (the newest write sequence number wins), and writes again any stripe of an open segment
 //! that the log holds whole, because a crash may have come between the record of a stripe's
-//! last block and the stripe's write to the members.
-//!
-//! Frames: `len: u32 LE`, `checksum: u64 LE` (FNV-1a of the body), `body`. A frame cut short
-//! or failing its checksum ends the log: it was being written when the crash came, and its
-//! append had not returned, so its write was never acknowledged.
-
-use std::sync::{Arc, Mutex};
+//! last block and the stripe's write to the members. The log's frames are `crate::nvram`'s.
 
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
-use super::{fnv1a, SegmentState, Swan, NONE};
-
-/// Durable storage for SWAN's host NVRAM contents.
-pub trait NvramLog: Send + std::fmt::Debug {
-    /// Appends `bytes`; once this returns they survive a crash of the process.
-    fn append(&mut self, bytes: &[u8]) -> Result<(), DeviceError>;
-    /// Replaces the whole log with `bytes`, atomically: after a crash the log holds either
-    /// the old contents or the new.
-    fn replace(&mut self, bytes: &[u8]) -> Result<(), DeviceError>;
-    /// Makes everything appended so far survive a power loss too.
-    fn sync(&mut self) -> Result<(), DeviceError>;
-    /// The log's contents, for recovery.
-    fn contents(&self) -> Result<Vec<u8>, DeviceError>;
-}
-
-/// A log in memory, shared between clones: what a battery keeps when the host loses power.
-/// Tests drop the engine (the crash) and recover a new one from a clone.
-#[derive(Debug, Clone, Default)]
-pub struct MemNvram {
-    bytes: Arc<Mutex<Vec<u8>>>,
-}
-
-impl MemNvram {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
-        self.bytes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Bytes held now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Cuts the log to `len` bytes, as a crash in the middle of an append would.
-    pub fn truncate(&self, len: usize) {
-        self.lock().truncate(len);
-    }
-}
-
-impl NvramLog for MemNvram {
-    fn append(&mut self, bytes: &[u8]) -> Result<(), DeviceError> {
-        self.lock().extend_from_slice(bytes);
-        Ok(())
-    }
-    fn replace(&mut self, bytes: &[u8]) -> Result<(), DeviceError> {
-        *self.lock() = bytes.to_vec();
-        Ok(())
-    }
-    fn sync(&mut self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    fn contents(&self) -> Result<Vec<u8>, DeviceError> {
-        Ok(self.lock().clone())
-    }
-}
-
-const OPEN: u8 = 1;
-const BLOCK: u8 = 2;
-const FRAME_HEADER_BYTES: usize = 12;
-
-/// One logged event. Stream 0 is the user stream, stream 1 + g group g's GC stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Record {
-    Open {
-        stream: u32,
-        segment: u32,
-        seq: u64,
-    },
-    /// The next block of the stream's open segment; `data` is empty when the block's stripe
-    /// was already on the members when the log was last replaced.
-    Block {
-        stream: u32,
-        lba: u32,
-        wseq: u64,
-        data: Vec<u8>,
-    },
-}
-
-fn frame(body: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&fnv1a(body).to_le_bytes());
-    out.extend_from_slice(body);
-}
-
-fn encode_open(stream: u32, segment: u32, seq: u64, out: &mut Vec<u8>) {
-    let mut body = Vec::with_capacity(17);
-    body.push(OPEN);
-    body.extend_from_slice(&stream.to_le_bytes());
-    body.extend_from_slice(&segment.to_le_bytes());
-    body.extend_from_slice(&seq.to_le_bytes());
-    frame(&body, out);
-}
-
-fn encode_block(stream: u32, lba: u32, wseq: u64, data: &[u8], out: &mut Vec<u8>) {
-    let mut body = Vec::with_capacity(17 + data.len());
-    body.push(BLOCK);
-    body.extend_from_slice(&stream.to_le_bytes());
-    body.extend_from_slice(&lba.to_le_bytes());
-    body.extend_from_slice(&wseq.to_le_bytes());
-    body.extend_from_slice(data);
-    frame(&body, out);
-}
-
-/// Decodes frames up to the first one that is cut short or corrupt (module doc).
-fn decode(mut bytes: &[u8]) -> Vec<Record> {
-    let mut records = Vec::new();
-    while bytes.len() >= FRAME_HEADER_BYTES {
-        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
-        let sum = u64::from_le_bytes(bytes[4..12].try_into().expect("8 bytes"));
-        let Some(body) = bytes.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
-            break;
-        };
-        if fnv1a(body) != sum || body.len() < 17 {
-            break;
-        }
-        let u32_at = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
-        let record = match body[0] {
-            OPEN => Record::Open {
-                stream: u32_at(1),
-                segment: u32_at(5),
-                seq: u64_at(9),
-            },
-            BLOCK => Record::Block {
-                stream: u32_at(1),
-                lba: u32_at(5),
-                wseq: u64_at(9),
-                data: body[17..].to_vec(),
-            },
-            _ => break,
-        };
-        records.push(record);
-        bytes = &bytes[FRAME_HEADER_BYTES + len..];
-    }
-    records
-}
-
-/// A stream's open segment as the log describes it.
-#[derive(Debug, Default)]
-struct LoggedStream {
-    segment: u32,
-    seq: u64,
-    blocks: Vec<(u32, u64, Vec<u8>)>,
-}
+use super::{SegmentState, Swan, NONE};
+use crate::nvram::{encode_block, encode_open, logged_streams, NvramLog, FRAME_HEADER_BYTES};
 
 impl<D: BlockDevice> Swan<D> {
     /// Keeps the host NVRAM's contents in `log` from now on. Attach it to a new, empty
@@ -268,38 +117,7 @@ impl<D: BlockDevice> Swan<D> {
                 "recovering SWAN needs its NVRAM log attached".into(),
             ));
         };
-        let streams_total = 1 + self.gc_streams.len();
-        let mut logged: Vec<Option<LoggedStream>> = (0..streams_total).map(|_| None).collect();
-        for record in decode(&log.contents()?) {
-            match record {
-                Record::Open {
-                    stream,
-                    segment,
-                    seq,
-                } => {
-                    let Some(slot) = logged.get_mut(stream as usize) else {
-                        return Err(DeviceError::Unsupported(format!(
-                            "the SWAN NVRAM log names stream {stream}, but this volume has {streams_total}"
-                        )));
-                    };
-                    *slot = Some(LoggedStream {
-                        segment,
-                        seq,
-                        blocks: Vec::new(),
-                    });
-                }
-                Record::Block {
-                    stream,
-                    lba,
-                    wseq,
-                    data,
-                } => {
-                    if let Some(Some(s)) = logged.get_mut(stream as usize) {
-                        s.blocks.push((lba, wseq, data));
-                    }
-                }
-            }
-        }
+        let logged = logged_streams(&log.contents()?, 1 + self.gc_streams.len())?;
         let d = self.data_blocks() as usize;
         let segments = self.state.len() as u32;
         let unit = self.unit;
@@ -394,7 +212,10 @@ mod tests {
     use afa_sim::SimRng;
     use afa_ssd::{Opcode, Ssd};
 
+    use std::sync::Arc;
+
     use super::*;
+    use crate::nvram::MemNvram;
     use crate::swan::SwanConfig;
     use crate::tests::ssd_config;
     use crate::{ArrayConfig, Level};
@@ -657,31 +478,5 @@ mod tests {
             "log of {} bytes for segments of {segment}",
             log.len()
         );
-    }
-
-    /// A record cut short by the crash ends the log; the records before it still count.
-    #[test]
-    fn a_torn_last_record_is_ignored() {
-        let mut bytes = Vec::new();
-        encode_open(0, 7, 3, &mut bytes);
-        encode_block(0, 42, 9, &[1, 2, 3], &mut bytes);
-        let whole = bytes.len();
-        encode_block(0, 43, 10, &[4, 5, 6], &mut bytes);
-        assert_eq!(decode(&bytes).len(), 3);
-        assert_eq!(decode(&bytes[..whole + 5]).len(), 2, "cut short");
-        let mut corrupt = bytes.clone();
-        let last = corrupt.len() - 1;
-        corrupt[last] ^= 0xff;
-        assert_eq!(decode(&corrupt).len(), 2, "checksum");
-        assert_eq!(
-            decode(&bytes)[1],
-            Record::Block {
-                stream: 0,
-                lba: 42,
-                wseq: 9,
-                data: vec![1, 2, 3]
-            }
-        );
-        let _ = Opcode::Flush;
     }
 }
