@@ -6,9 +6,16 @@
 //! sends each volume sector to its newest physical sector. When free segments run short, the
 //! segment with the fewest valid sectors is cleaned: its valid sectors are read back and
 //! appended to the log, and the segment is trimmed on the members before reuse.
+//!
+//! The last sectors of every segment hold its summary (SWAN's format: sequence number, and
+//! the logical address and write sequence number of every data sector), so the map can be
+//! rebuilt from the members after the host loses its memory; the open segment's list lives in
+//! the NVRAM, which an [`NvramLog`] keeps when it must outlive the process
+//! (`log_raid_recovery.rs`).
 
 use std::collections::VecDeque;
 
+use afa_nand::{fill_unit, sector_token};
 use afa_sim::TimeNs;
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
@@ -16,6 +23,8 @@ use afa_ssd::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::nvram::NvramLog;
+use crate::swan::encode_summary;
 use crate::{Array, Level};
 
 const NONE: u32 = u32::MAX;
@@ -99,12 +108,24 @@ pub struct LogRaid<D: BlockDevice> {
     unit: usize,
     stripe_sectors: u32,
     segment_sectors: u32,
+    /// Sectors at the end of every segment that hold its summary.
+    summary_sectors: u32,
     segments: u32,
     l2p: Vec<u32>,
     p2l: Vec<u32>,
+    /// Write sequence number of the data in every physical sector: a user write takes the
+    /// next number, a cleaning copy keeps its source's, so the newest version wins a rebuild.
+    wseq: Vec<u64>,
+    next_wseq: u64,
     valid: Vec<u32>,
     state: Vec<SegmentState>,
+    /// Sequence number of every segment's opening.
+    seq: Vec<u64>,
+    next_seq: u64,
     free: VecDeque<u32>,
+    /// Logical address and write sequence number of every data sector appended to the open
+    /// segment (in NVRAM; the summary once the segment is full).
+    lbas: Vec<(u32, u64)>,
     /// Physical sector where the next appended sector goes, NONE when no segment is open.
     head: u32,
     /// Payload of the open stripe (in NVRAM).
@@ -114,6 +135,15 @@ pub struct LogRaid<D: BlockDevice> {
     info: DeviceInfo,
     cleaning: bool,
     stats: LogRaidStats,
+    /// Where the NVRAM's contents are kept when they must outlive the process.
+    nvram: Option<Box<dyn NvramLog>>,
+}
+
+/// Sectors of `sector_bytes` that a summary of the rest of a `segment_sectors` segment
+/// needs: 32 bytes of header and checksum and 13 bytes per data sector
+/// ([`encode_summary`]).
+fn summary_sectors_for(segment_sectors: u32, sector_bytes: u64) -> u32 {
+    (32 + 13 * segment_sectors as u64).div_ceil(sector_bytes + 13) as u32
 }
 
 impl<D: BlockDevice> LogRaid<D> {
@@ -144,6 +174,13 @@ impl<D: BlockDevice> LogRaid<D> {
         let ainfo = array.info();
         let stripe_sectors = (array.chunk_sectors() as u64 * array.layout().k as u64) as u32;
         let segment_sectors = stripe_sectors * config.segment_stripes;
+        let summary_sectors = summary_sectors_for(segment_sectors, ainfo.sector_bytes as u64);
+        if summary_sectors >= segment_sectors {
+            return Err(bad(format!(
+                "a log-raid segment of {segment_sectors} sectors cannot hold data besides its {summary_sectors}-sector summary; raise segment_stripes"
+            )));
+        }
+        let data_sectors = (segment_sectors - summary_sectors) as u64;
         let segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
         let reserve = config.gc_free_segments + 1;
         if segments <= reserve + 1 {
@@ -153,8 +190,10 @@ impl<D: BlockDevice> LogRaid<D> {
             )));
         }
         let physical = segments as u64 * segment_sectors as u64;
-        let usable = (segments - reserve) as u64 * segment_sectors as u64;
-        let logical = ((physical as f64 * (1.0 - config.spare_fraction)) as u64).min(usable);
+        let usable = (segments - reserve) as u64 * data_sectors;
+        let logical = (((segments as u64 * data_sectors) as f64 * (1.0 - config.spare_fraction))
+            as u64)
+            .min(usable);
         let unit = ainfo.payload_unit_bytes as usize;
         Ok(Self {
             info: DeviceInfo {
@@ -165,17 +204,24 @@ impl<D: BlockDevice> LogRaid<D> {
             unit,
             stripe_sectors,
             segment_sectors,
+            summary_sectors,
             segments,
             l2p: vec![NONE; logical as usize],
             p2l: vec![NONE; physical as usize],
+            wseq: vec![0; physical as usize],
+            next_wseq: 1,
             valid: vec![0; segments as usize],
             state: vec![SegmentState::Free; segments as usize],
+            seq: vec![0; segments as usize],
+            next_seq: 1,
             free: (0..segments).collect(),
+            lbas: Vec::new(),
             head: NONE,
             stripe_buf: vec![0; stripe_sectors as usize * unit],
             inflight: WriteWindow::default(),
             cleaning: false,
             stats: LogRaidStats::default(),
+            nvram: None,
             array,
             config,
         })
@@ -194,6 +240,12 @@ impl<D: BlockDevice> LogRaid<D> {
     #[inline]
     fn segment_of(&self, physical: u32) -> u32 {
         physical / self.segment_sectors
+    }
+
+    /// Data sectors per segment (the summary takes the rest).
+    #[inline]
+    fn data_sectors(&self) -> u32 {
+        self.segment_sectors - self.summary_sectors
     }
 
     /// Whether `physical` lies in the open stripe, still only in NVRAM.
@@ -224,12 +276,14 @@ impl<D: BlockDevice> LogRaid<D> {
             // Cleaning relocated data and so opened a segment already; appending goes on there.
             return Ok(t);
         }
-        let seg = self
-            .free
-            .pop_front()
-            .ok_or(DeviceError::NoSpace { plane: 0 })?;
+        let seg = *self.free.front().ok_or(DeviceError::NoSpace { plane: 0 })?;
+        self.log_open(seg, self.next_seq)?;
+        self.free.pop_front();
         self.state[seg as usize] = SegmentState::Open;
+        self.seq[seg as usize] = self.next_seq;
+        self.next_seq += 1;
         self.head = seg * self.segment_sectors;
+        self.lbas.clear();
         Ok(t)
     }
 
@@ -242,7 +296,7 @@ impl<D: BlockDevice> LogRaid<D> {
         let Some(victim) = victim else {
             return Ok(None);
         };
-        if self.valid[victim as usize] >= self.segment_sectors {
+        if self.valid[victim as usize] >= self.data_sectors() {
             return Ok(None);
         }
         self.cleaning = true;
@@ -283,8 +337,9 @@ impl<D: BlockDevice> LogRaid<D> {
             t = t.max(*read_done);
             for i in 0..*run {
                 let lba = self.p2l[(physical + i) as usize];
+                let wseq = self.wseq[(physical + i) as usize];
                 let data = &buf[i as usize * unit..(i as usize + 1) * unit];
-                self.append(lba, data, t)?;
+                self.append(lba, wseq, data, t)?;
                 self.stats.gc_sectors_moved += 1;
             }
         }
@@ -302,12 +357,22 @@ impl<D: BlockDevice> LogRaid<D> {
         Ok(Some(t.max(c.done_ns)))
     }
 
-    /// Appends one sector of volume address `lba`. Returns when it is in NVRAM.
-    fn append(&mut self, lba: u32, data: &[u8], now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+    /// Appends one sector of volume address `lba` written with sequence number `wseq`.
+    /// Returns when it is in NVRAM.
+    fn append(
+        &mut self,
+        lba: u32,
+        wseq: u64,
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
         let mut t = now_ns;
         if self.head == NONE {
             t = self.open_segment(now_ns)?;
         }
+        // Recorded before anything changes: once this append returns, the sector survives
+        // the loss of the host's memory.
+        self.log_block(lba, wseq, data)?;
         let physical = self.head;
         let offset = (physical % self.stripe_sectors) as usize;
         if self.unit > 0 {
@@ -319,16 +384,53 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         self.l2p[lba as usize] = physical;
         self.p2l[physical as usize] = lba;
+        self.wseq[physical as usize] = wseq;
+        self.lbas.push((lba, wseq));
         let seg = self.segment_of(physical);
         self.valid[seg as usize] += 1;
         self.head += 1;
         if self.head % self.stripe_sectors == 0 {
             t = t.max(self.flush_stripe(t)?);
-            if self.head % self.segment_sectors == 0 {
-                self.state[seg as usize] = SegmentState::Full;
-                self.head = NONE;
+        }
+        if self.head % self.segment_sectors == self.data_sectors() {
+            t = t.max(self.close_segment(t)?);
+        }
+        Ok(t)
+    }
+
+    /// Appends the open segment's summary to its last sectors, writes the stripes that
+    /// fills, and closes the segment. Returns when NVRAM has room again.
+    pub(crate) fn close_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let seg = self.segment_of(self.head);
+        let seq = self.seq[seg as usize];
+        let (unit, n) = (self.unit, self.summary_sectors as usize);
+        let summary = if unit == self.info.sector_bytes as usize {
+            encode_summary(seq, seg, &self.lbas, n * unit)
+                .expect("summary_sectors_for leaves room for the summary")
+        } else {
+            // With token payloads a sector holds 8 bytes: each carries the sequence number.
+            let mut bytes = vec![0u8; n * unit];
+            for block in bytes.chunks_mut(unit.max(1)) {
+                fill_unit(sector_token(seg as u64, seq), block);
+            }
+            bytes
+        };
+        let mut t = now_ns;
+        for i in 0..n {
+            let offset = (self.head % self.stripe_sectors) as usize;
+            if unit > 0 {
+                self.stripe_buf[offset * unit..(offset + 1) * unit]
+                    .copy_from_slice(&summary[i * unit..(i + 1) * unit]);
+            }
+            self.head += 1;
+            if self.head % self.stripe_sectors == 0 {
+                t = t.max(self.flush_stripe(t)?);
             }
         }
+        self.state[seg as usize] = SegmentState::Full;
+        self.head = NONE;
+        // The summary is on the members: the segment's records may leave the NVRAM log.
+        self.compact_nvram()?;
         Ok(t)
     }
 
@@ -357,7 +459,9 @@ impl<D: BlockDevice> LogRaid<D> {
             } else {
                 &zeros[..]
             };
-            let t = self.append((cmd.lba + i as u64) as u32, data, now_ns)?;
+            let wseq = self.next_wseq;
+            self.next_wseq += 1;
+            let t = self.append((cmd.lba + i as u64) as u32, wseq, data, now_ns)?;
             done = done.max(t + self.config.nvram_write_ns);
         }
         self.stats.user_sectors += cmd.sectors as u64;
@@ -437,8 +541,12 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
                 }
                 now_ns + self.config.nvram_write_ns
             }
-            // NVRAM is durable, so a flush needs only the members' own flushes.
-            Opcode::Flush => self.array.submit(now_ns, cmd, out)?.done_ns,
+            // NVRAM is durable, so a flush needs only the members' own flushes, and the
+            // NVRAM log's when that memory is kept in one.
+            Opcode::Flush => {
+                self.sync_nvram()?;
+                self.array.submit(now_ns, cmd, out)?.done_ns
+            }
         };
         Ok(Completion {
             done_ns,
@@ -454,3 +562,6 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
         self.array.take_host_work()
     }
 }
+
+#[path = "log_raid_recovery.rs"]
+mod recovery;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig, ScalaAfa, Swan, META_TAG_BYTES};
+use afa_array::{Array, ArrayConfig, LogRaid, ScalaAfa, Swan, META_TAG_BYTES};
 use afa_nand::PayloadMode;
 use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
@@ -204,14 +204,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
-    match &spec.choice {
-        EngineChoice::Raid | EngineChoice::ScalaAfa(_) | EngineChoice::Swan(_) => {}
-        EngineChoice::Log(_) | EngineChoice::TwoPhase(_) => {
-            return Err(format!(
-                "--state keeps arrays with a static layout, ScalaAFA and SWAN only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
-                engine_name(&spec.choice, spec.engine.level)
-            ));
-        }
+    if let EngineChoice::TwoPhase(_) = &spec.choice {
+        return Err(format!(
+            "--state keeps arrays with a static layout, ScalaAFA, SWAN and Log-RAID only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
+            engine_name(&spec.choice, spec.engine.level)
+        ));
     }
     if spec.engine.stripe_cache_stripes > 0 {
         return Err(
@@ -257,8 +254,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     if let Some(scala) = &scala {
         fingerprint.push_str(&format!(", {scala:?}, {tag_bytes} tag bytes per sector"));
     }
-    if let EngineChoice::Swan(swan) = &spec.choice {
-        fingerprint.push_str(&format!(", {swan:?}"));
+    match &spec.choice {
+        EngineChoice::Swan(swan) => fingerprint.push_str(&format!(", {swan:?}")),
+        EngineChoice::Log(log) => fingerprint.push_str(&format!(", {log:?}")),
+        _ => {}
     }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
@@ -334,6 +333,29 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
+    if let EngineChoice::Log(log_config) = &spec.choice {
+        let nvram = FileNvram::open(&state.nvram_path())
+            .map_err(|e| format!("cannot open {}: {e}", state.nvram_path().display()))?;
+        let mut volume =
+            LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
+        volume.attach_nvram(Box::new(nvram));
+        // As for SWAN: the map lives in host memory only, so every start but the first
+        // rebuilds it from the segment summaries and the NVRAM log.
+        if !state.fresh() {
+            volume
+                .recover_from_nvram(0)
+                .map_err(|e| format!("Log-RAID recovery failed: {e}"))?;
+            eprintln!(
+                "afa serve: rebuilt Log-RAID's map from the segment summaries and {}",
+                state.nvram_path().display()
+            );
+        }
+        return Ok(Volume {
+            device: Box::new(volume),
+            description,
+            state: Some(state),
+        });
+    }
     if state.unclean() {
         // The last server was killed or crashed: a write may have reached some members and
         // not others, so redundancy is made to match the data before anything is served
@@ -688,7 +710,7 @@ mod tests {
 
     #[test]
     fn state_refuses_engines_that_keep_their_map_in_memory() {
-        let text = "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.log]\n";
+        let text = "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.two_phase]\n";
         let cfg: RunConfig = toml::from_str(text).unwrap();
         let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
         let err = build_volume(&cfg, Some(&dir)).err().unwrap();

@@ -344,6 +344,42 @@ fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9(
     rebuilds_after_a_stop_and_after_kill_9("swan", SWAN, &["0x11", "0x22", "0x5a"], 76);
 }
 
+/// Log-RAID over a RAID 5 of three small SSDs, 1 MiB segments (8 stripes of 2 × 64 KiB).
+const LOGRAID: &str = r#"
+seed = 11
+[ssd]
+over_provisioning = 0.15
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+[array.log]
+segment_stripes = 8
+spare_fraction = 0.2
+"#;
+
+/// Log-RAID rebuilds its map from the summaries at the end of its segments and the NVRAM
+/// log, like SWAN, after its cleaner has moved data.
+#[test]
+fn log_raid_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
+    rebuilds_after_a_stop_and_after_kill_9("lograid", LOGRAID, &["0x11", "0x22", "0x5a"], 40);
+}
+
+/// As above on Log-RAID.
+#[test]
+fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    kill_9_under_load("lograid-kill9-load", LOGRAID);
+}
+
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small
 /// pieces over it and flushes; stops and restarts, reads everything back and writes more
 /// without a flush; kills and restarts, and reads everything back again. The volume must
@@ -440,7 +476,7 @@ fn a_state_directory_refuses_another_configuration_and_a_second_server() {
 
 #[test]
 fn engines_without_recovery_from_member_files_are_refused_with_state() {
-    let s = setup("lograid", &format!("{RAID5}[array.log]\n"));
+    let s = setup("two-phase", &format!("{RAID5}[array.two_phase]\n"));
     let out = Command::new(AFA)
         .arg("serve")
         .arg(&s.config)
