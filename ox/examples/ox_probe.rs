@@ -1,5 +1,5 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|mapcache=N]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|mapcache=N|ratio=X]`,
 //! or `-- lat` for the mean 1 MiB flush latency of each interface.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
@@ -55,7 +55,12 @@ fn main() {
     let scale = Scale { records, ops };
     for i in [Interface::Batch, Interface::Block] {
         let start = std::time::Instant::now();
-        let mut cfg = KvConfig::scaled(scale.records, i, cache);
+        let ratio = args
+            .iter()
+            .skip(5)
+            .find_map(|f| f.strip_prefix("ratio=").and_then(|r| r.parse().ok()))
+            .unwrap_or(afa_ox::kv::DEVICE_TO_DATA_SET_RATIO);
+        let mut cfg = KvConfig::scaled_with_ratio(scale.records, i, cache, ratio);
         for flag in args.iter().skip(5) {
             match flag.as_str() {
                 "nodevgc" => cfg.device.gc.enabled = false,

@@ -866,13 +866,22 @@ impl OxController {
     /// Makes the MAP page of `lpid` resident; returns when it is.
     pub(crate) fn ensure_map_page(&mut self, lpid: u64, ready_ns: TimeNs) -> TimeNs {
         match self.map.probe(lpid) {
-            MapMiss::Hit => ready_ns,
+            MapMiss::Hit { ready_ns: loaded } => ready_ns.max(loaded),
             MapMiss::Load { page, ppn } => {
+                // A full cache frees a slot first. OX writes a dirty page out before its slot
+                // takes the new page (`map_load_pg_cache` in ox-ctrl's oxb-gl-map.c evicts,
+                // then reads), so the load waits for that program; MAP_S then points at the
+                // new copy (the checkpoint makes it durable).
+                let mut start = ready_ns;
+                if let Some(ev) = self.map.make_room() {
+                    self.stats.map_page_evictions_written += 1;
+                    start = self.write_table_page(TableId::Map, ev.page, ev.words, ready_ns);
+                }
                 let (end, words) = if ppn == NO_PPN {
-                    (ready_ns, None)
+                    (start, None)
                 } else {
                     self.stats.map_page_loads += 1;
-                    let (end, blob) = self.media.read_wblock(ppn, ready_ns);
+                    let (end, blob) = self.media.read_wblock(ppn, start);
                     let words = match blob {
                         Some(MetaBlob::Table(TablePage {
                             table: TableId::Map,
@@ -888,11 +897,11 @@ impl OxController {
                     };
                     (end, words)
                 };
-                if let Some(ev) = self.map.insert_page(page, words.as_deref()) {
-                    // A dirty page pushed out of the cache is written to the table stream;
-                    // MAP_S then points at the new copy (the checkpoint makes it durable).
+                // The slot was freed above, so inserting pushes nothing out; should it ever,
+                // the page is written rather than lost.
+                if let Some(ev) = self.map.insert_page(page, words.as_deref(), end) {
                     self.stats.map_page_evictions_written += 1;
-                    self.write_table_page(TableId::Map, ev.page, ev.words, ready_ns);
+                    self.write_table_page(TableId::Map, ev.page, ev.words, end);
                 }
                 end
             }
@@ -1264,15 +1273,25 @@ impl OxController {
         }
         let mut end = ready;
         let mut tokens = Vec::with_capacity(addrs.len());
-        for ppa in addrs {
-            if ppa.is_none() {
+        let mut i = 0;
+        while i < addrs.len() {
+            if addrs[i].is_none() {
                 tokens.push(0);
+                i += 1;
                 continue;
             }
-            let (t, token, _) = self.media.read_rblock(ppa, ready);
-            self.stats.user_read_bytes += self.cfg.terms.rblock_bytes as u64;
+            // RBLOCKs that follow one another in one WBLOCK (a block read of a range written
+            // together) share one array read of that WBLOCK.
+            let ppn = self.media.ppn_of(addrs[i]);
+            let mut j = i + 1;
+            while j < addrs.len() && !addrs[j].is_none() && self.media.ppn_of(addrs[j]) == ppn {
+                j += 1;
+            }
+            let (t, toks) = self.media.read_rblocks_of_wblock(&addrs[i..j], ready);
+            self.stats.user_read_bytes += (j - i) as u64 * self.cfg.terms.rblock_bytes as u64;
             end = end.max(t);
-            tokens.push(token);
+            tokens.extend(toks);
+            i = j;
         }
         let bytes = tokens.len() as u64 * self.cfg.terms.rblock_bytes as u64;
         let done = end + self.link_ns(bytes);

@@ -3,10 +3,11 @@
 //! When a channel's used EBLOCKs exceed `start_used_fraction`, GC closes the channel to user
 //! writes (reads go on) and collects victims one at a time until the used fraction falls
 //! below `stop_used_fraction`. Victims are FULL HOT or COLD EBLOCKs with no context in
-//! flight, most invalid RBLOCKs first; GBITV says which RBLOCKs are live and their TAGs give
-//! the LPIDs, so only live RBLOCKs are read. They are written to the COLD line, and MAP is
-//! updated with the optimistic check: an entry moves only if it still points at the victim,
-//! so a user write that landed meanwhile wins. The GC record of the moves is durable before
+//! flight, most invalid RBLOCKs first, and — as OX picks them — at least half invalid while
+//! the channel has room. GBITV says which RBLOCKs are live and their TAGs give the LPIDs, so
+//! only WBLOCKs that hold a live RBLOCK are read (whole, as OX does). The live RBLOCKs are
+//! written to the COLD line, and MAP is updated with the optimistic check: an entry moves
+//! only if it still points at the victim, so a user write that landed meanwhile wins. The GC record of the moves is durable before
 //! the victim is erased.
 
 use afa_sim::TimeNs;
@@ -71,7 +72,27 @@ impl OxController {
                 return Some(b);
             }
         }
-        best.filter(|&(invalid, _)| invalid > 0).map(|(_, b)| b)
+        best.filter(|&(invalid, _)| invalid > 0 && invalid >= self.min_invalid_rblocks(ch))
+            .map(|(_, b)| b)
+    }
+
+    /// The fewest invalid RBLOCKs a victim must have in channel `ch`, as OX's
+    /// `block_gc_get_target_blks` computes it: half the EBLOCK while the channel is less than
+    /// 70% used, less and less above, none once user writes cannot get an EBLOCK there.
+    fn min_invalid_rblocks(&self, ch: u32) -> u32 {
+        let g = &self.cfg.gc;
+        if self.prov.free_in_channel(ch) <= self.prov.reserve_eblocks(Stream::Hot) {
+            return 0;
+        }
+        let used = self.prov.used_fraction(ch);
+        let relax = g.min_invalid_relax_from_used_fraction;
+        let scale = if used >= relax {
+            (1.0 - (used - relax) / (1.0 - relax)).max(0.0)
+        } else {
+            1.0
+        };
+        let full = self.cfg.terms.rblocks_per_eblock() as f64;
+        (full * g.min_invalid_fraction * scale).floor() as u32
     }
 
     pub(crate) fn on_gc_check(&mut self, ch: u32) {
@@ -113,6 +134,23 @@ impl OxController {
         let rb = self.cfg.terms.rblock_bytes as u64;
         let live = self.gbitv.live_rblocks(victim);
         let first = self.media.first_ppn(victim);
+        // OX reads every WBLOCK of the victim that holds a live RBLOCK whole, as the flash
+        // page it is (`block_gc_read_blk` in ox-ctrl's oxb-gc.c), and then picks the live
+        // RBLOCKs out of the buffer; this is why the paper's Table 3 shows OXBatch's GC
+        // reading about three times what it writes. Each source WBLOCK is read once; `read_at`
+        // holds when it is in controller memory.
+        let whole = self.cfg.gc.read_whole_wblocks;
+        let mut read_at: Vec<(u32, TimeNs)> = Vec::new();
+        if whole {
+            for &r in &live {
+                let w = r / spp as u32;
+                if read_at.last().is_none_or(|&(p, _)| p != w) {
+                    let (t, _) = self.media.read_wblock(first + w, now);
+                    self.stats.gc_read_bytes += self.cfg.terms.wblock_bytes as u64;
+                    read_at.push((w, t));
+                }
+            }
+        }
         let mut copies = Vec::with_capacity(live.len());
         let mut end_max = now;
         for chunk in live.chunks(spp) {
@@ -121,7 +159,16 @@ impl OxController {
             let mut priors = Vec::with_capacity(spp);
             for &r in chunk {
                 let ppa = self.media.ppa(first + r / spp as u32, r % spp as u32);
-                let (t, token, tag) = self.media.read_rblock(ppa, now);
+                let (t, token, tag) = if whole {
+                    let w = r / spp as u32;
+                    let t = read_at
+                        .iter()
+                        .find(|&&(p, _)| p == w)
+                        .map_or(now, |&(_, t)| t);
+                    (t, self.media.token_of(ppa), self.media.tag_of(ppa))
+                } else {
+                    self.media.read_rblock(ppa, now)
+                };
                 ready = ready.max(t);
                 rblocks.push(RblockWrite {
                     tag: Tag::new(TagKind::Gc, tag.lpid, seq),
@@ -129,7 +176,9 @@ impl OxController {
                 });
                 priors.push((tag.lpid, ppa));
             }
-            self.stats.gc_read_bytes += chunk.len() as u64 * rb;
+            if !whole {
+                self.stats.gc_read_bytes += chunk.len() as u64 * rb;
+            }
             let ready = self.cpu(ready, self.cfg.costs.page_cpu_ns * chunk.len() as u64);
             loop {
                 let Some(ppn) = self.prov.alloc(&self.media, Stream::Cold) else {

@@ -48,6 +48,11 @@ pub struct HostCosts {
     pub page_copy_cpu_ns: u64,
     /// Block interface: maintaining the LPID → LBA map for one page written.
     pub map_update_cpu_ns: u64,
+    /// Block interface: looking a missing page's LBA up in the LPID → LBA map before it is
+    /// read. The batch host skips this: it reads by LPID (§1.2, "it merely needs to know if a
+    /// page is cached"). One access to DRAM: the paper's map of 10 M pages (80 MB) is far
+    /// larger than the host CPU's 10 MB last-level cache.
+    pub map_lookup_cpu_ns: u64,
     /// Block interface: host GC work per page of a cleaned segment (parse, liveness check).
     pub gc_page_cpu_ns: u64,
     /// Block interface: host checkpoint work per map entry written.
@@ -61,6 +66,7 @@ impl Default for HostCosts {
             io_cpu_ns: 5_000,
             page_copy_cpu_ns: 400,
             map_update_cpu_ns: 300,
+            map_lookup_cpu_ns: 100,
             gc_page_cpu_ns: 1_200,
             ckpt_entry_cpu_ns: 15,
         }
@@ -102,9 +108,9 @@ pub struct KvConfig {
 }
 
 /// The fraction of MAP the controller's DRAM caches in [`KvConfig::scaled`] devices. The
-/// paper does not give OX's MAP cache size; a fifth is calibrated so that the quick scale's
-/// read-heavy ratios fall in the paper's range, and stated as a fraction so that every
-/// scale caches the same share (docs/ox.md has the sensitivity).
+/// paper does not give OX's MAP cache size; a fifth was calibrated against the paper's
+/// read-heavy gap at the quick scale (and left unchanged since), stated as a fraction so that
+/// every scale caches the same share (docs/ox.md has the sensitivity).
 pub const MAP_CACHE_FRACTION: f64 = 0.2;
 
 /// Records per 4 KiB leaf and separators per 4 KiB inner page (32-byte page header).
@@ -114,13 +120,31 @@ pub const LEAF_CAPACITY: usize =
     ((PAGE_BYTES - PAGE_HEADER_BYTES) / (KEY_BYTES + VALUE_BYTES) as u64) as usize;
 pub const INNER_CAPACITY: usize = ((PAGE_BYTES - PAGE_HEADER_BYTES) / 16) as usize;
 
+/// The device's logical capacity over the data set's size (§8.2.3: "the SSD capacity was
+/// limited to 10 times larger than the dataset size"). The data set is what §8.1.3 defines
+/// it to be: the records, an 8-byte key and a 100-byte payload each (10 M records, 1.08 GB
+/// in the paper) — not the B-tree pages that hold them, which are about 1.5 times larger
+/// (leaves 69% full, 32-byte page headers, inner pages).
+pub const DEVICE_TO_DATA_SET_RATIO: f64 = 10.0;
+
 impl KvConfig {
     /// A configuration for `records` records with the device scaled as in §8.2.3: the SSD's
-    /// logical capacity ten times the data set, 30% over-provisioning, GC at 50% used.
+    /// logical capacity [`DEVICE_TO_DATA_SET_RATIO`] times the data set, 30%
+    /// over-provisioning, GC at 50% used.
     pub fn scaled(records: u64, interface: Interface, cache_fraction: f64) -> KvConfig {
-        // Leaves end up about 69% full after random inserts.
-        let data_pages = (records as f64 / (LEAF_CAPACITY as f64 * 0.69)).ceil() as u64 + 64;
-        let logical_pages = 10 * data_pages;
+        Self::scaled_with_ratio(records, interface, cache_fraction, DEVICE_TO_DATA_SET_RATIO)
+    }
+
+    /// [`KvConfig::scaled`] with the device `device_to_data_set` times the data set.
+    pub fn scaled_with_ratio(
+        records: u64,
+        interface: Interface,
+        cache_fraction: f64,
+        device_to_data_set: f64,
+    ) -> KvConfig {
+        let data_set_bytes = records * (KEY_BYTES + VALUE_BYTES) as u64;
+        let data_set_pages = data_set_bytes.div_ceil(PAGE_BYTES);
+        let logical_pages = (data_set_pages as f64 * device_to_data_set).ceil() as u64;
         let mut device = OxConfig {
             terms: crate::FlashTerms {
                 eblock_bytes: 512 * 1024,
@@ -557,6 +581,9 @@ impl KvStore {
     /// inner page is requested at the same time (inner pages almost never miss).
     fn read_page_from_device(&mut self, lpid: u64) -> Result<(), OxError> {
         self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Io);
+        if self.cfg.interface == Interface::Block {
+            self.cpu(self.cfg.costs.map_lookup_cpu_ns, Purpose::Io);
+        }
         let req = match self.cfg.interface {
             Interface::Batch => Request::ReadLpid(lpid),
             Interface::Block => Request::ReadBlocks {
@@ -1036,6 +1063,24 @@ mod tests {
         cfg.device.checkpoint.interval_ns = 20_000_000;
         cfg.host_checkpoint_interval_ns = 20_000_000;
         cfg
+    }
+
+    /// §8.2.3's device is ten times the data set, and the data set is the records (§8.1.3),
+    /// not the B-tree pages that hold them.
+    #[test]
+    fn the_device_is_ten_times_the_records() {
+        let cfg = KvConfig::scaled(100_000, Interface::Batch, 0.2);
+        let records_bytes = 100_000 * (KEY_BYTES + VALUE_BYTES) as u64;
+        assert_eq!(
+            cfg.device.logical_pages,
+            10 * records_bytes.div_ceil(PAGE_BYTES)
+        );
+        assert_eq!(
+            KvConfig::scaled_with_ratio(100_000, Interface::Block, 0.2, 5.0)
+                .device
+                .logical_pages,
+            5 * records_bytes.div_ceil(PAGE_BYTES)
+        );
     }
 
     #[test]

@@ -346,6 +346,20 @@ impl Media {
         (end, self.token_of(ppa), self.tag_of(ppa))
     }
 
+    /// Reads several RBLOCKs of one WBLOCK: the page is sensed once and the RBLOCKs are
+    /// transferred together, as an open-channel vector read of sectors in one page is.
+    /// Returns when the data is in controller memory, and the tokens.
+    pub fn read_rblocks_of_wblock(&mut self, ppas: &[Ppa], ready_ns: TimeNs) -> (TimeNs, Vec<u64>) {
+        let Some(&first) = ppas.first() else {
+            return (ready_ns, Vec::new());
+        };
+        let ppn = self.ppn_of(first);
+        self.counters.rblock_reads += ppas.len() as u64;
+        let bytes = self.cfg.terms.rblock_bytes * ppas.len() as u32;
+        let end = self.nand.read(ppn, ready_ns, bytes);
+        (end, ppas.iter().map(|&p| self.token_of(p)).collect())
+    }
+
     /// Reads a whole WBLOCK (a log block, a table page, a checkpoint record).
     pub fn read_wblock(&mut self, ppn: Ppn, ready_ns: TimeNs) -> (TimeNs, Option<&MetaBlob>) {
         self.counters.wblock_reads += 1;

@@ -205,6 +205,16 @@ impl Provisioner {
         1.0 - self.free_in_channel(channel) as f64 / usable as f64
     }
 
+    /// Free EBLOCKs a channel keeps back from `stream`: user writes stop at 2 × LUNs + 2,
+    /// GC copies at LUNs + 2, and the last two are for the log and the tables.
+    pub fn reserve_eblocks(&self, stream: Stream) -> u32 {
+        match stream {
+            Stream::Hot => 2 * self.luns + 2,
+            Stream::Cold => self.luns + 2,
+            Stream::Log | Stream::Table => 0,
+        }
+    }
+
     pub fn is_gc_channel(&self, channel: u32) -> bool {
         self.gc_channels[channel as usize]
     }
@@ -227,11 +237,7 @@ impl Provisioner {
         // Each stream leaves a reserve of free EBLOCKs in the channel for the ones that free
         // space: user writes stop first, GC copies next; the last two EBLOCKs are for the
         // log and the tables, which a checkpoint needs before it can truncate anything.
-        let reserve = match stream {
-            Stream::Hot => 2 * self.luns + 2,
-            Stream::Cold => self.luns + 2,
-            Stream::Log | Stream::Table => 0,
-        };
+        let reserve = self.reserve_eblocks(stream);
         if self.free_in_channel(channel) <= reserve {
             return None;
         }

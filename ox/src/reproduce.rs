@@ -81,7 +81,10 @@ pub fn reproduce(id: &str, quick: bool, seed: u64) -> Result<Reproduction, Strin
                 ("read_heavy", Workload::ReadHeavy),
                 ("write_heavy", Workload::WriteHeavy),
             ] {
-                for cache in [20u32, 80] {
+                // The paper gives figures at 20% and 80% only; 50% is measured as well (its
+                // label has no paper figure) because the paper's range of 1.4–2.6× read-heavy
+                // covers the caches between.
+                for cache in [20u32, 50, 80] {
                     let f = cache as f64 / 100.0;
                     let batch = measure(Interface::Batch, f, w, scale, seed).map_err(err)?;
                     let block = measure(Interface::Block, f, w, scale, seed).map_err(err)?;
@@ -157,9 +160,12 @@ fn check_integrity(run: &KvRun) -> Result<(), String> {
     Ok(())
 }
 
-/// The Table 3 analogue of one run, in bytes. On the block interface "GC" is the host's
-/// LLAMA-like log cleaning (what the paper's table reports for BwTree_Block) plus whatever
-/// the device's own GC moved underneath; on the batch interface it is the device's GC.
+/// The Table 3 analogue of one run, in bytes. "GC" is the GC that reclaims the host's space:
+/// the host's LLAMA-like log cleaning on the block interface, the device's GC on batch. That
+/// is what the paper's Tables 3 and 4 count for BwTree_Block: its write amplification 1.133
+/// is exactly (28.08 + 3.74) / 28.08, user writes plus LLAMA's GC writes, with nothing of
+/// the device's GC underneath. What the device's GC moved under the block host's log is
+/// kept apart in the `device_*` fields.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Table3Row {
     pub user_read_bytes: u64,
@@ -167,7 +173,7 @@ pub struct Table3Row {
     pub gc_read_bytes: u64,
     pub gc_write_bytes: u64,
     pub reclaimed_bytes: u64,
-    /// The share of the GC figures that the device's own GC did (block interface).
+    /// What the device's own GC did (on batch the same as the GC figures).
     pub device_gc_read_bytes: u64,
     pub device_gc_write_bytes: u64,
     pub device_reclaimed_bytes: u64,
@@ -190,8 +196,8 @@ impl Table3Row {
             Interface::Block => Table3Row {
                 user_read_bytes: run.host.user_read_bytes,
                 user_write_bytes: run.host.user_write_bytes,
-                gc_read_bytes: run.host.host_gc_read_bytes + d.gc_read_bytes,
-                gc_write_bytes: run.host.host_gc_write_bytes + d.gc_write_bytes,
+                gc_read_bytes: run.host.host_gc_read_bytes,
+                gc_write_bytes: run.host.host_gc_write_bytes,
                 reclaimed_bytes: run.host.host_gc_reclaimed_bytes,
                 device_gc_read_bytes: d.gc_read_bytes,
                 device_gc_write_bytes: d.gc_write_bytes,
@@ -203,23 +209,15 @@ impl Table3Row {
     /// (GC read + GC write) / reclaimed space, for the GC that reclaims the host's space:
     /// LLAMA's on the block interface (as in the paper's Table 4), the device's on batch.
     pub fn gc_overhead(&self) -> f64 {
-        let (r, w) = if self.device_reclaimed_bytes == self.reclaimed_bytes {
-            (self.gc_read_bytes, self.gc_write_bytes)
-        } else {
-            (
-                self.gc_read_bytes - self.device_gc_read_bytes,
-                self.gc_write_bytes - self.device_gc_write_bytes,
-            )
-        };
-        (r + w) as f64 / self.reclaimed_bytes.max(1) as f64
+        (self.gc_read_bytes + self.gc_write_bytes) as f64 / self.reclaimed_bytes.max(1) as f64
     }
 
-    /// (user read + every GC read) / user read.
+    /// (user read + GC read) / user read.
     pub fn read_amplification(&self) -> f64 {
         (self.user_read_bytes + self.gc_read_bytes) as f64 / self.user_read_bytes.max(1) as f64
     }
 
-    /// (user write + every GC write) / user write.
+    /// (user write + GC write) / user write.
     pub fn write_amplification(&self) -> f64 {
         (self.user_write_bytes + self.gc_write_bytes) as f64 / self.user_write_bytes.max(1) as f64
     }
@@ -267,6 +265,60 @@ mod tests {
         let batch = done_per_mib(Interface::Batch, 4, 1).unwrap();
         assert!((block - 17.0).abs() < 1e-9, "{block}");
         assert!((batch - 1.0).abs() < 1e-9, "{batch}");
+    }
+
+    /// On block, Table 3's GC is LLAMA's cleaning alone (as in the paper); what the device's
+    /// GC did underneath is kept apart.
+    #[test]
+    fn table3_counts_the_host_gc_on_block_and_keeps_the_device_gc_apart() {
+        let run = KvRun {
+            ops_per_s: 1.0,
+            host: crate::kv::KvStats {
+                user_read_bytes: 100,
+                user_write_bytes: 200,
+                host_gc_read_bytes: 50,
+                host_gc_write_bytes: 10,
+                host_gc_reclaimed_bytes: 40,
+                ..Default::default()
+            },
+            device: crate::kv::OxStatsSummary {
+                user_write_bytes: 220,
+                gc_read_bytes: 7,
+                gc_write_bytes: 3,
+                gc_reclaimed_bytes: 9,
+                ..Default::default()
+            },
+        };
+        let block = Table3Row::of(&run, Interface::Block);
+        assert_eq!(
+            (
+                block.gc_read_bytes,
+                block.gc_write_bytes,
+                block.reclaimed_bytes
+            ),
+            (50, 10, 40)
+        );
+        assert_eq!(
+            (
+                block.device_gc_read_bytes,
+                block.device_gc_write_bytes,
+                block.device_reclaimed_bytes
+            ),
+            (7, 3, 9)
+        );
+        assert!((block.read_amplification() - 1.5).abs() < 1e-12);
+        assert!((block.write_amplification() - 1.05).abs() < 1e-12);
+        assert!((block.gc_overhead() - 1.5).abs() < 1e-12);
+        let batch = Table3Row::of(&run, Interface::Batch);
+        assert_eq!(
+            (
+                batch.user_write_bytes,
+                batch.gc_read_bytes,
+                batch.gc_write_bytes
+            ),
+            (220, 7, 3)
+        );
+        assert!((batch.gc_overhead() - 10.0 / 9.0).abs() < 1e-12);
     }
 
     #[test]

@@ -105,13 +105,17 @@ struct CachedMapPage {
     entries: Vec<MapEntry>,
     dirty: bool,
     last_use: u64,
+    /// When the page is in controller DRAM: a page still being read from flash is in the
+    /// cache (so it is not loaded twice) but whoever needs it waits for the read, as behind
+    /// OX's per-page lock (§7.2.5).
+    ready_ns: u64,
 }
 
 /// What the MAP cache needs before an entry can be touched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MapMiss {
-    /// The page is cached.
-    Hit,
+    /// The page is cached, or being loaded: it is in DRAM at `ready_ns`.
+    Hit { ready_ns: u64 },
     /// The page must be read from `ppn` (or created empty when `ppn` is `NO_PPN`).
     Load { page: u32, ppn: Ppn },
 }
@@ -169,9 +173,11 @@ impl Map {
     /// Whether the MAP page holding `lpid` is cached; if not, where to load it from.
     pub fn probe(&mut self, lpid: u64) -> MapMiss {
         let page = self.page_of(lpid);
-        if self.cache.contains_key(&page) {
+        if let Some(c) = self.cache.get(&page) {
             self.hits += 1;
-            MapMiss::Hit
+            MapMiss::Hit {
+                ready_ns: c.ready_ns,
+            }
         } else {
             self.misses += 1;
             MapMiss::Load {
@@ -181,9 +187,29 @@ impl Map {
         }
     }
 
-    /// Puts a loaded page (its words, or `None` for a page never written) in the cache and
-    /// returns the dirty page it pushed out, if any.
-    pub fn insert_page(&mut self, page: u32, words: Option<&[u64]>) -> Option<EvictedMapPage> {
+    /// Frees a cache slot for a page about to be loaded, when the cache is full: the least
+    /// recently used page leaves, and is returned if it is dirty (it must be written before
+    /// its slot is reused).
+    pub fn make_room(&mut self) -> Option<EvictedMapPage> {
+        if self.cache.len() < self.capacity_pages {
+            return None;
+        }
+        let (_, victim) = self.lru.pop_first()?;
+        let v = self.cache.remove(&victim)?;
+        v.dirty.then(|| EvictedMapPage {
+            page: victim,
+            words: v.entries.iter().map(|e| e.0).collect(),
+        })
+    }
+
+    /// Puts a page (its words, or `None` for a page never written) in the cache, in DRAM from
+    /// `ready_ns` on, and returns the dirty page it pushed out, if any.
+    pub fn insert_page(
+        &mut self,
+        page: u32,
+        words: Option<&[u64]>,
+        ready_ns: u64,
+    ) -> Option<EvictedMapPage> {
         let n = self.entries_per_page as usize;
         let entries = match words {
             Some(w) => (0..n)
@@ -191,19 +217,11 @@ impl Map {
                 .collect(),
             None => vec![MapEntry::UNMAPPED; n],
         };
-        let mut evicted = None;
-        if !self.cache.contains_key(&page) && self.cache.len() >= self.capacity_pages {
-            if let Some((_, victim)) = self.lru.pop_first() {
-                if let Some(v) = self.cache.remove(&victim) {
-                    if v.dirty {
-                        evicted = Some(EvictedMapPage {
-                            page: victim,
-                            words: v.entries.iter().map(|e| e.0).collect(),
-                        });
-                    }
-                }
-            }
-        }
+        let evicted = if self.cache.contains_key(&page) {
+            None
+        } else {
+            self.make_room()
+        };
         self.tick += 1;
         if let Some(old) = self.cache.insert(
             page,
@@ -211,6 +229,7 @@ impl Map {
                 entries,
                 dirty: false,
                 last_use: self.tick,
+                ready_ns,
             },
         ) {
             self.lru.remove(&old.last_use);

@@ -34,6 +34,9 @@ pub(crate) fn small_config() -> OxConfig {
             stop_used_fraction: 0.55,
             static_wear_threshold_erases: 8,
             max_gc_channels: 2,
+            read_whole_wblocks: true,
+            min_invalid_fraction: 0.5,
+            min_invalid_relax_from_used_fraction: 0.7,
         },
         checkpoint: OxCheckpointConfig {
             enabled: true,
@@ -439,6 +442,154 @@ fn gc_checkpoints_and_map_evictions_keep_every_page() {
     }
     c.check_invariants().unwrap();
     c.check_wear().unwrap();
+}
+
+/// OX's GC reads each WBLOCK that holds a live RBLOCK whole; reading only the live RBLOCKs
+/// reads exactly what is written. Either way every page survives.
+#[test]
+fn gc_reads_whole_wblocks_that_hold_live_rblocks() {
+    let run = |whole: bool| {
+        let mut cfg = small_config();
+        cfg.gc.read_whole_wblocks = whole;
+        let mut c = OxController::format(&cfg, 13).unwrap();
+        let mut rng = SimRng::new(13);
+        let (oracle, t) = drive(&mut c, &mut rng, 600, 4, 0);
+        c.quiesce();
+        let (_, all) = read_all(&mut c, t);
+        for (l, tok) in &oracle {
+            assert_eq!(all[*l as usize], *tok, "LPID {l}");
+        }
+        c.check_invariants().unwrap();
+        (*c.stats(), cfg)
+    };
+    let (live_only, _) = run(false);
+    assert!(
+        live_only.gc_write_bytes > 0,
+        "GC moved nothing: {live_only:?}"
+    );
+    assert_eq!(live_only.gc_read_bytes, live_only.gc_write_bytes);
+    let (whole, cfg) = run(true);
+    let wblock = cfg.terms.wblock_bytes as u64;
+    let per_wblock = cfg.terms.rblocks_per_wblock() as u64;
+    assert!(whole.gc_write_bytes > 0, "GC moved nothing: {whole:?}");
+    assert_eq!(whole.gc_read_bytes % wblock, 0);
+    assert!(whole.gc_read_bytes > whole.gc_write_bytes, "{whole:?}");
+    assert!(
+        whole.gc_read_bytes <= whole.gc_write_bytes * per_wblock,
+        "{whole:?}"
+    );
+}
+
+/// OX picks only victims with at least half their RBLOCKs invalid while the channel has
+/// room; without that minimum, mostly live EBLOCKs are taken.
+#[test]
+fn gc_leaves_mostly_live_eblocks_alone_while_the_channel_has_room() {
+    let victims = |min_invalid: f64| {
+        let mut cfg = quiet_config();
+        cfg.gc.min_invalid_fraction = min_invalid;
+        let mut c = OxController::format(&cfg, 21).unwrap();
+        let mut t = 0;
+        let first: Vec<u64> = (0..1600).collect();
+        let again: Vec<u64> = (0..800).step_by(3).collect();
+        for (lpids, version) in [(&first, 1), (&again, 2)] {
+            for chunk in lpids.chunks(200) {
+                let pages: Vec<(u64, u64)> = chunk
+                    .iter()
+                    .map(|&l| (l, sector_token(l, version)))
+                    .collect();
+                let id = c.submit(t, batch(&pages, &cfg)).unwrap();
+                t = c.run_until_complete(id).unwrap().done_ns;
+            }
+        }
+        c.quiesce();
+        (0..cfg.channels).filter_map(|ch| c.pick_victim(ch)).count()
+    };
+    // The EBLOCKs that held LPIDs 0..800 are about a third invalid: not worth collecting yet.
+    assert_eq!(victims(0.5), 0);
+    assert!(victims(0.0) > 0);
+}
+
+/// A configuration where nothing happens in the background, so that latencies are those of
+/// the path under test.
+fn quiet_config() -> OxConfig {
+    let mut cfg = small_config();
+    cfg.gc.enabled = false;
+    cfg.checkpoint.enabled = false;
+    cfg
+}
+
+/// A MAP cache miss that pushes a dirty MAP page out waits for that page's write before
+/// the slot takes the new page (OX evicts, then loads).
+#[test]
+fn a_map_miss_that_evicts_a_dirty_page_waits_for_its_write() {
+    let cfg = quiet_config();
+    let per_page = cfg.map_entries_per_page();
+    let mut c = OxController::format(&cfg, 3).unwrap();
+    // MAP pages 0 and 1 fill the two-page cache and are dirty.
+    let pages = [
+        (0, sector_token(0, 1)),
+        (per_page, sector_token(per_page, 1)),
+    ];
+    let id = c.submit(0, batch(&pages, &cfg)).unwrap();
+    let t = c.run_until_complete(id).unwrap().done_ns;
+    let evictions = c.stats().map_page_evictions_written;
+    // MAP page 2 was never written: it needs no flash read, only a slot.
+    let r = c.submit(t, Request::ReadLpid(2 * per_page + 5)).unwrap();
+    let done = c.run_until_complete(r).unwrap();
+    assert_eq!(done.result.unwrap(), vec![0]);
+    assert_eq!(c.stats().map_page_evictions_written, evictions + 1);
+    let program_ns = cfg.timing.of(cfg.cell_mode).program_ns;
+    assert!(
+        done.done_ns - t >= program_ns,
+        "the read took {} ns, less than one program of the evicted page ({program_ns} ns)",
+        done.done_ns - t
+    );
+}
+
+/// A reader of a MAP page that another read is loading waits for the load (OX's per-page
+/// lock, §7.2.5): it is not served from a page that is not in DRAM yet.
+#[test]
+fn a_reader_of_a_map_page_being_loaded_waits_for_the_load() {
+    let cfg = quiet_config();
+    let per_page = cfg.map_entries_per_page();
+    let mut c = OxController::format(&cfg, 4).unwrap();
+    // Page 0 is written, then pushed out of the two-page cache by reads of pages 1 and 2,
+    // never written and so clean: the next miss frees a slot without a write.
+    let group0: Vec<(u64, u64)> = (0..8).map(|l| (l * 3, sector_token(l * 3, 1))).collect();
+    let id = c.submit(0, batch(&group0, &cfg)).unwrap();
+    let mut t = c.run_until_complete(id).unwrap().done_ns;
+    for lpid in [per_page, 2 * per_page] {
+        let r = c.submit(t, Request::ReadLpid(lpid)).unwrap();
+        t = c.run_until_complete(r).unwrap().done_ns;
+    }
+    // Let the write of page 0 end.
+    t += 10_000_000;
+    c.advance_to(t);
+    let loads = c.stats().map_page_loads;
+    // Two reads of page 0 at once: one loads it, the other must wait for that load.
+    let a = c.submit(t, Request::ReadLpid(0)).unwrap();
+    let b = c.submit(t, Request::ReadLpid(21)).unwrap();
+    let done_a = c.run_until_complete(a).unwrap();
+    let done_b = c.run_until_complete(b).unwrap();
+    assert_eq!(done_a.result.clone().unwrap(), vec![group0[0].1]);
+    assert_eq!(done_b.result.clone().unwrap(), vec![group0[7].1]);
+    assert_eq!(
+        c.stats().map_page_loads,
+        loads + 1,
+        "page 0 was loaded twice"
+    );
+    // The same read once page 0 is cached: no load in its path.
+    let t2 = done_a.done_ns.max(done_b.done_ns) + 1_000_000;
+    let h = c.submit(t2, Request::ReadLpid(21)).unwrap();
+    let hit_ns = c.run_until_complete(h).unwrap().done_ns - t2;
+    let read_ns = cfg.timing.of(cfg.cell_mode).read_ns;
+    for (name, d) in [("first", &done_a), ("second", &done_b)] {
+        assert!(
+            d.done_ns - t >= hit_ns + read_ns,
+            "the {name} read took {} ns; with page 0 cached it takes {hit_ns} ns",
+            d.done_ns - t
+        );
+    }
 }
 
 /// Erase-count spread after a cold half and a small hot set: with static wear levelling

@@ -11,7 +11,7 @@ pub const EXPERIMENTS: &[Entry] = &[
     ),
     (
         "ox-fig13",
-        "OX Fig. 13: YCSB throughput of the batch over the block interface at host cache 20% and 80%",
+        "OX Fig. 13: YCSB throughput of the batch over the block interface at host cache 20%, 50% and 80%",
         |q, s| ox("ox-fig13", q, s),
     ),
     (
