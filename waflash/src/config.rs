@@ -20,7 +20,9 @@ pub enum BufferPolicy {
     /// wait on a busy chip is passed over for the next page nearer the bottom that would not.
     Mca,
     /// WAFLASH §III-A: one LRU stack of full and partial pages; when the target chips are
-    /// idle the bottom page goes, when they are busy the full page nearest the bottom goes.
+    /// idle the bottom page goes, when they are busy the full page nearest the bottom goes
+    /// (or, when the buffer holds no full page, the page nearest the bottom whose target
+    /// chips are idle).
     PcLru,
 }
 

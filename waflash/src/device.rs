@@ -271,6 +271,22 @@ impl WaflashSsd {
         self.nand.die_free_ns(die) > now_ns
     }
 
+    /// Whether the target chips of a buffered page are busy at `now_ns` (PC-LRU's test):
+    /// the die its program goes to (`write_die`, unless it is read and merged) and, for a
+    /// partial page, the die of its old version. On the RMW FTL the read goes to that die
+    /// and the merged page is programmed there too; a full page may go to any idle die. Under MV-FTL a partial page is still costlier than
+    /// a full one (a second version to read and merge later, or a compacted piece to read
+    /// and rewrite), and §V-B finds PC-LRU keeping more partial pages in the buffer with
+    /// MV-FTL, so the old version's die counts there too.
+    fn target_busy(&self, lpn: u32, mask: u64, write_die: u32, now_ns: TimeNs) -> bool {
+        self.die_busy(self.ftl.program_die(lpn, mask, write_die), now_ns)
+            || (mask != self.ftl.full_mask()
+                && self
+                    .ftl
+                    .read_die(lpn)
+                    .is_some_and(|d| self.die_busy(d, now_ns)))
+    }
+
     /// Picks the pages to destage next under the buffer policy.
     fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
         let pages = self.buffer.pages();
@@ -306,30 +322,25 @@ impl WaflashSsd {
                 pick.unwrap_or(bottom)
             }
             BufferPolicy::PcLru => {
-                // The target chips of the bottom page: the die its program goes to and, for a
-                // partial page, the die of its old version. On the RMW FTL that is where its
-                // read goes. Under MV-FTL the partial page is still costlier than a full one
-                // (a second version to read and merge later, or a compacted piece to read and
-                // rewrite), and §V-B finds PC-LRU keeping more partial pages in the buffer
-                // with MV-FTL, so the old version's die counts there too.
-                let write_busy = self.die_busy(self.ftl.next_write_die(), now_ns);
-                let read_busy = bottom_mask != full
-                    && self
-                        .ftl
-                        .read_die(bottom)
-                        .is_some_and(|d| self.die_busy(d, now_ns));
-                let has_full = self.buffer.partial_pages() < self.buffer.pages();
-                if (!write_busy && !read_busy) || !has_full {
-                    // Idle chips, or no full page to prefer: plain LRU (§III-A defines no
-                    // other choice).
+                let write_die = self.ftl.next_write_die(&self.nand, now_ns);
+                if !self.target_busy(bottom, bottom_mask, write_die, now_ns) {
+                    // Idle chips: the bottom page, as LRU.
                     bottom
-                } else {
+                } else if let Some((lpn, _)) =
+                    self.buffer.bottom_up().find(|&(_, mask)| mask == full)
+                {
                     // Congestion: "the full page closest to the bottom of L" leaves, however
                     // far up it is (the paper sets no window; MCA's window does not apply),
                     // and partial pages stay to be filled up by later writes.
+                    lpn
+                } else {
+                    // Congestion and no full page in the buffer, a case §III-A leaves open.
+                    // The rule's aim, no partial page written onto a congested chip, still
+                    // applies: the page nearest the bottom whose target chips are idle
+                    // leaves, and the bottom page only when every page's chips are busy.
                     self.buffer
                         .bottom_up()
-                        .find(|&(_, mask)| mask == full)
+                        .find(|&(lpn, mask)| !self.target_busy(lpn, mask, write_die, now_ns))
                         .map_or(bottom, |(lpn, _)| lpn)
                 }
             }

@@ -236,12 +236,28 @@ impl Ftl {
         self.map.newest(lpn).map(|p| self.die_of_ppn(p))
     }
 
-    /// The die the next page write will be programmed on.
-    pub fn next_write_die(&self) -> u32 {
-        self.geometry.die_of_plane(self.alloc_order[self.cursor])
+    /// The position in the round robin of the plane a page allocated at `now_ns` goes to:
+    /// the first plane from the cursor on whose die is idle, or the cursor's plane when
+    /// every die is busy. This is dynamic allocation as in SSDSim, which assigns a write
+    /// to a chip when it dispatches it (a token keeping the order round robin); it is what
+    /// makes a full page cheaper than a partial one under congestion, §III-A's premise: the
+    /// full page may go to any idle die, the read-modify-write is tied to its old data's.
+    fn next_slot(&self, nand: &Nand, now_ns: TimeNs) -> usize {
+        let n = self.alloc_order.len();
+        (0..n)
+            .map(|k| (self.cursor + k) % n)
+            .find(|&i| nand.die_free_ns(self.geometry.die_of_plane(self.alloc_order[i])) <= now_ns)
+            .unwrap_or(self.cursor)
     }
 
-    /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL.
+    /// The die a page write that reads nothing, allocated at `now_ns`, is programmed on.
+    pub fn next_write_die(&self, nand: &Nand, now_ns: TimeNs) -> u32 {
+        self.geometry
+            .die_of_plane(self.alloc_order[self.next_slot(nand, now_ns)])
+    }
+
+    /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL
+    /// (read-modify-write); such a page is programmed on its old version's plane.
     pub fn needs_read(&self, lpn: u32, mask: u64) -> bool {
         if mask == self.full_mask || self.map.newest(lpn).is_none() {
             return false;
@@ -279,12 +295,39 @@ impl Ftl {
     }
 
     fn alloc(&mut self, nand: &mut Nand, now_ns: TimeNs) -> Result<u32, DeviceError> {
-        let plane = self.alloc_order[self.cursor];
-        self.cursor = (self.cursor + 1) % self.alloc_order.len();
+        let slot = self.next_slot(nand, now_ns);
+        let plane = self.alloc_order[slot];
+        self.cursor = (slot + 1) % self.alloc_order.len();
+        self.alloc_on_plane(nand, plane, now_ns)
+    }
+
+    /// Allocates a page in `plane`, collecting garbage there first if it runs short.
+    fn alloc_on_plane(
+        &mut self,
+        nand: &mut Nand,
+        plane: u32,
+        now_ns: TimeNs,
+    ) -> Result<u32, DeviceError> {
         if self.free_blocks[plane as usize].len() < self.gc_threshold {
             self.gc(nand, plane, now_ns)?;
         }
         self.alloc_in_plane(plane)
+    }
+
+    fn plane_of_ppn(&self, ppn: u32) -> u32 {
+        self.geometry
+            .plane_of_block(ppn / self.geometry.pages_per_block)
+    }
+
+    /// The die a write of `mask` to `lpn` will be programmed on: a merged page goes back
+    /// to the plane of the newest version it reads (see `write`), anything else to
+    /// `next_write_die` (what `next_write_die` answers now; it is passed in so that a
+    /// policy scanning the whole buffer asks for it once).
+    pub fn program_die(&self, lpn: u32, mask: u64, next_write_die: u32) -> u32 {
+        match self.map.newest(lpn) {
+            Some(newest) if self.needs_read(lpn, mask) => self.die_of_ppn(newest),
+            _ => next_write_die,
+        }
     }
 
     fn gc(&mut self, nand: &mut Nand, plane: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
@@ -630,8 +673,22 @@ impl Ftl {
             self.stats.partial_page_writes += 1;
         }
         let mapped = self.map.newest(lpn).is_some();
+        // A page that is read and merged is programmed on the plane of the newest version
+        // it reads, as an FTL with static allocation (an option of SSDSim) would: the read
+        // and the program then follow each other on one die and one channel. Programming it on
+        // the next plane of the round robin instead would reserve that die and channel
+        // from the moment the read is done, which in this next-free-time model leaves them
+        // idle while the read waits on a busy die, and nothing queued later can use the gap
+        // (a controller with per-chip queues would dispatch the program only when its data
+        // is ready). GC in that plane moves pages only within it, so the choice stays valid.
         // Allocation may run GC, which may move this page's versions: look at them after.
-        let new = self.alloc(nand, now_ns)?;
+        let new = match self.map.newest(lpn) {
+            Some(newest) if self.needs_read(lpn, mask) => {
+                let plane = self.plane_of_ppn(newest);
+                self.alloc_on_plane(nand, plane, now_ns)?
+            }
+            _ => self.alloc(nand, now_ns)?,
+        };
         if full || !mapped {
             let done = nand.program(new, now_ns).map_err(nand_err)?;
             self.store_image(nand, new, image, mask);

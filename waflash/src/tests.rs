@@ -295,6 +295,100 @@ fn pc_lru_evicts_a_full_page_when_chips_are_busy_and_lru_does_not() {
     assert_eq!(evictions_under_congestion(BufferPolicy::Mca), (0, 1));
 }
 
+/// The plane of physical page `ppn` on `ssd`.
+fn plane_of(ssd: &WaflashSsd, ppn: u32) -> u32 {
+    let g = &ssd.config().geometry;
+    g.plane_of_block(ppn / g.pages_per_block)
+}
+
+/// Keeps die 0 of the tiny device busy from time 0 with reads of its logical pages (the
+/// even ones; they hold no buffer space) while die 1 stays idle.
+fn keep_die_zero_busy(ssd: &mut WaflashSsd) {
+    for lpn in (20..60u64).filter(|l| l % 2 == 0) {
+        let mut out = vec![0u8; 4 * 8];
+        ssd.submit(
+            0,
+            &Command::read(lpn * 4, 4),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn read_modify_write_programs_the_merged_page_on_the_plane_it_read() {
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
+    // Sixteen pages: the round robin is back at its first plane, while logical page 1 lies
+    // on the second, so the two choices differ.
+    ssd.precondition(64).unwrap();
+    let old = ssd.versions(1)[0];
+    write(&mut ssd, 0, 5, 2, 7);
+    flush(&mut ssd, 0);
+    assert_eq!(ssd.ftl_stats().extra_reads, 1);
+    let new = ssd.versions(1)[0];
+    assert_ne!(new, old);
+    assert_eq!(plane_of(&ssd, new), plane_of(&ssd, old));
+    // A page written whole reads nothing and takes the round robin's plane instead.
+    write(&mut ssd, 10_000_000, 12, 4, 7);
+    flush(&mut ssd, 10_000_000);
+    assert_ne!(plane_of(&ssd, ssd.versions(3)[0]), plane_of(&ssd, new));
+    ssd.check_invariants();
+}
+
+#[test]
+fn a_page_that_reads_nothing_is_programmed_on_an_idle_die() {
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
+    ssd.precondition(256).unwrap();
+    keep_die_zero_busy(&mut ssd);
+    // The round robin stands at a plane of die 0 (64 pages preconditioned), which is busy:
+    // the full page goes to die 1.
+    write(&mut ssd, 1_000, 4 * 9, 4, 3);
+    flush(&mut ssd, 1_000);
+    let g = ssd.config().geometry.clone();
+    let die = g.die_of_plane(plane_of(&ssd, ssd.versions(9)[0]));
+    assert_eq!(die, 1);
+    let expect: Vec<u64> = (36..40).map(|l| sector_token(l, 3)).collect();
+    assert!(read_tokens_match(&mut ssd, 10_000_000, 36, &expect));
+    ssd.check_invariants();
+}
+
+/// With die 0 busy and die 1 idle, fills the buffer with single-sector partial pages (the
+/// bottom one on die 0, the next on die 1, the rest on die 0) and forces one eviction.
+/// Returns whether logical pages 0 and 1 left the buffer.
+fn partial_eviction_under_congestion(policy: BufferPolicy) -> (bool, bool) {
+    let mut c = tiny(policy, FtlKind::PageRmw, false);
+    c.host.max_transfer_sectors = 4;
+    c.buffer_bytes = 12 * 4096;
+    let mut ssd = WaflashSsd::new(c, 1).unwrap();
+    ssd.precondition(256).unwrap();
+    keep_die_zero_busy(&mut ssd);
+    let before = (ssd.versions(0), ssd.versions(1));
+    for lpn in [0u64, 1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22] {
+        write(&mut ssd, 1_000, lpn * 4 + 1, 1, 2);
+    }
+    assert_eq!(ssd.stats().evicted_partial_pages, 1);
+    (ssd.versions(0) != before.0, ssd.versions(1) != before.1)
+}
+
+#[test]
+fn pc_lru_without_full_pages_evicts_the_partial_page_whose_chips_are_idle() {
+    assert_eq!(
+        partial_eviction_under_congestion(BufferPolicy::PcLru),
+        (false, true)
+    );
+    assert_eq!(
+        partial_eviction_under_congestion(BufferPolicy::Lru),
+        (true, false)
+    );
+    assert_eq!(
+        partial_eviction_under_congestion(BufferPolicy::Mca),
+        (false, true)
+    );
+}
+
 #[test]
 fn pc_lru_looks_for_its_full_page_beyond_mcas_window() {
     // §III-A: "the full page closest to the bottom of L", however far up. With a one-page
