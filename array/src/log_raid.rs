@@ -10,7 +10,7 @@
 //! The last sectors of every segment hold its summary (SWAN's format: sequence number, and
 //! the logical address and write sequence number of every data sector), so the map can be
 //! rebuilt from the members after the host loses its memory; the open segment's list lives in
-//! the NVRAM, which an [`NvramLog`] keeps when it must outlive the process
+//! the NVRAM, which an [`crate::NvramLog`] keeps when it must outlive the process
 //! (`log_raid_recovery.rs`).
 
 use std::collections::VecDeque;
@@ -23,7 +23,7 @@ use afa_ssd::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::nvram::NvramLog;
+use crate::nvram::Nvram;
 use crate::swan::encode_summary;
 use crate::{Array, Level};
 
@@ -136,7 +136,7 @@ pub struct LogRaid<D: BlockDevice> {
     cleaning: bool,
     stats: LogRaidStats,
     /// Where the NVRAM's contents are kept when they must outlive the process.
-    nvram: Option<Box<dyn NvramLog>>,
+    nvram: Nvram,
 }
 
 /// Sectors of `sector_bytes` that a summary of the rest of a `segment_sectors` segment
@@ -221,7 +221,7 @@ impl<D: BlockDevice> LogRaid<D> {
             inflight: WriteWindow::default(),
             cleaning: false,
             stats: LogRaidStats::default(),
-            nvram: None,
+            nvram: Nvram::default(),
             array,
             config,
         })
@@ -277,7 +277,7 @@ impl<D: BlockDevice> LogRaid<D> {
             return Ok(t);
         }
         let seg = *self.free.front().ok_or(DeviceError::NoSpace { plane: 0 })?;
-        self.log_open(seg, self.next_seq)?;
+        self.nvram.open(0, seg, self.next_seq)?;
         self.free.pop_front();
         self.state[seg as usize] = SegmentState::Open;
         self.seq[seg as usize] = self.next_seq;
@@ -372,7 +372,7 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         // Recorded before anything changes: once this append returns, the sector survives
         // the loss of the host's memory.
-        self.log_block(lba, wseq, data)?;
+        self.nvram.block(0, lba, wseq, data)?;
         let physical = self.head;
         let offset = (physical % self.stripe_sectors) as usize;
         if self.unit > 0 {
@@ -544,7 +544,7 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
             // NVRAM is durable, so a flush needs only the members' own flushes, and the
             // NVRAM log's when that memory is kept in one.
             Opcode::Flush => {
-                self.sync_nvram()?;
+                self.nvram.sync()?;
                 self.array.submit(now_ns, cmd, out)?.done_ns
             }
         };

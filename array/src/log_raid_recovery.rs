@@ -6,72 +6,31 @@ use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{LogRaid, SegmentState, NONE};
-use crate::nvram::{encode_block, encode_open, logged_streams, NvramLog, FRAME_HEADER_BYTES};
+use crate::nvram::{logged_streams, NvramLog, OpenSegment};
 use crate::swan::decode_summary;
 
 impl<D: BlockDevice> LogRaid<D> {
     /// Keeps the NVRAM's contents in `log` from now on. Attach it to a new, empty volume,
     /// or to one about to be recovered from the same log.
     pub fn attach_nvram(&mut self, log: Box<dyn NvramLog>) {
-        self.nvram = Some(log);
+        self.nvram.attach(log);
     }
 
-    pub(super) fn log_open(&mut self, segment: u32, seq: u64) -> Result<(), DeviceError> {
-        let Some(log) = self.nvram.as_mut() else {
-            return Ok(());
-        };
-        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17);
-        encode_open(0, segment, seq, &mut bytes);
-        log.append(&bytes)
-    }
-
-    pub(super) fn log_block(
-        &mut self,
-        lba: u32,
-        wseq: u64,
-        data: &[u8],
-    ) -> Result<(), DeviceError> {
-        let Some(log) = self.nvram.as_mut() else {
-            return Ok(());
-        };
-        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17 + data.len());
-        encode_block(0, lba, wseq, data, &mut bytes);
-        log.append(&bytes)
-    }
-
-    pub(super) fn sync_nvram(&mut self) -> Result<(), DeviceError> {
-        match self.nvram.as_mut() {
-            Some(log) => log.sync(),
-            None => Ok(()),
-        }
-    }
-
-    /// Replaces the log by the open segment alone: its block list, and the data of the
-    /// sectors in its open stripe (the others are on the members already).
+    /// Replaces the log by the open segment alone (`Nvram::replace_with`).
     pub(super) fn compact_nvram(&mut self) -> Result<(), DeviceError> {
-        if self.nvram.is_none() {
-            return Ok(());
-        }
-        let mut bytes = Vec::new();
-        if self.head != NONE {
-            let seg = self.segment_of(self.head);
-            encode_open(0, seg, self.seq[seg as usize], &mut bytes);
-            let first = seg * self.segment_sectors;
-            let open_stripe = self.head / self.stripe_sectors;
-            for (i, &(lba, wseq)) in self.lbas.iter().enumerate() {
-                let physical = first + i as u32;
-                let data = if physical / self.stripe_sectors == open_stripe {
-                    let off = (physical % self.stripe_sectors) as usize * self.unit;
-                    &self.stripe_buf[off..off + self.unit]
-                } else {
-                    &[][..]
-                };
-                encode_block(0, lba, wseq, data, &mut bytes);
-            }
-        }
-        let log = self.nvram.as_mut().expect("checked above");
-        log.replace(&bytes)?;
-        log.sync()
+        let segment = self.segment_of(self.head);
+        let open = (self.head != NONE).then(|| OpenSegment {
+            stream: 0,
+            segment,
+            seq: self.seq[segment as usize],
+            first: segment * self.segment_sectors,
+            head: self.head,
+            stripe_sectors: self.stripe_sectors,
+            lbas: &self.lbas,
+            stripe_buf: &self.stripe_buf,
+            unit: self.unit,
+        });
+        self.nvram.replace_with(open.into_iter())
     }
 
     /// Recovers a volume from its members and its NVRAM log after the host lost its memory.
@@ -79,11 +38,7 @@ impl<D: BlockDevice> LogRaid<D> {
     /// Needs payload `full` (a summary is its sectors' real bytes). Returns when the summary
     /// reads and stripe rewrites are done.
     pub fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let Some(log) = self.nvram.as_ref() else {
-            return Err(DeviceError::Unsupported(
-                "recovering Log-RAID needs its NVRAM log attached".into(),
-            ));
-        };
+        let contents = self.nvram.contents("Log-RAID")?;
         let unit = self.unit;
         if unit != self.info.sector_bytes as usize {
             return Err(DeviceError::Unsupported(
@@ -91,7 +46,7 @@ impl<D: BlockDevice> LogRaid<D> {
                     .into(),
             ));
         }
-        let logged = logged_streams(&log.contents()?, 1)?.pop().flatten();
+        let logged = logged_streams(&contents, 1)?.pop().flatten();
         let d = self.data_sectors() as usize;
         if let Some(l) = &logged {
             if l.segment >= self.segments || l.blocks.len() > d {
@@ -411,7 +366,7 @@ mod tests {
         let mut ssds = members(2);
         let crash = Arc::new(AtomicBool::new(false));
         let mut v = volume(Level::Raid0, &mut ssds, &crash, &MemNvram::default());
-        v.nvram = None;
+        v.nvram = crate::nvram::Nvram::default();
         let e = v.recover_from_nvram(0).unwrap_err();
         assert!(e.to_string().contains("NVRAM log"), "{e}");
     }

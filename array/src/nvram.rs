@@ -72,7 +72,7 @@ impl NvramLog for MemNvram {
 
 const OPEN: u8 = 1;
 const BLOCK: u8 = 2;
-pub(crate) const FRAME_HEADER_BYTES: usize = 12;
+const FRAME_HEADER_BYTES: usize = 12;
 
 /// One logged event. Stream 0 is the user stream, stream 1 + g group g's GC stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ fn frame(body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(body);
 }
 
-pub(crate) fn encode_open(stream: u32, segment: u32, seq: u64, out: &mut Vec<u8>) {
+fn encode_open(stream: u32, segment: u32, seq: u64, out: &mut Vec<u8>) {
     let mut body = Vec::with_capacity(17);
     body.push(OPEN);
     body.extend_from_slice(&stream.to_le_bytes());
@@ -107,7 +107,7 @@ pub(crate) fn encode_open(stream: u32, segment: u32, seq: u64, out: &mut Vec<u8>
     frame(&body, out);
 }
 
-pub(crate) fn encode_block(stream: u32, lba: u32, wseq: u64, data: &[u8], out: &mut Vec<u8>) {
+fn encode_block(stream: u32, lba: u32, wseq: u64, data: &[u8], out: &mut Vec<u8>) {
     let mut body = Vec::with_capacity(17 + data.len());
     body.push(BLOCK);
     body.extend_from_slice(&stream.to_le_bytes());
@@ -198,6 +198,103 @@ pub(crate) fn logged_streams(
         }
     }
     Ok(logged)
+}
+
+/// An engine's handle on its NVRAM log: without a log attached (the simulation, where the
+/// engine's own memory is the battery-backed memory) every call does nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Nvram(Option<Box<dyn NvramLog>>);
+
+/// One stream's open segment, as the engine holds it in memory.
+pub(crate) struct OpenSegment<'a> {
+    pub stream: u32,
+    pub segment: u32,
+    pub seq: u64,
+    /// Physical address of the segment's first sector, and where the next append goes.
+    pub first: u32,
+    pub head: u32,
+    pub stripe_sectors: u32,
+    /// (logical address, write sequence number) of every data sector appended so far.
+    pub lbas: &'a [(u32, u64)],
+    /// The open stripe's payload, `unit` bytes per sector.
+    pub stripe_buf: &'a [u8],
+    pub unit: usize,
+}
+
+impl Nvram {
+    pub fn attach(&mut self, log: Box<dyn NvramLog>) {
+        self.0 = Some(log);
+    }
+
+    /// The log's contents, or an error naming `engine` when no log is attached.
+    pub fn contents(&self, engine: &str) -> Result<Vec<u8>, DeviceError> {
+        match &self.0 {
+            Some(log) => log.contents(),
+            None => Err(DeviceError::Unsupported(format!(
+                "recovering {engine} needs its NVRAM log attached"
+            ))),
+        }
+    }
+
+    pub fn open(&mut self, stream: u32, segment: u32, seq: u64) -> Result<(), DeviceError> {
+        let Some(log) = self.0.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17);
+        encode_open(stream, segment, seq, &mut bytes);
+        log.append(&bytes)
+    }
+
+    pub fn block(
+        &mut self,
+        stream: u32,
+        lba: u32,
+        wseq: u64,
+        data: &[u8],
+    ) -> Result<(), DeviceError> {
+        let Some(log) = self.0.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17 + data.len());
+        encode_block(stream, lba, wseq, data, &mut bytes);
+        log.append(&bytes)
+    }
+
+    pub fn sync(&mut self) -> Result<(), DeviceError> {
+        match self.0.as_mut() {
+            Some(log) => log.sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// Replaces the log by the open segments alone: each one's block list, and the data of
+    /// the sectors in its open stripe (the others are on the members already). Engines call
+    /// it when a segment has closed, so the log stays as small as the open segments.
+    pub fn replace_with<'a>(
+        &mut self,
+        segments: impl Iterator<Item = OpenSegment<'a>>,
+    ) -> Result<(), DeviceError> {
+        let Some(log) = self.0.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        for s in segments {
+            encode_open(s.stream, s.segment, s.seq, &mut bytes);
+            let open_stripe = s.head / s.stripe_sectors;
+            for (i, &(lba, wseq)) in s.lbas.iter().enumerate() {
+                let physical = s.first + i as u32;
+                let data = if physical / s.stripe_sectors == open_stripe {
+                    let off = (physical % s.stripe_sectors) as usize * s.unit;
+                    &s.stripe_buf[off..off + s.unit]
+                } else {
+                    &[][..]
+                };
+                encode_block(s.stream, lba, wseq, data, &mut bytes);
+            }
+        }
+        log.replace(&bytes)?;
+        log.sync()
+    }
 }
 
 #[cfg(test)]

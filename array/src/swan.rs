@@ -25,7 +25,7 @@ use afa_ssd::{
 use serde::{Deserialize, Serialize};
 
 use crate::log_raid::WriteWindow;
-use crate::nvram::NvramLog;
+use crate::nvram::Nvram;
 use crate::{Array, ArrayConfig, ArrayError, Level};
 
 const NONE: u32 = u32::MAX;
@@ -238,7 +238,7 @@ pub struct Swan<D: BlockDevice> {
     stats: SwanStats,
     /// Where the host NVRAM's contents are kept when they must outlive the process
     /// (`swan_nvram.rs`); in simulation the engine's own memory is the NVRAM.
-    nvram: Option<Box<dyn NvramLog>>,
+    nvram: Nvram,
 }
 
 /// A short, stable checksum (FNV-1a) for segment summaries.
@@ -478,7 +478,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
             epoch_ns: 0,
             stats: SwanStats::default(),
-            nvram: None,
+            nvram: Nvram::default(),
             groups: arrays,
             config: swan,
         };
@@ -888,7 +888,8 @@ impl<D: BlockDevice> Swan<D> {
     }
 
     fn open(&mut self, segment: u32, gc: Option<usize>) -> Result<(), DeviceError> {
-        self.log_open(gc, segment, self.next_seq)?;
+        self.nvram
+            .open(Self::stream_id(gc), segment, self.next_seq)?;
         self.state[segment as usize] = SegmentState::Open;
         self.seq[segment as usize] = self.next_seq;
         self.next_seq += 1;
@@ -930,7 +931,7 @@ impl<D: BlockDevice> Swan<D> {
         }
         // Recorded before anything changes: once this append returns, the block survives
         // the loss of the host's memory.
-        self.log_block(gc, lba, wseq, data)?;
+        self.nvram.block(Self::stream_id(gc), lba, wseq, data)?;
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
@@ -1247,7 +1248,7 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
             // assumption), so a flush needs only the members' own flushes, and the NVRAM
             // log's when that memory is kept in one.
             Opcode::Flush => {
-                self.sync_nvram()?;
+                self.nvram.sync()?;
                 let mut done = now_ns;
                 for g in &mut self.groups {
                     done = done.max(g.submit(now_ns, cmd, ReadBuffers::none())?.done_ns);

@@ -20,104 +20,49 @@ use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{SegmentState, Swan, NONE};
-use crate::nvram::{encode_block, encode_open, logged_streams, NvramLog, FRAME_HEADER_BYTES};
+use crate::nvram::{logged_streams, NvramLog, OpenSegment};
 
 impl<D: BlockDevice> Swan<D> {
     /// Keeps the host NVRAM's contents in `log` from now on. Attach it to a new, empty
     /// volume, or to one about to be recovered from the same log.
     pub fn attach_nvram(&mut self, log: Box<dyn NvramLog>) {
-        self.nvram = Some(log);
+        self.nvram.attach(log);
     }
 
     /// Stream number of the user stream (`None`) or group `g`'s GC stream.
-    fn stream_id(gc: Option<usize>) -> u32 {
+    pub(super) fn stream_id(gc: Option<usize>) -> u32 {
         gc.map_or(0, |g| g as u32 + 1)
     }
 
-    pub(super) fn log_open(
-        &mut self,
-        gc: Option<usize>,
-        segment: u32,
-        seq: u64,
-    ) -> Result<(), DeviceError> {
-        let Some(log) = self.nvram.as_mut() else {
-            return Ok(());
-        };
-        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17);
-        encode_open(Self::stream_id(gc), segment, seq, &mut bytes);
-        log.append(&bytes)
-    }
-
-    pub(super) fn log_block(
-        &mut self,
-        gc: Option<usize>,
-        lba: u32,
-        wseq: u64,
-        data: &[u8],
-    ) -> Result<(), DeviceError> {
-        let Some(log) = self.nvram.as_mut() else {
-            return Ok(());
-        };
-        let mut bytes = Vec::with_capacity(FRAME_HEADER_BYTES + 17 + data.len());
-        encode_block(Self::stream_id(gc), lba, wseq, data, &mut bytes);
-        log.append(&bytes)
-    }
-
-    pub(super) fn sync_nvram(&mut self) -> Result<(), DeviceError> {
-        match self.nvram.as_mut() {
-            Some(log) => log.sync(),
-            None => Ok(()),
-        }
-    }
-
-    /// Replaces the log by the open streams alone: each one's segment, its block list, and
-    /// the data of the blocks in its open stripe (the others are on the members already).
-    /// Called when a segment has closed, so the log stays as small as the open segments.
+    /// Replaces the log by the open streams alone (`Nvram::replace_with`).
     pub(super) fn compact_nvram(&mut self) -> Result<(), DeviceError> {
-        if self.nvram.is_none() {
-            return Ok(());
-        }
-        let mut bytes = Vec::new();
         let streams = std::iter::once((None, &self.user)).chain(
             self.gc_streams
                 .iter()
                 .enumerate()
                 .map(|(g, s)| (Some(g), s)),
         );
-        for (gc, s) in streams {
-            if s.segment == NONE {
-                continue;
-            }
-            let id = Self::stream_id(gc);
-            encode_open(id, s.segment, self.seq[s.segment as usize], &mut bytes);
-            let first = s.segment * self.segment_sectors;
-            let open_stripe = s.head / self.stripe_sectors;
-            for (i, &(lba, wseq)) in s.lbas.iter().enumerate() {
-                let physical = first + i as u32;
-                let data = if physical / self.stripe_sectors == open_stripe {
-                    let off = (physical % self.stripe_sectors) as usize * self.unit;
-                    &s.stripe_buf[off..off + self.unit]
-                } else {
-                    &[][..]
-                };
-                encode_block(id, lba, wseq, data, &mut bytes);
-            }
-        }
-        let log = self.nvram.as_mut().expect("checked above");
-        log.replace(&bytes)?;
-        log.sync()
+        let open = streams
+            .filter(|(_, s)| s.segment != NONE)
+            .map(|(gc, s)| OpenSegment {
+                stream: Self::stream_id(gc),
+                segment: s.segment,
+                seq: self.seq[s.segment as usize],
+                first: s.segment * self.segment_sectors,
+                head: s.head,
+                stripe_sectors: self.stripe_sectors,
+                lbas: &s.lbas,
+                stripe_buf: &s.stripe_buf,
+                unit: self.unit,
+            });
+        self.nvram.replace_with(open)
     }
 
     /// Recovers a volume from its members and its NVRAM log after the host lost its memory
     /// (module doc). Call on a volume just built over the same members, with the same log
     /// attached. Returns when the summary reads and stripe rewrites are done.
     pub fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let Some(log) = self.nvram.as_ref() else {
-            return Err(DeviceError::Unsupported(
-                "recovering SWAN needs its NVRAM log attached".into(),
-            ));
-        };
-        let logged = logged_streams(&log.contents()?, 1 + self.gc_streams.len())?;
+        let logged = logged_streams(&self.nvram.contents("SWAN")?, 1 + self.gc_streams.len())?;
         let d = self.data_blocks() as usize;
         let segments = self.state.len() as u32;
         let unit = self.unit;

@@ -235,7 +235,7 @@ fn scalaafa_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
 /// As above on SWAN: the kill lands among NVRAM log appends and stripe writes.
 #[test]
 fn swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("swan-kill9-load", SWAN);
+    kill_9_under_load("swan-kill9-load", &swan());
 }
 
 fn kill_9_under_load(name: &str, toml: &str) {
@@ -301,10 +301,8 @@ mode = "scalaafa"
 transient_bytes = 2097152
 "#;
 
-/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments:
-/// writing the volume a few times over makes the back-end clean segments.
-const SWAN: &str = r#"
-seed = 9
+/// Three or six small SSDs (about 27 MiB each) for the log-structured engines.
+const SMALL_SSDS: &str = r#"
 [ssd]
 over_provisioning = 0.15
 [ssd.geometry]
@@ -316,15 +314,15 @@ blocks_per_plane = 32
 pages_per_block = 64
 page_bytes = 4096
 sector_bytes = 4096
-[array]
-level = "raid5"
-members = 6
-chunk_bytes = 65536
-[array.swan]
-groups = 2
-segment_bytes = 1048576
-spare_fraction = 0.3
 "#;
+
+/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments:
+/// writing the volume a few times over makes the back-end clean segments.
+fn swan() -> String {
+    format!(
+        "seed = 9\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 6\nchunk_bytes = 65536\n[array.swan]\ngroups = 2\nsegment_bytes = 1048576\nspare_fraction = 0.3\n"
+    )
+}
 
 /// ScalaAFA keeps its AMT and HGMT in host memory only; every restart rebuilds them from the
 /// OOB tags in the members' sidecar files (§5.4), after an orderly stop and after kill -9,
@@ -341,43 +339,27 @@ fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
 #[test]
 fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
     // The volume is 76.7 MiB: three passes make segments go through GC.
-    rebuilds_after_a_stop_and_after_kill_9("swan", SWAN, &["0x11", "0x22", "0x5a"], 76);
+    rebuilds_after_a_stop_and_after_kill_9("swan", &swan(), &["0x11", "0x22", "0x5a"], 76);
 }
 
 /// Log-RAID over a RAID 5 of three small SSDs, 1 MiB segments (8 stripes of 2 × 64 KiB).
-const LOGRAID: &str = r#"
-seed = 11
-[ssd]
-over_provisioning = 0.15
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-[array]
-level = "raid5"
-members = 3
-chunk_bytes = 65536
-[array.log]
-segment_stripes = 8
-spare_fraction = 0.2
-"#;
+fn log_raid() -> String {
+    format!(
+        "seed = 11\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 3\nchunk_bytes = 65536\n[array.log]\nsegment_stripes = 8\nspare_fraction = 0.2\n"
+    )
+}
 
 /// Log-RAID rebuilds its map from the summaries at the end of its segments and the NVRAM
 /// log, like SWAN, after its cleaner has moved data.
 #[test]
 fn log_raid_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
-    rebuilds_after_a_stop_and_after_kill_9("lograid", LOGRAID, &["0x11", "0x22", "0x5a"], 40);
+    rebuilds_after_a_stop_and_after_kill_9("lograid", &log_raid(), &["0x11", "0x22", "0x5a"], 40);
 }
 
 /// As above on Log-RAID.
 #[test]
 fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("lograid-kill9-load", LOGRAID);
+    kill_9_under_load("lograid-kill9-load", &log_raid());
 }
 
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small
