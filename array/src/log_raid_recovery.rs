@@ -7,7 +7,7 @@ use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{LogRaid, SegmentState, NONE};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
-use crate::swan::decode_summary;
+use crate::swan::{decode_summary, NewestMap};
 
 impl<D: BlockDevice> LogRaid<D> {
     /// Keeps the NVRAM's contents in `log` from now on. Attach it to a new, empty volume,
@@ -59,7 +59,7 @@ impl<D: BlockDevice> LogRaid<D> {
             }
         }
         let open = logged.as_ref().map(|l| l.segment);
-        let mut best: Vec<(u64, u32)> = vec![(0, NONE); self.l2p.len()];
+        let mut newest = NewestMap::new(self.l2p.len());
         let mut done = now_ns;
         let n = self.summary_sectors as usize;
         let mut summary = vec![0u8; n * unit];
@@ -96,25 +96,16 @@ impl<D: BlockDevice> LogRaid<D> {
                     }
                 }
             };
-            for (i, &(lba, w)) in entries.iter().enumerate() {
-                if lba != NONE && (lba as usize) < best.len() && w > best[lba as usize].0 {
-                    best[lba as usize] = (w, first + i as u32);
-                }
-                self.next_wseq = self.next_wseq.max(w + 1);
-            }
+            newest.fold(first, &entries);
         }
-        self.l2p.fill(NONE);
-        self.p2l.fill(NONE);
-        self.valid.fill(0);
-        for (lba, &(w, p)) in best.iter().enumerate() {
-            if p != NONE {
-                self.l2p[lba] = p;
-                self.p2l[p as usize] = lba as u32;
-                self.wseq[p as usize] = w;
-                let seg = self.segment_of(p) as usize;
-                self.valid[seg] += 1;
-            }
-        }
+        self.next_wseq = self.next_wseq.max(newest.next_wseq);
+        newest.install(
+            &mut self.l2p,
+            &mut self.p2l,
+            &mut self.wseq,
+            &mut self.valid,
+            self.segment_sectors,
+        );
         self.free = (0..self.segments)
             .filter(|&s| self.state[s as usize] == SegmentState::Free)
             .collect();

@@ -248,6 +248,59 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The map a rebuild is assembling from segment summaries and open segments' lists: for
+/// every logical block, the version with the highest write sequence number (a GC copy keeps
+/// its source's number, so a stale copy in a later segment never wins). Shared by SWAN and
+/// Log-RAID.
+pub(crate) struct NewestMap {
+    /// (write sequence number, physical block) per logical block.
+    best: Vec<(u64, u32)>,
+    /// One past the highest write sequence number seen.
+    pub next_wseq: u64,
+}
+
+impl NewestMap {
+    pub fn new(logical_blocks: usize) -> Self {
+        Self {
+            best: vec![(0, NONE); logical_blocks],
+            next_wseq: 1,
+        }
+    }
+
+    /// Takes in the entries of a segment whose first data block is physical block `first`.
+    pub fn fold(&mut self, first: u32, entries: &[(u32, u64)]) {
+        for (i, &(lba, w)) in entries.iter().enumerate() {
+            if lba != NONE && (lba as usize) < self.best.len() && w > self.best[lba as usize].0 {
+                self.best[lba as usize] = (w, first + i as u32);
+            }
+            self.next_wseq = self.next_wseq.max(w + 1);
+        }
+    }
+
+    /// Makes the assembled map the engine's: `l2p`, `p2l`, `wseq` per physical block and
+    /// the valid blocks of every segment of `segment_blocks`.
+    pub fn install(
+        &self,
+        l2p: &mut [u32],
+        p2l: &mut [u32],
+        wseq: &mut [u64],
+        valid: &mut [u32],
+        segment_blocks: u32,
+    ) {
+        l2p.fill(NONE);
+        p2l.fill(NONE);
+        valid.fill(0);
+        for (lba, &(w, p)) in self.best.iter().enumerate() {
+            if p != NONE {
+                l2p[lba] = p;
+                p2l[p as usize] = lba as u32;
+                wseq[p as usize] = w;
+                valid[(p / segment_blocks) as usize] += 1;
+            }
+        }
+    }
+}
+
 /// Magic at the start of a segment summary block.
 pub const SUMMARY_MAGIC: &[u8; 8] = b"SWANSUM1";
 
@@ -1137,7 +1190,7 @@ impl<D: BlockDevice> Swan<D> {
             ));
         }
         let d = self.data_blocks();
-        let mut best: Vec<(u64, u32)> = vec![(0, NONE); self.l2p.len()];
+        let mut newest = NewestMap::new(self.l2p.len());
         let mut done = now_ns;
         let mut block = vec![0u8; self.unit];
         let open: Vec<(u32, Vec<(u32, u64)>)> = std::iter::once(&self.user)
@@ -1176,24 +1229,16 @@ impl<D: BlockDevice> Swan<D> {
                     }
                 }
             };
-            for (i, &(lba, w)) in entries.iter().enumerate() {
-                if lba != NONE && (lba as usize) < best.len() && w > best[lba as usize].0 {
-                    best[lba as usize] = (w, first + i as u32);
-                }
-                self.next_wseq = self.next_wseq.max(w + 1);
-            }
+            newest.fold(first, &entries);
         }
-        self.l2p.fill(NONE);
-        self.p2l.fill(NONE);
-        self.valid.fill(0);
-        for (lba, &(w, p)) in best.iter().enumerate() {
-            if p != NONE {
-                self.l2p[lba] = p;
-                self.p2l[p as usize] = lba as u32;
-                self.wseq[p as usize] = w;
-                self.valid[(p / self.segment_sectors) as usize] += 1;
-            }
-        }
+        self.next_wseq = self.next_wseq.max(newest.next_wseq);
+        newest.install(
+            &mut self.l2p,
+            &mut self.p2l,
+            &mut self.wseq,
+            &mut self.valid,
+            self.segment_sectors,
+        );
         for (g, free) in self.free.iter_mut().enumerate() {
             let range = g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments;
             *free = range
