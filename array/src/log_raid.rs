@@ -400,7 +400,7 @@ impl<D: BlockDevice> LogRaid<D> {
 
     /// Appends the open segment's summary to its last sectors, writes the stripes that
     /// fills, and closes the segment. Returns when NVRAM has room again.
-    pub(crate) fn close_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+    fn close_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let seg = self.segment_of(self.head);
         let seq = self.seq[seg as usize];
         let (unit, n) = (self.unit, self.summary_sectors as usize);

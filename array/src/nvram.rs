@@ -46,11 +46,6 @@ impl MemNvram {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Cuts the log to `len` bytes, as a crash in the middle of an append would.
-    pub fn truncate(&self, len: usize) {
-        self.lock().truncate(len);
-    }
 }
 
 impl NvramLog for MemNvram {
