@@ -82,6 +82,10 @@ struct Plane {
     host_open: u32,
     gc_open: u32,
     slc_open: u32,
+    /// The SLC block taking host pages written with the transient flag (§5.5 of ScalaAFA):
+    /// they are kept apart from ordinary pages so that a block's transient count tells the
+    /// evictor something (mixed in one block, every block would hold the same share).
+    slc_transient_open: u32,
     /// Greedy victim keys by block index within the plane: the valid-page count of a full
     /// dense block, `NOT_A_VICTIM` for any other block. A plane's keys are a small contiguous
     /// array (1 KB for 512 blocks) that stays in cache, so keeping it current costs one
@@ -114,16 +118,21 @@ pub struct FtlStats {
     pub gc_pages_moved: u64,
     pub slc_evictions: u64,
     pub slc_pages_migrated: u64,
+    /// Of those, pages written with the transient flag (which the array will soon drop).
+    pub slc_transient_pages_migrated: u64,
     pub static_wl_moves: u64,
     pub program_failures: u64,
     pub blocks_retired: u64,
 }
 
-/// Where a page write comes from: the host stream, or relocation (GC, eviction, wear
-/// levelling), which goes to a separate open block so cold data is kept apart.
+/// Where a page write comes from: the host stream, host pages flagged transient, or
+/// relocation (GC, eviction, wear levelling), which goes to a separate open block so cold
+/// data is kept apart. Transient host pages have their own SLC block; without an SLC cache
+/// they share the host block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
     Host,
+    Transient,
     Relocation,
 }
 
@@ -208,6 +217,7 @@ impl Ftl {
                 host_open: NONE,
                 gc_open: NONE,
                 slc_open: NONE,
+                slc_transient_open: NONE,
                 greedy_keys: vec![NOT_A_VICTIM; g.blocks_per_plane as usize],
                 fifo: VecDeque::new(),
                 slc_full: Vec::new(),
@@ -549,8 +559,9 @@ impl Ftl {
     fn open_of(&self, plane: u32, pool: Pool, stream: Stream) -> u32 {
         let pl = &self.planes[plane as usize];
         match (pool, stream) {
+            (Pool::Slc, Stream::Transient) => pl.slc_transient_open,
             (Pool::Slc, _) => pl.slc_open,
-            (Pool::Dense, Stream::Host) => pl.host_open,
+            (Pool::Dense, Stream::Host | Stream::Transient) => pl.host_open,
             (Pool::Dense, Stream::Relocation) => pl.gc_open,
         }
     }
@@ -559,8 +570,9 @@ impl Ftl {
     fn set_open(&mut self, plane: u32, pool: Pool, stream: Stream, block: u32) {
         let pl = &mut self.planes[plane as usize];
         match (pool, stream) {
+            (Pool::Slc, Stream::Transient) => pl.slc_transient_open = block,
             (Pool::Slc, _) => pl.slc_open = block,
-            (Pool::Dense, Stream::Host) => pl.host_open = block,
+            (Pool::Dense, Stream::Host | Stream::Transient) => pl.host_open = block,
             (Pool::Dense, Stream::Relocation) => pl.gc_open = block,
         }
     }
@@ -572,7 +584,12 @@ impl Ftl {
         self.stats.program_failures += 1;
         self.blocks[block as usize].retire = true;
         let pl = &mut self.planes[plane as usize];
-        for open in [&mut pl.host_open, &mut pl.gc_open, &mut pl.slc_open] {
+        for open in [
+            &mut pl.host_open,
+            &mut pl.gc_open,
+            &mut pl.slc_open,
+            &mut pl.slc_transient_open,
+        ] {
             if *open == block {
                 *open = NONE;
             }
@@ -603,7 +620,7 @@ impl Ftl {
             let plane = self.next_plane(nand);
             // A plane that lost blocks to failures may fill up before the others; the page
             // then goes to the next plane, and only a device with no room anywhere says so.
-            let ppn = match self.allocate_host_page(nand, plane, ready_ns) {
+            let ppn = match self.allocate_host_page(nand, plane, ready_ns, transient) {
                 Ok(ppn) => ppn,
                 Err(DeviceError::NoSpace { .. }) if planes_out_of_space + 1 < self.planes.len() => {
                     planes_out_of_space += 1;
@@ -661,6 +678,7 @@ impl Ftl {
         nand: &mut Nand,
         plane: u32,
         now_ns: TimeNs,
+        transient: bool,
     ) -> Result<u32, DeviceError> {
         // Foreground GC: the plane must keep its reserve of free dense blocks. Below the soft
         // threshold, incremental GC does a share of the cleaning with every host page; below
@@ -704,17 +722,22 @@ impl Ftl {
             }
             return self.take_page(nand, plane, Pool::Dense, Stream::Host);
         }
-        let open = self.planes[plane as usize].slc_open;
+        let stream = if transient {
+            Stream::Transient
+        } else {
+            Stream::Host
+        };
+        let open = self.open_of(plane, Pool::Slc, stream);
         let open_has_room =
             open != NONE && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
         if !open_has_room && self.planes[plane as usize].free_slc.len() == 0 {
             if open != NONE {
                 self.close_block(plane, open);
-                self.planes[plane as usize].slc_open = NONE;
+                self.set_open(plane, Pool::Slc, stream, NONE);
             }
             self.evict_slc(nand, plane, now_ns)?;
         }
-        self.take_page(nand, plane, Pool::Slc, Stream::Host)
+        self.take_page(nand, plane, Pool::Slc, stream)
     }
 
     /// Moves the valid pages of `victim` to the plane's relocation block and erases it.
@@ -1052,6 +1075,7 @@ impl Ftl {
         let victim = self.planes[plane as usize].slc_full.swap_remove(index);
         self.blocks[victim as usize].state = BlockState::Open;
         let moved = self.blocks[victim as usize].valid as u64;
+        let moved_transient = self.blocks[victim as usize].transient as u64;
         // Migration fills dense blocks, so the plane's dense reserve must hold first.
         while self.planes[plane as usize].free_dense.len() < self.gc.hard_threshold_blocks as usize
         {
@@ -1062,6 +1086,7 @@ impl Ftl {
         self.relocate_and_erase(nand, plane, victim, now_ns)?;
         self.stats.slc_evictions += 1;
         self.stats.slc_pages_migrated += moved;
+        self.stats.slc_transient_pages_migrated += moved_transient;
         Ok(())
     }
 

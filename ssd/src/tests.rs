@@ -324,6 +324,39 @@ fn transient_aware_eviction_migrates_fewer_pages() {
     );
 }
 
+/// Transient pages fill SLC blocks of their own (ScalaAFA §5.5), so the evictor can leave
+/// them in SLC while ordinary blocks are there to evict: a quarter of the SLC cache holds
+/// live transient pages, four caches' worth of ordinary pages stream past, and no transient
+/// page migrates. Mixed into every block, the transient pages would migrate with each one.
+#[test]
+fn transient_pages_fill_their_own_slc_blocks() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.slc_cache.capacity_bytes = 8 * 4 * 8 * 4096;
+    cfg.slc_cache.eviction = SlcEvictionPolicy::Transient;
+    let slc_pages = cfg.slc_cache.capacity_bytes / 4096;
+    let mut ssd = Ssd::new(cfg, 1).unwrap();
+    let cap = ssd.info().capacity_sectors;
+    let mut rng = SimRng::new(3);
+    let mut transient_written = 0;
+    let mut i = 0;
+    while i < 4 * slc_pages || transient_written < slc_pages / 4 {
+        if transient_written < slc_pages / 4 && rng.chance(0.2) {
+            let mut cmd = Command::write(cap / 2 + transient_written, 1, &[]);
+            cmd.flags.transient = true;
+            ssd.submit(i * 1000, &cmd, ReadBuffers::none()).unwrap();
+            transient_written += 1;
+        } else {
+            let cmd = Command::write(rng.below(cap / 2), 1, &[]);
+            ssd.submit(i * 1000, &cmd, ReadBuffers::none()).unwrap();
+        }
+        i += 1;
+    }
+    let stats = ssd.ftl_stats();
+    assert!(stats.slc_pages_migrated > 0, "{stats:?}");
+    assert_eq!(stats.slc_transient_pages_migrated, 0, "{stats:?}");
+    ssd.check_invariants();
+}
+
 #[test]
 fn tags_are_stored_with_the_data_and_returned() {
     let mut ssd = Ssd::new(small_config(512, PayloadMode::Token), 1).unwrap();

@@ -22,7 +22,8 @@
 //!
 //! Metadata (§5.4): every chunk write carries (user chunk, slot, timestamp) in the sectors'
 //! OOB tags; conversion computes parity over data and tags alike. [`ScalaAfa::recover`]
-//! rebuilds the AMT and HGMT from the members alone (an OOB scan).
+//! rebuilds the AMT and HGMT from the members alone (an OOB scan), and
+//! [`ScalaAfa::recover_degraded`] does so with one member lost.
 //!
 //! Reads use the primary copy, or a replica while the home member reported GC; with a member
 //! failed they use a replica or reconstruct from the stripe; a rebuild onto a spare restores
@@ -128,6 +129,10 @@ pub struct ScalaAfaStats {
     pub degraded: DegradedReadLatency,
     pub units_rebuilt: u64,
     pub last_rebuild_ns: Option<u64>,
+    /// Member commands the daemon issued for background work (host conversion, GC,
+    /// rebuild), and the bytes they moved.
+    pub daemon_commands: u64,
+    pub daemon_bytes: u64,
     /// Time writers waited for heroes (grants, conversions, GC), summed, in ns.
     pub hero_wait_ns: u64,
     pub first_conversion_ns: Option<TimeNs>,
@@ -521,10 +526,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
 
     // ----- member I/O -----
 
+    /// Counts a member command against the I/O thread that issues it. Background work
+    /// (conversion, array-level GC, rebuild) is the daemon's: it runs on its own pinned core
+    /// (§5.6) and costs the I/O threads nothing directly; what it costs them is the daemon's
+    /// time, which delays grants (`daemon_at`).
     fn count_command(&mut self, sectors: u32) {
         if self.background_depth > 0 {
-            self.work.background_commands += 1;
-            self.work.background_bytes += sectors as u64 * self.info.sector_bytes as u64;
+            self.stats.daemon_commands += 1;
+            self.stats.daemon_bytes += sectors as u64 * self.info.sector_bytes as u64;
         } else {
             self.work.member_commands += 1;
         }
@@ -896,8 +905,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let chunk_bytes = self.config.chunk_bytes;
         let cpu_ns = transfer_ns((k + m) as u64 * chunk_bytes, self.scala.daemon_copy_mb_s)
             + transfer_ns(k as u64 * chunk_bytes, self.scala.daemon_parity_mb_s);
+        // The daemon computes the parity on its own core: its time, not an I/O thread's.
         let computed = self.daemon_at(t_read, cpu_ns);
-        self.work.background_parity_bytes += k as u64 * chunk_bytes;
         let mut done = computed;
         let mut missing = 0;
         for r in 0..m {
@@ -1347,9 +1356,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 .map_err(|_| DeviceError::Failed)?;
         }
         let bytes = k as u64 * rows as u64 * self.info.sector_bytes as u64;
-        if self.background_depth > 0 {
-            self.work.background_parity_bytes += bytes;
-        } else {
+        // A rebuild or GC decodes on the daemon's core; only a reader pays on its own.
+        if self.background_depth == 0 {
             self.work.parity_bytes += bytes;
         }
         Ok((shards, t + transfer_ns(bytes, self.config.parity_mb_s)))
@@ -1481,6 +1489,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             ));
         }
         self.members[i].state = MemberState::Failed;
+        self.take_spare(i, now_ns);
+        Ok(())
+    }
+
+    /// Puts the first spare, if any, in failed member `i`'s place and starts its rebuild.
+    fn take_spare(&mut self, i: usize, now_ns: TimeNs) {
         if !self.spares.is_empty() {
             self.members[i].device = self.spares.remove(0);
             self.members[i].fresh = vec![false; (self.rows + self.vhs_per_member) as usize];
@@ -1490,7 +1504,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 started_ns: now_ns,
             };
         }
-        Ok(())
     }
 
     /// Arranges for `member` to fail at `at_ns`.

@@ -7,6 +7,10 @@
 //! slots' tags; otherwise its VHs are found by matching the backups' (chunk, timestamp) on
 //! its parity members' transient areas. A hero group that was still open is closed (its
 //! unwritten slots deallocated on the HH and the VHs) and queued for conversion.
+//!
+//! With one member lost, its primaries are named by their backups or decoded from their
+//! stripes' tags, and chunks left only in backups no group can be bound to are written again
+//! (see [`ScalaAfa::recover_degraded`]).
 
 use std::collections::BTreeMap;
 
@@ -23,13 +27,53 @@ impl<D: BlockDevice> ScalaAfa<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
+        Self::recover_inner(config, scala, members, spares, None)
+    }
+
+    /// Recovers a volume after a power loss that also took member `failed` (it may be any
+    /// device in its slot; nothing is read from it). What that member held is found from the
+    /// others: a primary it kept is named by its backup (replication phase) or by decoding
+    /// the tags of its stripe (after conversion); a chunk whose only surviving copies are
+    /// backups in a vertical hero no live primary points to is written again into a new hero
+    /// group. The member is then failed, and replaced by the first spare if there is one.
+    pub fn recover_degraded(
+        config: ArrayConfig,
+        scala: ScalaAfaConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: usize,
+    ) -> Result<Self, ArrayError> {
+        if failed >= members.len() {
+            return Err(ArrayError::Fail(failed, "no such member".into()));
+        }
+        Self::recover_inner(config, scala, members, spares, Some(failed))
+    }
+
+    fn recover_inner(
+        config: ArrayConfig,
+        scala: ScalaAfaConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: Option<usize>,
+    ) -> Result<Self, ArrayError> {
         let mut v = Self::new(config, scala, members, spares)?;
         if v.tag_bytes < META_TAG_BYTES || v.unit == 0 {
             return Err(ArrayError::Config(
                 "recovery needs members that keep OOB tags (payload token or full)".into(),
             ));
         }
-        v.rebuild_tables()
+        // The failed member takes no writes while the tables are rebuilt (closing open
+        // groups trims their unwritten slots), then a spare, if any, replaces it.
+        if let Some(f) = failed {
+            v.members[f].state = MemberState::Failed;
+        }
+        let (orphans, stale) = v
+            .rebuild_tables(failed)
+            .map_err(|e| ArrayError::Config(format!("recovery failed: {e}")))?;
+        if let Some(f) = failed {
+            v.take_spare(f, 0);
+        }
+        v.rewrite_orphans(orphans, stale)
             .map_err(|e| ArrayError::Config(format!("recovery failed: {e}")))?;
         Ok(v)
     }
@@ -41,23 +85,33 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .ok_or(DeviceError::Unsupported("scan_tags".into()))
     }
 
-    fn rebuild_tables(&mut self) -> Result<(), DeviceError> {
+    /// The (chunk, timestamp) a tag names if it is copy `kind` of slot `j`.
+    fn named(&self, tag: &[u8], j: usize, kind: u8) -> Option<(u32, u32)> {
+        let (chunk, s, ts, k) = decode_meta(tag);
+        (k == kind && s as usize == j && (chunk as usize) < self.amt.len()).then_some((chunk, ts))
+    }
+
+    /// Rebuilds the AMT and HGMT. With `failed`, nothing is read from that member. Returns
+    /// the chunks whose newest copy survives only as backups no hero group could be bound
+    /// to, with where to read one (chunk, member, lba), and every unclaimed backup
+    /// (member, lba).
+    #[allow(clippy::type_complexity)]
+    fn rebuild_tables(
+        &mut self,
+        failed: Option<usize>,
+    ) -> Result<(Vec<(u32, usize, u64)>, Vec<(usize, u64)>), DeviceError> {
         let (k, m) = (self.k, self.m);
-        // Physical primaries per row: (chunk, ts) or None, and the newest copy per chunk.
+        let alive = |i: usize| failed != Some(i);
+        // Primaries per row as the members hold them: (chunk, ts), None if unwritten or on
+        // the failed member (filled in below from the stripe's other members).
         let mut primaries: Vec<Vec<Option<(u32, u32)>>> = Vec::with_capacity(self.rows as usize);
-        let mut newest: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
         for row in 0..self.rows {
             let mut slots = vec![None; k];
             for (j, slot) in slots.iter_mut().enumerate() {
-                let t = self.tags_of(self.data_member(row, j), self.hh_lba(row))?;
-                let (chunk, s, ts, kind) = decode_meta(&t);
-                if kind == KIND_PRIMARY && s as usize == j && (chunk as usize) < self.amt.len() {
-                    *slot = Some((chunk, ts));
-                    let a = row * k as u32 + j as u32;
-                    let e = newest.entry(chunk).or_insert((ts, a));
-                    if ts > e.0 {
-                        *e = (ts, a);
-                    }
+                let d = self.data_member(row, j);
+                if alive(d) {
+                    let t = self.tags_of(d, self.hh_lba(row))?;
+                    *slot = self.named(&t, j, KIND_PRIMARY);
                 }
             }
             primaries.push(slots);
@@ -66,22 +120,205 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let mut backups: Vec<BTreeMap<(u32, u32), (u32, usize)>> = Vec::new();
         for p in 0..self.members.len() {
             let mut map = BTreeMap::new();
-            for vh in 0..self.vhs_per_member {
-                for j in 0..k {
-                    let t = self.tags_of(p, self.vh_lba(vh, j))?;
-                    let (chunk, s, ts, kind) = decode_meta(&t);
-                    if kind == KIND_BACKUP && s as usize == j {
-                        map.insert((chunk, ts), (vh, j));
+            if alive(p) {
+                for vh in 0..self.vhs_per_member {
+                    for j in 0..k {
+                        let t = self.tags_of(p, self.vh_lba(vh, j))?;
+                        if let Some(key) = self.named(&t, j, KIND_BACKUP) {
+                            map.insert(key, (vh, j));
+                        }
                     }
                 }
             }
             backups.push(map);
         }
-        for (&chunk, &(_, a)) in &newest {
-            self.amt[chunk as usize] = a;
-        }
         let mut used_vhs = vec![vec![false; self.vhs_per_member as usize]; self.members.len()];
+        // Rows whose VH on the failed member is unknown: (row, parity row r).
+        let mut lost_vhs = Vec::new();
         let mut open_rows = Vec::new();
+        for row in 0..self.rows {
+            let failed_slot = (0..k).find(|&j| !alive(self.data_member(row, j)));
+            let failed_parity = (0..m).find(|&r| !alive(self.parity_member(row, r)));
+            let alive_written = primaries[row as usize].iter().flatten().count();
+            // Replication phase: the HG's VH on each serving parity member, found by the
+            // backups of the stripe's surviving primaries.
+            let mut vhs = vec![NONE; m];
+            for (r, vh) in vhs.iter_mut().enumerate() {
+                let p = self.parity_member(row, r);
+                *vh = primaries[row as usize]
+                    .iter()
+                    .flatten()
+                    .find_map(|key| backups[p].get(key).map(|&(vh, _)| vh))
+                    .unwrap_or(NONE);
+            }
+            let replicated = vhs.iter().any(|&vh| vh != NONE);
+            // After conversion: the serving parity members hold the parity of the data tags.
+            let mut data_tags: Vec<Vec<u8>> = Vec::with_capacity(k);
+            for j in 0..k {
+                let d = self.data_member(row, j);
+                let mut t = if alive(d) {
+                    self.tags_of(d, self.hh_lba(row))?
+                } else {
+                    vec![0u8; self.tag_bytes]
+                };
+                // Parity covers the backups' tags (kind = backup), which equal the primaries'
+                // in all but the kind byte.
+                set_kind(&mut t, self.tag_bytes, KIND_BACKUP);
+                data_tags.push(t);
+            }
+            let mut parity_tags: Vec<Option<Vec<u8>>> = Vec::with_capacity(m);
+            for r in 0..m {
+                let p = self.parity_member(row, r);
+                parity_tags.push(if alive(p) {
+                    Some(self.tags_of(p, self.hh_lba(row))?)
+                } else {
+                    None
+                });
+            }
+            let striped = if replicated {
+                false
+            } else if let Some(jf) = failed_slot {
+                // A data tag is missing, so the parity cannot be checked; with no backups
+                // left, a stripe that holds anything has been converted. Its missing tag is
+                // decoded from the others.
+                let any_parity = parity_tags
+                    .iter()
+                    .flatten()
+                    .any(|t| t.iter().any(|&b| b != 0));
+                if alive_written == 0 && !any_parity {
+                    false
+                } else {
+                    let mut shards: Vec<Vec<u8>> = data_tags.clone();
+                    let mut present = vec![true; k + m];
+                    present[jf] = false;
+                    for (r, t) in parity_tags.iter().enumerate() {
+                        shards.push(t.clone().unwrap_or_else(|| vec![0u8; self.tag_bytes]));
+                        present[k + r] = t.is_some();
+                    }
+                    let mut refs: Vec<&mut [u8]> =
+                        shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    self.codec
+                        .reconstruct(&mut refs, &present)
+                        .map_err(|_| DeviceError::Failed)?;
+                    let mut t = shards[jf].clone();
+                    set_kind(&mut t, self.tag_bytes, KIND_BACKUP);
+                    primaries[row as usize][jf] = self.named(&t, jf, KIND_BACKUP);
+                    true
+                }
+            } else if alive_written == 0 {
+                false
+            } else {
+                let refs: Vec<&[u8]> = data_tags.iter().map(|t| t.as_slice()).collect();
+                let mut checked = 0;
+                let mut matches = true;
+                for (r, t) in parity_tags.iter().enumerate() {
+                    let Some(t) = t else { continue };
+                    let mut want = vec![0u8; self.tag_bytes];
+                    self.codec
+                        .encode_row(r, &refs, &mut want)
+                        .map_err(|_| DeviceError::Failed)?;
+                    checked += 1;
+                    matches &= *t == want;
+                }
+                // With the only parity member failed, the stripe's backups went with it:
+                // whether or not it was converted, its primaries are its only copies now.
+                checked == 0 || matches
+            };
+            if striped {
+                let s = &mut self.stripes[row as usize];
+                s.state = HhState::Striped;
+                s.filled = k as u32;
+                s.parity_missing = failed_parity.map_or(0, |r| 1 << r);
+                continue;
+            }
+            if !replicated {
+                // Nothing of this stripe survives but, perhaps, backups of a group whose
+                // only written slot was on the failed member: those are found as orphans.
+                primaries[row as usize].iter_mut().for_each(|s| *s = None);
+                continue;
+            }
+            if let Some(jf) = failed_slot {
+                // The failed member's primary is named by its backup in the group's VH.
+                let (r, vh) = vhs
+                    .iter()
+                    .enumerate()
+                    .find(|&(_, &vh)| vh != NONE)
+                    .map(|(r, &vh)| (r, vh))
+                    .expect("replicated rows have a VH");
+                let t = self.tags_of(self.parity_member(row, r), self.vh_lba(vh, jf))?;
+                primaries[row as usize][jf] = self.named(&t, jf, KIND_BACKUP);
+            }
+            for (r, &vh) in vhs.iter().enumerate() {
+                let p = self.parity_member(row, r);
+                if vh == NONE {
+                    if alive(p) {
+                        return Err(DeviceError::Unsupported(format!(
+                            "row {row}: no backups on member {p}"
+                        )));
+                    }
+                    lost_vhs.push((row, r));
+                    continue;
+                }
+                used_vhs[p][vh as usize] = true;
+                self.members[p].vh_owner[vh as usize] = row;
+            }
+            let written = primaries[row as usize].iter().flatten().count();
+            let s = &mut self.stripes[row as usize];
+            s.vhs = vhs;
+            s.filled = written as u32;
+            s.state = HhState::Open;
+            open_rows.push(row);
+        }
+        // A group whose VH on the failed member is unknown gets any unused one there: the
+        // member serves nothing, and a rebuild rewrites that VH from the surviving copies.
+        for (row, r) in lost_vhs {
+            let p = self.parity_member(row, r);
+            let vh = (0..self.vhs_per_member)
+                .find(|&v| !used_vhs[p][v as usize])
+                .ok_or(DeviceError::Failed)?;
+            used_vhs[p][vh as usize] = true;
+            self.members[p].vh_owner[vh as usize] = row;
+            self.stripes[row as usize].vhs[r] = vh;
+        }
+        // The newest copy of each user chunk wins (AMT).
+        let mut newest: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+        for (row, slots) in primaries.iter().enumerate() {
+            for (j, slot) in slots.iter().enumerate() {
+                if let Some((chunk, ts)) = *slot {
+                    let a = row as u32 * k as u32 + j as u32;
+                    let e = newest.entry(chunk).or_insert((ts, a));
+                    if ts > e.0 {
+                        *e = (ts, a);
+                    }
+                }
+            }
+        }
+        // Backups in VHs no group claimed: a chunk whose newest copy is one of them is
+        // written again once the tables stand.
+        let mut orphans: BTreeMap<u32, (u32, usize, u64)> = BTreeMap::new();
+        let mut stale = Vec::new();
+        for (p, map) in backups.iter().enumerate() {
+            for (&(chunk, ts), &(vh, j)) in map {
+                if used_vhs[p][vh as usize] {
+                    continue;
+                }
+                // Every backup no group claims is dropped once the tables stand, so a later
+                // recovery cannot mistake it for data.
+                stale.push((p, self.vh_lba(vh, j)));
+                if newest.get(&chunk).is_some_and(|&(t, _)| t >= ts) {
+                    continue;
+                }
+                let e = orphans.entry(chunk).or_insert((ts, p, self.vh_lba(vh, j)));
+                if ts > e.0 {
+                    *e = (ts, p, self.vh_lba(vh, j));
+                }
+            }
+        }
+        for (&chunk, &(_, a)) in &newest {
+            if !orphans.contains_key(&chunk) {
+                self.amt[chunk as usize] = a;
+            }
+        }
         for row in 0..self.rows {
             let slots = &primaries[row as usize];
             let live: Vec<u32> = (0..k)
@@ -90,60 +327,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     _ => NONE,
                 })
                 .collect();
-            let written = slots.iter().filter(|s| s.is_some()).count();
             let s = &mut self.stripes[row as usize];
             s.live = live.iter().filter(|&&c| c != NONE).count() as u32;
             s.chunks = live;
-            if written == 0 {
-                continue;
-            }
-            // Converted: the parity members' tags are the parity of the data tags.
-            let mut data_tags: Vec<Vec<u8>> = (0..k)
-                .map(|j| self.tags_of(self.data_member(row, j), self.hh_lba(row)))
-                .collect::<Result<_, _>>()?;
-            // Parity covers the backups' tags (kind = backup), which equal the primaries'
-            // in all but the kind byte.
-            for t in &mut data_tags {
-                set_kind(t, self.tag_bytes, KIND_BACKUP);
-            }
-            let refs: Vec<&[u8]> = data_tags.iter().map(|t| t.as_slice()).collect();
-            let mut striped = true;
-            for r in 0..m {
-                let mut want = vec![0u8; self.tag_bytes];
-                self.codec
-                    .encode_row(r, &refs, &mut want)
-                    .map_err(|_| DeviceError::Failed)?;
-                if self.tags_of(self.parity_member(row, r), self.hh_lba(row))? != want {
-                    striped = false;
-                }
-            }
-            if striped {
-                self.stripes[row as usize].state = HhState::Striped;
-                self.stripes[row as usize].filled = k as u32;
-                continue;
-            }
-            // In replication: find the HG's VH on each parity member.
-            let mut vhs = Vec::with_capacity(m);
-            for r in 0..m {
-                let p = self.parity_member(row, r);
-                let found = slots
-                    .iter()
-                    .flatten()
-                    .find_map(|key| backups[p].get(key).map(|&(vh, _)| vh));
-                let Some(vh) = found else {
-                    return Err(DeviceError::Unsupported(format!(
-                        "row {row}: neither parity nor backups found"
-                    )));
-                };
-                used_vhs[p][vh as usize] = true;
-                self.members[p].vh_owner[vh as usize] = row;
-                vhs.push(vh);
-            }
-            let s = &mut self.stripes[row as usize];
-            s.vhs = vhs;
-            s.filled = written as u32;
-            s.state = HhState::Open;
-            open_rows.push(row);
         }
         // Free lists: every HH and VH not in use.
         self.manager.free_hhs = (0..self.rows)
@@ -161,7 +347,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         // The timestamps continue after the newest one seen.
-        self.clock = newest.values().map(|&(ts, _)| ts).max().unwrap_or(0);
+        self.clock = newest
+            .values()
+            .map(|&(ts, _)| ts)
+            .chain(orphans.values().map(|&(ts, _, _)| ts))
+            .max()
+            .unwrap_or(0);
         // Open hero groups are closed and queued for conversion (thread 0's list).
         for row in open_rows {
             self.open[0] = Some(row);
@@ -175,6 +366,36 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         debug_assert!(done <= self.rows as usize);
+        let orphans = orphans
+            .into_iter()
+            .map(|(chunk, (_, p, lba))| (chunk, p, lba))
+            .collect();
+        Ok((orphans, stale))
+    }
+
+    /// Writes orphaned chunks again through thread 0: all are read first, because the VHs
+    /// they sit in are free and a new group may take one.
+    fn rewrite_orphans(
+        &mut self,
+        orphans: Vec<(u32, usize, u64)>,
+        stale: Vec<(usize, u64)>,
+    ) -> Result<(), DeviceError> {
+        let cs = self.chunk_sectors;
+        let mut copies = Vec::with_capacity(orphans.len());
+        for &(chunk, p, lba) in &orphans {
+            let mut buf = vec![0u8; self.chunk_units()];
+            self.member_read(p, lba, cs, 0, &mut buf)?;
+            copies.push((chunk, buf));
+        }
+        for (p, lba) in stale {
+            self.member_trim(p, lba, cs, 0)?;
+        }
+        for (chunk, buf) in copies {
+            self.write_chunk(0, chunk, &buf, 0)?;
+        }
+        if !orphans.is_empty() {
+            self.close_open(0, 0)?;
+        }
         Ok(())
     }
 }
