@@ -96,8 +96,19 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         vec![entry]
     };
     println!("seed: {}", args.seed);
-    if let (Some(json), Ok(mut path)) = (&args.json, swan::FIG6_REPORT_PATH.lock()) {
-        *path = Some(json.with_extension("report.json"));
+    // swan-fig6's run report goes beside the JSON, else beside the plots, else into the
+    // working directory.
+    let fig6_report = match (&args.json, &args.plots) {
+        (Some(json), _) => Some(json.with_extension("report.json")),
+        (None, Some(dir)) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            Some(dir.join("swan-fig6.report.json"))
+        }
+        (None, None) => None,
+    };
+    if let (Some(report), Ok(mut path)) = (fig6_report, swan::FIG6_REPORT_PATH.lock()) {
+        *path = Some(report);
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
