@@ -153,11 +153,11 @@ mod tests {
 
     use afa_nand::{fill_unit, sector_token};
     use afa_sim::SimRng;
-    use afa_ssd::{Completion, DeviceInfo, Opcode, Ssd};
+    use afa_ssd::Ssd;
 
     use super::*;
     use crate::nvram::MemNvram;
-    use crate::tests::ssd_config;
+    use crate::tests::{ssd_config, Crashing};
     use crate::{Array, ArrayConfig, Level, LogRaidConfig};
 
     fn members(n: u32) -> Vec<Ssd> {
@@ -166,33 +166,6 @@ mod tests {
         (0..n as u64)
             .map(|i| Ssd::new(cfg.clone(), i).unwrap())
             .collect()
-    }
-
-    /// A member whose writes fail once `crash` is set: the crash came at a member write.
-    #[derive(Debug)]
-    struct Crashing<'a> {
-        inner: &'a mut Ssd,
-        crash: Arc<AtomicBool>,
-    }
-
-    impl BlockDevice for Crashing<'_> {
-        fn info(&self) -> DeviceInfo {
-            self.inner.info()
-        }
-        fn submit(
-            &mut self,
-            now_ns: TimeNs,
-            cmd: &Command<'_>,
-            out: ReadBuffers<'_>,
-        ) -> Result<Completion, DeviceError> {
-            if cmd.opcode == Opcode::Write && self.crash.load(Ordering::SeqCst) {
-                return Err(DeviceError::Failed);
-            }
-            self.inner.submit(now_ns, cmd, out)
-        }
-        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-            self.inner.background(now_ns)
-        }
     }
 
     fn volume<'a>(

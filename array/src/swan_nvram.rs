@@ -155,14 +155,14 @@ impl<D: BlockDevice> Swan<D> {
 mod tests {
     use afa_nand::{fill_unit, sector_token};
     use afa_sim::SimRng;
-    use afa_ssd::{Opcode, Ssd};
+    use afa_ssd::Ssd;
 
     use std::sync::Arc;
 
     use super::*;
     use crate::nvram::MemNvram;
     use crate::swan::SwanConfig;
-    use crate::tests::ssd_config;
+    use crate::tests::{ssd_config, Crashing};
     use crate::{ArrayConfig, Level};
 
     fn config(level: Level, groups: u32, width: u32) -> (ArrayConfig, SwanConfig) {
@@ -303,34 +303,6 @@ mod tests {
                 check_all(&mut v, &oracle, t);
             }
             assert!(cleaned > 0, "{level:?}: the runs never cleaned a segment");
-        }
-    }
-
-    /// A member whose writes fail once `crash` is set: the crash came after the NVRAM log
-    /// recorded a stripe's blocks and before the stripe reached the SSDs.
-    #[derive(Debug)]
-    struct Crashing<'a> {
-        inner: &'a mut Ssd,
-        crash: Arc<std::sync::atomic::AtomicBool>,
-    }
-
-    impl BlockDevice for Crashing<'_> {
-        fn info(&self) -> afa_ssd::DeviceInfo {
-            self.inner.info()
-        }
-        fn submit(
-            &mut self,
-            now_ns: TimeNs,
-            cmd: &Command<'_>,
-            out: ReadBuffers<'_>,
-        ) -> Result<afa_ssd::Completion, DeviceError> {
-            if cmd.opcode == Opcode::Write && self.crash.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(DeviceError::Failed);
-            }
-            self.inner.submit(now_ns, cmd, out)
-        }
-        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-            self.inner.background(now_ns)
         }
     }
 

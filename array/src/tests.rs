@@ -36,6 +36,34 @@ fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
     cached_array(level, members, spares, 0)
 }
 
+/// A member whose writes fail once `crash` is set: a host crash that comes at a member
+/// write, for the crash tests of the log-structured engines.
+#[derive(Debug)]
+pub(crate) struct Crashing<'a> {
+    pub(crate) inner: &'a mut Ssd,
+    pub(crate) crash: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BlockDevice for Crashing<'_> {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        if cmd.opcode == Opcode::Write && self.crash.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DeviceError::Failed);
+        }
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
+
 /// Drives any volume (an array, or Log-RAID over one) against the oracle.
 pub(crate) struct Harness<V: BlockDevice> {
     pub(crate) volume: V,
