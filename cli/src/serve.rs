@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig, LogRaid, ScalaAfa, Swan, META_TAG_BYTES};
+use afa_array::{Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, META_TAG_BYTES};
 use afa_nand::PayloadMode;
 use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
@@ -310,51 +310,14 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     }
     if let EngineChoice::Swan(swan) = &spec.choice {
-        let nvram = FileNvram::open(&state.nvram_path())
-            .map_err(|e| format!("cannot open {}: {e}", state.nvram_path().display()))?;
-        let mut volume =
-            Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
-        volume.attach_nvram(Box::new(nvram));
-        // The map lives in host memory only: every start but the first rebuilds it from the
-        // segment summaries on the members and the NVRAM log of the open segments.
-        if !state.fresh() {
-            volume
-                .recover_from_nvram(0)
-                .map_err(|e| format!("SWAN recovery failed: {e}"))?;
-            eprintln!(
-                "afa serve: rebuilt SWAN's map from the segment summaries and {}",
-                state.nvram_path().display()
-            );
-        }
-        return Ok(Volume {
-            device: Box::new(volume),
-            description,
-            state: Some(state),
-        });
+        let volume = Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
+        return with_nvram(volume, "SWAN", state, description);
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if let EngineChoice::Log(log_config) = &spec.choice {
-        let nvram = FileNvram::open(&state.nvram_path())
-            .map_err(|e| format!("cannot open {}: {e}", state.nvram_path().display()))?;
-        let mut volume =
+        let volume =
             LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
-        volume.attach_nvram(Box::new(nvram));
-        // As for SWAN: the map lives in host memory only, so every start but the first
-        // rebuilds it from the segment summaries and the NVRAM log.
-        if !state.fresh() {
-            volume
-                .recover_from_nvram(0)
-                .map_err(|e| format!("Log-RAID recovery failed: {e}"))?;
-            eprintln!(
-                "afa serve: rebuilt Log-RAID's map from the segment summaries and {}",
-                state.nvram_path().display()
-            );
-        }
-        return Ok(Volume {
-            device: Box::new(volume),
-            description,
-            state: Some(state),
-        });
+        return with_nvram(volume, "Log-RAID", state, description);
     }
     if state.unclean() {
         // The last server was killed or crashed: a write may have reached some members and
@@ -369,6 +332,59 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     Ok(Volume {
         device: Box::new(array),
+        description,
+        state: Some(state),
+    })
+}
+
+/// A log-structured engine whose battery-backed host memory is kept in an NVRAM log.
+trait NvramEngine: BlockDevice + Send + 'static {
+    fn attach_nvram(&mut self, log: Box<dyn NvramLog>);
+    fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError>;
+}
+
+impl NvramEngine for Swan<FileDevice> {
+    fn attach_nvram(&mut self, log: Box<dyn NvramLog>) {
+        Swan::attach_nvram(self, log);
+    }
+    fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        Swan::recover_from_nvram(self, now_ns)
+    }
+}
+
+impl NvramEngine for LogRaid<FileDevice> {
+    fn attach_nvram(&mut self, log: Box<dyn NvramLog>) {
+        LogRaid::attach_nvram(self, log);
+    }
+    fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        LogRaid::recover_from_nvram(self, now_ns)
+    }
+}
+
+/// Gives a log-structured engine its NVRAM log in the state directory. The map lives in
+/// host memory only, so every start but the first rebuilds it from the segment summaries on
+/// the members and the log of the open segments.
+fn with_nvram<E: NvramEngine>(
+    mut volume: E,
+    name: &str,
+    state: StateDir,
+    description: String,
+) -> Result<Volume, String> {
+    let path = state.nvram_path();
+    let nvram =
+        FileNvram::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    volume.attach_nvram(Box::new(nvram));
+    if !state.fresh() {
+        volume
+            .recover_from_nvram(0)
+            .map_err(|e| format!("{name} recovery failed: {e}"))?;
+        eprintln!(
+            "afa serve: rebuilt {name}'s map from the segment summaries and {}",
+            path.display()
+        );
+    }
+    Ok(Volume {
+        device: Box::new(volume),
         description,
         state: Some(state),
     })
