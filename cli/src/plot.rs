@@ -230,6 +230,7 @@ mod tests {
             unit: "MB/s".into(),
             paper: BTreeMap::from([("after".to_owned(), 525.0), ("before".to_owned(), 1120.0)]),
             measured: BTreeMap::from([("before".to_owned(), 1167.0)]),
+            context: BTreeMap::new(),
         };
         let written = write_reproduction_chart(&dir, &r).unwrap();
         assert_eq!(

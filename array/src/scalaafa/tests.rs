@@ -327,6 +327,20 @@ fn raid5_three_threads_with_a_failed_member_keeps_finding_space() {
     h.check_all();
 }
 
+/// Random writes and checked reads (no trims: a trim is not durable across a power loss).
+fn writes_and_reads(h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usize) {
+    let cap = h.tokens.len() as u64;
+    for _ in 0..count {
+        let len = 1 + rng.below(40) as u32;
+        let lba = rng.below(cap - len as u64);
+        if rng.below(4) == 0 {
+            h.read_check(lba, len);
+        } else {
+            h.write(lba, len).expect("write accepted");
+        }
+    }
+}
+
 /// Power loss between any two requests: the engine's host memory is gone, the members keep
 /// what they were sent (these SSDs have no volatile write buffer, so every acknowledged
 /// write is durable). Recovery from the OOB scan alone must give back every acknowledged
@@ -334,19 +348,7 @@ fn raid5_three_threads_with_a_failed_member_keeps_finding_space() {
 fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
     let mut h = Harness::new(engine(level, n, 0, with_mode(ScalaMode::Scalaafa)));
     let mut rng = SimRng::new(seed);
-    let cap = h.tokens.len() as u64;
-    let ops = |h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usize| {
-        for _ in 0..count {
-            let len = 1 + rng.below(40) as u32;
-            let lba = rng.below(cap - len as u64);
-            if rng.below(4) == 0 {
-                h.read_check(lba, len);
-            } else {
-                h.write(lba, len).expect("write accepted");
-            }
-        }
-    };
-    ops(&mut h, &mut rng, crash_after);
+    writes_and_reads(&mut h, &mut rng, crash_after);
     let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
     let Harness {
         volume,
@@ -360,7 +362,7 @@ fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
     h.tokens = tokens;
     h.now_ns = now_ns;
     h.check_all();
-    ops(&mut h, &mut rng, 400);
+    writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
     h.volume.background(h.now_ns);
     h.check_all();
@@ -372,19 +374,7 @@ fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
 fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usize, spare: bool) {
     let mut h = Harness::new(engine(level, n, 0, with_mode(ScalaMode::Scalaafa)));
     let mut rng = SimRng::new(seed);
-    let cap = h.tokens.len() as u64;
-    let ops = |h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usize| {
-        for _ in 0..count {
-            let len = 1 + rng.below(40) as u32;
-            let lba = rng.below(cap - len as u64);
-            if rng.below(4) == 0 {
-                h.read_check(lba, len);
-            } else {
-                h.write(lba, len).expect("write accepted");
-            }
-        }
-    };
-    ops(&mut h, &mut rng, crash_after);
+    writes_and_reads(&mut h, &mut rng, crash_after);
     let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
     let Harness {
         volume,
@@ -403,7 +393,7 @@ fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usiz
     h.tokens = tokens;
     h.now_ns = now_ns;
     h.check_all();
-    ops(&mut h, &mut rng, 400);
+    writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
     h.volume.background(h.now_ns);
     h.check_all();

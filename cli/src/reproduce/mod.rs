@@ -44,6 +44,29 @@ pub struct Reproduction {
     pub unit: String,
     pub paper: BTreeMap<String, f64>,
     pub measured: BTreeMap<String, f64>,
+    /// Measurements the paper gives no figure for (the detail behind a ranking, a load
+    /// level the paper did not print), kept apart so that `paper` and `measured` hold the
+    /// same labels.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub context: BTreeMap<String, f64>,
+}
+
+impl Reproduction {
+    /// Moves every measured label without a paper figure into `context`.
+    fn pair_labels(mut self) -> Self {
+        let unpaired: Vec<String> = self
+            .measured
+            .keys()
+            .filter(|label| !self.paper.contains_key(*label))
+            .cloned()
+            .collect();
+        for label in unpaired {
+            if let Some(value) = self.measured.remove(&label) {
+                self.context.insert(label, value);
+            }
+        }
+        self
+    }
 }
 
 pub type Experiment = fn(quick: bool, seed: u64) -> Result<Reproduction, String>;
@@ -115,7 +138,7 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     for (id, what, experiment) in selected {
         // With --all one failing experiment must not hide the others' results.
         let r = match experiment(args.quick, args.seed) {
-            Ok(r) => r,
+            Ok(r) => r.pair_labels(),
             Err(e) if args.all => {
                 eprintln!("{id}: {e}");
                 failures.push(format!("{id}: {e}"));

@@ -28,5 +28,6 @@ fn ox(id: &str, quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: r.unit,
         paper: r.paper,
         measured: r.measured,
+        context: std::collections::BTreeMap::new(),
     })
 }

@@ -228,6 +228,7 @@ fn scalaafa_fig3(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "GB/s (10^9 B/s) for *_gbps; ratio for randwrite".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -431,6 +432,7 @@ fn scalaafa_fig9(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "throughput ratio scalaafa / two-phase (64 KiB sequential writes)".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -471,6 +473,7 @@ fn scalaafa_fig11(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "fraction of the ideal; GB/s for *_gbps".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -527,6 +530,7 @@ fn scalaafa_fig15(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "throughput ratios; latency reductions as fractions".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -582,6 +586,7 @@ fn scalaafa_fig16(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "fraction of MLC page programs saved against scala-wr".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 

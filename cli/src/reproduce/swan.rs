@@ -187,6 +187,7 @@ fn swan_fig1(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "MB/s (10^6 B/s) of user writes".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -438,6 +439,7 @@ fn swan_fig4a(quick: bool, seed: u64) -> Result<Reproduction, String> {
             .into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -482,6 +484,7 @@ fn swan_fig4b(quick: bool, seed: u64) -> Result<Reproduction, String> {
             .into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -531,6 +534,7 @@ fn swan_model(_quick: bool, _seed: u64) -> Result<Reproduction, String> {
         unit: "R-groups (N), segment utilisation (u), SSDs and groups (XtremIO sizing)".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -664,6 +668,7 @@ fn swan_fig6(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "MB/s (10^6 B/s); fractions of member bytes".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -953,5 +958,6 @@ fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "ranks (1: best of four), ratios of load-phase MB/s, fractions of reads, µs".into(),
         paper,
         measured,
+        context: BTreeMap::new(),
     })
 }

@@ -237,6 +237,7 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "throughput of WAFLASH / baseline, best over the request-size sweep".into(),
         paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         measured,
+        context: BTreeMap::new(),
     })
 }
 
@@ -393,5 +394,6 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
             .into_iter()
             .collect(),
         measured: sums.into_iter().map(|(k, v)| (k, v / n)).collect(),
+        context: BTreeMap::new(),
     })
 }
