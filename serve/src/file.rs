@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use afa_sim::TimeNs;
 use afa_ssd::{
-    validate_command, BlockDevice, Command, Completion, ConvertCommand, DeviceError, DeviceInfo,
-    Opcode, ReadBuffers,
+    validate_command, validate_convert, BlockDevice, Command, Completion, ConvertCommand,
+    DeviceError, DeviceInfo, Opcode, ReadBuffers,
 };
 use rustix::fs::{fallocate, FallocateFlags};
 
@@ -324,28 +324,10 @@ impl BlockDevice for FileDevice {
     /// which recovery reads as a stripe still in replication. The timing model, when there
     /// is one, times the same command.
     fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        let codec = validate_convert(&self.info, cmd)?;
         let (k, cs) = (cmd.k as u32, cmd.chunk_sectors);
         let bad = |what: String| DeviceError::Unsupported(format!("convert: {what}"));
-        if k == 0 || cs == 0 {
-            return Err(bad(format!(
-                "k = {k} and chunk_sectors = {cs} must be positive"
-            )));
-        }
-        let source = k
-            .checked_mul(cs)
-            .ok_or_else(|| bad(format!("{k} chunks of {cs} sectors overflow")))?;
-        for (lba, sectors) in [(cmd.src_lba, source), (cmd.dst_lba, cs)] {
-            let end = lba.checked_add(sectors as u64);
-            if end.is_none_or(|e| e > self.info.capacity_sectors) {
-                return Err(DeviceError::OutOfRange {
-                    lba,
-                    sectors,
-                    capacity: self.info.capacity_sectors,
-                });
-            }
-        }
-        let codec = afa_parity::codec(k as usize, cmd.parity.of as usize)
-            .map_err(|e| bad(e.to_string()))?;
+        let source = k * cs;
         let tag = self.info.tag_bytes_per_sector as usize;
         let chunk_bytes = cs as usize * self.info.sector_bytes as usize;
         let mut data = vec![0u8; k as usize * chunk_bytes];

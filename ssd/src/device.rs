@@ -282,6 +282,42 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
 }
 
+/// Checks a conversion command against a device's facts (k and the chunk size positive,
+/// the parity row one of the code's rows, source and destination inside the device) and
+/// returns the codec that computes its parity row.
+pub fn validate_convert(
+    info: &DeviceInfo,
+    cmd: &ConvertCommand,
+) -> Result<Box<dyn afa_parity::ErasureCodec>, DeviceError> {
+    let (k, cs) = (cmd.k as u32, cmd.chunk_sectors);
+    let bad = |what: String| DeviceError::Unsupported(format!("convert: {what}"));
+    if k == 0 || cs == 0 {
+        return Err(bad(format!(
+            "k = {k} and chunk_sectors = {cs} must be positive"
+        )));
+    }
+    if cmd.parity.of == 0 || cmd.parity.row >= cmd.parity.of {
+        return Err(bad(format!(
+            "parity row {} of {} parity chunks does not exist",
+            cmd.parity.row, cmd.parity.of
+        )));
+    }
+    let source = k
+        .checked_mul(cs)
+        .ok_or_else(|| bad(format!("{k} chunks of {cs} sectors overflow")))?;
+    let capacity = info.capacity_sectors;
+    for (lba, sectors) in [(cmd.src_lba, source), (cmd.dst_lba, cs)] {
+        if lba.checked_add(sectors as u64).is_none_or(|e| e > capacity) {
+            return Err(DeviceError::OutOfRange {
+                lba,
+                sectors,
+                capacity,
+            });
+        }
+    }
+    afa_parity::codec(k as usize, cmd.parity.of as usize).map_err(|e| bad(e.to_string()))
+}
+
 /// Checks a command's range, size and payload lengths (the write's data, or the read
 /// buffer `out` that must take the read's data) against a device's facts.
 pub fn validate_command(

@@ -14,8 +14,8 @@ pub use config::{
     SlcEvictionPolicy, SsdConfig, VictimPolicy, WearLevelingConfig, WriteBufferConfig,
 };
 pub use device::{
-    validate_command, BlockDevice, Command, CommandFlags, Completion, ConvertCommand, DeviceError,
-    DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
+    validate_command, validate_convert, BlockDevice, Command, CommandFlags, Completion,
+    ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
 };
 pub use ftl::FtlStats;
 pub use precondition::{Precondition, PreconditionPattern};

@@ -7,8 +7,8 @@ use afa_sim::{transfer_ns, TimeNs};
 use crate::buffer::WriteBuffer;
 use crate::config::SsdConfig;
 use crate::device::{
-    validate_command, BlockDevice, Command, Completion, ConvertCommand, DeviceError, DeviceInfo,
-    HostWork, Opcode, ReadBuffers,
+    validate_command, validate_convert, BlockDevice, Command, Completion, ConvertCommand,
+    DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
 };
 use crate::ftl::{Ftl, FtlStats, NONE};
 use crate::SsdError;
@@ -461,42 +461,9 @@ impl Ssd {
         now_ns: TimeNs,
         cmd: &ConvertCommand,
     ) -> Result<TimeNs, DeviceError> {
-        let cs = cmd.chunk_sectors;
-        let k = cmd.k as u32;
-        let capacity = self.info.capacity_sectors;
+        let codec = validate_convert(&self.info, cmd)?;
+        let (k, cs) = (cmd.k as u32, cmd.chunk_sectors);
         let bad = |what: String| DeviceError::Unsupported(format!("convert: {what}"));
-        if k == 0 || cs == 0 {
-            return Err(bad(format!(
-                "k = {k} and chunk_sectors = {cs} must be positive"
-            )));
-        }
-        if cmd.parity.of == 0 || cmd.parity.row >= cmd.parity.of {
-            return Err(bad(format!(
-                "parity row {} of {} parity chunks does not exist",
-                cmd.parity.row, cmd.parity.of
-            )));
-        }
-        let src_end = cmd.src_lba.checked_add(k as u64 * cs as u64);
-        if src_end.is_none_or(|e| e > capacity) {
-            return Err(DeviceError::OutOfRange {
-                lba: cmd.src_lba,
-                sectors: k * cs,
-                capacity,
-            });
-        }
-        if cmd
-            .dst_lba
-            .checked_add(cs as u64)
-            .is_none_or(|e| e > capacity)
-        {
-            return Err(DeviceError::OutOfRange {
-                lba: cmd.dst_lba,
-                sectors: cs,
-                capacity,
-            });
-        }
-        let codec = afa_parity::codec(k as usize, cmd.parity.of as usize)
-            .map_err(|e| bad(e.to_string()))?;
         self.stats.convert_commands += 1;
         let unit = self.unit_bytes;
         let tag = self.tag_bytes;
