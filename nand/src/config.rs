@@ -209,6 +209,9 @@ pub struct NandTiming {
     pub channel_mb_s: f64,
     /// Whether operations of the same kind on different planes of one die run together.
     pub multi_plane: bool,
+    /// Whether an operation may use an idle gap before work booked earlier for later
+    /// (`fill-gaps`), or always waits for everything booked before it (`first-come`).
+    pub scheduling: crate::Scheduling,
 }
 
 impl Default for NandTiming {
@@ -236,6 +239,7 @@ impl Default for NandTiming {
             },
             channel_mb_s: 800.0,
             multi_plane: true,
+            scheduling: crate::Scheduling::FillGaps,
         }
     }
 }

@@ -6,18 +6,23 @@
 //! (`afa-ssd`). It enforces the physical rules — pages of a block are programmed in order,
 //! once, between erases; bad blocks are never used — and computes when each operation ends.
 //!
-//! Timing follows the next-free-time model of FEMU and MQSim: each die and each channel
-//! remembers when it becomes free, and an operation starts when both its input is ready and
-//! its resources are free. The simulation never needs one event per flash operation.
+//! Timing follows the booking model of FEMU and MQSim: each die and each channel remembers
+//! when it is busy, and an operation starts when both its input is ready and its resources
+//! are free. Unlike their single next-free time, the medium keeps each resource's booked
+//! intervals, so an operation ready now may use an idle gap before work booked for later
+//! (`Scheduling`). The simulation never needs one event per flash operation.
 
 mod config;
 mod store;
+mod timeline;
 
 pub use config::{CellMode, CellTiming, Geometry, NandTiming};
 use serde::{Deserialize, Serialize};
 pub use store::{
     fill_unit, sector_token, unit_matches, unit_token, PageStore, PayloadMode, CONTROLLER_OOB_BYTES,
 };
+pub use timeline::Scheduling;
+use timeline::Timeline;
 
 use afa_sim::{transfer_ns, SimRng, TimeNs};
 
@@ -89,6 +94,9 @@ struct BlockState {
     mode: CellMode,
     bad: bool,
     erase_count: u32,
+    /// When the block's latest program ends: the next program of the block, and its erase,
+    /// start no earlier, so that gap filling never reorders a block's pages in time.
+    program_end_ns: TimeNs,
     /// The die holding the block and the block's plane as a bit within the die, kept here
     /// so that the hot path needs no division to find them.
     die: u32,
@@ -105,12 +113,14 @@ enum OpKind {
     Erase,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct DieState {
-    free_ns: TimeNs,
+    timeline: Timeline,
     busy_ns: u64,
+    /// The die's most recently booked operation, which another plane's operation may join.
     batch_kind: OpKind,
     batch_start_ns: TimeNs,
+    batch_end_ns: TimeNs,
     batch_planes_mask: u64,
 }
 
@@ -121,7 +131,7 @@ pub struct Nand {
     timing: NandTiming,
     dense_mode: CellMode,
     dies: Vec<DieState>,
-    channel_free_ns: Vec<TimeNs>,
+    channels: Vec<Timeline>,
     blocks: Vec<BlockState>,
     counters: NandCounters,
     faults: FaultConfig,
@@ -158,6 +168,7 @@ impl Nand {
                     mode: dense_mode,
                     bad: false,
                     erase_count: 0,
+                    program_end_ns: 0,
                     die: geometry.die_of_plane(plane),
                     plane_bit: 1 << (plane % geometry.planes_per_die),
                 }
@@ -169,10 +180,11 @@ impl Nand {
             }
         }
         let idle_die = DieState {
-            free_ns: 0,
+            timeline: Timeline::default(),
             busy_ns: 0,
             batch_kind: OpKind::Idle,
             batch_start_ns: 0,
+            batch_end_ns: 0,
             batch_planes_mask: 0,
         };
         let page_transfer_ns = transfer_ns(geometry.page_bytes as u64, timing.channel_mb_s);
@@ -191,7 +203,7 @@ impl Nand {
             channel_of_die,
             ppb_shift,
             dies: vec![idle_die; geometry.dies_total() as usize],
-            channel_free_ns: vec![0; geometry.channels as usize],
+            channels: vec![Timeline::default(); geometry.channels as usize],
             store: PageStore::new(&geometry, payload),
             geometry,
             timing,
@@ -280,19 +292,24 @@ impl Nand {
         Ok(())
     }
 
-    /// Time at which die `die` is next free.
+    /// When everything booked on die `die` has ended.
     #[inline]
     pub fn die_free_ns(&self, die: u32) -> TimeNs {
-        self.dies[die as usize].free_ns
+        self.dies[die as usize].timeline.free_ns()
     }
 
-    /// Time at which the die holding `block` is next free.
+    /// Whether die `die` has nothing booked at `at_ns` (it may have work booked later).
+    #[inline]
+    pub fn die_idle_at(&self, die: u32, at_ns: TimeNs) -> bool {
+        self.dies[die as usize].timeline.idle_at(at_ns)
+    }
+
+    /// When everything booked on the die holding `block` has ended.
     #[inline]
     pub fn die_free_ns_of_block(&self, block: u32) -> TimeNs {
-        let die = self
-            .geometry
-            .die_of_plane(self.geometry.plane_of_block(block));
-        self.dies[die as usize].free_ns
+        self.dies[self.blocks[block as usize].die as usize]
+            .timeline
+            .free_ns()
     }
 
     /// Busy time of every die, in nanoseconds.
@@ -304,17 +321,32 @@ impl Nand {
     /// ready at `ready_ns` can join the die's latest batch as a multi-plane command: same
     /// kind, a plane not yet in it, and input ready within one page transfer of the batch
     /// start (a controller gathers the planes' data before issuing the multi-plane command).
+    /// Returns the batch's new end, if the die is free to run that long.
     #[inline]
-    fn joins_batch(&self, die: usize, plane_bit: u32, kind: OpKind, ready_ns: TimeNs) -> bool {
+    fn joined_batch_end(
+        &self,
+        die: usize,
+        plane_bit: u32,
+        kind: OpKind,
+        ready_ns: TimeNs,
+        latency_ns: u64,
+    ) -> Option<TimeNs> {
         let d = &self.dies[die];
-        self.timing.multi_plane
+        let joins = self.timing.multi_plane
             && d.batch_kind == kind
             && d.batch_planes_mask & plane_bit as u64 == 0
-            && ready_ns <= d.batch_start_ns + self.page_transfer_ns
+            && ready_ns <= d.batch_start_ns + self.page_transfer_ns;
+        if !joins {
+            return None;
+        }
+        // The batch waits for this plane's input (at most one page transfer) and then runs
+        // once for all its planes; it cannot stretch into work booked after it.
+        let end = d.batch_end_ns.max(ready_ns + latency_ns);
+        d.timeline.is_free(d.batch_end_ns, end).then_some(end)
     }
 
     /// Occupies `die` for an operation of `kind` lasting `latency_ns`, starting no earlier
-    /// than `ready_ns`, or joins its current batch. Returns the end of the array operation.
+    /// than `ready_ns`, or joins its latest batch. Returns the end of the array operation.
     #[inline]
     fn occupy_die(
         &mut self,
@@ -324,23 +356,23 @@ impl Nand {
         ready_ns: TimeNs,
         latency_ns: u64,
     ) -> TimeNs {
-        let joins = self.joins_batch(die, plane_bit, kind, ready_ns);
+        let joined = self.joined_batch_end(die, plane_bit, kind, ready_ns, latency_ns);
+        let scheduling = self.timing.scheduling;
         let d = &mut self.dies[die];
-        if joins {
-            // The batch waits for this plane's input (at most one page transfer) and then
-            // runs once for all its planes.
+        if let Some(end) = joined {
+            d.timeline.reserve(d.batch_end_ns, end);
             d.batch_planes_mask |= plane_bit as u64;
-            let end = d.free_ns.max(ready_ns + latency_ns);
-            d.busy_ns += end - d.free_ns;
-            d.free_ns = end;
+            d.busy_ns += end - d.batch_end_ns;
+            d.batch_end_ns = end;
             return end;
         }
-        let start = ready_ns.max(d.free_ns);
+        let start = d.timeline.earliest_start(scheduling, ready_ns, latency_ns);
         let end = start + latency_ns;
-        d.free_ns = end;
+        d.timeline.reserve(start, end);
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
         d.batch_start_ns = start;
+        d.batch_end_ns = end;
         d.batch_planes_mask = plane_bit as u64;
         end
     }
@@ -353,10 +385,10 @@ impl Nand {
         } else {
             transfer_ns(bytes as u64, self.timing.channel_mb_s)
         };
-        let start = ready_ns.max(self.channel_free_ns[channel]);
-        let end = start + ns;
-        self.channel_free_ns[channel] = end;
-        end
+        let timeline = &mut self.channels[channel];
+        let start = timeline.earliest_start(self.timing.scheduling, ready_ns, ns);
+        timeline.reserve(start, start + ns);
+        start + ns
     }
 
     /// Reads `xfer_bytes` of page `ppn` (array read, then channel transfer to the controller).
@@ -382,7 +414,10 @@ impl Nand {
         let die = state.die as usize;
         let xfer_done = self.channel_transfer(die, ready_ns, self.geometry.page_bytes);
         let latency = self.timing.of(state.mode).program_ns;
-        let end = self.occupy_die(die, state.plane_bit, OpKind::Program, xfer_done, latency);
+        let die_ready = xfer_done.max(state.program_end_ns);
+        let end = self.occupy_die(die, state.plane_bit, OpKind::Program, die_ready, latency);
+        let block = self.block_of(ppn);
+        self.blocks[block as usize].program_end_ns = end;
         self.counters.programs[state.mode.index()] += 1;
         if self.faults.program_fail_probability > 0.0
             && self.fault_rng.chance(self.faults.program_fail_probability)
@@ -407,13 +442,14 @@ impl Nand {
             state.die as usize,
             state.plane_bit,
             OpKind::Erase,
-            ready_ns,
+            ready_ns.max(state.program_end_ns),
             latency,
         );
         self.counters.erases[state.mode.index()] += 1;
         let b = &mut self.blocks[block as usize];
         b.erase_count += 1;
         b.next_page = 0;
+        b.program_end_ns = end;
         if self.faults.erase_fail_probability > 0.0
             && self.fault_rng.chance(self.faults.erase_fail_probability)
         {

@@ -179,3 +179,60 @@ fn full_units_carry_their_token_and_detect_corruption() {
     assert!(unit_matches(0, &zero));
     assert!(!unit_matches(token, &zero));
 }
+
+fn nand_scheduled(scheduling: Scheduling) -> Nand {
+    let timing = NandTiming {
+        scheduling,
+        multi_plane: false,
+        ..NandTiming::default()
+    };
+    Nand::new(
+        small(),
+        timing,
+        CellMode::Mlc,
+        PayloadMode::None,
+        FaultConfig::default(),
+        1,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_read_ready_now_runs_in_the_idle_gap_before_a_program_booked_for_later() {
+    let xfer = transfer_ns(4096, NandTiming::default().channel_mb_s);
+    let t = NandTiming::default();
+    let later_ns = 1_000_000;
+    let block1_page = 8; // block 1 is on plane 0 of die 0, like block 0.
+    let mut fill = nand_scheduled(Scheduling::FillGaps);
+    let mut first_come = nand_scheduled(Scheduling::FirstCome);
+    for n in [&mut fill, &mut first_come] {
+        n.program(0, 0).unwrap();
+        // A program whose data is ready only later (a parity after an XOR) books the die then.
+        n.program(block1_page, later_ns).unwrap();
+    }
+    let program_end = xfer + t.mlc.program_ns;
+    // The die is idle between the first program and the later one: a read fits there.
+    assert_eq!(
+        fill.read(1, program_end, 4096),
+        program_end + t.mlc.read_ns + xfer
+    );
+    assert!(fill.die_idle_at(0, program_end + t.mlc.read_ns));
+    // First-come booking makes it wait behind the program booked for later.
+    assert_eq!(
+        first_come.read(1, program_end, 4096),
+        later_ns + xfer + t.mlc.program_ns + t.mlc.read_ns + xfer
+    );
+}
+
+#[test]
+fn gap_filling_never_programs_a_blocks_pages_out_of_order_in_time() {
+    let t = NandTiming::default();
+    let mut n = nand_scheduled(Scheduling::FillGaps);
+    let late = n.program(0, 5_000_000).unwrap();
+    // Page 1's data is ready at once, and the die is idle before the late program, but the
+    // block's pages are programmed in order: page 1 follows page 0.
+    let next = n.program(1, 0).unwrap();
+    assert_eq!(next, late + t.mlc.program_ns);
+    // The block's erase also waits for its last program.
+    assert_eq!(n.erase(0, 0).unwrap(), next + t.mlc.erase_ns);
+}

@@ -1,0 +1,254 @@
+//! The booked busy time of one resource of the medium: a die or a channel.
+//!
+//! The device books every flash operation when its command is submitted, so an operation
+//! whose input is ready only later (a parity program after an in-SSD XOR, a relocation's
+//! program after its read) reserves its resource in the future. With first-come booking the
+//! resource then counts as busy from now until that future operation ends, and an operation
+//! that is ready at once waits behind it while the die sits idle. A real die's queue would run
+//! the ready operation first. The timeline keeps the booked intervals instead of one
+//! next-free time, so a later-submitted operation can take an idle gap it fits into whole.
+//!
+//! Booking stays non-preemptive: an operation that does not fit into a gap goes after the
+//! booked work, as a die never interrupts an operation it has started.
+
+use afa_sim::TimeNs;
+use serde::{Deserialize, Serialize};
+
+/// How operations are placed on a die's and a channel's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduling {
+    /// An operation starts at the earliest idle gap after its input is ready that holds it
+    /// whole, even before work booked earlier (a die's queue runs what is ready).
+    #[default]
+    FillGaps,
+    /// An operation starts after everything booked before it (FEMU's and MQSim's next-free
+    /// time): submission order is execution order on every resource.
+    FirstCome,
+}
+
+/// Intervals kept per resource. The oldest gap is given up (counted as busy for later
+/// placement) when more are booked; a gap that old is behind the simulation's present in
+/// practice, so no operation could use it anyway.
+const MAX_INTERVALS: usize = 8;
+
+/// Sorted, disjoint busy intervals `[start, end)` of one resource. Touching intervals are
+/// merged, so a resource kept busy back to back holds one interval. The intervals live inline
+/// (no heap), because every flash operation consults two timelines on the hot path.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Timeline {
+    busy: [(TimeNs, TimeNs); MAX_INTERVALS],
+    len: usize,
+}
+
+impl Timeline {
+    #[inline]
+    fn intervals(&self) -> &[(TimeNs, TimeNs)] {
+        &self.busy[..self.len]
+    }
+
+    /// When the last booked operation ends (0 for a resource never used).
+    #[inline]
+    pub(crate) fn free_ns(&self) -> TimeNs {
+        if self.len == 0 {
+            0
+        } else {
+            self.busy[self.len - 1].1
+        }
+    }
+
+    /// Whether nothing is booked at time `at_ns`.
+    #[inline]
+    pub(crate) fn idle_at(&self, at_ns: TimeNs) -> bool {
+        let busy = self.intervals();
+        let i = busy.partition_point(|&(_, end)| end <= at_ns);
+        i == busy.len() || busy[i].0 > at_ns
+    }
+
+    /// The earliest start at or after `ready_ns` of an operation lasting `duration_ns`.
+    #[inline]
+    pub(crate) fn earliest_start(
+        &self,
+        scheduling: Scheduling,
+        ready_ns: TimeNs,
+        duration_ns: u64,
+    ) -> TimeNs {
+        let free_ns = self.free_ns();
+        if scheduling == Scheduling::FirstCome || ready_ns >= free_ns {
+            return ready_ns.max(free_ns);
+        }
+        let mut start = ready_ns;
+        for &(busy_start, busy_end) in self.intervals() {
+            if busy_end <= start {
+                continue;
+            }
+            if start + duration_ns <= busy_start {
+                return start;
+            }
+            start = busy_end;
+        }
+        start
+    }
+
+    /// Whether `[start_ns, end_ns)` holds no booked time.
+    #[inline]
+    pub(crate) fn is_free(&self, start_ns: TimeNs, end_ns: TimeNs) -> bool {
+        let busy = self.intervals();
+        let i = busy.partition_point(|&(_, end)| end <= start_ns);
+        i == busy.len() || busy[i].0 >= end_ns
+    }
+
+    /// Books `[start_ns, end_ns)`, merging it with the intervals it touches.
+    #[inline]
+    pub(crate) fn reserve(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
+        if start_ns >= end_ns {
+            return;
+        }
+        // The common case: the operation goes at or after the end of everything booked.
+        let free_ns = self.free_ns();
+        if start_ns >= free_ns {
+            if self.len > 0 && start_ns == free_ns {
+                self.busy[self.len - 1].1 = end_ns;
+            } else {
+                self.push(start_ns, end_ns);
+            }
+            return;
+        }
+        self.reserve_inside(start_ns, end_ns);
+    }
+
+    /// Appends an interval after the last one, giving up the oldest gap when full.
+    #[inline]
+    fn push(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
+        if self.len == MAX_INTERVALS {
+            self.busy[0].1 = self.busy[1].1;
+            self.busy.copy_within(2.., 1);
+            self.len -= 1;
+        }
+        self.busy[self.len] = (start_ns, end_ns);
+        self.len += 1;
+    }
+
+    /// Books an interval that starts before the last booked end: into a gap, or overlapping
+    /// or touching booked intervals, which it merges with.
+    fn reserve_inside(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
+        let len = self.len;
+        // The first interval that overlaps or touches the new one, and the first past it.
+        let first = self.busy[..len].partition_point(|&(_, end)| end < start_ns);
+        let mut past = first;
+        let (mut start, mut end) = (start_ns, end_ns);
+        while past < len && self.busy[past].0 <= end {
+            start = start.min(self.busy[past].0);
+            end = end.max(self.busy[past].1);
+            past += 1;
+        }
+        if past == first {
+            // A new interval inside a gap: make room for it, giving up the oldest gap when
+            // the timeline is full.
+            let mut at = first;
+            if len == MAX_INTERVALS {
+                if at == 0 {
+                    // Older than every interval kept: it merges into the first one.
+                    self.busy[0].0 = start;
+                    return;
+                }
+                self.busy[0].1 = self.busy[1].1;
+                self.busy.copy_within(2..len, 1);
+                self.len -= 1;
+                if at == 1 {
+                    // It lay in the gap just given up, which now counts as busy.
+                    return;
+                }
+                at -= 1;
+            }
+            self.busy.copy_within(at..self.len, at + 1);
+            self.busy[at] = (start, end);
+            self.len += 1;
+        } else {
+            self.busy[first] = (start, end);
+            self.busy.copy_within(past..len, first + 1);
+            self.len -= past - first - 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_operation_fills_the_gap_before_a_future_booking() {
+        let mut t = Timeline::default();
+        t.reserve(100, 200);
+        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 50), 10);
+        assert_eq!(t.earliest_start(Scheduling::FirstCome, 10, 50), 200);
+        // Too long for the gap: it goes after the booked work, never through it.
+        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 91), 200);
+        // Exactly filling the gap is allowed.
+        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 90), 10);
+    }
+
+    #[test]
+    fn reserving_merges_touching_and_overlapping_intervals() {
+        let mut t = Timeline::default();
+        t.reserve(100, 200);
+        t.reserve(300, 400);
+        t.reserve(200, 300);
+        assert_eq!(t.intervals(), [(100, 400)]);
+        t.reserve(50, 60);
+        t.reserve(55, 120);
+        assert_eq!(t.intervals(), [(50, 400)]);
+        assert!(t.is_free(0, 50));
+        assert!(!t.is_free(0, 51));
+        assert!(t.is_free(400, 500));
+        assert!(t.idle_at(400));
+        assert!(!t.idle_at(399));
+        assert_eq!(t.free_ns(), 400);
+    }
+
+    #[test]
+    fn the_oldest_gap_is_given_up_beyond_the_interval_limit() {
+        let mut t = Timeline::default();
+        for i in 0..=MAX_INTERVALS as u64 {
+            t.reserve(i * 100, i * 100 + 10);
+        }
+        assert_eq!(t.len, MAX_INTERVALS);
+        assert_eq!(t.busy[0], (0, 110));
+        // The lost gap no longer takes an operation; later gaps still do.
+        assert_eq!(t.earliest_start(Scheduling::FillGaps, 20, 5), 110);
+        assert_eq!(t.earliest_start(Scheduling::FillGaps, 120, 5), 120);
+    }
+
+    proptest::proptest! {
+        /// Against a naive calendar of every booked nanosecond: the intervals stay sorted,
+        /// disjoint and apart; everything booked stays busy; and an operation is placed only
+        /// where the calendar is free, at or after its input is ready.
+        #[test]
+        fn bookings_never_overlap_and_are_never_forgotten(
+            ops in proptest::collection::vec((0u64..400, 1u64..40, proptest::bool::ANY), 1..60)
+        ) {
+            let mut t = Timeline::default();
+            let mut calendar = vec![false; 2_000];
+            for (ready, duration, fill) in ops {
+                let scheduling = if fill { Scheduling::FillGaps } else { Scheduling::FirstCome };
+                let start = t.earliest_start(scheduling, ready, duration);
+                proptest::prop_assert!(start >= ready);
+                proptest::prop_assert!(t.is_free(start, start + duration));
+                proptest::prop_assert!(
+                    calendar[start as usize..(start + duration) as usize].iter().all(|b| !b)
+                );
+                t.reserve(start, start + duration);
+                calendar[start as usize..(start + duration) as usize].fill(true);
+                let busy = t.intervals();
+                for pair in busy.windows(2) {
+                    proptest::prop_assert!(pair[0].0 < pair[0].1 && pair[0].1 < pair[1].0);
+                }
+                for (ns, &booked) in calendar.iter().enumerate() {
+                    if booked {
+                        proptest::prop_assert!(!t.idle_at(ns as u64), "{ns} forgotten");
+                    }
+                }
+            }
+        }
+    }
+}
