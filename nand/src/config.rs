@@ -198,6 +198,20 @@ pub struct CellTiming {
     pub endurance_cycles: u32,
 }
 
+/// How operations are placed on a die's and a channel's time (docs/models.md, "Timing of the
+/// medium").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduling {
+    /// An operation starts at the earliest idle gap after its input is ready that holds it
+    /// whole, even before work booked earlier for later (a die's queue runs what is ready).
+    #[default]
+    FillGaps,
+    /// An operation starts after everything booked before it (FEMU's and MQSim's next-free
+    /// time): submission order is execution order on every resource.
+    FirstCome,
+}
+
 /// Timing of the medium: per-mode latencies and the channel (bus) rate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -211,7 +225,7 @@ pub struct NandTiming {
     pub multi_plane: bool,
     /// Whether an operation may use an idle gap before work booked earlier for later
     /// (`fill-gaps`), or always waits for everything booked before it (`first-come`).
-    pub scheduling: crate::Scheduling,
+    pub scheduling: Scheduling,
 }
 
 impl Default for NandTiming {
@@ -239,7 +253,7 @@ impl Default for NandTiming {
             },
             channel_mb_s: 800.0,
             multi_plane: true,
-            scheduling: crate::Scheduling::FillGaps,
+            scheduling: Scheduling::FillGaps,
         }
     }
 }

@@ -14,17 +14,14 @@
 
 mod config;
 mod store;
-mod timeline;
 
-pub use config::{CellMode, CellTiming, Geometry, NandTiming};
+pub use config::{CellMode, CellTiming, Geometry, NandTiming, Scheduling};
 use serde::{Deserialize, Serialize};
 pub use store::{
     fill_unit, sector_token, unit_matches, unit_token, PageStore, PayloadMode, CONTROLLER_OOB_BYTES,
 };
-pub use timeline::Scheduling;
-use timeline::Timeline;
 
-use afa_sim::{transfer_ns, SimRng, TimeNs};
+use afa_sim::{transfer_ns, Calendar, SimRng, TimeNs};
 
 /// Errors of the medium. A program or erase failure is an expected event that the
 /// controller must handle; the others are bugs in the caller.
@@ -115,7 +112,7 @@ enum OpKind {
 
 #[derive(Debug, Clone)]
 struct DieState {
-    timeline: Timeline,
+    timeline: Calendar,
     busy_ns: u64,
     /// The die's most recently booked operation, which another plane's operation may join.
     batch_kind: OpKind,
@@ -131,7 +128,7 @@ pub struct Nand {
     timing: NandTiming,
     dense_mode: CellMode,
     dies: Vec<DieState>,
-    channels: Vec<Timeline>,
+    channels: Vec<Calendar>,
     blocks: Vec<BlockState>,
     counters: NandCounters,
     faults: FaultConfig,
@@ -180,7 +177,7 @@ impl Nand {
             }
         }
         let idle_die = DieState {
-            timeline: Timeline::default(),
+            timeline: Calendar::default(),
             busy_ns: 0,
             batch_kind: OpKind::Idle,
             batch_start_ns: 0,
@@ -203,7 +200,7 @@ impl Nand {
             channel_of_die,
             ppb_shift,
             dies: vec![idle_die; geometry.dies_total() as usize],
-            channels: vec![Timeline::default(); geometry.channels as usize],
+            channels: vec![Calendar::default(); geometry.channels as usize],
             store: PageStore::new(&geometry, payload),
             geometry,
             timing,
@@ -366,7 +363,7 @@ impl Nand {
             d.batch_end_ns = end;
             return end;
         }
-        let start = d.timeline.earliest_start(scheduling, ready_ns, latency_ns);
+        let start = earliest_start(&d.timeline, scheduling, ready_ns, latency_ns);
         let end = start + latency_ns;
         d.timeline.reserve(start, end);
         d.busy_ns += latency_ns;
@@ -386,7 +383,7 @@ impl Nand {
             transfer_ns(bytes as u64, self.timing.channel_mb_s)
         };
         let timeline = &mut self.channels[channel];
-        let start = timeline.earliest_start(self.timing.scheduling, ready_ns, ns);
+        let start = earliest_start(timeline, self.timing.scheduling, ready_ns, ns);
         timeline.reserve(start, start + ns);
         start + ns
     }
@@ -492,6 +489,20 @@ impl Nand {
         let b = &mut self.blocks[block as usize];
         b.next_page = 0;
         b.erase_count += 1;
+    }
+}
+
+/// Where an operation lasting `duration_ns`, ready at `ready_ns`, starts on `calendar`.
+#[inline]
+fn earliest_start(
+    calendar: &Calendar,
+    scheduling: Scheduling,
+    ready_ns: TimeNs,
+    duration_ns: u64,
+) -> TimeNs {
+    match scheduling {
+        Scheduling::FillGaps => calendar.earliest_start(ready_ns, duration_ns),
+        Scheduling::FirstCome => ready_ns.max(calendar.free_ns()),
     }
 }
 

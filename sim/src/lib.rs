@@ -1,13 +1,16 @@
 //! Virtual time for afa: nanosecond timestamps, the event queue ordered by (time, sequence),
-//! the seeded random number generator and the event-log hash that proves determinism.
+//! the busy calendar of a resource, the seeded random number generator and the event-log
+//! hash that proves determinism.
 //!
 //! Nothing on the simulated path may read the wall clock, depend on thread scheduling or
 //! iterate a hash map: everything that varies comes from the one seed handed to [`SimRng`].
 
+mod calendar;
 pub mod mem;
 mod queue;
 mod rng;
 
+pub use calendar::Calendar;
 pub use queue::EventQueue;
 pub use rng::SimRng;
 

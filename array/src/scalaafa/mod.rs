@@ -37,7 +37,7 @@ mod tests;
 use std::collections::BTreeSet;
 
 use afa_parity::ErasureCodec;
-use afa_sim::{transfer_ns, TimeNs};
+use afa_sim::{transfer_ns, Calendar, TimeNs};
 use afa_ssd::{
     validate_command, BlockDevice, Command, CommandFlags, Completion, ConvertCommand, DeviceError,
     DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
@@ -220,7 +220,8 @@ pub struct ScalaAfa<D: BlockDevice> {
     next_thread: usize,
     /// Conversions in flight as (done, stripe).
     pending: Vec<(TimeNs, u32)>,
-    daemon_free_ns: TimeNs,
+    /// The daemon's core: when it is busy handling messages and background work.
+    daemon: Calendar,
     /// Write timestamp (§5.4's 32-bit timestamp), incremented per chunk written.
     clock: u32,
     rows: u32,
@@ -422,7 +423,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             open: vec![None; threads],
             next_thread: 0,
             pending: Vec::new(),
-            daemon_free_ns: 0,
+            daemon: Calendar::default(),
             clock: 0,
             rows: sh.rows,
             vhs_per_member: sh.vhs_per_member,
@@ -624,9 +625,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
 
     // ----- the space manager (daemon) -----
 
+    /// Books `cost_ns` of the daemon's core at or after `at_ns`; returns when it is done.
+    /// The daemon polls (SPDK): work whose input is ready only later, such as a host
+    /// conversion's parity once its reads complete, does not keep it from messages and
+    /// commands it can handle before then.
     fn daemon_at(&mut self, at_ns: TimeNs, cost_ns: u64) -> TimeNs {
-        self.daemon_free_ns = self.daemon_free_ns.max(at_ns) + cost_ns;
-        self.daemon_free_ns
+        self.daemon.book(at_ns, cost_ns)
     }
 
     /// The daemon handles its inbox at `now_ns`: returns, full HGs and asks.

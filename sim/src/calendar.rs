@@ -1,31 +1,18 @@
-//! The booked busy time of one resource of the medium: a die or a channel.
+//! The booked busy time of one resource: a flash die or channel, a CPU thread.
 //!
-//! The device books every flash operation when its command is submitted, so an operation
+//! Devices and engines book every operation when its command is submitted, so an operation
 //! whose input is ready only later (a parity program after an in-SSD XOR, a relocation's
-//! program after its read) reserves its resource in the future. With first-come booking the
-//! resource then counts as busy from now until that future operation ends, and an operation
-//! that is ready at once waits behind it while the die sits idle. A real die's queue would run
-//! the ready operation first. The timeline keeps the booked intervals instead of one
-//! next-free time, so a later-submitted operation can take an idle gap it fits into whole.
+//! program after its read, a parity computed after its reads complete) reserves its resource
+//! in the future. With a single next-free time the resource then counts as busy from now
+//! until that future operation ends, and an operation that is ready at once waits behind it
+//! while the resource sits idle; a real die's queue, or a polling thread, would run the ready
+//! operation first. A calendar keeps the booked intervals instead, so a later-submitted
+//! operation can take an idle gap it fits into whole.
 //!
 //! Booking stays non-preemptive: an operation that does not fit into a gap goes after the
 //! booked work, as a die never interrupts an operation it has started.
 
-use afa_sim::TimeNs;
-use serde::{Deserialize, Serialize};
-
-/// How operations are placed on a die's and a channel's time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Scheduling {
-    /// An operation starts at the earliest idle gap after its input is ready that holds it
-    /// whole, even before work booked earlier (a die's queue runs what is ready).
-    #[default]
-    FillGaps,
-    /// An operation starts after everything booked before it (FEMU's and MQSim's next-free
-    /// time): submission order is execution order on every resource.
-    FirstCome,
-}
+use crate::TimeNs;
 
 /// Intervals kept per resource. The oldest gap is given up (counted as busy for later
 /// placement) when more are booked; a gap that old is behind the simulation's present in
@@ -36,12 +23,12 @@ const MAX_INTERVALS: usize = 8;
 /// merged, so a resource kept busy back to back holds one interval. The intervals live inline
 /// (no heap), because every flash operation consults two timelines on the hot path.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Timeline {
+pub struct Calendar {
     busy: [(TimeNs, TimeNs); MAX_INTERVALS],
     len: usize,
 }
 
-impl Timeline {
+impl Calendar {
     #[inline]
     fn intervals(&self) -> &[(TimeNs, TimeNs)] {
         &self.busy[..self.len]
@@ -49,7 +36,7 @@ impl Timeline {
 
     /// When the last booked operation ends (0 for a resource never used).
     #[inline]
-    pub(crate) fn free_ns(&self) -> TimeNs {
+    pub fn free_ns(&self) -> TimeNs {
         if self.len == 0 {
             0
         } else {
@@ -59,23 +46,19 @@ impl Timeline {
 
     /// Whether nothing is booked at time `at_ns`.
     #[inline]
-    pub(crate) fn idle_at(&self, at_ns: TimeNs) -> bool {
+    pub fn idle_at(&self, at_ns: TimeNs) -> bool {
         let busy = self.intervals();
         let i = busy.partition_point(|&(_, end)| end <= at_ns);
         i == busy.len() || busy[i].0 > at_ns
     }
 
-    /// The earliest start at or after `ready_ns` of an operation lasting `duration_ns`.
+    /// The earliest start at or after `ready_ns` of an operation lasting `duration_ns`: in
+    /// the first idle gap that holds it whole, or after everything booked.
     #[inline]
-    pub(crate) fn earliest_start(
-        &self,
-        scheduling: Scheduling,
-        ready_ns: TimeNs,
-        duration_ns: u64,
-    ) -> TimeNs {
+    pub fn earliest_start(&self, ready_ns: TimeNs, duration_ns: u64) -> TimeNs {
         let free_ns = self.free_ns();
-        if scheduling == Scheduling::FirstCome || ready_ns >= free_ns {
-            return ready_ns.max(free_ns);
+        if ready_ns >= free_ns {
+            return ready_ns;
         }
         let mut start = ready_ns;
         for &(busy_start, busy_end) in self.intervals() {
@@ -90,9 +73,18 @@ impl Timeline {
         start
     }
 
+    /// Books an operation lasting `duration_ns` at its earliest start at or after
+    /// `ready_ns`; returns when it ends.
+    #[inline]
+    pub fn book(&mut self, ready_ns: TimeNs, duration_ns: u64) -> TimeNs {
+        let start = self.earliest_start(ready_ns, duration_ns);
+        self.reserve(start, start + duration_ns);
+        start + duration_ns
+    }
+
     /// Whether `[start_ns, end_ns)` holds no booked time.
     #[inline]
-    pub(crate) fn is_free(&self, start_ns: TimeNs, end_ns: TimeNs) -> bool {
+    pub fn is_free(&self, start_ns: TimeNs, end_ns: TimeNs) -> bool {
         let busy = self.intervals();
         let i = busy.partition_point(|&(_, end)| end <= start_ns);
         i == busy.len() || busy[i].0 >= end_ns
@@ -100,7 +92,7 @@ impl Timeline {
 
     /// Books `[start_ns, end_ns)`, merging it with the intervals it touches.
     #[inline]
-    pub(crate) fn reserve(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
+    pub fn reserve(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
         if start_ns >= end_ns {
             return;
         }
@@ -178,19 +170,19 @@ mod tests {
 
     #[test]
     fn a_short_operation_fills_the_gap_before_a_future_booking() {
-        let mut t = Timeline::default();
+        let mut t = Calendar::default();
         t.reserve(100, 200);
-        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 50), 10);
-        assert_eq!(t.earliest_start(Scheduling::FirstCome, 10, 50), 200);
+        assert_eq!(t.earliest_start(10, 50), 10);
+        assert_eq!(t.free_ns().max(10), 200);
         // Too long for the gap: it goes after the booked work, never through it.
-        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 91), 200);
+        assert_eq!(t.earliest_start(10, 91), 200);
         // Exactly filling the gap is allowed.
-        assert_eq!(t.earliest_start(Scheduling::FillGaps, 10, 90), 10);
+        assert_eq!(t.earliest_start(10, 90), 10);
     }
 
     #[test]
     fn reserving_merges_touching_and_overlapping_intervals() {
-        let mut t = Timeline::default();
+        let mut t = Calendar::default();
         t.reserve(100, 200);
         t.reserve(300, 400);
         t.reserve(200, 300);
@@ -208,15 +200,15 @@ mod tests {
 
     #[test]
     fn the_oldest_gap_is_given_up_beyond_the_interval_limit() {
-        let mut t = Timeline::default();
+        let mut t = Calendar::default();
         for i in 0..=MAX_INTERVALS as u64 {
             t.reserve(i * 100, i * 100 + 10);
         }
         assert_eq!(t.len, MAX_INTERVALS);
         assert_eq!(t.busy[0], (0, 110));
         // The lost gap no longer takes an operation; later gaps still do.
-        assert_eq!(t.earliest_start(Scheduling::FillGaps, 20, 5), 110);
-        assert_eq!(t.earliest_start(Scheduling::FillGaps, 120, 5), 120);
+        assert_eq!(t.earliest_start(20, 5), 110);
+        assert_eq!(t.earliest_start(120, 5), 120);
     }
 
     proptest::proptest! {
@@ -227,11 +219,14 @@ mod tests {
         fn bookings_never_overlap_and_are_never_forgotten(
             ops in proptest::collection::vec((0u64..400, 1u64..40, proptest::bool::ANY), 1..60)
         ) {
-            let mut t = Timeline::default();
+            let mut t = Calendar::default();
             let mut calendar = vec![false; 2_000];
-            for (ready, duration, fill) in ops {
-                let scheduling = if fill { Scheduling::FillGaps } else { Scheduling::FirstCome };
-                let start = t.earliest_start(scheduling, ready, duration);
+            for (ready, duration, fill_gaps) in ops {
+                let start = if fill_gaps {
+                    t.earliest_start(ready, duration)
+                } else {
+                    ready.max(t.free_ns())
+                };
                 proptest::prop_assert!(start >= ready);
                 proptest::prop_assert!(t.is_free(start, start + duration));
                 proptest::prop_assert!(
