@@ -71,12 +71,17 @@ pub(crate) struct Harness<V: BlockDevice> {
     version: u64,
     pub(crate) now_ns: u64,
     pub(crate) checked: u64,
+    /// Payload bytes per sector (8 for tokens, the sector for whole bytes).
+    unit: usize,
 }
 
 impl<V: BlockDevice> Harness<V> {
     pub(crate) fn new(volume: V) -> Self {
         let cap = volume.info().capacity_sectors as usize;
+        let unit = volume.info().payload_unit_bytes as usize;
+        assert!(unit > 0, "the oracle needs a payload that keeps bytes");
         Self {
+            unit,
             volume,
             tokens: vec![0; cap],
             version: 0,
@@ -87,11 +92,12 @@ impl<V: BlockDevice> Harness<V> {
 
     pub(crate) fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
         self.version += 1;
-        let mut data = vec![0u8; sectors as usize * 8];
+        let u = self.unit;
+        let mut data = vec![0u8; sectors as usize * u];
         let mut tokens = Vec::with_capacity(sectors as usize);
         for i in 0..sectors as usize {
             let t = sector_token(lba + i as u64, self.version);
-            fill_unit(t, &mut data[i * 8..(i + 1) * 8]);
+            fill_unit(t, &mut data[i * u..(i + 1) * u]);
             tokens.push(t);
         }
         let c = self.volume.submit(
@@ -105,7 +111,8 @@ impl<V: BlockDevice> Harness<V> {
     }
 
     pub(crate) fn read_check(&mut self, lba: u64, sectors: u32) {
-        let mut out = vec![0u8; sectors as usize * 8];
+        let u = self.unit;
+        let mut out = vec![0u8; sectors as usize * u];
         let c = self
             .volume
             .submit(
@@ -120,7 +127,7 @@ impl<V: BlockDevice> Harness<V> {
         for i in 0..sectors as usize {
             let want = self.tokens[lba as usize + i];
             assert!(
-                unit_matches(want, &out[i * 8..(i + 1) * 8]),
+                unit_matches(want, &out[i * u..(i + 1) * u]),
                 "sector {} expected {want:#x}",
                 lba + i as u64
             );

@@ -298,10 +298,19 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         }
         .map_err(|e| e.to_string())?;
         if !state.fresh() {
-            eprintln!(
-                "afa serve: rebuilt ScalaAFA's AMT and HGMT from the OOB tags of {} members",
-                engine_members
-            );
+            let st = volume.stats();
+            match st.recovered_checkpoint_seq {
+                Some(seq) => eprintln!(
+                    "afa serve: rebuilt ScalaAFA's AMT and HGMT from checkpoint {seq} and the \
+                     OOB tags of {} chunk copies on {engine_members} members",
+                    st.recovery_tag_reads
+                ),
+                None => eprintln!(
+                    "afa serve: rebuilt ScalaAFA's AMT and HGMT from the OOB tags of {} chunk \
+                     copies on {engine_members} members",
+                    st.recovery_tag_reads
+                ),
+            }
         }
         return Ok(Volume {
             device: Box::new(volume),

@@ -24,7 +24,9 @@ pub enum ArrayVolume {
     Log(LogRaid<Member>),
     TwoPhase(TwoPhase<Member>),
     Swan(Swan<Member>),
-    ScalaAfa(ScalaAfa<Member>),
+    /// Boxed: the engine's host tables and daemon calendar make it several times larger
+    /// than the other engines.
+    ScalaAfa(Box<ScalaAfa<Member>>),
 }
 
 /// Which engine runs over the members, and its own table.
@@ -100,10 +102,10 @@ impl ArrayVolume {
                 Swan::new(spec.engine.clone(), c.clone(), members, spares)
                     .map_err(|e| format!("array.swan: {e}"))?,
             ),
-            EngineChoice::ScalaAfa(s) => ArrayVolume::ScalaAfa(
+            EngineChoice::ScalaAfa(s) => ArrayVolume::ScalaAfa(Box::new(
                 ScalaAfa::new(spec.engine.clone(), s.clone(), members, spares)
                     .map_err(|e| e.to_string())?,
-            ),
+            )),
             EngineChoice::Raid | EngineChoice::Log(_) => {
                 let array =
                     Array::new(spec.engine.clone(), members, spares).map_err(|e| e.to_string())?;
@@ -149,7 +151,7 @@ impl ArrayVolume {
             ArrayVolume::Log(l) => l,
             ArrayVolume::TwoPhase(t) => t,
             ArrayVolume::Swan(s) => s,
-            ArrayVolume::ScalaAfa(s) => s,
+            ArrayVolume::ScalaAfa(s) => s.as_mut(),
         }
     }
 

@@ -333,6 +333,15 @@ fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
     rebuilds_after_a_stop_and_after_kill_9("scalaafa", SCALAAFA, &["0x5a"], 30);
 }
 
+/// The same with checkpoints of the AMT and HGMT every 2 ms: restarts start from the newest
+/// whole checkpoint in the members' files and read only the OOB tags of the heroes written
+/// since.
+#[test]
+fn scalaafa_with_checkpoints_rebuilds_after_a_stop_and_after_kill_9() {
+    let toml = format!("{SCALAAFA}checkpoint_interval_ms = 2.0\n");
+    rebuilds_after_a_stop_and_after_kill_9("scalaafa-checkpoints", &toml, &["0x5a"], 30);
+}
+
 /// SWAN keeps its map in host memory; every restart rebuilds it from the segment summaries
 /// on the members and the NVRAM log of the open segments, after an orderly stop and after
 /// kill -9, and keeps acknowledged writes that were never flushed (the NVRAM holds them).

@@ -29,6 +29,7 @@
 //! failed they use a replica or reconstruct from the stripe; a rebuild onto a spare restores
 //! every row and VH.
 
+mod checkpoint;
 mod recovery;
 mod space;
 #[cfg(test)]
@@ -86,6 +87,10 @@ pub struct ScalaAfaConfig {
     pub daemon_copy_mb_s: f64,
     /// Daemon thread: host-conversion parity rate, MB/s.
     pub daemon_parity_mb_s: f64,
+    /// Interval between checkpoints of the AMT and HGMT in milliseconds (0: none, and
+    /// recovery scans every OOB area). Two checkpoint slots are reserved at the end of
+    /// every member.
+    pub checkpoint_interval_ms: f64,
 }
 
 impl Default for ScalaAfaConfig {
@@ -103,6 +108,7 @@ impl Default for ScalaAfaConfig {
             daemon_command_ns: 1_100,
             daemon_copy_mb_s: 10_000.0,
             daemon_parity_mb_s: 12_000.0,
+            checkpoint_interval_ms: 0.0,
         }
     }
 }
@@ -135,6 +141,13 @@ pub struct ScalaAfaStats {
     pub daemon_bytes: u64,
     /// Time writers waited for heroes (grants, conversions, GC), summed, in ns.
     pub hero_wait_ns: u64,
+    /// Checkpoints written, and the bytes of one copy of each.
+    pub checkpoints: u64,
+    pub checkpoint_bytes: u64,
+    /// OOB tag areas (one chunk copy each) the last recovery read, and the sequence number
+    /// of the checkpoint it started from.
+    pub recovery_tag_reads: u64,
+    pub recovered_checkpoint_seq: Option<u64>,
     pub first_conversion_ns: Option<TimeNs>,
 }
 
@@ -209,6 +222,9 @@ pub struct ScalaAfa<D: BlockDevice> {
     codec: Box<dyn ErasureCodec>,
     /// AMT: user chunk → AFA chunk (stripe · k + slot), NONE if unwritten.
     amt: Vec<u32>,
+    /// The write timestamp of each mapped chunk's copy, for checkpoints.
+    amt_ts: Vec<u32>,
+    checkpoints: checkpoint::Checkpoints,
     stripes: Vec<Stripe>,
     /// Striped stripes by live chunks, for array-level GC.
     by_live: Vec<BTreeSet<u32>>,
@@ -255,6 +271,8 @@ struct Shape {
     rows: u32,
     vhs_per_member: u32,
     volume_chunks: u64,
+    /// Chunks of one of the two checkpoint slots at the end of every member (0: none).
+    checkpoint_slot_chunks: u32,
 }
 
 fn shape<D: BlockDevice>(
@@ -310,6 +328,12 @@ fn shape<D: BlockDevice>(
             s.spare_fraction
         )));
     }
+    if !(s.checkpoint_interval_ms.is_finite() && s.checkpoint_interval_ms >= 0.0) {
+        return Err(err(format!(
+            "array.scalaafa.checkpoint_interval_ms = {} must be zero (no checkpoints) or positive",
+            s.checkpoint_interval_ms
+        )));
+    }
     for (name, v) in [
         ("array.scalaafa.daemon_copy_mb_s", s.daemon_copy_mb_s),
         ("array.scalaafa.daemon_parity_mb_s", s.daemon_parity_mb_s),
@@ -326,7 +350,14 @@ fn shape<D: BlockDevice>(
         (chunks as f64 * s.transient_fraction) as u64
     };
     let vhs_per_member = (transient_chunks / k as u64).min(chunks / 2 / k as u64) as u32;
-    let rows = (chunks - vhs_per_member as u64 * k as u64) as u32;
+    let checkpoint_slot_chunks = if s.checkpoint_interval_ms > 0.0 {
+        checkpoint::slot_chunks(chunks, k, m, config.chunk_bytes)
+    } else {
+        0
+    };
+    let rows =
+        (chunks as i64 - vhs_per_member as i64 * k as i64 - 2 * checkpoint_slot_chunks as i64)
+            .max(0) as u32;
     let volume_chunks =
         ((rows as f64 * (1.0 - s.spare_fraction)) as u64 * k as u64).min(u32::MAX as u64 - 1);
     if vhs_per_member < 4 || rows < 16 {
@@ -343,6 +374,7 @@ fn shape<D: BlockDevice>(
             rows,
             vhs_per_member,
             volume_chunks,
+            checkpoint_slot_chunks,
         },
         first,
     ))
@@ -405,6 +437,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             spares,
             codec,
             amt: vec![NONE; sh.volume_chunks as usize],
+            amt_ts: vec![0; sh.volume_chunks as usize],
+            checkpoints: checkpoint::Checkpoints {
+                slot_chunks: sh.checkpoint_slot_chunks,
+                ..checkpoint::Checkpoints::default()
+            },
             stripes: vec![
                 Stripe {
                     state: HhState::Free,
@@ -636,6 +673,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// The daemon handles its inbox at `now_ns`: returns, full HGs and asks.
     fn serve_manager(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
         self.recycle_done(now_ns)?;
+        self.checkpoint_if_due(now_ns)?;
         while let Ok(msg) = self.manager.inbox.try_recv() {
             self.manager.messages += 1;
             self.daemon_at(now_ns, self.scala.daemon_message_ns);
@@ -669,9 +707,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.convert_some_full(now_ns, 1)?;
         }
         // §5.2 path 4: array-level GC keeps a batch of HHs free for the next grant.
-        if self.manager.free_hhs.len() < self.gc_reserve + self.batch_hhs
-            && self.background_depth == 0
-        {
+        if self.reclaimed_hhs() < self.gc_reserve + self.batch_hhs && self.background_depth == 0 {
             self.collect_garbage(now_ns)?;
         }
         while let Some(&(thread, at_ns)) = self.manager.waiting.front() {
@@ -739,6 +775,20 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 // §5.2 path 3: no more heroes to grant, so recall unused ones.
                 0 => self.recall(thread),
                 1 => {
+                    // Heroes freed since the last snapshot wait for a checkpoint: write
+                    // one now and wait for it.
+                    if self.checkpointing() {
+                        if !self.checkpoints.quarantine_hhs.is_empty()
+                            || !self.checkpoints.quarantine_vhs.is_empty()
+                        {
+                            self.checkpoint(at_ns)?;
+                        }
+                        let counts = self.checkpoints.releasing.iter().map(|r| r.counts_at_ns);
+                        if let Some(t) = counts.max() {
+                            ready = ready.max(t);
+                            self.release_checkpointed(t);
+                        }
+                    }
                     // Conversions free VHs when they end: start every full HG and wait
                     // for the earliest.
                     self.convert_all_full(at_ns)?;
@@ -1008,7 +1058,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         for (r, vh) in vhs.into_iter().enumerate() {
             let p = self.parity_member(stripe, r);
             self.members[p].vh_owner[vh as usize] = NONE;
-            self.manager.free_vhs[p].push_back(vh);
+            self.release_vh(p, vh);
         }
         let s = &mut self.stripes[stripe as usize];
         s.state = HhState::Striped;
@@ -1033,7 +1083,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.chunks.iter_mut().for_each(|c| *c = NONE);
         s.filled = 0;
         s.parity_missing = 0;
-        self.manager.free_hhs.push_back(stripe);
+        self.release_hh(stripe);
         Ok(())
     }
 
@@ -1045,7 +1095,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let mut t = now_ns;
         let gc_thread = self.scala.io_threads as usize;
         for _ in 0..self.batch_hhs.max(4) {
-            if self.manager.free_hhs.len() >= self.gc_reserve + self.batch_hhs {
+            if self.reclaimed_hhs() >= self.gc_reserve + self.batch_hhs {
                 break;
             }
             let Some(victim) = (1..self.k).find_map(|l| self.by_live[l].iter().next().copied())
@@ -1181,6 +1231,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
         self.unmap(chunk, done)?;
         self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+        self.amt_ts[chunk as usize] = ts;
         let s = &mut self.stripes[stripe as usize];
         s.chunks[j] = chunk;
         s.live += 1;

@@ -11,11 +11,21 @@
 //! With one member lost, its primaries are named by their backups or decoded from their
 //! stripes' tags, and chunks left only in backups no group can be bound to are written again
 //! (see [`ScalaAfa::recover_degraded`]).
+//!
+//! With checkpoints (`checkpoint_interval_ms`) and members that keep whole sectors, the walk
+//! starts from the newest whole checkpoint: the stripes it found striped take their chunks
+//! from it, the VHs of the stripes it found full or converting are not scanned (their
+//! backups are those stripes' primaries), and only the heroes that were free, held or open at
+//! its snapshot have all their OOB areas read (see `checkpoint.rs` for why no later write can
+//! lie elsewhere). A stripe that was full or converting at the snapshot is striped now if its
+//! parity members' tags are the parity of its data tags. A recovery that loses a member as
+//! well scans everything.
 
 use std::collections::BTreeMap;
 
 use afa_ssd::{BlockDevice, DeviceError};
 
+use super::checkpoint::{Snapshot, SNAP_REPLICATED, SNAP_STRIPED, SNAP_UNSEALED};
 use super::*;
 
 impl<D: BlockDevice> ScalaAfa<D> {
@@ -67,18 +77,31 @@ impl<D: BlockDevice> ScalaAfa<D> {
         if let Some(f) = failed {
             v.members[f].state = MemberState::Failed;
         }
-        let (orphans, stale) = v
-            .rebuild_tables(failed)
-            .map_err(|e| ArrayError::Config(format!("recovery failed: {e}")))?;
+        let snap = if failed.is_none() {
+            v.newest_checkpoint(None)
+        } else {
+            None
+        };
+        v.stats.recovered_checkpoint_seq = snap.as_ref().map(|s| s.seq);
+        let failure = |e: DeviceError| ArrayError::Config(format!("recovery failed: {e}"));
+        let (orphans, stale) = v.rebuild_tables(failed, snap.as_ref()).map_err(failure)?;
         if let Some(f) = failed {
             v.take_spare(f, 0);
         }
-        v.rewrite_orphans(orphans, stale)
-            .map_err(|e| ArrayError::Config(format!("recovery failed: {e}")))?;
+        v.rewrite_orphans(orphans, stale).map_err(failure)?;
+        if v.checkpointing() {
+            // The recovered tables are checkpointed before the volume serves: heroes freed
+            // while they were rebuilt are then safe to grant, and the next recovery starts
+            // from here.
+            v.checkpoints.next_seq = snap.map_or(0, |s| s.seq + 1);
+            v.checkpoint(0).map_err(failure)?;
+            v.release_checkpointed(TimeNs::MAX);
+        }
         Ok(v)
     }
 
-    fn tags_of(&self, member: usize, lba: u64) -> Result<Vec<u8>, DeviceError> {
+    fn tags_of(&mut self, member: usize, lba: u64) -> Result<Vec<u8>, DeviceError> {
+        self.stats.recovery_tag_reads += 1;
         self.members[member]
             .device
             .scan_tags(lba, 1)
@@ -91,22 +114,38 @@ impl<D: BlockDevice> ScalaAfa<D> {
         (k == kind && s as usize == j && (chunk as usize) < self.amt.len()).then_some((chunk, ts))
     }
 
-    /// Rebuilds the AMT and HGMT. With `failed`, nothing is read from that member. Returns
-    /// the chunks whose newest copy survives only as backups no hero group could be bound
-    /// to, with where to read one (chunk, member, lba), and every unclaimed backup
-    /// (member, lba).
+    /// Rebuilds the AMT and HGMT, from `snap` and the heroes unsealed at its snapshot, or
+    /// from every OOB area. With `failed`, nothing is read from that member. Returns the
+    /// chunks whose newest copy survives only as backups no hero group could be bound to,
+    /// with where to read one (chunk, member, lba), and every unclaimed backup (member, lba).
     #[allow(clippy::type_complexity)]
     fn rebuild_tables(
         &mut self,
         failed: Option<usize>,
+        snap: Option<&Snapshot>,
     ) -> Result<(Vec<(u32, usize, u64)>, Vec<(usize, u64)>), DeviceError> {
         let (k, m) = (self.k, self.m);
         let alive = |i: usize| failed != Some(i);
-        // Primaries per row as the members hold them: (chunk, ts), None if unwritten or on
-        // the failed member (filled in below from the stripe's other members).
-        let mut primaries: Vec<Vec<Option<(u32, u32)>>> = Vec::with_capacity(self.rows as usize);
-        for row in 0..self.rows {
-            let mut slots = vec![None; k];
+        let sealed = |row: u32| snap.map_or(SNAP_UNSEALED, |s| s.sealed[row as usize]);
+        // Primaries per row as the checkpoint names them (rows striped at the snapshot) or
+        // the members hold them: (chunk, ts), None if unwritten or on the failed member
+        // (filled in below from the stripe's other members). The checkpoint names only the
+        // live chunks, so a replicated row's primaries are read: its written slots, dead or
+        // alive, tell how far the group was filled.
+        let mut primaries: Vec<Vec<Option<(u32, u32)>>> = vec![vec![None; k]; self.rows as usize];
+        if let Some(s) = snap {
+            for (chunk, (&a, &ts)) in s.amt.iter().zip(&s.amt_ts).enumerate() {
+                if a != NONE && sealed(a / k as u32) == SNAP_STRIPED {
+                    primaries[(a / k as u32) as usize][(a % k as u32) as usize] =
+                        Some((chunk as u32, ts));
+                }
+            }
+        }
+        for (row, slots) in primaries.iter_mut().enumerate() {
+            let row = row as u32;
+            if sealed(row) == SNAP_STRIPED {
+                continue;
+            }
             for (j, slot) in slots.iter_mut().enumerate() {
                 let d = self.data_member(row, j);
                 if alive(d) {
@@ -114,14 +153,28 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     *slot = self.named(&t, j, KIND_PRIMARY);
                 }
             }
-            primaries.push(slots);
+        }
+        // VHs of the stripes sealed at the snapshot: their backups are known without a scan.
+        let mut sealed_vhs = vec![vec![false; self.vhs_per_member as usize]; self.members.len()];
+        if let Some(s) = snap {
+            for row in 0..self.rows {
+                for r in 0..m {
+                    let vh = s.vhs[row as usize * m + r];
+                    if sealed(row) == SNAP_REPLICATED && vh != NONE {
+                        sealed_vhs[self.parity_member(row, r)][vh as usize] = true;
+                    }
+                }
+            }
         }
         // Backups per member: (chunk, ts) → (vh, slot).
         let mut backups: Vec<BTreeMap<(u32, u32), (u32, usize)>> = Vec::new();
-        for p in 0..self.members.len() {
+        for (p, sealed_here) in sealed_vhs.iter().enumerate() {
             let mut map = BTreeMap::new();
             if alive(p) {
                 for vh in 0..self.vhs_per_member {
+                    if sealed_here[vh as usize] {
+                        continue;
+                    }
                     for j in 0..k {
                         let t = self.tags_of(p, self.vh_lba(vh, j))?;
                         if let Some(key) = self.named(&t, j, KIND_BACKUP) {
@@ -132,6 +185,30 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
             backups.push(map);
         }
+        // Stripes full or converting at the snapshot: striped now if their parity checks,
+        // else still replicated in the VHs the checkpoint names.
+        let mut striped_now = vec![false; self.rows as usize];
+        for row in 0..self.rows {
+            match sealed(row) {
+                SNAP_STRIPED => striped_now[row as usize] = true,
+                SNAP_REPLICATED => {
+                    if self.parity_checks(row)? {
+                        striped_now[row as usize] = true;
+                    } else if let Some(s) = snap {
+                        for r in 0..m {
+                            let vh = s.vhs[row as usize * m + r];
+                            let p = self.parity_member(row, r);
+                            for (j, key) in primaries[row as usize].iter().enumerate() {
+                                if let (Some(key), true) = (key, vh != NONE) {
+                                    backups[p].insert(*key, (vh, j));
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
         let mut used_vhs = vec![vec![false; self.vhs_per_member as usize]; self.members.len()];
         // Rows whose VH on the failed member is unknown: (row, parity row r).
         let mut lost_vhs = Vec::new();
@@ -139,6 +216,13 @@ impl<D: BlockDevice> ScalaAfa<D> {
         for row in 0..self.rows {
             let failed_slot = (0..k).find(|&j| !alive(self.data_member(row, j)));
             let failed_parity = (0..m).find(|&r| !alive(self.parity_member(row, r)));
+            if striped_now[row as usize] {
+                let s = &mut self.stripes[row as usize];
+                s.state = HhState::Striped;
+                s.filled = k as u32;
+                s.parity_missing = failed_parity.map_or(0, |r| 1 << r);
+                continue;
+            }
             let alive_written = primaries[row as usize].iter().flatten().count();
             // Replication phase: the HG's VH on each serving parity member, found by the
             // backups of the stripe's surviving primaries.
@@ -330,6 +414,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let s = &mut self.stripes[row as usize];
             s.live = live.iter().filter(|&&c| c != NONE).count() as u32;
             s.chunks = live;
+            // A striped row whose every chunk was written again since the checkpoint was
+            // freed after it: free it again, and drop its stale tags.
+            if s.state == HhState::Striped && s.live == 0 {
+                s.state = HhState::Free;
+                s.filled = 0;
+                s.parity_missing = 0;
+                let lba = self.hh_lba(row);
+                for i in 0..self.members.len() {
+                    self.member_trim(i, lba, self.chunk_sectors, 0)?;
+                }
+            }
         }
         // Free lists: every HH and VH not in use.
         self.manager.free_hhs = (0..self.rows)
@@ -351,8 +446,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .values()
             .map(|&(ts, _)| ts)
             .chain(orphans.values().map(|&(ts, _, _)| ts))
+            .chain(snap.map(|s| s.clock))
             .max()
             .unwrap_or(0);
+        for (&chunk, &(ts, _)) in &newest {
+            self.amt_ts[chunk as usize] = ts;
+        }
         // Open hero groups are closed and queued for conversion (thread 0's list).
         for row in open_rows {
             self.open[0] = Some(row);
@@ -371,6 +470,30 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .map(|(chunk, (_, p, lba))| (chunk, p, lba))
             .collect();
         Ok((orphans, stale))
+    }
+
+    /// Whether the tags at `row` on its parity members are the parity of its data slots'
+    /// tags (every member alive): the stripe was converted.
+    fn parity_checks(&mut self, row: u32) -> Result<bool, DeviceError> {
+        let (k, m) = (self.k, self.m);
+        let mut data_tags = Vec::with_capacity(k);
+        for j in 0..k {
+            let mut t = self.tags_of(self.data_member(row, j), self.hh_lba(row))?;
+            set_kind(&mut t, self.tag_bytes, KIND_BACKUP);
+            data_tags.push(t);
+        }
+        let refs: Vec<&[u8]> = data_tags.iter().map(|t| t.as_slice()).collect();
+        for r in 0..m {
+            let have = self.tags_of(self.parity_member(row, r), self.hh_lba(row))?;
+            let mut want = vec![0u8; self.tag_bytes];
+            self.codec
+                .encode_row(r, &refs, &mut want)
+                .map_err(|_| DeviceError::Failed)?;
+            if have != want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Writes orphaned chunks again through thread 0: all are read first, because the VHs

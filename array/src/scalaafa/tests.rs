@@ -445,6 +445,151 @@ fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usiz
     }
 }
 
+/// Members that keep whole sectors, so that a checkpoint's bytes survive on them.
+fn full_ssd(seed: u64) -> Ssd {
+    let mut cfg = crate::tests::ssd_config();
+    cfg.geometry.sector_bytes = 4096;
+    cfg.geometry.oob_bytes_per_page = 24;
+    cfg.payload = afa_nand::PayloadMode::Full;
+    Ssd::new(cfg, seed).unwrap()
+}
+
+fn checkpointed(level: Level, members: u32, interval_ms: f64, threads: u32) -> ScalaAfa<Ssd> {
+    let config = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: interval_ms,
+        io_threads: threads,
+        ..ScalaAfaConfig::default()
+    };
+    let devs = (0..members as u64).map(full_ssd).collect();
+    ScalaAfa::new(config, scala, devs, vec![]).unwrap()
+}
+
+/// Power loss after `crash_after` requests on a volume checkpointing every `interval_ms`
+/// (0: never); `tear_newest` first takes one more checkpoint and destroys it on every member,
+/// as if the power had gone while it was written. Recovery must give back every acknowledged
+/// write and keep working. Returns the recovered volume's stats.
+fn crash_and_recover_checkpointed(
+    level: Level,
+    n: u32,
+    seed: u64,
+    crash_after: usize,
+    interval_ms: f64,
+    tear_newest: bool,
+    threads: u32,
+) -> ScalaAfaStats {
+    let mut h = Harness::new(checkpointed(level, n, interval_ms, threads));
+    let mut rng = SimRng::new(seed);
+    writes_and_reads(&mut h, &mut rng, crash_after);
+    let torn = tear_newest.then(|| {
+        h.volume.checkpoint(h.now_ns).unwrap();
+        let seq = h.volume.checkpoints.next_seq - 1;
+        (seq, h.volume.checkpoint_lba(seq % 2, 0))
+    });
+    let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
+    let Harness {
+        volume,
+        tokens,
+        now_ns,
+        ..
+    } = h;
+    let mut members = volume.into_members();
+    if let Some((_, lba)) = torn {
+        let sectors = 2;
+        for d in &mut members {
+            let zeros = vec![0u8; sectors as usize * 4096];
+            d.submit(
+                now_ns,
+                &Command::write(lba, sectors, &zeros),
+                ReadBuffers::none(),
+            )
+            .unwrap();
+        }
+    }
+    let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+    let stats = *recovered.stats();
+    if let Some((seq, _)) = torn {
+        assert!(
+            stats.recovered_checkpoint_seq.is_none_or(|s| s < seq),
+            "{stats:?}"
+        );
+    }
+    let mut h = Harness::new(recovered);
+    h.tokens = tokens;
+    h.now_ns = now_ns;
+    h.check_all();
+    writes_and_reads(&mut h, &mut rng, 400);
+    h.now_ns += 1_000_000_000;
+    h.volume.background(h.now_ns);
+    h.check_all();
+    stats
+}
+
+/// §5.4: recovery starts from the newest checkpoint and reads only the OOB areas of the
+/// heroes a write could have reached since, and loses nothing.
+#[test]
+fn recovery_from_a_checkpoint_reads_fewer_oob_areas_and_loses_nothing() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        let scan = crash_and_recover_checkpointed(level, n, 7, 2500, 0.0, false, 1);
+        let from_checkpoint = crash_and_recover_checkpointed(level, n, 7, 2500, 2.0, false, 1);
+        assert!(scan.recovered_checkpoint_seq.is_none());
+        assert!(
+            from_checkpoint.recovered_checkpoint_seq.is_some(),
+            "{from_checkpoint:?}"
+        );
+        assert!(
+            from_checkpoint.recovery_tag_reads * 2 < scan.recovery_tag_reads,
+            "{} OOB areas read from the checkpoint, {} by a full scan",
+            from_checkpoint.recovery_tag_reads,
+            scan.recovery_tag_reads
+        );
+    }
+}
+
+/// A checkpoint cut short by the power loss is not used; the one before it is, and the
+/// heroes freed since that one were not handed out again, so nothing is lost.
+#[test]
+fn a_torn_checkpoint_falls_back_to_the_one_before() {
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        for crash_after in [300, 1500, 2500] {
+            let s = crash_and_recover_checkpointed(
+                level,
+                n,
+                11 + crash_after as u64,
+                crash_after,
+                2.0,
+                true,
+                2,
+            );
+            assert!(s.recovered_checkpoint_seq.is_some(), "{s:?}");
+        }
+    }
+}
+
+#[test]
+fn checkpoints_need_a_sane_interval() {
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: -1.0,
+        ..ScalaAfaConfig::default()
+    };
+    let config = ArrayConfig {
+        level: Level::Raid5,
+        members: 4,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let devs = (0..4).map(full_ssd).collect();
+    let err = ScalaAfa::new(config, scala, devs, vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("checkpoint_interval_ms"), "{err}");
+}
+
 /// Found by the property test below: a hero group whose only written slot was on the lost
 /// member leaves its chunk in backups no surviving primary points to (an orphan), which
 /// recovery must write again.
@@ -478,6 +623,22 @@ proptest! {
     fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), crash_after in 0usize..3000) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
         crash_and_recover(level, n, seed, crash_after);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+    #[test]
+    fn recovery_from_checkpoints_at_random_points(
+        seed in any::<u64>(),
+        raid6 in any::<bool>(),
+        crash_after in 0usize..3000,
+        interval_ms in 0.5f64..20.0,
+        tear_newest in any::<bool>(),
+        threads in 1u32..=3,
+    ) {
+        let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+        crash_and_recover_checkpointed(level, n, seed, crash_after, interval_ms, tear_newest, threads);
     }
 }
 
