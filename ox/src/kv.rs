@@ -284,6 +284,17 @@ pub struct OxStatsSummary {
     pub gc_victims: u64,
     /// MAP pages read from flash because the controller's MAP cache missed.
     pub map_page_loads: u64,
+    /// Dirty MAP pages written to make room for a MAP page being loaded.
+    pub map_page_evictions_written: u64,
+    pub read_commands: u64,
+    /// Sum of read command latencies, submission to completion.
+    pub read_latency_ns_total: u64,
+    /// Sum over read commands of the wait for their MAP entries.
+    pub read_map_wait_ns_total: u64,
+    /// Read commands that waited for a MAP page.
+    pub read_map_miss_commands: u64,
+    /// Sum over read commands of the time from MAP ready to the last RBLOCK read.
+    pub read_flash_ns_total: u64,
 }
 
 impl OxStatsSummary {
@@ -298,6 +309,12 @@ impl OxStatsSummary {
             contexts: b.contexts - a.contexts,
             write_command_bytes: b.write_command_bytes - a.write_command_bytes,
             map_page_loads: b.map_page_loads - a.map_page_loads,
+            map_page_evictions_written: b.map_page_evictions_written - a.map_page_evictions_written,
+            read_commands: b.read_commands - a.read_commands,
+            read_latency_ns_total: b.read_latency_ns_total - a.read_latency_ns_total,
+            read_map_wait_ns_total: b.read_map_wait_ns_total - a.read_map_wait_ns_total,
+            read_map_miss_commands: b.read_map_miss_commands - a.read_map_miss_commands,
+            read_flash_ns_total: b.read_flash_ns_total - a.read_flash_ns_total,
             checkpoints: b.checkpoints - a.checkpoints,
             stalled_contexts: b.stalled_contexts - a.stalled_contexts,
             gc_victims: b.gc_victims - a.gc_victims,
