@@ -66,12 +66,16 @@ pub struct OxStats {
     pub stalled_contexts: u64,
     /// Read commands: the sum of their latencies from submission to completion.
     pub read_latency_ns_total: u64,
-    /// Read commands: the sum of the time from parsing to every MAP entry being in DRAM.
+    /// Read commands: the sum of the time from parsing to their last MAP entry being looked
+    /// up (waits for the read thread and for MAP pages included).
     pub read_map_wait_ns_total: u64,
-    /// Read commands that found a MAP page they needed not (yet) in DRAM.
+    /// Read commands that waited for their MAP entries (for the read thread or a MAP page).
     pub read_map_miss_commands: u64,
     /// Read commands: the sum of the time from MAP ready to the last RBLOCK read.
     pub read_flash_ns_total: u64,
+    /// MAP page loads: the sum of the time from the need to the page in DRAM (the write of
+    /// a dirty page pushed out included).
+    pub map_page_load_ns_total: u64,
 }
 
 /// A write context (§4.2): the unit of the WAL protocol and of atomicity.
@@ -909,6 +913,7 @@ impl OxController {
                     };
                     (end, words)
                 };
+                self.stats.map_page_load_ns_total += end - ready_ns;
                 // The slot was freed above, so inserting pushes nothing out; should it ever,
                 // the page is written rather than lost.
                 if let Some(ev) = self.map.insert_page(page, words.as_deref(), end) {
