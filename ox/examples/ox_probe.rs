@@ -1,5 +1,5 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|mapcache=N|ratio=X]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|mapcache=N|ratio=X|firstcome|readthreads=N]`,
 //! or `-- lat` for the mean 1 MiB flush latency of each interface.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
@@ -72,9 +72,14 @@ fn main() {
                 "syncreads" => cfg.max_outstanding_reads = 1,
                 "oneflush" => cfg.max_outstanding_flushes = 1,
                 "writeback" => cfg.write_back = true,
+                f if f.starts_with("readthreads=") => {
+                    cfg.device.costs.read_lookup_threads =
+                        f["readthreads=".len()..].parse().unwrap_or(1)
+                }
                 f if f.starts_with("mapcache=") => {
                     cfg.device.map_cache_pages = f["mapcache=".len()..].parse().unwrap_or(4)
                 }
+                "firstcome" => cfg.device.timing.scheduling = afa_nand::Scheduling::FirstCome,
                 "nockpt" => {
                     cfg.device.checkpoint.enabled = false;
                     cfg.host_checkpoint_interval_ns = 0;

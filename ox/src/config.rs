@@ -111,6 +111,13 @@ pub struct ControllerCosts {
     /// The paper says an OXBlock internal write is bounded by the packet size; whether OX
     /// then runs a command's packet contexts one at a time or side by side it does not say.
     pub block_packet_contexts: u32,
+    /// Threads that look MAP up for host reads (0: every read looks up on its own). OX's
+    /// LBA I/O layer has one read thread (`lba_io_sec_sq` in ox-ctrl's oxb-lba-io.c: "1
+    /// write thread and 1 read thread"); it looks every LBA of a read up in MAP, in arrival
+    /// order, and a MAP page that is not in DRAM is loaded synchronously in that thread
+    /// (`map_read` → `map_load_pg_cache`, which writes a dirty page out first), so a MAP
+    /// miss holds up every read queued behind it.
+    pub read_lookup_threads: u32,
 }
 
 impl Default for ControllerCosts {
@@ -126,6 +133,7 @@ impl Default for ControllerCosts {
             link_mb_s: 12_500.0,
             packet_bytes: 65_512,
             block_packet_contexts: 0,
+            read_lookup_threads: 1,
         }
     }
 }

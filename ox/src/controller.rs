@@ -64,6 +64,18 @@ pub struct OxStats {
     pub data_program_failures: u64,
     pub eblocks_retired: u64,
     pub stalled_contexts: u64,
+    /// Read commands: the sum of their latencies from submission to completion.
+    pub read_latency_ns_total: u64,
+    /// Read commands: the sum of the time from parsing to their last MAP entry being looked
+    /// up (waits for the read thread and for MAP pages included).
+    pub read_map_wait_ns_total: u64,
+    /// Read commands that waited for their MAP entries (for the read thread or a MAP page).
+    pub read_map_miss_commands: u64,
+    /// Read commands: the sum of the time from MAP ready to the last RBLOCK read.
+    pub read_flash_ns_total: u64,
+    /// MAP page loads: the sum of the time from the need to the page in DRAM (the write of
+    /// a dirty page pushed out included).
+    pub map_page_load_ns_total: u64,
 }
 
 /// A write context (§4.2): the unit of the WAL protocol and of atomicity.
@@ -190,6 +202,9 @@ pub struct OxController {
     pub(crate) events: EventQueue<Event>,
     pub(crate) now_ns: TimeNs,
     pub(crate) cores_free_ns: Vec<TimeNs>,
+    /// When each read thread (MAP lookups of host reads) is free; empty when every read
+    /// looks up on its own (`costs.read_lookup_threads` = 0).
+    pub(crate) read_threads_free_ns: Vec<TimeNs>,
     pub(crate) next_request: RequestId,
     pub(crate) next_ctx: u64,
     pub(crate) next_gc_seq: u64,
@@ -264,6 +279,7 @@ impl OxController {
             events: EventQueue::new(),
             now_ns: 0,
             cores_free_ns: vec![0; cfg.costs.cores as usize],
+            read_threads_free_ns: vec![0; cfg.costs.read_lookup_threads as usize],
             next_request: 1,
             next_ctx: 1,
             next_gc_seq: 1,
@@ -897,6 +913,7 @@ impl OxController {
                     };
                     (end, words)
                 };
+                self.stats.map_page_load_ns_total += end - ready_ns;
                 // The slot was freed above, so inserting pushes nothing out; should it ever,
                 // the page is written rather than lost.
                 if let Some(ev) = self.map.insert_page(page, words.as_deref(), end) {
@@ -1241,6 +1258,12 @@ impl OxController {
 
     fn on_complete(&mut self, id: RequestId) {
         if let Some(r) = self.requests.remove(&id) {
+            if matches!(
+                r.request,
+                Request::ReadLpid(_) | Request::ReadBatch(_) | Request::ReadBlocks { .. }
+            ) {
+                self.stats.read_latency_ns_total += self.now_ns - r.submitted_ns;
+            }
             self.completions.push(CompletionRecord {
                 id,
                 submitted_ns: r.submitted_ns,
@@ -1264,12 +1287,39 @@ impl OxController {
             _ => Vec::new(),
         };
         // MAP is looked up now, for every LPAGE at once: what the read sees is fixed here.
+        // With read threads (OX's LBA I/O read thread) the lookups run in the earliest free
+        // thread, one LPAGE after the other, and a MAP page load holds the thread: the
+        // entries are taken now, their times are those of the thread.
+        let thread = self
+            .read_threads_free_ns
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, &t)| (t, *i))
+            .map(|(i, _)| i);
         let mut addrs = Vec::with_capacity(lpids.len());
         let mut ready = now;
-        for &l in &lpids {
-            let (t, e) = self.map_lookup(l, now);
-            ready = ready.max(t);
-            addrs.push(e.ppa());
+        match thread {
+            Some(i) => {
+                let mut t = now.max(self.read_threads_free_ns[i]);
+                for &l in &lpids {
+                    let (end, e) = self.map_lookup(l, t);
+                    t = end;
+                    addrs.push(e.ppa());
+                }
+                self.read_threads_free_ns[i] = t;
+                ready = t;
+            }
+            None => {
+                for &l in &lpids {
+                    let (t, e) = self.map_lookup(l, now);
+                    ready = ready.max(t);
+                    addrs.push(e.ppa());
+                }
+            }
+        }
+        self.stats.read_map_wait_ns_total += ready - now;
+        if ready > now {
+            self.stats.read_map_miss_commands += 1;
         }
         let mut end = ready;
         let mut tokens = Vec::with_capacity(addrs.len());
@@ -1295,6 +1345,7 @@ impl OxController {
         }
         let bytes = tokens.len() as u64 * self.cfg.terms.rblock_bytes as u64;
         let done = end + self.link_ns(bytes);
+        self.stats.read_flash_ns_total += end - ready;
         if let Some(r) = self.requests.get_mut(&id) {
             r.outstanding = 1;
         }

@@ -110,7 +110,9 @@ pub struct KvConfig {
 /// The fraction of MAP the controller's DRAM caches in [`KvConfig::scaled`] devices. The
 /// paper does not give OX's MAP cache size; a fifth was calibrated against the paper's
 /// read-heavy gap at the quick scale (and left unchanged since), stated as a fraction so that
-/// every scale caches the same share (docs/ox.md has the sensitivity).
+/// every scale caches the same share. It was calibrated before the controller's single read
+/// thread (`costs.read_lookup_threads`) made each MAP miss hold up the reads behind it, so it
+/// now weighs more than it did; docs/ox.md has the sensitivity.
 pub const MAP_CACHE_FRACTION: f64 = 0.2;
 
 /// Records per 4 KiB leaf and separators per 4 KiB inner page (32-byte page header).
@@ -163,7 +165,8 @@ impl KvConfig {
         // The controller caches a fifth of MAP (MAP_CACHE_FRACTION): the batch host's LPIDs
         // are dense and their MAP pages stay cached, while the block host's LLAMA log spreads
         // its LBAs over the whole device, so its reads miss the MAP cache and wait for a MAP
-        // page — the read-path cost that gives the paper's read-heavy gap (docs/ox.md).
+        // page, and OX's one read thread holds every read behind it while it does — the
+        // read-path cost that gives the paper's read-heavy gap (docs/ox.md).
         let map_pages = (logical_pages * 8).div_ceil(device.terms.wblock_bytes as u64);
         device.map_cache_pages = ((map_pages as f64 * MAP_CACHE_FRACTION).ceil() as u32).max(2);
         device.max_batch_pages = 255;
@@ -284,6 +287,19 @@ pub struct OxStatsSummary {
     pub gc_victims: u64,
     /// MAP pages read from flash because the controller's MAP cache missed.
     pub map_page_loads: u64,
+    /// Dirty MAP pages written to make room for a MAP page being loaded.
+    pub map_page_evictions_written: u64,
+    pub read_commands: u64,
+    /// Sum of read command latencies, submission to completion.
+    pub read_latency_ns_total: u64,
+    /// Sum over read commands of the wait for their MAP entries.
+    pub read_map_wait_ns_total: u64,
+    /// Read commands that waited for their MAP entries (the read thread or a MAP page).
+    pub read_map_miss_commands: u64,
+    /// Sum over read commands of the time from MAP ready to the last RBLOCK read.
+    pub read_flash_ns_total: u64,
+    /// Sum of the MAP page loads' times, need to page in DRAM.
+    pub map_page_load_ns_total: u64,
 }
 
 impl OxStatsSummary {
@@ -298,6 +314,13 @@ impl OxStatsSummary {
             contexts: b.contexts - a.contexts,
             write_command_bytes: b.write_command_bytes - a.write_command_bytes,
             map_page_loads: b.map_page_loads - a.map_page_loads,
+            map_page_evictions_written: b.map_page_evictions_written - a.map_page_evictions_written,
+            read_commands: b.read_commands - a.read_commands,
+            read_latency_ns_total: b.read_latency_ns_total - a.read_latency_ns_total,
+            read_map_wait_ns_total: b.read_map_wait_ns_total - a.read_map_wait_ns_total,
+            read_map_miss_commands: b.read_map_miss_commands - a.read_map_miss_commands,
+            read_flash_ns_total: b.read_flash_ns_total - a.read_flash_ns_total,
+            map_page_load_ns_total: b.map_page_load_ns_total - a.map_page_load_ns_total,
             checkpoints: b.checkpoints - a.checkpoints,
             stalled_contexts: b.stalled_contexts - a.stalled_contexts,
             gc_victims: b.gc_victims - a.gc_victims,

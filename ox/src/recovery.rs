@@ -86,6 +86,9 @@ impl OxController {
         for core in c.cores_free_ns.iter_mut() {
             *core = start;
         }
+        for thread in c.read_threads_free_ns.iter_mut() {
+            *thread = start;
+        }
         let mut t = start;
 
         // Bad-block tables: the newest version of each channel's.
@@ -389,6 +392,9 @@ impl OxController {
         c.now_ns = t;
         for core in c.cores_free_ns.iter_mut() {
             *core = (*core).max(t);
+        }
+        for thread in c.read_threads_free_ns.iter_mut() {
+            *thread = (*thread).max(t);
         }
         c.reserve_log_links()?;
         c.durable_ckpt = Some(rec);

@@ -592,6 +592,68 @@ fn a_reader_of_a_map_page_being_loaded_waits_for_the_load() {
     }
 }
 
+/// How long a read of a cached MAP page takes when it is queued right behind a read whose
+/// MAP page must be loaded, with `threads` read threads; and how long the same read takes
+/// on an idle controller with its page cached.
+fn read_behind_a_map_miss_ns(threads: u32) -> (u64, u64) {
+    let mut cfg = quiet_config();
+    cfg.costs.read_lookup_threads = threads;
+    let per_page = cfg.map_entries_per_page();
+    let mut c = OxController::format(&cfg, 5).unwrap();
+    // MAP pages 0, 1 and 2 hold written LPAGEs; the cache holds two of them.
+    let pages: Vec<(u64, u64)> = [0, per_page, 2 * per_page]
+        .iter()
+        .map(|&l| (l, sector_token(l, 1)))
+        .collect();
+    let id = c.submit(0, batch(&pages, &cfg)).unwrap();
+    let mut t = c.run_until_complete(id).unwrap().done_ns;
+    // Reads of pages 0 and 1 leave them cached (page 1 the most recently used) and page 2
+    // on flash; then every write ends.
+    for lpid in [0, per_page] {
+        let r = c.submit(t, Request::ReadLpid(lpid)).unwrap();
+        t = c.run_until_complete(r).unwrap().done_ns;
+    }
+    t += 10_000_000;
+    c.advance_to(t);
+    let loads = c.stats().map_page_loads;
+    // A misses (page 2 must be loaded); B, a nanosecond later, hits page 1.
+    let a = c.submit(t, Request::ReadLpid(2 * per_page)).unwrap();
+    let b = c.submit(t + 1, Request::ReadLpid(per_page)).unwrap();
+    let done_a = c.run_until_complete(a).unwrap();
+    let done_b = c.run_until_complete(b).unwrap();
+    assert_eq!(done_a.result.unwrap(), vec![pages[2].1]);
+    assert_eq!(done_b.result.unwrap(), vec![pages[1].1]);
+    assert_eq!(
+        c.stats().map_page_loads,
+        loads + 1,
+        "only A loads a MAP page"
+    );
+    // The same read once nothing else is under way.
+    let t2 = done_a.done_ns.max(done_b.done_ns) + 10_000_000;
+    c.advance_to(t2);
+    let h = c.submit(t2, Request::ReadLpid(per_page)).unwrap();
+    let hit_ns = c.run_until_complete(h).unwrap().done_ns - t2;
+    (done_b.done_ns - (t + 1), hit_ns)
+}
+
+/// OX's LBA I/O layer looks MAP up for host reads in one read thread, which loads a
+/// missing MAP page synchronously: a read whose page is cached still waits behind a read
+/// queued before it that misses. With a lookup per read (0 threads) it does not.
+#[test]
+fn one_read_thread_holds_a_read_behind_a_map_miss() {
+    let read_ns = quiet_config().timing.of(quiet_config().cell_mode).read_ns;
+    let (behind_ns, hit_ns) = read_behind_a_map_miss_ns(1);
+    assert!(
+        behind_ns >= hit_ns + read_ns,
+        "one read thread: the hit took {behind_ns} ns behind the miss, {hit_ns} ns alone"
+    );
+    let (free_ns, hit_ns) = read_behind_a_map_miss_ns(0);
+    assert!(
+        free_ns < hit_ns + read_ns,
+        "a lookup per read: the hit took {free_ns} ns behind the miss, {hit_ns} ns alone"
+    );
+}
+
 /// Erase-count spread after a cold half and a small hot set: with static wear levelling
 /// and without.
 fn erase_spread(threshold: u32) -> (u32, u32) {
