@@ -9,15 +9,26 @@ use super::*;
 use crate::tests::Harness;
 
 /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's
-/// metadata.
-fn ssd(seed: u64) -> Ssd {
+/// metadata, keeping `payload` (`full` members keep a checkpoint's bytes, tokens do not).
+fn ssd_keeping(payload: afa_nand::PayloadMode, seed: u64) -> Ssd {
     let mut cfg = crate::tests::ssd_config();
     cfg.geometry.sector_bytes = 4096;
     cfg.geometry.oob_bytes_per_page = 24;
+    cfg.payload = payload;
     Ssd::new(cfg, seed).unwrap()
 }
 
-fn engine(level: Level, members: u32, spares: usize, scala: ScalaAfaConfig) -> ScalaAfa<Ssd> {
+fn ssd(seed: u64) -> Ssd {
+    ssd_keeping(afa_nand::PayloadMode::Token, seed)
+}
+
+fn engine_keeping(
+    payload: afa_nand::PayloadMode,
+    level: Level,
+    members: u32,
+    spares: usize,
+    scala: ScalaAfaConfig,
+) -> ScalaAfa<Ssd> {
     let config = ArrayConfig {
         level,
         members,
@@ -25,9 +36,17 @@ fn engine(level: Level, members: u32, spares: usize, scala: ScalaAfaConfig) -> S
         rebuild_mb_s: 0.05,
         ..ArrayConfig::default()
     };
-    let devs = (0..members as u64).map(ssd).collect();
-    let spare_devs = (0..spares as u64).map(|i| ssd(100 + i)).collect();
+    let devs = (0..members as u64)
+        .map(|i| ssd_keeping(payload, i))
+        .collect();
+    let spare_devs = (0..spares as u64)
+        .map(|i| ssd_keeping(payload, 100 + i))
+        .collect();
     ScalaAfa::new(config, scala, devs, spare_devs).unwrap()
+}
+
+fn engine(level: Level, members: u32, spares: usize, scala: ScalaAfaConfig) -> ScalaAfa<Ssd> {
+    engine_keeping(afa_nand::PayloadMode::Token, level, members, spares, scala)
 }
 
 fn with_mode(mode: ScalaMode) -> ScalaAfaConfig {
@@ -380,9 +399,28 @@ fn writes_and_reads(h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usi
 /// write is durable). Recovery from the OOB scan alone must give back every acknowledged
 /// write, and the recovered volume must keep working.
 fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
-    let mut h = Harness::new(engine(level, n, 0, with_mode(ScalaMode::Scalaafa)));
+    let volume = engine(level, n, 0, with_mode(ScalaMode::Scalaafa));
+    crash_and_recover_volume(volume, seed, crash_after, false);
+}
+
+/// The body of every power-loss test without a lost member: `crash_after` requests, an
+/// optional torn checkpoint (`tear_newest`: one more is taken and destroyed on every member,
+/// as if the power had gone while it was written), recovery, the oracle over everything
+/// acknowledged, then more requests and the oracle again. Returns the recovered stats.
+fn crash_and_recover_volume(
+    volume: ScalaAfa<Ssd>,
+    seed: u64,
+    crash_after: usize,
+    tear_newest: bool,
+) -> ScalaAfaStats {
+    let mut h = Harness::new(volume);
     let mut rng = SimRng::new(seed);
     writes_and_reads(&mut h, &mut rng, crash_after);
+    let torn = tear_newest.then(|| {
+        h.volume.checkpoint(h.now_ns).unwrap();
+        let seq = h.volume.checkpoints.next_seq - 1;
+        (seq, h.volume.checkpoint_lba(seq % 2, 0))
+    });
     let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
     let Harness {
         volume,
@@ -390,8 +428,28 @@ fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
         now_ns,
         ..
     } = h;
-    let members = volume.into_members();
+    let mut members = volume.into_members();
+    if let Some((_, lba)) = torn {
+        // The header's chunk (two 4 KiB sectors) never reached any member.
+        let sectors = 2;
+        for d in &mut members {
+            let zeros = vec![0u8; sectors as usize * 4096];
+            d.submit(
+                now_ns,
+                &Command::write(lba, sectors, &zeros),
+                ReadBuffers::none(),
+            )
+            .unwrap();
+        }
+    }
     let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+    let stats = *recovered.stats();
+    if let Some((seq, _)) = torn {
+        assert!(
+            stats.recovered_checkpoint_seq.is_none_or(|s| s < seq),
+            "{stats:?}"
+        );
+    }
     let mut h = Harness::new(recovered);
     h.tokens = tokens;
     h.now_ns = now_ns;
@@ -400,6 +458,7 @@ fn crash_and_recover(level: Level, n: u32, seed: u64, crash_after: usize) {
     h.now_ns += 1_000_000_000;
     h.volume.background(h.now_ns);
     h.check_all();
+    stats
 }
 
 /// Power loss that also takes member `failed` (its device is replaced by a blank one that
@@ -445,35 +504,8 @@ fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usiz
     }
 }
 
-/// Members that keep whole sectors, so that a checkpoint's bytes survive on them.
-fn full_ssd(seed: u64) -> Ssd {
-    let mut cfg = crate::tests::ssd_config();
-    cfg.geometry.sector_bytes = 4096;
-    cfg.geometry.oob_bytes_per_page = 24;
-    cfg.payload = afa_nand::PayloadMode::Full;
-    Ssd::new(cfg, seed).unwrap()
-}
-
-fn checkpointed(level: Level, members: u32, interval_ms: f64, threads: u32) -> ScalaAfa<Ssd> {
-    let config = ArrayConfig {
-        level,
-        members,
-        chunk_bytes: 8 * 1024,
-        ..ArrayConfig::default()
-    };
-    let scala = ScalaAfaConfig {
-        checkpoint_interval_ms: interval_ms,
-        io_threads: threads,
-        ..ScalaAfaConfig::default()
-    };
-    let devs = (0..members as u64).map(full_ssd).collect();
-    ScalaAfa::new(config, scala, devs, vec![]).unwrap()
-}
-
-/// Power loss after `crash_after` requests on a volume checkpointing every `interval_ms`
-/// (0: never); `tear_newest` first takes one more checkpoint and destroys it on every member,
-/// as if the power had gone while it was written. Recovery must give back every acknowledged
-/// write and keep working. Returns the recovered volume's stats.
+/// Power loss after `crash_after` requests on a volume of `full` members checkpointing every
+/// `interval_ms` (0: never), with `threads` I/O threads; see `crash_and_recover_volume`.
 fn crash_and_recover_checkpointed(
     level: Level,
     n: u32,
@@ -483,51 +515,13 @@ fn crash_and_recover_checkpointed(
     tear_newest: bool,
     threads: u32,
 ) -> ScalaAfaStats {
-    let mut h = Harness::new(checkpointed(level, n, interval_ms, threads));
-    let mut rng = SimRng::new(seed);
-    writes_and_reads(&mut h, &mut rng, crash_after);
-    let torn = tear_newest.then(|| {
-        h.volume.checkpoint(h.now_ns).unwrap();
-        let seq = h.volume.checkpoints.next_seq - 1;
-        (seq, h.volume.checkpoint_lba(seq % 2, 0))
-    });
-    let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
-    let Harness {
-        volume,
-        tokens,
-        now_ns,
-        ..
-    } = h;
-    let mut members = volume.into_members();
-    if let Some((_, lba)) = torn {
-        let sectors = 2;
-        for d in &mut members {
-            let zeros = vec![0u8; sectors as usize * 4096];
-            d.submit(
-                now_ns,
-                &Command::write(lba, sectors, &zeros),
-                ReadBuffers::none(),
-            )
-            .unwrap();
-        }
-    }
-    let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
-    let stats = *recovered.stats();
-    if let Some((seq, _)) = torn {
-        assert!(
-            stats.recovered_checkpoint_seq.is_none_or(|s| s < seq),
-            "{stats:?}"
-        );
-    }
-    let mut h = Harness::new(recovered);
-    h.tokens = tokens;
-    h.now_ns = now_ns;
-    h.check_all();
-    writes_and_reads(&mut h, &mut rng, 400);
-    h.now_ns += 1_000_000_000;
-    h.volume.background(h.now_ns);
-    h.check_all();
-    stats
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: interval_ms,
+        io_threads: threads,
+        ..ScalaAfaConfig::default()
+    };
+    let volume = engine_keeping(afa_nand::PayloadMode::Full, level, n, 0, scala);
+    crash_and_recover_volume(volume, seed, crash_after, tear_newest)
 }
 
 /// §5.4: recovery starts from the newest checkpoint and reads only the OOB areas of the
@@ -583,7 +577,9 @@ fn checkpoints_need_a_sane_interval() {
         chunk_bytes: 8 * 1024,
         ..ArrayConfig::default()
     };
-    let devs = (0..4).map(full_ssd).collect();
+    let devs = (0..4)
+        .map(|i| ssd_keeping(afa_nand::PayloadMode::Full, i))
+        .collect();
     let err = ScalaAfa::new(config, scala, devs, vec![])
         .unwrap_err()
         .to_string();
