@@ -26,6 +26,10 @@ const MAX_INTERVALS: usize = 8;
 pub struct Calendar {
     busy: [(TimeNs, TimeNs); MAX_INTERVALS],
     len: usize,
+    /// The widest idle gap between two kept intervals: an operation longer than it can only
+    /// go before the first interval or after the last, so most bookings on a backlogged
+    /// resource skip the scan.
+    widest_gap_ns: u64,
 }
 
 impl Calendar {
@@ -59,6 +63,12 @@ impl Calendar {
         let free_ns = self.free_ns();
         if ready_ns >= free_ns {
             return ready_ns;
+        }
+        if ready_ns + duration_ns <= self.busy[0].0 {
+            return ready_ns;
+        }
+        if duration_ns > self.widest_gap_ns {
+            return free_ns;
         }
         let mut start = ready_ns;
         for &(busy_start, busy_end) in self.intervals() {
@@ -116,14 +126,32 @@ impl Calendar {
             self.busy[0].1 = self.busy[1].1;
             self.busy.copy_within(2.., 1);
             self.len -= 1;
+            self.measure_gaps();
+        }
+        if self.len > 0 {
+            let gap_ns = start_ns - self.busy[self.len - 1].1;
+            self.widest_gap_ns = self.widest_gap_ns.max(gap_ns);
         }
         self.busy[self.len] = (start_ns, end_ns);
         self.len += 1;
     }
 
+    fn measure_gaps(&mut self) {
+        self.widest_gap_ns = self.busy[..self.len]
+            .windows(2)
+            .map(|w| w[1].0 - w[0].1)
+            .max()
+            .unwrap_or(0);
+    }
+
     /// Books an interval that starts before the last booked end: into a gap, or overlapping
     /// or touching booked intervals, which it merges with.
     fn reserve_inside(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
+        self.place_inside(start_ns, end_ns);
+        self.measure_gaps();
+    }
+
+    fn place_inside(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
         let len = self.len;
         // The first interval that overlaps or touches the new one, and the first past it.
         let first = self.busy[..len].partition_point(|&(_, end)| end < start_ns);
@@ -223,7 +251,20 @@ mod tests {
             let mut calendar = vec![false; 2_000];
             for (ready, duration, fill_gaps) in ops {
                 let start = if fill_gaps {
-                    t.earliest_start(ready, duration)
+                    let start = t.earliest_start(ready, duration);
+                    // The shortcuts agree with a plain first-fit scan of the gaps.
+                    let mut first_fit = ready;
+                    for &(busy_start, busy_end) in t.intervals() {
+                        if busy_end <= first_fit {
+                            continue;
+                        }
+                        if first_fit + duration <= busy_start {
+                            break;
+                        }
+                        first_fit = busy_end;
+                    }
+                    proptest::prop_assert_eq!(start, first_fit);
+                    start
                 } else {
                     ready.max(t.free_ns())
                 };
@@ -238,6 +279,8 @@ mod tests {
                 for pair in busy.windows(2) {
                     proptest::prop_assert!(pair[0].0 < pair[0].1 && pair[0].1 < pair[1].0);
                 }
+                let widest = busy.windows(2).map(|w| w[1].0 - w[0].1).max().unwrap_or(0);
+                proptest::prop_assert_eq!(t.widest_gap_ns, widest);
                 for (ns, &booked) in calendar.iter().enumerate() {
                     if booked {
                         proptest::prop_assert!(!t.idle_at(ns as u64), "{ns} forgotten");
