@@ -6,9 +6,12 @@
 //! preconditioned over `footprint_bytes`). Each thread runs its personality's loop of
 //! flowops; file I/O at byte offsets becomes sector-granular block requests by rounding the
 //! start down and the end up to whole sectors, which is what reaches a 4 KiB-sector device
-//! when a 1–9 KiB request is written through the page cache. Threads are interleaved
-//! round-robin into one request stream, replayed closed-loop with one request outstanding
-//! per thread (queue depth = thread count).
+//! when a 1–9 KiB request goes through the page cache. Within one whole-file read or write,
+//! a sector that consecutive chunks share reaches the device once (the page cache holds it
+//! between the two chunks), so each chunk's request starts after the sectors the flowop has
+//! already covered, and a chunk inside them issues none. Threads are interleaved round-robin
+//! into one request stream, replayed closed-loop with one request outstanding per thread
+//! (queue depth = thread count).
 //!
 //! * random write: one file (5 GB), 3 threads, each writing `io_bytes` at a random offset
 //!   aligned to `io_bytes`;
@@ -195,11 +198,20 @@ pub fn generate(
         .collect();
     let io = spec.io_bytes;
     let mut records = Vec::with_capacity(spec.requests as usize);
+    // One whole-file read or write in `io`-sized chunks. Through the page cache a sector that
+    // two consecutive chunks share reaches the device once, so each chunk's request covers
+    // only the sectors that no earlier chunk of the same flowop covered, and a chunk that
+    // lies entirely within them issues no request.
     let chunks = |op: IoOp, start: u64, len: u64, out: &mut std::collections::VecDeque<_>| {
         let mut off = 0;
+        let mut covered = start / sector_bytes * sector_bytes;
         while off < len {
             let n = io.min(len - off);
-            out.push_back((op, start + off, n));
+            let end = (start + off + n).div_ceil(sector_bytes) * sector_bytes;
+            if end > covered {
+                out.push_back((op, covered, end - covered));
+                covered = end;
+            }
             off += n;
         }
     };

@@ -750,3 +750,35 @@ fn webproxy_writes_one_append_per_recreated_file_and_webserver_appends_randomly(
         .collect();
     assert!(sizes.len() > 1, "log appends all of one size: {sizes:?}");
 }
+
+/// A whole-file read or write in chunks smaller than a sector, or not aligned to one, reaches
+/// the device with every sector once: consecutive chunks of one flowop never share a sector.
+#[test]
+fn whole_file_chunks_reach_each_sector_once() {
+    for io in [1024u64, 3 * 1024, 9 * 1024] {
+        let spec = FilebenchSpec {
+            personality: Personality::Fileserver,
+            io_bytes: io,
+            requests: 20_000,
+            scale: 0.01,
+            threads: Some(1),
+            seed: 5,
+        };
+        let g = generate(&spec, 8u64 << 30, 4096).unwrap();
+        let mut reads = 0;
+        for pair in g.records.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert_eq!(a.offset_bytes % 4096, 0);
+            assert_eq!(a.len_bytes % 4096, 0);
+            // With one thread, consecutive reads belong to one whole-file read.
+            if a.op == IoOp::Read && b.op == IoOp::Read {
+                reads += 1;
+                assert!(
+                    b.offset_bytes >= a.offset_bytes + a.len_bytes,
+                    "io {io}: {a:?} then {b:?}"
+                );
+            }
+        }
+        assert!(reads > 100, "io {io}: {reads} read pairs");
+    }
+}
