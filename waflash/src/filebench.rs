@@ -6,22 +6,30 @@
 //! preconditioned over `footprint_bytes`). Each thread runs its personality's loop of
 //! flowops; file I/O at byte offsets becomes sector-granular block requests by rounding the
 //! start down and the end up to whole sectors, which is what reaches a 4 KiB-sector device
-//! when a 1–9 KiB request is written through the page cache. Threads are interleaved
-//! round-robin into one request stream, replayed closed-loop with one request outstanding
-//! per thread (queue depth = thread count).
+//! when a 1–9 KiB request goes through the page cache. Within one whole-file read or write,
+//! a sector that consecutive chunks share reaches the device once (the page cache holds it
+//! between the two chunks), so each chunk's request starts after the sectors the flowop has
+//! already covered, and a chunk inside them issues none. Threads are interleaved round-robin
+//! into one request stream, replayed closed-loop with one request outstanding per thread
+//! (queue depth = thread count).
 //!
 //! * random write: one file (5 GB), 3 threads, each writing `io_bytes` at a random offset
 //!   aligned to `io_bytes`;
 //! * fileserver: 10,000 files of mean 128 KB, 50 threads; loop: write a whole file anew,
 //!   append a random amount (mean `io_bytes`) to another, read a third whole;
-//! * webserver: 1,000 files of mean 16 KB, 100 threads; loop: read ten whole files, append
-//!   `io_bytes` to a shared log (1 GiB × `scale`, wrapping around);
-//! * webproxy: 10,000 files of mean 128 KB, 100 threads; loop: recreate a file and write it
-//!   whole, read five whole files, append `io_bytes` to a shared log.
+//! * webserver: 1,000 files of mean 16 KB, 100 threads; loop: read ten whole files, append a
+//!   random amount (mean `io_bytes`) to a shared log (1 GiB × `scale`, wrapping around);
+//! * webproxy: 10,000 files of mean 128 KB, 100 threads; loop: delete a file and create it
+//!   anew with a random amount (mean `io_bytes`) appended, read five whole files.
 //!
-//! Whole-file reads and writes go in `io_bytes` chunks. File sizes are uniform in
-//! [mean/2, 3·mean/2), rounded to 1 KiB. `scale` shrinks the file count (or the random-write
-//! file) so that the fileset fits a scaled-down device.
+//! The loops follow Filebench's `fileserver.f`, `webserver.f` and `webproxy.f`: an
+//! `appendfilerand` flowop writes a random amount up to its `iosize`, here uniform in
+//! [1, 2·`io_bytes`] bytes so that the sweep's request size is its mean; `webproxy.f` has
+//! no log file and writes no whole file (its only write is the `appendfilerand` to the file
+//! it has just created, so the proxy's files shrink to the append size as they are
+//! recreated). Whole-file reads and writes go in `io_bytes` chunks. File sizes are uniform
+//! in [mean/2, 3·mean/2), rounded to 1 KiB. `scale` shrinks the file count (or the
+//! random-write file) so that the fileset fits a scaled-down device.
 
 use afa_sim::SimRng;
 use afa_workload::trace::TraceRecord;
@@ -161,21 +169,20 @@ pub fn generate(
             at += extent;
         }
     }
-    // Web server and proxy append to one shared log file after the fileset. Its extent
-    // (1 GiB at full scale) is far larger than any write buffer, so appends reach the flash
-    // instead of wrapping around inside the buffer.
-    let log_extent = round(((1u64 << 30) as f64 * spec.scale) as u64).max(round(16 << 20));
+    // The web server appends to one shared log file after the fileset. Its extent (1 GiB at
+    // full scale) is far larger than any write buffer, so appends reach the flash instead of
+    // wrapping around inside the buffer.
+    let log_extent = if p == Personality::Webserver {
+        round(((1u64 << 30) as f64 * spec.scale) as u64).max(round(16 << 20))
+    } else {
+        0
+    };
     let mut log = File {
         start: at,
         extent: log_extent,
         len: 0,
     };
-    let footprint = at
-        + if p == Personality::RandomWrite {
-            0
-        } else {
-            log_extent
-        };
+    let footprint = at + log_extent;
     if footprint > capacity_bytes * 9 / 10 {
         return bad(format!(
             "the {} fileset needs {footprint} bytes, more than 90% of the device's \
@@ -191,11 +198,20 @@ pub fn generate(
         .collect();
     let io = spec.io_bytes;
     let mut records = Vec::with_capacity(spec.requests as usize);
+    // One whole-file read or write in `io`-sized chunks. Through the page cache a sector that
+    // two consecutive chunks share reaches the device once, so each chunk's request covers
+    // only the sectors that no earlier chunk of the same flowop covered, and a chunk that
+    // lies entirely within them issues no request.
     let chunks = |op: IoOp, start: u64, len: u64, out: &mut std::collections::VecDeque<_>| {
         let mut off = 0;
+        let mut covered = start / sector_bytes * sector_bytes;
         while off < len {
             let n = io.min(len - off);
-            out.push_back((op, start + off, n));
+            let end = (start + off + n).div_ceil(sector_bytes) * sector_bytes;
+            if end > covered {
+                out.push_back((op, covered, end - covered));
+                covered = end;
+            }
             off += n;
         }
     };
@@ -236,27 +252,25 @@ pub fn generate(
                         let c = t.rng.below(nfiles) as usize;
                         chunks(IoOp::Read, files[c].start, files[c].len, &mut t.pending);
                     }
-                    if log.len + io > log.extent {
+                    // `appendfilerand` to the log.
+                    let add = 1 + t.rng.below(2 * io);
+                    if log.len + add > log.extent {
                         log.len = 0;
                     }
-                    t.pending.push_back((IoOp::Write, log.start + log.len, io));
-                    log.len += io;
+                    t.pending.push_back((IoOp::Write, log.start + log.len, add));
+                    log.len += add;
                 }
                 Personality::Webproxy => {
+                    // `deletefile`, `createfile` and `appendfilerand`: the file is recreated
+                    // holding only the appended bytes, written at its start in one request.
                     let a = t.rng.below(nfiles) as usize;
-                    let len =
-                        ((mean / 2 + t.rng.below(mean)) / KIB * KIB).clamp(KIB, files[a].extent);
-                    files[a].len = len;
-                    chunks(IoOp::Write, files[a].start, len, &mut t.pending);
+                    let add = 1 + t.rng.below(2 * io).min(files[a].extent - 1);
+                    files[a].len = add;
+                    t.pending.push_back((IoOp::Write, files[a].start, add));
                     for _ in 0..5 {
                         let c = t.rng.below(nfiles) as usize;
                         chunks(IoOp::Read, files[c].start, files[c].len, &mut t.pending);
                     }
-                    if log.len + io > log.extent {
-                        log.len = 0;
-                    }
-                    t.pending.push_back((IoOp::Write, log.start + log.len, io));
-                    log.len += io;
                 }
             }
         }

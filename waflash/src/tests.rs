@@ -12,6 +12,7 @@ use crate::{
     decode_header, encode_header, BufferPolicy, FtlKind, Piece, WaflashConfig, WaflashError,
     WaflashSsd,
 };
+use afa_workload::IoOp;
 
 /// Two channels of one die with two planes each: 48 blocks of 16 pages of 16 KiB, 4 KiB
 /// sectors. Small enough that a few hundred writes run GC.
@@ -691,5 +692,93 @@ fn token_and_full_payloads_agree() {
         c.payload = payload;
         let (o, _) = filebench_run(c, Personality::Webproxy, 7 * 1024);
         assert_eq!(o.mismatches, 0);
+    }
+}
+
+/// Filebench's `webproxy.f` writes only the `appendfilerand` to the file it has just
+/// recreated (no log, no whole-file write), and every later read of that file reads what was
+/// appended; `webserver.f` appends a random amount to its log.
+#[test]
+fn webproxy_writes_one_append_per_recreated_file_and_webserver_appends_randomly() {
+    let io = 5 * 1024u64;
+    let spec = |personality| FilebenchSpec {
+        personality,
+        io_bytes: io,
+        requests: 200_000,
+        scale: 0.05,
+        threads: Some(4),
+        seed: 3,
+    };
+    let cap = 8u64 << 30;
+    let proxy = generate(&spec(Personality::Webproxy), cap, 4096).unwrap();
+    let writes: Vec<_> = proxy
+        .records
+        .iter()
+        .filter(|r| r.op == IoOp::Write)
+        .collect();
+    assert!(!writes.is_empty());
+    let extent = 2 * 128 * 1024;
+    for w in &writes {
+        // One request per append, at the start of a file's extent, of at most 2·io bytes
+        // rounded up to sectors; nothing is written past the fileset (there is no log).
+        assert_eq!(w.offset_bytes % extent, 0, "{w:?}");
+        assert!(w.len_bytes <= (2 * io).div_ceil(4096) * 4096, "{w:?}");
+        assert!(
+            w.offset_bytes + w.len_bytes <= proxy.footprint_bytes,
+            "{w:?}"
+        );
+    }
+    // Recreated files shrink to their append, so the loop's five whole-file reads take
+    // fewer requests as the run goes on.
+    let reads_per_write = |records: &[afa_workload::trace::TraceRecord]| {
+        let w = records.iter().filter(|r| r.op == IoOp::Write).count();
+        (records.len() - w) as f64 / w.max(1) as f64
+    };
+    let n = proxy.records.len();
+    let early = reads_per_write(&proxy.records[..n / 10]);
+    let late = reads_per_write(&proxy.records[n / 2..]);
+    assert!(
+        late * 2.0 < early,
+        "reads per write: {early} early, {late} late"
+    );
+    let server = generate(&spec(Personality::Webserver), cap, 4096).unwrap();
+    let sizes: std::collections::BTreeSet<u64> = server
+        .records
+        .iter()
+        .filter(|r| r.op == IoOp::Write)
+        .map(|r| r.len_bytes)
+        .collect();
+    assert!(sizes.len() > 1, "log appends all of one size: {sizes:?}");
+}
+
+/// A whole-file read or write in chunks smaller than a sector, or not aligned to one, reaches
+/// the device with every sector once: consecutive chunks of one flowop never share a sector.
+#[test]
+fn whole_file_chunks_reach_each_sector_once() {
+    for io in [1024u64, 3 * 1024, 9 * 1024] {
+        let spec = FilebenchSpec {
+            personality: Personality::Fileserver,
+            io_bytes: io,
+            requests: 20_000,
+            scale: 0.01,
+            threads: Some(1),
+            seed: 5,
+        };
+        let g = generate(&spec, 8u64 << 30, 4096).unwrap();
+        let mut reads = 0;
+        for pair in g.records.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert_eq!(a.offset_bytes % 4096, 0);
+            assert_eq!(a.len_bytes % 4096, 0);
+            // With one thread, consecutive reads belong to one whole-file read.
+            if a.op == IoOp::Read && b.op == IoOp::Read {
+                reads += 1;
+                assert!(
+                    b.offset_bytes >= a.offset_bytes + a.len_bytes,
+                    "io {io}: {a:?} then {b:?}"
+                );
+            }
+        }
+        assert!(reads > 100, "io {io}: {reads} read pairs");
     }
 }
