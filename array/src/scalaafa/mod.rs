@@ -251,6 +251,8 @@ pub struct ScalaAfa<D: BlockDevice> {
     tag_bytes: usize,
     chunk_sectors: u32,
     background_depth: u32,
+    /// Array-level cleans in progress, one inside the other.
+    gc_nesting: u32,
     work: HostWork,
     messages_taken: u64,
     stats: ScalaAfaStats,
@@ -473,6 +475,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             tag_bytes,
             chunk_sectors: sh.chunk_sectors,
             background_depth: 0,
+            gc_nesting: 0,
             work: HostWork::default(),
             messages_taken: 0,
             stats: ScalaAfaStats::default(),
@@ -1093,6 +1096,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// written again by the daemon's own writer, and the HHs freed.
     fn collect_garbage(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let mut t = now_ns;
+        // A clean nested in a clean (the GC writer asking for heroes) may go one level
+        // deeper to find room, but no further: the recursion is bounded.
+        if self.gc_nesting >= 2 {
+            return Ok(t);
+        }
         let gc_thread = self.scala.io_threads as usize;
         for _ in 0..self.batch_hhs.max(4) {
             if self.reclaimed_hhs() >= self.gc_reserve + self.batch_hhs {
@@ -1111,8 +1119,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 .map(|(j, &c)| (j, c))
                 .collect();
             self.background_depth += 1;
+            self.gc_nesting += 1;
             let mut r = Ok(());
             for (j, chunk) in live {
+                // Writing a chunk may itself ask for heroes, and a grant may clean again,
+                // moving this victim's other chunks and freeing (and reusing) its row: a
+                // chunk no longer in its slot has moved already, and its slot must not be
+                // read.
+                let s = &self.stripes[victim as usize];
+                if s.state != HhState::Striped || s.chunks[j] != chunk {
+                    continue;
+                }
                 let mut buf = vec![0u8; self.chunk_units()];
                 match self.read_slot(victim, j, 0, self.chunk_sectors, t, &mut buf, false) {
                     Ok(rt) => match self.write_chunk(gc_thread, chunk, &buf, rt) {
@@ -1132,6 +1149,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 }
             }
             self.background_depth -= 1;
+            self.gc_nesting -= 1;
             r?;
         }
         Ok(t)

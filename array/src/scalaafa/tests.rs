@@ -586,6 +586,14 @@ fn checkpoints_need_a_sane_interval() {
     assert!(err.contains("checkpoint_interval_ms"), "{err}");
 }
 
+/// Found by the property test below: an array-level clean inside a clean (the GC writer
+/// asking for heroes) moved the rest of the outer clean's victim and its row was handed out
+/// again, and the outer clean then copied the new contents of that row as its chunks.
+#[test]
+fn a_clean_inside_a_clean_never_copies_a_reused_row() {
+    crash_and_recover(Level::Raid6, 6, 14554579755642887789, 1103);
+}
+
 /// Found by the property test below: a hero group whose only written slot was on the lost
 /// member leaves its chunk in backups no surviving primary points to (an orphan), which
 /// recovery must write again.
