@@ -112,7 +112,7 @@ enum OpKind {
 
 #[derive(Debug, Clone)]
 struct DieState {
-    timeline: Calendar,
+    calendar: Calendar,
     busy_ns: u64,
     /// The die's most recently booked operation, which another plane's operation may join.
     batch_kind: OpKind,
@@ -177,7 +177,7 @@ impl Nand {
             }
         }
         let idle_die = DieState {
-            timeline: Calendar::default(),
+            calendar: Calendar::default(),
             busy_ns: 0,
             batch_kind: OpKind::Idle,
             batch_start_ns: 0,
@@ -292,20 +292,20 @@ impl Nand {
     /// When everything booked on die `die` has ended.
     #[inline]
     pub fn die_free_ns(&self, die: u32) -> TimeNs {
-        self.dies[die as usize].timeline.free_ns()
+        self.dies[die as usize].calendar.free_ns()
     }
 
     /// Whether die `die` has nothing booked at `at_ns` (it may have work booked later).
     #[inline]
     pub fn die_idle_at(&self, die: u32, at_ns: TimeNs) -> bool {
-        self.dies[die as usize].timeline.idle_at(at_ns)
+        self.dies[die as usize].calendar.idle_at(at_ns)
     }
 
     /// When everything booked on the die holding `block` has ended.
     #[inline]
     pub fn die_free_ns_of_block(&self, block: u32) -> TimeNs {
         self.dies[self.blocks[block as usize].die as usize]
-            .timeline
+            .calendar
             .free_ns()
     }
 
@@ -339,7 +339,7 @@ impl Nand {
         // The batch waits for this plane's input (at most one page transfer) and then runs
         // once for all its planes; it cannot stretch into work booked after it.
         let end = d.batch_end_ns.max(ready_ns + latency_ns);
-        d.timeline.is_free(d.batch_end_ns, end).then_some(end)
+        d.calendar.is_free(d.batch_end_ns, end).then_some(end)
     }
 
     /// Occupies `die` for an operation of `kind` lasting `latency_ns`, starting no earlier
@@ -357,15 +357,15 @@ impl Nand {
         let scheduling = self.timing.scheduling;
         let d = &mut self.dies[die];
         if let Some(end) = joined {
-            d.timeline.reserve(d.batch_end_ns, end);
+            d.calendar.reserve(d.batch_end_ns, end);
             d.batch_planes_mask |= plane_bit as u64;
             d.busy_ns += end - d.batch_end_ns;
             d.batch_end_ns = end;
             return end;
         }
-        let start = earliest_start(&d.timeline, scheduling, ready_ns, latency_ns);
+        let start = earliest_start(&d.calendar, scheduling, ready_ns, latency_ns);
         let end = start + latency_ns;
-        d.timeline.reserve(start, end);
+        d.calendar.reserve(start, end);
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
         d.batch_start_ns = start;
@@ -382,9 +382,9 @@ impl Nand {
         } else {
             transfer_ns(bytes as u64, self.timing.channel_mb_s)
         };
-        let timeline = &mut self.channels[channel];
-        let start = earliest_start(timeline, self.timing.scheduling, ready_ns, ns);
-        timeline.reserve(start, start + ns);
+        let calendar = &mut self.channels[channel];
+        let start = earliest_start(calendar, self.timing.scheduling, ready_ns, ns);
+        calendar.reserve(start, start + ns);
         start + ns
     }
 

@@ -77,11 +77,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
         if let Some(f) = failed {
             v.members[f].state = MemberState::Failed;
         }
-        let snap = if failed.is_none() {
-            v.newest_checkpoint(None)
-        } else {
-            None
-        };
+        // The newest whole checkpoint numbers the next one even when a lost member keeps it
+        // from being used: a later recovery must never prefer an older checkpoint to the
+        // ones written from here on.
+        let newest = v.newest_checkpoint(failed);
+        if v.checkpointing() {
+            v.checkpoints.next_seq = newest.as_ref().map_or(0, |s| s.seq + 1);
+            // No periodic checkpoint while the tables are half rebuilt; the one below
+            // records them whole.
+            v.checkpoints.next_due_ns = TimeNs::MAX;
+        }
+        let snap = newest.filter(|_| failed.is_none());
         v.stats.recovered_checkpoint_seq = snap.as_ref().map(|s| s.seq);
         let failure = |e: DeviceError| ArrayError::Config(format!("recovery failed: {e}"));
         let (orphans, stale) = v.rebuild_tables(failed, snap.as_ref()).map_err(failure)?;
@@ -93,7 +99,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // The recovered tables are checkpointed before the volume serves: heroes freed
             // while they were rebuilt are then safe to grant, and the next recovery starts
             // from here.
-            v.checkpoints.next_seq = snap.map_or(0, |s| s.seq + 1);
             v.checkpoint(0).map_err(failure)?;
             v.release_checkpointed(TimeNs::MAX);
         }

@@ -565,6 +565,52 @@ fn a_torn_checkpoint_falls_back_to_the_one_before() {
     }
 }
 
+/// A recovery that lost a member cannot use the checkpoints (it scans everything), but the
+/// checkpoint it writes must still come after the newest one on the members: a later
+/// recovery that prefers an older checkpoint would miss what was written since.
+#[test]
+fn a_degraded_recovery_numbers_its_checkpoint_after_the_newest() {
+    let full = afa_nand::PayloadMode::Full;
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: 2.0,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine_keeping(full, Level::Raid5, 5, 0, scala));
+    let mut rng = SimRng::new(23);
+    writes_and_reads(&mut h, &mut rng, 1500);
+    let newest = h.volume.checkpoints.next_seq - 1;
+    let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
+    let (tokens, now_ns) = (h.tokens.clone(), h.now_ns);
+    let mut members = h.volume.into_members();
+    members[2] = ssd_keeping(full, 500);
+    let spares = vec![ssd_keeping(full, 900)];
+    let v = ScalaAfa::recover_degraded(config.clone(), scala.clone(), members, spares, 2)
+        .expect("recovery");
+    assert_eq!(v.stats().recovered_checkpoint_seq, None);
+    assert!(
+        v.checkpoints.next_seq >= newest + 2,
+        "its own checkpoint must come after {newest}"
+    );
+    let mut h = Harness::new(v);
+    h.tokens = tokens;
+    h.now_ns = now_ns;
+    writes_and_reads(&mut h, &mut rng, 800);
+    let (tokens, now_ns) = (h.tokens.clone(), h.now_ns);
+    let members = h.volume.into_members();
+    let v = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+    assert!(
+        v.stats()
+            .recovered_checkpoint_seq
+            .is_some_and(|s| s > newest),
+        "{:?}",
+        v.stats()
+    );
+    let mut h = Harness::new(v);
+    h.tokens = tokens;
+    h.now_ns = now_ns;
+    h.check_all();
+}
+
 #[test]
 fn checkpoints_need_a_sane_interval() {
     let scala = ScalaAfaConfig {
