@@ -241,7 +241,8 @@ pub struct Swan<D: BlockDevice> {
     nvram: Nvram,
 }
 
-/// A short, stable checksum (FNV-1a) for segment summaries.
+/// A short, stable checksum (FNV-1a) for segment summaries, NVRAM log frames and ScalaAFA's
+/// checkpoints.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)

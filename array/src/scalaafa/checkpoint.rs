@@ -24,6 +24,9 @@
 use afa_ssd::{BlockDevice, DeviceError};
 
 use super::*;
+// The checksum of SWAN's segment summaries: enough to tell a whole checkpoint from a torn
+// or stale one.
+use crate::swan::fnv1a as checksum;
 
 const MAGIC: u32 = 0x5343_4b50; // "SCKP"
 const VERSION: u32 = 1;
@@ -67,13 +70,6 @@ impl SnapshotShape {
     pub fn body_bytes(&self) -> usize {
         self.volume_chunks as usize * 8 + self.rows as usize * (1 + 4 * self.m)
     }
-}
-
-/// FNV-1a over the body: enough to tell a whole checkpoint from a torn or stale one.
-fn checksum(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 impl Snapshot {
