@@ -202,9 +202,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     } else if let Some(s) = snap {
                         for r in 0..m {
                             let vh = s.vhs[row as usize * m + r];
+                            if vh == NONE {
+                                continue;
+                            }
                             let p = self.parity_member(row, r);
                             for (j, key) in primaries[row as usize].iter().enumerate() {
-                                if let (Some(key), true) = (key, vh != NONE) {
+                                if let Some(key) = key {
                                     backups[p].insert(*key, (vh, j));
                                 }
                             }
