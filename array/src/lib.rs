@@ -377,6 +377,24 @@ impl<D: BlockDevice> Array<D> {
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.members.iter().map(|m| &m.device)
     }
+
+    /// Gives the members that have not failed idle time at `now_ns` for their own work (an
+    /// SSD's idle-time GC and erases), without the array's background duties (scheduled
+    /// failures, rebuild), which keep to the host's idle time. An engine that leaves some
+    /// members without commands while others are busy (SWAN's back-end) calls this.
+    /// Returns when the members would like to be called again.
+    pub fn members_background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        let mut next: Option<TimeNs> = None;
+        for m in &mut self.members {
+            if m.state == MemberState::Failed {
+                continue;
+            }
+            if let Some(t) = m.device.background(now_ns) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        next
+    }
     /// Whether member `i` currently serves stripe `stripe`.
     fn serves(&self, i: usize, stripe: u64) -> bool {
         match self.members[i].state {

@@ -232,6 +232,9 @@ pub struct Swan<D: BlockDevice> {
     /// Per GC lane (`gc_parallel_groups` of them): the group it cleans and its clock.
     gc_group: Vec<Option<usize>>,
     gc_clock_ns: Vec<TimeNs>,
+    /// Per group, when its members next want idle time while the group is an idle back-end
+    /// group (None: they have nothing to do until the group is trimmed or changes role).
+    idle_next_ns: Vec<Option<TimeNs>>,
     /// Engine time when the user's time 0 began (after aging): added to every time the
     /// user gives, taken off every completion.
     epoch_ns: TimeNs,
@@ -530,6 +533,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_streams: (0..groups).map(|_| Stream::new(stripe_bytes)).collect(),
             gc_group: vec![None; swan.gc_parallel_groups as usize],
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
+            idle_next_ns: vec![Some(0); groups],
             epoch_ns: 0,
             stats: SwanStats::default(),
             nvram: Nvram::default(),
@@ -865,6 +869,7 @@ impl<D: BlockDevice> Swan<D> {
         )?;
         self.state[victim as usize] = SegmentState::Free;
         self.free[g].push_back(victim);
+        self.idle_next_ns[g] = Some(0);
         self.stats.segments_cleaned += 1;
         let free_segments = self.free.iter().map(|f| f.len() as u32).sum();
         self.stats.victims.push(VictimSample {
@@ -874,6 +879,25 @@ impl<D: BlockDevice> Swan<D> {
             free_segments,
         });
         Ok(Some(done.max(c.done_ns)))
+    }
+
+    /// Gives the idle back-end groups (neither the front-end nor being cleaned) idle time:
+    /// SWAN sends them no command but reads, so their SSDs are idle most of the time, and a
+    /// real SSD uses such time for its own work, such as erasing the blocks that SWAN's
+    /// TRIMs emptied (`ssd.gc.idle_erase`). Each SSD decides for itself whether it is idle
+    /// (no command of the host in flight, the die free); this only lets it look.
+    fn idle_back_end(&mut self, now_ns: TimeNs) {
+        for g in 0..self.groups.len() {
+            if g == self.front || self.in_gc(g) {
+                continue;
+            }
+            if self.idle_next_ns[g].is_none_or(|t| t > now_ns) {
+                continue;
+            }
+            self.idle_next_ns[g] = self.groups[g]
+                .members_background(now_ns)
+                .map(|t| t.max(now_ns + 1));
+        }
     }
 
     /// Opens a segment for the user stream, moving the front-end when its group runs out.
@@ -896,6 +920,7 @@ impl<D: BlockDevice> Swan<D> {
                 }
             }
             if next != self.front {
+                self.idle_next_ns[self.front] = Some(0);
                 self.front = next;
                 self.stats.front_end_switches += 1;
                 self.event(t, "front_end", next);
@@ -1286,6 +1311,7 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         validate_command(&self.info, cmd, &out)?;
         let now_ns = now_ns + self.epoch_ns;
         self.advance_gc(now_ns)?;
+        self.idle_back_end(now_ns);
         let done_ns = match cmd.opcode {
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Read => self.read(now_ns, cmd, out.data)?,

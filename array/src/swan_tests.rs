@@ -542,3 +542,68 @@ fn a_rebuild_needs_full_payloads() {
     let e = v.rebuild_map(0).unwrap_err();
     assert!(e.to_string().contains("payload mode full"), "{e}");
 }
+
+/// SWAN0 of 4 groups of 2 members whose SSDs erase wholly invalid blocks in idle time (or
+/// not), with segments of one flash block on every plane of a member, so that a cleaned
+/// segment's TRIM empties whole blocks.
+fn swan_idle_erase(idle_erase: bool) -> Swan<Ssd> {
+    let mut ssd_config = crate::tests::ssd_config();
+    ssd_config.gc.background = false;
+    ssd_config.gc.idle_erase = idle_erase;
+    let g = &ssd_config.geometry;
+    let member_segment_bytes =
+        g.planes_total() as u64 * g.pages_per_block as u64 * g.page_bytes as u64;
+    let array = ArrayConfig {
+        level: Level::Raid0,
+        members: 8,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let config = SwanConfig {
+        groups: 4,
+        segment_bytes: 2 * member_segment_bytes,
+        spare_fraction: 0.4,
+        gc_parallel_groups: 3,
+        ..SwanConfig::default()
+    };
+    let devices = (0..8u64)
+        .map(|i| Ssd::new(ssd_config.clone(), i).unwrap())
+        .collect();
+    Swan::new(array, config, devices, Vec::new()).unwrap()
+}
+
+#[test]
+fn idle_back_end_groups_erase_what_cleaning_trimmed() {
+    let mut write_path_erases = Vec::new();
+    for idle_erase in [false, true] {
+        let mut h = Harness::new(swan_idle_erase(idle_erase));
+        let mut rng = SimRng::new(21);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_sectors < cap * 4 {
+            h.random_ops(&mut rng, 200);
+        }
+        h.volume.check_invariants();
+        h.check_all();
+        assert!(h.volume.stats().segments_cleaned > 0, "no GC ran");
+        let idle: u64 = h.volume.members().map(|m| m.ftl_stats().idle_erases).sum();
+        if idle_erase {
+            assert!(idle > 0, "no back-end member erased in idle time");
+        } else {
+            assert_eq!(idle, 0);
+        }
+        // Erases a write had to wait for: the members' foreground GC runs, which here move
+        // no page and only erase.
+        write_path_erases.push(
+            h.volume
+                .members()
+                .map(|m| m.ftl_stats().gc_foreground_runs)
+                .sum::<u64>(),
+        );
+    }
+    assert!(
+        write_path_erases[1] < write_path_erases[0],
+        "idle erase left {} erases in the write path, against {} without",
+        write_path_erases[1],
+        write_path_erases[0]
+    );
+}

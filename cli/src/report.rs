@@ -32,6 +32,7 @@ pub fn build(
         gc.background_runs += g.background_runs;
         gc.pages_moved += g.pages_moved;
         gc.slc_evictions += g.slc_evictions;
+        gc.idle_erases += g.idle_erases;
         static_wl_moves += d.ftl_stats().static_wl_moves;
     }
     let programs: u64 = n.programs.iter().sum();
@@ -123,6 +124,7 @@ fn gc_report(f: &FtlStats) -> GcReport {
         background_runs: f.gc_background_runs,
         pages_moved: f.gc_pages_moved,
         slc_evictions: f.slc_evictions,
+        idle_erases: f.idle_erases,
     }
 }
 

@@ -475,6 +475,9 @@ pub struct GcReport {
     pub background_runs: u64,
     pub pages_moved: u64,
     pub slc_evictions: u64,
+    /// Wholly invalid blocks erased in idle time (`ssd.gc.idle_erase`); not counted in `runs`.
+    #[serde(default)]
+    pub idle_erases: u64,
 }
 
 /// Block erase-count distribution and wear-levelling activity.

@@ -223,6 +223,7 @@ pub(crate) fn sample_report() -> RunReport {
             background_runs: 74,
             pages_moved: 5600,
             slc_evictions: 13,
+            idle_erases: 7,
         },
         wear: WearReport {
             erase_count_min: 2,
@@ -316,6 +317,7 @@ fn json_round_trip_with_contract_keys() {
             "background_runs",
             "pages_moved",
             "slc_evictions",
+            "idle_erases",
         ])
     );
     assert_eq!(

@@ -153,6 +153,12 @@ pub struct GcConfig {
     /// relocates a share of the current victim's pages (set by the victim's valid/invalid
     /// ratio) instead of the host waiting for whole blocks at the hard threshold.
     pub incremental: bool,
+    /// Idle-time erase: while no host command is in flight, erase every full block that
+    /// holds no valid page (a TRIMmed or wholly overwritten block), one per idle die at a
+    /// time, so that later writes find erased blocks instead of paying the erase in their
+    /// own time. Off by default: the simulated SSDs of the other papers' presets erase only
+    /// when a write needs a block, and turning this on moves their figures.
+    pub idle_erase: bool,
 }
 
 impl Default for GcConfig {
@@ -163,6 +169,7 @@ impl Default for GcConfig {
             hard_threshold_blocks: 2,
             background: true,
             incremental: false,
+            idle_erase: false,
         }
     }
 }

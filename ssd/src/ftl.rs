@@ -121,6 +121,8 @@ pub struct FtlStats {
     /// Of those, pages written with the transient flag (which the array will soon drop).
     pub slc_transient_pages_migrated: u64,
     pub static_wl_moves: u64,
+    /// Wholly invalid blocks erased in idle time (`gc.idle_erase`).
+    pub idle_erases: u64,
     pub program_failures: u64,
     pub blocks_retired: u64,
 }
@@ -1129,32 +1131,90 @@ impl Ftl {
     }
 
     /// Idle-time work: cleans one block in the next plane that is below the soft threshold
-    /// and whose die is idle. Returns when to look again, or None when nothing is left.
+    /// and whose die is idle, and, with `gc.idle_erase`, erases one wholly invalid block in
+    /// every plane whose die is idle, once the host has nothing in flight (from
+    /// `host_idle_from_ns` on). Returns when to look again, or None when nothing is left.
     pub fn background(
         &mut self,
         nand: &mut Nand,
         now_ns: TimeNs,
+        host_idle_from_ns: TimeNs,
     ) -> Result<Option<TimeNs>, DeviceError> {
-        if !self.gc.background {
-            return Ok(None);
-        }
-        let planes = self.planes.len();
         let mut next: Option<TimeNs> = None;
-        for _ in 0..planes {
-            let p = self.background_cursor;
-            self.background_cursor = (self.background_cursor + 1) % planes;
-            if self.planes[p].free_dense.len() >= self.gc.soft_threshold_blocks as usize {
-                continue;
+        let soonest = |next: &mut Option<TimeNs>, t: TimeNs| {
+            *next = Some(next.map_or(t, |n: TimeNs| n.min(t)));
+        };
+        if self.gc.background {
+            let planes = self.planes.len();
+            for _ in 0..planes {
+                let p = self.background_cursor;
+                self.background_cursor = (self.background_cursor + 1) % planes;
+                if self.planes[p].free_dense.len() >= self.gc.soft_threshold_blocks as usize {
+                    continue;
+                }
+                let first = self.geometry.block_in_plane(p as u32, 0);
+                let die_free = nand.die_free_ns_of_block(first);
+                if die_free > now_ns {
+                    soonest(&mut next, die_free);
+                    continue;
+                }
+                if self.collect_one(nand, p as u32, now_ns, true)? {
+                    soonest(&mut next, nand.die_free_ns_of_block(first));
+                }
             }
-            let first = self.geometry.block_in_plane(p as u32, 0);
-            let die_free = nand.die_free_ns_of_block(first);
+        }
+        if self.gc.idle_erase {
+            if let Some(t) = self.idle_erase(nand, now_ns, host_idle_from_ns)? {
+                soonest(&mut next, t);
+            }
+        }
+        Ok(next)
+    }
+
+    /// Erases one full dense block holding no valid page in every plane whose die has
+    /// nothing booked from `now_ns` on, if the host has nothing in flight (`now_ns` at or
+    /// after `host_idle_from_ns`). A real controller does this in idle time so that a
+    /// TRIMmed block is ready before a write needs it (the SWAN paper's model counts the
+    /// erase in the back-end's cleaning time, §3.5). Returns when to look again: when the
+    /// host's last command ends, or when the earliest die with work left is free.
+    fn idle_erase(
+        &mut self,
+        nand: &mut Nand,
+        now_ns: TimeNs,
+        host_idle_from_ns: TimeNs,
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let planes = self.planes.len() as u32;
+        let wholly_invalid = |ftl: &Self, plane: u32| -> Option<u32> {
+            let index = ftl.planes[plane as usize]
+                .greedy_keys
+                .iter()
+                .position(|&k| k == 0)?;
+            Some(ftl.geometry.block_in_plane(plane, index as u32))
+        };
+        if now_ns < host_idle_from_ns {
+            // The host still has commands in flight: the device is not idle yet.
+            let any = (0..planes).any(|p| wholly_invalid(self, p).is_some());
+            return Ok(any.then_some(host_idle_from_ns));
+        }
+        let mut next: Option<TimeNs> = None;
+        for plane in 0..planes {
+            let Some(block) = wholly_invalid(self, plane) else {
+                continue;
+            };
+            let die_free = nand.die_free_ns_of_block(block);
             if die_free > now_ns {
                 next = Some(next.map_or(die_free, |n: TimeNs| n.min(die_free)));
                 continue;
             }
-            if self.collect_one(nand, p as u32, now_ns, true)? {
-                let done = nand.die_free_ns_of_block(first);
-                next = Some(next.map_or(done, |n: TimeNs| n.min(done)));
+            // Taken out of the victim structures first, as a GC victim is.
+            self.blocks[block as usize].state = BlockState::Open;
+            self.set_greedy_key(block);
+            let done = self.erase_block(nand, plane, block, now_ns)?;
+            self.stats.idle_erases += 1;
+            self.maybe_level_wear(nand, plane, now_ns)?;
+            if wholly_invalid(self, plane).is_some() {
+                let free = nand.die_free_ns_of_block(block).max(done);
+                next = Some(next.map_or(free, |n: TimeNs| n.min(free)));
             }
         }
         Ok(next)

@@ -44,6 +44,9 @@ pub struct Ssd {
     stats: SsdStats,
     /// `stats.commands` at the last `take_host_work`.
     commands_taken: u64,
+    /// When the last host command given to the device completes: from then on the host has
+    /// nothing in flight, which idle-time work (`gc.idle_erase`) waits for.
+    host_done_ns: TimeNs,
 }
 
 /// The sectors of one logical page that a command touches.
@@ -142,6 +145,7 @@ impl Ssd {
             d2h_free_ns: 0,
             stats: SsdStats::default(),
             commands_taken: 0,
+            host_done_ns: 0,
         })
     }
 
@@ -712,6 +716,7 @@ impl BlockDevice for Ssd {
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => self.flush(now_ns)?,
         };
+        self.host_done_ns = self.host_done_ns.max(done_ns);
         Ok(Completion {
             done_ns,
             gc_active: self.ftl.gc_busy_until_ns() > now_ns,
@@ -726,12 +731,16 @@ impl BlockDevice for Ssd {
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         // Background GC failing means the device is out of space; the next foreground
         // write reports that to the host, so idle work just stops here.
-        self.ftl.background(&mut self.nand, now_ns).ok().flatten()
+        self.ftl
+            .background(&mut self.nand, now_ns, self.host_done_ns)
+            .ok()
+            .flatten()
     }
 
     fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
         self.stats.commands += 1;
         let done_ns = self.convert_stripe(now_ns, cmd)?;
+        self.host_done_ns = self.host_done_ns.max(done_ns);
         Ok(Completion {
             done_ns,
             gc_active: self.ftl.gc_busy_until_ns() > now_ns,
