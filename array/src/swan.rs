@@ -478,7 +478,15 @@ impl<D: BlockDevice> Swan<D> {
                 segment_sectors - 1
             )));
         }
-        let group_segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
+        // Members may differ in capacity (an SSD's factory bad blocks come out of its logical
+        // space), and so may the groups: every group gets as many segments as the smallest
+        // holds, since a segment's id addresses the same blocks in every group.
+        let smallest_group_sectors = arrays
+            .iter()
+            .map(|a| a.info().capacity_sectors)
+            .min()
+            .unwrap_or(0);
+        let group_segments = (smallest_group_sectors / segment_sectors as u64) as u32;
         let needed = GC_RESERVE_SEGMENTS as u32 + 2;
         if group_segments < needed {
             return Err(err(format!(

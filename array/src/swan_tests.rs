@@ -607,3 +607,41 @@ fn idle_back_end_groups_erase_what_cleaning_trimmed() {
         write_path_erases[0]
     );
 }
+
+#[test]
+fn groups_of_unequal_capacity_take_the_smallest_and_keep_data() {
+    // The last group's SSDs are smaller, as SSDs with more factory bad blocks would be.
+    let members = 6u32;
+    let devices: Vec<Ssd> = (0..members as u64)
+        .map(|i| {
+            let mut c = crate::tests::ssd_config();
+            if i >= 4 {
+                c.geometry.blocks_per_plane -= 4;
+            }
+            Ssd::new(c, i).unwrap()
+        })
+        .collect();
+    let smallest = devices.last().unwrap().info().capacity_sectors;
+    assert!(smallest < devices[0].info().capacity_sectors);
+    let array = ArrayConfig {
+        level: Level::Raid0,
+        members,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let config = SwanConfig {
+        groups: 3,
+        segment_bytes: 4096 * 2 * 4,
+        spare_fraction: 0.3,
+        ..SwanConfig::default()
+    };
+    let mut h = Harness::new(Swan::new(array, config, devices, Vec::new()).unwrap());
+    let mut rng = SimRng::new(13);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_sectors < cap * 4 {
+        h.random_ops(&mut rng, 200);
+    }
+    h.volume.check_invariants();
+    h.check_all();
+    assert!(h.volume.stats().segments_cleaned > 0, "no GC ran");
+}

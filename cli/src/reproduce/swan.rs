@@ -206,6 +206,13 @@ pub fn swan_850pro(blocks_per_plane: u32) -> SsdConfig {
     // here that is the erase of blocks emptied by TRIM while the host sends nothing, which
     // the paper's model assumes of SWAN's back-end (§3.5 counts T_e in the cleaning time).
     c.gc.idle_erase = true;
+    // NAND ships with bad blocks: MLC datasheets allow up to about 2% per die (e.g. at least
+    // 4,016 valid blocks of 4,096), placed differently on every die. Each simulated SSD
+    // draws its own (its seed differs), so no two members are alike, as no two real drives
+    // are; without them the members of an array are clones that run their internal GC in
+    // lockstep, and a full-stripe engine never waits for a slowest SSD (docs/swan.md, fifth
+    // pass: the value's effect is measured there at 0, 0.5, 1 and 2%).
+    c.faults.factory_bad_block_fraction = 0.02;
     c
 }
 
