@@ -1210,7 +1210,10 @@ impl Ftl {
             self.blocks[block as usize].state = BlockState::Open;
             self.set_greedy_key(block);
             let done = self.erase_block(nand, plane, block, now_ns)?;
-            self.stats.idle_erases += 1;
+            // A block marked for retirement, or whose erase failed, is retired instead.
+            if self.blocks[block as usize].state == BlockState::Free {
+                self.stats.idle_erases += 1;
+            }
             self.maybe_level_wear(nand, plane, now_ns)?;
             if wholly_invalid(self, plane).is_some() {
                 let free = nand.die_free_ns_of_block(block).max(done);
