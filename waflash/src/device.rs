@@ -272,14 +272,14 @@ impl WaflashSsd {
     }
 
     /// Whether the target chips of a buffered page are busy at `now_ns` (PC-LRU's test):
-    /// the die its program goes to (`write_die`, unless it is read and merged) and, for a
-    /// partial page, the die of its old version. On the RMW FTL the read goes to that die
-    /// and the merged page is programmed there too; a full page may go to any idle die. Under MV-FTL a partial page is still costlier than
-    /// a full one (a second version to read and merge later, or a compacted piece to read
-    /// and rewrite), and §V-B finds PC-LRU keeping more partial pages in the buffer with
-    /// MV-FTL, so the old version's die counts there too.
+    /// the die its program goes to (`write_die`, the allocator's next die, for every page)
+    /// and, for a partial page, the die of its old version: its read-modify-write read on
+    /// the RMW FTL. Under MV-FTL a partial page is still costlier than a full one (a second
+    /// version to read and merge later, or a compacted piece to read and rewrite), and §V-B
+    /// finds PC-LRU keeping more partial pages in the buffer with MV-FTL, so the old
+    /// version's die counts there too.
     fn target_busy(&self, lpn: u32, mask: u64, write_die: u32, now_ns: TimeNs) -> bool {
-        self.die_busy(self.ftl.program_die(lpn, mask, write_die), now_ns)
+        self.die_busy(write_die, now_ns)
             || (mask != self.ftl.full_mask()
                 && self
                     .ftl

@@ -320,22 +320,31 @@ fn keep_die_zero_busy(ssd: &mut WaflashSsd) {
 }
 
 #[test]
-fn read_modify_write_programs_the_merged_page_on_the_plane_it_read() {
+fn read_modify_write_reads_the_busy_old_die_and_programs_on_an_idle_one() {
+    // VSSIM and SSDSim both take the merged page from their allocator: only the read is
+    // tied to the old version's die.
     let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
-    // Sixteen pages: the round robin is back at its first plane, while logical page 1 lies
-    // on the second, so the two choices differ.
-    ssd.precondition(64).unwrap();
-    let old = ssd.versions(1)[0];
-    write(&mut ssd, 0, 5, 2, 7);
-    flush(&mut ssd, 0);
+    ssd.precondition(256).unwrap();
+    keep_die_zero_busy(&mut ssd);
+    let g = ssd.config().geometry.clone();
+    let old = ssd.versions(2)[0];
+    assert_eq!(g.die_of_plane(plane_of(&ssd, old)), 0);
+    // Sectors 1 and 2 of logical page 2, which lies on the busy die 0.
+    write(&mut ssd, 1_000, 9, 2, 7);
+    let done = flush(&mut ssd, 1_000);
     assert_eq!(ssd.ftl_stats().extra_reads, 1);
-    let new = ssd.versions(1)[0];
+    let new = ssd.versions(2)[0];
     assert_ne!(new, old);
-    assert_eq!(plane_of(&ssd, new), plane_of(&ssd, old));
-    // A page written whole reads nothing and takes the round robin's plane instead.
-    write(&mut ssd, 10_000_000, 12, 4, 7);
-    flush(&mut ssd, 10_000_000);
-    assert_ne!(plane_of(&ssd, ssd.versions(3)[0]), plane_of(&ssd, new));
+    assert_eq!(g.die_of_plane(plane_of(&ssd, new)), 1);
+    // The program waited for the read, which waited behind die 0's twenty reads.
+    assert!(done > 20 * 20_000 + 200_000, "flush done at {done} ns");
+    let expect = [
+        sector_token(8, 0),
+        sector_token(9, 7),
+        sector_token(10, 7),
+        sector_token(11, 0),
+    ];
+    assert!(read_tokens_match(&mut ssd, 100_000_000, 8, &expect));
     ssd.check_invariants();
 }
 
