@@ -259,13 +259,23 @@ impl Ftl {
     /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL
     /// (read-modify-write).
     pub fn needs_read(&self, lpn: u32, mask: u64) -> bool {
-        if mask == self.full_mask || self.map.newest(lpn).is_none() {
+        if mask == self.full_mask || !self.holds_sectors_outside(lpn, mask) {
             return false;
         }
         match self.kind {
             FtlKind::PageRmw => true,
             FtlKind::MultiVersion => mask.count_ones() <= self.mv_threshold && !self.compaction,
         }
+    }
+
+    /// Whether a version of `lpn` on flash holds sectors outside `mask`: only such data is
+    /// read back when `mask` is written (SSDSim's "un-covered update" read); an old version
+    /// whose sectors the write covers entirely is not read, nor is a page never written.
+    pub fn holds_sectors_outside(&self, lpn: u32, mask: u64) -> bool {
+        self.map
+            .versions(lpn)
+            .iter()
+            .any(|&v| self.version_mask(lpn, v) & !mask != 0)
     }
 
     /// Logical pages with more than one version.
@@ -846,21 +856,22 @@ impl Ftl {
         Ok(done)
     }
 
-    /// Writes a full page without timing (preconditioning).
+    /// Writes sectors `mask` of a page without timing (preconditioning); the others stay
+    /// unwritten.
     pub fn fill_untimed(
         &mut self,
         nand: &mut Nand,
         lpn: u32,
+        mask: u64,
         image: &[u8],
     ) -> Result<(), DeviceError> {
         let plane = self.alloc_order[self.cursor];
         self.cursor = (self.cursor + 1) % self.alloc_order.len();
         let new = self.alloc_in_plane(plane)?;
         nand.program_untimed(new).map_err(nand_err)?;
-        let full = self.full_mask;
-        self.store_image(nand, new, image, full);
+        self.store_image(nand, new, image, mask);
         self.oob_lpn[new as usize] = lpn;
-        self.oob_mask[new as usize] = full;
+        self.oob_mask[new as usize] = mask;
         self.remap(lpn, &[new]);
         Ok(())
     }

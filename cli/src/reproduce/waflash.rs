@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use afa_host::TraceReplay;
 use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
-use afa_waflash::experiment::{run_filebench, run_trace, RunResult};
+use afa_waflash::experiment::{run_filebench, run_trace_preconditioned, Precondition, RunResult};
 use afa_waflash::filebench::{FilebenchSpec, Personality};
 use afa_waflash::{BufferPolicy, FtlKind, WaflashConfig};
 use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
@@ -286,6 +286,11 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
 /// rest; a saturated closed loop (the chips always busy) is not that. No load is given in
 /// the paper, so three are measured and averaged.
 const FIG10_LOADS: [f64; 3] = [0.25, 0.5, 0.75];
+/// What the traced volume holds before a replay: the sectors the trace reads, as SSDSim
+/// (the paper's Fig. 10 platform) maps them in `pre_process_page` so that reads find data.
+/// A page the trace only writes starts unwritten there, and a partial write reads back only
+/// the sectors an old version holds that it does not cover.
+const FIG10_PRECONDITION: Precondition = Precondition::ReadSectors;
 /// Queue depth of the saturated calibration run.
 const FIG10_CALIBRATION_DEPTH: u32 = 32;
 /// Arrival rate the traces are synthesized at; the replay's time scale then sets the load.
@@ -367,13 +372,14 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
     );
     for name in synth::profile_names() {
         let records = fig10_trace(name, requests, volume, max_bytes, seed)?;
-        let calibration = run_trace(
+        let calibration = run_trace_preconditioned(
             &configs[0].1,
             records.clone(),
             TraceReplay::Closed {
                 iodepth: FIG10_CALIBRATION_DEPTH,
             },
             volume,
+            FIG10_PRECONDITION,
             seed,
         )
         .map_err(|e| format!("{name} calibration: {e}"))?;
@@ -385,8 +391,15 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
             let mut runs = Vec::new();
             for (label, cfg) in &configs {
                 runs.push(
-                    run_trace(cfg, records.clone(), replay, volume, seed)
-                        .map_err(|e| format!("{name} at load {load} with {label}: {e}"))?,
+                    run_trace_preconditioned(
+                        cfg,
+                        records.clone(),
+                        replay,
+                        volume,
+                        FIG10_PRECONDITION,
+                        seed,
+                    )
+                    .map_err(|e| format!("{name} at load {load} with {label}: {e}"))?,
                 );
             }
             let lat: Vec<f64> = runs.iter().map(|r| r.latency_us_mean()).collect();
