@@ -246,7 +246,37 @@ impl WaflashSsd {
                     fill_unit(token, &mut image[s * u..(s + 1) * u]);
                 }
             }
-            self.ftl.fill_untimed(&mut self.nand, lpn, &image)?;
+            self.ftl
+                .fill_untimed(&mut self.nand, lpn, self.ftl.full_mask(), &image)?;
+        }
+        Ok(())
+    }
+
+    /// Writes, straight to flash and without timing, sectors `mask` of each listed logical
+    /// page with their preconditioning content `sector_token(lba, 0)`, leaving the other
+    /// sectors unwritten: the data a traced volume is known to hold before the trace begins.
+    pub fn precondition_sectors(&mut self, pages: &[(u32, u64)]) -> Result<(), WaflashError> {
+        let u = self.unit;
+        let mut image = vec![0u8; self.spp as usize * u];
+        for &(lpn, mask) in pages {
+            if lpn >= self.config.logical_pages() || mask == 0 || mask & !self.ftl.full_mask() != 0
+            {
+                return Err(WaflashError::Config(format!(
+                    "cannot precondition sectors {mask:#x} of logical page {lpn}"
+                )));
+            }
+            if u > 0 {
+                for s in 0..self.spp as usize {
+                    let lba = lpn as u64 * self.spp as u64 + s as u64;
+                    let token = if mask >> s & 1 == 1 {
+                        sector_token(lba, 0)
+                    } else {
+                        0
+                    };
+                    fill_unit(token, &mut image[s * u..(s + 1) * u]);
+                }
+            }
+            self.ftl.fill_untimed(&mut self.nand, lpn, mask, &image)?;
         }
         Ok(())
     }
@@ -272,15 +302,16 @@ impl WaflashSsd {
     }
 
     /// Whether the target chips of a buffered page are busy at `now_ns` (PC-LRU's test):
-    /// the die its program goes to (`write_die`, unless it is read and merged) and, for a
-    /// partial page, the die of its old version. On the RMW FTL the read goes to that die
-    /// and the merged page is programmed there too; a full page may go to any idle die. Under MV-FTL a partial page is still costlier than
-    /// a full one (a second version to read and merge later, or a compacted piece to read
-    /// and rewrite), and §V-B finds PC-LRU keeping more partial pages in the buffer with
-    /// MV-FTL, so the old version's die counts there too.
+    /// the die its program goes to (`write_die`, the allocator's next die, for every page)
+    /// and, for a partial page whose old data it does not cover, the die of its old
+    /// version: its read-modify-write read on the RMW FTL. Under MV-FTL a partial page is
+    /// still costlier than a full one (a second version to read and merge later, or a
+    /// compacted piece to read and rewrite), and §V-B finds PC-LRU keeping more partial
+    /// pages in the buffer with MV-FTL, so the old version's die counts there too.
     fn target_busy(&self, lpn: u32, mask: u64, write_die: u32, now_ns: TimeNs) -> bool {
-        self.die_busy(self.ftl.program_die(lpn, mask, write_die), now_ns)
+        self.die_busy(write_die, now_ns)
             || (mask != self.ftl.full_mask()
+                && self.ftl.holds_sectors_outside(lpn, mask)
                 && self
                     .ftl
                     .read_die(lpn)

@@ -67,6 +67,19 @@ pub fn run_filebench(
     )
 }
 
+/// What the device holds before a trace is replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Every sector of bytes `0..footprint_bytes`: a volume in use, so that every partial-page
+    /// overwrite finds an old version to read.
+    Footprint,
+    /// Only the sectors below the footprint that the trace reads, as SSDSim's
+    /// `pre_process_page` maps them before a replay (so that reads find data); a page the
+    /// trace only writes starts unwritten, and a partial write needs a read only where an old
+    /// version holds sectors it does not cover.
+    ReadSectors,
+}
+
 /// Replays `records` on a fresh SSD built from `config` and `seed`, after preconditioning
 /// bytes `0..footprint_bytes` (the data a real volume already holds, so partial-page
 /// overwrites find an old version to read). Fails on any device error or any read that
@@ -78,11 +91,50 @@ pub fn run_trace(
     footprint_bytes: u64,
     seed: u64,
 ) -> Result<RunResult, String> {
+    run_trace_preconditioned(
+        config,
+        records,
+        replay,
+        footprint_bytes,
+        Precondition::Footprint,
+        seed,
+    )
+}
+
+/// Replays `records` as `run_trace` does, with the device preconditioned as `precondition`
+/// says. The host's oracle expects version-0 content on every sector below the footprint:
+/// under `ReadSectors` a sector the trace never reads is never checked, and every sector it
+/// reads is either preconditioned or written first, so every check stays exact.
+pub fn run_trace_preconditioned(
+    config: &WaflashConfig,
+    records: Vec<TraceRecord>,
+    replay: TraceReplay,
+    footprint_bytes: u64,
+    precondition: Precondition,
+    seed: u64,
+) -> Result<RunResult, String> {
     let mut ssd = WaflashSsd::new(config.clone(), seed).map_err(|e| e.to_string())?;
     let sector = ssd.info().sector_bytes as u64;
     let preconditioned = footprint_bytes.div_ceil(sector);
-    ssd.precondition(preconditioned)
-        .map_err(|e| e.to_string())?;
+    match precondition {
+        Precondition::Footprint => ssd.precondition(preconditioned),
+        Precondition::ReadSectors => {
+            let spp = config.sectors_per_page() as u64;
+            let mut masks = std::collections::BTreeMap::<u32, u64>::new();
+            for r in records.iter().filter(|r| r.op == afa_workload::IoOp::Read) {
+                let first = r.offset_bytes / sector;
+                let end = (r.offset_bytes + r.len_bytes)
+                    .div_ceil(sector)
+                    .min(preconditioned);
+                for lba in first..end {
+                    *masks.entry((lba / spp) as u32).or_default() |= 1u64 << (lba % spp);
+                }
+            }
+            let pages: Vec<(u32, u64)> = masks.into_iter().collect();
+            ssd.precondition_sectors(&pages)
+        }
+    }
+    .map_err(|e| e.to_string())?;
     ssd.reset_counters();
     let workload = Workload::Trace { records, replay };
     let options = RunOptions {

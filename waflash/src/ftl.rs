@@ -257,15 +257,25 @@ impl Ftl {
     }
 
     /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL
-    /// (read-modify-write); such a page is programmed on its old version's plane.
+    /// (read-modify-write).
     pub fn needs_read(&self, lpn: u32, mask: u64) -> bool {
-        if mask == self.full_mask || self.map.newest(lpn).is_none() {
+        if mask == self.full_mask || !self.holds_sectors_outside(lpn, mask) {
             return false;
         }
         match self.kind {
             FtlKind::PageRmw => true,
             FtlKind::MultiVersion => mask.count_ones() <= self.mv_threshold && !self.compaction,
         }
+    }
+
+    /// Whether a version of `lpn` on flash holds sectors outside `mask`: only such data is
+    /// read back when `mask` is written (SSDSim's "un-covered update" read); an old version
+    /// whose sectors the write covers entirely is not read, nor is a page never written.
+    pub fn holds_sectors_outside(&self, lpn: u32, mask: u64) -> bool {
+        self.map
+            .versions(lpn)
+            .iter()
+            .any(|&v| self.version_mask(lpn, v) & !mask != 0)
     }
 
     /// Logical pages with more than one version.
@@ -312,22 +322,6 @@ impl Ftl {
             self.gc(nand, plane, now_ns)?;
         }
         self.alloc_in_plane(plane)
-    }
-
-    fn plane_of_ppn(&self, ppn: u32) -> u32 {
-        self.geometry
-            .plane_of_block(ppn / self.geometry.pages_per_block)
-    }
-
-    /// The die a write of `mask` to `lpn` will be programmed on: a merged page goes back
-    /// to the plane of the newest version it reads (see `write`), anything else to
-    /// `next_write_die` (what `next_write_die` answers now; it is passed in so that a
-    /// policy scanning the whole buffer asks for it once).
-    pub fn program_die(&self, lpn: u32, mask: u64, next_write_die: u32) -> u32 {
-        match self.map.newest(lpn) {
-            Some(newest) if self.needs_read(lpn, mask) => self.die_of_ppn(newest),
-            _ => next_write_die,
-        }
     }
 
     fn gc(&mut self, nand: &mut Nand, plane: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
@@ -673,22 +667,15 @@ impl Ftl {
             self.stats.partial_page_writes += 1;
         }
         let mapped = self.map.newest(lpn).is_some();
-        // A page that is read and merged is programmed on the plane of the newest version
-        // it reads, as an FTL with static allocation (an option of SSDSim) would: the read
-        // and the program then follow each other on one die and one channel. Programming it on
-        // the next plane of the round robin instead would reserve that die and channel
-        // from the moment the read is done, which in this next-free-time model leaves them
-        // idle while the read waits on a busy die, and nothing queued later can use the gap
-        // (a controller with per-chip queues would dispatch the program only when its data
-        // is ready). GC in that plane moves pages only within it, so the choice stays valid.
+        // Every page, a read-modify-write's merged page included, is programmed where the
+        // allocator puts it (the next idle die of the round robin), as both of the paper's
+        // platforms do: VSSIM's page FTL takes the new page from its overall allocator
+        // (`GET_NEW_PAGE(.., MODE_OVERALL, ..)`) before it looks at the old one, and SSDSim
+        // allocates dynamically, dispatching the write once its update read is done. Only
+        // the read is tied to the old version's die. The program waits for the read's data;
+        // the die it is booked on stays usable before it, as its calendar fills idle gaps.
         // Allocation may run GC, which may move this page's versions: look at them after.
-        let new = match self.map.newest(lpn) {
-            Some(newest) if self.needs_read(lpn, mask) => {
-                let plane = self.plane_of_ppn(newest);
-                self.alloc_on_plane(nand, plane, now_ns)?
-            }
-            _ => self.alloc(nand, now_ns)?,
-        };
+        let new = self.alloc(nand, now_ns)?;
         if full || !mapped {
             let done = nand.program(new, now_ns).map_err(nand_err)?;
             self.store_image(nand, new, image, mask);
@@ -869,21 +856,22 @@ impl Ftl {
         Ok(done)
     }
 
-    /// Writes a full page without timing (preconditioning).
+    /// Writes sectors `mask` of a page without timing (preconditioning); the others stay
+    /// unwritten.
     pub fn fill_untimed(
         &mut self,
         nand: &mut Nand,
         lpn: u32,
+        mask: u64,
         image: &[u8],
     ) -> Result<(), DeviceError> {
         let plane = self.alloc_order[self.cursor];
         self.cursor = (self.cursor + 1) % self.alloc_order.len();
         let new = self.alloc_in_plane(plane)?;
         nand.program_untimed(new).map_err(nand_err)?;
-        let full = self.full_mask;
-        self.store_image(nand, new, image, full);
+        self.store_image(nand, new, image, mask);
         self.oob_lpn[new as usize] = lpn;
-        self.oob_mask[new as usize] = full;
+        self.oob_mask[new as usize] = mask;
         self.remap(lpn, &[new]);
         Ok(())
     }

@@ -182,6 +182,50 @@ fn baseline_serves_partial_overwrite_by_read_modify_write() {
 }
 
 #[test]
+fn a_partial_write_reads_back_only_old_sectors_it_does_not_cover() {
+    // Logical pages 3 and 5 hold only sectors 0 and 1 (as SSDSim maps the sectors a trace
+    // reads); page 7 holds nothing.
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
+    ssd.precondition_sectors(&[(3, 0b0011), (5, 0b0011)])
+        .unwrap();
+    // Sectors 0-2 of page 3 cover all it holds: no read.
+    write(&mut ssd, 0, 12, 3, 4);
+    // Sector 2 of page 7, never written: no read.
+    write(&mut ssd, 0, 30, 1, 4);
+    flush(&mut ssd, 0);
+    assert_eq!(ssd.ftl_stats().extra_reads, 0);
+    // Sector 2 of page 5 leaves sectors 0 and 1 to read back.
+    write(&mut ssd, 1_000_000, 22, 1, 5);
+    flush(&mut ssd, 1_000_000);
+    assert_eq!(ssd.ftl_stats().extra_reads, 1);
+    let now = 10_000_000;
+    let page3 = [
+        sector_token(12, 4),
+        sector_token(13, 4),
+        sector_token(14, 4),
+        0,
+    ];
+    assert!(read_tokens_match(&mut ssd, now, 12, &page3));
+    let page5 = [
+        sector_token(20, 0),
+        sector_token(21, 0),
+        sector_token(22, 5),
+        0,
+    ];
+    assert!(read_tokens_match(&mut ssd, now, 20, &page5));
+    assert!(read_tokens_match(
+        &mut ssd,
+        now,
+        28,
+        &[0, 0, sector_token(30, 4), 0]
+    ));
+    ssd.check_invariants();
+    // Bad input is a named error.
+    assert!(ssd.precondition_sectors(&[(1 << 30, 1)]).is_err());
+    assert!(ssd.precondition_sectors(&[(2, 1 << 9)]).is_err());
+}
+
+#[test]
 fn mv_ftl_keeps_versions_and_merges_on_read_full_write_and_idle() {
     let mut ssd =
         WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, false), 1).unwrap();
@@ -320,22 +364,31 @@ fn keep_die_zero_busy(ssd: &mut WaflashSsd) {
 }
 
 #[test]
-fn read_modify_write_programs_the_merged_page_on_the_plane_it_read() {
+fn read_modify_write_reads_the_busy_old_die_and_programs_on_an_idle_one() {
+    // VSSIM and SSDSim both take the merged page from their allocator: only the read is
+    // tied to the old version's die.
     let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
-    // Sixteen pages: the round robin is back at its first plane, while logical page 1 lies
-    // on the second, so the two choices differ.
-    ssd.precondition(64).unwrap();
-    let old = ssd.versions(1)[0];
-    write(&mut ssd, 0, 5, 2, 7);
-    flush(&mut ssd, 0);
+    ssd.precondition(256).unwrap();
+    keep_die_zero_busy(&mut ssd);
+    let g = ssd.config().geometry.clone();
+    let old = ssd.versions(2)[0];
+    assert_eq!(g.die_of_plane(plane_of(&ssd, old)), 0);
+    // Sectors 1 and 2 of logical page 2, which lies on the busy die 0.
+    write(&mut ssd, 1_000, 9, 2, 7);
+    let done = flush(&mut ssd, 1_000);
     assert_eq!(ssd.ftl_stats().extra_reads, 1);
-    let new = ssd.versions(1)[0];
+    let new = ssd.versions(2)[0];
     assert_ne!(new, old);
-    assert_eq!(plane_of(&ssd, new), plane_of(&ssd, old));
-    // A page written whole reads nothing and takes the round robin's plane instead.
-    write(&mut ssd, 10_000_000, 12, 4, 7);
-    flush(&mut ssd, 10_000_000);
-    assert_ne!(plane_of(&ssd, ssd.versions(3)[0]), plane_of(&ssd, new));
+    assert_eq!(g.die_of_plane(plane_of(&ssd, new)), 1);
+    // The program waited for the read, which waited behind die 0's twenty reads.
+    assert!(done > 20 * 20_000 + 200_000, "flush done at {done} ns");
+    let expect = [
+        sector_token(8, 0),
+        sector_token(9, 7),
+        sector_token(10, 7),
+        sector_token(11, 0),
+    ];
+    assert!(read_tokens_match(&mut ssd, 100_000_000, 8, &expect));
     ssd.check_invariants();
 }
 
@@ -388,6 +441,35 @@ fn pc_lru_without_full_pages_evicts_the_partial_page_whose_chips_are_idle() {
         partial_eviction_under_congestion(BufferPolicy::Mca),
         (false, true)
     );
+}
+
+#[test]
+fn mca_and_pc_lru_take_a_partial_page_that_reads_nothing_even_on_a_busy_die() {
+    // As `partial_eviction_under_congestion`, but logical page 0 (die 0, busy) holds only
+    // sector 1 on flash, which its buffered write of sector 1 covers: writing it reads
+    // nothing, so neither policy has a reason to pass over it.
+    for policy in [BufferPolicy::Mca, BufferPolicy::PcLru] {
+        let mut c = tiny(policy, FtlKind::PageRmw, false);
+        c.host.max_transfer_sectors = 4;
+        c.buffer_bytes = 12 * 4096;
+        let mut ssd = WaflashSsd::new(c, 1).unwrap();
+        let mut pages: Vec<(u32, u64)> = (1..64).map(|l| (l, 0b1111)).collect();
+        pages.insert(0, (0, 0b0010));
+        ssd.precondition_sectors(&pages).unwrap();
+        keep_die_zero_busy(&mut ssd);
+        let before = (ssd.versions(0), ssd.versions(1));
+        for lpn in [0u64, 1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22] {
+            write(&mut ssd, 1_000, lpn * 4 + 1, 1, 2);
+        }
+        assert_eq!(ssd.stats().evicted_partial_pages, 1, "{policy:?}");
+        assert_eq!(
+            (ssd.versions(0) != before.0, ssd.versions(1) != before.1),
+            (true, false),
+            "{policy:?}"
+        );
+        assert_eq!(ssd.ftl_stats().extra_reads, 0, "{policy:?}");
+        ssd.check_invariants();
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use afa_host::TraceReplay;
 use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
-use afa_waflash::experiment::{run_filebench, run_trace, RunResult};
+use afa_waflash::experiment::{run_filebench, run_trace_preconditioned, Precondition, RunResult};
 use afa_waflash::filebench::{FilebenchSpec, Personality};
 use afa_waflash::{BufferPolicy, FtlKind, WaflashConfig};
 use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
@@ -147,6 +147,10 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
         ..waflash.clone()
     };
     let mut measured = BTreeMap::new();
+    // §V-B's side results at each workload's best request size, under labels the paper gives
+    // no single figure for: changes are fractions (new / old - 1), left out when the old
+    // value is zero (a workload that never reached the flash).
+    let mut context = BTreeMap::new();
     let mut summaries = Vec::new();
     println!(
         "columns: throughput MB/s (baseline, WAFLASH, ratio); p99 latency µs; mean read and \
@@ -162,6 +166,7 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
     for p in Personality::ALL {
         let mut best: f64 = 0.0;
         let mut best_summary = String::new();
+        let mut best_context: Vec<(String, f64)> = Vec::new();
         for &kib in &scale.io_kib {
             let s = spec(&scale, p, kib, seed);
             let b = run(&baseline, &s, seed)?;
@@ -210,6 +215,36 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
                         "n/a".to_string()
                     }
                 };
+                let fraction = |new: f64, old: f64| (old > 0.0).then(|| new / old - 1.0);
+                let label = p.label();
+                best_context = [
+                    ("best_io_kib", Some(kib as f64)),
+                    (
+                        "compaction_program_change",
+                        fraction(programs(&w) as f64, programs(&n) as f64),
+                    ),
+                    (
+                        "partial_pages_to_ftl_change",
+                        fraction(
+                            w.report.ftl.partial_page_writes as f64,
+                            b.report.ftl.partial_page_writes as f64,
+                        ),
+                    ),
+                    (
+                        "buffer_partial_fraction_waflash",
+                        Some(w.report.buffer_partial_fraction_mean),
+                    ),
+                    (
+                        "buffer_partial_fraction_baseline",
+                        Some(b.report.buffer_partial_fraction_mean),
+                    ),
+                    ("read_latency_mean_change", fraction(m(&w).0, m(&b).0)),
+                    ("write_latency_mean_change", fraction(m(&w).1, m(&b).1)),
+                    ("p99_latency_change", fraction(p99(&w), p99(&b))),
+                ]
+                .into_iter()
+                .filter_map(|(name, v)| v.map(|v| (format!("{label}_{name}"), v)))
+                .collect();
                 best_summary = format!(
                     "{} at {kib} KiB: throughput x{ratio:.2}; flash programs {} with compaction \
                      (paper: -7 to -12%); partial pages written to the FTL {} (paper: -4.5 to \
@@ -229,6 +264,7 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
             }
         }
         summaries.push(best_summary);
+        context.extend(best_context);
         measured.insert(p.label().to_string(), best);
     }
     println!("WAFLASH against the baseline at each workload's best request size:");
@@ -240,7 +276,7 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "throughput of WAFLASH / baseline, best over the request-size sweep".into(),
         paper: paper.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         measured,
-        context: BTreeMap::new(),
+        context,
     })
 }
 
@@ -250,6 +286,11 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
 /// rest; a saturated closed loop (the chips always busy) is not that. No load is given in
 /// the paper, so three are measured and averaged.
 const FIG10_LOADS: [f64; 3] = [0.25, 0.5, 0.75];
+/// What the traced volume holds before a replay: the sectors the trace reads, as SSDSim
+/// (the paper's Fig. 10 platform) maps them in `pre_process_page` so that reads find data.
+/// A page the trace only writes starts unwritten there, and a partial write reads back only
+/// the sectors an old version holds that it does not cover.
+const FIG10_PRECONDITION: Precondition = Precondition::ReadSectors;
 /// Queue depth of the saturated calibration run.
 const FIG10_CALIBRATION_DEPTH: u32 = 32;
 /// Arrival rate the traces are synthesized at; the replay's time scale then sets the load.
@@ -331,13 +372,14 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
     );
     for name in synth::profile_names() {
         let records = fig10_trace(name, requests, volume, max_bytes, seed)?;
-        let calibration = run_trace(
+        let calibration = run_trace_preconditioned(
             &configs[0].1,
             records.clone(),
             TraceReplay::Closed {
                 iodepth: FIG10_CALIBRATION_DEPTH,
             },
             volume,
+            FIG10_PRECONDITION,
             seed,
         )
         .map_err(|e| format!("{name} calibration: {e}"))?;
@@ -349,8 +391,15 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
             let mut runs = Vec::new();
             for (label, cfg) in &configs {
                 runs.push(
-                    run_trace(cfg, records.clone(), replay, volume, seed)
-                        .map_err(|e| format!("{name} at load {load} with {label}: {e}"))?,
+                    run_trace_preconditioned(
+                        cfg,
+                        records.clone(),
+                        replay,
+                        volume,
+                        FIG10_PRECONDITION,
+                        seed,
+                    )
+                    .map_err(|e| format!("{name} at load {load} with {label}: {e}"))?,
                 );
             }
             let lat: Vec<f64> = runs.iter().map(|r| r.latency_us_mean()).collect();
