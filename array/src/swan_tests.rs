@@ -34,6 +34,16 @@ fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan
     Swan::new(array, config, devices, Vec::new()).unwrap()
 }
 
+/// A RAID0 layout of `members` SSDs with 4 KiB chunks, the shape most tests build R-groups from.
+fn raid0_4k(members: u32) -> ArrayConfig {
+    ArrayConfig {
+        level: Level::Raid0,
+        members,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    }
+}
+
 #[test]
 fn keeps_data_through_front_end_moves_and_gc() {
     for (level, groups, width) in [
@@ -104,12 +114,7 @@ impl BlockDevice for Watched {
 #[test]
 fn only_the_front_end_takes_user_writes_and_gc_stays_in_one_group() {
     let members = 8u32;
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(members);
     let config = SwanConfig {
         groups: 4,
         segment_bytes: 4096 * 2 * 4,
@@ -175,12 +180,7 @@ fn only_the_front_end_takes_user_writes_and_gc_stays_in_one_group() {
 #[test]
 fn gc_reads_are_not_queued_behind_later_gc_writes() {
     let members = 8u32;
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(members);
     let config = SwanConfig {
         groups: 4,
         segment_bytes: 4096 * 2 * 16,
@@ -286,12 +286,7 @@ fn full_segments_end_in_a_summary_of_their_blocks() {
     let mut cfg = ssd(0).config().clone();
     cfg.payload = afa_nand::PayloadMode::Full;
     let devices = (0..4).map(|i| Ssd::new(cfg.clone(), i).unwrap()).collect();
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members: 4,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(4);
     let config = SwanConfig {
         groups: 2,
         segment_bytes: 4096 * 2 * 2,
@@ -325,12 +320,7 @@ fn full_segments_end_in_a_summary_of_their_blocks() {
 #[test]
 fn bad_configurations_are_refused_with_the_key() {
     let devices = || (0..4u64).map(ssd).collect::<Vec<_>>();
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members: 4,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(4);
     let bad = |config: SwanConfig, array: ArrayConfig| {
         Swan::new(array, config, devices(), Vec::new())
             .unwrap_err()
@@ -553,12 +543,7 @@ fn swan_idle_erase(idle_erase: bool) -> Swan<Ssd> {
     let g = &ssd_config.geometry;
     let member_segment_bytes =
         g.planes_total() as u64 * g.pages_per_block as u64 * g.page_bytes as u64;
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members: 8,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(8);
     let config = SwanConfig {
         groups: 4,
         segment_bytes: 2 * member_segment_bytes,
@@ -623,12 +608,7 @@ fn groups_of_unequal_capacity_take_the_smallest_and_keep_data() {
         .collect();
     let smallest = devices.last().unwrap().info().capacity_sectors;
     assert!(smallest < devices[0].info().capacity_sectors);
-    let array = ArrayConfig {
-        level: Level::Raid0,
-        members,
-        chunk_bytes: 4096,
-        ..ArrayConfig::default()
-    };
+    let array = raid0_4k(members);
     let config = SwanConfig {
         groups: 3,
         segment_bytes: 4096 * 2 * 4,
