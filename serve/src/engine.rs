@@ -156,26 +156,24 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         request: &Request,
         data: &[u8],
     ) -> Result<(TimeNs, Vec<u8>), Failure> {
-        let mut buf = match request {
-            Request::Write { .. } => data.to_vec(),
-            _ => Vec::new(),
-        };
-        let done = self.execute_into(now_ns, request, &mut buf)?;
+        let mut buf = Vec::new();
+        let done = self.execute_into(now_ns, request, &mut buf, Some(data))?;
         if !matches!(request, Request::Read { .. }) {
             buf.clear();
         }
         Ok((done, buf))
     }
 
-    /// Applies one request at `now_ns` and returns its completion time. `buf` holds a
-    /// write's payload; a read's data replaces its contents.
+    /// Applies one request at `now_ns` and returns its completion time. A write's payload
+    /// is `payload`, or `buf` when there is none; a read's data replaces `buf`'s contents.
     pub fn execute_into(
         &mut self,
         now_ns: TimeNs,
         request: &Request,
         buf: &mut Vec<u8>,
+        payload: Option<&[u8]>,
     ) -> Result<TimeNs, Failure> {
-        let data: &[u8] = buf;
+        let data: &[u8] = payload.unwrap_or(buf);
         let size = self.size_bytes();
         let in_range = |offset: u64, length: u32| {
             offset
@@ -620,7 +618,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             Pace::Model,
             "the engine thread runs paced engines only"
         );
-        let (done_ns, reply) = self.apply(job.handle, job.request, job.data, job.credits);
+        let (done_ns, reply) = self.apply(job.handle, job.request, job.data, None, job.credits);
         self.seq += 1;
         self.pending.push(Due {
             due_ns: done_ns,
@@ -637,6 +635,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         handle: u64,
         request: Request,
         mut data: Vec<u8>,
+        payload: Option<&[u8]>,
         credits: u32,
     ) -> (TimeNs, Reply) {
         self.background_armed = true;
@@ -658,7 +657,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             }
         }
         self.stats.requests += 1;
-        let outcome = self.exec.execute_into(now, &request, &mut data);
+        let outcome = self.exec.execute_into(now, &request, &mut data, payload);
         let read_offset = match request {
             Request::Read { offset, .. } => Some(offset),
             _ => None,
@@ -784,9 +783,16 @@ const IDLE_QUIET_NS: u64 = 1_000_000;
 
 type DynEngine = Engine<dyn BlockDevice + Send>;
 
-/// A request applied on the connection's own thread: its handle, the request, and its
-/// buffer (a write's payload, or where a read's data goes).
-pub type InlineJob = (u64, Request, Vec<u8>);
+/// A request applied on the connection's own thread.
+#[derive(Debug)]
+pub struct InlineJob {
+    pub handle: u64,
+    pub request: Request,
+    /// Where a read's data goes (a recycled buffer, or an empty one).
+    pub buf: Vec<u8>,
+    /// A write's payload in the connection's burst buffer (empty for other requests).
+    pub payload: std::ops::Range<usize>,
+}
 
 /// The unpaced engine, applied by whichever connection thread holds its lock.
 struct InlineEngine {
@@ -864,23 +870,22 @@ impl InlineEngine {
     }
 
     /// Applies a burst of requests on the calling thread and returns their replies in
-    /// order; after the engine has stopped, every request is refused.
-    fn apply(&self, jobs: Vec<InlineJob>) -> Vec<Reply> {
+    /// order; after the engine has stopped, every request is refused. Writes take their
+    /// payload from `burst`, the bytes the burst was read into.
+    fn apply(&self, jobs: Vec<InlineJob>, burst: &[u8]) -> Vec<Reply> {
         let replies = {
             let mut state = self.lock();
             if state.stopped {
-                jobs.into_iter()
-                    .map(|(handle, _, data)| Reply {
-                        handle,
-                        read_offset: None,
-                        result: Err(shutdown_failure()),
-                        data,
-                        credits: 0,
-                    })
-                    .collect()
+                jobs.into_iter().map(refuse_inline).collect()
             } else {
                 jobs.into_iter()
-                    .map(|(handle, request, data)| state.engine.apply(handle, request, data, 0).1)
+                    .map(|job| {
+                        let payload = burst.get(job.payload).unwrap_or_default();
+                        let engine = &mut state.engine;
+                        engine
+                            .apply(job.handle, job.request, job.buf, Some(payload), 0)
+                            .1
+                    })
                     .collect()
             }
         };
@@ -925,14 +930,26 @@ impl EngineSender {
         })
     }
 
-    /// Unpaced engines only: applies a burst of (handle, request, buffer) on the calling
-    /// thread and returns the replies in order. `None` for a paced engine, whose replies
-    /// wait for the wall clock and so go through [`EngineSender::submit`].
-    pub fn apply(&self, jobs: Vec<InlineJob>) -> Result<Vec<Reply>, Vec<InlineJob>> {
+    /// Unpaced engines only: applies a burst of jobs on the calling thread, writes taking
+    /// their payloads from `burst`, and returns the replies in order. A paced engine, whose
+    /// replies wait for the wall clock and so go through [`EngineSender::submit`], refuses
+    /// every job (a wiring mistake, answered as a shutdown).
+    pub fn apply(&self, jobs: Vec<InlineJob>, burst: &[u8]) -> Vec<Reply> {
         match &self.inline {
-            Some(inline) => Ok(inline.apply(jobs)),
-            None => Err(jobs),
+            Some(inline) => inline.apply(jobs, burst),
+            None => jobs.into_iter().map(refuse_inline).collect(),
         }
+    }
+}
+
+/// The reply to a job the engine cannot take because it has stopped.
+fn refuse_inline(job: InlineJob) -> Reply {
+    Reply {
+        handle: job.handle,
+        read_offset: None,
+        result: Err(shutdown_failure()),
+        data: job.buf,
+        credits: 0,
     }
 }
 

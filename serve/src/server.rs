@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::engine::{shutdown_failure, EngineHandle, EngineSender, EngineStats, Job, Pace, Reply};
-use crate::proto::{ExportInfo, Limits, Negotiation};
+use crate::engine::{
+    shutdown_failure, EngineHandle, EngineSender, EngineStats, InlineJob, Job, Pace, Reply,
+};
+use crate::proto::{ExportInfo, Limits, Negotiation, Request};
 use crate::session::{
-    handshake, read_burst, read_requests, rejected_reply, write_reply, End, Incoming, SessionError,
+    handshake, read_requests, rejected_reply, write_reply, BurstBuffer, BurstReader, End, Incoming,
+    Parsed, SessionError,
 };
 use crate::{log, ServeError};
 
@@ -679,6 +682,9 @@ fn transmission_inline(
     limits: &Limits,
 ) -> Result<String, SessionError> {
     let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
+    // What the handshake's reader holds beyond the last option belongs to the first
+    // requests; from here on requests are read in place into each turn's burst buffer.
+    let reader = BurstReader::new(reader.get_ref().try_clone()?, reader.buffer());
     let turns = Turns {
         reader: std::sync::Mutex::new(ReadSide {
             reader,
@@ -724,7 +730,7 @@ fn transmission_inline(
 
 /// The reading side of an unpaced connection, and how its request stream ended.
 struct ReadSide {
-    reader: BufReader<Conn>,
+    reader: BurstReader<Conn>,
     ended: Option<Result<End, SessionError>>,
 }
 
@@ -741,7 +747,7 @@ struct Turns<'a> {
     conn: &'a Conn,
     shared: &'a Shared,
     limits: &'a Limits,
-    /// Request buffers come back here once their replies are written, so steady traffic
+    /// Read buffers come back here once their replies are written, so steady traffic
     /// neither allocates nor page-faults.
     pool_tx: Sender<Vec<u8>>,
     pool_rx: Receiver<Vec<u8>>,
@@ -751,7 +757,10 @@ impl Turns<'_> {
     /// One thread's share of the connection: read a burst while holding the reading side,
     /// apply it, write its replies while holding the writing side, until the stream ends.
     fn take_turns(&self) {
-        let mut incoming = Vec::with_capacity(MAX_BURST_JOBS);
+        // Each turn reads its bursts into its own buffer and applies the writes from it,
+        // so the buffer is free again once the burst is applied.
+        let mut burst = BurstBuffer::default();
+        let mut parsed = Vec::with_capacity(MAX_BURST_JOBS);
         let mut jobs = Vec::with_capacity(MAX_BURST_JOBS);
         let mut replies = Vec::with_capacity(MAX_BURST_JOBS);
         loop {
@@ -760,14 +769,9 @@ impl Turns<'_> {
                 if side.ended.is_some() {
                     return;
                 }
-                let take_buffer = || self.pool_rx.try_recv().unwrap_or_default();
-                let read = read_burst(
-                    &mut side.reader,
-                    self.limits,
-                    take_buffer,
-                    MAX_BURST_JOBS,
-                    &mut incoming,
-                );
+                let read =
+                    side.reader
+                        .read_burst(&mut burst, self.limits, MAX_BURST_JOBS, &mut parsed);
                 match read {
                     Ok(None) => false,
                     Ok(Some(end)) => {
@@ -782,14 +786,25 @@ impl Turns<'_> {
                     }
                 }
             };
-            for request in incoming.drain(..) {
+            for request in parsed.drain(..) {
                 match request {
-                    Incoming::Job {
+                    Parsed::Job {
                         handle,
                         request,
-                        data,
-                    } => jobs.push((handle, request, data)),
-                    Incoming::Rejected {
+                        payload,
+                    } => {
+                        let buf = match request {
+                            Request::Read { .. } => self.pool_rx.try_recv().unwrap_or_default(),
+                            _ => Vec::new(),
+                        };
+                        jobs.push(InlineJob {
+                            handle,
+                            request,
+                            buf,
+                            payload,
+                        });
+                    }
+                    Parsed::Rejected {
                         handle,
                         kind,
                         rejection,
@@ -805,20 +820,13 @@ impl Turns<'_> {
                 }
             }
             if !jobs.is_empty() {
-                match self.shared.engine.apply(std::mem::take(&mut jobs)) {
-                    Ok(applied) => replies.extend(applied),
-                    // Only unpaced engines run inline, and only unpaced connections come
-                    // here; a paced engine is a wiring mistake, answered as a shutdown.
-                    Err(refused) => {
-                        replies.extend(refused.into_iter().map(|(handle, _, data)| Reply {
-                            handle,
-                            read_offset: None,
-                            result: Err(shutdown_failure()),
-                            data,
-                            credits: 0,
-                        }))
-                    }
-                }
+                // Only unpaced engines run inline, and only unpaced connections come here;
+                // a paced engine refuses the jobs, answered as a shutdown.
+                let applied = self
+                    .shared
+                    .engine
+                    .apply(std::mem::take(&mut jobs), burst.bytes());
+                replies.extend(applied);
             }
             if !self.write_replies(&mut replies) {
                 // The other turn may be waiting in a read from a client that will never
@@ -847,7 +855,7 @@ impl Turns<'_> {
             if written.is_ok() {
                 written = write_reply(&mut side.writer, structured, &reply);
             }
-            if reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
+            if reply.data.capacity() > 0 && reply.data.capacity() <= MAX_POOLED_BUFFER_BYTES {
                 let _ = self.pool_tx.try_send(reply.data);
             }
         }

@@ -115,23 +115,209 @@ pub fn read_requests<R: Read>(
     }
 }
 
-/// Reads one burst: the next request (waiting for it), then every request already complete
-/// in the buffer, up to `max` in all, so a burst never waits for the network after its
-/// first request. Returns the burst and, when the stream ended after it, how it ended.
-pub fn read_burst<R: Read>(
-    reader: &mut BufReader<R>,
-    limits: &Limits,
-    mut take_buffer: impl FnMut() -> Vec<u8>,
-    max: usize,
-    burst: &mut Vec<Incoming>,
-) -> Result<Option<End>, SessionError> {
-    loop {
-        match read_request(reader, limits, &mut take_buffer)? {
-            Ok(incoming) => burst.push(incoming),
-            Err(end) => return Ok(Some(end)),
+/// How many bytes one read from the client asks for at least: enough for a burst of small
+/// requests or several 64 KiB writes per system call.
+pub const BURST_READ_BYTES: usize = 256 * 1024;
+
+/// A request parsed in place in a [`BurstBuffer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// A valid request for the engine; a write's payload is `payload` in the burst buffer
+    /// (an empty range for every other request).
+    Job {
+        handle: u64,
+        request: Request,
+        payload: std::ops::Range<usize>,
+    },
+    /// A request answered with an error without reaching the engine.
+    Rejected {
+        handle: u64,
+        kind: u16,
+        rejection: Rejection,
+    },
+}
+
+/// The bytes of one burst as they came off the wire. A thread keeps its own buffer across
+/// bursts, so steady traffic neither allocates nor page-faults; `bytes` is only ever grown
+/// (and zeroed) when a burst needs more room than any before it.
+#[derive(Debug, Default)]
+pub struct BurstBuffer {
+    bytes: Vec<u8>,
+    filled: usize,
+}
+
+impl BurstBuffer {
+    /// The bytes read into the buffer; a [`Parsed::Job`]'s payload range indexes them.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.filled]
+    }
+
+    /// Makes room for at least `room` unread bytes after what the buffer holds.
+    fn reserve(&mut self, room: usize) {
+        let want = self.filled + room;
+        if self.bytes.len() < want {
+            self.bytes.resize(want, 0);
         }
-        if burst.len() >= max.max(1) || !next_request_buffered(reader.buffer()) {
-            return Ok(None);
+    }
+}
+
+/// Reads requests in bursts straight into a caller's [`BurstBuffer`] and parses them where
+/// they lie, so a write's payload is copied once, from the buffer into the device, instead
+/// of first from a stream buffer into a payload buffer. Bytes of a request that a read cut
+/// off are carried over to the next burst (a small copy: at most one request per burst).
+#[derive(Debug)]
+pub struct BurstReader<R> {
+    inner: R,
+    /// Bytes read past the last whole request of the previous burst.
+    carry: Vec<u8>,
+    /// Payload bytes of a rejected write still to be dropped from the stream.
+    discard: u64,
+    /// That rejected write, answered once its payload is dropped (as the one-at-a-time
+    /// reader does, so a stream that ends inside the payload answers neither).
+    rejected: Option<Parsed>,
+}
+
+impl<R: Read> BurstReader<R> {
+    /// A reader of `inner`, starting with `buffered`: bytes already read from the stream
+    /// (by the handshake's buffered reader) that belong to the first requests.
+    pub fn new(inner: R, buffered: &[u8]) -> Self {
+        BurstReader {
+            inner,
+            carry: buffered.to_vec(),
+            discard: 0,
+            rejected: None,
+        }
+    }
+
+    /// Reads one burst into `buf`: waits for the first whole request, then takes every
+    /// request already whole in what was read, up to `max`, so a burst never waits for the
+    /// network after its first request. Parsed requests are appended to `out` (they stay
+    /// there even when an error ends the stream, so the caller can still serve them);
+    /// returns how the stream ended after them, if it did.
+    pub fn read_burst(
+        &mut self,
+        buf: &mut BurstBuffer,
+        limits: &Limits,
+        max: usize,
+        out: &mut Vec<Parsed>,
+    ) -> Result<Option<End>, SessionError> {
+        let first = out.len();
+        buf.filled = 0;
+        buf.reserve(self.carry.len());
+        buf.bytes[..self.carry.len()].copy_from_slice(&self.carry);
+        buf.filled = self.carry.len();
+        self.carry.clear();
+        let mut pos = 0;
+        let result = loop {
+            let parsed_some = out.len() > first;
+            if out.len() - first >= max.max(1) {
+                break Ok(None);
+            }
+            if self.discard > 0 {
+                let dropped = self.discard.min((buf.filled - pos) as u64);
+                pos += dropped as usize;
+                self.discard -= dropped;
+                if self.discard > 0 {
+                    if parsed_some {
+                        break Ok(None);
+                    }
+                    if self.fill(buf, &mut pos, 0)? == 0 {
+                        break Err(SessionError::Truncated);
+                    }
+                    continue;
+                }
+            }
+            if let Some(rejected) = self.rejected.take() {
+                out.push(rejected);
+                continue;
+            }
+            let avail = buf.filled - pos;
+            if avail < REQUEST_HEADER_BYTES {
+                if parsed_some {
+                    break Ok(None);
+                }
+                if self.fill(buf, &mut pos, REQUEST_HEADER_BYTES)? == 0 {
+                    break if buf.filled == pos {
+                        Ok(Some(End::Closed))
+                    } else {
+                        Err(SessionError::Truncated)
+                    };
+                }
+                continue;
+            }
+            let mut header = [0u8; REQUEST_HEADER_BYTES];
+            header.copy_from_slice(&buf.bytes[pos..pos + REQUEST_HEADER_BYTES]);
+            let header = match parse_request_header(&header) {
+                Ok(h) => h,
+                Err(e) => break Err(e.into()),
+            };
+            match header.check(limits) {
+                Ok(Request::Disconnect) => break Ok(Some(End::Disconnect)),
+                Ok(request) => {
+                    let payload_bytes = match request {
+                        Request::Write { length, .. } => length as usize,
+                        _ => 0,
+                    };
+                    let whole = REQUEST_HEADER_BYTES + payload_bytes;
+                    if avail < whole {
+                        if parsed_some {
+                            break Ok(None);
+                        }
+                        if self.fill(buf, &mut pos, whole)? == 0 {
+                            break Err(SessionError::Truncated);
+                        }
+                        continue;
+                    }
+                    let at = pos + REQUEST_HEADER_BYTES;
+                    out.push(Parsed::Job {
+                        handle: header.handle,
+                        request,
+                        payload: at..at + payload_bytes,
+                    });
+                    pos += whole;
+                }
+                Err(rejection) => {
+                    pos += REQUEST_HEADER_BYTES;
+                    self.discard = rejection.discard_bytes as u64;
+                    self.rejected = Some(Parsed::Rejected {
+                        handle: header.handle,
+                        kind: header.kind,
+                        rejection,
+                    });
+                }
+            }
+        };
+        if matches!(result, Ok(None)) {
+            self.carry.extend_from_slice(&buf.bytes[pos..buf.filled]);
+        }
+        result
+    }
+
+    /// Reads once from the stream into `buf`, first making room for `need` bytes from
+    /// `pos` on. Only called while nothing of this burst is parsed, so the unparsed bytes
+    /// can move to the front of the buffer (no payload range points into it yet). Returns
+    /// the bytes read; 0 at the end of the stream.
+    fn fill(
+        &mut self,
+        buf: &mut BurstBuffer,
+        pos: &mut usize,
+        need: usize,
+    ) -> Result<usize, SessionError> {
+        if *pos > 0 {
+            buf.bytes.copy_within(*pos..buf.filled, 0);
+            buf.filled -= *pos;
+            *pos = 0;
+        }
+        buf.reserve(need.saturating_sub(buf.filled).max(BURST_READ_BYTES));
+        loop {
+            match self.inner.read(&mut buf.bytes[buf.filled..]) {
+                Ok(n) => {
+                    buf.filled += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 }
@@ -310,21 +496,26 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
         structured_replies: negotiated.structured_replies,
     };
     let mut now_ns = 0;
-    let mut reader = BufReader::with_capacity(4096, reader);
-    // Bursts as the unpaced connection reads them (the paced one reads the same requests
-    // one by one through `read_requests`, which shares `read_request`).
+    // Bursts as the unpaced connection reads them, in place (the paced one reads the same
+    // requests one by one through `read_requests`; the tests check both parse alike).
+    let mut reader = BurstReader::new(reader, &[]);
+    let mut buf = BurstBuffer::default();
     let mut burst = Vec::new();
     loop {
-        let read = read_burst(&mut reader, &limits, Vec::new, 4, &mut burst);
-        for incoming in burst.drain(..) {
-            let reply = match incoming {
-                Incoming::Job {
+        burst.clear();
+        let read = reader.read_burst(&mut buf, &limits, 4, &mut burst);
+        for parsed in burst.drain(..) {
+            let reply = match parsed {
+                Parsed::Job {
                     handle,
                     request,
-                    mut data,
+                    payload,
                 } => {
                     now_ns += 1_000;
-                    let result = exec.execute_into(now_ns, &request, &mut data).map(|_| ());
+                    let mut data = Vec::new();
+                    let result = exec
+                        .execute_into(now_ns, &request, &mut data, Some(&buf.bytes()[payload]))
+                        .map(|_| ());
                     Reply {
                         handle,
                         read_offset: match request {
@@ -336,7 +527,7 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
                         credits: 1,
                     }
                 }
-                Incoming::Rejected {
+                Parsed::Rejected {
                     handle,
                     kind,
                     rejection,

@@ -10,7 +10,7 @@ use afa_ssd::{
 };
 use proptest::prelude::*;
 
-use crate::engine::{EngineHandle, Job, Reply};
+use crate::engine::{EngineHandle, InlineJob, Job, Reply};
 use crate::proto::*;
 use crate::session::replay;
 use crate::{Executor, MemDevice, Pace};
@@ -148,6 +148,151 @@ proptest! {
             input.extend(tail);
         }
         let _ = replay(&input);
+    }
+}
+
+/// A stream that hands out its bytes in reads of the given sizes (cycling), as a socket
+/// hands out whatever has arrived.
+struct Chunked<'a> {
+    bytes: &'a [u8],
+    sizes: Vec<usize>,
+    next: usize,
+}
+
+impl std::io::Read for Chunked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let size = self.sizes[self.next % self.sizes.len()].max(1);
+        self.next += 1;
+        let n = size.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+/// What either parser made of one request: its handle, the request or the rejection's
+/// errno, and a write's payload.
+type Seen = (u64, Result<Request, u32>, Vec<u8>);
+
+/// The requests of `stream` as the paced connection reads them, one at a time.
+fn parse_one_by_one(stream: &[u8], sizes: &[usize], limits: &Limits) -> (Vec<Seen>, String) {
+    let chunked = Chunked {
+        bytes: stream,
+        sizes: sizes.to_vec(),
+        next: 0,
+    };
+    let mut reader = std::io::BufReader::with_capacity(4096, chunked);
+    let mut seen = Vec::new();
+    let end = crate::session::read_requests(&mut reader, limits, Vec::new, |incoming, _| {
+        seen.push(match incoming {
+            crate::session::Incoming::Job {
+                handle,
+                request,
+                data,
+            } => (handle, Ok(request), data),
+            crate::session::Incoming::Rejected {
+                handle, rejection, ..
+            } => (handle, Err(rejection.errno), Vec::new()),
+        });
+        true
+    });
+    (seen, format!("{end:?}"))
+}
+
+/// The requests of `stream` as the unpaced connection reads them, in place, in bursts of
+/// at most `max`.
+fn parse_in_bursts(
+    stream: &[u8],
+    sizes: &[usize],
+    limits: &Limits,
+    max: usize,
+) -> (Vec<Seen>, String) {
+    let chunked = Chunked {
+        bytes: stream,
+        sizes: sizes.to_vec(),
+        next: 0,
+    };
+    let mut reader = crate::session::BurstReader::new(chunked, &[]);
+    let mut buf = crate::session::BurstBuffer::default();
+    let mut seen = Vec::new();
+    let mut parsed = Vec::new();
+    loop {
+        parsed.clear();
+        let read = reader.read_burst(&mut buf, limits, max, &mut parsed);
+        assert!(
+            parsed.len() <= max,
+            "a burst of {} exceeds {max}",
+            parsed.len()
+        );
+        for p in parsed.drain(..) {
+            seen.push(match p {
+                crate::session::Parsed::Job {
+                    handle,
+                    request,
+                    payload,
+                } => (handle, Ok(request), buf.bytes()[payload].to_vec()),
+                crate::session::Parsed::Rejected {
+                    handle, rejection, ..
+                } => (handle, Err(rejection.errno), Vec::new()),
+            });
+        }
+        match read {
+            Ok(None) => {}
+            Ok(Some(end)) => return (seen, format!("Ok({end:?})")),
+            Err(e) => return (seen, format!("Err({e:?})")),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Parsing in place in bursts finds the same requests, payloads and rejections as
+    /// reading them one at a time, however the stream is cut into reads and wherever it
+    /// ends (a cut inside a request is a truncated stream for both).
+    #[test]
+    fn burst_parsing_in_place_matches_reading_one_request_at_a_time(
+        requests in proptest::collection::vec(
+            (0u16..6, any::<u64>(), 0u64..(1 << 20), prop_oneof![0u32..9000, 60_000u32..70_000]),
+            0..24,
+        ),
+        sizes in proptest::collection::vec(prop_oneof![1usize..64, 1usize..20_000, 100_000usize..300_000], 1..8),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+        max in 1usize..8,
+    ) {
+        let limits = Limits {
+            size_bytes: 1 << 20,
+            max_request_bytes: 64 * 1024,
+            structured_replies: false,
+        };
+        let mut stream = Vec::new();
+        for &(kind, handle, offset, length) in &requests {
+            // Kinds 0..5 are READ, WRITE, DISC (sent only last, below), FLUSH and TRIM;
+            // 5 is a write past the end of the export, rejected with its payload dropped.
+            let (kind, offset, length) = match kind {
+                5 => (CMD_WRITE, (1 << 20) - 512, length.max(1024)),
+                2 => (CMD_FLUSH, 0, 0),
+                3 => (CMD_FLUSH, 0, 0),
+                k => (k, offset, length),
+            };
+            stream.extend(request(0, kind, handle, offset, length));
+            if kind == CMD_WRITE {
+                stream.extend((0..length).map(|i| (i as u64 ^ handle) as u8));
+            }
+        }
+        if truncate && !stream.is_empty() {
+            stream.truncate(cut.index(stream.len()));
+        } else {
+            stream.extend(request(0, CMD_DISC, 0, 0, 0));
+        }
+        let (one, one_end) = parse_one_by_one(&stream, &sizes, &limits);
+        let (burst, burst_end) = parse_in_bursts(&stream, &sizes, &limits, max);
+        prop_assert_eq!(one.len(), burst.len());
+        for (a, b) in one.iter().zip(&burst) {
+            prop_assert_eq!(a, b);
+        }
+        prop_assert_eq!(one_end, burst_end);
     }
 }
 
@@ -315,15 +460,28 @@ fn flood(pace: Pace, jobs: u64, background_calls: u64) -> (u64, u64, Vec<Reply>)
     };
     let mut replies = Vec::new();
     if pace == Pace::None {
-        // Unpaced engines are applied on the submitting thread.
-        let inline = |j: Job| (j.handle, j.request, j.data);
+        // Unpaced engines are applied on the submitting thread, each write's payload in
+        // place in the burst's bytes.
+        let inline = |j: Job, at: usize| InlineJob {
+            handle: j.handle,
+            request: j.request,
+            buf: Vec::new(),
+            payload: at..at + j.data.len(),
+        };
         for h in 0..jobs / 2 {
-            replies.extend(tx.apply(vec![inline(job(h))]).unwrap());
+            let j = job(h);
+            let burst = j.data.clone();
+            replies.extend(tx.apply(vec![inline(j, 0)], &burst));
         }
-        replies.extend(
-            tx.apply((jobs / 2..jobs).map(job).map(inline).collect())
-                .unwrap(),
-        );
+        let mut burst = Vec::new();
+        let mut batch = Vec::new();
+        for h in jobs / 2..jobs {
+            let j = job(h);
+            let at = burst.len();
+            burst.extend_from_slice(&j.data);
+            batch.push(inline(j, at));
+        }
+        replies.extend(tx.apply(batch, &burst));
     } else {
         for h in 0..jobs / 2 {
             tx.submit(vec![job(h)]).unwrap();
@@ -373,7 +531,13 @@ fn unpaced_engine_refuses_requests_once_stopped() {
         length: 512,
         fua: false,
     };
-    let replies = tx.apply(vec![(7, write, vec![0; 512])]).unwrap();
+    let job = InlineJob {
+        handle: 7,
+        request: write,
+        buf: Vec::new(),
+        payload: 0..512,
+    };
+    let replies = tx.apply(vec![job], &[0; 512]);
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].handle, 7);
     assert_eq!(
