@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use afa_array::{Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, META_TAG_BYTES};
 use afa_nand::PayloadMode;
+use afa_ox::{FlashImage, OxServedDevice};
 use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
 use afa_ssd::{
@@ -91,6 +92,27 @@ fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String
             ));
         }
     }
+    if let Some(ox) = &config.ox {
+        // One OX SSD is the whole volume; an array over OX members is not wired, and
+        // silently serving [ssd] or [array] instead would serve something else than asked.
+        if config.array.is_some() {
+            return Err(format!(
+                "configuration {source}: [ox] serves one OX SSD and cannot be combined with [array]"
+            ));
+        }
+        if config.waflash.is_some() {
+            return Err(format!(
+                "configuration {source}: [ox] and [waflash] are separate device kinds; choose one"
+            ));
+        }
+        ox.validate()
+            .map_err(|e| format!("configuration {source}: ox: {e}"))?;
+        if ox.payload != PayloadMode::Token {
+            return Err(format!(
+                "configuration {source}: ox.payload must be \"token\" in serve mode: every read is checked against the version token of its RBLOCK"
+            ));
+        }
+    }
     if config.precondition.fill_fraction > 0.0 {
         return Err(format!(
             "configuration {source}: [precondition] is not supported in serve mode (its fill carries no real bytes); set fill_fraction = 0"
@@ -154,6 +176,9 @@ fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
 /// memory, or, with a state directory, file-backed members timed by the emulated SSDs.
 pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume, String> {
     let seed = cfg.seed;
+    if let Some(ox) = &cfg.ox {
+        return build_ox_volume(ox, seed, state_dir);
+    }
     let Some(state_dir) = state_dir else {
         let mut ssd = cfg.ssd.clone();
         ssd.payload = PayloadMode::Full;
@@ -341,6 +366,82 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     Ok(Volume {
         device: Box::new(array),
+        description,
+        state: Some(state),
+    })
+}
+
+/// One OX SSD behind its block interface (OXBlock) with real bytes: in memory, or with a
+/// state directory in a flash image file that every start but the first recovers through
+/// OX's own recovery (the newest checkpoint, then redo of the WAL).
+fn build_ox_volume(
+    ox: &afa_ox::OxConfig,
+    seed: u64,
+    state_dir: Option<&Path>,
+) -> Result<Volume, String> {
+    let Some(state_dir) = state_dir else {
+        let device = OxServedDevice::format(ox, seed, FlashImage::in_memory(ox))
+            .map_err(|e| format!("ox: {e}"))?;
+        return Ok(Volume {
+            device: Box::new(device),
+            description: "afa: one OX SSD (OXBlock) in memory".into(),
+            state: None,
+        });
+    };
+    let t = &ox.terms;
+    // The image only makes sense under the medium's shape and the logical space's size;
+    // timing, GC and checkpoint settings may change between starts.
+    let fingerprint = format!(
+        "afa volume: one OX SSD of {} channels x {} LUNs x {} EBLOCKs of {} bytes, WBLOCK {} bytes, RBLOCK {} bytes, TAG {} bytes, {} logical pages",
+        ox.channels,
+        ox.luns_per_channel,
+        ox.eblocks_per_lun,
+        t.eblock_bytes,
+        t.wblock_bytes,
+        t.rblock_bytes,
+        t.tag_bytes,
+        ox.logical_pages
+    );
+    let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    let path = state.ox_image_path();
+    let description = format!("afa: one OX SSD (OXBlock) kept in {}", state_dir.display());
+    let device = if path.exists() {
+        let image = FlashImage::open(&path, ox).map_err(|e| format!("ox: {e}"))?;
+        let (device, report) =
+            OxServedDevice::recover(ox, seed, image).map_err(|e| format!("ox: {e}"))?;
+        let media = device.controller().media();
+        let erases: u64 = (0..media.eblocks_total())
+            .map(|b| media.erase_count(b) as u64)
+            .sum();
+        eprintln!(
+            "afa serve: OX recovered {} after {} stop: checkpoint {}, {} log blocks read, {} records redone, {} contexts redone from their done record, {} verified by their TAGs, {} dropped, {} GC moves redone, {} torn WBLOCKs; {erases} EBLOCK erases in the medium's life",
+            path.display(),
+            if state.unclean() { "an unclean" } else { "an orderly" },
+            report.checkpoint_seq,
+            report.log_blocks_read,
+            report.records_redone,
+            report.contexts_redone,
+            report.contexts_verified,
+            report.contexts_dropped,
+            report.gc_moves_redone,
+            report.torn_wblocks
+        );
+        device
+    } else {
+        // Formatted under a temporary name and renamed once the format is durable, so that
+        // an image under the real name always holds a checkpoint to recover from.
+        let tmp = path.with_extension("img.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let image = FlashImage::create(&tmp, ox).map_err(|e| format!("ox: {e}"))?;
+        let mut device = OxServedDevice::format(ox, seed, image).map_err(|e| format!("ox: {e}"))?;
+        std::fs::rename(&tmp, &path)
+            .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
+            .map_err(|e| format!("cannot put the OX flash image at {}: {e}", path.display()))?;
+        device.image_moved_to(&path);
+        device
+    };
+    Ok(Volume {
+        device: Box::new(device),
         description,
         state: Some(state),
     })
@@ -757,6 +858,34 @@ mod tests {
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();
             let err = build_volume(&cfg, Some(&dir)).err().unwrap();
+            assert!(err.contains(named), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_ox_volume_serves_full_bytes_and_refuses_an_array_or_tokenless_payload() {
+        let dir = std::env::temp_dir().join(format!("afa-serve-ox-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.toml");
+        let small = "[ox]\nchannels = 2\nluns_per_channel = 1\neblocks_per_lun = 32\nlogical_pages = 1000\nlog_forward_links = 1\n[ox.terms]\neblock_bytes = 262144\n";
+        std::fs::write(&path, small).unwrap();
+        let (cfg, _) = load_volume_config(Some(&path)).unwrap();
+        let volume = build_volume(&cfg, None).unwrap();
+        let info = volume.device.info();
+        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
+        assert_eq!(info.capacity_sectors, 1000);
+        for (extra, named) in [
+            ("[array]\nlevel = \"raid5\"\nmembers = 3\n", "[array]"),
+            ("payload = \"none\"\n", "token"),
+            ("bogus_key = 1\n", "bogus_key"),
+        ] {
+            let text = match extra.strip_prefix('[') {
+                Some(_) => format!("{small}{extra}"),
+                None => small.replace("[ox]\n", &format!("[ox]\n{extra}")),
+            };
+            std::fs::write(&path, text).unwrap();
+            let err = load_volume_config(Some(&path)).unwrap_err();
             assert!(err.contains(named), "{err}");
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -313,6 +313,14 @@ impl FlashImage {
         }
     }
 
+    /// Records that the image file was renamed (it stays open), so that errors name it
+    /// where it is.
+    pub fn moved_to(&mut self, to: &Path) {
+        if let Backing::File { path, .. } = &mut self.backing {
+            *path = to.to_path_buf();
+        }
+    }
+
     /// The first error the image met, if any; after one, the image no longer follows the
     /// controller and the device must stop acknowledging.
     pub fn error(&self) -> Option<&str> {

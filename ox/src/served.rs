@@ -83,6 +83,14 @@ impl OxServedDevice {
         self.block.into_controller()
     }
 
+    /// Records that the image file was renamed (a fresh image is formatted under a
+    /// temporary name and renamed once the format is durable).
+    pub fn image_moved_to(&mut self, path: &std::path::Path) {
+        if let Ok(image) = self.image() {
+            image.moved_to(path);
+        }
+    }
+
     fn image(&mut self) -> Result<&mut FlashImage, DeviceError> {
         self.block
             .controller_mut()
