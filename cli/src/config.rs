@@ -269,3 +269,23 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn afa_run_refuses_an_ox_device_instead_of_running_another() {
+        let dir = std::env::temp_dir().join(format!("afa-config-ox-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.toml");
+        std::fs::write(
+            &path,
+            "[ox]\nchannels = 4\n[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n",
+        )
+        .unwrap();
+        let err = load(Some(&path)).unwrap_err();
+        assert!(err.contains("[ox] is a device for afa serve"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

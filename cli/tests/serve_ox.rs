@@ -349,3 +349,27 @@ fn ox_kill_9_after_a_load_that_makes_gc_move_pages_keeps_every_write() {
         "only {erases} erases: GC did not run ({line})"
     );
 }
+
+#[test]
+fn ox_state_refuses_another_medium() {
+    let s = setup("shape");
+    let afa = s.start(&[]);
+    afa.stop();
+    std::fs::write(
+        &s.config,
+        OX.replace("eblocks_per_lun = 80", "eblocks_per_lun = 96"),
+    )
+    .unwrap();
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("holds a volume made as"), "{stderr}");
+}

@@ -367,3 +367,29 @@ fn a_torn_slot_restores_as_a_consumed_wblock_and_a_tampered_one_fails_the_read()
     // RBLOCK that holds nothing, which the device reports instead of returning zeros.
     assert!(matches!(r, Err(DeviceError::Medium(_))), "{r:?}");
 }
+
+#[test]
+fn an_image_of_another_medium_or_no_image_at_all_is_refused() {
+    let dir = TempDir::new("shape");
+    let cfg = small_config();
+    drop(FlashImage::create(&dir.image(), &cfg).unwrap());
+    // Creating over an existing image never truncates it.
+    assert!(FlashImage::create(&dir.image(), &cfg).is_err());
+    let mut other = cfg.clone();
+    other.eblocks_per_lun += 8;
+    let err = FlashImage::open(&dir.image(), &other)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("but the configuration gives"), "{err}");
+    std::fs::write(dir.0.join("not-an-image"), vec![0u8; 8192]).unwrap();
+    let err = FlashImage::open(&dir.0.join("not-an-image"), &cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not an OX flash image"), "{err}");
+    // An image that was created but never formatted holds no checkpoint to recover from.
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let err = OxServedDevice::recover(&cfg, 1, image)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no checkpoint record"), "{err}");
+}
