@@ -42,8 +42,8 @@ impl From<PaceArg> for Pace {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The volume's configuration (`[ssd]`, `[array]`; other tables are ignored). The
-    /// embedded default volume when absent.
+    /// The volume's configuration (`[ssd]`, `[array]`, or `[ox]` for one OX SSD; other
+    /// tables are ignored). The embedded default volume when absent.
     pub config: Option<PathBuf>,
     /// `IP:PORT` or `unix:/path/to.sock`.
     #[arg(long, default_value = "127.0.0.1:10809")]
@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// `model`: replies are paced by the emulated devices' timing; `none`: at once.
     #[arg(long, value_enum, default_value_t = PaceArg::Model)]
     pub pace: PaceArg,
-    /// Keep the volume in files under DIR (one per member), so it survives restarts.
+    /// Keep the volume in files under DIR (one per member, or the OX SSD's flash image),
+    /// so it survives restarts.
     #[arg(long)]
     pub state: Option<PathBuf>,
     /// The export's name (clients may also ask for the default export, "").

@@ -7,6 +7,11 @@
 //! payload store. Metadata WBLOCKs (log blocks, table pages, checkpoint records, bad-block
 //! tables) carry structured content, kept here per WBLOCK: it is what the flash holds, so a
 //! program that did not finish before a power loss takes it away, and an erase clears it.
+//!
+//! A served device gives the medium a flash image (`crate::image`) as well: every program,
+//! failed program, erase and retirement is mirrored into it, so it holds the bytes of every
+//! user RBLOCK and everything needed to rebuild the medium (`Media::restore`). Without one,
+//! nothing here changes.
 
 use std::collections::BTreeMap;
 
