@@ -479,7 +479,16 @@ impl FlashImage {
                             }
                         },
                         (TagKind::Gc, Some(src)) => {
-                            dst.copy_from_slice(&self.rblock_bytes(src)?);
+                            // The copy must come from the version GC read: the image's token
+                            // at the source is checked like a host read's.
+                            let (tag, token, bytes) = self.read_user(src)?;
+                            if token != r.token || tag.lpid != r.tag.lpid {
+                                return Err(format!(
+                                    "GC copy of LPID {} with token {:#x} from RBLOCK {}, which holds LPID {} with token {token:#x} in the image",
+                                    r.tag.lpid, r.token, src.0, tag.lpid
+                                ));
+                            }
+                            dst.copy_from_slice(&bytes);
                         }
                         _ => {}
                     }
