@@ -22,6 +22,9 @@ pub struct RunConfig {
     pub host: Option<afa_host::CpuConfig>,
     /// A WAFLASH SSD instead of `[ssd]` (`[waflash.ssd]`, optional `[waflash.filebench]`).
     pub waflash: Option<crate::waflash::WaflashRunConfig>,
+    /// One OX SSD (OXBlock, the in-SSD log-structured FTL behind a block interface) instead
+    /// of `[ssd]`, served by `afa serve` (`[ox]` with the keys of `afa_ox::OxConfig`).
+    pub ox: Option<afa_ox::OxConfig>,
     pub workload: WorkloadConfig,
     pub report: ReportConfig,
 }
@@ -104,6 +107,7 @@ impl Default for RunConfig {
             array: None,
             host: None,
             waflash: None,
+            ox: None,
             workload: WorkloadConfig::default(),
             report: ReportConfig::default(),
         }
@@ -204,6 +208,13 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         .precondition
         .validate()
         .map_err(|e| format!("configuration {source}: {e}"))?;
+    // `afa run` drives `[ssd]`, `[array]` or `[waflash]`; OX is measured by `afa reproduce`
+    // and served by `afa serve`, and running `[ssd]` instead would measure something else.
+    if config.ox.is_some() {
+        return Err(format!(
+            "configuration {source}: [ox] is a device for afa serve (and afa reproduce ox-*); afa run does not drive it"
+        ));
+    }
     let w = &config.workload;
     let filebench = config
         .waflash
@@ -257,4 +268,24 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         base_dir,
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn afa_run_refuses_an_ox_device_instead_of_running_another() {
+        let dir = std::env::temp_dir().join(format!("afa-config-ox-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.toml");
+        std::fs::write(
+            &path,
+            "[ox]\nchannels = 4\n[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n",
+        )
+        .unwrap();
+        let err = load(Some(&path)).unwrap_err();
+        assert!(err.contains("[ox] is a device for afa serve"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

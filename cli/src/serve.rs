@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use afa_array::{Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, META_TAG_BYTES};
 use afa_nand::PayloadMode;
+use afa_ox::{FlashImage, OxServedDevice};
 use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
 use afa_ssd::{
@@ -41,8 +42,8 @@ impl From<PaceArg> for Pace {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The volume's configuration (`[ssd]`, `[array]`; other tables are ignored). The
-    /// embedded default volume when absent.
+    /// The volume's configuration (`[ssd]`, `[array]`, or `[ox]` for one OX SSD; other
+    /// tables are ignored). The embedded default volume when absent.
     pub config: Option<PathBuf>,
     /// `IP:PORT` or `unix:/path/to.sock`.
     #[arg(long, default_value = "127.0.0.1:10809")]
@@ -50,7 +51,8 @@ pub struct ServeArgs {
     /// `model`: replies are paced by the emulated devices' timing; `none`: at once.
     #[arg(long, value_enum, default_value_t = PaceArg::Model)]
     pub pace: PaceArg,
-    /// Keep the volume in files under DIR (one per member), so it survives restarts.
+    /// Keep the volume in files under DIR (one per member, or the OX SSD's flash image),
+    /// so it survives restarts.
     #[arg(long)]
     pub state: Option<PathBuf>,
     /// The export's name (clients may also ask for the default export, "").
@@ -88,6 +90,27 @@ fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String
         if a.log.is_some() as u32 + a.two_phase.is_some() as u32 + a.scalaafa.is_some() as u32 > 1 {
             return Err(format!(
                 "configuration {source}: [array.log], [array.two_phase] and [array.scalaafa] are separate engines; choose one"
+            ));
+        }
+    }
+    if let Some(ox) = &config.ox {
+        // One OX SSD is the whole volume; an array over OX members is not wired, and
+        // silently serving [ssd] or [array] instead would serve something else than asked.
+        if config.array.is_some() {
+            return Err(format!(
+                "configuration {source}: [ox] serves one OX SSD and cannot be combined with [array]"
+            ));
+        }
+        if config.waflash.is_some() {
+            return Err(format!(
+                "configuration {source}: [ox] and [waflash] are separate device kinds; choose one"
+            ));
+        }
+        ox.validate()
+            .map_err(|e| format!("configuration {source}: ox: {e}"))?;
+        if ox.payload != PayloadMode::Token {
+            return Err(format!(
+                "configuration {source}: ox.payload must be \"token\" in serve mode: every read is checked against the version token of its RBLOCK"
             ));
         }
     }
@@ -154,6 +177,9 @@ fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
 /// memory, or, with a state directory, file-backed members timed by the emulated SSDs.
 pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume, String> {
     let seed = cfg.seed;
+    if let Some(ox) = &cfg.ox {
+        return build_ox_volume(ox, seed, state_dir);
+    }
     let Some(state_dir) = state_dir else {
         let mut ssd = cfg.ssd.clone();
         ssd.payload = PayloadMode::Full;
@@ -341,6 +367,82 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     Ok(Volume {
         device: Box::new(array),
+        description,
+        state: Some(state),
+    })
+}
+
+/// One OX SSD behind its block interface (OXBlock) with real bytes: in memory, or with a
+/// state directory in a flash image file that every start but the first recovers through
+/// OX's own recovery (the newest checkpoint, then redo of the WAL).
+fn build_ox_volume(
+    ox: &afa_ox::OxConfig,
+    seed: u64,
+    state_dir: Option<&Path>,
+) -> Result<Volume, String> {
+    let Some(state_dir) = state_dir else {
+        let device = OxServedDevice::format(ox, seed, FlashImage::in_memory(ox))
+            .map_err(|e| format!("ox: {e}"))?;
+        return Ok(Volume {
+            device: Box::new(device),
+            description: "afa: one OX SSD (OXBlock) in memory".into(),
+            state: None,
+        });
+    };
+    let t = &ox.terms;
+    // The image only makes sense under the medium's shape and the logical space's size;
+    // timing, GC and checkpoint settings may change between starts.
+    let fingerprint = format!(
+        "afa volume: one OX SSD of {} channels x {} LUNs x {} EBLOCKs of {} bytes, WBLOCK {} bytes, RBLOCK {} bytes, TAG {} bytes, {} logical pages",
+        ox.channels,
+        ox.luns_per_channel,
+        ox.eblocks_per_lun,
+        t.eblock_bytes,
+        t.wblock_bytes,
+        t.rblock_bytes,
+        t.tag_bytes,
+        ox.logical_pages
+    );
+    let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    let path = state.ox_image_path();
+    let description = format!("afa: one OX SSD (OXBlock) kept in {}", state_dir.display());
+    let device = if path.exists() {
+        let image = FlashImage::open(&path, ox).map_err(|e| format!("ox: {e}"))?;
+        let (device, report) =
+            OxServedDevice::recover(ox, seed, image).map_err(|e| format!("ox: {e}"))?;
+        let media = device.controller().media();
+        let erases: u64 = (0..media.eblocks_total())
+            .map(|b| media.erase_count(b) as u64)
+            .sum();
+        eprintln!(
+            "afa serve: OX recovered {} after {} stop: checkpoint {}, {} log blocks read, {} records redone, {} contexts redone from their done record, {} verified by their TAGs, {} dropped, {} GC moves redone, {} torn WBLOCKs; {erases} EBLOCK erases in the medium's life",
+            path.display(),
+            if state.unclean() { "an unclean" } else { "an orderly" },
+            report.checkpoint_seq,
+            report.log_blocks_read,
+            report.records_redone,
+            report.contexts_redone,
+            report.contexts_verified,
+            report.contexts_dropped,
+            report.gc_moves_redone,
+            report.torn_wblocks
+        );
+        device
+    } else {
+        // Formatted under a temporary name and renamed once the format is durable, so that
+        // an image under the real name always holds a checkpoint to recover from.
+        let tmp = path.with_extension("img.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let image = FlashImage::create(&tmp, ox).map_err(|e| format!("ox: {e}"))?;
+        let mut device = OxServedDevice::format(ox, seed, image).map_err(|e| format!("ox: {e}"))?;
+        std::fs::rename(&tmp, &path)
+            .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
+            .map_err(|e| format!("cannot put the OX flash image at {}: {e}", path.display()))?;
+        device.image_moved_to(&path);
+        device
+    };
+    Ok(Volume {
+        device: Box::new(device),
         description,
         state: Some(state),
     })
@@ -757,6 +859,34 @@ mod tests {
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();
             let err = build_volume(&cfg, Some(&dir)).err().unwrap();
+            assert!(err.contains(named), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_ox_volume_serves_full_bytes_and_refuses_an_array_or_tokenless_payload() {
+        let dir = std::env::temp_dir().join(format!("afa-serve-ox-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.toml");
+        let small = "[ox]\nchannels = 2\nluns_per_channel = 1\neblocks_per_lun = 32\nlogical_pages = 1000\nlog_forward_links = 1\n[ox.terms]\neblock_bytes = 262144\n";
+        std::fs::write(&path, small).unwrap();
+        let (cfg, _) = load_volume_config(Some(&path)).unwrap();
+        let volume = build_volume(&cfg, None).unwrap();
+        let info = volume.device.info();
+        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
+        assert_eq!(info.capacity_sectors, 1000);
+        for (extra, named) in [
+            ("[array]\nlevel = \"raid5\"\nmembers = 3\n", "[array]"),
+            ("payload = \"none\"\n", "token"),
+            ("bogus_key = 1\n", "bogus_key"),
+        ] {
+            let text = match extra.strip_prefix('[') {
+                Some(_) => format!("{small}{extra}"),
+                None => small.replace("[ox]\n", &format!("[ox]\n{extra}")),
+            };
+            std::fs::write(&path, text).unwrap();
+            let err = load_volume_config(Some(&path)).unwrap_err();
             assert!(err.contains(named), "{err}");
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -41,6 +41,14 @@ pub enum NandError {
     OutOfOrder { block: u32, page: u32, next: u32 },
     #[error("block {block} cannot change cell mode while it holds data")]
     ModeChangeOnWrittenBlock { block: u32 },
+    #[error("a restored image names block {block}, but the medium has {blocks} blocks")]
+    RestoreOutOfRange { block: u32, blocks: u32 },
+    #[error("a restored image puts block {block}'s write pointer at page {next_page}, past its {pages} pages")]
+    RestorePastEnd {
+        block: u32,
+        next_page: u32,
+        pages: u32,
+    },
 }
 
 /// Probabilities of injected media faults, drawn from the medium's own seeded stream.
@@ -482,6 +490,37 @@ impl Nand {
         }
         self.blocks[block as usize].next_page += 1;
         Ok(state)
+    }
+
+    /// Restores a block's state from a persisted image of the medium: its write pointer,
+    /// erase count and bad flag. Only a controller that brings a medium back from a file
+    /// calls it, before any operation; the page contents are restored through the store.
+    pub fn restore_block(
+        &mut self,
+        block: u32,
+        next_page: u32,
+        erase_count: u32,
+        bad: bool,
+    ) -> Result<(), NandError> {
+        let Some(b) = self.blocks.get(block as usize) else {
+            return Err(NandError::RestoreOutOfRange {
+                block,
+                blocks: self.blocks.len() as u32,
+            });
+        };
+        let pages = self.pages_in_mode[b.mode.index()];
+        if next_page > pages {
+            return Err(NandError::RestorePastEnd {
+                block,
+                next_page,
+                pages,
+            });
+        }
+        let b = &mut self.blocks[block as usize];
+        b.next_page = next_page as _;
+        b.erase_count = erase_count;
+        b.bad = bad;
+        Ok(())
     }
 
     /// Erases a block without timing (preconditioning only).

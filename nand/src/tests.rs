@@ -236,3 +236,59 @@ fn gap_filling_never_programs_a_blocks_pages_out_of_order_in_time() {
     // The block's erase also waits for its last program.
     assert_eq!(n.erase(0, 0).unwrap(), next + t.mlc.erase_ns);
 }
+
+#[test]
+fn restore_block_sets_write_pointer_erase_count_and_bad_flag() {
+    let mut a = nand(PayloadMode::Token);
+    // Build some history: two erases of block 1, three pages in block 2, block 3 retired.
+    a.erase(1, 0).unwrap();
+    a.erase(1, 0).unwrap();
+    let ppb = a.geometry().pages_per_block;
+    for p in 0..3 {
+        a.program(2 * ppb + p, 0).unwrap();
+    }
+    a.retire_block(3);
+    let mut b = nand(PayloadMode::Token);
+    for block in 0..a.geometry().blocks_total() {
+        b.restore_block(
+            block,
+            a.next_page(block),
+            a.erase_count(block),
+            a.is_bad(block),
+        )
+        .unwrap();
+    }
+    for block in 0..a.geometry().blocks_total() {
+        assert_eq!(b.next_page(block), a.next_page(block), "block {block}");
+        assert_eq!(b.erase_count(block), a.erase_count(block), "block {block}");
+        assert_eq!(b.is_bad(block), a.is_bad(block), "block {block}");
+    }
+    // The restored write pointer is enforced: the next program must go to page 3.
+    assert!(matches!(
+        b.program(2 * ppb + 2, 0),
+        Err(NandError::OutOfOrder { next: 3, .. })
+    ));
+    b.program(2 * ppb + 3, 0).unwrap();
+    assert!(matches!(
+        b.program(3 * ppb, 0),
+        Err(NandError::BadBlock { block: 3 })
+    ));
+}
+
+#[test]
+fn restore_block_refuses_a_pointer_past_the_block_or_an_unknown_block() {
+    let mut n = nand(PayloadMode::None);
+    let ppb = n.geometry().pages_per_block;
+    let blocks = n.geometry().blocks_total();
+    assert!(matches!(
+        n.restore_block(0, ppb + 1, 0, false),
+        Err(NandError::RestorePastEnd { .. })
+    ));
+    assert!(matches!(
+        n.restore_block(blocks, 0, 0, false),
+        Err(NandError::RestoreOutOfRange { .. })
+    ));
+    // A full block is a valid restored state.
+    n.restore_block(0, ppb, 5, false).unwrap();
+    assert_eq!(n.next_page(0), ppb);
+}

@@ -83,10 +83,7 @@ impl OxController {
         let ppb = self.media.wblocks_per_eblock();
         let spp = self.media.rblocks_per_wblock();
         let rblocks: Vec<RblockWrite> = (0..spp)
-            .map(|_| RblockWrite {
-                tag: Tag::new(TagKind::Checkpoint, 0, rec.seq),
-                token: 0,
-            })
+            .map(|_| RblockWrite::meta(Tag::new(TagKind::Checkpoint, 0, rec.seq)))
             .collect();
         let mut ready = ready_ns;
         for _ in 0..2 * ppb {

@@ -25,7 +25,7 @@ use crate::log::{FormingBlock, LogBlock, LogRecord, LogState, RdescEntry};
 use crate::media::{Media, MetaBlob, Ppa, Ppn, RblockWrite, Tag, TagKind};
 use crate::provision::{Provisioner, Stream, SystemBlocks};
 use crate::tables::{Gbitv, Map, MapEntry, MapMiss, TableId, TablePage, Wear, NO_PPN};
-use crate::{CheckpointRecord, OxConfig, OxError};
+use crate::{CheckpointRecord, FlashImage, OxConfig, OxError};
 
 /// Counters of one controller, in the units of the paper's Table 3.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -241,7 +241,12 @@ impl OxController {
     /// Formats a fresh medium: finds the system blocks, writes the bad-block tables and the
     /// first checkpoint record, and returns an empty device at time zero.
     pub fn format(cfg: &OxConfig, seed: u64) -> Result<OxController, OxError> {
-        let media = Media::new(cfg, seed)?;
+        Self::format_media(Media::new(cfg, seed)?)
+    }
+
+    /// Formats a fresh medium that the caller built (one with a flash image, say).
+    pub fn format_media(media: Media) -> Result<OxController, OxError> {
+        let cfg = &media.config().clone();
         let mut c = Self::empty(media)?;
         for ch in 0..cfg.channels {
             c.write_bbt(ch, 0)?;
@@ -323,6 +328,10 @@ impl OxController {
     }
     pub fn media(&self) -> &Media {
         &self.media
+    }
+    /// The medium's byte plane, if it has one (a served device stages host bytes in it).
+    pub fn image_mut(&mut self) -> Option<&mut FlashImage> {
+        self.media.image_mut()
     }
     pub fn now_ns(&self) -> TimeNs {
         self.now_ns
@@ -939,13 +948,12 @@ impl OxController {
         // compares it with erase records to tell an EBLOCK rewritten since its erase.
         let stamp = self.log.next_lsn;
         let rblocks: Vec<RblockWrite> = (0..spp)
-            .map(|_| RblockWrite {
-                tag: Tag::new(
+            .map(|_| {
+                RblockWrite::meta(Tag::new(
                     TagKind::Table,
                     table_code(table) << 32 | index as u64,
                     stamp,
-                ),
-                token: 0,
+                ))
             })
             .collect();
         let page = TablePage {
@@ -1047,18 +1055,14 @@ impl OxController {
         let mut end_max = now;
         for (ppn, idxs) in by_wblock {
             let c = self.contexts.get(&ctx).expect("present");
-            let mut rblocks = vec![
-                RblockWrite {
-                    tag: Tag::new(TagKind::Padding, 0, 0),
-                    token: 0,
-                };
-                spp as usize
-            ];
+            let mut rblocks =
+                vec![RblockWrite::meta(Tag::new(TagKind::Padding, 0, 0)); spp as usize];
             for &i in &idxs {
                 let r = (c.new[i as usize].0 % spp as u64) as usize;
                 rblocks[r] = RblockWrite {
                     tag: Tag::new(TagKind::User, c.lpids[i as usize], ctx),
                     token: c.tokens[i as usize],
+                    source: None,
                 };
             }
             let used = rblocks
@@ -1522,10 +1526,7 @@ impl OxController {
         };
         let spp = self.media.rblocks_per_wblock();
         let rblocks: Vec<RblockWrite> = (0..spp)
-            .map(|_| RblockWrite {
-                tag: Tag::new(TagKind::Log, 0, seq),
-                token: 0,
-            })
+            .map(|_| RblockWrite::meta(Tag::new(TagKind::Log, 0, seq)))
             .collect();
         let mut ready = now;
         let first_lsn = block.records.first().map_or(0, |r| r.0);
@@ -1614,10 +1615,7 @@ impl OxController {
         self.bbt_version += 1;
         let spp = self.media.rblocks_per_wblock();
         let rblocks: Vec<RblockWrite> = (0..spp)
-            .map(|_| RblockWrite {
-                tag: Tag::new(TagKind::Bbt, ch as u64, self.bbt_version),
-                token: 0,
-            })
+            .map(|_| RblockWrite::meta(Tag::new(TagKind::Bbt, ch as u64, self.bbt_version)))
             .collect();
         let blob = MetaBlob::Bbt {
             version: self.bbt_version,
@@ -1681,6 +1679,28 @@ impl OxController {
             }
         }
         out
+    }
+
+    /// The RBLOCK MAP points at for `lpid` now, without timing or touching the MAP cache:
+    /// a served device uses it to fetch the bytes of what a read just returned.
+    pub fn peek_mapping(&self, lpid: u64) -> Ppa {
+        if lpid >= self.cfg.logical_pages {
+            return Ppa::NONE;
+        }
+        let per = self.map.entries_per_page;
+        let page = (lpid / per) as u32;
+        let i = (lpid % per) as usize;
+        let word = match self.map.cached_entry(page, i) {
+            Some(word) => Some(word),
+            None => {
+                let ppn = self.map.map_s.ppns[page as usize];
+                match self.media.meta_of(ppn) {
+                    Some(MetaBlob::Table(t)) => t.words.get(i).copied(),
+                    _ => None,
+                }
+            }
+        };
+        word.map_or(Ppa::NONE, |w| MapEntry(w).ppa())
     }
 
     /// Checks the FTL's invariants: GBITV marks exactly the RBLOCKs MAP points at, every

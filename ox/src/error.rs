@@ -38,6 +38,8 @@ pub enum OxError {
     UnknownRequest(u64),
     #[error("invalid key-value store configuration: {0}")]
     KvConfig(String),
+    #[error("flash image: {0}")]
+    Image(String),
     #[error("unknown experiment {0:?}")]
     UnknownExperiment(String),
 }

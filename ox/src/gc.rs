@@ -173,6 +173,7 @@ impl OxController {
                 rblocks.push(RblockWrite {
                     tag: Tag::new(TagKind::Gc, tag.lpid, seq),
                     token,
+                    source: Some(ppa),
                 });
                 priors.push((tag.lpid, ppa));
             }

@@ -17,6 +17,8 @@
 //! | `checkpoint` | fuzzy incremental checkpoints and log truncation |
 //! | `recovery` | power loss and recovery from the checkpoint record |
 //! | `block` | OXBlock: the block interface and the `BlockDevice` seam |
+//! | `image` | the flash image: the medium's bytes, TAGs and metadata as a file (serve mode) |
+//! | `served` | OXBlock with real bytes over the flash image, for `afa serve` |
 //! | `kv` | the host key-value store (B-tree, page cache, write buffer, LLAMA on block) |
 //! | `ycsb` | YCSB workloads with a scrambled zipfian key choice |
 //! | `reproduce` | the paper's measurements (`ox-fig12`, `ox-fig13`, `ox-table4`) |
@@ -69,12 +71,14 @@ mod config;
 mod controller;
 mod error;
 mod gc;
+mod image;
 pub mod kv;
 mod log;
 mod media;
 mod provision;
 mod recovery;
 pub mod reproduce;
+mod served;
 mod tables;
 pub mod ycsb;
 
@@ -84,11 +88,15 @@ pub use checkpoint::CheckpointRecord;
 pub use config::{ControllerCosts, FlashTerms, OxCheckpointConfig, OxConfig, OxGcConfig};
 pub use controller::{OxController, OxStats};
 pub use error::OxError;
+pub use image::{decode_meta, encode_meta, EblockRecord, FlashImage, SlotContent};
 pub use log::{GcMove, LogBlock, LogRecord, RdescEntry};
-pub use media::{Media, MediaCounters, MetaBlob, Ppa, Ppn, Tag, TagKind};
+pub use media::{Media, MediaCounters, MetaBlob, Ppa, Ppn, RblockWrite, Tag, TagKind};
 pub use recovery::{PoweredOff, RecoveryReport};
 pub use reproduce::{reproduce, Reproduction};
+pub use served::OxServedDevice;
 pub use tables::{MapEntry, TableId, TablePage};
 
+#[cfg(test)]
+mod image_tests;
 #[cfg(test)]
 mod tests;

@@ -7,12 +7,18 @@
 //! payload store. Metadata WBLOCKs (log blocks, table pages, checkpoint records, bad-block
 //! tables) carry structured content, kept here per WBLOCK: it is what the flash holds, so a
 //! program that did not finish before a power loss takes it away, and an erase clears it.
+//!
+//! A served device gives the medium a flash image (`crate::image`) as well: every program,
+//! failed program, erase and retirement is mirrored into it, so it holds the bytes of every
+//! user RBLOCK and everything needed to rebuild the medium (`Media::restore`). Without one,
+//! nothing here changes.
 
 use std::collections::BTreeMap;
 
 use afa_nand::{Nand, NandError, PayloadMode};
 use afa_sim::TimeNs;
 
+use crate::image::{EblockRecord, FlashImage, SlotContent};
 use crate::log::LogBlock;
 use crate::tables::TablePage;
 use crate::{CheckpointRecord, OxConfig, OxError};
@@ -108,7 +114,7 @@ impl Tag {
         }
     }
 
-    fn encode(self, out: &mut [u8]) {
+    pub(crate) fn encode(self, out: &mut [u8]) {
         out.fill(0);
         if self.kind == TagKind::Empty {
             return;
@@ -119,7 +125,7 @@ impl Tag {
         out[15] = check_byte(&out[..15]);
     }
 
-    fn decode(bytes: &[u8]) -> Tag {
+    pub(crate) fn decode(bytes: &[u8]) -> Tag {
         if bytes.len() < 16 || bytes[15] != check_byte(&bytes[..15]) || bytes[14] == 0 {
             return Tag::EMPTY;
         }
@@ -161,6 +167,20 @@ pub struct RblockWrite {
     pub tag: Tag,
     /// The payload token (zero for metadata and padding).
     pub token: u64,
+    /// For a GC copy, the RBLOCK it copies: a medium with a byte plane copies the bytes
+    /// from there.
+    pub source: Option<Ppa>,
+}
+
+impl RblockWrite {
+    /// An RBLOCK of metadata or padding: a TAG, no payload.
+    pub fn meta(tag: Tag) -> RblockWrite {
+        RblockWrite {
+            tag,
+            token: 0,
+            source: None,
+        }
+    }
 }
 
 /// Counters of the medium in flash terms.
@@ -186,6 +206,9 @@ pub struct Media {
     /// Programs that may still be running: (end, WBLOCK). What a power loss takes away.
     inflight_programs: Vec<(TimeNs, Ppn)>,
     counters: MediaCounters,
+    /// The byte plane of a served device (the flash image); `None` in simulation, which
+    /// then runs exactly as without it.
+    image: Option<FlashImage>,
 }
 
 impl Media {
@@ -214,7 +237,78 @@ impl Media {
             meta: BTreeMap::new(),
             inflight_programs: Vec::new(),
             counters: MediaCounters::default(),
+            image: None,
         })
+    }
+
+    /// A fresh (erased) medium whose content is also kept in `image`, which must be new:
+    /// the EBLOCK table records the medium's factory bad blocks.
+    pub fn with_image(cfg: &OxConfig, seed: u64, mut image: FlashImage) -> Result<Media, OxError> {
+        let mut m = Media::new(cfg, seed)?;
+        for block in 0..m.eblocks_total() {
+            image.write_record(
+                block,
+                EblockRecord {
+                    generation: 0,
+                    erase_count: m.nand.erase_count(block),
+                    bad: m.nand.is_bad(block),
+                },
+            );
+        }
+        image.sync().map_err(OxError::Image)?;
+        m.image = Some(image);
+        Ok(m)
+    }
+
+    /// Rebuilds the medium from an image a previous process left: every EBLOCK's write
+    /// pointer, erase count and bad flag, every WBLOCK's TAGs, tokens and metadata. Returns
+    /// the medium and the number of WBLOCKs whose write was cut short (torn programs).
+    pub fn restore(
+        cfg: &OxConfig,
+        seed: u64,
+        mut image: FlashImage,
+    ) -> Result<(Media, u64), OxError> {
+        let mut m = Media::new(cfg, seed)?;
+        let wpe = m.wblocks_per_eblock;
+        let mut torn = 0;
+        for block in 0..m.eblocks_total() {
+            let record = image.record(block);
+            let first = m.first_ppn(block);
+            let slots = (first..first + wpe)
+                .map(|ppn| image.load(ppn))
+                .collect::<Result<Vec<_>, _>>()?;
+            // WBLOCKs are programmed in order, so everything below the last one that is not
+            // erased was consumed; a hole there is a program a host crash lost.
+            let write_pointer = slots
+                .iter()
+                .rposition(|s| *s != SlotContent::Erased)
+                .map_or(0, |i| i + 1);
+            m.nand
+                .restore_block(block, write_pointer as u32, record.erase_count, record.bad)?;
+            for (i, slot) in slots.into_iter().enumerate().take(write_pointer) {
+                let ppn = first + i as u32;
+                match slot {
+                    SlotContent::Programmed { rblocks, meta } => {
+                        m.store_content(ppn, &rblocks);
+                        if let Some(blob) = meta {
+                            m.meta.insert(ppn, blob);
+                        }
+                    }
+                    SlotContent::Consumed { torn: true } | SlotContent::Erased => torn += 1,
+                    SlotContent::Consumed { torn: false } => {}
+                }
+            }
+        }
+        m.image = Some(image);
+        Ok((m, torn))
+    }
+
+    /// The byte plane, if the medium has one.
+    pub fn image(&self) -> Option<&FlashImage> {
+        self.image.as_ref()
+    }
+    pub fn image_mut(&mut self) -> Option<&mut FlashImage> {
+        self.image.as_mut()
     }
 
     pub fn config(&self) -> &OxConfig {
@@ -292,6 +386,9 @@ impl Media {
         match self.nand.program(ppn, ready_ns) {
             Ok(end) => {
                 self.store_content(ppn, rblocks);
+                if let Some(image) = &mut self.image {
+                    image.program(ppn, rblocks, meta.as_ref());
+                }
                 match meta {
                     Some(m) => {
                         self.meta.insert(ppn, m);
@@ -307,6 +404,9 @@ impl Media {
                 if matches!(e, NandError::ProgramFailed { .. }) {
                     self.counters.program_failures += 1;
                     self.meta.remove(&ppn);
+                    if let Some(image) = &mut self.image {
+                        image.consume(ppn);
+                    }
                 }
                 Err(e)
             }
@@ -410,12 +510,20 @@ impl Media {
         if matches!(r, Err(NandError::EraseFailed { .. })) {
             self.counters.erase_failures += 1;
         }
+        if let Some(image) = &mut self.image {
+            image.erase(block, self.nand.erase_count(block), self.nand.is_bad(block));
+        }
         r
     }
 
     /// Marks an EBLOCK bad (retired after a program failure).
     pub fn retire(&mut self, block: u32) {
         self.nand.retire_block(block);
+        if let Some(image) = &mut self.image {
+            let mut record = image.record(block);
+            record.bad = true;
+            image.write_record(block, record);
+        }
     }
 
     /// Forgets programs that ended by `now_ns`: they are durable.
@@ -434,6 +542,9 @@ impl Media {
             if end > at_ns {
                 self.nand.store_mut().clear_page(ppn);
                 self.meta.remove(&ppn);
+                if let Some(image) = &mut self.image {
+                    image.consume(ppn);
+                }
                 torn += 1;
             }
         }

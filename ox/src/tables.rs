@@ -274,6 +274,14 @@ impl Map {
             .collect()
     }
 
+    /// One entry of a cached page, if the page is cached (no LRU update: an inspection).
+    pub fn cached_entry(&self, page: u32, index: usize) -> Option<u64> {
+        self.cache
+            .get(&page)
+            .and_then(|c| c.entries.get(index))
+            .map(|e| e.0)
+    }
+
     /// The words of a cached page, if cached.
     pub fn cached_words(&self, page: u32) -> Option<Vec<u64>> {
         self.cache

@@ -444,9 +444,10 @@ fn device_failure(cmd: &Command<'_>, e: &DeviceError) -> Failure {
         DeviceError::OutOfRange { .. } | DeviceError::TooLarge { .. } => EINVAL,
         DeviceError::NoSpace { .. } => ENOSPC,
         DeviceError::Unsupported(_) => EINVAL,
-        DeviceError::Failed | DeviceError::PayloadLength { .. } | DeviceError::TagLength { .. } => {
-            EIO
-        }
+        DeviceError::Failed
+        | DeviceError::Medium(_)
+        | DeviceError::PayloadLength { .. }
+        | DeviceError::TagLength { .. } => EIO,
     };
     let op = match cmd.opcode {
         Opcode::Read => "read",

@@ -137,6 +137,11 @@ impl StateDir {
         self.dir.join("nvram.log")
     }
 
+    /// The flash image of a served OX SSD: its medium's bytes, TAGs and metadata.
+    pub fn ox_image_path(&self) -> PathBuf {
+        self.dir.join("ox-flash.img")
+    }
+
     /// The file of member `index` (spares count after the members).
     pub fn member_path(&self, index: usize) -> PathBuf {
         self.dir.join(format!("member-{index}.img"))

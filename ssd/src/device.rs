@@ -197,6 +197,10 @@ pub enum DeviceError {
     Failed,
     #[error("command not supported: {0}")]
     Unsupported(String),
+    /// The device's backing medium failed or returned something it did not write (an I/O
+    /// error of an image file, a stored version that does not match the device's map).
+    #[error("the device's medium failed: {0}")]
+    Medium(String),
 }
 
 /// A device that takes commands and computes when each completes.

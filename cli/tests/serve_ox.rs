@@ -1,0 +1,375 @@
+//! `afa serve` of one OX SSD (`[ox]`) as a process: its flash image survives an orderly stop,
+//! kill -9 and a load that makes GC move pages, and every restart runs OX's own recovery
+//! (the newest checkpoint, then redo of the WAL). Data is checked with qemu-io patterns
+//! (-P), which fail on any byte that differs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::have;
+
+const AFA: &str = env!("CARGO_BIN_EXE_afa");
+
+/// A small OX SSD: 4 channels × 2 LUNs × 80 EBLOCKs of 64 KiB (40 MiB of flash) exposing
+/// 4000 pages of 4 KiB (15.6 MiB), so that writing the volume three times over makes GC
+/// collect EBLOCKs; checkpoints every 20 ms of device time.
+const OX: &str = r#"
+seed = 11
+[ox]
+channels = 4
+luns_per_channel = 2
+eblocks_per_lun = 80
+logical_pages = 4000
+map_cache_pages = 2
+log_forward_links = 2
+max_batch_pages = 255
+[ox.terms]
+rblock_bytes = 4096
+wblock_bytes = 8192
+eblock_bytes = 65536
+tag_bytes = 16
+[ox.gc]
+start_used_fraction = 0.6
+stop_used_fraction = 0.55
+max_gc_channels = 2
+[ox.checkpoint]
+interval_ns = 20000000
+"#;
+
+/// Bytes of the volume: 4000 pages of 4 KiB.
+const VOLUME_BYTES: u64 = 4000 * 4096;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-ox-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
+struct Afa {
+    child: Child,
+    uri: String,
+}
+
+impl Afa {
+    /// Starts `afa serve` and waits for its "serving ... at URI" line.
+    fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
+        let mut child = Command::new(AFA)
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("afa starts");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "afa serve did not start ({}): {line}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+        Afa { child, uri }
+    }
+
+    /// kill -9: the process gets no chance to flush or clean up. Returns what it printed on
+    /// stderr.
+    fn kill_9(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.stderr()
+    }
+
+    /// An orderly stop (SIGTERM): the server flushes, exits with success and records the
+    /// stop as clean. Returns what it printed on stderr.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = self.stderr();
+        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
+        stderr
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        stderr
+    }
+}
+
+impl Drop for Afa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs qemu-io commands; fails on an error or a pattern mismatch.
+fn qemu_io(uri: &str, commands: &[String]) {
+    let mut args = vec!["-f".to_string(), "raw".to_string()];
+    for c in commands {
+        args.push("-c".into());
+        args.push(c.clone());
+    }
+    args.push(uri.into());
+    let out = Command::new("qemu-io").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        "qemu-io ({} commands, first {:?}): {text}{}",
+        commands.len(),
+        commands.first(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn cmds(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+struct Setup {
+    config: PathBuf,
+    socket: PathBuf,
+    state: PathBuf,
+}
+
+fn setup(name: &str) -> Setup {
+    let dir = scratch(name);
+    let config = dir.join("volume.toml");
+    std::fs::write(&config, OX).unwrap();
+    Setup {
+        socket: dir.join("afa.sock"),
+        state: dir.join("state"),
+        config,
+    }
+}
+
+impl Setup {
+    fn start(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, &self.state, extra)
+    }
+}
+
+/// The recovery line a restart prints, or a panic naming what was printed instead.
+fn recovery_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("OX recovered"))
+        .unwrap_or_else(|| panic!("no recovery was logged: {stderr}"))
+}
+
+#[test]
+fn ox_stop_and_restart_keep_every_flushed_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("restart");
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&[
+            "write -P 0x5a 0 1M",
+            "write -P 0xa5 3M 64k",
+            "write -P 0x33 5000 3000",
+            "flush",
+        ]),
+    );
+    let stderr = afa.stop();
+    assert!(
+        !stderr.contains("OX recovered"),
+        "a fresh start formats: {stderr}"
+    );
+    assert!(s.state.join("ox-flash.img").exists());
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&[
+            "read -P 0x5a 0 4096",
+            "read -P 0x33 5000 3000",
+            "read -P 0x5a 8000 1040576",
+            "read -P 0xa5 3M 64k",
+            "read -P 0 4M 64k",
+        ]),
+    );
+    let stderr = afa.stop();
+    // Recovery runs after an orderly stop too: OX keeps its tables in DRAM.
+    assert!(
+        recovery_line(&stderr).contains("after an orderly stop"),
+        "{stderr}"
+    );
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &cmds(&["read -P 0xa5 3M 64k"]));
+}
+
+#[test]
+fn ox_kill_9_keeps_every_flushed_and_every_acknowledged_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("kill9");
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &cmds(&["write -P 0x42 1M 2M", "flush"]));
+    // Acknowledged but never flushed: a program reaches the image (pwrite) before the
+    // controller can acknowledge the write, so a killed process loses none of it.
+    qemu_io(
+        &afa.uri,
+        &cmds(&["write -P 0x17 5M 256k", "write -P 0x18 1M 8k"]),
+    );
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&[
+            "read -P 0x18 1M 8k",
+            "read -P 0x42 1032k 2040k",
+            "read -P 0x17 5M 256k",
+        ]),
+    );
+    // The recovered device takes new writes, and recovers them after another kill.
+    qemu_io(
+        &afa.uri,
+        &cmds(&["write -P 0x12 9M 64k", "read -P 0x12 9M 64k"]),
+    );
+    let stderr = afa.kill_9();
+    assert!(
+        recovery_line(&stderr).contains("after an unclean stop"),
+        "{stderr}"
+    );
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&["read -P 0x12 9M 64k", "read -P 0x17 5M 256k"]),
+    );
+}
+
+/// A deterministic stream of offsets for the random writes.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn ox_kill_9_after_a_load_that_makes_gc_move_pages_keeps_every_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("gc");
+    let afa = s.start(&["--pace", "none"]);
+    let pages = VOLUME_BYTES / 4096;
+    // The pattern byte of every 4 KiB page, as the host last wrote it.
+    let mut oracle = vec![0u8; pages as usize];
+    let mut rng = Lcg(3);
+    let mut pattern = 0u8;
+    // Two sequential passes over the whole volume, each followed by random 8 KiB
+    // overwrites: more than three times the volume in all, over 40 MiB of flash, so GC
+    // must collect EBLOCKs, and the random overwrites leave victims with live pages to move.
+    for _ in 0..2 {
+        pattern = pattern.wrapping_add(1);
+        qemu_io(
+            &afa.uri,
+            &[format!("write -P {pattern:#x} 0 {VOLUME_BYTES}")],
+        );
+        oracle.fill(pattern);
+        let mut writes = Vec::new();
+        for _ in 0..1000 {
+            pattern = pattern.wrapping_add(1).max(1);
+            let page = rng.below(pages - 1);
+            writes.push(format!("write -P {pattern:#x} {} 8k", page * 4096));
+            oracle[page as usize] = pattern;
+            oracle[page as usize + 1] = pattern;
+        }
+        qemu_io(&afa.uri, &writes);
+    }
+    // No flush: every write was acknowledged, and that is enough against kill -9.
+    afa.kill_9();
+    let afa = s.start(&[]);
+    let mut reads = Vec::new();
+    let mut start = 0usize;
+    for i in 1..=oracle.len() {
+        if i == oracle.len() || oracle[i] != oracle[start] {
+            reads.push(format!(
+                "read -P {:#x} {} {}",
+                oracle[start],
+                start * 4096,
+                (i - start) * 4096
+            ));
+            start = i;
+        }
+    }
+    qemu_io(&afa.uri, &reads);
+    let stderr = afa.stop();
+    let line = recovery_line(&stderr);
+    // The volume was written more than three times over 40 MiB of flash (640 EBLOCKs): GC
+    // must have erased data EBLOCKs, and the medium's erase counts came back from the image.
+    let erases: u64 = line
+        .rsplit("; ")
+        .next()
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no erase count in {line}"));
+    assert!(
+        erases > 100,
+        "only {erases} erases: GC did not run ({line})"
+    );
+}
+
+#[test]
+fn ox_state_refuses_another_medium() {
+    let s = setup("shape");
+    let afa = s.start(&[]);
+    afa.stop();
+    std::fs::write(
+        &s.config,
+        OX.replace("eblocks_per_lun = 80", "eblocks_per_lun = 96"),
+    )
+    .unwrap();
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("holds a volume made as"), "{stderr}");
+}

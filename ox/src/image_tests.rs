@@ -1,0 +1,487 @@
+//! Tests of the flash image and the served device: metadata blobs as WBLOCK bytes, the image
+//! round trip (programs, erases, metadata, bad blocks), and recovery from an image left by
+//! a controller that never stopped in order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use afa_sim::SimRng;
+use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
+
+use crate::log::{GcMove, LogBlock, LogRecord, RdescEntry};
+use crate::tables::{TableId, TablePage};
+use crate::tests::small_config;
+use crate::*;
+
+/// A fresh directory for one test's image, removed when the guard drops.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("afa-ox-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn image(&self) -> PathBuf {
+        self.0.join("ox-flash.img")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
+    let log = LogBlock {
+        seq: 42,
+        records: vec![
+            (
+                7,
+                LogRecord::Rdesc {
+                    ctx: 3,
+                    entries: vec![
+                        RdescEntry {
+                            lpid: 9,
+                            prior: Ppa::NONE,
+                            new: Ppa(1234),
+                        },
+                        RdescEntry {
+                            lpid: 10,
+                            prior: Ppa(5),
+                            new: Ppa::NONE,
+                        },
+                    ],
+                },
+            ),
+            (
+                8,
+                LogRecord::RdescA {
+                    ctx: 3,
+                    amendments: vec![(0, Ppa(99))],
+                },
+            ),
+            (9, LogRecord::Done { ctx: 3 }),
+            (
+                10,
+                LogRecord::Gc {
+                    victim: 17,
+                    moves: vec![GcMove {
+                        lpid: 4,
+                        prior: Ppa(70),
+                        new: Ppa(700),
+                    }],
+                },
+            ),
+            (11, LogRecord::Erase { block: 17 }),
+            (
+                12,
+                LogRecord::CkptPages {
+                    ckpt: 2,
+                    pages: vec![(TableId::Map, 0, 33), (TableId::Wear, 1, 34)],
+                },
+            ),
+        ],
+        prev: Some(77),
+        links: vec![80, 81],
+    };
+    let table = TablePage {
+        table: TableId::GbitvS,
+        index: 3,
+        words: vec![1, u64::MAX, 0, 5],
+    };
+    let rec = CheckpointRecord {
+        seq: 5,
+        timestamp_ns: 123_456,
+        rssp_lsn: 44,
+        rssp_block_seq: 6,
+        rssp_links: vec![10, 11],
+        map_t: vec![1, 2, 3],
+        gbitv_t: vec![4],
+        wear_s: vec![5, 6],
+        channel_cursors: [1, 2, 3, 0],
+        next_ctx: 19,
+        next_gc_seq: 8,
+    };
+    vec![
+        (MetaBlob::Log(log), Tag::new(TagKind::Log, 0, 42)),
+        (
+            MetaBlob::Table(table),
+            Tag::new(TagKind::Table, 4 << 32 | 3, 11),
+        ),
+        (
+            MetaBlob::Checkpoint(Box::new(rec)),
+            Tag::new(TagKind::Checkpoint, 0, 5),
+        ),
+        (
+            MetaBlob::Bbt {
+                version: 3,
+                bad: vec![2, 9],
+            },
+            Tag::new(TagKind::Bbt, 1, 3),
+        ),
+    ]
+}
+
+#[test]
+fn metadata_blobs_round_trip_through_wblock_bytes() {
+    for (blob, tag) in sample_blobs() {
+        let (kind, bytes) = encode_meta(&blob, 8192).unwrap();
+        assert!(bytes.len() <= 8192);
+        assert_eq!(decode_meta(kind, &bytes, tag).unwrap(), blob);
+        // A truncated blob is an error, not a panic or a shorter blob.
+        if bytes.len() > 1 {
+            assert!(decode_meta(kind, &bytes[..bytes.len() - 1], tag).is_err());
+        }
+    }
+}
+
+#[test]
+fn a_blob_larger_than_its_wblock_is_refused() {
+    let page = MetaBlob::Table(TablePage {
+        table: TableId::Map,
+        index: 0,
+        words: vec![0; 1025],
+    });
+    let err = encode_meta(&page, 8192).unwrap_err();
+    assert!(err.contains("does not fit in a 8192-byte WBLOCK"), "{err}");
+    let fits = MetaBlob::Table(TablePage {
+        table: TableId::Map,
+        index: 0,
+        words: vec![0; 1024],
+    });
+    assert!(encode_meta(&fits, 8192).is_ok());
+}
+
+/// The bytes of one sector of version `version` of LBA `lba`: distinct for every pair.
+fn sector_bytes(lba: u64, version: u64) -> Vec<u8> {
+    let word = afa_nand::sector_token(lba, version);
+    (0..512u64)
+        .flat_map(|i| (word ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes())
+        .collect()
+}
+
+/// Writes `writes` random runs of 1..=8 sectors over the first `span` LBAs (so GC runs once
+/// the span is overwritten a few times); returns the oracle of acknowledged bytes.
+fn write_random(
+    d: &mut OxServedDevice,
+    rng: &mut SimRng,
+    writes: u32,
+    span: u64,
+    oracle: &mut BTreeMap<u64, Vec<u8>>,
+    version: &mut u64,
+) {
+    let mut t = d.controller().now_ns();
+    for _ in 0..writes {
+        let sectors = 1 + rng.below(8) as u32;
+        let lba = rng.below(span - sectors as u64);
+        *version += 1;
+        let data: Vec<u8> = (0..sectors as u64)
+            .flat_map(|i| sector_bytes(lba + i, *version))
+            .collect();
+        let c = d
+            .submit(t, &Command::write(lba, sectors, &data), ReadBuffers::none())
+            .unwrap();
+        t = c.done_ns;
+        for i in 0..sectors as u64 {
+            oracle.insert(lba + i, sector_bytes(lba + i, *version));
+        }
+    }
+}
+
+fn check_oracle(d: &mut OxServedDevice, oracle: &BTreeMap<u64, Vec<u8>>, span: u64) {
+    let t = d.controller().now_ns();
+    let mut out = vec![0u8; 4096];
+    for lba in 0..span {
+        d.submit(
+            t,
+            &Command::read(lba, 1),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .unwrap();
+        match oracle.get(&lba) {
+            Some(want) => assert!(out == *want, "LBA {lba} reads other bytes"),
+            None => assert!(out.iter().all(|&b| b == 0), "LBA {lba} never written"),
+        }
+    }
+}
+
+#[test]
+fn the_image_round_trip_restores_programs_erases_metadata_and_bad_blocks() {
+    let dir = TempDir::new("round-trip");
+    let mut cfg = small_config();
+    cfg.faults.program_fail_probability = 0.003;
+    cfg.faults.factory_bad_block_fraction = 0.02;
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut d = OxServedDevice::format(&cfg, 5, image).unwrap();
+    let mut rng = SimRng::new(5);
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    write_random(&mut d, &mut rng, 3000, 3000, &mut oracle, &mut version);
+    let ctrl = d.into_controller();
+    let original = ctrl.media();
+    assert!(original.counters().erases > 0, "no erase happened");
+    assert!(
+        original.counters().program_failures > 0,
+        "no program failed"
+    );
+    assert!(
+        (0..original.eblocks_total()).any(|b| original.is_bad(b)),
+        "no bad EBLOCK"
+    );
+    assert!(ctrl.stats().eblocks_retired > 0, "no EBLOCK was retired");
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (restored, torn) = Media::restore(&cfg, 5, image).unwrap();
+    assert_eq!(torn, 0);
+    let mut metas = 0;
+    for block in 0..original.eblocks_total() {
+        assert_eq!(
+            restored.is_bad(block),
+            original.is_bad(block),
+            "EBLOCK {block}"
+        );
+        assert_eq!(
+            restored.erase_count(block),
+            original.erase_count(block),
+            "EBLOCK {block}"
+        );
+        if original.is_bad(block) {
+            continue;
+        }
+        assert_eq!(
+            restored.write_pointer(block),
+            original.write_pointer(block),
+            "EBLOCK {block}"
+        );
+        let first = original.first_ppn(block);
+        for ppn in first..first + original.write_pointer(block) {
+            assert_eq!(restored.meta_of(ppn), original.meta_of(ppn), "WBLOCK {ppn}");
+            metas += original.meta_of(ppn).is_some() as u32;
+            for i in 0..original.rblocks_per_wblock() {
+                let ppa = original.ppa(ppn, i);
+                assert_eq!(restored.tag_of(ppa), original.tag_of(ppa), "RBLOCK {ppa:?}");
+                assert_eq!(
+                    restored.token_of(ppa),
+                    original.token_of(ppa),
+                    "RBLOCK {ppa:?}"
+                );
+            }
+        }
+    }
+    assert!(metas > 0);
+}
+
+#[test]
+fn recovery_from_the_image_of_a_dropped_controller_keeps_every_acknowledged_write() {
+    let dir = TempDir::new("recovery");
+    let mut cfg = small_config();
+    cfg.faults.program_fail_probability = 0.002;
+    let span = 3000;
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut d = OxServedDevice::format(&cfg, 8, image).unwrap();
+    let mut rng = SimRng::new(8);
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    write_random(&mut d, &mut rng, 2500, span, &mut oracle, &mut version);
+    let stats = *d.controller().stats();
+    assert!(stats.gc_victims > 0, "GC never ran: {stats:?}");
+    assert!(stats.checkpoints > 1, "no checkpoint after the format");
+    // No orderly stop: the controller, its DRAM tables and open contexts just go, as when
+    // the process is killed. Only the image remains.
+    drop(d);
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (mut d, report) = OxServedDevice::recover(&cfg, 8, image).unwrap();
+    assert!(report.records_redone > 0, "{report:?}");
+    check_oracle(&mut d, &oracle, span);
+    d.controller().check_invariants().unwrap();
+    // The recovered device takes new writes (GC included) and recovers again.
+    write_random(&mut d, &mut rng, 1500, span, &mut oracle, &mut version);
+    drop(d);
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (mut d, _) = OxServedDevice::recover(&cfg, 8, image).unwrap();
+    check_oracle(&mut d, &oracle, span);
+}
+
+#[test]
+fn an_in_memory_device_returns_the_bytes_written() {
+    let cfg = small_config();
+    let mut d = OxServedDevice::format(&cfg, 2, FlashImage::in_memory(&cfg)).unwrap();
+    assert_eq!(d.info().payload_unit_bytes, d.info().sector_bytes);
+    let mut rng = SimRng::new(2);
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    write_random(&mut d, &mut rng, 2000, 2000, &mut oracle, &mut version);
+    assert!(d.controller().stats().gc_victims > 0);
+    check_oracle(&mut d, &oracle, 2000);
+}
+
+#[test]
+fn a_torn_slot_restores_as_a_consumed_wblock_and_a_tampered_one_fails_the_read() {
+    let dir = TempDir::new("torn");
+    let cfg = small_config();
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut d = OxServedDevice::format(&cfg, 3, image).unwrap();
+    let data = sector_bytes(7, 1);
+    d.submit(0, &Command::write(7, 1, &data), ReadBuffers::none())
+        .unwrap();
+    let ppa = d.controller().peek_mapping(7);
+    let media = d.controller().media();
+    let spp = media.rblocks_per_wblock() as u64;
+    let ppn = (ppa.0 / spp) as u32;
+    let index = ppa.0 % spp;
+    drop(d);
+    // Flip one byte of the RBLOCK's bytes in the file: the slot's checksum no longer holds.
+    let layout_slots = {
+        let table = cfg.eblocks_total() as u64 * 16;
+        4096 + table.div_ceil(4096) * 4096
+    };
+    let slot = layout_slots + ppn as u64 * (4096 + cfg.terms.wblock_bytes as u64);
+    let at = slot + 4096 + index * 4096 + 100;
+    let mut bytes = std::fs::read(dir.image()).unwrap();
+    bytes[at as usize] ^= 0xff;
+    std::fs::write(dir.image(), &bytes).unwrap();
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (media, torn) = Media::restore(&cfg, 3, image).unwrap();
+    assert_eq!(torn, 1);
+    assert_eq!(media.tag_of(ppa), Tag::EMPTY);
+    // A device that reads a slot whose token is not the one the controller returned fails
+    // the read instead of returning other bytes.
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (mut d, report) = OxServedDevice::recover(&cfg, 3, image).unwrap();
+    assert_eq!(report.torn_wblocks, 1);
+    let mut out = vec![0u8; 4096];
+    let r = d.submit(
+        d.controller().now_ns(),
+        &Command::read(7, 1),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    );
+    // The write's context had a durable `done` but its WBLOCK is torn: MAP points at an
+    // RBLOCK that holds nothing, which the device reports instead of returning zeros.
+    assert!(matches!(r, Err(DeviceError::Medium(_))), "{r:?}");
+}
+
+#[test]
+fn an_image_of_another_medium_or_no_image_at_all_is_refused() {
+    let dir = TempDir::new("shape");
+    let cfg = small_config();
+    drop(FlashImage::create(&dir.image(), &cfg).unwrap());
+    // Creating over an existing image never truncates it.
+    assert!(FlashImage::create(&dir.image(), &cfg).is_err());
+    let mut other = cfg.clone();
+    other.eblocks_per_lun += 8;
+    let err = FlashImage::open(&dir.image(), &other)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("but the configuration gives"), "{err}");
+    std::fs::write(dir.0.join("not-an-image"), vec![0u8; 8192]).unwrap();
+    let err = FlashImage::open(&dir.0.join("not-an-image"), &cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not an OX flash image"), "{err}");
+    // An image that was created but never formatted holds no checkpoint to recover from.
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let err = OxServedDevice::recover(&cfg, 1, image)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no checkpoint record"), "{err}");
+}
+
+/// Compares two media WBLOCK by WBLOCK: write pointers, erase counts, bad flags, TAGs,
+/// tokens and metadata.
+fn assert_same_medium(a: &Media, b: &Media) {
+    for block in 0..a.eblocks_total() {
+        assert_eq!(a.is_bad(block), b.is_bad(block), "EBLOCK {block}");
+        assert_eq!(a.erase_count(block), b.erase_count(block), "EBLOCK {block}");
+        if a.is_bad(block) {
+            continue;
+        }
+        assert_eq!(
+            a.write_pointer(block),
+            b.write_pointer(block),
+            "EBLOCK {block}"
+        );
+        let first = a.first_ppn(block);
+        for ppn in first..first + a.write_pointer(block) {
+            assert_eq!(a.meta_of(ppn), b.meta_of(ppn), "WBLOCK {ppn}");
+            for i in 0..a.rblocks_per_wblock() {
+                let ppa = a.ppa(ppn, i);
+                assert_eq!(a.tag_of(ppa), b.tag_of(ppa), "RBLOCK {ppa:?}");
+                assert_eq!(a.token_of(ppa), b.token_of(ppa), "RBLOCK {ppa:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_power_loss_tears_the_same_wblocks_in_the_image_as_in_the_medium() {
+    let dir = TempDir::new("power-loss");
+    let cfg = small_config();
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut c = OxController::format_media(Media::with_image(&cfg, 13, image).unwrap()).unwrap();
+    let mut rng = SimRng::new(13);
+    // A first phase run batch by batch, long enough for GC and checkpoints to erase; then
+    // overlapping batches, so that programs are in flight when the power fails.
+    let mut t = 0;
+    let mut version = 0;
+    for k in 0..700 {
+        let n = 1 + rng.below(40) as usize;
+        let pages: Vec<(u64, u64)> = (0..n)
+            .map(|_| {
+                let l = rng.below(cfg.logical_pages);
+                version += 1;
+                (l, afa_nand::sector_token(l, version))
+            })
+            .collect();
+        let image = c.image_mut().unwrap();
+        for &(l, token) in &pages {
+            image.stage(token, &sector_bytes(l, token));
+        }
+        let buffer = BatchBuffer::new(&pages, cfg.terms.rblock_bytes).unwrap();
+        let id = c.submit(t, Request::FlushBatch(buffer)).unwrap();
+        if k < 650 {
+            t = c.run_until_complete(id).unwrap().done_ns;
+        } else {
+            t += 100_000 + rng.below(300_000);
+            c.advance_to(t);
+        }
+    }
+    assert_eq!(c.media().image().unwrap().error(), None);
+    let off = c.power_loss(t);
+    assert!(off.torn_wblocks > 0, "nothing was in flight at the cut");
+    assert!(off.media.counters().erases > 0);
+    // The powered-off medium still writes its image as it recovers, so the restored one
+    // gets a copy of the file as the power loss left it.
+    let copy = dir.0.join("copy.img");
+    std::fs::copy(dir.image(), &copy).unwrap();
+    let image = FlashImage::open(&copy, &cfg).unwrap();
+    let (restored, _) = Media::restore(&cfg, 13, image).unwrap();
+    assert_same_medium(&off.media, &restored);
+    // Both recover to the same MAP, and the image holds the bytes of every mapped RBLOCK.
+    let at = off.at_ns;
+    let (a, _) = OxController::recover(off, at).unwrap();
+    let restored = PoweredOff {
+        media: restored,
+        at_ns: at,
+        torn_wblocks: 0,
+    };
+    let (b, _) = OxController::recover(restored, at).unwrap();
+    let map = b.debug_map();
+    assert_eq!(a.debug_map(), map);
+    let image = b.media().image().unwrap();
+    for (lpid, ppa) in map.into_iter().enumerate() {
+        if ppa.is_none() {
+            continue;
+        }
+        let (tag, token, bytes) = image.read_user(ppa).unwrap();
+        assert_eq!(tag.lpid, lpid as u64);
+        assert!(bytes == sector_bytes(lpid as u64, token), "LPID {lpid}");
+    }
+}
