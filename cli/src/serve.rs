@@ -580,12 +580,33 @@ pub mod bench_serve {
         pub json: Option<PathBuf>,
     }
 
-    /// One fio job's write figures.
+    /// One fio job's write figures, and the CPU time the server spent in the run.
     #[derive(Debug, Clone, Copy, serde::Serialize)]
     struct FioFigures {
         iops: f64,
         mb_s: f64,
+        /// The server process's CPU time (user + system, every thread) per request, over
+        /// the whole fio run: requests are counted as IOPS × (runtime + the 1 s ramp).
+        /// Unlike IOPS it hardly depends on what else the machine runs, so it compares the
+        /// servers' efficiency even on a loaded host.
+        server_cpu_us_per_request: f64,
     }
+
+    /// CPU seconds (user + system, all threads) a process has used so far, from
+    /// `/proc/PID/stat`; `None` where there is no procfs.
+    fn process_cpu_s(pid: &str) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name (which may hold spaces) start after its ')':
+        // utime and stime are the 14th and 15th fields of the line, in USER_HZ ticks,
+        // which Linux reports at 100 per second on every architecture.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+
+    /// Seconds at the start of each fio run that its figures leave out.
+    const RAMP_S: u64 = 1;
 
     /// The run with the median IOPS.
     fn median(mut runs: Vec<FioFigures>) -> FioFigures {
@@ -617,13 +638,17 @@ pub mod bench_serve {
         }
     }
 
+    /// Runs one fio job against `uri`, served by the process `server_pid` (for its CPU
+    /// time).
     fn run_fio(
         uri: &str,
+        server_pid: &str,
         job: &str,
         rw: &str,
         bs: &str,
         args: &BenchServeArgs,
     ) -> Result<FioFigures, String> {
+        let cpu_before = process_cpu_s(server_pid);
         let out = Command::new("fio")
             .args([
                 format!("--name={job}"),
@@ -635,7 +660,7 @@ pub mod bench_serve {
                 format!("--size={}m", args.size_mib),
                 "--time_based".into(),
                 format!("--runtime={}", args.runtime_s),
-                "--ramp_time=1".into(),
+                format!("--ramp_time={RAMP_S}"),
                 "--output-format=json".into(),
             ])
             .output()
@@ -657,9 +682,16 @@ pub mod bench_serve {
         if report["jobs"][0]["error"].as_u64() != Some(0) {
             return Err(format!("fio {job} against {uri} reported an error: {text}"));
         }
+        let iops = write["iops"].as_f64().unwrap_or(0.0);
+        let requests = iops * (args.runtime_s + RAMP_S) as f64;
+        let server_cpu_us_per_request = match (cpu_before, process_cpu_s(server_pid)) {
+            (Some(a), Some(b)) if requests > 0.0 => (b - a) * 1e6 / requests,
+            _ => f64::NAN,
+        };
         Ok(FioFigures {
-            iops: write["iops"].as_f64().unwrap_or(0.0),
+            iops,
             mb_s: write["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            server_cpu_us_per_request,
         })
     }
 
@@ -770,12 +802,19 @@ pub mod bench_serve {
         );
         let mut results = Vec::new();
         let mut worst = f64::INFINITY;
-        let servers = [kit.uri.as_str(), afa_memory.uri(), afa_ssd.uri()];
+        // Both afa servers run in this process; while one serves fio the other is idle.
+        let kit_pid = kit.child.id().to_string();
+        let servers = [
+            (kit.uri.as_str(), kit_pid.as_str()),
+            (afa_memory.uri(), "self"),
+            (afa_ssd.uri(), "self"),
+        ];
+        let mut cpu_lines = Vec::new();
         for (job, rw, bs) in jobs {
             let mut runs: [Vec<FioFigures>; 3] = Default::default();
             for _ in 0..args.rounds {
-                for (i, uri) in servers.iter().enumerate() {
-                    runs[i].push(run_fio(uri, job, rw, bs, &args)?);
+                for (i, (uri, pid)) in servers.iter().enumerate() {
+                    runs[i].push(run_fio(uri, pid, job, rw, bs, &args)?);
                 }
             }
             let [nbdkit, memory, ssd] = runs.map(median);
@@ -789,6 +828,12 @@ pub mod bench_serve {
                     "{job:<18} {device:<14} {:>10.0} {:>10.0} {:>6.2}x {:>9.1} {:>9.1} {:>6.2}x",
                     afa.iops, nbdkit.iops, iops_ratio, afa.mb_s, nbdkit.mb_s, mb_ratio
                 );
+                cpu_lines.push(format!(
+                    "{job:<18} {device:<14} {:>10.1} {:>10.1} {:>6.2}x",
+                    afa.server_cpu_us_per_request,
+                    nbdkit.server_cpu_us_per_request,
+                    afa.server_cpu_us_per_request / nbdkit.server_cpu_us_per_request
+                ));
                 results.push(serde_json::json!({
                     "job": job,
                     "afa_device": device,
@@ -802,6 +847,14 @@ pub mod bench_serve {
         println!(
             "worst ratio afa in-memory device / nbdkit memory: {worst:.2}x (target at least 1.00x)"
         );
+        println!("server CPU per request (user + system, all threads; median-IOPS run), µs:");
+        println!(
+            "{:<18} {:<14} {:>10} {:>10} {:>7}",
+            "job", "afa device", "afa", "nbdkit", "ratio"
+        );
+        for line in cpu_lines {
+            println!("{line}");
+        }
         drop(kit);
         afa_memory.stop();
         afa_ssd.stop();
