@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, META_TAG_BYTES};
+use afa_array::{
+    Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, TwoPhase, META_TAG_BYTES,
+    TWO_PHASE_TAG_BYTES,
+};
 use afa_nand::PayloadMode;
 use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
 use afa_sim::TimeNs;
@@ -204,12 +207,6 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
-    if let EngineChoice::TwoPhase(_) = &spec.choice {
-        return Err(format!(
-            "--state keeps arrays with a static layout, ScalaAFA, SWAN and Log-RAID only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
-            engine_name(&spec.choice, spec.engine.level)
-        ));
-    }
     if spec.engine.stripe_cache_stripes > 0 {
         return Err(
             "--state cannot be combined with [array] stripe_cache_stripes: the stripe cache holds acknowledged writes in the server's memory, which a kill -9 would lose; set it to 0"
@@ -235,12 +232,21 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         );
     }
     let engine: ArrayConfig = spec.engine.clone();
-    // ScalaAFA keeps its metadata in the OOB tags of every chunk copy (§5.4), so its members
-    // keep tags beside their bytes; RAID members need none.
-    let tag_bytes = match &scala {
-        Some(_) if (probe.tag_bytes_per_sector as usize) < META_TAG_BYTES => {
+    let two_phase = match &spec.choice {
+        EngineChoice::TwoPhase(t) => Some(t.clone()),
+        _ => None,
+    };
+    // ScalaAFA (§5.4) and the two-phase engine keep their metadata in the OOB tags of every
+    // chunk copy, so their members keep tags beside their bytes; RAID members need none.
+    let needed_tag_bytes = match (&scala, &two_phase) {
+        (Some(_), _) => Some(("ScalaAFA", META_TAG_BYTES)),
+        (_, Some(_)) => Some(("two-phase", TWO_PHASE_TAG_BYTES)),
+        _ => None,
+    };
+    let tag_bytes = match needed_tag_bytes {
+        Some((name, needed)) if (probe.tag_bytes_per_sector as usize) < needed => {
             return Err(format!(
-                "ScalaAFA with --state needs {META_TAG_BYTES} bytes of OOB tag per sector, but the SSD leaves {} (raise [ssd.geometry] oob_bytes_per_page)",
+                "{name} with --state needs {needed} bytes of OOB tag per sector, but the SSD leaves {} (raise [ssd.geometry] oob_bytes_per_page)",
                 probe.tag_bytes_per_sector
             ));
         }
@@ -257,6 +263,9 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     match &spec.choice {
         EngineChoice::Swan(swan) => fingerprint.push_str(&format!(", {swan:?}")),
         EngineChoice::Log(log) => fingerprint.push_str(&format!(", {log:?}")),
+        EngineChoice::TwoPhase(t) => {
+            fingerprint.push_str(&format!(", {t:?}, {tag_bytes} tag bytes per sector"))
+        }
         _ => {}
     }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
@@ -311,6 +320,28 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                     st.recovery_tag_reads
                 ),
             }
+        }
+        return Ok(Volume {
+            device: Box::new(volume),
+            description,
+            state: Some(state),
+        });
+    }
+    if let Some(two_phase) = two_phase {
+        let engine_members = engine.members;
+        // The map lives in host memory only, so every start but the first rebuilds it from
+        // the members' OOB tags, after an orderly stop as after a kill.
+        let volume = if state.fresh() {
+            TwoPhase::new(engine, two_phase, members, spares)
+        } else {
+            TwoPhase::recover(engine, two_phase, members, spares)
+        }
+        .map_err(|e| e.to_string())?;
+        if let Some(r) = volume.recovery() {
+            eprintln!(
+                "afa serve: rebuilt the two-phase map from the OOB tags of {} chunk slots on {engine_members} members: {} replicated and {} striped chunks, {} stripes cut short by a crash dropped, {} stale slots trimmed",
+                r.tag_reads, r.replicated_chunks, r.striped_chunks, r.incomplete_stripes, r.stale_slots
+            );
         }
         return Ok(Volume {
             device: Box::new(volume),
@@ -734,12 +765,15 @@ mod tests {
     }
 
     #[test]
-    fn state_refuses_engines_that_keep_their_map_in_memory() {
-        let text = "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.two_phase]\n";
+    fn state_refuses_two_phase_on_ssds_with_too_little_oob() {
+        let text = "[ssd.geometry]\nblocks_per_plane = 64\noob_bytes_per_page = 16\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.two_phase]\n";
         let cfg: RunConfig = toml::from_str(text).unwrap();
         let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
         let err = build_volume(&cfg, Some(&dir)).err().unwrap();
-        assert!(err.contains("static layout"), "{err}");
+        assert!(
+            err.contains("two-phase with --state needs 10 bytes"),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

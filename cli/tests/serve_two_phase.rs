@@ -1,0 +1,323 @@
+//! `afa serve --state` over the two-phase engine (replicate, then convert on the host): its
+//! map lives in host memory only, so every restart rebuilds it from the OOB tags in the
+//! members' sidecar files, after an orderly stop and after kill -9, with stripes both
+//! converted and still replicated (docs/serve.md, docs/models.md). Data is checked with
+//! qemu-io patterns (-P), which fail on any byte that differs. The helpers are those of
+//! `serve.rs`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::have;
+
+const AFA: &str = env!("CARGO_BIN_EXE_afa");
+
+/// Two-phase over a RAID 5 of three small SSDs (16 MiB raw each, 64 KiB chunks): a 26 MiB
+/// volume whose conversion starts past about 1.3 MiB of replicated data, so writing a few
+/// MiB converts stripes inside the member files.
+const TWO_PHASE: &str = r#"
+seed = 5
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 1
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 32
+[array]
+level = "raid5"
+members = 3
+[array.two_phase]
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-2p-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
+struct Afa {
+    child: Child,
+    uri: String,
+}
+
+impl Afa {
+    /// Starts `afa serve` and waits for its "serving ... at URI" line.
+    fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
+        let mut child = Command::new(AFA)
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("afa starts");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "afa serve did not start ({}): {line}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+        Afa { child, uri }
+    }
+
+    /// kill -9: the process gets no chance to flush or clean up. Returns what it printed on
+    /// stderr.
+    fn kill_9(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.stderr()
+    }
+
+    /// An orderly stop (SIGTERM): the server flushes, exits with success and records the
+    /// stop as clean. Returns what it printed on stderr.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = self.stderr();
+        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
+        stderr
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        stderr
+    }
+}
+
+impl Drop for Afa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs qemu-io commands; fails on an error or a pattern mismatch.
+fn qemu_io(uri: &str, commands: &[&str]) {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = Command::new("qemu-io").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        "qemu-io {commands:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+struct Setup {
+    config: PathBuf,
+    socket: PathBuf,
+    state: PathBuf,
+}
+
+fn setup(name: &str, toml: &str) -> Setup {
+    let dir = scratch(name);
+    let config = dir.join("volume.toml");
+    std::fs::write(&config, toml).unwrap();
+    Setup {
+        socket: dir.join("afa.sock"),
+        state: dir.join("state"),
+        config,
+    }
+}
+
+impl Setup {
+    fn start(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, &self.state, extra)
+    }
+}
+
+/// The number before `what` in the restart's recovery line ("... 21 replicated and 299
+/// striped chunks ...").
+fn recovered(stderr: &str, what: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("rebuilt the two-phase map"))
+        .unwrap_or_else(|| panic!("no recovery line on stderr: {stderr}"));
+    let at = line
+        .find(what)
+        .unwrap_or_else(|| panic!("no '{what}' in {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count before '{what}' in {line}"))
+}
+
+/// Writes over 20 MiB (far past the watermark, so conversion has run) with an unaligned
+/// piece and a rewrite of converted chunks, flushes, stops with SIGTERM, and reads it all
+/// back from a restart that rebuilt the map from both converted and replicated chunks.
+#[test]
+fn two_phase_stop_and_restart_keep_every_flushed_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("restart", TWO_PHASE);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "write -P 0x5a 0 20M",
+            "write -P 0x33 5000 3000",
+            "write -P 0xa5 3M 64k",
+            "flush",
+        ],
+    );
+    afa.stop();
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x5a 0 4096",
+            "read -P 0x33 5000 3000",
+            "read -P 0x5a 8000 3137728",
+            "read -P 0xa5 3M 64k",
+            "read -P 0x5a 3211264 17760256",
+        ],
+    );
+    let log = afa.stop();
+    assert!(recovered(&log, "striped chunks") > 0, "{log}");
+    assert!(recovered(&log, "replicated and") > 0, "{log}");
+    assert_eq!(recovered(&log, "stripes cut short"), 0, "{log}");
+}
+
+/// kill -9 keeps every flushed write and the acknowledged writes after the last flush (the
+/// server caches nothing), with conversion run before the kill.
+#[test]
+fn two_phase_kill_9_keeps_flushed_and_acknowledged_writes_after_conversion() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("kill9", TWO_PHASE);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x42 1M 8M", "flush"]);
+    // Acknowledged, never flushed: rewrites of converted chunks, and an unaligned piece.
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x17 2M 256k", "write -P 0x71 10M 100000"],
+    );
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x42 1M 1M",
+            "read -P 0x17 2M 256k",
+            "read -P 0x42 2359296 7077888",
+            "read -P 0x71 10M 100000",
+        ],
+    );
+    // The recovered volume keeps converting and keeps the data through a second kill.
+    qemu_io(&afa.uri, &["write -P 0x66 12M 6M"]);
+    let log = afa.kill_9();
+    assert!(recovered(&log, "striped chunks") > 0, "{log}");
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x42 1M 1M",
+            "read -P 0x17 2M 256k",
+            "read -P 0x71 10M 100000",
+            "read -P 0x66 12M 6M",
+        ],
+    );
+}
+
+/// kill -9 while fio writes at random: the kill lands among replica writes, conversions
+/// and cleaning, and the flushed region before them survives it.
+#[test]
+fn two_phase_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    if !(have("qemu-io", "command -v qemu-io") && have("fio", "command -v fio")) {
+        return;
+    }
+    let s = setup("kill9-load", TWO_PHASE);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=load",
+            "--ioengine=nbd",
+            &format!("--uri={}", afa.uri),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=32",
+            "--offset=8m",
+            "--size=16m",
+            "--time_based",
+            "--runtime=30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    afa.kill_9();
+    let _ = fio.kill();
+    let _ = fio.wait();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
+    qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
+}
+
+/// An SSD whose OOB area leaves fewer than the engine's 10 tag bytes per sector cannot keep
+/// the two-phase metadata, and the refusal says what to raise.
+#[test]
+fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
+    let toml = TWO_PHASE.replace(
+        "pages_per_block = 32\n",
+        "pages_per_block = 32\noob_bytes_per_page = 16\n",
+    );
+    let s = setup("small-oob", &toml);
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("two-phase with --state needs 10 bytes of OOB tag per sector")
+            && err.contains("oob_bytes_per_page"),
+        "{err}"
+    );
+}
