@@ -23,6 +23,14 @@
 //!    left with fewer than m + 1 copies are replicated again; the other replicas are queued
 //!    for conversion again, oldest first, as they were.
 //!
+//! With a member lost ([`TwoPhase::recover_degraded`]), nothing is read from it. Every stripe
+//! has one slot on each member (k + m = n), so a whole stripe shows one slot on every other
+//! member; a data slot's chunk field on the lost member is decoded from the parity field
+//! (the parity check then covers only the rows left over). A replica set found one copy
+//! short has its missing copy on the lost member. The lost member's slots these name are
+//! given free slot numbers there: the member serves nothing, and the rebuild onto a spare
+//! regenerates exactly those slots from the others.
+//!
 //! A trim is not recorded, so a chunk trimmed whole may come back after a crash with the
 //! data it held (NBD allows a trimmed block to read back anything). Sequence numbers are 32
 //! bits in the tags: a volume recovers correctly until 2^32 chunk writes and conversions
@@ -73,16 +81,56 @@ impl<D: BlockDevice> TwoPhase<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
+        Self::recover_inner(config, two_phase, members, spares, None)
+    }
+
+    /// Recovers a volume whose member `failed` is lost (its device may be anything of the
+    /// right size: nothing is read from it), then puts the first spare, if any, in its place
+    /// and rebuilds it; without a spare the volume serves degraded.
+    pub fn recover_degraded(
+        config: ArrayConfig,
+        two_phase: TwoPhaseConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: usize,
+    ) -> Result<Self, ArrayError> {
+        if failed >= members.len() {
+            return Err(ArrayError::Fail(failed, "no such member".into()));
+        }
+        Self::recover_inner(config, two_phase, members, spares, Some(failed))
+    }
+
+    fn recover_inner(
+        config: ArrayConfig,
+        two_phase: TwoPhaseConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: Option<usize>,
+    ) -> Result<Self, ArrayError> {
         let mut v = Self::new(config, two_phase, members, spares)?;
         if !v.keeps_tags() {
             return Err(ArrayError::Config(format!(
                 "two-phase recovery needs members that keep {TWO_PHASE_TAG_BYTES} bytes of OOB tag per sector and payload token or full"
             )));
         }
+        // The lost member takes no writes while the map is rebuilt.
+        if let Some(f) = failed {
+            v.members[f].state = MemberState::Failed;
+        }
         let report = v
-            .rebuild_map()
+            .rebuild_map(failed)
             .map_err(|e| ArrayError::Config(format!("two-phase recovery failed: {e}")))?;
         v.recovery = Some(report);
+        if let Some(f) = failed {
+            if !v.spares.is_empty() {
+                v.members[f].device = v.spares.remove(0);
+                v.members[f].state = MemberState::Rebuilding {
+                    upto: 0,
+                    next_due_ns: 0,
+                    started_ns: 0,
+                };
+            }
+        }
         Ok(v)
     }
 
@@ -91,7 +139,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         self.recovery.as_ref()
     }
 
-    fn rebuild_map(&mut self) -> Result<TwoPhaseRecovery, DeviceError> {
+    fn rebuild_map(&mut self, failed: Option<usize>) -> Result<TwoPhaseRecovery, DeviceError> {
         let (k, m) = (self.k, self.m);
         let volume_chunks = self.map.len() as u64;
         let mut report = TwoPhaseRecovery::default();
@@ -102,6 +150,9 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut stale: Vec<Slot> = Vec::new();
         let mut newest_seq: u32 = 0;
         for member in 0..self.members.len() {
+            if failed == Some(member) {
+                continue;
+            }
             for slot in 0..self.slots_per_member {
                 let s = Slot { member, slot };
                 let tag = self.members[member]
@@ -152,9 +203,9 @@ impl<D: BlockDevice> TwoPhase<D> {
         }
         // Rule 2: which stripes were converted whole. Their slots in stripe order (data by
         // index, then parity by row) and the data slots' chunk fields.
-        let mut converted: BTreeMap<u32, (Vec<Slot>, Vec<u32>)> = BTreeMap::new();
+        let mut converted: BTreeMap<u32, (Vec<Option<Slot>>, Vec<u32>)> = BTreeMap::new();
         for (&seq, pieces) in &stripes {
-            match self.whole_stripe(pieces)? {
+            match self.whole_stripe(pieces, failed)? {
                 Some(stripe) => {
                     converted.insert(seq, stripe);
                 }
@@ -195,8 +246,21 @@ impl<D: BlockDevice> TwoPhase<D> {
                     }
             })
         };
+        // Slots of the lost member that the tables name get free slot numbers there, in turn.
+        let mut next_lost_slot = 0u32;
+        let mut lost_slot = |member: usize| -> Result<Slot, DeviceError> {
+            let slot = next_lost_slot;
+            if slot >= self.slots_per_member {
+                return Err(DeviceError::Unsupported(format!(
+                    "member {member} would need more than its {} slots",
+                    self.slots_per_member
+                )));
+            }
+            next_lost_slot += 1;
+            Ok(Slot { member, slot })
+        };
         // Rule 4: the tables, from the winners.
-        for (&seq, (slots, fields)) in &converted {
+        for (&seq, (found, fields)) in &converted {
             let chunks: Vec<u64> = fields
                 .iter()
                 .enumerate()
@@ -210,11 +274,19 @@ impl<D: BlockDevice> TwoPhase<D> {
                 .collect();
             let live = chunks.iter().filter(|&&c| c != DEAD).count();
             if live == 0 {
-                stale.extend(slots.iter().copied());
+                stale.extend(found.iter().flatten().copied());
                 continue;
             }
+            let mut slots = Vec::with_capacity(found.len());
+            for s in found {
+                slots.push(match (s, failed) {
+                    (Some(s), _) => *s,
+                    (None, Some(f)) => lost_slot(f)?,
+                    (None, None) => return Err(DeviceError::Failed),
+                });
+            }
             let sid = self.stripes.len() as u32;
-            for &s in slots {
+            for &s in &slots {
                 self.members[s.member].owner[s.slot as usize] = STRIPE_BIT | sid;
             }
             for (index, &c) in chunks.iter().enumerate() {
@@ -226,7 +298,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 }
             }
             self.stripes.push(StripeRec {
-                slots: slots.clone(),
+                slots,
                 chunks,
                 tagged_chunks: fields.iter().map(|&c| c as u64).collect(),
                 seq: seq as u64,
@@ -257,6 +329,12 @@ impl<D: BlockDevice> TwoPhase<D> {
                     stale.push(s);
                 } else {
                     slots.push(s);
+                }
+            }
+            if let Some(f) = failed {
+                // A set one copy short had that copy on the lost member.
+                if slots.len() == m && !slots.iter().any(|s| s.member == f) {
+                    slots.push(lost_slot(f)?);
                 }
             }
             let id = self.rsets.len() as u32;
@@ -312,12 +390,17 @@ impl<D: BlockDevice> TwoPhase<D> {
         Ok(report)
     }
 
-    /// The slots (stripe order) and data chunk fields of a stripe whose tags show it was
-    /// written whole (rule 2 of the module doc), or None.
+    /// The slots (stripe order; None for the one on the lost member) and data chunk fields
+    /// of a stripe whose tags show it was written whole (rule 2 of the module doc), or None.
     #[allow(clippy::type_complexity)]
-    fn whole_stripe(&self, pieces: &[Piece]) -> Result<Option<(Vec<Slot>, Vec<u32>)>, DeviceError> {
+    fn whole_stripe(
+        &self,
+        pieces: &[Piece],
+        failed: Option<usize>,
+    ) -> Result<Option<(Vec<Option<Slot>>, Vec<u32>)>, DeviceError> {
         let (k, m) = (self.k, self.m);
-        if pieces.len() != k + m {
+        let expected = k + m - failed.is_some() as usize;
+        if pieces.len() != expected {
             return Ok(None);
         }
         let mut slots: Vec<Option<Slot>> = vec![None; k + m];
@@ -334,16 +417,28 @@ impl<D: BlockDevice> TwoPhase<D> {
             slots[at] = Some(p.slot);
             fields[at] = p.field;
         }
-        let slots: Vec<Slot> = slots.into_iter().flatten().collect();
-        let mut members: Vec<usize> = slots.iter().map(|s| s.member).collect();
+        let mut members: Vec<usize> = slots.iter().flatten().map(|s| s.member).collect();
         members.sort_unstable();
         members.dedup();
-        if slots.len() != k + m || members.len() != k + m {
+        if members.len() != expected || failed.is_some_and(|f| members.contains(&f)) {
             return Ok(None);
         }
-        let data: Vec<[u8; 4]> = fields[..k].iter().map(|f| f.to_le_bytes()).collect();
-        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-        for r in 0..m {
+        let missing = slots.iter().position(|s| s.is_none());
+        let mut shards: Vec<[u8; 4]> = fields.iter().map(|f| f.to_le_bytes()).collect();
+        if let Some(lost) = missing {
+            // The lost member's field is decoded from the others (module doc).
+            let present: Vec<bool> = (0..k + m).map(|i| i != lost).collect();
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+            self.codec
+                .reconstruct(&mut refs, &present)
+                .map_err(|_| DeviceError::Failed)?;
+            fields[lost] = u32::from_le_bytes(shards[lost]);
+            if lost < k && fields[lost] as usize >= self.map.len() {
+                return Ok(None);
+            }
+        }
+        let refs: Vec<&[u8]> = shards[..k].iter().map(|d| d.as_slice()).collect();
+        for r in (0..m).filter(|&r| missing != Some(k + r)) {
             let mut want = [0u8; 4];
             self.codec
                 .encode_row(r, &refs, &mut want)
@@ -487,6 +582,19 @@ mod tests {
     /// Power lost after `budget` medium-changing member commands (anywhere: inside a
     /// replication, a conversion or a cleaning). Returns what recovery found.
     fn crash_and_recover(level: Level, n: u32, seed: u64, budget: u64) -> TwoPhaseRecovery {
+        crash_and_recover_losing(level, n, seed, budget, None)
+    }
+
+    /// As [`crash_and_recover`]; with `lost = Some((member, spare))` that member's device is
+    /// replaced by a blank one recovery must not need, and a spare (if asked) is rebuilt in
+    /// its place to the end, after which nothing is lost either.
+    fn crash_and_recover_losing(
+        level: Level,
+        n: u32,
+        seed: u64,
+        budget: u64,
+        lost: Option<(usize, bool)>,
+    ) -> TwoPhaseRecovery {
         let cut = Rc::new(Cell::new(budget));
         let devs = (0..n as u64)
             .map(|i| PowerCut {
@@ -506,10 +614,23 @@ mod tests {
             now_ns,
             ..
         } = h;
-        let members = volume.into_members().into_iter().map(|d| d.inner).collect();
-        let recovered =
-            TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
-                .expect("recovery");
+        let mut members: Vec<Ssd> = volume.into_members().into_iter().map(|d| d.inner).collect();
+        let recovered = match lost {
+            None => TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![]),
+            Some((f, spare)) => {
+                // Anything read from the lost member's slot would be wrong.
+                members[f] = ssd(500 + seed % 100);
+                let spares = if spare { vec![ssd(900)] } else { vec![] };
+                TwoPhase::recover_degraded(
+                    config(level, n),
+                    TwoPhaseConfig::default(),
+                    members,
+                    spares,
+                    f,
+                )
+            }
+        }
+        .expect("recovery");
         let report = *recovered
             .recovery()
             .expect("a recovered volume has a report");
@@ -521,7 +642,37 @@ mod tests {
         // The recovered volume keeps working: conversion, cleaning and the oracle again.
         h.random_ops(&mut rng, 600);
         h.check_all();
+        if let Some((_, true)) = lost {
+            for _ in 0..400 {
+                if !h.volume.rebuilding() {
+                    break;
+                }
+                h.now_ns += 1_000_000_000;
+                h.volume.background(h.now_ns);
+            }
+            assert!(!h.volume.rebuilding(), "the rebuild did not finish");
+            h.check_all();
+            h.random_ops(&mut rng, 200);
+            h.check_all();
+        }
         report
+    }
+
+    #[test]
+    fn recovery_with_a_lost_member_keeps_every_acknowledged_write() {
+        let mut rng = SimRng::new(11);
+        let mut total = TwoPhaseRecovery::default();
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
+            for i in 0..8 {
+                let budget = rng.below(2500);
+                let lost = (rng.below(n as u64) as usize, i % 2 == 1);
+                let r = crash_and_recover_losing(level, n, rng.next_u64(), budget, Some(lost));
+                total.replicated_chunks += r.replicated_chunks;
+                total.stripes += r.stripes;
+            }
+        }
+        assert!(total.replicated_chunks > 0, "{total:?}");
+        assert!(total.stripes > 0, "{total:?}");
     }
 
     #[test]
@@ -613,6 +764,18 @@ mod tests {
         fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), budget in 0u64..4000) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
             crash_and_recover(level, n, seed, budget);
+        }
+
+        #[test]
+        fn recovery_with_a_lost_member_at_random_points(
+            seed in any::<u64>(),
+            raid6 in any::<bool>(),
+            budget in 0u64..4000,
+            spare in any::<bool>(),
+        ) {
+            let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+            let lost = ((seed % n as u64) as usize, spare);
+            crash_and_recover_losing(level, n, seed, budget, Some(lost));
         }
     }
 }
