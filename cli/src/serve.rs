@@ -12,7 +12,9 @@ use afa_array::{
     TWO_PHASE_TAG_BYTES,
 };
 use afa_nand::PayloadMode;
-use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
+use afa_serve::{
+    FileDevice, FileNvram, ListenAddr, MemberRecord, Pace, ServeConfig, Server, StateDir,
+};
 use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
@@ -22,6 +24,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::config::{RunConfig, DEFAULT_CONFIG};
+use crate::serve_members::{engine_files, positions_to_fail, FailableEngine, RecordedFailures};
 use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
 
 /// How replies are timed.
@@ -225,11 +228,13 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
         _ => None,
     };
-    if !spec.failures.is_empty() {
-        return Err(
-            "--state cannot be combined with [array] failures: a failed member is not recorded in the state directory, so a restart would read its stale file"
-                .into(),
-        );
+    if !spec.failures.is_empty()
+        && matches!(spec.choice, EngineChoice::Swan(_) | EngineChoice::Log(_))
+    {
+        return Err(format!(
+            "--state cannot be combined with [array] failures for {}: its recovery does not take a lost member yet, so a restart would read the failed member's stale file",
+            engine_name(&spec.choice, spec.engine.level)
+        ));
     }
     let engine: ArrayConfig = spec.engine.clone();
     let two_phase = match &spec.choice {
@@ -268,7 +273,14 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         }
         _ => {}
     }
+    if !spec.failures.is_empty() {
+        fingerprint.push_str(&format!(", failures {:?}", spec.failures));
+    }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    // Which file serves each member position, after failures and rebuilds
+    // (serve_members.rs).
+    let record = MemberRecord::load(state.dir(), engine.members as usize, spec.spares as usize)
+        .map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
         let seed = if index < engine.members as u64 {
             seed.wrapping_add(index)
@@ -284,12 +296,32 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         )
         .map_err(|e| e.to_string())
     };
-    let members = (0..engine.members as u64)
-        .map(file_member)
+    let (member_files, spare_files) = engine_files(&record);
+    let members = member_files
+        .iter()
+        .map(|&f| file_member(f as u64))
         .collect::<Result<Vec<_>, _>>()?;
-    let spares = (0..spec.spares as u64)
-        .map(|j| file_member(engine.members as u64 + j))
+    let spares = spare_files
+        .iter()
+        .map(|&f| file_member(f as u64))
         .collect::<Result<Vec<_>, _>>()?;
+    // Positions whose member failed: the engines that recover from their members read
+    // nothing from such a position's file.
+    let lost = positions_to_fail(&record);
+    let lost_one = match lost.as_slice() {
+        [] => None,
+        [p] => Some(*p),
+        more => {
+            if scala.is_some() || two_phase.is_some() {
+                return Err(format!(
+                    "{} recovers with at most one lost member, but member positions {more:?} are failed or rebuilding in {}",
+                    engine_name(&spec.choice, engine.level),
+                    state.dir().join("members.txt").display()
+                ));
+            }
+            None
+        }
+    };
     let description = format!(
         "afa: {} over {} emulated SSDs kept in {}",
         engine_name(&spec.choice, engine.level),
@@ -300,10 +332,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let engine_members = engine.members;
         // The AMT and HGMT live in host memory only, so every start but the first rebuilds
         // them from the members' OOB tags (§5.4), after an orderly stop as after a kill.
-        let volume = if state.fresh() {
-            ScalaAfa::new(engine, scala, members, spares)
-        } else {
-            ScalaAfa::recover(engine, scala, members, spares)
+        let volume = match (state.fresh(), lost_one) {
+            (true, _) => ScalaAfa::new(engine, scala, members, spares),
+            (false, None) => ScalaAfa::recover(engine, scala, members, spares),
+            (false, Some(p)) => ScalaAfa::recover_degraded(engine, scala, members, spares, p),
         }
         .map_err(|e| e.to_string())?;
         if !state.fresh() {
@@ -321,20 +353,16 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 ),
             }
         }
-        return Ok(Volume {
-            device: Box::new(volume),
-            description,
-            state: Some(state),
-        });
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if let Some(two_phase) = two_phase {
         let engine_members = engine.members;
         // The map lives in host memory only, so every start but the first rebuilds it from
         // the members' OOB tags, after an orderly stop as after a kill.
-        let volume = if state.fresh() {
-            TwoPhase::new(engine, two_phase, members, spares)
-        } else {
-            TwoPhase::recover(engine, two_phase, members, spares)
+        let volume = match (state.fresh(), lost_one) {
+            (true, _) => TwoPhase::new(engine, two_phase, members, spares),
+            (false, None) => TwoPhase::recover(engine, two_phase, members, spares),
+            (false, Some(p)) => TwoPhase::recover_degraded(engine, two_phase, members, spares, p),
         }
         .map_err(|e| e.to_string())?;
         if let Some(r) = volume.recovery() {
@@ -343,11 +371,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 r.tag_reads, r.replicated_chunks, r.striped_chunks, r.incomplete_stripes, r.stale_slots
             );
         }
-        return Ok(Volume {
-            device: Box::new(volume),
-            description,
-            state: Some(state),
-        });
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if let EngineChoice::Swan(swan) = &spec.choice {
         let volume = Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
@@ -359,7 +383,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
         return with_nvram(volume, "Log-RAID", state, description);
     }
-    if state.unclean() {
+    if state.unclean() && lost.is_empty() {
         // The last server was killed or crashed: a write may have reached some members and
         // not others, so redundancy is made to match the data before anything is served
         // (md resyncs after an unclean shutdown the same way, in the background).
@@ -369,12 +393,37 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 "afa serve: the last server did not stop in order; resynced the redundancy of {stripes} stripes"
             );
         }
+    } else if state.unclean() {
+        // md starts a dirty degraded array only when forced, for the same reason.
+        eprintln!(
+            "afa serve: the last server did not stop in order and member positions {lost:?} are failed or rebuilding: a degraded array cannot be resynced, so a stripe whose last write was cut off may reconstruct wrong bytes for its lost member"
+        );
     }
-    Ok(Volume {
-        device: Box::new(array),
+    // The recorded failures again: a failed position's file is never read, a rebuilding
+    // one is rebuilt from the start onto the same spare's file.
+    for &p in &lost {
+        array
+            .fail_member(p, 0)
+            .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
+    }
+    Ok(recorded(array, state, record, &spec.failures, description))
+}
+
+/// An engine whose configured member failures serve mode applies and records in the state
+/// directory (serve_members.rs).
+fn recorded<E: FailableEngine>(
+    volume: E,
+    state: StateDir,
+    record: MemberRecord,
+    failures: &[(u32, TimeNs)],
+    description: String,
+) -> Volume {
+    let dir = state.dir().to_path_buf();
+    Volume {
+        device: Box::new(RecordedFailures::new(volume, dir, record, failures)),
         description,
         state: Some(state),
-    })
+    }
 }
 
 /// A log-structured engine whose battery-backed host memory is kept in an NVRAM log.
@@ -778,7 +827,7 @@ mod tests {
     }
 
     #[test]
-    fn state_refuses_a_stripe_cache_and_swan_aging() {
+    fn state_refuses_a_stripe_cache_swan_aging_and_swan_failures() {
         let dir = std::env::temp_dir().join(format!("afa-serve-refuse-{}", std::process::id()));
         let base =
             "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 4\n";
@@ -787,6 +836,10 @@ mod tests {
             (
                 "[array.swan]\ngroups = 2\nage_fraction = 0.6\n",
                 "age_fraction",
+            ),
+            (
+                "failures = [{ member = 1, at_ms = 5.0 }]\n[array.swan]\ngroups = 2\n",
+                "[array] failures for swan",
             ),
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();
