@@ -1,7 +1,10 @@
 //! `afa serve --state` over the two-phase engine (replicate, then convert on the host): its
 //! map lives in host memory only, so every restart rebuilds it from the OOB tags in the
 //! members' sidecar files, after an orderly stop and after kill -9, with stripes both
-//! converted and still replicated (docs/serve.md, docs/models.md). Data is checked with
+//! converted and still replicated (docs/serve.md, docs/models.md). Member failures
+//! configured with `--state` are recorded in `DIR/members.txt`: a failed member's file is
+//! never read after a restart (two-phase, RAID 5 and ScalaAFA), and a rebuild onto a spare
+//! that a kill cut short is finished by the restart. Data is checked with
 //! qemu-io patterns (-P), which fail on any byte that differs. The helpers are those of
 //! `serve.rs`.
 
@@ -456,4 +459,38 @@ fn raid5_rebuild_onto_a_spare_continues_after_kill_9() {
         "members = 3\nspares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]\n",
     );
     a_rebuild_onto_a_spare_continues_after_kill_9("raid5-rebuild", &toml);
+}
+
+/// ScalaAFA (2+1) over three small SSDs, as in `serve.rs`: it recovers its map from the OOB
+/// tags too, and with a recorded failure it recovers without the failed member.
+const SCALAAFA: &str = r#"
+seed = 7
+[ssd]
+over_provisioning = 0.25
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+oob_bytes_per_page = 24
+[ssd.slc_cache]
+capacity_bytes = 2097152
+eviction = "transient"
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+failures = [{ member = 1, at_ms = 1500 }]
+[array.scalaafa]
+mode = "scalaafa"
+transient_bytes = 2097152
+"#;
+
+#[test]
+fn scalaafa_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    a_failed_member_is_never_read_again("scalaafa-failed", SCALAAFA);
 }
