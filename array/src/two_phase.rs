@@ -30,7 +30,9 @@
 //! time. So that a crash at any command leaves every acknowledged write on the members,
 //! such an engine writes a chunk's new replicas before it releases the old copies, and a
 //! cleaned stripe's live chunks are replicated before the stripe is released; conversion
-//! writes the whole stripe before it releases the replicas. Without tags (payload `none`,
+//! writes the whole stripe before it releases the replicas. Released slots are trimmed and
+//! handed out again only after the next member flush, so a power loss, which keeps only
+//! what a flush made durable, never finds a superseded copy gone before its replacement. Without tags (payload `none`,
 //! the simulator's timing runs) the engine keeps its original order, so its timing results
 //! do not move.
 
@@ -199,6 +201,11 @@ pub struct TwoPhase<D: BlockDevice> {
     tag_bytes: usize,
     /// What the last recovery found, if this volume was recovered.
     recovery: Option<TwoPhaseRecovery>,
+    /// Slots released since the last member flush, when the engine keeps tags: the writes
+    /// that superseded their copies may not be durable yet, so until a flush has made them
+    /// so these slots are neither trimmed nor handed out again (a power loss then finds the
+    /// old copy whole).
+    released: Vec<Slot>,
     work: HostWork,
     stats: TwoPhaseStats,
 }
@@ -310,6 +317,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             background_depth: 0,
             tag_bytes,
             recovery: None,
+            released: Vec::new(),
             work: HostWork::default(),
             stats: TwoPhaseStats::default(),
             k,
@@ -529,10 +537,19 @@ impl<D: BlockDevice> TwoPhase<D> {
     }
 
     /// Frees a slot and trims it on its member, so the member's FTL can reclaim the space.
+    /// An engine that keeps tags holds the slot back until the next member flush instead.
     fn release_slot(&mut self, s: Slot, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let member = &mut self.members[s.member];
         member.owner[s.slot as usize] = FREE;
+        if self.tag_bytes > 0 {
+            self.released.push(s);
+            return Ok(now_ns);
+        }
         member.free.push(s.slot);
+        self.trim_slot(s, now_ns)
+    }
+
+    fn trim_slot(&mut self, s: Slot, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         if !self.serves(s) {
             return Ok(now_ns);
         }
@@ -544,6 +561,35 @@ impl<D: BlockDevice> TwoPhase<D> {
             ReadBuffers::none(),
         )?;
         Ok(c.done_ns)
+    }
+
+    /// Flushes the serving members, then trims the slots released before the flush and
+    /// hands them out again. Returns when the flush and the trims are done.
+    fn flush_and_reclaim(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let serving = self
+            .members
+            .iter_mut()
+            .filter(|m| m.state != MemberState::Failed)
+            .map(|m| &mut m.device);
+        let mut done = crate::flush_members(now_ns, serving, &mut self.work)?;
+        for s in std::mem::take(&mut self.released) {
+            self.members[s.member].free.push(s.slot);
+            done = done.max(self.trim_slot(s, now_ns)?);
+        }
+        Ok(done)
+    }
+
+    /// Reclaims the released slots (with a member flush) when a serving member has fewer
+    /// than `need` free slots and some are held back.
+    fn reclaim_if_short(&mut self, now_ns: TimeNs, need: usize) -> Result<TimeNs, DeviceError> {
+        let short = self
+            .members
+            .iter()
+            .any(|m| m.state != MemberState::Failed && m.free.len() < need);
+        if short && !self.released.is_empty() {
+            return self.flush_and_reclaim(now_ns);
+        }
+        Ok(now_ns)
     }
 
     fn take_slot(&mut self, member: usize, owner: u32) -> Result<Slot, DeviceError> {
@@ -701,6 +747,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         if order.len() < self.m + 1 {
             return Err(DeviceError::Failed);
         }
+        let now_ns = self.reclaim_if_short(now_ns, 1)?;
         let mut slots = Vec::with_capacity(self.m + 1);
         for &i in &order[..self.m + 1] {
             slots.push(self.take_slot(i, id)?);
@@ -799,6 +846,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             .filter(|i| !parity_members.contains(i))
             .take(k)
             .collect();
+        let t_par = self.reclaim_if_short(t_par, 1)?;
         let mut slots = Vec::with_capacity(k + m);
         for &i in data_members.iter().chain(&parity_members) {
             slots.push(self.take_slot(i, STRIPE_BIT | sid)?);
@@ -902,6 +950,11 @@ impl<D: BlockDevice> TwoPhase<D> {
                 .any(|m| m.state != MemberState::Failed && m.free.len() < reserve);
             if !short {
                 return Ok(t);
+            }
+            if !self.released.is_empty() {
+                // Slots held back since the last flush come back with one.
+                t = t.max(self.flush_and_reclaim(t)?);
+                continue;
             }
             // Conversion frees (m + 1)·k replica slots for k + m stripe slots at once;
             // cleaning pays off only once its re-replicated chunks are converted.
@@ -1148,6 +1201,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
             }
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
+            Opcode::Flush if self.tag_bytes > 0 => self.flush_and_reclaim(now_ns)?,
             Opcode::Flush => {
                 let serving = self
                     .members

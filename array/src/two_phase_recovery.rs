@@ -698,8 +698,8 @@ mod tests {
         assert!(total.rereplicated_chunks > 0, "{total:?}");
     }
 
-    /// A stop between requests: replicated and converted chunks are both found where they
-    /// were, nothing is stale, and conversion goes on from the replicas.
+    /// A stop between requests, after a flush: replicated and converted chunks are both found
+    /// where they were, nothing is stale, and conversion goes on from the replicas.
     #[test]
     fn recovery_finds_replicated_and_converted_stripes() {
         for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
@@ -714,6 +714,10 @@ mod tests {
             }
             let before = *h.volume.stats();
             assert!(before.stripes_converted > 0, "{before:?}");
+            // An orderly stop flushes, which trims the copies held back since the last flush.
+            h.volume
+                .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+                .unwrap();
             let Harness {
                 volume,
                 tokens,
@@ -742,6 +746,44 @@ mod tests {
             assert!(h.volume.stats().stripes_converted > 0);
             h.check_all();
         }
+    }
+
+    /// The copies a rewrite supersedes keep their data and tags, and their slots are not
+    /// handed out, until a flush has made the rewrite durable; the flush then trims them.
+    #[test]
+    fn superseded_copies_are_held_until_a_flush() {
+        let devs = (0..4).map(ssd).collect();
+        let volume = TwoPhase::new(
+            config(Level::Raid5, 4),
+            TwoPhaseConfig::default(),
+            devs,
+            vec![],
+        )
+        .unwrap();
+        let mut h = Harness::new(volume);
+        let cs = h.volume.chunk_sectors();
+        h.write(0, cs).unwrap();
+        let Loc::Replica(id) = h.volume.map[0] else {
+            panic!("chunk 0 is replicated")
+        };
+        let old = h.volume.rsets[id as usize].slots.clone();
+        h.write(0, cs).unwrap();
+        let tagged = |v: &TwoPhase<Ssd>, s: Slot| {
+            let lba = v.slot_lba(s, 0);
+            let tag = v.members[s.member].device.scan_tags(lba, 1).unwrap();
+            tag.iter().any(|&b| b != 0)
+        };
+        let free = |v: &TwoPhase<Ssd>, s: Slot| v.members[s.member].free.contains(&s.slot);
+        for &s in &old {
+            assert!(tagged(&h.volume, s) && !free(&h.volume, s), "{s:?}");
+        }
+        h.volume
+            .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+            .unwrap();
+        for &s in &old {
+            assert!(!tagged(&h.volume, s) && free(&h.volume, s), "{s:?}");
+        }
+        h.check_all();
     }
 
     #[test]
