@@ -52,9 +52,11 @@ use crate::{ArrayConfig, ArrayError, DegradedReadLatency, FailureSchedule, Level
 mod recovery;
 pub use recovery::TwoPhaseRecovery;
 
-/// OOB tag bytes per sector the engine writes when its members keep tags:
-/// kind (1), index (1), user chunk (4, little-endian), sequence (4, little-endian).
-pub const TWO_PHASE_TAG_BYTES: usize = 10;
+/// OOB tag bytes per sector the engine writes when its members keep tags: kind (1), index
+/// (1), user chunk (4, little-endian), sequence (4, little-endian), and a checksum of the
+/// chunk's data (4, little-endian), by which recovery tells a copy whose tags reached the
+/// medium without its data.
+pub const TWO_PHASE_TAG_BYTES: usize = 14;
 /// A tag's kind byte: which copy a slot holds (0 in a free or trimmed slot).
 const KIND_REPLICA: u8 = 1;
 const KIND_DATA: u8 = 2;
@@ -354,10 +356,17 @@ impl<D: BlockDevice> TwoPhase<D> {
         self.members.into_iter().map(|m| m.device).collect()
     }
 
-    /// One chunk's OOB tags: the same tag in every sector, or None when the engine keeps no
-    /// tags. `chunk` is the user chunk (or, in a parity chunk, the parity of the data
-    /// chunks' fields); `seq` is truncated to 32 bits (module doc).
-    fn chunk_tags(&self, kind: u8, index: usize, chunk: [u8; 4], seq: u64) -> Option<Vec<u8>> {
+    /// One chunk's OOB tags for writing `data` into it: the same tag in every sector, or
+    /// None when the engine keeps no tags. `chunk` is the user chunk (or, in a parity chunk,
+    /// the parity of the data chunks' fields); `seq` is truncated to 32 bits (module doc).
+    fn chunk_tags(
+        &self,
+        kind: u8,
+        index: usize,
+        chunk: [u8; 4],
+        seq: u64,
+        data: &[u8],
+    ) -> Option<Vec<u8>> {
         if self.tag_bytes == 0 {
             return None;
         }
@@ -366,35 +375,34 @@ impl<D: BlockDevice> TwoPhase<D> {
         one[1] = index as u8;
         one[2..6].copy_from_slice(&chunk);
         one[6..10].copy_from_slice(&(seq as u32).to_le_bytes());
+        one[10..14].copy_from_slice(&data_sum(data).to_le_bytes());
         Some(one.repeat(self.chunk_sectors as usize))
     }
 
-    /// The tags of every slot of a stripe (data, then parity) whose data slots were written
-    /// with `chunks` at conversion `seq`, or None when the engine keeps no tags.
-    fn stripe_tags(&self, chunks: &[u64], seq: u64) -> Result<Option<Vec<Vec<u8>>>, DeviceError> {
+    /// The tags of slot `role` (data slots first, then parity) of a stripe whose data slots
+    /// were written with `chunks` at conversion `seq`, for writing `data` into it, or None
+    /// when the engine keeps no tags.
+    fn stripe_slot_tags(
+        &self,
+        chunks: &[u64],
+        seq: u64,
+        role: usize,
+        data: &[u8],
+    ) -> Result<Option<Vec<u8>>, DeviceError> {
         if self.tag_bytes == 0 {
             return Ok(None);
         }
+        if role < self.k {
+            let field = (chunks[role] as u32).to_le_bytes();
+            return Ok(self.chunk_tags(KIND_DATA, role, field, seq, data));
+        }
         let fields: Vec<[u8; 4]> = chunks.iter().map(|&c| (c as u32).to_le_bytes()).collect();
         let refs: Vec<&[u8]> = fields.iter().map(|f| f.as_slice()).collect();
-        let mut tags = Vec::with_capacity(self.k + self.m);
-        for (i, field) in fields.iter().enumerate() {
-            tags.push(
-                self.chunk_tags(KIND_DATA, i, *field, seq)
-                    .unwrap_or_default(),
-            );
-        }
-        for r in 0..self.m {
-            let mut field = [0u8; 4];
-            self.codec
-                .encode_row(r, &refs, &mut field)
-                .map_err(|_| DeviceError::Failed)?;
-            tags.push(
-                self.chunk_tags(KIND_PARITY, r, field, seq)
-                    .unwrap_or_default(),
-            );
-        }
-        Ok(Some(tags))
+        let mut field = [0u8; 4];
+        self.codec
+            .encode_row(role - self.k, &refs, &mut field)
+            .map_err(|_| DeviceError::Failed)?;
+        Ok(self.chunk_tags(KIND_PARITY, role - self.k, field, seq, data))
     }
 
     /// Fails member `i` now; a spare, if any, takes its place and is rebuilt.
@@ -756,7 +764,8 @@ impl<D: BlockDevice> TwoPhase<D> {
         let seq = self.next_seq;
         let mut done = now_ns;
         for (copy, &s) in slots.iter().enumerate() {
-            let tags = self.chunk_tags(KIND_REPLICA, copy, (chunk as u32).to_le_bytes(), seq);
+            let field = (chunk as u32).to_le_bytes();
+            let tags = self.chunk_tags(KIND_REPLICA, copy, field, seq, data);
             done = done.max(self.member_write(s, now_ns, data, tags.as_deref())?);
         }
         self.rsets[id as usize] = ReplicaSet { slots, chunk, seq };
@@ -856,15 +865,14 @@ impl<D: BlockDevice> TwoPhase<D> {
         // this stripe and that it is newer than the replicas it replaces.
         self.next_seq += 1;
         let seq = self.next_seq;
-        let tags = self.stripe_tags(&chunks, seq)?;
         // The whole stripe is written before any replica is released: a crash in between
         // leaves the replicas, and a stripe recovery finds incomplete is dropped.
         let mut t_write = t_par;
         for (i, &s) in slots.iter().enumerate() {
             if self.serves(s) {
                 let bytes = if i < k { &data[i] } else { &parity[i - k] };
-                let slot_tags = tags.as_ref().map(|t| t[i].as_slice());
-                t_write = t_write.max(self.member_write(s, t_par, bytes, slot_tags)?);
+                let tags = self.stripe_slot_tags(&chunks, seq, i, bytes)?;
+                t_write = t_write.max(self.member_write(s, t_par, bytes, tags.as_deref())?);
             }
         }
         for (index, &(id, chunk)) in picked.iter().enumerate() {
@@ -1147,7 +1155,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             let set = &self.rsets[owner as usize];
             let index = set.slots.iter().position(|&s| s == target).unwrap_or(0);
             let chunk = (set.chunk as u32).to_le_bytes();
-            let tags = self.chunk_tags(KIND_REPLICA, index, chunk, set.seq);
+            let tags = self.chunk_tags(KIND_REPLICA, index, chunk, set.seq, &buf);
             ((buf, t), tags)
         } else {
             let sid = owner & !STRIPE_BIT;
@@ -1158,9 +1166,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 .expect("a stripe slot's owner lists the slot");
             let (shards, t) = self.reconstruct_rows(sid, 0, rows, now_ns, role)?;
             let rec = &self.stripes[sid as usize];
-            let tags = self
-                .stripe_tags(&rec.tagged_chunks, rec.seq)?
-                .map(|mut all| all.swap_remove(role));
+            let tags = self.stripe_slot_tags(&rec.tagged_chunks, rec.seq, role, &shards[role])?;
             ((shards[role].clone(), t), tags)
         };
         // The slot serves from now on, so the write goes through.
@@ -1241,4 +1247,10 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
     fn take_host_work(&mut self) -> HostWork {
         std::mem::take(&mut self.work)
     }
+}
+
+/// The checksum of a chunk's data in its tags: FNV-1a, folded to 32 bits.
+fn data_sum(data: &[u8]) -> u32 {
+    let h = crate::swan::fnv1a(data);
+    (h ^ (h >> 32)) as u32
 }

@@ -359,16 +359,19 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let engine_members = engine.members;
         // The map lives in host memory only, so every start but the first rebuilds it from
         // the members' OOB tags, after an orderly stop as after a kill.
-        let volume = match (state.fresh(), lost_one) {
-            (true, _) => TwoPhase::new(engine, two_phase, members, spares),
-            (false, None) => TwoPhase::recover(engine, two_phase, members, spares),
-            (false, Some(p)) => TwoPhase::recover_degraded(engine, two_phase, members, spares, p),
+        // After an unclean stop every copy's data is checked against the checksum in its
+        // tags: a host crash may have kept a sidecar's tags without the member file's data.
+        let volume = if state.fresh() {
+            TwoPhase::new(engine, two_phase, members, spares)
+        } else {
+            let verify = state.unclean();
+            TwoPhase::recover_with(engine, two_phase, members, spares, lost_one, verify)
         }
         .map_err(|e| e.to_string())?;
         if let Some(r) = volume.recovery() {
             eprintln!(
-                "afa serve: rebuilt the two-phase map from the OOB tags of {} chunk slots on {engine_members} members: {} replicated and {} striped chunks, {} stripes cut short by a crash dropped, {} stale slots trimmed",
-                r.tag_reads, r.replicated_chunks, r.striped_chunks, r.incomplete_stripes, r.stale_slots
+                "afa serve: rebuilt the two-phase map from the OOB tags of {} chunk slots on {engine_members} members: {} replicated and {} striped chunks, {} stripes cut short by a crash dropped, {} copies whose data missed their checksum dropped, {} stale slots trimmed",
+                r.tag_reads, r.replicated_chunks, r.striped_chunks, r.incomplete_stripes, r.torn_copies, r.stale_slots
             );
         }
         return Ok(recorded(volume, state, record, &spec.failures, description));
@@ -820,7 +823,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
         let err = build_volume(&cfg, Some(&dir)).err().unwrap();
         assert!(
-            err.contains("two-phase with --state needs 10 bytes"),
+            err.contains("two-phase with --state needs 14 bytes"),
             "{err}"
         );
         let _ = std::fs::remove_dir_all(&dir);

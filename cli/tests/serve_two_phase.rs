@@ -298,7 +298,7 @@ fn two_phase_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
     qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
 }
 
-/// An SSD whose OOB area leaves fewer than the engine's 10 tag bytes per sector cannot keep
+/// An SSD whose OOB area leaves fewer than the engine's 14 tag bytes per sector cannot keep
 /// the two-phase metadata, and the refusal says what to raise.
 #[test]
 fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
@@ -319,7 +319,7 @@ fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("two-phase with --state needs 10 bytes of OOB tag per sector")
+        err.contains("two-phase with --state needs 14 bytes of OOB tag per sector")
             && err.contains("oob_bytes_per_page"),
         "{err}"
     );
