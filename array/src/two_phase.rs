@@ -24,17 +24,19 @@
 //! [`TWO_PHASE_TAG_BYTES`] per sector), every chunk the engine writes carries, in every
 //! sector's tag, what it is: a replica (copy number, user chunk, write sequence), a stripe's
 //! data chunk (index, user chunk, the stripe's conversion sequence) or a stripe's parity
-//! chunk (row, the parity of the data tags' chunk fields, the conversion sequence). The map
-//! lives in host memory only; [`TwoPhase::recover`] (`two_phase_recovery.rs`) rebuilds it
-//! from those tags. The tags ride in the same program operation as the data and cost no
-//! time. So that a crash at any command leaves every acknowledged write on the members,
-//! such an engine writes a chunk's new replicas before it releases the old copies, and a
-//! cleaned stripe's live chunks are replicated before the stripe is released; conversion
-//! writes the whole stripe before it releases the replicas. Released slots are trimmed and
-//! handed out again only after the next member flush, so a power loss, which keeps only
-//! what a flush made durable, never finds a superseded copy gone before its replacement. Without tags (payload `none`,
-//! the simulator's timing runs) the engine keeps its original order, so its timing results
-//! do not move.
+//! chunk (row, the parity of the data tags' chunk fields, the conversion sequence), and a
+//! checksum of the chunk's data. The map lives in host memory only; [`TwoPhase::recover`]
+//! (`two_phase_recovery.rs`) rebuilds it from those tags. The tags ride in the same program
+//! operation as the data and cost no time. A recoverable engine
+//! ([`TwoPhase::make_recoverable`], which serve mode's `--state` and every recovered engine
+//! use) also orders its writes for a crash: so that a crash at any command leaves every
+//! acknowledged write on the members, it writes a chunk's new replicas before it releases
+//! the old copies, and a cleaned stripe's live chunks before it releases the stripe;
+//! conversion writes the whole stripe before it releases the replicas. Released slots are
+//! trimmed and handed out again only after the next member flush, so a power loss, which
+//! keeps only what a flush made durable, never finds a superseded copy gone before its
+//! replacement. Simulations do not ask for it, so their timing results are those of the
+//! original order whatever the payload.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -201,9 +203,11 @@ pub struct TwoPhase<D: BlockDevice> {
     /// OOB tag bytes per sector the members keep, or 0 when the engine writes no tags
     /// (members that keep fewer than [`TWO_PHASE_TAG_BYTES`] or no payload).
     tag_bytes: usize,
+    /// Writes are ordered for recovery after a crash (module doc).
+    recoverable: bool,
     /// What the last recovery found, if this volume was recovered.
     recovery: Option<TwoPhaseRecovery>,
-    /// Slots released since the last member flush, when the engine keeps tags: the writes
+    /// Slots released since the last member flush, when the engine is recoverable: the writes
     /// that superseded their copies may not be durable yet, so until a flush has made them
     /// so these slots are neither trimmed nor handed out again (a power loss then finds the
     /// old copy whole).
@@ -318,6 +322,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             slots_per_member: slots,
             background_depth: 0,
             tag_bytes,
+            recoverable: false,
             recovery: None,
             released: Vec::new(),
             work: HostWork::default(),
@@ -349,6 +354,19 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// Whether every chunk written carries OOB tags a recovery can rebuild the map from.
     pub fn keeps_tags(&self) -> bool {
         self.tag_bytes > 0
+    }
+
+    /// Orders every later write so that [`TwoPhase::recover`] finds every acknowledged write
+    /// after a crash (module doc). Call it on a new volume before its first write; a
+    /// recovered volume is recoverable already. Needs members that keep tags.
+    pub fn make_recoverable(&mut self) -> Result<(), ArrayError> {
+        if !self.keeps_tags() {
+            return Err(ArrayError::Config(format!(
+                "a recoverable two-phase volume needs members that keep {TWO_PHASE_TAG_BYTES} bytes of OOB tag per sector and payload token or full"
+            )));
+        }
+        self.recoverable = true;
+        Ok(())
     }
 
     /// Gives the member devices back (a crash test recovers a new engine from them).
@@ -545,11 +563,11 @@ impl<D: BlockDevice> TwoPhase<D> {
     }
 
     /// Frees a slot and trims it on its member, so the member's FTL can reclaim the space.
-    /// An engine that keeps tags holds the slot back until the next member flush instead.
+    /// A recoverable engine holds the slot back until the next member flush instead.
     fn release_slot(&mut self, s: Slot, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let member = &mut self.members[s.member];
         member.owner[s.slot as usize] = FREE;
-        if self.tag_bytes > 0 {
+        if self.recoverable {
             self.released.push(s);
             return Ok(now_ns);
         }
@@ -928,7 +946,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         for &(chunk, _) in &live {
             self.map[chunk as usize] = Loc::Unwritten;
         }
-        if self.keeps_tags() {
+        if self.recoverable {
             // Recoverable order: the live chunks' new replicas are on the members before
             // the stripe that held them is released.
             let mut done = t;
@@ -1035,7 +1053,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 buf = b;
                 &buf
             };
-            let (freed, written) = if self.keeps_tags() {
+            let (freed, written) = if self.recoverable {
                 // Recoverable order: the new replicas are on the members before the old
                 // copies are released, so a crash in between leaves one of the two whole.
                 let old = self.map[chunk as usize];
@@ -1207,7 +1225,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
             }
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
-            Opcode::Flush if self.tag_bytes > 0 => self.flush_and_reclaim(now_ns)?,
+            Opcode::Flush if self.recoverable => self.flush_and_reclaim(now_ns)?,
             Opcode::Flush => {
                 let serving = self
                     .members

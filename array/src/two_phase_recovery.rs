@@ -121,11 +121,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             return Err(ArrayError::Fail(f, "no such member".into()));
         }
         let mut v = Self::new(config, two_phase, members, spares)?;
-        if !v.keeps_tags() {
-            return Err(ArrayError::Config(format!(
-                "two-phase recovery needs members that keep {TWO_PHASE_TAG_BYTES} bytes of OOB tag per sector and payload token or full"
-            )));
-        }
+        v.make_recoverable()?;
         // The lost member takes no writes while the map is rebuilt.
         if let Some(f) = failed {
             v.members[f].state = MemberState::Failed;
@@ -632,9 +628,9 @@ mod tests {
                 budget: cut.clone(),
             })
             .collect();
-        let volume =
+        let mut volume =
             TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
-        assert!(volume.keeps_tags());
+        volume.make_recoverable().unwrap();
         let mut h = Harness::new(volume);
         let mut rng = SimRng::new(seed);
         let torn = run_until_cut(&mut h, &mut rng, 20_000);
@@ -734,8 +730,9 @@ mod tests {
     fn recovery_finds_replicated_and_converted_stripes() {
         for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
             let devs = (0..n as u64).map(ssd).collect();
-            let volume =
+            let mut volume =
                 TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
+            volume.make_recoverable().unwrap();
             let mut h = Harness::new(volume);
             let cs = h.volume.chunk_sectors() as u64;
             let watermark = h.volume.watermark_chunks();
@@ -783,13 +780,14 @@ mod tests {
     #[test]
     fn superseded_copies_are_held_until_a_flush() {
         let devs = (0..4).map(ssd).collect();
-        let volume = TwoPhase::new(
+        let mut volume = TwoPhase::new(
             config(Level::Raid5, 4),
             TwoPhaseConfig::default(),
             devs,
             vec![],
         )
         .unwrap();
+        volume.make_recoverable().unwrap();
         let mut h = Harness::new(volume);
         let cs = h.volume.chunk_sectors();
         h.write(0, cs).unwrap();
@@ -926,8 +924,9 @@ mod tests {
                 now_ns: 0,
             })
             .collect();
-        let volume =
+        let mut volume =
             TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
+        volume.make_recoverable().unwrap();
         let mut h = Harness::new(volume);
         let mut rng = SimRng::new(seed);
         assert!(run_until_cut(&mut h, &mut rng, before).is_none());

@@ -362,7 +362,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         // After an unclean stop every copy's data is checked against the checksum in its
         // tags: a host crash may have kept a sidecar's tags without the member file's data.
         let volume = if state.fresh() {
-            TwoPhase::new(engine, two_phase, members, spares)
+            TwoPhase::new(engine, two_phase, members, spares).and_then(|mut v| {
+                v.make_recoverable()?;
+                Ok(v)
+            })
         } else {
             let verify = state.unclean();
             TwoPhase::recover_with(engine, two_phase, members, spares, lost_one, verify)
