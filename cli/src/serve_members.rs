@@ -196,6 +196,10 @@ impl<E: FailableEngine> BlockDevice for RecordedFailures<E> {
         Ok(completion)
     }
 
+    fn prefetch(&self, lba: u64, stage: u8) {
+        self.engine.prefetch(lba, stage)
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         if self.apply_due(now_ns).is_err() {
             return None;
