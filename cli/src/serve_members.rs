@@ -218,3 +218,31 @@ impl<E: FailableEngine> BlockDevice for RecordedFailures<E> {
         self.engine.take_host_work()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A restart hands each rebuilding position's own file to the engine as the spare that
+    /// position takes, in the order the positions are failed again.
+    #[test]
+    fn rebuilding_positions_take_their_own_files_at_a_restart() {
+        let record = MemberRecord {
+            failures_applied: 2,
+            positions: vec![
+                (0, MemberHealth::Serving),
+                (2, MemberHealth::Failed),
+                (5, MemberHealth::Rebuilding),
+                (4, MemberHealth::Rebuilding),
+            ],
+            spares: vec![],
+        };
+        assert_eq!(positions_to_fail(&record), vec![2, 3, 1]);
+        let (members, spares) = engine_files(&record);
+        assert_eq!(members, vec![0, 2, 5, 4]);
+        assert_eq!(spares, vec![5, 4]);
+        let fresh = MemberRecord::initial(3, 1);
+        assert!(positions_to_fail(&fresh).is_empty());
+        assert_eq!(engine_files(&fresh), (vec![0, 1, 2], vec![3]));
+    }
+}
