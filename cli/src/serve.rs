@@ -228,9 +228,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
         _ => None,
     };
-    if !spec.failures.is_empty()
-        && matches!(spec.choice, EngineChoice::Swan(_) | EngineChoice::Log(_))
-    {
+    if !spec.failures.is_empty() && matches!(spec.choice, EngineChoice::Swan(_)) {
         return Err(format!(
             "--state cannot be combined with [array] failures for {}: its recovery does not take a lost member yet, so a restart would read the failed member's stale file",
             engine_name(&spec.choice, spec.engine.level)
@@ -385,9 +383,18 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if let EngineChoice::Log(log_config) = &spec.choice {
-        let volume =
+        let mut volume =
             LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
-        return with_nvram(volume, "Log-RAID", state, description);
+        // The recorded failures first, so that recovery reads what a lost member held
+        // through degraded reads of the others, never from its file.
+        for &p in &lost {
+            volume
+                .array_mut()
+                .fail_member(p, 0)
+                .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
+        }
+        attach_nvram(&mut volume, "Log-RAID", &state)?;
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if state.unclean() && lost.is_empty() {
         // The last server was killed or crashed: a write may have reached some members and
@@ -465,6 +472,21 @@ fn with_nvram<E: NvramEngine>(
     state: StateDir,
     description: String,
 ) -> Result<Volume, String> {
+    attach_nvram(&mut volume, name, &state)?;
+    Ok(Volume {
+        device: Box::new(volume),
+        description,
+        state: Some(state),
+    })
+}
+
+/// Attaches the NVRAM log in the state directory and, on every start but the first,
+/// recovers the engine's map from the summaries and the log.
+fn attach_nvram<E: NvramEngine>(
+    volume: &mut E,
+    name: &str,
+    state: &StateDir,
+) -> Result<(), String> {
     let path = state.nvram_path();
     let nvram =
         FileNvram::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
@@ -478,11 +500,7 @@ fn with_nvram<E: NvramEngine>(
             path.display()
         );
     }
-    Ok(Volume {
-        device: Box::new(volume),
-        description,
-        state: Some(state),
-    })
+    Ok(())
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {

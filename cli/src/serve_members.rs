@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
-use afa_array::{Array, ArrayError, ScalaAfa, TwoPhase};
+use afa_array::{Array, ArrayError, LogRaid, ScalaAfa, TwoPhase};
 use afa_serve::{FileDevice, MemberHealth, MemberRecord};
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, ReadBuffers};
@@ -28,6 +28,15 @@ impl FailableEngine for Array<FileDevice> {
     }
     fn rebuilding(&self) -> bool {
         Array::rebuilding(self)
+    }
+}
+
+impl FailableEngine for LogRaid<FileDevice> {
+    fn fail_member(&mut self, i: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
+        self.array_mut().fail_member(i, now_ns)
+    }
+    fn rebuilding(&self) -> bool {
+        self.array().rebuilding()
     }
 }
 

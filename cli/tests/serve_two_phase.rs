@@ -3,8 +3,8 @@
 //! members' sidecar files, after an orderly stop and after kill -9, with stripes both
 //! converted and still replicated (docs/serve.md, docs/models.md). Member failures
 //! configured with `--state` are recorded in `DIR/members.txt`: a failed member's file is
-//! never read after a restart (two-phase, RAID 5 and ScalaAFA), and a rebuild onto a spare
-//! that a kill cut short is finished by the restart. Data is checked with
+//! never read after a restart (two-phase, RAID 5, Log-RAID and ScalaAFA), and a rebuild
+//! onto a spare that a kill cut short is finished by the restart. Data is checked with
 //! qemu-io patterns (-P), which fail on any byte that differs. The helpers are those of
 //! `serve.rs`.
 
@@ -493,4 +493,47 @@ transient_bytes = 2097152
 #[test]
 fn scalaafa_with_a_failed_member_restarts_degraded_without_reading_its_file() {
     a_failed_member_is_never_read_again("scalaafa-failed", SCALAAFA);
+}
+
+/// Log-RAID over a RAID 5 of three small SSDs (about 27 MiB each), 1 MiB segments, as in
+/// `serve.rs`, with `extra` added to `[array]`: its recovery reads a lost member's segment
+/// summaries through degraded reads of the others.
+fn log_raid(extra: &str) -> String {
+    format!(
+        r#"
+seed = 11
+[ssd]
+over_provisioning = 0.15
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+{extra}
+[array.log]
+segment_stripes = 8
+spare_fraction = 0.2
+"#
+    )
+}
+
+#[test]
+fn log_raid_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    let toml = log_raid("failures = [{ member = 1, at_ms = 1500 }]");
+    a_failed_member_is_never_read_again("lograid-failed", &toml);
+}
+
+#[test]
+fn log_raid_rebuild_onto_a_spare_continues_after_kill_9() {
+    let toml =
+        log_raid("spares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]");
+    a_rebuild_onto_a_spare_continues_after_kill_9("lograid-rebuild", &toml);
 }
