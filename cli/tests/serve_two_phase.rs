@@ -438,7 +438,12 @@ fn a_rebuild_onto_a_spare_continues_after_kill_9(name: &str, toml: &str) {
     let record = wait_for_member_record(&s.state, "member 1 member-3.img serving");
     assert!(!record.lines().any(|l| l.starts_with("spare ")), "{record}");
     qemu_io(&afa.uri, &reads);
-    afa.stop();
+    // The restarted server, not the killed one, finished the rebuild.
+    let log = afa.stop();
+    assert!(
+        log.contains("the rebuild of member 1 onto member-3.img is done"),
+        "{log}"
+    );
     let afa = s.start(&[]);
     qemu_io(&afa.uri, &reads);
 }
