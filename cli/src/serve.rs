@@ -230,7 +230,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     };
     if !spec.failures.is_empty() && matches!(spec.choice, EngineChoice::Swan(_)) {
         return Err(format!(
-            "--state cannot be combined with [array] failures for {}: its recovery does not take a lost member yet, so a restart would read the failed member's stale file",
+            "--state cannot be combined with [array] failures for {}: it deals its spares to its R-groups when it is built, so a restart could not yet hand a rebuilding group the spare file it was rebuilding onto",
             engine_name(&spec.choice, spec.engine.level)
         ));
     }
