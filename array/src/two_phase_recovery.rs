@@ -6,11 +6,11 @@
 //!
 //! 1. A slot whose tag is all zeroes is free. A tag that names no replica, data or parity
 //!    chunk of this volume (an unknown kind, a chunk past the volume, an index past the
-//!    code) is stale and the slot is trimmed. When the data is verified, so is a slot whose
-//!    data does not match the checksum in its tag: a host crash can keep a member file's tag
-//!    sidecar but not its data (the page cache writes them in any order), and the copies
-//!    that copy replaced are still there, because released slots are trimmed only after the
-//!    next flush.
+//!    code) is stale and the slot is trimmed. When the data is verified, a slot whose data
+//!    does not match the checksum in its tag is stale too: a host crash can keep a member
+//!    file's tag sidecar but not its data (the page cache writes them in any order), and the
+//!    copies that copy replaced are still there, because released slots are trimmed only
+//!    after the next flush.
 //! 2. A stripe is converted when its conversion sequence names exactly k data slots (one per
 //!    index) and m parity slots (one per row) on k + m different members, and each parity
 //!    slot's chunk field is the parity of the data slots' chunk fields (ScalaAFA's rule:
