@@ -27,7 +27,9 @@ pub use scalaafa::{ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode, META_TAG_
 pub use swan::{
     decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
 };
-pub use two_phase::{TwoPhase, TwoPhaseConfig, TwoPhaseStats};
+pub use two_phase::{
+    TwoPhase, TwoPhaseConfig, TwoPhaseRecovery, TwoPhaseStats, TWO_PHASE_TAG_BYTES,
+};
 
 use afa_parity::ErasureCodec;
 use afa_sim::{transfer_ns, TimeNs};

@@ -68,7 +68,7 @@ impl BlockDevice for Crashing<'_> {
 pub(crate) struct Harness<V: BlockDevice> {
     pub(crate) volume: V,
     pub(crate) tokens: Vec<u64>,
-    version: u64,
+    pub(crate) version: u64,
     pub(crate) now_ns: u64,
     pub(crate) checked: u64,
     /// Payload bytes per sector (8 for tokens, the sector for whole bytes).

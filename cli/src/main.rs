@@ -7,6 +7,7 @@ mod plot;
 mod report;
 mod reproduce;
 mod serve;
+mod serve_members;
 mod sweep;
 mod trace;
 mod volume;

@@ -7,10 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use afa_array::{Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, META_TAG_BYTES};
+use afa_array::{
+    Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, TwoPhase, META_TAG_BYTES,
+    TWO_PHASE_TAG_BYTES,
+};
 use afa_nand::PayloadMode;
 use afa_ox::{FlashImage, OxServedDevice};
-use afa_serve::{FileDevice, FileNvram, ListenAddr, Pace, ServeConfig, Server, StateDir};
+use afa_serve::{
+    FileDevice, FileNvram, ListenAddr, MemberRecord, Pace, ServeConfig, Server, StateDir,
+};
 use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
@@ -20,6 +25,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::config::{RunConfig, DEFAULT_CONFIG};
+use crate::serve_members::{engine_files, positions_to_fail, FailableEngine, RecordedFailures};
 use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
 
 /// How replies are timed.
@@ -230,12 +236,6 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
-    if let EngineChoice::TwoPhase(_) = &spec.choice {
-        return Err(format!(
-            "--state keeps arrays with a static layout, ScalaAFA, SWAN and Log-RAID only: {} keeps its map in memory and has no recovery from member files yet; serve it without --state",
-            engine_name(&spec.choice, spec.engine.level)
-        ));
-    }
     if spec.engine.stripe_cache_stripes > 0 {
         return Err(
             "--state cannot be combined with [array] stripe_cache_stripes: the stripe cache holds acknowledged writes in the server's memory, which a kill -9 would lose; set it to 0"
@@ -254,19 +254,28 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
         _ => None,
     };
-    if !spec.failures.is_empty() {
-        return Err(
-            "--state cannot be combined with [array] failures: a failed member is not recorded in the state directory, so a restart would read its stale file"
-                .into(),
-        );
+    if !spec.failures.is_empty() && matches!(spec.choice, EngineChoice::Swan(_)) {
+        return Err(format!(
+            "--state cannot be combined with [array] failures for {}: it deals its spares to its R-groups when it is built, so a restart could not yet hand a rebuilding group the spare file it was rebuilding onto",
+            engine_name(&spec.choice, spec.engine.level)
+        ));
     }
     let engine: ArrayConfig = spec.engine.clone();
-    // ScalaAFA keeps its metadata in the OOB tags of every chunk copy (§5.4), so its members
-    // keep tags beside their bytes; RAID members need none.
-    let tag_bytes = match &scala {
-        Some(_) if (probe.tag_bytes_per_sector as usize) < META_TAG_BYTES => {
+    let two_phase = match &spec.choice {
+        EngineChoice::TwoPhase(t) => Some(t.clone()),
+        _ => None,
+    };
+    // ScalaAFA (§5.4) and the two-phase engine keep their metadata in the OOB tags of every
+    // chunk copy, so their members keep tags beside their bytes; RAID members need none.
+    let needed_tag_bytes = match (&scala, &two_phase) {
+        (Some(_), _) => Some(("ScalaAFA", META_TAG_BYTES)),
+        (_, Some(_)) => Some(("two-phase", TWO_PHASE_TAG_BYTES)),
+        _ => None,
+    };
+    let tag_bytes = match needed_tag_bytes {
+        Some((name, needed)) if (probe.tag_bytes_per_sector as usize) < needed => {
             return Err(format!(
-                "ScalaAFA with --state needs {META_TAG_BYTES} bytes of OOB tag per sector, but the SSD leaves {} (raise [ssd.geometry] oob_bytes_per_page)",
+                "{name} with --state needs {needed} bytes of OOB tag per sector, but the SSD leaves {} (raise [ssd.geometry] oob_bytes_per_page)",
                 probe.tag_bytes_per_sector
             ));
         }
@@ -283,9 +292,19 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     match &spec.choice {
         EngineChoice::Swan(swan) => fingerprint.push_str(&format!(", {swan:?}")),
         EngineChoice::Log(log) => fingerprint.push_str(&format!(", {log:?}")),
+        EngineChoice::TwoPhase(t) => {
+            fingerprint.push_str(&format!(", {t:?}, {tag_bytes} tag bytes per sector"))
+        }
         _ => {}
     }
+    if !spec.failures.is_empty() {
+        fingerprint.push_str(&format!(", failures {:?}", spec.failures));
+    }
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    // Which file serves each member position, after failures and rebuilds
+    // (serve_members.rs).
+    let record = MemberRecord::load(state.dir(), engine.members as usize, spec.spares as usize)
+        .map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
         let seed = if index < engine.members as u64 {
             seed.wrapping_add(index)
@@ -301,12 +320,32 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         )
         .map_err(|e| e.to_string())
     };
-    let members = (0..engine.members as u64)
-        .map(file_member)
+    let (member_files, spare_files) = engine_files(&record);
+    let members = member_files
+        .iter()
+        .map(|&f| file_member(f as u64))
         .collect::<Result<Vec<_>, _>>()?;
-    let spares = (0..spec.spares as u64)
-        .map(|j| file_member(engine.members as u64 + j))
+    let spares = spare_files
+        .iter()
+        .map(|&f| file_member(f as u64))
         .collect::<Result<Vec<_>, _>>()?;
+    // Positions whose member failed: the engines that recover from their members read
+    // nothing from such a position's file.
+    let lost = positions_to_fail(&record);
+    let lost_one = match lost.as_slice() {
+        [] => None,
+        [p] => Some(*p),
+        more => {
+            if scala.is_some() || two_phase.is_some() {
+                return Err(format!(
+                    "{} recovers with at most one lost member, but member positions {more:?} are failed or rebuilding in {}",
+                    engine_name(&spec.choice, engine.level),
+                    state.dir().join("members.txt").display()
+                ));
+            }
+            None
+        }
+    };
     let description = format!(
         "afa: {} over {} emulated SSDs kept in {}",
         engine_name(&spec.choice, engine.level),
@@ -317,10 +356,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let engine_members = engine.members;
         // The AMT and HGMT live in host memory only, so every start but the first rebuilds
         // them from the members' OOB tags (§5.4), after an orderly stop as after a kill.
-        let volume = if state.fresh() {
-            ScalaAfa::new(engine, scala, members, spares)
-        } else {
-            ScalaAfa::recover(engine, scala, members, spares)
+        let volume = match (state.fresh(), lost_one) {
+            (true, _) => ScalaAfa::new(engine, scala, members, spares),
+            (false, None) => ScalaAfa::recover(engine, scala, members, spares),
+            (false, Some(p)) => ScalaAfa::recover_degraded(engine, scala, members, spares, p),
         }
         .map_err(|e| e.to_string())?;
         if !state.fresh() {
@@ -338,11 +377,31 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 ),
             }
         }
-        return Ok(Volume {
-            device: Box::new(volume),
-            description,
-            state: Some(state),
-        });
+        return Ok(recorded(volume, state, record, &spec.failures, description));
+    }
+    if let Some(two_phase) = two_phase {
+        let engine_members = engine.members;
+        // The map lives in host memory only, so every start but the first rebuilds it from
+        // the members' OOB tags, after an orderly stop as after a kill.
+        // After an unclean stop every copy's data is checked against the checksum in its
+        // tags: a host crash may have kept a sidecar's tags without the member file's data.
+        let volume = if state.fresh() {
+            TwoPhase::new(engine, two_phase, members, spares).and_then(|mut v| {
+                v.make_recoverable()?;
+                Ok(v)
+            })
+        } else {
+            let verify = state.unclean();
+            TwoPhase::recover_with(engine, two_phase, members, spares, lost_one, verify)
+        }
+        .map_err(|e| e.to_string())?;
+        if let Some(r) = volume.recovery() {
+            eprintln!(
+                "afa serve: rebuilt the two-phase map from the OOB tags of {} chunk slots on {engine_members} members: {} replicated and {} striped chunks, {} stripes cut short by a crash dropped, {} copies whose data missed their checksum dropped, {} stale slots trimmed",
+                r.tag_reads, r.replicated_chunks, r.striped_chunks, r.incomplete_stripes, r.torn_copies, r.stale_slots
+            );
+        }
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if let EngineChoice::Swan(swan) = &spec.choice {
         let volume = Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
@@ -350,11 +409,20 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if let EngineChoice::Log(log_config) = &spec.choice {
-        let volume =
+        let mut volume =
             LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
-        return with_nvram(volume, "Log-RAID", state, description);
+        // The recorded failures first, so that recovery reads what a lost member held
+        // through degraded reads of the others, never from its file.
+        for &p in &lost {
+            volume
+                .array_mut()
+                .fail_member(p, 0)
+                .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
+        }
+        attach_nvram(&mut volume, "Log-RAID", &state)?;
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
-    if state.unclean() {
+    if state.unclean() && lost.is_empty() {
         // The last server was killed or crashed: a write may have reached some members and
         // not others, so redundancy is made to match the data before anything is served
         // (md resyncs after an unclean shutdown the same way, in the background).
@@ -364,12 +432,37 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 "afa serve: the last server did not stop in order; resynced the redundancy of {stripes} stripes"
             );
         }
+    } else if state.unclean() {
+        // md starts a dirty degraded array only when forced, for the same reason.
+        eprintln!(
+            "afa serve: the last server did not stop in order and member positions {lost:?} are failed or rebuilding: a degraded array cannot be resynced, so a stripe whose last write was cut off may reconstruct wrong bytes for its lost member"
+        );
     }
-    Ok(Volume {
-        device: Box::new(array),
+    // The recorded failures again: a failed position's file is never read, a rebuilding
+    // one is rebuilt from the start onto the same spare's file.
+    for &p in &lost {
+        array
+            .fail_member(p, 0)
+            .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
+    }
+    Ok(recorded(array, state, record, &spec.failures, description))
+}
+
+/// An engine whose configured member failures serve mode applies and records in the state
+/// directory (serve_members.rs).
+fn recorded<E: FailableEngine>(
+    volume: E,
+    state: StateDir,
+    record: MemberRecord,
+    failures: &[(u32, TimeNs)],
+    description: String,
+) -> Volume {
+    let dir = state.dir().to_path_buf();
+    Volume {
+        device: Box::new(RecordedFailures::new(volume, dir, record, failures)),
         description,
         state: Some(state),
-    })
+    }
 }
 
 /// One OX SSD behind its block interface (OXBlock) with real bytes: in memory, or with a
@@ -481,6 +574,21 @@ fn with_nvram<E: NvramEngine>(
     state: StateDir,
     description: String,
 ) -> Result<Volume, String> {
+    attach_nvram(&mut volume, name, &state)?;
+    Ok(Volume {
+        device: Box::new(volume),
+        description,
+        state: Some(state),
+    })
+}
+
+/// Attaches the NVRAM log in the state directory and, on every start but the first,
+/// recovers the engine's map from the summaries and the log.
+fn attach_nvram<E: NvramEngine>(
+    volume: &mut E,
+    name: &str,
+    state: &StateDir,
+) -> Result<(), String> {
     let path = state.nvram_path();
     let nvram =
         FileNvram::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
@@ -494,11 +602,7 @@ fn with_nvram<E: NvramEngine>(
             path.display()
         );
     }
-    Ok(Volume {
-        device: Box::new(volume),
-        description,
-        state: Some(state),
-    })
+    Ok(())
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
@@ -889,17 +993,20 @@ mod tests {
     }
 
     #[test]
-    fn state_refuses_engines_that_keep_their_map_in_memory() {
-        let text = "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.two_phase]\n";
+    fn state_refuses_two_phase_on_ssds_with_too_little_oob() {
+        let text = "[ssd.geometry]\nblocks_per_plane = 64\noob_bytes_per_page = 16\n[array]\nlevel = \"raid5\"\nmembers = 3\n[array.two_phase]\n";
         let cfg: RunConfig = toml::from_str(text).unwrap();
         let dir = std::env::temp_dir().join(format!("afa-serve-unit-{}", std::process::id()));
         let err = build_volume(&cfg, Some(&dir)).err().unwrap();
-        assert!(err.contains("static layout"), "{err}");
+        assert!(
+            err.contains("two-phase with --state needs 14 bytes"),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn state_refuses_a_stripe_cache_and_swan_aging() {
+    fn state_refuses_a_stripe_cache_swan_aging_and_swan_failures() {
         let dir = std::env::temp_dir().join(format!("afa-serve-refuse-{}", std::process::id()));
         let base =
             "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 4\n";
@@ -908,6 +1015,10 @@ mod tests {
             (
                 "[array.swan]\ngroups = 2\nage_fraction = 0.6\n",
                 "age_fraction",
+            ),
+            (
+                "failures = [{ member = 1, at_ms = 5.0 }]\n[array.swan]\ngroups = 2\n",
+                "[array] failures for swan",
             ),
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();

@@ -466,23 +466,6 @@ fn a_state_directory_refuses_another_configuration_and_a_second_server() {
 }
 
 #[test]
-fn engines_without_recovery_from_member_files_are_refused_with_state() {
-    let s = setup("two-phase", &format!("{RAID5}[array.two_phase]\n"));
-    let out = Command::new(AFA)
-        .arg("serve")
-        .arg(&s.config)
-        .arg("--listen")
-        .arg(format!("unix:{}", s.socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("static layout"), "{err}");
-}
-
-#[test]
 fn bad_arguments_are_named() {
     let out = Command::new(AFA)
         .args(["serve", "--listen", "localhost"])

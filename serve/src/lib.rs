@@ -25,7 +25,7 @@ pub use file::{FileDevice, FileDeviceError};
 pub use mem::MemDevice;
 pub use nvram::FileNvram;
 pub use server::{ListenAddr, RunningServer, ServeConfig, Server, DEFAULT_PORT};
-pub use state::StateDir;
+pub use state::{MemberHealth, MemberRecord, StateDir};
 
 /// Why serve mode could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,1049 @@
+//! Rebuilding the two-phase engine's map from the members alone, by a scan of the OOB tag
+//! every chunk slot carries (the engine's tag format is in `two_phase.rs`), after an orderly
+//! stop as after a crash. Modelled on ScalaAFA's recovery (`scalaafa/recovery.rs`).
+//!
+//! The rules, in the order the scan applies them:
+//!
+//! 1. A slot whose tag is all zeroes is free. A tag that names no replica, data or parity
+//!    chunk of this volume (an unknown kind, a chunk past the volume, an index past the
+//!    code) is stale and the slot is trimmed. When the data is verified, a slot whose data
+//!    does not match the checksum in its tag is stale too: a host crash can keep a member
+//!    file's tag sidecar but not its data (the page cache writes them in any order), and the
+//!    copies that copy replaced are still there, because released slots are trimmed only
+//!    after the next flush.
+//! 2. A stripe is converted when its conversion sequence names exactly k data slots (one per
+//!    index) and m parity slots (one per row) on k + m different members, and each parity
+//!    slot's chunk field is the parity of the data slots' chunk fields (ScalaAFA's rule:
+//!    the parity's tags are the parity of the data's tags). Conversion writes the whole
+//!    stripe before it releases any replica, and a slot's tags are written after its data,
+//!    so a stripe cut short by a crash fails this test and is dropped: the replicas it was
+//!    made from are still on the members.
+//! 3. Replicas and converted stripes' data slots compete for each user chunk: the highest
+//!    sequence wins (replica writes and conversions draw from one counter, so no two copies
+//!    of different writes share one). A chunk's new replicas are written before its old
+//!    copies are released, so the newest whole write is always found.
+//! 4. Everything that lost is trimmed, so a later recovery cannot mistake it for data; a
+//!    converted stripe none of whose chunks won is freed. Winning replica sets that a crash
+//!    left with fewer than m + 1 copies are replicated again; the other replicas are queued
+//!    for conversion again, oldest first, as they were.
+//!
+//! With a member lost ([`TwoPhase::recover_degraded`]), nothing is read from it. Every stripe
+//! has one slot on each member (k + m = n), so a whole stripe shows one slot on every other
+//! member; a data slot's chunk field on the lost member is decoded from the parity field
+//! (the parity check then covers only the rows left over). A replica set found one copy
+//! short has its missing copy on the lost member. The lost member's slots these name are
+//! given free slot numbers there: the member serves nothing, and the rebuild onto a spare
+//! regenerates exactly those slots from the others.
+//!
+//! A trim is not recorded, so a chunk trimmed whole may come back after a crash with the
+//! data it held (NBD allows a trimmed block to read back anything). Sequence numbers are 32
+//! bits in the tags: a volume recovers correctly until 2^32 chunk writes and conversions
+//! have been made over its life.
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// What the last recovery found on the members.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TwoPhaseRecovery {
+    /// Chunk slots whose OOB tag was read.
+    pub tag_reads: u64,
+    /// User chunks found in replicas, and queued for conversion again.
+    pub replicated_chunks: u64,
+    /// User chunks found in converted stripes.
+    pub striped_chunks: u64,
+    /// Converted stripes kept (with at least one live chunk).
+    pub stripes: u64,
+    /// Stripes a crash cut short (dropped; their replicas were kept).
+    pub incomplete_stripes: u64,
+    /// Slots trimmed because a newer copy won, or their tags named nothing.
+    pub stale_slots: u64,
+    /// Replica sets a crash left short of copies, written again.
+    pub rereplicated_chunks: u64,
+    /// Copies whose data did not match the checksum in their tags (a host crash kept the
+    /// tags but not the data), dropped; counted only when the data was verified.
+    pub torn_copies: u64,
+}
+
+/// The copies of one replica set found on the members: (copy number, slot).
+type Copies = Vec<(u8, Slot)>;
+
+/// One slot of a stripe, as its tag names it.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    kind: u8,
+    index: u8,
+    field: u32,
+    slot: Slot,
+}
+
+impl<D: BlockDevice> TwoPhase<D> {
+    /// Rebuilds a volume from members an engine left behind (none failed), from their OOB
+    /// tags alone. Needs members that keep [`TWO_PHASE_TAG_BYTES`] of tag per sector and
+    /// bytes (payload `token` or `full`).
+    /// Every copy's data is checked against the checksum in its tags.
+    pub fn recover(
+        config: ArrayConfig,
+        two_phase: TwoPhaseConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+    ) -> Result<Self, ArrayError> {
+        Self::recover_with(config, two_phase, members, spares, None, true)
+    }
+
+    /// Recovers a volume whose member `failed` is lost (its device may be anything of the
+    /// right size: nothing is read from it), then puts the first spare, if any, in its place
+    /// and rebuilds it; without a spare the volume serves degraded.
+    pub fn recover_degraded(
+        config: ArrayConfig,
+        two_phase: TwoPhaseConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: usize,
+    ) -> Result<Self, ArrayError> {
+        Self::recover_with(config, two_phase, members, spares, Some(failed), true)
+    }
+
+    /// [`recover`](Self::recover) or, with `failed`, [`recover_degraded`](Self::recover_degraded).
+    /// `verify_data` reads every tagged copy and drops those whose data does not match the
+    /// checksum in their tags, which only a crash of the host (not of the process) can
+    /// leave: after an orderly stop, which synced everything, it may be skipped.
+    pub fn recover_with(
+        config: ArrayConfig,
+        two_phase: TwoPhaseConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: Option<usize>,
+        verify_data: bool,
+    ) -> Result<Self, ArrayError> {
+        if let Some(f) = failed.filter(|&f| f >= members.len()) {
+            return Err(ArrayError::Fail(f, "no such member".into()));
+        }
+        let mut v = Self::new(config, two_phase, members, spares)?;
+        v.make_recoverable()?;
+        // The lost member takes no writes while the map is rebuilt.
+        if let Some(f) = failed {
+            v.members[f].state = MemberState::Failed;
+        }
+        let report = v
+            .rebuild_map(failed, verify_data)
+            .map_err(|e| ArrayError::Config(format!("two-phase recovery failed: {e}")))?;
+        v.recovery = Some(report);
+        if let Some(f) = failed {
+            if !v.spares.is_empty() {
+                v.members[f].device = v.spares.remove(0);
+                v.members[f].state = MemberState::Rebuilding {
+                    upto: 0,
+                    next_due_ns: 0,
+                    started_ns: 0,
+                };
+            }
+        }
+        Ok(v)
+    }
+
+    /// What the recovery that built this volume found, if it was recovered.
+    pub fn recovery(&self) -> Option<&TwoPhaseRecovery> {
+        self.recovery.as_ref()
+    }
+
+    fn rebuild_map(
+        &mut self,
+        failed: Option<usize>,
+        verify_data: bool,
+    ) -> Result<TwoPhaseRecovery, DeviceError> {
+        let (k, m) = (self.k, self.m);
+        let volume_chunks = self.map.len() as u64;
+        let mut report = TwoPhaseRecovery::default();
+        // Replica copies by (user chunk, sequence), with their copy numbers.
+        let mut replicas: BTreeMap<(u32, u32), Copies> = BTreeMap::new();
+        // Stripe slots by conversion sequence.
+        let mut stripes: BTreeMap<u32, Vec<Piece>> = BTreeMap::new();
+        let mut stale: Vec<Slot> = Vec::new();
+        let mut newest_seq: u32 = 0;
+        for member in 0..self.members.len() {
+            if failed == Some(member) {
+                continue;
+            }
+            for slot in 0..self.slots_per_member {
+                let s = Slot { member, slot };
+                let tag = self.members[member]
+                    .device
+                    .scan_tags(self.slot_lba(s, 0), 1)
+                    .ok_or_else(|| DeviceError::Unsupported("scan_tags".into()))?;
+                report.tag_reads += 1;
+                if tag.len() < TWO_PHASE_TAG_BYTES {
+                    return Err(DeviceError::Unsupported(format!(
+                        "member {member} returned {} tag bytes per sector, fewer than {TWO_PHASE_TAG_BYTES}",
+                        tag.len()
+                    )));
+                }
+                if tag.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let (kind, index) = (tag[0], tag[1]);
+                let field = u32::from_le_bytes([tag[2], tag[3], tag[4], tag[5]]);
+                let seq = u32::from_le_bytes([tag[6], tag[7], tag[8], tag[9]]);
+                let sum = u32::from_le_bytes([tag[10], tag[11], tag[12], tag[13]]);
+                let chunk_ok = (field as u64) < volume_chunks;
+                if matches!(kind, KIND_REPLICA | KIND_DATA | KIND_PARITY) {
+                    newest_seq = newest_seq.max(seq);
+                }
+                if verify_data && !self.slot_matches(s, sum)? {
+                    // Rule 1: tags without their data are stale.
+                    report.torn_copies += 1;
+                    stale.push(s);
+                    continue;
+                }
+                match kind {
+                    KIND_REPLICA if chunk_ok && (index as usize) <= m => {
+                        replicas.entry((field, seq)).or_default().push((index, s));
+                    }
+                    KIND_DATA if chunk_ok && (index as usize) < k => {
+                        stripes.entry(seq).or_default().push(Piece {
+                            kind,
+                            index,
+                            field,
+                            slot: s,
+                        });
+                    }
+                    KIND_PARITY if (index as usize) < m => {
+                        stripes.entry(seq).or_default().push(Piece {
+                            kind,
+                            index,
+                            field,
+                            slot: s,
+                        });
+                    }
+                    _ => stale.push(s),
+                }
+            }
+        }
+        // Rule 2: which stripes were converted whole. Their slots in stripe order (data by
+        // index, then parity by row) and the data slots' chunk fields.
+        let mut converted: BTreeMap<u32, (Vec<Option<Slot>>, Vec<u32>)> = BTreeMap::new();
+        for (&seq, pieces) in &stripes {
+            match self.whole_stripe(pieces, failed)? {
+                Some(stripe) => {
+                    converted.insert(seq, stripe);
+                }
+                None => {
+                    report.incomplete_stripes += 1;
+                    stale.extend(pieces.iter().map(|p| p.slot));
+                }
+            }
+        }
+        // Rule 3: the newest copy of each user chunk, as (sequence, where).
+        #[derive(Clone, Copy)]
+        enum Winner {
+            Replica,
+            Striped(u8),
+        }
+        let mut newest: BTreeMap<u32, (u32, Winner)> = BTreeMap::new();
+        let mut offer = |chunk: u32, seq: u32, w: Winner| {
+            let e = newest.entry(chunk).or_insert((seq, w));
+            if seq > e.0 {
+                *e = (seq, w);
+            }
+        };
+        for &(chunk, seq) in replicas.keys() {
+            offer(chunk, seq, Winner::Replica);
+        }
+        for (&seq, (_, fields)) in &converted {
+            for (j, &chunk) in fields.iter().enumerate() {
+                offer(chunk, seq, Winner::Striped(j as u8));
+            }
+        }
+        let wins = |chunk: u32, seq: u32, striped_at: Option<u8>| {
+            newest.get(&chunk).is_some_and(|&(s, w)| {
+                s == seq
+                    && match (w, striped_at) {
+                        (Winner::Replica, None) => true,
+                        (Winner::Striped(j), Some(i)) => j == i,
+                        _ => false,
+                    }
+            })
+        };
+        // Slots of the lost member that the tables name get free slot numbers there, in turn.
+        let mut next_lost_slot = 0u32;
+        let mut lost_slot = |member: usize| -> Result<Slot, DeviceError> {
+            let slot = next_lost_slot;
+            if slot >= self.slots_per_member {
+                return Err(DeviceError::Unsupported(format!(
+                    "member {member} would need more than its {} slots",
+                    self.slots_per_member
+                )));
+            }
+            next_lost_slot += 1;
+            Ok(Slot { member, slot })
+        };
+        // Rule 4: the tables, from the winners.
+        for (&seq, (found, fields)) in &converted {
+            let chunks: Vec<u64> = fields
+                .iter()
+                .enumerate()
+                .map(|(j, &c)| {
+                    if wins(c, seq, Some(j as u8)) {
+                        c as u64
+                    } else {
+                        DEAD
+                    }
+                })
+                .collect();
+            let live = chunks.iter().filter(|&&c| c != DEAD).count();
+            if live == 0 {
+                stale.extend(found.iter().flatten().copied());
+                continue;
+            }
+            let mut slots = Vec::with_capacity(found.len());
+            for s in found {
+                slots.push(match (s, failed) {
+                    (Some(s), _) => *s,
+                    (None, Some(f)) => lost_slot(f)?,
+                    (None, None) => return Err(DeviceError::Failed),
+                });
+            }
+            let sid = self.stripes.len() as u32;
+            for &s in &slots {
+                self.members[s.member].owner[s.slot as usize] = STRIPE_BIT | sid;
+            }
+            for (index, &c) in chunks.iter().enumerate() {
+                if c != DEAD {
+                    self.map[c as usize] = Loc::Striped {
+                        stripe: sid,
+                        index: index as u8,
+                    };
+                }
+            }
+            self.stripes.push(StripeRec {
+                slots,
+                chunks,
+                tagged_chunks: fields.iter().map(|&c| c as u64).collect(),
+                seq: seq as u64,
+                live: live as u32,
+            });
+            self.by_live[live].insert(sid);
+            report.stripes += 1;
+            report.striped_chunks += live as u64;
+        }
+        // Replica sets by sequence, oldest first: the conversion queue's order.
+        let mut sets: Vec<(u32, u32, Copies)> = replicas
+            .into_iter()
+            .map(|((chunk, seq), copies)| (seq, chunk, copies))
+            .collect();
+        sets.sort_by_key(|&(seq, chunk, _)| (seq, chunk));
+        let mut short = Vec::new();
+        for (seq, chunk, mut copies) in sets {
+            if !wins(chunk, seq, None) {
+                stale.extend(copies.iter().map(|&(_, s)| s));
+                continue;
+            }
+            copies.sort_by_key(|&(index, s)| (index, s.member, s.slot));
+            // Two copies on one member would not survive that member's failure apart: one
+            // is kept, the other is stale.
+            let mut slots: Vec<Slot> = Vec::with_capacity(copies.len());
+            for (_, s) in copies {
+                if slots.iter().any(|kept| kept.member == s.member) {
+                    stale.push(s);
+                } else {
+                    slots.push(s);
+                }
+            }
+            if let Some(f) = failed {
+                // A set one copy short had that copy on the lost member.
+                if slots.len() == m && !slots.iter().any(|s| s.member == f) {
+                    slots.push(lost_slot(f)?);
+                }
+            }
+            let id = self.rsets.len() as u32;
+            for &s in &slots {
+                self.members[s.member].owner[s.slot as usize] = id;
+            }
+            if slots.len() < m + 1 {
+                short.push(chunk as u64);
+            }
+            self.rsets.push(ReplicaSet {
+                slots,
+                chunk: chunk as u64,
+                seq: seq as u64,
+            });
+            self.map[chunk as usize] = Loc::Replica(id);
+            self.queue.push_back((id, seq as u64));
+            self.stats.replicated_chunks += 1;
+            report.replicated_chunks += 1;
+        }
+        // Free lists: every slot nothing owns, low slots handed out first.
+        for mem in &mut self.members {
+            mem.free = (0..self.slots_per_member)
+                .rev()
+                .filter(|&s| mem.owner[s as usize] == FREE)
+                .collect();
+        }
+        self.next_seq = newest_seq as u64;
+        stale.sort_by_key(|s| (s.member, s.slot));
+        stale.dedup();
+        for s in stale {
+            if self.members[s.member].owner[s.slot as usize] != FREE {
+                continue;
+            }
+            self.count_command(0);
+            let lba = self.slot_lba(s, 0);
+            self.members[s.member].device.submit(
+                0,
+                &Command::trim(lba, self.chunk_sectors),
+                ReadBuffers::none(),
+            )?;
+            report.stale_slots += 1;
+        }
+        // Replica sets a crash left short of copies are written again whole.
+        let cu = self.chunk_bytes_units();
+        for chunk in short {
+            let mut buf = vec![0u8; cu];
+            self.read_chunk(chunk, 0, self.chunk_sectors, 0, &mut buf)?;
+            let old = self.map[chunk as usize];
+            self.replicate(chunk, &buf, 0)?;
+            self.release_loc(old, 0)?;
+            report.rereplicated_chunks += 1;
+        }
+        Ok(report)
+    }
+
+    /// Whether the data in slot `s` has checksum `sum` (module doc).
+    fn slot_matches(&mut self, s: Slot, sum: u32) -> Result<bool, DeviceError> {
+        let mut buf = vec![0u8; self.chunk_bytes_units()];
+        self.member_read(s, 0, self.chunk_sectors, 0, &mut buf)?;
+        Ok(data_sum(&buf) == sum)
+    }
+
+    /// The slots (stripe order; None for the one on the lost member) and data chunk fields
+    /// of a stripe whose tags show it was written whole (rule 2 of the module doc), or None.
+    #[allow(clippy::type_complexity)]
+    fn whole_stripe(
+        &self,
+        pieces: &[Piece],
+        failed: Option<usize>,
+    ) -> Result<Option<(Vec<Option<Slot>>, Vec<u32>)>, DeviceError> {
+        let (k, m) = (self.k, self.m);
+        let expected = k + m - failed.is_some() as usize;
+        if pieces.len() != expected {
+            return Ok(None);
+        }
+        let mut slots: Vec<Option<Slot>> = vec![None; k + m];
+        let mut fields = vec![0u32; k + m];
+        for p in pieces {
+            let at = if p.kind == KIND_DATA {
+                p.index as usize
+            } else {
+                k + p.index as usize
+            };
+            if slots[at].is_some() {
+                return Ok(None);
+            }
+            slots[at] = Some(p.slot);
+            fields[at] = p.field;
+        }
+        let mut members: Vec<usize> = slots.iter().flatten().map(|s| s.member).collect();
+        members.sort_unstable();
+        members.dedup();
+        if members.len() != expected || failed.is_some_and(|f| members.contains(&f)) {
+            return Ok(None);
+        }
+        let missing = slots.iter().position(|s| s.is_none());
+        let mut shards: Vec<[u8; 4]> = fields.iter().map(|f| f.to_le_bytes()).collect();
+        if let Some(lost) = missing {
+            // The lost member's field is decoded from the others (module doc).
+            let present: Vec<bool> = (0..k + m).map(|i| i != lost).collect();
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+            self.codec
+                .reconstruct(&mut refs, &present)
+                .map_err(|_| DeviceError::Failed)?;
+            fields[lost] = u32::from_le_bytes(shards[lost]);
+            if lost < k && fields[lost] as usize >= self.map.len() {
+                return Ok(None);
+            }
+        }
+        let refs: Vec<&[u8]> = shards[..k].iter().map(|d| d.as_slice()).collect();
+        for r in (0..m).filter(|&r| missing != Some(k + r)) {
+            let mut want = [0u8; 4];
+            self.codec
+                .encode_row(r, &refs, &mut want)
+                .map_err(|_| DeviceError::Failed)?;
+            if u32::from_le_bytes(want) != fields[k + r] {
+                return Ok(None);
+            }
+        }
+        Ok(Some((slots, fields[..k].to_vec())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use afa_nand::{sector_token, unit_matches, PayloadMode};
+    use afa_sim::SimRng;
+    use afa_ssd::{Completion, Opcode, Ssd};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::tests::Harness;
+
+    /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share (16 bytes) holds
+    /// the engine's tag, keeping tokens.
+    fn ssd(seed: u64) -> Ssd {
+        let mut cfg = crate::tests::ssd_config();
+        cfg.geometry.sector_bytes = 4096;
+        cfg.geometry.oob_bytes_per_page = 24;
+        cfg.payload = PayloadMode::Token;
+        Ssd::new(cfg, seed).unwrap()
+    }
+
+    fn config(level: Level, members: u32) -> ArrayConfig {
+        ArrayConfig {
+            level,
+            members,
+            chunk_bytes: 8 * 1024,
+            rebuild_mb_s: 0.05,
+            ..ArrayConfig::default()
+        }
+    }
+
+    /// A member that loses power once the volume has sent `budget` commands that change the
+    /// medium (shared by every member): from then on nothing reaches the medium, as when the
+    /// power goes between two commands, and the engine sees the command fail.
+    #[derive(Debug)]
+    struct PowerCut {
+        inner: Ssd,
+        budget: Rc<Cell<u64>>,
+    }
+
+    impl BlockDevice for PowerCut {
+        fn info(&self) -> DeviceInfo {
+            self.inner.info()
+        }
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            out: ReadBuffers<'_>,
+        ) -> Result<Completion, DeviceError> {
+            if cmd.opcode != Opcode::Read {
+                let left = self.budget.get();
+                if left == 0 {
+                    return Err(DeviceError::Failed);
+                }
+                self.budget.set(left - 1);
+            }
+            self.inner.submit(now_ns, cmd, out)
+        }
+        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+            self.inner.background(now_ns)
+        }
+        fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+            self.inner.scan_tags(lba, sectors)
+        }
+    }
+
+    /// The recovered volume against the oracle: every acknowledged write reads back, and the
+    /// write the power cut (`torn`: lba, sectors, version) reads back old or new in each
+    /// sector, which the oracle then adopts.
+    fn check_after_crash(h: &mut Harness<TwoPhase<Ssd>>, torn: Option<(u64, u32, u64)>) {
+        let unit = h.volume.info().payload_unit_bytes as usize;
+        let cap = h.tokens.len() as u64;
+        let mut lba = 0;
+        while lba < cap {
+            let n = (cap - lba).min(64) as u32;
+            let mut out = vec![0u8; n as usize * unit];
+            h.volume
+                .submit(
+                    h.now_ns,
+                    &Command::read(lba, n),
+                    ReadBuffers {
+                        data: &mut out,
+                        tags: None,
+                    },
+                )
+                .expect("read after recovery");
+            for i in 0..n as usize {
+                let at = lba + i as u64;
+                let got = &out[i * unit..(i + 1) * unit];
+                let old = h.tokens[at as usize];
+                if unit_matches(old, got) {
+                    continue;
+                }
+                let new = torn
+                    .filter(|&(l, s, _)| at >= l && at < l + s as u64)
+                    .map(|(_, _, version)| sector_token(at, version));
+                match new {
+                    Some(t) if unit_matches(t, got) => h.tokens[at as usize] = t,
+                    _ => panic!("sector {at}: an acknowledged write ({old:#x}) was lost"),
+                }
+            }
+            lba += n as u64;
+        }
+    }
+
+    /// Random writes (some partial chunks, some spanning chunks) and checked reads until
+    /// `ops` are done or a write fails at the power cut; returns the torn write.
+    fn run_until_cut<D: BlockDevice>(
+        h: &mut Harness<TwoPhase<D>>,
+        rng: &mut SimRng,
+        ops: usize,
+    ) -> Option<(u64, u32, u64)> {
+        let cap = h.tokens.len() as u64;
+        for _ in 0..ops {
+            let len = 1 + rng.below(6) as u32;
+            let lba = rng.below(cap - len as u64);
+            if rng.below(5) == 0 {
+                h.read_check(lba, len);
+            } else if h.write(lba, len).is_err() {
+                return Some((lba, len, h.version));
+            }
+        }
+        None
+    }
+
+    /// Power lost after `budget` medium-changing member commands (anywhere: inside a
+    /// replication, a conversion or a cleaning). Returns what recovery found.
+    fn crash_and_recover(level: Level, n: u32, seed: u64, budget: u64) -> TwoPhaseRecovery {
+        crash_and_recover_losing(level, n, seed, budget, None)
+    }
+
+    /// As [`crash_and_recover`]; with `lost = Some((member, spare))` that member's device is
+    /// replaced by a blank one recovery must not need, and a spare (if asked) is rebuilt in
+    /// its place to the end, after which nothing is lost either.
+    fn crash_and_recover_losing(
+        level: Level,
+        n: u32,
+        seed: u64,
+        budget: u64,
+        lost: Option<(usize, bool)>,
+    ) -> TwoPhaseRecovery {
+        let cut = Rc::new(Cell::new(budget));
+        let devs = (0..n as u64)
+            .map(|i| PowerCut {
+                inner: ssd(i),
+                budget: cut.clone(),
+            })
+            .collect();
+        let mut volume =
+            TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
+        volume.make_recoverable().unwrap();
+        let mut h = Harness::new(volume);
+        let mut rng = SimRng::new(seed);
+        let torn = run_until_cut(&mut h, &mut rng, 20_000);
+        let Harness {
+            volume,
+            tokens,
+            now_ns,
+            ..
+        } = h;
+        let mut members: Vec<Ssd> = volume.into_members().into_iter().map(|d| d.inner).collect();
+        let recovered = match lost {
+            None => TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![]),
+            Some((f, spare)) => {
+                // Anything read from the lost member's slot would be wrong.
+                members[f] = ssd(500 + seed % 100);
+                let spares = if spare { vec![ssd(900)] } else { vec![] };
+                TwoPhase::recover_degraded(
+                    config(level, n),
+                    TwoPhaseConfig::default(),
+                    members,
+                    spares,
+                    f,
+                )
+            }
+        }
+        .expect("recovery");
+        let report = *recovered
+            .recovery()
+            .expect("a recovered volume has a report");
+        let mut h = Harness::new(recovered);
+        h.tokens = tokens;
+        h.now_ns = now_ns;
+        h.version = 1 << 40;
+        check_after_crash(&mut h, torn);
+        // The recovered volume keeps working: conversion, cleaning and the oracle again.
+        h.random_ops(&mut rng, 600);
+        h.check_all();
+        if let Some((_, true)) = lost {
+            for _ in 0..400 {
+                if !h.volume.rebuilding() {
+                    break;
+                }
+                h.now_ns += 1_000_000_000;
+                h.volume.background(h.now_ns);
+            }
+            assert!(!h.volume.rebuilding(), "the rebuild did not finish");
+            h.check_all();
+            h.random_ops(&mut rng, 200);
+            h.check_all();
+        }
+        report
+    }
+
+    #[test]
+    fn recovery_with_a_lost_member_keeps_every_acknowledged_write() {
+        let mut rng = SimRng::new(11);
+        let mut total = TwoPhaseRecovery::default();
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
+            for i in 0..8 {
+                let budget = rng.below(2500);
+                let lost = (rng.below(n as u64) as usize, i % 2 == 1);
+                let r = crash_and_recover_losing(level, n, rng.next_u64(), budget, Some(lost));
+                total.replicated_chunks += r.replicated_chunks;
+                total.stripes += r.stripes;
+            }
+        }
+        assert!(total.replicated_chunks > 0, "{total:?}");
+        assert!(total.stripes > 0, "{total:?}");
+    }
+
+    #[test]
+    fn recovery_after_power_loss_at_random_commands_keeps_every_acknowledged_write() {
+        let mut rng = SimRng::new(7);
+        let mut total = TwoPhaseRecovery::default();
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
+            for _ in 0..12 {
+                let budget = rng.below(2500);
+                let r = crash_and_recover(level, n, rng.next_u64(), budget);
+                total.replicated_chunks += r.replicated_chunks;
+                total.stripes += r.stripes;
+                total.incomplete_stripes += r.incomplete_stripes;
+                total.stale_slots += r.stale_slots;
+                total.rereplicated_chunks += r.rereplicated_chunks;
+            }
+        }
+        // The loop reached every case the recovery tells apart.
+        assert!(total.replicated_chunks > 0, "{total:?}");
+        assert!(total.stripes > 0, "{total:?}");
+        assert!(total.incomplete_stripes > 0, "{total:?}");
+        assert!(total.stale_slots > 0, "{total:?}");
+        assert!(total.rereplicated_chunks > 0, "{total:?}");
+    }
+
+    /// A stop between requests, after a flush: replicated and converted chunks are both found
+    /// where they were, nothing is stale, and conversion goes on from the replicas.
+    #[test]
+    fn recovery_finds_replicated_and_converted_stripes() {
+        for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+            let devs = (0..n as u64).map(ssd).collect();
+            let mut volume =
+                TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
+            volume.make_recoverable().unwrap();
+            let mut h = Harness::new(volume);
+            let cs = h.volume.chunk_sectors() as u64;
+            let watermark = h.volume.watermark_chunks();
+            for c in 0..watermark * 3 {
+                h.write(c * cs, cs as u32).unwrap();
+            }
+            let before = *h.volume.stats();
+            assert!(before.stripes_converted > 0, "{before:?}");
+            // An orderly stop flushes, which trims the copies held back since the last flush.
+            h.volume
+                .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+                .unwrap();
+            let Harness {
+                volume,
+                tokens,
+                now_ns,
+                ..
+            } = h;
+            let members = volume.into_members();
+            let v = TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
+                .unwrap();
+            let r = *v.recovery().unwrap();
+            assert_eq!(r.replicated_chunks, before.replicated_chunks, "{r:?}");
+            assert_eq!(r.stripes, before.stripes_converted, "{r:?}");
+            assert_eq!(
+                r.striped_chunks + r.replicated_chunks,
+                watermark * 3,
+                "{r:?}"
+            );
+            assert_eq!((r.stale_slots, r.incomplete_stripes), (0, 0), "{r:?}");
+            let mut h = Harness::new(v);
+            h.tokens = tokens;
+            h.now_ns = now_ns;
+            h.check_all();
+            for c in 0..watermark * 2 {
+                h.write(c * cs, cs as u32).unwrap();
+            }
+            assert!(h.volume.stats().stripes_converted > 0);
+            h.check_all();
+        }
+    }
+
+    /// The copies a rewrite supersedes keep their data and tags, and their slots are not
+    /// handed out, until a flush has made the rewrite durable; the flush then trims them.
+    #[test]
+    fn superseded_copies_are_held_until_a_flush() {
+        let devs = (0..4).map(ssd).collect();
+        let mut volume = TwoPhase::new(
+            config(Level::Raid5, 4),
+            TwoPhaseConfig::default(),
+            devs,
+            vec![],
+        )
+        .unwrap();
+        volume.make_recoverable().unwrap();
+        let mut h = Harness::new(volume);
+        let cs = h.volume.chunk_sectors();
+        h.write(0, cs).unwrap();
+        let Loc::Replica(id) = h.volume.map[0] else {
+            panic!("chunk 0 is replicated")
+        };
+        let old = h.volume.rsets[id as usize].slots.clone();
+        h.write(0, cs).unwrap();
+        let tagged = |v: &TwoPhase<Ssd>, s: Slot| {
+            let lba = v.slot_lba(s, 0);
+            let tag = v.members[s.member].device.scan_tags(lba, 1).unwrap();
+            tag.iter().any(|&b| b != 0)
+        };
+        let free = |v: &TwoPhase<Ssd>, s: Slot| v.members[s.member].free.contains(&s.slot);
+        for &s in &old {
+            assert!(tagged(&h.volume, s) && !free(&h.volume, s), "{s:?}");
+        }
+        h.volume
+            .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+            .unwrap();
+        for &s in &old {
+            assert!(!tagged(&h.volume, s) && free(&h.volume, s), "{s:?}");
+        }
+        h.check_all();
+    }
+
+    #[test]
+    fn recovery_refuses_members_that_keep_no_tags() {
+        // 512-byte sectors on 4 KiB pages leave 7 tag bytes per sector: too few.
+        let devs = (0..4).map(crate::tests::ssd).collect();
+        let err = TwoPhase::recover(
+            config(Level::Raid5, 4),
+            TwoPhaseConfig::default(),
+            devs,
+            vec![],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("OOB tag"), "{err}");
+    }
+
+    /// A member behind a host's page cache: the writes and trims it took since its last
+    /// flush are volatile, and at a crash each one's data and its tags independently reach
+    /// the medium or not (a member file and its tag sidecar are written back in any order).
+    #[derive(Debug)]
+    struct PageCache {
+        inner: Ssd,
+        /// (lba, sectors, data before, tags before) of each write or trim since the flush.
+        unsynced: Vec<(u64, u32, Vec<u8>, Vec<u8>)>,
+        now_ns: TimeNs,
+    }
+
+    impl PageCache {
+        fn read(&mut self, lba: u64, sectors: u32) -> (Vec<u8>, Vec<u8>) {
+            let unit = self.inner.info().payload_unit_bytes as usize;
+            let mut data = vec![0u8; sectors as usize * unit];
+            self.inner
+                .submit(
+                    self.now_ns,
+                    &Command::read(lba, sectors),
+                    ReadBuffers {
+                        data: &mut data,
+                        tags: None,
+                    },
+                )
+                .unwrap();
+            (data, self.inner.scan_tags(lba, sectors).unwrap())
+        }
+
+        /// The host crashes: each unsynced command keeps or loses its data and its tags.
+        fn crash(mut self, rng: &mut SimRng) -> Ssd {
+            for (lba, sectors, data, tags) in std::mem::take(&mut self.unsynced).into_iter().rev() {
+                let (keep_data, keep_tags) = (rng.below(2) == 0, rng.below(2) == 0);
+                if keep_data && keep_tags {
+                    continue;
+                }
+                let (now_data, now_tags) = self.read(lba, sectors);
+                let data = if keep_data { now_data } else { data };
+                let tags = if keep_tags { now_tags } else { tags };
+                let write = Command {
+                    tags: Some(&tags),
+                    ..Command::write(lba, sectors, &data)
+                };
+                self.inner
+                    .submit(self.now_ns, &write, ReadBuffers::none())
+                    .unwrap();
+            }
+            self.inner
+        }
+    }
+
+    impl BlockDevice for PageCache {
+        fn info(&self) -> DeviceInfo {
+            self.inner.info()
+        }
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            out: ReadBuffers<'_>,
+        ) -> Result<Completion, DeviceError> {
+            self.now_ns = self.now_ns.max(now_ns);
+            match cmd.opcode {
+                Opcode::Write | Opcode::Trim => {
+                    let (data, tags) = self.read(cmd.lba, cmd.sectors);
+                    self.unsynced.push((cmd.lba, cmd.sectors, data, tags));
+                }
+                Opcode::Flush => self.unsynced.clear(),
+                Opcode::Read => {}
+            }
+            self.inner.submit(now_ns, cmd, out)
+        }
+        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+            self.inner.background(now_ns)
+        }
+        fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+            self.inner.scan_tags(lba, sectors)
+        }
+    }
+
+    /// `before` random writes, a FLUSH, `after` more (acknowledged, not flushed), then a host
+    /// crash. Every sector must read back as flushed or as one of the writes after the flush
+    /// (never older), and the volume must keep working. Returns what recovery found.
+    fn host_crash_and_recover(
+        level: Level,
+        n: u32,
+        seed: u64,
+        before: usize,
+        after: usize,
+    ) -> TwoPhaseRecovery {
+        let devs = (0..n as u64)
+            .map(|i| PageCache {
+                inner: ssd(i),
+                unsynced: Vec::new(),
+                now_ns: 0,
+            })
+            .collect();
+        let mut volume =
+            TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
+        volume.make_recoverable().unwrap();
+        let mut h = Harness::new(volume);
+        let mut rng = SimRng::new(seed);
+        assert!(run_until_cut(&mut h, &mut rng, before).is_none());
+        h.volume
+            .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+            .unwrap();
+        let flushed = h.tokens.clone();
+        let mut since: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let cap = h.tokens.len() as u64;
+        for _ in 0..after {
+            let len = 1 + rng.below(6) as u32;
+            let lba = rng.below(cap - len as u64);
+            h.write(lba, len).unwrap();
+            for at in lba as usize..(lba + len as u64) as usize {
+                since.entry(at).or_default().push(h.tokens[at]);
+            }
+        }
+        let Harness {
+            volume,
+            mut tokens,
+            now_ns,
+            ..
+        } = h;
+        let members = volume
+            .into_members()
+            .into_iter()
+            .map(|d| d.crash(&mut rng))
+            .collect();
+        let recovered =
+            TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
+                .expect("recovery");
+        let report = *recovered.recovery().unwrap();
+        let unit = recovered.info().payload_unit_bytes as usize;
+        let mut h = Harness::new(recovered);
+        h.now_ns = now_ns;
+        h.version = 1 << 40;
+        let mut out = vec![0u8; unit];
+        for (at, token) in tokens.iter_mut().enumerate() {
+            h.volume
+                .submit(
+                    h.now_ns,
+                    &Command::read(at as u64, 1),
+                    ReadBuffers {
+                        data: &mut out,
+                        tags: None,
+                    },
+                )
+                .expect("read after recovery");
+            let allowed =
+                std::iter::once(flushed[at]).chain(since.get(&at).into_iter().flatten().copied());
+            let got = allowed
+                .clone()
+                .find(|&t| unit_matches(t, &out))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "sector {at}: neither the flushed {:#x} nor a later write {:x?}",
+                        flushed[at],
+                        allowed.skip(1).collect::<Vec<_>>()
+                    )
+                });
+            *token = got;
+        }
+        h.tokens = tokens;
+        h.random_ops(&mut rng, 400);
+        h.check_all();
+        report
+    }
+
+    #[test]
+    fn a_host_crash_keeps_every_flushed_write() {
+        let mut rng = SimRng::new(21);
+        let mut total = TwoPhaseRecovery::default();
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
+            for _ in 0..8 {
+                let before = rng.below(1500) as usize;
+                let after = 1 + rng.below(300) as usize;
+                let r = host_crash_and_recover(level, n, rng.next_u64(), before, after);
+                total.torn_copies += r.torn_copies;
+                total.stripes += r.stripes;
+                total.incomplete_stripes += r.incomplete_stripes;
+            }
+        }
+        // The crashes tore copies, and conversions, for recovery to drop.
+        assert!(total.torn_copies > 0, "{total:?}");
+        assert!(total.stripes > 0, "{total:?}");
+        assert!(total.incomplete_stripes > 0, "{total:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(8))]
+        #[test]
+        fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), budget in 0u64..4000) {
+            let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+            crash_and_recover(level, n, seed, budget);
+        }
+
+        #[test]
+        fn a_host_crash_at_random_points_keeps_every_flushed_write(
+            seed in any::<u64>(),
+            raid6 in any::<bool>(),
+            before in 0usize..2000,
+            after in 1usize..400,
+        ) {
+            let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+            host_crash_and_recover(level, n, seed, before, after);
+        }
+
+        #[test]
+        fn recovery_with_a_lost_member_at_random_points(
+            seed in any::<u64>(),
+            raid6 in any::<bool>(),
+            budget in 0u64..4000,
+            spare in any::<bool>(),
+        ) {
+            let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+            let lost = ((seed % n as u64) as usize, spare);
+            crash_and_recover_losing(level, n, seed, budget, Some(lost));
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! `afa serve --state` over the two-phase engine (replicate, then convert on the host): its
+//! map lives in host memory only, so every restart rebuilds it from the OOB tags in the
+//! members' sidecar files, after an orderly stop and after kill -9, with stripes both
+//! converted and still replicated (docs/serve.md, docs/models.md). Member failures
+//! configured with `--state` are recorded in `DIR/members.txt`: a failed member's file is
+//! never read after a restart (two-phase, RAID 5, Log-RAID and ScalaAFA), and a rebuild
+//! onto a spare that a kill cut short is finished by the restart. Data is checked with
+//! qemu-io patterns (-P), which fail on any byte that differs. The helpers are those of
+//! `serve.rs`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::have;
+
+const AFA: &str = env!("CARGO_BIN_EXE_afa");
+
+/// Two-phase over a RAID 5 of three small SSDs (16 MiB raw each, 64 KiB chunks): a 26 MiB
+/// volume whose conversion starts past about 1.3 MiB of replicated data, so writing a few
+/// MiB converts stripes inside the member files.
+const TWO_PHASE: &str = r#"
+seed = 5
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 1
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 32
+[array]
+level = "raid5"
+members = 3
+[array.two_phase]
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-2p-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
+struct Afa {
+    child: Child,
+    uri: String,
+}
+
+impl Afa {
+    /// Starts `afa serve` and waits for its "serving ... at URI" line.
+    fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
+        let mut child = Command::new(AFA)
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("afa starts");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "afa serve did not start ({}): {line}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+        Afa { child, uri }
+    }
+
+    /// kill -9: the process gets no chance to flush or clean up. Returns what it printed on
+    /// stderr.
+    fn kill_9(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.stderr()
+    }
+
+    /// An orderly stop (SIGTERM): the server flushes, exits with success and records the
+    /// stop as clean. Returns what it printed on stderr.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = self.stderr();
+        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
+        stderr
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        stderr
+    }
+}
+
+impl Drop for Afa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs qemu-io commands; fails on an error or a pattern mismatch.
+fn qemu_io(uri: &str, commands: &[&str]) {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let out = Command::new("qemu-io").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        "qemu-io {commands:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+struct Setup {
+    config: PathBuf,
+    socket: PathBuf,
+    state: PathBuf,
+}
+
+fn setup(name: &str, toml: &str) -> Setup {
+    let dir = scratch(name);
+    let config = dir.join("volume.toml");
+    std::fs::write(&config, toml).unwrap();
+    Setup {
+        socket: dir.join("afa.sock"),
+        state: dir.join("state"),
+        config,
+    }
+}
+
+impl Setup {
+    fn start(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, &self.state, extra)
+    }
+}
+
+/// The number before `what` in the restart's recovery line ("... 21 replicated and 299
+/// striped chunks ...").
+fn recovered(stderr: &str, what: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("rebuilt the two-phase map"))
+        .unwrap_or_else(|| panic!("no recovery line on stderr: {stderr}"));
+    let at = line
+        .find(what)
+        .unwrap_or_else(|| panic!("no '{what}' in {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count before '{what}' in {line}"))
+}
+
+/// Writes over 20 MiB (far past the watermark, so conversion has run) with an unaligned
+/// piece and a rewrite of converted chunks, flushes, stops with SIGTERM, and reads it all
+/// back from a restart that rebuilt the map from both converted and replicated chunks.
+#[test]
+fn two_phase_stop_and_restart_keep_every_flushed_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("restart", TWO_PHASE);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "write -P 0x5a 0 20M",
+            "write -P 0x33 5000 3000",
+            "write -P 0xa5 3M 64k",
+            "flush",
+        ],
+    );
+    afa.stop();
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x5a 0 4096",
+            "read -P 0x33 5000 3000",
+            "read -P 0x5a 8000 3137728",
+            "read -P 0xa5 3M 64k",
+            "read -P 0x5a 3211264 17760256",
+        ],
+    );
+    let log = afa.stop();
+    assert!(recovered(&log, "striped chunks") > 0, "{log}");
+    assert!(recovered(&log, "replicated and") > 0, "{log}");
+    assert_eq!(recovered(&log, "stripes cut short"), 0, "{log}");
+}
+
+/// kill -9 keeps every flushed write and the acknowledged writes after the last flush (the
+/// server caches nothing), with conversion run before the kill.
+#[test]
+fn two_phase_kill_9_keeps_flushed_and_acknowledged_writes_after_conversion() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("kill9", TWO_PHASE);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x42 1M 8M", "flush"]);
+    // Acknowledged, never flushed: rewrites of converted chunks, and an unaligned piece.
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x17 2M 256k", "write -P 0x71 10M 100000"],
+    );
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x42 1M 1M",
+            "read -P 0x17 2M 256k",
+            "read -P 0x42 2359296 7077888",
+            "read -P 0x71 10M 100000",
+        ],
+    );
+    // The recovered volume keeps converting and keeps the data through a second kill.
+    qemu_io(&afa.uri, &["write -P 0x66 12M 6M"]);
+    let log = afa.kill_9();
+    assert!(recovered(&log, "striped chunks") > 0, "{log}");
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x42 1M 1M",
+            "read -P 0x17 2M 256k",
+            "read -P 0x71 10M 100000",
+            "read -P 0x66 12M 6M",
+        ],
+    );
+}
+
+/// kill -9 while fio writes at random: the kill lands among replica writes, conversions
+/// and cleaning, and the flushed region before them survives it.
+#[test]
+fn two_phase_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    if !(have("qemu-io", "command -v qemu-io") && have("fio", "command -v fio")) {
+        return;
+    }
+    let s = setup("kill9-load", TWO_PHASE);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=load",
+            "--ioengine=nbd",
+            &format!("--uri={}", afa.uri),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=32",
+            "--offset=8m",
+            "--size=16m",
+            "--time_based",
+            "--runtime=30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    afa.kill_9();
+    let _ = fio.kill();
+    let _ = fio.wait();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
+    qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
+}
+
+/// An SSD whose OOB area leaves fewer than the engine's 14 tag bytes per sector cannot keep
+/// the two-phase metadata, and the refusal says what to raise.
+#[test]
+fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
+    let toml = TWO_PHASE.replace(
+        "pages_per_block = 32\n",
+        "pages_per_block = 32\noob_bytes_per_page = 16\n",
+    );
+    let s = setup("small-oob", &toml);
+    let out = Command::new(AFA)
+        .arg("serve")
+        .arg(&s.config)
+        .arg("--listen")
+        .arg(format!("unix:{}", s.socket.display()))
+        .arg("--state")
+        .arg(&s.state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("two-phase with --state needs 14 bytes of OOB tag per sector")
+            && err.contains("oob_bytes_per_page"),
+        "{err}"
+    );
+}
+
+/// Waits (up to 10 s) until `DIR/members.txt` contains `line`.
+fn wait_for_member_record(state: &Path, line: &str) -> String {
+    let path = state.join("members.txt");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().any(|l| l == line) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never said {line:?}: {text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Overwrites a member file and its tag sidecar (if any) with 0xee, as a failed drive's stale or
+/// garbled content: a restart that read either would return wrong bytes.
+fn garble(state: &Path, file: &str) {
+    for name in [file.to_string(), format!("{file}.tags")] {
+        let path = state.join(&name);
+        if name.ends_with(".tags") && !path.exists() {
+            // Members of a static layout keep no tags.
+            continue;
+        }
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        std::fs::write(&path, vec![0xee; len]).unwrap();
+    }
+}
+
+/// A member fails (at its configured time, no spare): the failure is recorded in
+/// members.txt before anything else is written, writes after it go to the other members,
+/// and after a kill -9 the restart serves degraded without reading the failed member's
+/// file, which is garbled here to prove it.
+fn a_failed_member_is_never_read_again(name: &str, toml: &str) {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup(name, toml);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x5a 0 8M", "flush"]);
+    wait_for_member_record(&s.state, "member 1 member-1.img failed");
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x77 1M 1M", "write -P 0x21 6M 3M", "flush"],
+    );
+    afa.kill_9();
+    garble(&s.state, "member-1.img");
+    let afa = s.start(&[]);
+    let reads = [
+        "read -P 0x5a 0 1M",
+        "read -P 0x77 1M 1M",
+        "read -P 0x5a 2M 4M",
+        "read -P 0x21 6M 3M",
+    ];
+    qemu_io(&afa.uri, &reads);
+    // An orderly stop and restart keep it so, and the failure does not happen twice.
+    let log = afa.stop();
+    assert!(!log.contains("member 1 failed"), "{log}");
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &reads);
+    afa.stop();
+    wait_for_member_record(&s.state, "member 1 member-1.img failed");
+}
+
+#[test]
+fn two_phase_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    let toml = TWO_PHASE.replace(
+        "members = 3\n",
+        "members = 3\nfailures = [{ member = 1, at_ms = 1500 }]\n",
+    );
+    a_failed_member_is_never_read_again("failed", &toml);
+}
+
+/// The same over a plain RAID 5 (a static layout): the restart serves degraded reads.
+#[test]
+fn raid5_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    let toml = TWO_PHASE.replace("[array.two_phase]\n", "").replace(
+        "members = 3\n",
+        "members = 3\nfailures = [{ member = 1, at_ms = 1500 }]\n",
+    );
+    a_failed_member_is_never_read_again("raid5-failed", &toml);
+}
+
+/// A member fails with a spare configured: its rebuild onto the spare's file is recorded,
+/// a kill -9 comes in the middle of it, and the restart rebuilds the spare's file again
+/// from the start (never reading the failed member's file, garbled here), serves every
+/// pattern meanwhile, and records the rebuild's end; a further restart serves from the
+/// spare's file.
+fn a_rebuild_onto_a_spare_continues_after_kill_9(name: &str, toml: &str) {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup(name, toml);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x5a 0 8M", "flush"]);
+    wait_for_member_record(&s.state, "member 1 member-3.img rebuilding");
+    qemu_io(&afa.uri, &["write -P 0x77 1M 1M", "write -P 0x21 6M 3M"]);
+    afa.kill_9();
+    garble(&s.state, "member-1.img");
+    let afa = s.start(&[]);
+    let reads = [
+        "read -P 0x5a 0 1M",
+        "read -P 0x77 1M 1M",
+        "read -P 0x5a 2M 4M",
+        "read -P 0x21 6M 3M",
+    ];
+    qemu_io(&afa.uri, &reads);
+    let record = wait_for_member_record(&s.state, "member 1 member-3.img serving");
+    assert!(!record.lines().any(|l| l.starts_with("spare ")), "{record}");
+    qemu_io(&afa.uri, &reads);
+    // The restarted server, not the killed one, finished the rebuild.
+    let log = afa.stop();
+    assert!(
+        log.contains("the rebuild of member 1 onto member-3.img is done"),
+        "{log}"
+    );
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &reads);
+}
+
+#[test]
+fn two_phase_rebuild_onto_a_spare_continues_after_kill_9() {
+    let toml = TWO_PHASE.replace(
+        "members = 3\n",
+        "members = 3\nspares = 1\nrebuild_mb_s = 2.0\nfailures = [{ member = 1, at_ms = 1000 }]\n",
+    );
+    a_rebuild_onto_a_spare_continues_after_kill_9("rebuild", &toml);
+}
+
+#[test]
+fn raid5_rebuild_onto_a_spare_continues_after_kill_9() {
+    let toml = TWO_PHASE.replace("[array.two_phase]\n", "").replace(
+        "members = 3\n",
+        "members = 3\nspares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]\n",
+    );
+    a_rebuild_onto_a_spare_continues_after_kill_9("raid5-rebuild", &toml);
+}
+
+/// ScalaAFA (2+1) over three small SSDs, as in `serve.rs`: it recovers its map from the OOB
+/// tags too, and with a recorded failure it recovers without the failed member.
+const SCALAAFA: &str = r#"
+seed = 7
+[ssd]
+over_provisioning = 0.25
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+oob_bytes_per_page = 24
+[ssd.slc_cache]
+capacity_bytes = 2097152
+eviction = "transient"
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+failures = [{ member = 1, at_ms = 1500 }]
+[array.scalaafa]
+mode = "scalaafa"
+transient_bytes = 2097152
+"#;
+
+#[test]
+fn scalaafa_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    a_failed_member_is_never_read_again("scalaafa-failed", SCALAAFA);
+}
+
+/// Log-RAID over a RAID 5 of three small SSDs (about 27 MiB each), 1 MiB segments, as in
+/// `serve.rs`, with `extra` added to `[array]`: its recovery reads a lost member's segment
+/// summaries through degraded reads of the others.
+fn log_raid(extra: &str) -> String {
+    format!(
+        r#"
+seed = 11
+[ssd]
+over_provisioning = 0.15
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+{extra}
+[array.log]
+segment_stripes = 8
+spare_fraction = 0.2
+"#
+    )
+}
+
+#[test]
+fn log_raid_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    let toml = log_raid("failures = [{ member = 1, at_ms = 1500 }]");
+    a_failed_member_is_never_read_again("lograid-failed", &toml);
+}
+
+#[test]
+fn log_raid_rebuild_onto_a_spare_continues_after_kill_9() {
+    let toml =
+        log_raid("spares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]");
+    a_rebuild_onto_a_spare_continues_after_kill_9("lograid-rebuild", &toml);
+}
