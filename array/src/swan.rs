@@ -378,6 +378,23 @@ impl<D: BlockDevice> Swan<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
+        let groups = (swan.groups as usize).max(1);
+        let mut spare_lists: Vec<Vec<D>> = (0..groups).map(|_| Vec::new()).collect();
+        for (j, s) in spares.into_iter().enumerate() {
+            spare_lists[j % groups].push(s);
+        }
+        Self::with_group_spares(array, swan, members, spare_lists)
+    }
+
+    /// The same with each R-group's spares given: `spare_lists[g]` are group g's, taken in
+    /// order as its members fail. A restart in serve mode uses it to hand a group that was
+    /// rebuilding onto a spare the same spare's file again.
+    pub fn with_group_spares(
+        array: ArrayConfig,
+        swan: SwanConfig,
+        members: Vec<D>,
+        spare_lists: Vec<Vec<D>>,
+    ) -> Result<Self, ArrayError> {
         let err = |s: String| ArrayError::Config(s);
         if !matches!(array.level, Level::Raid0 | Level::Raid4 | Level::Raid5) {
             return Err(err(format!(
@@ -437,9 +454,11 @@ impl<D: BlockDevice> Swan<D> {
             members: width as u32,
             ..array.clone()
         };
-        let mut spare_lists: Vec<Vec<D>> = (0..groups).map(|_| Vec::new()).collect();
-        for (j, s) in spares.into_iter().enumerate() {
-            spare_lists[j % groups].push(s);
+        if spare_lists.len() != groups {
+            return Err(err(format!(
+                "{} spare lists given for {groups} R-groups",
+                spare_lists.len()
+            )));
         }
         let mut member_iter = members.into_iter();
         let mut arrays = Vec::with_capacity(groups);
@@ -615,7 +634,13 @@ impl<D: BlockDevice> Swan<D> {
         self.groups[g].schedule_failure(member % self.width, at_ns)
     }
 
-    /// Fails array member `member` now (degraded reads follow in RAID 4/5 groups).
+    /// Whether any R-group is rebuilding a failed member onto a spare.
+    pub fn rebuilding(&self) -> bool {
+        self.groups.iter().any(|g| g.rebuilding())
+    }
+
+    /// Fails array member `member` now (degraded reads follow in RAID 4/5 groups); its
+    /// R-group's first spare, if it has one, takes its place.
     pub fn fail_member(&mut self, member: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
         let g = member / self.width;
         if g >= self.groups.len() {

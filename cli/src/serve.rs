@@ -25,7 +25,9 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::config::{RunConfig, DEFAULT_CONFIG};
-use crate::serve_members::{engine_files, positions_to_fail, FailableEngine, RecordedFailures};
+use crate::serve_members::{
+    engine_files, positions_to_fail, swan_spare_files, FailableEngine, RecordedFailures,
+};
 use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
 
 /// How replies are timed.
@@ -254,12 +256,6 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
         _ => None,
     };
-    if !spec.failures.is_empty() && matches!(spec.choice, EngineChoice::Swan(_)) {
-        return Err(format!(
-            "--state cannot be combined with [array] failures for {}: it deals its spares to its R-groups when it is built, so a restart could not yet hand a rebuilding group the spare file it was rebuilding onto",
-            engine_name(&spec.choice, spec.engine.level)
-        ));
-    }
     let engine: ArrayConfig = spec.engine.clone();
     let two_phase = match &spec.choice {
         EngineChoice::TwoPhase(t) => Some(t.clone()),
@@ -404,8 +400,31 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if let EngineChoice::Swan(swan) = &spec.choice {
-        let volume = Swan::new(engine, swan.clone(), members, spares).map_err(|e| e.to_string())?;
-        return with_nvram(volume, "SWAN", state, description);
+        // SWAN deals its spares to its R-groups, so each group gets its own spare files
+        // back, first those its rebuilding members were being rebuilt onto; the flat list
+        // opened above is the other engines'.
+        drop(spares);
+        let spare_lists = swan_spare_files(&record, swan.groups as usize)
+            .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?
+            .into_iter()
+            .map(|files| {
+                files
+                    .into_iter()
+                    .map(|f| file_member(f as u64))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut volume = Swan::with_group_spares(engine, swan.clone(), members, spare_lists)
+            .map_err(|e| e.to_string())?;
+        // The recorded failures first, so that recovery reads what a lost member held
+        // through degraded reads of its group, never from its file.
+        for &p in &lost {
+            volume
+                .fail_member(p, 0)
+                .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
+        }
+        attach_nvram(&mut volume, "SWAN", &state)?;
+        return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if let EngineChoice::Log(log_config) = &spec.choice {
@@ -563,23 +582,6 @@ impl NvramEngine for LogRaid<FileDevice> {
     fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         LogRaid::recover_from_nvram(self, now_ns)
     }
-}
-
-/// Gives a log-structured engine its NVRAM log in the state directory. The map lives in
-/// host memory only, so every start but the first rebuilds it from the segment summaries on
-/// the members and the log of the open segments.
-fn with_nvram<E: NvramEngine>(
-    mut volume: E,
-    name: &str,
-    state: StateDir,
-    description: String,
-) -> Result<Volume, String> {
-    attach_nvram(&mut volume, name, &state)?;
-    Ok(Volume {
-        device: Box::new(volume),
-        description,
-        state: Some(state),
-    })
 }
 
 /// Attaches the NVRAM log in the state directory and, on every start but the first,
@@ -1006,7 +1008,7 @@ mod tests {
     }
 
     #[test]
-    fn state_refuses_a_stripe_cache_swan_aging_and_swan_failures() {
+    fn state_refuses_a_stripe_cache_and_swan_aging() {
         let dir = std::env::temp_dir().join(format!("afa-serve-refuse-{}", std::process::id()));
         let base =
             "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 4\n";
@@ -1015,10 +1017,6 @@ mod tests {
             (
                 "[array.swan]\ngroups = 2\nage_fraction = 0.6\n",
                 "age_fraction",
-            ),
-            (
-                "failures = [{ member = 1, at_ms = 5.0 }]\n[array.swan]\ngroups = 2\n",
-                "[array] failures for swan",
             ),
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
-use afa_array::{Array, ArrayError, LogRaid, ScalaAfa, TwoPhase};
+use afa_array::{Array, ArrayError, LogRaid, ScalaAfa, Swan, TwoPhase};
 use afa_serve::{FileDevice, MemberHealth, MemberRecord};
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, ReadBuffers};
@@ -20,6 +20,12 @@ pub trait FailableEngine: BlockDevice + Send + 'static {
     fn fail_member(&mut self, i: usize, now_ns: TimeNs) -> Result<(), ArrayError>;
     /// Whether a rebuild onto a spare is running.
     fn rebuilding(&self) -> bool;
+    /// Which of the unused spare files (`spares`, in the record's order) the engine puts in
+    /// place of `member` when it fails, as an index into `spares`; `None` when it has none
+    /// for that member. Most engines take their first spare.
+    fn spare_taken(&self, _member: usize, spares: &[usize]) -> Option<usize> {
+        (!spares.is_empty()).then_some(0)
+    }
 }
 
 impl FailableEngine for Array<FileDevice> {
@@ -47,6 +53,52 @@ impl FailableEngine for TwoPhase<FileDevice> {
     fn rebuilding(&self) -> bool {
         TwoPhase::rebuilding(self)
     }
+}
+
+impl FailableEngine for Swan<FileDevice> {
+    fn fail_member(&mut self, i: usize, now_ns: TimeNs) -> Result<(), ArrayError> {
+        Swan::fail_member(self, i, now_ns)
+    }
+    fn rebuilding(&self) -> bool {
+        Swan::rebuilding(self)
+    }
+    /// SWAN dealt spare j (file `members + j`) to R-group j mod groups, and a failed member
+    /// takes its own group's first spare.
+    fn spare_taken(&self, member: usize, spares: &[usize]) -> Option<usize> {
+        let width = self.group_width();
+        let groups = self.groups().len();
+        let members = width * groups;
+        spares
+            .iter()
+            .position(|&f| f >= members && (f - members) % groups == member / width)
+    }
+}
+
+/// SWAN's spare files at a restart, per R-group: the files of the group's rebuilding
+/// positions (in position order, the order [`positions_to_fail`] fails them again, so each
+/// takes its own file back), then the group's unused spares (spare j, file `members + j`,
+/// belongs to group j mod groups).
+pub fn swan_spare_files(record: &MemberRecord, groups: usize) -> Result<Vec<Vec<usize>>, String> {
+    let members = record.positions.len();
+    if groups == 0 || members % groups != 0 {
+        return Err(format!(
+            "{members} member positions do not split into {groups} R-groups"
+        ));
+    }
+    let width = members / groups;
+    let mut lists: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for (position, &(file, health)) in record.positions.iter().enumerate() {
+        if health == MemberHealth::Rebuilding {
+            lists[position / width].push(file);
+        }
+    }
+    for &f in &record.spares {
+        let j = f.checked_sub(members).ok_or_else(|| {
+            format!("spare file member-{f}.img is one of the {members} member files")
+        })?;
+        lists[j % groups].push(f);
+    }
+    Ok(lists)
 }
 
 impl FailableEngine for ScalaAfa<FileDevice> {
@@ -133,20 +185,21 @@ impl<E: FailableEngine> RecordedFailures<E> {
                 Ok(()) => {
                     // The engine took its first spare, if it had one; the record's spares
                     // are the engine's, in the same order.
+                    let taken = self.engine.spare_taken(member, &self.record.spares);
                     let position = &mut self.record.positions[member];
-                    if self.record.spares.is_empty() {
-                        position.1 = MemberHealth::Failed;
-                        afa_serve::log(&format!(
-                            "member {member} failed (configured at {at_ms} ms); no spare is left, so the volume serves degraded and member-{}.img is no longer read",
-                            position.0
-                        ));
-                    } else {
-                        let spare = self.record.spares.remove(0);
+                    if let Some(index) = taken {
+                        let spare = self.record.spares.remove(index);
                         afa_serve::log(&format!(
                             "member {member} failed (configured at {at_ms} ms); rebuilding it onto member-{spare}.img in place of member-{}.img",
                             position.0
                         ));
                         *position = (spare, MemberHealth::Rebuilding);
+                    } else {
+                        position.1 = MemberHealth::Failed;
+                        afa_serve::log(&format!(
+                            "member {member} failed (configured at {at_ms} ms); no spare is left, so the volume serves degraded and member-{}.img is no longer read",
+                            position.0
+                        ));
                     }
                 }
                 Err(e) => afa_serve::log(&format!(
@@ -251,7 +304,41 @@ mod tests {
         assert_eq!(members, vec![0, 2, 5, 4]);
         assert_eq!(spares, vec![5, 4]);
         let fresh = MemberRecord::initial(3, 1);
+        assert_eq!(positions_to_fail(&fresh), Vec::<usize>::new());
         assert!(positions_to_fail(&fresh).is_empty());
         assert_eq!(engine_files(&fresh), (vec![0, 1, 2], vec![3]));
+    }
+
+    /// SWAN's spares belong to R-groups (spare j, file `members + j`, to group j mod
+    /// groups): a restart hands each group its rebuilding members' files first, then its
+    /// unused spares, and a failure takes a spare of the failed member's own group.
+    #[test]
+    fn swan_spares_stay_with_their_r_groups() {
+        // Six members in two groups of three, four spares (files 6..10): files 6 and 8
+        // belong to group 0, 7 and 9 to group 1. Member 4 (group 1) was rebuilding onto 7.
+        let record = MemberRecord {
+            failures_applied: 1,
+            positions: vec![
+                (0, MemberHealth::Serving),
+                (1, MemberHealth::Serving),
+                (2, MemberHealth::Serving),
+                (3, MemberHealth::Serving),
+                (7, MemberHealth::Rebuilding),
+                (5, MemberHealth::Serving),
+            ],
+            spares: vec![6, 8, 9],
+        };
+        assert_eq!(
+            swan_spare_files(&record, 2).unwrap(),
+            vec![vec![6, 8], vec![7, 9]]
+        );
+        assert!(swan_spare_files(&record, 4).is_err());
+        let bad = MemberRecord {
+            spares: vec![2],
+            ..record.clone()
+        };
+        assert!(swan_spare_files(&bad, 2)
+            .unwrap_err()
+            .contains("member-2.img"));
     }
 }

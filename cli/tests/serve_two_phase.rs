@@ -542,3 +542,82 @@ fn log_raid_rebuild_onto_a_spare_continues_after_kill_9() {
         log_raid("spares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]");
     a_rebuild_onto_a_spare_continues_after_kill_9("lograid-rebuild", &toml);
 }
+
+/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments,
+/// as in `serve.rs`, with `extra` added to `[array]`.
+fn swan(extra: &str) -> String {
+    format!(
+        r#"
+seed = 9
+[ssd]
+over_provisioning = 0.15
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+[array]
+level = "raid5"
+members = 6
+chunk_bytes = 65536
+{extra}
+[array.swan]
+groups = 2
+segment_bytes = 1048576
+spare_fraction = 0.3
+"#
+    )
+}
+
+/// A failed member of an R-group without a spare: the restart recovers SWAN's map through
+/// degraded reads of the group.
+#[test]
+fn swan_with_a_failed_member_restarts_degraded_without_reading_its_file() {
+    let toml = swan("failures = [{ member = 1, at_ms = 1500 }]");
+    a_failed_member_is_never_read_again("swan-failed", &toml);
+}
+
+/// With two spares and member 4 (in the second group) failing: SWAN deals spare
+/// j to group j mod 2, so the failed member is rebuilt onto the second spare's file
+/// (member-7.img), not the first. A kill -9 in the middle of that rebuild, and the restart
+/// hands the second group the same file again (recovering the map from the summaries and
+/// the NVRAM log through degraded reads of the group, never from the failed member's file,
+/// garbled here) and finishes the rebuild; the first group's spare is still unused.
+#[test]
+fn swan_rebuild_onto_its_r_groups_spare_continues_after_kill_9() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let toml = swan("spares = 2\nrebuild_mb_s = 6.0\nfailures = [{ member = 4, at_ms = 1000 }]");
+    let s = setup("swan-rebuild", &toml);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x5a 0 8M", "flush"]);
+    wait_for_member_record(&s.state, "member 4 member-7.img rebuilding");
+    qemu_io(&afa.uri, &["write -P 0x77 1M 1M", "write -P 0x21 6M 3M"]);
+    afa.kill_9();
+    garble(&s.state, "member-4.img");
+    let afa = s.start(&[]);
+    let reads = [
+        "read -P 0x5a 0 1M",
+        "read -P 0x77 1M 1M",
+        "read -P 0x5a 2M 4M",
+        "read -P 0x21 6M 3M",
+    ];
+    qemu_io(&afa.uri, &reads);
+    let record = wait_for_member_record(&s.state, "member 4 member-7.img serving");
+    assert!(
+        record.lines().any(|l| l.contains("member-6.img")),
+        "the first group's spare should still be unused: {record}"
+    );
+    let log = afa.stop();
+    assert!(
+        log.contains("the rebuild of member 4 onto member-7.img is done"),
+        "{log}"
+    );
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &reads);
+}
