@@ -119,6 +119,12 @@ pub fn read_requests<R: Read>(
 /// requests or several 64 KiB writes per system call.
 pub const BURST_READ_BYTES: usize = 256 * 1024;
 
+/// The most a burst buffer keeps between bursts. One large write grows the buffer to hold
+/// it (up to the largest request served); the next burst gives the excess back, so a
+/// client that once wrote 32 MiB does not pin that much per thread for the rest of its
+/// connection.
+pub const BURST_KEEP_BYTES: usize = 16 * BURST_READ_BYTES;
+
 /// A request parsed in place in a [`BurstBuffer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
@@ -150,6 +156,11 @@ impl BurstBuffer {
     /// The bytes read into the buffer; a [`Parsed::Job`]'s payload range indexes them.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes[..self.filled]
+    }
+
+    /// Bytes of memory the buffer holds now (what it keeps between bursts).
+    pub fn held_bytes(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Makes room for at least `room` unread bytes after what the buffer holds.
@@ -203,6 +214,10 @@ impl<R: Read> BurstReader<R> {
     ) -> Result<Option<End>, SessionError> {
         let first = out.len();
         buf.filled = 0;
+        if buf.bytes.len() > BURST_KEEP_BYTES && self.carry.len() <= BURST_KEEP_BYTES {
+            buf.bytes.truncate(BURST_KEEP_BYTES);
+            buf.bytes.shrink_to_fit();
+        }
         buf.reserve(self.carry.len());
         buf.bytes[..self.carry.len()].copy_from_slice(&self.carry);
         buf.filled = self.carry.len();

@@ -244,6 +244,46 @@ fn parse_in_bursts(
     }
 }
 
+/// A burst buffer grows to hold a large write and gives the excess back at the next burst.
+#[test]
+fn a_burst_buffer_gives_back_what_one_large_write_took() {
+    use crate::session::{BurstBuffer, BurstReader, Parsed, BURST_KEEP_BYTES};
+    let limits = Limits {
+        size_bytes: 64 << 20,
+        max_request_bytes: 32 << 20,
+        structured_replies: false,
+    };
+    let big = 20u32 << 20;
+    let mut stream = request(0, CMD_WRITE, 1, 0, big);
+    stream.extend(std::iter::repeat_n(0x5a, big as usize));
+    stream.extend(request(0, CMD_FLUSH, 2, 0, 0));
+    let mut reader = BurstReader::new(&stream[..], &[]);
+    let mut buf = BurstBuffer::default();
+    let mut parsed = Vec::new();
+    assert_eq!(
+        reader
+            .read_burst(&mut buf, &limits, 8, &mut parsed)
+            .unwrap(),
+        None
+    );
+    let Parsed::Job { payload, .. } = &parsed[0] else {
+        panic!("the write was rejected: {parsed:?}");
+    };
+    assert_eq!(payload.len(), big as usize);
+    assert!(buf.bytes()[payload.clone()].iter().all(|&b| b == 0x5a));
+    assert!(buf.held_bytes() > big as usize);
+    parsed.clear();
+    let end = reader
+        .read_burst(&mut buf, &limits, 8, &mut parsed)
+        .unwrap();
+    assert!(
+        matches!(parsed[..], [Parsed::Job { handle: 2, .. }]),
+        "{parsed:?}"
+    );
+    assert_eq!(end, None);
+    assert!(buf.held_bytes() <= BURST_KEEP_BYTES, "{}", buf.held_bytes());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
