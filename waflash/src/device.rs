@@ -38,9 +38,10 @@ pub struct DeviceStats {
     /// Requests destaged by the FIFO buffer's whole-buffer drain.
     pub drain_requests: u64,
     /// Of those, requests issued ahead of the present, while a write waited for them to
-    /// free its space, and the sum over them of how far ahead (ns). Work booked ahead is
-    /// what a host read arriving meanwhile finds on the dies.
+    /// free its space. Work booked ahead is what a host read arriving meanwhile finds on
+    /// the dies.
     pub drain_requests_ahead: u64,
+    /// The sum over the requests issued ahead of how far ahead of the present they were.
     pub drain_lead_ns_sum: u64,
 }
 
@@ -364,6 +365,7 @@ impl WaflashSsd {
         Ok(())
     }
 
+    /// Picks the pages to destage next under the buffer policy.
     fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
         self.count_eviction_decision();
         let full = self.ftl.full_mask();
@@ -478,6 +480,7 @@ impl WaflashSsd {
         Ok(last_ns)
     }
 
+    /// Whether the buffer destages by VSSIM's drain of every buffered request.
     fn whole_drain(&self) -> bool {
         self.config.buffer_policy == BufferPolicy::Fifo
             && self.config.fifo_drain == FifoDrain::Whole
