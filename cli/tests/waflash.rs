@@ -131,3 +131,44 @@ fn a_waflash_table_cannot_be_combined_with_an_array() {
         "{stderr}"
     );
 }
+
+#[test]
+fn run_with_vssims_whole_buffer_drain_checks_integrity_and_counts_the_drain() {
+    let whole = CONFIG.replace(
+        "buffer_policy = \"pc-lru\"\nftl = \"multi-version\"\ncompaction = true",
+        "buffer_policy = \"fifo\"\nfifo_drain = \"whole\"\nftl = \"page-rmw\"\ncompaction = false",
+    );
+    assert_ne!(whole, CONFIG, "the replacement must apply");
+    let config = temp("waflash-drain.toml");
+    std::fs::write(&config, &whole).unwrap();
+    let json = temp("waflash-drain.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+    let device = &v["waflash"]["device"];
+    let drained = device["drain_requests"].as_u64().unwrap();
+    assert!(drained > 0, "nothing was drained: {device}");
+    assert!(device["drain_requests_ahead"].as_u64().unwrap() <= drained);
+    // The drain belongs to the FIFO buffer; with another policy it is a named error.
+    let bad = temp("bad-drain.toml");
+    std::fs::write(
+        &bad,
+        whole.replace("buffer_policy = \"fifo\"", "buffer_policy = \"lru\""),
+    )
+    .unwrap();
+    let out = afa(&["run", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fifo_drain"));
+}

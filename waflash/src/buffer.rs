@@ -43,6 +43,9 @@ pub(crate) struct WriteBuffer {
     inflight_sectors: u64,
     /// FIFO only: the pages of each buffered request, oldest first.
     requests: VecDeque<Vec<u32>>,
+    /// FIFO with the whole-buffer drain: the requests marked for destaging when the drain
+    /// began, oldest first. Requests written later wait in `requests` for the next drain.
+    draining: VecDeque<Vec<u32>>,
 }
 
 impl WriteBuffer {
@@ -75,6 +78,7 @@ impl WriteBuffer {
             inflight: BinaryHeap::new(),
             inflight_sectors: 0,
             requests: VecDeque::new(),
+            draining: VecDeque::new(),
         }
     }
 
@@ -194,10 +198,38 @@ impl WriteBuffer {
 
     /// The oldest buffered request's pages that are still buffered (FIFO).
     pub fn pop_request(&mut self) -> Option<Vec<u32>> {
-        while let Some(r) = self.requests.pop_front() {
+        Self::pop_live(&mut self.requests, &self.slot_of_lpn)
+    }
+
+    /// Marks every buffered request for destaging (VSSIM's drain): they leave through
+    /// `pop_draining`, oldest first, and requests written from now on wait for the next
+    /// drain.
+    pub fn start_drain(&mut self) {
+        self.draining.append(&mut self.requests);
+    }
+
+    /// Whether requests marked by `start_drain` are still waiting to be destaged (some may
+    /// have no buffered page left).
+    pub fn draining(&self) -> bool {
+        !self.draining.is_empty()
+    }
+
+    /// The oldest request marked for draining whose pages are still (partly) buffered.
+    pub fn pop_draining(&mut self) -> Option<Vec<u32>> {
+        Self::pop_live(&mut self.draining, &self.slot_of_lpn)
+    }
+
+    /// Forgets every request (a flush has destaged all the pages).
+    pub fn clear_requests(&mut self) {
+        self.requests.clear();
+        self.draining.clear();
+    }
+
+    fn pop_live(queue: &mut VecDeque<Vec<u32>>, slot_of_lpn: &[u32]) -> Option<Vec<u32>> {
+        while let Some(r) = queue.pop_front() {
             let live: Vec<u32> = r
                 .into_iter()
-                .filter(|&l| self.slot_of_lpn[l as usize] != NONE)
+                .filter(|&l| slot_of_lpn[l as usize] != NONE)
                 .collect();
             if !live.is_empty() {
                 return Some(live);

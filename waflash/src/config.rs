@@ -26,6 +26,24 @@ pub enum BufferPolicy {
     PcLru,
 }
 
+/// How the `fifo` buffer destages when a write does not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FifoDrain {
+    /// The oldest buffered request's pages leave, as many requests as the waiting write
+    /// needs, all booked at the time of that write.
+    #[default]
+    OneRequest,
+    /// VSSIM's drain (§IV: it "evicts the data of one request, until all requests in the
+    /// buffer are destaged"): a write that does not fit marks every buffered request for
+    /// destaging, and the controller destages them one after the other, each request's
+    /// flash operations issued when the previous request's have ended (VSSIM's I/O thread
+    /// waits in `WAIT_FLASH_IO` after each request). The write waits until enough of the
+    /// drain has completed; host commands that arrive meanwhile take the dies between the
+    /// drain's requests.
+    Whole,
+}
+
 /// How the FTL serves a partial-page write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -49,6 +67,9 @@ pub struct WaflashConfig {
     pub over_provisioning: f64,
     pub host: HostInterfaceConfig,
     pub buffer_policy: BufferPolicy,
+    /// How `buffer_policy = "fifo"` destages: one request at a time as the waiting write
+    /// needs (`one-request`), or VSSIM's drain of the whole buffer (`whole`).
+    pub fifo_drain: FifoDrain,
     /// DRAM write buffer size; it is allocated sector by sector.
     pub buffer_bytes: u64,
     pub ftl: FtlKind,
@@ -94,6 +115,7 @@ impl Default for WaflashConfig {
                 ..HostInterfaceConfig::default()
             },
             buffer_policy: BufferPolicy::PcLru,
+            fifo_drain: FifoDrain::OneRequest,
             buffer_bytes: 4 << 20,
             ftl: FtlKind::MultiVersion,
             compaction: true,
@@ -120,6 +142,7 @@ impl WaflashConfig {
     /// WAFLASH: PC-LRU over MV-FTL with compaction.
     pub fn waflash(mut self) -> Self {
         self.buffer_policy = BufferPolicy::PcLru;
+        self.fifo_drain = FifoDrain::OneRequest;
         self.ftl = FtlKind::MultiVersion;
         self.compaction = true;
         self
@@ -166,6 +189,9 @@ impl WaflashConfig {
         }
         if self.compaction && self.ftl != FtlKind::MultiVersion {
             return bad("compaction = true needs ftl = \"multi-version\"".into());
+        }
+        if self.fifo_drain != FifoDrain::OneRequest && self.buffer_policy != BufferPolicy::Fifo {
+            return bad("fifo_drain = \"whole\" needs buffer_policy = \"fifo\"".into());
         }
         if self.region_pages == 0 {
             return bad("region_pages must be positive".into());

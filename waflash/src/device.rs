@@ -10,7 +10,7 @@ use afa_ssd::{
 use serde::Serialize;
 
 use crate::buffer::WriteBuffer;
-use crate::config::{BufferPolicy, WaflashConfig};
+use crate::config::{BufferPolicy, FifoDrain, WaflashConfig};
 use crate::ftl::{Ftl, FtlStats};
 use crate::WaflashError;
 
@@ -35,6 +35,14 @@ pub struct DeviceStats {
     pub partial_fraction_sum: f64,
     /// Evictions where PC-LRU or MCA passed over the bottom page.
     pub bottom_passed_over: u64,
+    /// Requests destaged by the FIFO buffer's whole-buffer drain.
+    pub drain_requests: u64,
+    /// Of those, requests issued ahead of the present, while a write waited for them to
+    /// free its space. Work booked ahead is what a host read arriving meanwhile finds on
+    /// the dies.
+    pub drain_requests_ahead: u64,
+    /// The sum over the requests issued ahead of how far ahead of the present they were.
+    pub drain_lead_ns_sum: u64,
 }
 
 /// Everything a run reports about the device.
@@ -108,6 +116,11 @@ pub struct WaflashSsd {
     d2h_free_ns: TimeNs,
     stats: DeviceStats,
     commands_taken: u64,
+    /// FIFO with the whole-buffer drain: when the next drained request may be issued, the
+    /// time the previous one's flash operations end (or the drain began).
+    drain_next_ns: TimeNs,
+    /// The time of the command (or idle call) being served.
+    present_ns: TimeNs,
 }
 
 impl WaflashSsd {
@@ -152,6 +165,8 @@ impl WaflashSsd {
             d2h_free_ns: 0,
             stats: DeviceStats::default(),
             commands_taken: 0,
+            drain_next_ns: 0,
+            present_ns: 0,
         })
     }
 
@@ -318,13 +333,41 @@ impl WaflashSsd {
                     .is_some_and(|d| self.die_busy(d, now_ns)))
     }
 
-    /// Picks the pages to destage next under the buffer policy.
-    fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
+    /// Counts one eviction decision and samples the partial fraction of the buffer for it.
+    fn count_eviction_decision(&mut self) {
         let pages = self.buffer.pages();
         self.stats.eviction_decisions += 1;
         if pages > 0 {
             self.stats.partial_fraction_sum += self.buffer.partial_pages() as f64 / pages as f64;
         }
+    }
+
+    /// Issues the drained requests whose turn has come by `now_ns`, each at the time the
+    /// previous one's flash operations ended. Called before every command and at idle time,
+    /// so a request is booked before any command submitted after its turn and after every
+    /// command submitted before it, as VSSIM's I/O thread would issue it; host reads that
+    /// arrive between two drained requests find the dies free between them.
+    fn advance_drain(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        while self.buffer.draining() && self.drain_next_ns <= now_ns {
+            let at = self.drain_next_ns;
+            let Some(lpns) = self.buffer.pop_draining() else {
+                break;
+            };
+            self.count_eviction_decision();
+            self.stats.drain_requests += 1;
+            if at > self.present_ns {
+                self.stats.drain_requests_ahead += 1;
+                self.stats.drain_lead_ns_sum += at - self.present_ns;
+            }
+            let done = self.destage(&lpns, at)?;
+            self.drain_next_ns = done.max(at);
+        }
+        Ok(())
+    }
+
+    /// Picks the pages to destage next under the buffer policy.
+    fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
+        self.count_eviction_decision();
         let full = self.ftl.full_mask();
         let window = self.config.scan_window_pages as usize;
         let Some((bottom, bottom_mask)) = self.buffer.bottom_up().next() else {
@@ -406,9 +449,11 @@ impl WaflashSsd {
     }
 
     /// Hands pages to the FTL at `now_ns`; their buffer space is held until programmed.
-    fn destage(&mut self, lpns: &[u32], now_ns: TimeNs) -> Result<(), DeviceError> {
+    /// Returns when the last of their programs ends.
+    fn destage(&mut self, lpns: &[u32], now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let full = self.ftl.full_mask();
         let mut small = Vec::new();
+        let mut last_ns = now_ns;
         for &lpn in lpns {
             let (mask, image) = self.buffer.take(lpn);
             if mask == full {
@@ -422,6 +467,7 @@ impl WaflashSsd {
             }
             let done = self.ftl.write(&mut self.nand, lpn, mask, &image, now_ns)?;
             self.buffer.hold(done, mask.count_ones() as u64);
+            last_ns = last_ns.max(done);
         }
         if !small.is_empty() {
             // Pieces of one region next to each other, so they share compacted pages.
@@ -429,8 +475,52 @@ impl WaflashSsd {
             let sectors: u64 = small.iter().map(|(_, m, _)| m.count_ones() as u64).sum();
             let done = self.ftl.write_compacted(&mut self.nand, &small, now_ns)?;
             self.buffer.hold(done, sectors);
+            last_ns = last_ns.max(done);
         }
-        Ok(())
+        Ok(last_ns)
+    }
+
+    /// Whether the buffer destages by VSSIM's drain of every buffered request.
+    fn whole_drain(&self) -> bool {
+        self.config.buffer_policy == BufferPolicy::Fifo
+            && self.config.fifo_drain == FifoDrain::Whole
+    }
+
+    /// One step of a write's wait for buffer space under VSSIM's drain, from `t` (when the
+    /// write does not fit): starts a drain of every buffered request if none is under way
+    /// and space must be freed, otherwise moves to the next time space is released or the
+    /// drain issues its next request. Returns the new time of the wait.
+    fn wait_for_drain(&mut self, t: TimeNs, need: u64) -> Result<TimeNs, DeviceError> {
+        if !self.buffer.draining() && self.buffer.must_evict(need) {
+            self.buffer.start_drain();
+            if !self.buffer.draining() {
+                // Dirty pages that no request recorded (none are written that way, but the
+                // wait must not depend on it): destage the bottom one as FIFO would.
+                let victims = self.choose_victims(t);
+                self.destage(&victims, t)?;
+                return Ok(t);
+            }
+            // Drained requests follow each other, also across drains: the first one starts
+            // when the previous drain's last request has ended.
+            self.drain_next_ns = self.drain_next_ns.max(t);
+            self.advance_drain(t)?;
+            return Ok(t);
+        }
+        let next_step_ns = self.buffer.draining().then_some(self.drain_next_ns);
+        match (self.buffer.next_release(), next_step_ns) {
+            // Released space first: the write may fit before the drain issues more.
+            (Some(release_ns), step) if step.is_none_or(|s| release_ns <= s) => {
+                Ok(t.max(release_ns))
+            }
+            (_, Some(step_ns)) => {
+                let t = t.max(step_ns);
+                self.advance_drain(t)?;
+                Ok(t)
+            }
+            _ => Err(DeviceError::Unsupported(format!(
+                "a write of {need} new sectors does not fit in the write buffer"
+            ))),
+        }
     }
 
     /// Puts the spans of one write into the buffer, destaging (and waiting for space) first.
@@ -441,6 +531,9 @@ impl WaflashSsd {
         data: &[u8],
         arrived_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
+        // The write is at the controller from its arrival on: drained requests issued then
+        // are issued on time, later ones (while it waits) ahead of the present.
+        self.present_ns = arrived_ns;
         let mut t = arrived_ns;
         loop {
             let need: u64 = spans
@@ -449,6 +542,10 @@ impl WaflashSsd {
                 .sum();
             if self.buffer.fits(t, need) {
                 break;
+            }
+            if self.whole_drain() {
+                t = self.wait_for_drain(t, need)?;
+                continue;
             }
             if self.buffer.must_evict(need) {
                 let victims = self.choose_victims(t);
@@ -568,7 +665,7 @@ impl WaflashSsd {
         let start = now_ns + self.config.host.command_overhead_ns;
         let all: Vec<u32> = self.buffer.bottom_up().map(|(lpn, _)| lpn).collect();
         self.destage(&all, start)?;
-        while self.buffer.pop_request().is_some() {}
+        self.buffer.clear_requests();
         Ok(self.buffer.drained_at().max(start))
     }
 }
@@ -591,6 +688,9 @@ impl BlockDevice for WaflashSsd {
             ));
         }
         self.stats.commands += 1;
+        // The drain's requests whose turn came before this command go first.
+        self.present_ns = now_ns;
+        self.advance_drain(now_ns)?;
         let done_ns = match cmd.opcode {
             Opcode::Read => self.read(now_ns, cmd, out)?,
             Opcode::Write => self.write(now_ns, cmd)?,
@@ -604,12 +704,24 @@ impl BlockDevice for WaflashSsd {
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        // Idle time merges versions (§III-B). A failure means the device is out of space;
-        // the next foreground write reports it, so idle work just stops.
-        self.ftl
+        // A drain goes on while the host is idle: its next request is issued on time, so the
+        // device asks to be called then. A failure means the device is out of space; the
+        // next foreground write reports it, so idle work just stops.
+        self.present_ns = now_ns;
+        if self.advance_drain(now_ns).is_err() {
+            return None;
+        }
+        let next_step_ns = self.buffer.draining().then_some(self.drain_next_ns);
+        // Idle time merges versions (§III-B).
+        let merge_ns = self
+            .ftl
             .idle_merge(&mut self.nand, now_ns, self.config.idle_merge_batch)
             .ok()
-            .flatten()
+            .flatten();
+        match (merge_ns, next_step_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn take_host_work(&mut self) -> HostWork {

@@ -18,7 +18,7 @@ pub mod filebench;
 mod ftl;
 mod mapping;
 
-pub use config::{BufferPolicy, FtlKind, WaflashConfig};
+pub use config::{BufferPolicy, FifoDrain, FtlKind, WaflashConfig};
 pub use device::{DeviceStats, WaflashReport, WaflashSsd};
 pub use ftl::{decode_header, encode_header, FtlStats, Piece, COMPACTED_MARKER};
 

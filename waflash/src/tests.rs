@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use crate::filebench::{generate, FilebenchSpec, Personality};
 use crate::mapping::{MappingTable, UNMAPPED};
 use crate::{
-    decode_header, encode_header, BufferPolicy, FtlKind, Piece, WaflashConfig, WaflashError,
-    WaflashSsd,
+    decode_header, encode_header, BufferPolicy, FifoDrain, FtlKind, Piece, WaflashConfig,
+    WaflashError, WaflashSsd,
 };
 use afa_workload::IoOp;
 
@@ -556,7 +556,23 @@ fn run_model(
     ops: &[(Op, u64)],
 ) -> Result<crate::WaflashReport, TestCaseError> {
     let (policy, ftl, compaction) = COMBOS[combo];
-    let mut ssd = WaflashSsd::new(tiny(policy, ftl, compaction), 7).unwrap();
+    run_model_on(tiny(policy, ftl, compaction), precondition, ops)
+}
+
+/// The FIFO buffer with VSSIM's whole-buffer drain, over `ftl`.
+fn whole_drain(ftl: FtlKind, compaction: bool) -> WaflashConfig {
+    WaflashConfig {
+        fifo_drain: FifoDrain::Whole,
+        ..tiny(BufferPolicy::Fifo, ftl, compaction)
+    }
+}
+
+fn run_model_on(
+    config: WaflashConfig,
+    precondition: u64,
+    ops: &[(Op, u64)],
+) -> Result<crate::WaflashReport, TestCaseError> {
+    let mut ssd = WaflashSsd::new(config, 7).unwrap();
     ssd.precondition(precondition).unwrap();
     let capacity = ssd.info().capacity_sectors;
     let mut model: Vec<u64> = (0..capacity)
@@ -633,6 +649,21 @@ proptest! {
     ) {
         run_model(combo, precondition, &ops)?;
     }
+
+    /// The same over the FIFO buffer with VSSIM's drain: reads of sectors whose request is
+    /// still waiting in the drain come from the buffer, the others from flash.
+    #[test]
+    fn the_whole_drain_matches_a_flat_model(
+        ftl in prop_oneof![
+            Just((FtlKind::PageRmw, false)),
+            Just((FtlKind::MultiVersion, false)),
+            Just((FtlKind::MultiVersion, true)),
+        ],
+        precondition in prop_oneof![Just(0u64), Just(600u64)],
+        ops in proptest::collection::vec(op_strategy(600), 1..500),
+    ) {
+        run_model_on(whole_drain(ftl.0, ftl.1), precondition, &ops)?;
+    }
 }
 
 #[test]
@@ -671,6 +702,129 @@ fn every_combination_survives_long_overwrite_runs() {
             );
         }
     }
+}
+
+#[test]
+fn the_whole_drain_survives_long_overwrite_runs() {
+    let mut rng = afa_sim::SimRng::new(99);
+    let ops: Vec<(Op, u64)> = (0..3000)
+        .map(|_| {
+            let lba = rng.below(600);
+            let sectors = (1 + rng.below(9) as u32).min((600 - lba) as u32);
+            let op = match rng.below(10) {
+                0..=6 => Op::Write { lba, sectors },
+                7 | 8 => Op::Read { lba, sectors },
+                _ => Op::Idle,
+            };
+            // Short gaps, so that writes arrive while a drain is under way.
+            (op, rng.below(100_000))
+        })
+        .collect();
+    let r = run_model_on(whole_drain(FtlKind::PageRmw, false), 600, &ops).unwrap();
+    assert!(r.ftl.gc_runs > 0, "the whole drain never ran GC");
+    assert!(
+        r.ftl.extra_reads > 0,
+        "the whole drain never read-modify-wrote"
+    );
+}
+
+/// Eight one-page requests fill the tiny device's 32-sector buffer; a ninth write does not
+/// fit. Returns the device, the time the ninth write completed and the program time.
+fn buffer_full_then_one_more(drain: FifoDrain) -> (WaflashSsd, u64, u64) {
+    let c = WaflashConfig {
+        fifo_drain: drain,
+        ..tiny(BufferPolicy::Fifo, FtlKind::PageRmw, false)
+    };
+    let program_ns = c.timing.mlc.program_ns;
+    let mut ssd = WaflashSsd::new(c, 1).unwrap();
+    // Pages 0 and 1 hold data on flash for the reads below.
+    ssd.precondition(8).unwrap();
+    for i in 0..8u64 {
+        write(&mut ssd, i * 1000, (10 + i) * 4, 4, 1);
+    }
+    assert_eq!(ssd.report().flash_programs, 0, "the buffer holds all eight");
+    let t = 100_000;
+    let fitted = write(&mut ssd, t, 40 * 4, 4, 2);
+    (ssd, fitted, program_ns)
+}
+
+#[test]
+fn the_whole_drain_destages_one_request_after_the_other() {
+    let (mut ssd, fitted, program_ns) = buffer_full_then_one_more(FifoDrain::Whole);
+    // The write that did not fit started the drain and waited for its first request only.
+    assert_eq!(ssd.report().flash_programs, 1);
+    assert!(fitted >= 100_000 + program_ns, "{fitted}");
+    // Requests still waiting in the drain are read from the buffer.
+    let newest: Vec<u64> = (0..4).map(|s| sector_token(17 * 4 + s, 1)).collect();
+    assert!(read_tokens_match(&mut ssd, fitted, 17 * 4, &newest));
+    // As time passes the controller issues the next request, and only it: the first one's
+    // programs have ended, the second one's have not.
+    assert_eq!(ssd.report().flash_programs, 2);
+    // A read of flash data waits at most for the one request programming on its die, not
+    // for the rest of the drain (six more programs over two dies, were they booked now).
+    let start = fitted + 1;
+    let mut out = vec![0u8; 8 * 8];
+    let done = ssd
+        .submit(
+            start,
+            &Command::read(0, 8),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .expect("read")
+        .done_ns;
+    assert!(
+        done - start < 2 * program_ns,
+        "read took {} ns",
+        done - start
+    );
+    // Idle time drains the rest, one request after the other.
+    let mut now = start;
+    while let Some(next) = ssd.background(now) {
+        assert!(
+            next > now,
+            "the drain asked to be called at {next} at {now}"
+        );
+        now = next;
+    }
+    let r = ssd.report();
+    assert_eq!(r.flash_programs, 8);
+    // Every request left through the drain; none was issued ahead of the present, since
+    // the one write that waited fitted once the first request had ended.
+    assert_eq!(r.device.drain_requests, 8);
+    assert_eq!(r.device.drain_requests_ahead, 0);
+    assert!(
+        now >= fitted + 6 * program_ns,
+        "the last request was issued at {now}, before the others could end"
+    );
+    let first: Vec<u64> = (0..4).map(|s| sector_token(10 * 4 + s, 1)).collect();
+    assert!(read_tokens_match(&mut ssd, now, 10 * 4, &first));
+}
+
+#[test]
+fn one_request_fifo_destages_only_what_the_waiting_write_needs() {
+    let (mut ssd, _, _) = buffer_full_then_one_more(FifoDrain::OneRequest);
+    assert_eq!(ssd.report().flash_programs, 1);
+    write(&mut ssd, 10_000_000, 41 * 4, 4, 2);
+    assert_eq!(
+        ssd.report().flash_programs,
+        2,
+        "one request per write that does not fit"
+    );
+    assert_eq!(ssd.background(20_000_000), None);
+    assert_eq!(ssd.report().flash_programs, 2);
+}
+
+#[test]
+fn the_whole_drain_needs_the_fifo_buffer() {
+    let c = WaflashConfig {
+        fifo_drain: FifoDrain::Whole,
+        ..tiny(BufferPolicy::Lru, FtlKind::PageRmw, false)
+    };
+    let e = WaflashSsd::new(c, 1).unwrap_err();
+    assert!(e.to_string().contains("fifo_drain"), "{e}");
 }
 
 fn filebench_run(
