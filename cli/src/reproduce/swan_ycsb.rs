@@ -559,6 +559,126 @@ impl ClosedLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use afa_ssd::{Completion, DeviceError, DeviceInfo, Opcode};
+
+    /// A device that completes every command `latency_ns` after it was submitted and
+    /// counts what it was sent, so the loop's own behaviour can be checked in isolation.
+    struct FixedLatency {
+        latency_ns: u64,
+        capacity_sectors: u64,
+        writes: u64,
+        written_sectors: u64,
+        reads: u64,
+    }
+
+    impl BlockDevice for FixedLatency {
+        fn info(&self) -> DeviceInfo {
+            DeviceInfo {
+                sector_bytes: SECTOR_BYTES as u32,
+                capacity_sectors: self.capacity_sectors,
+                payload_unit_bytes: 0,
+                tag_bytes_per_sector: 0,
+                max_queue_depth: 1024,
+                max_transfer_sectors: 1024,
+            }
+        }
+
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            _out: ReadBuffers<'_>,
+        ) -> Result<Completion, DeviceError> {
+            if cmd.lba + cmd.sectors as u64 > self.capacity_sectors {
+                return Err(DeviceError::OutOfRange {
+                    lba: cmd.lba,
+                    sectors: cmd.sectors,
+                    capacity: self.capacity_sectors,
+                });
+            }
+            match cmd.opcode {
+                Opcode::Write => {
+                    self.writes += 1;
+                    self.written_sectors += cmd.sectors as u64;
+                }
+                Opcode::Read => self.reads += 1,
+                Opcode::Trim | Opcode::Flush => {}
+            }
+            Ok(Completion {
+                done_ns: now_ns + self.latency_ns,
+                gc_active: false,
+            })
+        }
+
+        fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+            None
+        }
+    }
+
+    fn device(latency_ns: u64, dataset_bytes: u64) -> FixedLatency {
+        FixedLatency {
+            latency_ns,
+            capacity_sectors: dataset_bytes / SECTOR_BYTES,
+            writes: 0,
+            written_sectors: 0,
+            reads: 0,
+        }
+    }
+
+    /// Gets are bounded by latency, not bandwidth: each of the threads has one outstanding,
+    /// so the phase runs at threads / (latency + CPU) operations per second, and every get
+    /// is one read whose latency is the device's.
+    #[test]
+    fn gets_run_at_threads_over_latency() {
+        let dataset_bytes = 256 << 20;
+        let mut d = device(100_000, dataset_bytes);
+        let mut l = ClosedLoop::new(dataset_bytes, 1).unwrap();
+        let phase = ClosedPhase {
+            name: "c",
+            read_percent: 100,
+        };
+        let r = l.run_phase(&mut d, &phase).unwrap();
+        let expected = CLIENT_THREADS as f64 / ((100_000 + OP_CPU_NS) as f64 / 1e9);
+        assert!(
+            (r.ops_s / expected - 1.0).abs() < 0.01,
+            "{} / {expected}",
+            r.ops_s
+        );
+        assert_eq!(d.reads, l.ops_per_phase());
+        assert_eq!(d.writes, 0);
+        assert!((r.read_latency_us_p999 - 100.0).abs() < 1e-9);
+    }
+
+    /// Puts that arrive while a log write is in flight share the next one: with a slow
+    /// device, the threads' puts go out in groups, far fewer log writes than puts; and the
+    /// load's bytes written are the log, the flushes and compaction's rewrites.
+    #[test]
+    fn puts_are_group_committed_and_flushed_and_compacted() {
+        let dataset_bytes = 256 << 20;
+        let mut d = device(1_000_000, dataset_bytes);
+        let mut l = ClosedLoop::new(dataset_bytes, 1).unwrap();
+        let phase = ClosedPhase {
+            name: "load",
+            read_percent: 0,
+        };
+        let r = l.run_phase(&mut d, &phase).unwrap();
+        let ops = l.ops_per_phase();
+        let log_writes = d.writes;
+        assert!(
+            log_writes < ops / 4,
+            "{log_writes} writes for {ops} puts: no group commit"
+        );
+        // One log write at a time, of about every thread's put: never faster than that.
+        let bound = CLIENT_THREADS as f64 / (1_000_000.0 / 1e9);
+        assert!(r.ops_s <= bound, "{} > {bound}", r.ops_s);
+        // Flushed and compacted data was written too: more than the log alone.
+        let log_bytes = ops * RECORD_BYTES;
+        assert!(
+            d.written_sectors * SECTOR_BYTES > 2 * log_bytes,
+            "{} sectors for {log_bytes} bytes of records",
+            d.written_sectors
+        );
+    }
 
     /// The paper's data set (64 GB, level 1 of 256 MiB) needs levels 1 to 4 (256 MiB,
     /// 2.5 GiB, 25 GiB, 250 GiB): one rewrite into level 1 and 5.5 into each of the three
