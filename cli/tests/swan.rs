@@ -118,3 +118,41 @@ fn fig8_measures_every_label_and_a_seed_reproduces_it() {
     let other = reproduce("swan-fig8", "2");
     assert_ne!(v["measured"], other["measured"]);
 }
+
+/// Figures 8–10 as the paper measured them, with YCSB's client threads in a closed loop over
+/// the block-level RocksDB model: every paper label is measured, SWAN4's load phase beats
+/// the read-modify-write RAIDs by the paper's "over 4×", and a seed reproduces the result.
+///
+/// It also pins the measured negative result (docs/swan.md, sixth pass): the model's load
+/// phase is bound by compaction's bandwidth on both log-structured engines (their puts
+/// spend most of the time in RocksDB's write stalls), so Log-RAID4's eight data SSDs outrun
+/// SWAN4's front-end of two, as in the open-loop replay. Should a change make SWAN4 win here,
+/// this test fails and the documentation must be revisited.
+#[test]
+fn fig8_closed_loop_is_compaction_bound_and_keeps_log_raid4_ahead_in_the_load_phase() {
+    let v = reproduce("swan-fig8-closed", "1");
+    let paper = v["paper"].as_object().unwrap();
+    let measured = v["measured"].as_object().unwrap();
+    assert!(paper.keys().eq(measured.keys()));
+    for phase in ["load", "a", "b", "c", "d"] {
+        for engine in ["raid4", "raid5", "log-raid4", "swan4"] {
+            assert!(value(&v, &format!("{phase}_{engine}_ops_s")) > 0.0);
+        }
+    }
+    assert!(value(&v, "load_swan4_over_raid4") > 4.0);
+    assert!(value(&v, "load_swan4_over_raid5") > 4.0);
+    for engine in ["log-raid4", "swan4"] {
+        let stalled = value(&v, &format!("load_{engine}_stalled_fraction"));
+        assert!(stalled > 0.5, "{engine}: {stalled}");
+    }
+    let ratio = value(&v, "load_swan4_over_log-raid4");
+    assert!(ratio < 1.0, "{ratio}");
+    let fractions: f64 = ["front_end", "back_end_idle", "back_end_gc"]
+        .iter()
+        .map(|k| value(&v, &format!("table4_{k}_read_fraction")))
+        .sum();
+    assert!((fractions - 1.0).abs() < 1e-9, "{fractions}");
+    let again = reproduce("swan-fig8-closed", "1");
+    assert_eq!(v["measured"], again["measured"]);
+    assert_eq!(v["context"], again["context"]);
+}

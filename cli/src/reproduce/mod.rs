@@ -5,6 +5,7 @@
 mod ox;
 pub mod scalaafa;
 pub mod swan;
+mod swan_ycsb;
 pub mod waflash;
 
 use std::collections::BTreeMap;

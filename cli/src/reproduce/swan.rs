@@ -8,7 +8,7 @@ use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
 use afa_ssd::{HostInterfaceConfig, SsdConfig, WriteBufferConfig};
 use afa_workload::fio::parse_job_file;
 
-use super::{Entry, Reproduction};
+use super::{swan_ycsb, Entry, Reproduction};
 use crate::volume::{age, ArraySpec, ArrayVolume, EngineChoice, Shifted};
 
 pub const EXPERIMENTS: &[Entry] = &[
@@ -51,6 +51,14 @@ pub const EXPERIMENTS: &[Entry] = &[
          aged SSDs: SWAN4's rank in throughput and read tail latency, the load phase's \
          ratios, and SWAN's YCSB-A reads split by the kind of group serving them",
         swan_fig8,
+    ),
+    (
+        "swan-fig8-closed",
+        "SWAN Figs. 8–10 and Table 4 as the paper measured them: 12 YCSB client threads in a \
+         closed loop over a block-level model of RocksDB (group-committed log writes, \
+         memtable flushes, leveled compaction, uncached 8 KiB gets) on the same four \
+         engines: operations per second and read tail latency per phase",
+        swan_fig8_closed,
     ),
 ];
 
@@ -726,8 +734,9 @@ const YCSB_PHASES: &[YcsbPhase] = &[
 /// What one engine measured in one YCSB phase.
 #[derive(Debug, Clone, Copy, Default)]
 struct PhaseResult {
-    /// User MB/s, reads and writes together.
-    mb_s: f64,
+    /// User MB/s, reads and writes together (open loop), or operations per second (closed
+    /// loop).
+    throughput: f64,
     read_latency_us_mean: f64,
     read_latency_us_p999: f64,
 }
@@ -737,6 +746,19 @@ struct PhaseResult {
 struct ReadSplit {
     reads: [u64; 3],
     latency_ns_total: [u64; 3],
+}
+
+impl ReadSplit {
+    /// The reads counted since `before`, a snapshot of the same counters.
+    fn since(&self, before: &ReadSplit) -> ReadSplit {
+        let mut d = ReadSplit::default();
+        for k in 0..3 {
+            d.reads[k] = self.reads[k].saturating_sub(before.reads[k]);
+            d.latency_ns_total[k] =
+                self.latency_ns_total[k].saturating_sub(before.latency_ns_total[k]);
+        }
+        d
+    }
 }
 
 /// The fio job of one phase over the first `dataset_bytes` of the volume, 8 KiB requests at
@@ -791,18 +813,13 @@ fn ycsb_engine(
         epoch += outcome.sim_time_ns;
         let m = &outcome.measurements;
         results.push(PhaseResult {
-            mb_s: m.read.bandwidth_mb_s + m.write.bandwidth_mb_s,
+            throughput: m.read.bandwidth_mb_s + m.write.bandwidth_mb_s,
             read_latency_us_mean: m.read.latency_us.mean,
             read_latency_us_p999: m.read.latency_us.p999,
         });
         if phase.name == "a" {
             if let (Some(before), Some(after)) = (reads_before, swan_read_split(&v)) {
-                let mut d = ReadSplit::default();
-                for k in 0..3 {
-                    d.reads[k] = after.reads[k] - before.reads[k];
-                    d.latency_ns_total[k] = after.latency_ns_total[k] - before.latency_ns_total[k];
-                }
-                split = Some(d);
+                split = Some(after.since(&before));
             }
         }
     }
@@ -827,9 +844,12 @@ fn swan_read_split(v: &ArrayVolume) -> Option<ReadSplit> {
     })
 }
 
-/// Figures 8–10 and Table 4: YCSB on RAID4, RAID5, Log-RAID4 and SWAN4 over nine SSDs.
-fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
-    let ssd = swan_850pro(if quick { 64 } else { 256 });
+/// Engines by the name their labels carry.
+type NamedSpecs = Vec<(&'static str, ArraySpec)>;
+
+/// The four engines of Figures 8–10 over nine SSDs, and the data set every engine gets: the
+/// log-structured volumes' capacity (60% of the data SSDs' space), the smallest of the four.
+fn fig8_engines(ssd: &SsdConfig, seed: u64) -> Result<(NamedSpecs, u64), String> {
     let members = 9;
     let spec = |level: Level, choice: EngineChoice| ArraySpec {
         engine: ArrayConfig {
@@ -850,82 +870,223 @@ fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
         spare_fraction: LOG_SPARE_FRACTION,
         ..SwanConfig::default()
     });
-    let engines = [
+    let engines = vec![
         ("raid4", spec(Level::Raid4, EngineChoice::Raid)),
         ("raid5", spec(Level::Raid5, EngineChoice::Raid)),
         ("log-raid4", spec(Level::Raid4, log_raid(members - 1))),
         ("swan4", spec(Level::Raid4, swan4)),
     ];
-    // The same dataset on every engine: the log-structured volumes' capacity (60% of the
-    // data SSDs' space), the smallest of the four.
     let dataset_bytes = {
-        let mut v = ArrayVolume::build(&engines[2].1, &ssd, seed, 0)?;
+        let mut v = ArrayVolume::build(&engines[2].1, ssd, seed, 0)?;
         let info = v.device().info();
         info.capacity_sectors * info.sector_bytes as u64 / 8192 * 8192
     };
-    let mut measured = BTreeMap::new();
+    Ok((engines, dataset_bytes))
+}
+
+/// Figures 8–10 and Table 4: YCSB on RAID4, RAID5, Log-RAID4 and SWAN4 over nine SSDs,
+/// Table 3's phases replayed as open-loop block I/O at QD 64.
+fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
+    let ssd = swan_850pro(if quick { 64 } else { 256 });
+    let (engines, dataset_bytes) = fig8_engines(&ssd, seed)?;
     let mut per_engine = Vec::new();
     let mut split = None;
     for (name, spec) in &engines {
         let (results, s) = ycsb_engine(spec, &ssd, dataset_bytes, seed)?;
-        for (phase, r) in YCSB_PHASES.iter().zip(&results) {
-            measured.insert(format!("{}_{name}_mb_s", phase.name), r.mb_s);
-            if phase.read_percent > 0 {
-                measured.insert(
-                    format!("{}_{name}_read_latency_us_mean", phase.name),
-                    r.read_latency_us_mean,
-                );
-                measured.insert(
-                    format!("{}_{name}_read_latency_us_p999", phase.name),
-                    r.read_latency_us_p999,
-                );
-            }
-        }
         if s.is_some() {
             split = s;
         }
         per_engine.push((*name, results));
     }
-    let swan = per_engine
+    let names: Vec<(&str, u32)> = YCSB_PHASES
         .iter()
-        .position(|(n, _)| *n == "swan4")
-        .ok_or("no swan4 run")?;
+        .map(|p| (p.name, p.read_percent))
+        .collect();
+    Ok(fig8_reproduction(
+        "swan-fig8",
+        "ranks (1: best of four), ratios of load-phase MB/s, fractions of reads, µs",
+        "mb_s",
+        &names,
+        &per_engine,
+        split,
+        BTreeMap::new(),
+    ))
+}
+
+/// Table 3's phases for the closed loop, in its read shares; each runs the same number of
+/// operations, as Table 3's each move 64 GB of records (`swan_ycsb::LOAD_DATASETS_WRITTEN`).
+const CLOSED_PHASES: &[swan_ycsb::ClosedPhase] = &[
+    swan_ycsb::ClosedPhase {
+        name: "load",
+        read_percent: 0,
+    },
+    swan_ycsb::ClosedPhase {
+        name: "a",
+        read_percent: 50,
+    },
+    swan_ycsb::ClosedPhase {
+        name: "b",
+        read_percent: 95,
+    },
+    swan_ycsb::ClosedPhase {
+        name: "c",
+        read_percent: 100,
+    },
+    swan_ycsb::ClosedPhase {
+        name: "d",
+        read_percent: 95,
+    },
+];
+
+/// Figures 8–10 and Table 4 with YCSB's client threads in a closed loop over a block-level
+/// model of RocksDB (`swan_ycsb`): operations per second, as the paper measured.
+fn swan_fig8_closed(quick: bool, seed: u64) -> Result<Reproduction, String> {
+    let ssd = swan_850pro(if quick { 64 } else { 256 });
+    let (engines, dataset_bytes) = fig8_engines(&ssd, seed)?;
+    // The model's log and tables must lie inside every volume: SWAN4's, whose segments hold
+    // a summary block each, is a little smaller than Log-RAID4's.
+    let mut dataset_bytes = dataset_bytes;
+    for (_, spec) in &engines {
+        let mut v = ArrayVolume::build(spec, &ssd, seed, 0)?;
+        let info = v.device().info();
+        dataset_bytes = dataset_bytes.min(info.capacity_sectors * info.sector_bytes as u64);
+    }
+    let dataset_bytes = dataset_bytes / 8192 * 8192;
+    let mut per_engine = Vec::new();
+    let mut split = None;
+    let mut context = BTreeMap::new();
+    for (name, spec) in &engines {
+        let mut v = ArrayVolume::build(spec, &ssd, seed, 0)?;
+        let epoch = age(v.device(), AGE_FRACTION, seed)?;
+        let mut closed = swan_ycsb::ClosedLoop::new(dataset_bytes, seed)?;
+        context.insert(
+            "compaction_write_amplification".into(),
+            closed.compaction_write_amplification(),
+        );
+        context.insert("ops_per_phase".into(), closed.ops_per_phase() as f64);
+        let mut results = Vec::new();
+        for phase in CLOSED_PHASES {
+            let before = swan_read_split(&v);
+            results.push(closed.run_phase(
+                &mut Shifted {
+                    device: v.device(),
+                    epoch_ns: epoch,
+                },
+                phase,
+            )?);
+            if phase.name == "a" {
+                if let (Some(before), Some(after)) = (before, swan_read_split(&v)) {
+                    split = Some(after.since(&before));
+                }
+            }
+        }
+        for (phase, r) in CLOSED_PHASES.iter().zip(&results) {
+            context.insert(
+                format!("{}_{name}_stalled_fraction", phase.name),
+                r.stalled_fraction,
+            );
+            context.insert(
+                format!("{}_{name}_sim_ms", phase.name),
+                r.sim_time_ns as f64 / 1e6,
+            );
+        }
+        per_engine.push((
+            *name,
+            results
+                .iter()
+                .map(|r| PhaseResult {
+                    throughput: r.ops_s,
+                    read_latency_us_mean: r.read_latency_us_mean,
+                    read_latency_us_p999: r.read_latency_us_p999,
+                })
+                .collect::<Vec<_>>(),
+        ));
+    }
+    let names: Vec<(&str, u32)> = CLOSED_PHASES
+        .iter()
+        .map(|p| (p.name, p.read_percent))
+        .collect();
+    Ok(fig8_reproduction(
+        "swan-fig8-closed",
+        "ranks (1: best of four), ratios of load-phase operations per second, fractions of \
+         reads, µs",
+        "ops_s",
+        &names,
+        &per_engine,
+        split,
+        context,
+    ))
+}
+
+/// The labels of Figures 8–10 and Table 4 from each engine's phase results: throughput and
+/// read latency per phase and engine (`{phase}_{engine}_{unit}`), SWAN4's ranks, the load
+/// phase's ratios and Table 4's split.
+fn fig8_reproduction(
+    id: &str,
+    unit: &str,
+    throughput_label: &str,
+    phases: &[(&str, u32)],
+    per_engine: &[(&str, Vec<PhaseResult>)],
+    split: Option<ReadSplit>,
+    context: BTreeMap<String, f64>,
+) -> Reproduction {
+    let mut measured = BTreeMap::new();
+    for (name, results) in per_engine {
+        for ((phase, read_percent), r) in phases.iter().zip(results) {
+            measured.insert(format!("{phase}_{name}_{throughput_label}"), r.throughput);
+            if *read_percent > 0 {
+                measured.insert(
+                    format!("{phase}_{name}_read_latency_us_mean"),
+                    r.read_latency_us_mean,
+                );
+                measured.insert(
+                    format!("{phase}_{name}_read_latency_us_p999"),
+                    r.read_latency_us_p999,
+                );
+            }
+        }
+    }
+    let swan = per_engine.iter().position(|(n, _)| *n == "swan4");
     // Where SWAN4 ranks among the four (1: best) in throughput (higher is better) and read
     // tail latency (lower is better), phase by phase.
     let rank = |phase: usize, key: fn(&PhaseResult) -> f64, higher_better: bool| {
-        let mine = key(&per_engine[swan].1[phase]);
+        let Some(mine) = swan.and_then(|s| per_engine[s].1.get(phase)).map(key) else {
+            return 0;
+        };
         1 + per_engine
             .iter()
             .filter(|(_, r)| {
-                let other = key(&r[phase]);
-                if higher_better {
-                    other > mine
-                } else {
-                    other < mine
-                }
+                r.get(phase).map(key).is_some_and(|other| {
+                    if higher_better {
+                        other > mine
+                    } else {
+                        other < mine
+                    }
+                })
             })
             .count()
     };
     let mut paper = BTreeMap::new();
-    for (i, phase) in YCSB_PHASES.iter().enumerate() {
+    for (i, (phase, read_percent)) in phases.iter().enumerate() {
         measured.insert(
-            format!("{}_swan4_throughput_rank", phase.name),
-            rank(i, |r| r.mb_s, true) as f64,
+            format!("{phase}_swan4_throughput_rank"),
+            rank(i, |r| r.throughput, true) as f64,
         );
-        paper.insert(format!("{}_swan4_throughput_rank", phase.name), 1.0);
-        if phase.read_percent > 0 {
+        paper.insert(format!("{phase}_swan4_throughput_rank"), 1.0);
+        if *read_percent > 0 {
             measured.insert(
-                format!("{}_swan4_read_p999_rank", phase.name),
+                format!("{phase}_swan4_read_p999_rank"),
                 rank(i, |r| r.read_latency_us_p999, false) as f64,
             );
-            paper.insert(format!("{}_swan4_read_p999_rank", phase.name), 1.0);
+            paper.insert(format!("{phase}_swan4_read_p999_rank"), 1.0);
         }
     }
     let load = |name: &str| {
         per_engine
             .iter()
             .find(|(n, _)| *n == name)
-            .map_or(0.0, |(_, r)| r[0].mb_s)
+            .and_then(|(_, r)| r.first())
+            .map_or(0.0, |r| r.throughput)
     };
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     // §5.3: in the load phase SWAN4 has "over 4× higher throughput compared to RAID-4/5 and
@@ -964,11 +1125,11 @@ fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
             ),
         );
     }
-    Ok(Reproduction {
-        id: "swan-fig8".into(),
-        unit: "ranks (1: best of four), ratios of load-phase MB/s, fractions of reads, µs".into(),
+    Reproduction {
+        id: id.into(),
+        unit: unit.into(),
         paper,
         measured,
-        context: BTreeMap::new(),
-    })
+        context,
+    }
 }
