@@ -121,15 +121,11 @@ fn fig8_measures_every_label_and_a_seed_reproduces_it() {
 
 /// Figures 8–10 as the paper measured them, with YCSB's client threads in a closed loop over
 /// the block-level RocksDB model: every paper label is measured, SWAN4's load phase beats
-/// the read-modify-write RAIDs by the paper's "over 4×", and a seed reproduces the result.
-///
-/// It also pins the measured negative result (docs/swan.md, sixth pass): the model's load
-/// phase is bound by compaction's bandwidth on both log-structured engines (their puts
-/// spend most of the time in RocksDB's write stalls), so Log-RAID4's eight data SSDs outrun
-/// SWAN4's front-end of two, as in the open-loop replay. Should a change make SWAN4 win here,
-/// this test fails and the documentation must be revisited.
+/// the read-modify-write RAIDs by the paper's "over 4×", the model's load phase is bound by
+/// compaction on both log-structured engines (their puts spend most of the time in RocksDB's
+/// write stalls, docs/swan.md, sixth pass), and a seed reproduces the result.
 #[test]
-fn fig8_closed_loop_is_compaction_bound_and_keeps_log_raid4_ahead_in_the_load_phase() {
+fn fig8_closed_loop_is_compaction_bound_in_the_load_phase() {
     let v = reproduce("swan-fig8-closed", "1");
     let paper = v["paper"].as_object().unwrap();
     let measured = v["measured"].as_object().unwrap();
@@ -145,8 +141,11 @@ fn fig8_closed_loop_is_compaction_bound_and_keeps_log_raid4_ahead_in_the_load_ph
         let stalled = value(&v, &format!("load_{engine}_stalled_fraction"));
         assert!(stalled > 0.5, "{engine}: {stalled}");
     }
+    // The load ratio against Log-RAID4 (0.19 at seed 1, the paper's 1.17) is measured and
+    // reported but not pinned here: a test must not hold the model to a result that misses
+    // the paper (docs/swan.md, "Sixth pass").
     let ratio = value(&v, "load_swan4_over_log-raid4");
-    assert!(ratio < 1.0, "{ratio}");
+    assert!(ratio.is_finite() && ratio > 0.0, "{ratio}");
     let fractions: f64 = ["front_end", "back_end_idle", "back_end_gc"]
         .iter()
         .map(|k| value(&v, &format!("table4_{k}_read_fraction")))
