@@ -3,12 +3,12 @@
 //! patterns (-P), which fail on any byte that differs.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 mod common;
 use common::have;
+use common::serve::{qemu_io, scratch, setup};
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
@@ -27,133 +27,6 @@ pages_per_block = 32
 level = "raid5"
 members = 3
 "#;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "serve-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
-struct Afa {
-    child: Child,
-    uri: String,
-}
-
-impl Afa {
-    /// Starts `afa serve` and waits for its "serving ... at URI" line.
-    fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
-        let mut child = Command::new(AFA)
-            .arg("serve")
-            .arg(config)
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()))
-            .arg("--state")
-            .arg(state)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("afa starts");
-        let mut line = String::new();
-        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "afa serve did not start ({}): {line}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
-        Afa { child, uri }
-    }
-
-    /// kill -9: the process gets no chance to flush or clean up.
-    fn kill_9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    /// An orderly stop (SIGTERM), as an operator or a service manager does it: the server
-    /// flushes, exits with success and records the stop as clean. Returns what it printed
-    /// on stderr.
-    fn stop(mut self) -> String {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let exit = loop {
-            if let Some(exit) = self.child.try_wait().unwrap() {
-                break exit;
-            }
-            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let mut stderr = String::new();
-        if let Some(mut pipe) = self.child.stderr.take() {
-            use std::io::Read;
-            let _ = pipe.read_to_string(&mut stderr);
-        }
-        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
-        stderr
-    }
-}
-
-impl Drop for Afa {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs qemu-io commands; fails on an error or a pattern mismatch.
-fn qemu_io(uri: &str, commands: &[&str]) {
-    let mut args = vec!["-f", "raw"];
-    for c in commands {
-        args.extend(["-c", c]);
-    }
-    args.push(uri);
-    let out = Command::new("qemu-io").args(&args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && !text.contains("failed") && !text.contains("error"),
-        "qemu-io {commands:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Setup {
-    dir: PathBuf,
-    config: PathBuf,
-    socket: PathBuf,
-    state: PathBuf,
-}
-
-fn setup(name: &str, toml: &str) -> Setup {
-    let dir = scratch(name);
-    let config = dir.join("volume.toml");
-    std::fs::write(&config, toml).unwrap();
-    Setup {
-        socket: dir.join("afa.sock"),
-        state: dir.join("state"),
-        config,
-        dir,
-    }
-}
-
-impl Setup {
-    fn start(&self, extra: &[&str]) -> Afa {
-        Afa::start(&self.config, &self.socket, &self.state, extra)
-    }
-}
 
 #[test]
 fn stop_and_restart_keep_every_flushed_write() {

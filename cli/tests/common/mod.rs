@@ -41,3 +41,6 @@ pub fn have(program: &str, check: &str) -> bool {
     }
     found
 }
+
+/// The tests of `afa serve` as a process (serve.rs, serve_ox.rs, serve_two_phase.rs).
+pub mod serve;

@@ -1,0 +1,148 @@
+//! What the tests of `afa serve` as a process share: a scratch directory, a running server
+//! with its state directory, and qemu-io with patterns (-P), which fails on any byte that
+//! differs.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh directory under cargo's target tmpdir, unique to this process and moment.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "serve-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running `afa serve`, killed (SIGKILL) if still running when dropped.
+pub struct Afa {
+    pub child: Child,
+    pub uri: String,
+}
+
+impl Afa {
+    /// Starts `afa serve` and waits for its "serving ... at URI" line.
+    pub fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_afa"))
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("afa starts");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        if !matches!(read, Ok(n) if n > 0) || !line.starts_with("serving") {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "afa serve did not start ({}): {line}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
+        Afa { child, uri }
+    }
+
+    /// kill -9: the process gets no chance to flush or clean up. Returns what it printed on
+    /// stderr.
+    pub fn kill_9(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.stderr()
+    }
+
+    /// An orderly stop (SIGTERM), as an operator or a service manager does it: the server
+    /// flushes, exits with success and records the stop as clean. Returns what it printed
+    /// on stderr.
+    pub fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "afa serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = self.stderr();
+        assert!(exit.success(), "afa serve stopped with {exit}: {stderr}");
+        stderr
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        stderr
+    }
+}
+
+impl Drop for Afa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs qemu-io commands on `uri`; fails on an error or a pattern mismatch.
+pub fn qemu_io<S: AsRef<str>>(uri: &str, commands: &[S]) {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend(["-c", c.as_ref()]);
+    }
+    args.push(uri);
+    let out = Command::new("qemu-io").args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        "qemu-io ({} commands, first {:?}): {text}{}",
+        commands.len(),
+        commands.first().map(|c| c.as_ref()),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A volume's configuration, its socket and its state directory in a scratch directory.
+pub struct Setup {
+    /// The scratch directory holding the rest.
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+}
+
+/// Writes `toml` as the configuration of a fresh scratch directory named after `name`.
+pub fn setup(name: &str, toml: &str) -> Setup {
+    let dir = scratch(name);
+    let config = dir.join("volume.toml");
+    std::fs::write(&config, toml).unwrap();
+    Setup {
+        socket: dir.join("afa.sock"),
+        state: dir.join("state"),
+        config,
+        dir,
+    }
+}
+
+impl Setup {
+    /// Starts a server on this volume with `extra` arguments.
+    pub fn start(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, &self.state, extra)
+    }
+}
