@@ -4,11 +4,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 mod common;
 use common::have;
-use common::serve::{qemu_io, scratch, setup};
+use common::serve::{kill_9_under_load_keeps_the_flushed_region, qemu_io, scratch, setup};
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
@@ -96,54 +95,19 @@ fn kill_9_keeps_acknowledged_writes_because_the_server_caches_nothing() {
 
 #[test]
 fn kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("kill9-load", RAID5);
+    kill_9_under_load_keeps_the_flushed_region("kill9-load", RAID5, 24);
 }
 
 /// As above on ScalaAFA: the kill lands among replica writes and in-file conversions.
 #[test]
 fn scalaafa_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("scalaafa-kill9-load", SCALAAFA);
+    kill_9_under_load_keeps_the_flushed_region("scalaafa-kill9-load", SCALAAFA, 24);
 }
 
 /// As above on SWAN: the kill lands among NVRAM log appends and stripe writes.
 #[test]
 fn swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("swan-kill9-load", &swan());
-}
-
-fn kill_9_under_load(name: &str, toml: &str) {
-    if !(have("qemu-io", "command -v qemu-io") && have("fio", "command -v fio")) {
-        return;
-    }
-    let s = setup(name, toml);
-    let afa = s.start(&["--pace", "model"]);
-    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
-    // Random writes to another region, killed while in flight.
-    let mut fio = Command::new("fio")
-        .args([
-            "--name=load",
-            "--ioengine=nbd",
-            &format!("--uri={}", afa.uri),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=32",
-            "--offset=8m",
-            "--size=24m",
-            "--time_based",
-            "--runtime=30",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    afa.kill_9();
-    let _ = fio.kill();
-    let _ = fio.wait();
-    let afa = s.start(&[]);
-    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
-    // The volume takes new writes after the crash.
-    qemu_io(&afa.uri, &["write -P 0x12 9M 64k", "read -P 0x12 9M 64k"]);
+    kill_9_under_load_keeps_the_flushed_region("swan-kill9-load", &swan(), 24);
 }
 
 /// ScalaAFA (2+1) over three small SSDs whose transient areas (2 MiB each) are far smaller
@@ -241,7 +205,7 @@ fn log_raid_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kil
 /// As above on Log-RAID.
 #[test]
 fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load("lograid-kill9-load", &log_raid());
+    kill_9_under_load_keeps_the_flushed_region("lograid-kill9-load", &log_raid(), 24);
 }
 
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small

@@ -9,12 +9,12 @@
 //! helpers are in `common/serve.rs`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::have;
-use common::serve::{qemu_io, setup};
+use common::serve::{kill_9_under_load_keeps_the_flushed_region, qemu_io, setup};
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
@@ -136,36 +136,8 @@ fn two_phase_kill_9_keeps_flushed_and_acknowledged_writes_after_conversion() {
 /// and cleaning, and the flushed region before them survives it.
 #[test]
 fn two_phase_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    if !(have("qemu-io", "command -v qemu-io") && have("fio", "command -v fio")) {
-        return;
-    }
-    let s = setup("kill9-load", TWO_PHASE);
-    let afa = s.start(&["--pace", "model"]);
-    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
-    let mut fio = Command::new("fio")
-        .args([
-            "--name=load",
-            "--ioengine=nbd",
-            &format!("--uri={}", afa.uri),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=32",
-            "--offset=8m",
-            "--size=16m",
-            "--time_based",
-            "--runtime=30",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    afa.kill_9();
-    let _ = fio.kill();
-    let _ = fio.wait();
-    let afa = s.start(&[]);
-    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
-    qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
+    // The 26 MiB volume takes the load in 16 MiB past the flushed 8 MiB.
+    kill_9_under_load_keeps_the_flushed_region("kill9-load", TWO_PHASE, 16);
 }
 
 /// An SSD whose OOB area leaves fewer than the engine's 14 tag bytes per sector cannot keep

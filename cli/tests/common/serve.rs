@@ -146,3 +146,41 @@ impl Setup {
         Afa::start(&self.config, &self.socket, &self.state, extra)
     }
 }
+
+/// Writes a pattern to the first 4 MiB and flushes, then kills the server (kill -9) while
+/// fio writes at random (QD 32) to `load_mib` MiB from 8 MiB on; the restart still reads
+/// the flushed pattern and takes new writes. Needs qemu-io and fio.
+pub fn kill_9_under_load_keeps_the_flushed_region(name: &str, toml: &str, load_mib: u64) {
+    if !(super::have("qemu-io", "command -v qemu-io") && super::have("fio", "command -v fio")) {
+        return;
+    }
+    let s = setup(name, toml);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x99 0 4M", "flush"]);
+    // Random writes to another region, killed while in flight.
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=load",
+            "--ioengine=nbd",
+            &format!("--uri={}", afa.uri),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=32",
+            "--offset=8m",
+            &format!("--size={load_mib}m"),
+            "--time_based",
+            "--runtime=30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    afa.kill_9();
+    let _ = fio.kill();
+    let _ = fio.wait();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x99 0 4M"]);
+    // The volume takes new writes after the crash.
+    qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
+}
