@@ -7,7 +7,9 @@ use std::process::{Command, Stdio};
 
 mod common;
 use common::have;
-use common::serve::{kill_9_under_load_keeps_the_flushed_region, qemu_io, scratch, setup};
+use common::serve::{
+    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, scratch, setup, swan,
+};
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
@@ -101,64 +103,13 @@ fn kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
 /// As above on ScalaAFA: the kill lands among replica writes and in-file conversions.
 #[test]
 fn scalaafa_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load_keeps_the_flushed_region("scalaafa-kill9-load", SCALAAFA, 24);
+    kill_9_under_load_keeps_the_flushed_region("scalaafa-kill9-load", &scalaafa(""), 24);
 }
 
 /// As above on SWAN: the kill lands among NVRAM log appends and stripe writes.
 #[test]
 fn swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load_keeps_the_flushed_region("swan-kill9-load", &swan(), 24);
-}
-
-/// ScalaAFA (2+1) over three small SSDs whose transient areas (2 MiB each) are far smaller
-/// than the volume, so writing it converts stripes inside the member files.
-const SCALAAFA: &str = r#"
-seed = 7
-[ssd]
-over_provisioning = 0.25
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-oob_bytes_per_page = 24
-[ssd.slc_cache]
-capacity_bytes = 2097152
-eviction = "transient"
-[array]
-level = "raid5"
-members = 3
-chunk_bytes = 65536
-[array.scalaafa]
-mode = "scalaafa"
-transient_bytes = 2097152
-"#;
-
-/// Three or six small SSDs (about 27 MiB each) for the log-structured engines.
-const SMALL_SSDS: &str = r#"
-[ssd]
-over_provisioning = 0.15
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-"#;
-
-/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments:
-/// writing the volume a few times over makes the back-end clean segments.
-fn swan() -> String {
-    format!(
-        "seed = 9\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 6\nchunk_bytes = 65536\n[array.swan]\ngroups = 2\nsegment_bytes = 1048576\nspare_fraction = 0.3\n"
-    )
+    kill_9_under_load_keeps_the_flushed_region("swan-kill9-load", &swan(""), 24);
 }
 
 /// ScalaAFA keeps its AMT and HGMT in host memory only; every restart rebuilds them from the
@@ -167,7 +118,7 @@ fn swan() -> String {
 #[test]
 fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
     // More than the transient areas hold: most stripes are converted to parity.
-    rebuilds_after_a_stop_and_after_kill_9("scalaafa", SCALAAFA, &["0x5a"], 30);
+    rebuilds_after_a_stop_and_after_kill_9("scalaafa", &scalaafa(""), &["0x5a"], 30);
 }
 
 /// The same with checkpoints of the AMT and HGMT every 2 ms: restarts start from the newest
@@ -175,7 +126,7 @@ fn scalaafa_rebuilds_its_map_from_oob_tags_after_a_stop_and_after_kill_9() {
 /// since.
 #[test]
 fn scalaafa_with_checkpoints_rebuilds_after_a_stop_and_after_kill_9() {
-    let toml = format!("{SCALAAFA}checkpoint_interval_ms = 2.0\n");
+    let toml = format!("{}checkpoint_interval_ms = 2.0\n", scalaafa(""));
     rebuilds_after_a_stop_and_after_kill_9("scalaafa-checkpoints", &toml, &["0x5a"], 30);
 }
 
@@ -185,27 +136,20 @@ fn scalaafa_with_checkpoints_rebuilds_after_a_stop_and_after_kill_9() {
 #[test]
 fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
     // The volume is 76.7 MiB: three passes make segments go through GC.
-    rebuilds_after_a_stop_and_after_kill_9("swan", &swan(), &["0x11", "0x22", "0x5a"], 76);
-}
-
-/// Log-RAID over a RAID 5 of three small SSDs, 1 MiB segments (8 stripes of 2 × 64 KiB).
-fn log_raid() -> String {
-    format!(
-        "seed = 11\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 3\nchunk_bytes = 65536\n[array.log]\nsegment_stripes = 8\nspare_fraction = 0.2\n"
-    )
+    rebuilds_after_a_stop_and_after_kill_9("swan", &swan(""), &["0x11", "0x22", "0x5a"], 76);
 }
 
 /// Log-RAID rebuilds its map from the summaries at the end of its segments and the NVRAM
 /// log, like SWAN, after its cleaner has moved data.
 #[test]
 fn log_raid_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9() {
-    rebuilds_after_a_stop_and_after_kill_9("lograid", &log_raid(), &["0x11", "0x22", "0x5a"], 40);
+    rebuilds_after_a_stop_and_after_kill_9("lograid", &log_raid(""), &["0x11", "0x22", "0x5a"], 40);
 }
 
 /// As above on Log-RAID.
 #[test]
 fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
-    kill_9_under_load_keeps_the_flushed_region("lograid-kill9-load", &log_raid(), 24);
+    kill_9_under_load_keeps_the_flushed_region("lograid-kill9-load", &log_raid(""), 24);
 }
 
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small

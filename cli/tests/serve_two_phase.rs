@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::have;
-use common::serve::{kill_9_under_load_keeps_the_flushed_region, qemu_io, setup};
+use common::serve::{
+    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, setup, swan,
+};
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
@@ -308,68 +310,12 @@ fn raid5_rebuild_onto_a_spare_continues_after_kill_9() {
     a_rebuild_onto_a_spare_continues_after_kill_9("raid5-rebuild", &toml);
 }
 
-/// ScalaAFA (2+1) over three small SSDs, as in `serve.rs`: it recovers its map from the OOB
-/// tags too, and with a recorded failure it recovers without the failed member.
-const SCALAAFA: &str = r#"
-seed = 7
-[ssd]
-over_provisioning = 0.25
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-oob_bytes_per_page = 24
-[ssd.slc_cache]
-capacity_bytes = 2097152
-eviction = "transient"
-[array]
-level = "raid5"
-members = 3
-chunk_bytes = 65536
-failures = [{ member = 1, at_ms = 1500 }]
-[array.scalaafa]
-mode = "scalaafa"
-transient_bytes = 2097152
-"#;
-
 #[test]
 fn scalaafa_with_a_failed_member_restarts_degraded_without_reading_its_file() {
-    a_failed_member_is_never_read_again("scalaafa-failed", SCALAAFA);
-}
-
-/// Log-RAID over a RAID 5 of three small SSDs (about 27 MiB each), 1 MiB segments, as in
-/// `serve.rs`, with `extra` added to `[array]`: its recovery reads a lost member's segment
-/// summaries through degraded reads of the others.
-fn log_raid(extra: &str) -> String {
-    format!(
-        r#"
-seed = 11
-[ssd]
-over_provisioning = 0.15
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-[array]
-level = "raid5"
-members = 3
-chunk_bytes = 65536
-{extra}
-[array.log]
-segment_stripes = 8
-spare_fraction = 0.2
-"#
-    )
+    // ScalaAFA recovers its map from the OOB tags too, and with a recorded failure it
+    // recovers without the failed member.
+    let toml = scalaafa("failures = [{ member = 1, at_ms = 1500 }]");
+    a_failed_member_is_never_read_again("scalaafa-failed", &toml);
 }
 
 #[test]
@@ -383,36 +329,6 @@ fn log_raid_rebuild_onto_a_spare_continues_after_kill_9() {
     let toml =
         log_raid("spares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]");
     a_rebuild_onto_a_spare_continues_after_kill_9("lograid-rebuild", &toml);
-}
-
-/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments,
-/// as in `serve.rs`, with `extra` added to `[array]`.
-fn swan(extra: &str) -> String {
-    format!(
-        r#"
-seed = 9
-[ssd]
-over_provisioning = 0.15
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 2
-planes_per_die = 1
-blocks_per_plane = 32
-pages_per_block = 64
-page_bytes = 4096
-sector_bytes = 4096
-[array]
-level = "raid5"
-members = 6
-chunk_bytes = 65536
-{extra}
-[array.swan]
-groups = 2
-segment_bytes = 1048576
-spare_fraction = 0.3
-"#
-    )
 }
 
 /// A failed member of an R-group without a spare: the restart recovers SWAN's map through

@@ -184,3 +184,69 @@ pub fn kill_9_under_load_keeps_the_flushed_region(name: &str, toml: &str, load_m
     // The volume takes new writes after the crash.
     qemu_io(&afa.uri, &["write -P 0x12 5M 64k", "read -P 0x12 5M 64k"]);
 }
+
+/// Small emulated SSDs (2 channels, 2 dies each, 32 blocks of 64 pages of 4 KiB per plane).
+const SMALL_SSDS: &str = r#"
+[ssd]
+over_provisioning = 0.15
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+"#;
+
+/// ScalaAFA (2+1) over three small SSDs whose transient areas (2 MiB each) are far smaller
+/// than the volume, so writing it converts stripes inside the member files; `array_extra`
+/// is added to `[array]`, and keys of `[array.scalaafa]` may follow the text.
+pub fn scalaafa(array_extra: &str) -> String {
+    format!(
+        r#"
+seed = 7
+[ssd]
+over_provisioning = 0.25
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 2
+planes_per_die = 1
+blocks_per_plane = 32
+pages_per_block = 64
+page_bytes = 4096
+sector_bytes = 4096
+oob_bytes_per_page = 24
+[ssd.slc_cache]
+capacity_bytes = 2097152
+eviction = "transient"
+[array]
+level = "raid5"
+members = 3
+chunk_bytes = 65536
+{array_extra}
+[array.scalaafa]
+mode = "scalaafa"
+transient_bytes = 2097152
+"#
+    )
+}
+
+/// SWAN over two R-groups of RAID 5 (2 data + 1 parity) on six small SSDs, 1 MiB segments:
+/// writing the volume a few times over makes the back-end clean segments. `array_extra` is
+/// added to `[array]`.
+pub fn swan(array_extra: &str) -> String {
+    format!(
+        "seed = 9\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 6\nchunk_bytes = 65536\n{array_extra}\n[array.swan]\ngroups = 2\nsegment_bytes = 1048576\nspare_fraction = 0.3\n"
+    )
+}
+
+/// Log-RAID over a RAID 5 of three small SSDs (about 27 MiB each), 1 MiB segments;
+/// `array_extra` is added to `[array]`.
+pub fn log_raid(array_extra: &str) -> String {
+    format!(
+        "seed = 11\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 3\nchunk_bytes = 65536\n{array_extra}\n[array.log]\nsegment_stripes = 8\nspare_fraction = 0.2\n"
+    )
+}
