@@ -9,25 +9,10 @@ mod common;
 use common::have;
 use common::serve::{
     kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, scratch, setup, swan,
+    RAID5,
 };
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
-
-/// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
-/// files are the whole state.
-const RAID5: &str = r#"
-seed = 5
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 1
-planes_per_die = 1
-blocks_per_plane = 64
-pages_per_block = 32
-[array]
-level = "raid5"
-members = 3
-"#;
 
 #[test]
 fn stop_and_restart_keep_every_flushed_write() {

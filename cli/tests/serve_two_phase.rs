@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::have;
 use common::serve::{
-    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, setup, swan,
+    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, setup, swan, RAID5,
 };
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
@@ -23,20 +23,9 @@ const AFA: &str = env!("CARGO_BIN_EXE_afa");
 /// Two-phase over a RAID 5 of three small SSDs (16 MiB raw each, 64 KiB chunks): a 26 MiB
 /// volume whose conversion starts past about 1.3 MiB of replicated data, so writing a few
 /// MiB converts stripes inside the member files.
-const TWO_PHASE: &str = r#"
-seed = 5
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 1
-planes_per_die = 1
-blocks_per_plane = 64
-pages_per_block = 32
-[array]
-level = "raid5"
-members = 3
-[array.two_phase]
-"#;
+fn two_phase() -> String {
+    format!("{RAID5}[array.two_phase]\n")
+}
 
 /// The number before `what` in the restart's recovery line ("... 21 replicated and 299
 /// striped chunks ...").
@@ -63,7 +52,7 @@ fn two_phase_stop_and_restart_keep_every_flushed_write() {
     if !have("qemu-io", "command -v qemu-io") {
         return;
     }
-    let s = setup("restart", TWO_PHASE);
+    let s = setup("restart", &two_phase());
     let afa = s.start(&["--pace", "none"]);
     qemu_io(
         &afa.uri,
@@ -99,7 +88,7 @@ fn two_phase_kill_9_keeps_flushed_and_acknowledged_writes_after_conversion() {
     if !have("qemu-io", "command -v qemu-io") {
         return;
     }
-    let s = setup("kill9", TWO_PHASE);
+    let s = setup("kill9", &two_phase());
     let afa = s.start(&["--pace", "model"]);
     qemu_io(&afa.uri, &["write -P 0x42 1M 8M", "flush"]);
     // Acknowledged, never flushed: rewrites of converted chunks, and an unaligned piece.
@@ -139,14 +128,14 @@ fn two_phase_kill_9_keeps_flushed_and_acknowledged_writes_after_conversion() {
 #[test]
 fn two_phase_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
     // The 26 MiB volume takes the load in 16 MiB past the flushed 8 MiB.
-    kill_9_under_load_keeps_the_flushed_region("kill9-load", TWO_PHASE, 16);
+    kill_9_under_load_keeps_the_flushed_region("kill9-load", &two_phase(), 16);
 }
 
 /// An SSD whose OOB area leaves fewer than the engine's 14 tag bytes per sector cannot keep
 /// the two-phase metadata, and the refusal says what to raise.
 #[test]
 fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
-    let toml = TWO_PHASE.replace(
+    let toml = two_phase().replace(
         "pages_per_block = 32\n",
         "pages_per_block = 32\noob_bytes_per_page = 16\n",
     );
@@ -238,7 +227,7 @@ fn a_failed_member_is_never_read_again(name: &str, toml: &str) {
 
 #[test]
 fn two_phase_with_a_failed_member_restarts_degraded_without_reading_its_file() {
-    let toml = TWO_PHASE.replace(
+    let toml = two_phase().replace(
         "members = 3\n",
         "members = 3\nfailures = [{ member = 1, at_ms = 1500 }]\n",
     );
@@ -248,7 +237,7 @@ fn two_phase_with_a_failed_member_restarts_degraded_without_reading_its_file() {
 /// The same over a plain RAID 5 (a static layout): the restart serves degraded reads.
 #[test]
 fn raid5_with_a_failed_member_restarts_degraded_without_reading_its_file() {
-    let toml = TWO_PHASE.replace("[array.two_phase]\n", "").replace(
+    let toml = RAID5.replace(
         "members = 3\n",
         "members = 3\nfailures = [{ member = 1, at_ms = 1500 }]\n",
     );
@@ -294,7 +283,7 @@ fn a_rebuild_onto_a_spare_continues_after_kill_9(name: &str, toml: &str) {
 
 #[test]
 fn two_phase_rebuild_onto_a_spare_continues_after_kill_9() {
-    let toml = TWO_PHASE.replace(
+    let toml = two_phase().replace(
         "members = 3\n",
         "members = 3\nspares = 1\nrebuild_mb_s = 2.0\nfailures = [{ member = 1, at_ms = 1000 }]\n",
     );
@@ -303,7 +292,7 @@ fn two_phase_rebuild_onto_a_spare_continues_after_kill_9() {
 
 #[test]
 fn raid5_rebuild_onto_a_spare_continues_after_kill_9() {
-    let toml = TWO_PHASE.replace("[array.two_phase]\n", "").replace(
+    let toml = RAID5.replace(
         "members = 3\n",
         "members = 3\nspares = 1\nrebuild_mb_s = 6.0\nfailures = [{ member = 1, at_ms = 1000 }]\n",
     );

@@ -250,3 +250,19 @@ pub fn log_raid(array_extra: &str) -> String {
         "seed = 11\n{SMALL_SSDS}[array]\nlevel = \"raid5\"\nmembers = 3\nchunk_bytes = 65536\n{array_extra}\n[array.log]\nsegment_stripes = 8\nspare_fraction = 0.2\n"
     )
 }
+
+/// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
+/// files are the whole state.
+pub const RAID5: &str = r#"
+seed = 5
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 1
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 32
+[array]
+level = "raid5"
+members = 3
+"#;
