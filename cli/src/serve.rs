@@ -317,14 +317,15 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         .map_err(|e| e.to_string())
     };
     let (member_files, spare_files) = engine_files(&record);
-    let members = member_files
-        .iter()
-        .map(|&f| file_member(f as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    let spares = spare_files
-        .iter()
-        .map(|&f| file_member(f as u64))
-        .collect::<Result<Vec<_>, _>>()?;
+    let open_files = |files: &[usize]| -> Result<Vec<FileDevice>, String> {
+        files.iter().map(|&f| file_member(f as u64)).collect()
+    };
+    let members = open_files(&member_files)?;
+    // SWAN deals its spares to its R-groups (below); every other engine takes one list.
+    let spares = match &spec.choice {
+        EngineChoice::Swan(_) => Vec::new(),
+        _ => open_files(&spare_files)?,
+    };
     // Positions whose member failed: the engines that recover from their members read
     // nothing from such a position's file.
     let lost = positions_to_fail(&record);
@@ -401,18 +402,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     if let EngineChoice::Swan(swan) = &spec.choice {
         // SWAN deals its spares to its R-groups, so each group gets its own spare files
-        // back, first those its rebuilding members were being rebuilt onto; the flat list
-        // opened above is the other engines'.
-        drop(spares);
+        // back, first those its rebuilding members were being rebuilt onto.
         let spare_lists = swan_spare_files(&record, swan.groups as usize)
             .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?
-            .into_iter()
-            .map(|files| {
-                files
-                    .into_iter()
-                    .map(|f| file_member(f as u64))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .iter()
+            .map(|files| open_files(files))
             .collect::<Result<Vec<_>, _>>()?;
         let mut volume = Swan::with_group_spares(engine, swan.clone(), members, spare_lists)
             .map_err(|e| e.to_string())?;
