@@ -244,6 +244,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 .iter()
                 .map(|r| r.hhs.len())
                 .sum::<usize>()
+            + self.remote.as_ref().map_or(0, |r| r.waiting_hhs())
     }
 
     /// Hands the manager the heroes of every checkpoint that has counted by `now_ns`.
@@ -343,7 +344,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
         Snapshot {
             seq,
-            clock: self.clock,
+            clock: self.current_clock(),
             amt: self.amt.clone(),
             amt_ts: self.amt_ts.clone(),
             sealed,

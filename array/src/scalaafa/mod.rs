@@ -34,6 +34,11 @@ mod recovery;
 mod space;
 #[cfg(test)]
 mod tests;
+mod threaded;
+#[cfg(test)]
+mod threaded_tests;
+
+pub use threaded::ThreadedScalaAfa;
 
 use std::collections::BTreeSet;
 
@@ -256,6 +261,9 @@ pub struct ScalaAfa<D: BlockDevice> {
     work: HostWork,
     messages_taken: u64,
     stats: ScalaAfaStats,
+    /// Set while the I/O threads run on OS threads of their own ([`ThreadedScalaAfa`]) and
+    /// this engine is the daemon's state.
+    remote: Option<threaded::Remote>,
 }
 
 /// Bytes of ScalaAFA metadata per sector tag: user chunk (4), slot (1), timestamp (4) and
@@ -479,6 +487,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             work: HostWork::default(),
             messages_taken: 0,
             stats: ScalaAfaStats::default(),
+            remote: None,
             k: sh.k,
             m: sh.m,
             config,
@@ -653,14 +662,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
 
     /// The OOB tags of one chunk copy: (user chunk, slot, timestamp, kind) in every sector.
     fn meta_tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
-        // Timing-only runs (payload none) keep no bytes, so neither do they keep metadata:
-        // it rides in the same program operations and costs no time.
-        if self.tag_bytes < META_TAG_BYTES || self.unit == 0 {
-            return None;
-        }
-        let mut one = vec![0u8; self.tag_bytes];
-        one[..META_TAG_BYTES].copy_from_slice(&encode_meta(chunk, slot as u8, ts, kind));
-        Some(one.repeat(self.chunk_sectors as usize))
+        meta_tags(
+            self.tag_bytes,
+            self.unit,
+            self.chunk_sectors,
+            encode_meta(chunk, slot as u8, ts, kind),
+        )
     }
 
     // ----- the space manager (daemon) -----
@@ -678,26 +685,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.recycle_done(now_ns)?;
         self.checkpoint_if_due(now_ns)?;
         while let Ok(msg) = self.manager.inbox.try_recv() {
-            self.manager.messages += 1;
             self.daemon_at(now_ns, self.scala.daemon_message_ns);
-            match msg {
-                ToManager::Ask { thread, at_ns } => {
-                    self.manager.recent_asks[thread] += 1;
-                    self.manager.waiting.push_back((thread, at_ns));
-                }
-                ToManager::Return { hhs, vhs, .. } => {
-                    for hh in hhs {
-                        self.stripes[hh as usize].state = HhState::Free;
-                        self.manager.free_hhs.push_back(hh);
-                    }
-                    for (ssd, vh) in vhs {
-                        self.manager.free_vhs[ssd].push_back(vh);
-                    }
-                }
-                ToManager::Full { thread, stripe } => {
-                    self.manager.full[thread].push_back(stripe);
-                }
-            }
+            self.take_message(msg, now_ns)?;
         }
         // The watermark counts the VHs of full HGs against all VHs: granted but unused VHs
         // are still free space, only waiting in a thread's hands.
@@ -713,11 +702,34 @@ impl<D: BlockDevice> ScalaAfa<D> {
         if self.reclaimed_hhs() < self.gc_reserve + self.batch_hhs && self.background_depth == 0 {
             self.collect_garbage(now_ns)?;
         }
-        while let Some(&(thread, at_ns)) = self.manager.waiting.front() {
-            if !self.grant(thread, at_ns.max(now_ns))? {
-                break;
+        // The GC writer's ask goes first: its grant is what lets a clean free rows, while
+        // an I/O thread's ask may wait for that clean, and behind it the GC writer's would
+        // never be answered.
+        let gc_thread = self.scala.io_threads as usize;
+        if let Some(pos) = self
+            .manager
+            .waiting
+            .iter()
+            .position(|&(t, _)| t == gc_thread)
+        {
+            if let Some(ask) = self.manager.waiting.remove(pos) {
+                self.manager.waiting.push_front(ask);
             }
-            self.manager.waiting.pop_front();
+        }
+        // The ask leaves the queue before it is granted: a grant may clean garbage, and the
+        // clean may run the manager again, which must not answer (or drop) it twice.
+        while let Some((thread, at_ns)) = self.manager.waiting.pop_front() {
+            match self.grant(thread, at_ns.max(now_ns)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.manager.waiting.push_front((thread, at_ns));
+                    break;
+                }
+                Err(e) => {
+                    self.manager.waiting.push_front((thread, at_ns));
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -776,7 +788,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // Nothing free: make space, cheapest first.
             match attempt {
                 // §5.2 path 3: no more heroes to grant, so recall unused ones.
-                0 => self.recall(thread),
+                0 => self.recall(thread, at_ns)?,
                 1 => {
                     // Heroes freed since the last snapshot wait for a checkpoint: write
                     // one now and wait for it.
@@ -821,8 +833,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(true)
     }
 
-    /// Broadcasts a recall to every other thread and takes their returns.
-    fn recall(&mut self, asker: usize) {
+    /// Broadcasts a recall to every other thread and takes their returns. Threads running
+    /// on OS threads of their own answer later; their returns reach the manager's inbox.
+    fn recall(&mut self, asker: usize, at_ns: TimeNs) -> Result<(), DeviceError> {
         self.stats.recalls += 1;
         self.manager.recalls += 1;
         for t in 0..self.threads.len() {
@@ -831,30 +844,54 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
             let per_mille = SpaceManager::recall_per_mille(self.manager.recent_asks[t]);
             self.manager.send(t, ToThread::Recall { per_mille });
-            self.threads[t].pump();
+            if !self.is_remote_thread(t) {
+                self.threads[t].pump();
+            }
         }
         for a in &mut self.manager.recent_asks {
             *a /= 2;
         }
         while let Ok(msg) = self.manager.inbox.try_recv() {
-            self.manager.messages += 1;
-            match msg {
-                ToManager::Return { hhs, vhs, .. } => {
-                    for hh in hhs {
-                        self.stripes[hh as usize].state = HhState::Free;
-                        self.manager.free_hhs.push_back(hh);
-                    }
-                    for (ssd, vh) in vhs {
-                        self.manager.free_vhs[ssd].push_back(vh);
-                    }
+            self.take_message(msg, at_ns)?;
+        }
+        Ok(())
+    }
+
+    /// The daemon handles one message from a thread.
+    fn take_message(&mut self, msg: ToManager, now_ns: TimeNs) -> Result<(), DeviceError> {
+        self.manager.messages += 1;
+        match msg {
+            ToManager::Ask { thread, at_ns } => {
+                self.manager.recent_asks[thread] += 1;
+                self.manager.waiting.push_back((thread, at_ns));
+            }
+            ToManager::Return { hhs, vhs, .. } => {
+                for hh in hhs {
+                    self.stripes[hh as usize].state = HhState::Free;
+                    self.manager.free_hhs.push_back(hh);
                 }
-                ToManager::Full { thread, stripe } => self.manager.full[thread].push_back(stripe),
-                ToManager::Ask { thread, at_ns } => {
-                    self.manager.recent_asks[thread] += 1;
-                    self.manager.waiting.push_back((thread, at_ns));
+                for (ssd, vh) in vhs {
+                    self.manager.free_vhs[ssd].push_back(vh);
                 }
             }
+            ToManager::Full { thread, stripe } => self.manager.full[thread].push_back(stripe),
+            ToManager::Opened {
+                thread,
+                stripe,
+                vhs,
+            } => self.opened(thread, stripe, vhs),
+            ToManager::Wrote {
+                thread,
+                chunk,
+                stripe,
+                slot,
+                ts,
+            } => self.wrote(thread, chunk, stripe, slot as usize, ts, now_ns)?,
+            ToManager::Unmapped { chunk } => self.unmap(chunk, now_ns)?,
+            ToManager::Passed { thread, epoch } => self.passed(thread, epoch, now_ns)?,
+            ToManager::Stop { orderly } => self.stop_requested(orderly),
         }
+        Ok(())
     }
 
     // ----- conversion -----
@@ -1075,8 +1112,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 
     /// A striped HH whose chunks are all dead returns to the manager; its chunks are
-    /// deallocated on the members.
+    /// deallocated on the members. With the I/O threads on OS threads of their own, a thread
+    /// may still be reading a chunk that moved, so the HH waits for every thread to pass a
+    /// barrier first.
     fn free_hh(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        if self.defer_free(stripe) {
+            return Ok(());
+        }
+        self.free_hh_now(stripe, now_ns)
+    }
+
+    fn free_hh_now(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         let lba = self.hh_lba(stripe);
         for i in 0..self.members.len() {
             self.member_trim(i, lba, self.chunk_sectors, now_ns)?;
@@ -1131,11 +1177,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     continue;
                 }
                 let mut buf = vec![0u8; self.chunk_units()];
+                let from = victim * self.k as u32 + j as u32;
+                let moving = Some((from, self.amt_ts[chunk as usize]));
                 match self.read_slot(victim, j, 0, self.chunk_sectors, t, &mut buf, false) {
-                    Ok(rt) => match self.write_chunk(gc_thread, chunk, &buf, rt) {
-                        Ok(wt) => {
+                    Ok(rt) => match self.write_chunk_as(gc_thread, chunk, &buf, rt, moving) {
+                        Ok((wt, taken)) => {
                             t = t.max(wt);
-                            self.stats.gc_chunks_moved += 1;
+                            if taken {
+                                self.stats.gc_chunks_moved += 1;
+                                self.moved(chunk, from);
+                            }
                         }
                         Err(e) => {
                             r = Err(e);
@@ -1160,21 +1211,26 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// The thread's open HG, assembling one from its heroes (and asking the manager) if
     /// needed. Returns the stripe and when its heroes are usable.
     fn open_group(&mut self, thread: usize, now_ns: TimeNs) -> Result<(u32, TimeNs), DeviceError> {
-        if let Some(s) = self.open[thread] {
-            return Ok((s, now_ns));
-        }
         // Each round the manager may have to convert, recall or collect garbage before it
-        // can grant; the last round only receives.
+        // can grant; the last round only receives. A clean inside the manager writes
+        // through the GC writer, so when this is the GC writer, a nested clean may have
+        // opened (or filled) its group meanwhile: the open group is looked at every round.
         for round in 0..6 {
+            if let Some(s) = self.open[thread] {
+                return Ok((s, now_ns));
+            }
             self.threads[thread].pump();
             if let Some((stripe, ready)) = self.assemble(thread) {
+                self.open[thread] = Some(stripe);
                 if self.threads[thread].held_hhs() < self.low_water {
                     self.threads[thread].ask(now_ns);
                     self.serve_manager(now_ns)?;
                     self.threads[thread].pump();
                 }
-                self.open[thread] = Some(stripe);
-                return Ok((stripe, ready.max(now_ns)));
+                if self.open[thread] == Some(stripe) {
+                    return Ok((stripe, ready.max(now_ns)));
+                }
+                continue;
             }
             if round < 5 {
                 self.threads[thread].ask(now_ns);
@@ -1186,18 +1242,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
 
     /// Pops an HH and, for each of its parity members, a VH there from the thread's lists.
     fn assemble(&mut self, thread: usize) -> Option<(u32, TimeNs)> {
-        let th = &self.threads[thread];
-        let pos = th.hhs.iter().position(|&(hh, _)| {
-            (0..self.m).all(|r| !th.vhs[self.parity_member(hh, r)].is_empty())
-        })?;
-        let (hh, mut ready) = self.threads[thread].hhs.remove(pos)?;
-        let mut vhs = Vec::with_capacity(self.m);
-        for r in 0..self.m {
+        let (hh, vhs, ready) = self.threads[thread].assemble()?;
+        for (r, &vh) in vhs.iter().enumerate() {
             let p = self.parity_member(hh, r);
-            let (vh, t) = self.threads[thread].vhs[p].pop_front()?;
-            ready = ready.max(t);
             self.members[p].vh_owner[vh as usize] = hh;
-            vhs.push(vh);
         }
         for i in 0..self.members.len() {
             self.mark_fresh(i, hh);
@@ -1224,11 +1272,31 @@ impl<D: BlockDevice> ScalaAfa<D> {
         data: &[u8],
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
+        self.write_chunk_as(thread, chunk, data, now_ns, None)
+            .map(|(done, _)| done)
+    }
+
+    /// Writes one whole user chunk, or (`moving`: its AFA chunk and timestamp) a copy
+    /// array-level GC moves. A moved copy keeps its source's timestamp, and is taken only
+    /// if the chunk is still at the source when it is written: a user write that came
+    /// meanwhile (the I/O threads write while the daemon cleans) is newer, so the copy is
+    /// dead on arrival and recovery, seeing the older timestamp, never prefers it. Returns
+    /// whether the copy was taken.
+    fn write_chunk_as(
+        &mut self,
+        thread: usize,
+        chunk: u32,
+        data: &[u8],
+        now_ns: TimeNs,
+        moving: Option<(u32, u32)>,
+    ) -> Result<(TimeNs, bool), DeviceError> {
         let (stripe, ready) = self.open_group(thread, now_ns)?;
         self.stats.hero_wait_ns += ready - now_ns;
         let j = self.stripes[stripe as usize].filled as usize;
-        self.clock = self.clock.wrapping_add(1);
-        let ts = self.clock;
+        let ts = match moving {
+            Some((_, ts)) => ts,
+            None => self.next_ts(),
+        };
         let mut done = ready;
         let d = self.data_member(stripe, j);
         if self.writable(d) {
@@ -1247,12 +1315,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     done.max(self.member_write(p, lba, ready, data, tags.as_deref(), transient)?);
             }
         }
-        self.unmap(chunk, done)?;
-        self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
-        self.amt_ts[chunk as usize] = ts;
+        let taken = moving.is_none_or(|(from, _)| self.amt[chunk as usize] == from);
+        if taken {
+            self.unmap(chunk, done)?;
+            self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+            self.amt_ts[chunk as usize] = ts;
+        }
         let s = &mut self.stripes[stripe as usize];
-        s.chunks[j] = chunk;
-        s.live += 1;
+        if taken {
+            s.chunks[j] = chunk;
+            s.live += 1;
+        }
         s.filled += 1;
         if s.filled as usize == self.k {
             s.state = HhState::Full;
@@ -1260,7 +1333,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.threads[thread].send(ToManager::Full { thread, stripe });
         }
         self.stats.chunks_written += 1;
-        Ok(done)
+        Ok((done, taken))
     }
 
     /// Forgets where user chunk `chunk` lived (its old slot becomes a hole).
@@ -1740,6 +1813,23 @@ impl<D: BlockDevice> ScalaAfa<D> {
 }
 
 /// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind.
+/// The OOB tags of one chunk copy: `meta` in every one of its `chunk_sectors` sectors.
+fn meta_tags(
+    tag_bytes: usize,
+    unit: usize,
+    chunk_sectors: u32,
+    meta: [u8; META_TAG_BYTES],
+) -> Option<Vec<u8>> {
+    // Timing-only runs (payload none) keep no bytes, so neither do they keep metadata: it
+    // rides in the same program operations and costs no time.
+    if tag_bytes < META_TAG_BYTES || unit == 0 {
+        return None;
+    }
+    let mut one = vec![0u8; tag_bytes];
+    one[..META_TAG_BYTES].copy_from_slice(&meta);
+    Some(one.repeat(chunk_sectors as usize))
+}
+
 fn encode_meta(chunk: u32, slot: u8, ts: u32, kind: u8) -> [u8; META_TAG_BYTES] {
     let mut b = [0u8; META_TAG_BYTES];
     b[..4].copy_from_slice(&chunk.to_le_bytes());

@@ -3,12 +3,13 @@
 //! The space manager owns every free hero (horizontal heroes by row, vertical heroes per
 //! SSD) and grants them to I/O threads in batches; a thread writes only into heroes it
 //! holds. All communication goes through channels, never through shared mutable state, so
-//! the same code can later run the manager and the threads on real threads. In the
-//! simulation the engine pumps both ends in a fixed order, which keeps runs deterministic
-//! (an `mpsc` channel delivers in send order).
+//! the same code runs the manager and the threads on real threads in serve mode
+//! ([`super::threaded`]). In the simulation the engine pumps both ends in a fixed order,
+//! which keeps runs deterministic (a channel delivers in send order).
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{channel, Receiver, Sender};
+
+use crossbeam_channel::{unbounded as channel, Receiver, Sender};
 
 use afa_sim::TimeNs;
 
@@ -26,6 +27,31 @@ pub(crate) enum ToManager {
     },
     /// A hero group the thread filled, queued on the thread's full-HG list for conversion.
     Full { thread: usize, stripe: u32 },
+    /// On real threads only: the thread assembled hero group `stripe` from its heroes, with
+    /// VH `vhs[r]` on the stripe's parity member r. The daemon keeps the HGMT.
+    Opened {
+        thread: usize,
+        stripe: u32,
+        vhs: Vec<u32>,
+    },
+    /// On real threads only: user chunk `chunk` now lives in slot `slot` of `stripe`, its
+    /// copies written with timestamp `ts`. The daemon keeps the authoritative AMT and the
+    /// stripes' live counts, so it learns of every write in the order each thread made them.
+    Wrote {
+        thread: usize,
+        chunk: u32,
+        stripe: u32,
+        slot: u32,
+        ts: u32,
+    },
+    /// On real threads only: user chunk `chunk` was trimmed.
+    Unmapped { chunk: u32 },
+    /// On real threads only: the thread has passed barrier `epoch`, so it reads no location
+    /// it had given up before the barrier was sent.
+    Passed { thread: usize, epoch: u64 },
+    /// On real threads only: the daemon stops once it has handled what came before
+    /// (`orderly`), or at once, leaving the rest unhandled (a crash).
+    Stop { orderly: bool },
 }
 
 /// What the space manager tells an I/O thread.
@@ -64,26 +90,31 @@ impl ThreadHeroes {
     /// Receives what the manager sent.
     pub fn pump(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
-            self.messages += 1;
-            match msg {
-                ToThread::Grant { hhs, vhs, at_ns } => {
-                    self.asked = false;
-                    self.hhs.extend(hhs.into_iter().map(|h| (h, at_ns)));
-                    for (ssd, vh) in vhs {
-                        self.vhs[ssd].push_back((vh, at_ns));
-                    }
+            self.take(msg);
+        }
+    }
+
+    /// Handles one message from the manager.
+    pub fn take(&mut self, msg: ToThread) {
+        self.messages += 1;
+        match msg {
+            ToThread::Grant { hhs, vhs, at_ns } => {
+                self.asked = false;
+                self.hhs.extend(hhs.into_iter().map(|h| (h, at_ns)));
+                for (ssd, vh) in vhs {
+                    self.vhs[ssd].push_back((vh, at_ns));
                 }
-                ToThread::Recall { per_mille } => {
-                    let n = self.hhs.len();
-                    let give = (n * per_mille as usize).div_ceil(1000);
-                    let hhs: Vec<u32> = self.hhs.drain(n - give..).map(|(h, _)| h).collect();
-                    let vhs = self.surplus_vhs();
-                    self.send(ToManager::Return {
-                        thread: self.id,
-                        hhs,
-                        vhs,
-                    });
-                }
+            }
+            ToThread::Recall { per_mille } => {
+                let n = self.hhs.len();
+                let give = (n * per_mille as usize).div_ceil(1000);
+                let hhs: Vec<u32> = self.hhs.drain(n - give..).map(|(h, _)| h).collect();
+                let vhs = self.surplus_vhs();
+                self.send(ToManager::Return {
+                    thread: self.id,
+                    hhs,
+                    vhs,
+                });
             }
         }
     }
@@ -138,6 +169,41 @@ impl ThreadHeroes {
 
     pub fn held_hhs(&self) -> usize {
         self.hhs.len()
+    }
+
+    /// Pops an HH whose parity members all have a VH in hand, and those VHs (VH r on the
+    /// HH's parity member r): a hero group. Returns it with when its heroes are usable.
+    pub fn assemble(&mut self) -> Option<(u32, Vec<u32>, TimeNs)> {
+        let (n, m) = (self.members, self.m);
+        let vhs = &self.vhs;
+        let pos = self
+            .hhs
+            .iter()
+            .position(|&(hh, _)| (0..m).all(|r| !vhs[parity_member(hh, r, n)].is_empty()))?;
+        let (hh, mut ready) = self.hhs.remove(pos)?;
+        let mut group = Vec::with_capacity(m);
+        for r in 0..m {
+            let (vh, t) = self.vhs[parity_member(hh, r, n)].pop_front()?;
+            ready = ready.max(t);
+            group.push(vh);
+        }
+        Some((hh, group, ready))
+    }
+
+    /// An end that stands in for a thread running elsewhere: it holds nothing, and what the
+    /// manager sends the thread goes to the real end.
+    pub fn stand_in(&self) -> Self {
+        Self {
+            id: self.id,
+            hhs: VecDeque::new(),
+            vhs: vec![VecDeque::new(); self.vhs.len()],
+            asked: false,
+            to_manager: self.to_manager.clone(),
+            inbox: channel().1,
+            messages: 0,
+            members: self.members,
+            m: self.m,
+        }
     }
 }
 

@@ -22,7 +22,7 @@ fn ssd(seed: u64) -> Ssd {
     ssd_keeping(afa_nand::PayloadMode::Token, seed)
 }
 
-fn engine_keeping(
+pub(super) fn engine_keeping(
     payload: afa_nand::PayloadMode,
     level: Level,
     members: u32,

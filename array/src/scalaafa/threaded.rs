@@ -1,0 +1,1596 @@
+//! ScalaAFA on real threads: the I/O threads, the space manager and every member SSD each
+//! run on an OS thread of their own and talk by channels only, as §5.2 has them (serve
+//! mode's engine; the simulation pumps the same actors in a fixed order instead).
+//!
+//! The state is split by owner, so that nothing is shared but channels and one atomic
+//! counter (the write timestamps):
+//!
+//! - **I/O thread t** owns the user chunks c with c mod T = t: their AMT entries, every
+//!   write, read and trim of them (a partial write merges into its chunk there, so writes
+//!   to one chunk never race), the heroes the manager granted it and its open hero group.
+//!   It reports each write to the daemon (`Wrote`) in the order it made them.
+//! - **The daemon** is a single-owner [`ScalaAfa`] over member proxies: the space manager
+//!   (grants, returns, recalls), the authoritative AMT and HGMT rebuilt from the threads'
+//!   reports, the stripes' live counts, conversion, array-level GC and checkpoints. Its
+//!   code is the simulation's; only where it would reach into a thread does it send a
+//!   message instead.
+//! - **Member agents** own the member devices and take commands from a queue each, as an
+//!   SPDK thread owns its queue pair.
+//!
+//! Two races are closed by messages rather than locks. Array-level GC moves a chunk the
+//! daemon does not own: it writes the new copy and tells the owner (`Moved`), which takes
+//! it only if the chunk has not been written since. And a thread may be reading a chunk's
+//! old copy while its row is freed: a dead row is freed only after every thread has passed
+//! a barrier sent after its last chunk died, so no read of it can still be in flight (an
+//! RCU grace period; freed rows already wait for a checkpoint the same way).
+//!
+//! What stays with the single-owner engine: failed or rebuilding members and scheduled
+//! failures ([`ScalaAfa::into_threads`] refuses them), and reads steered to replicas while
+//! a member collects garbage (a thread reads primaries only).
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, unbounded, Receiver, RecvTimeoutError, Sender};
+
+use super::*;
+
+/// How long the daemon waits for a message before it counts the host as idle and converts
+/// every full hero group (§5.3).
+const IDLE_NS: u64 = 1_000_000;
+/// How long a member agent waits after its last command before the device gets idle time.
+const MEMBER_IDLE_NS: u64 = 1_000_000;
+/// The longest an I/O thread waits for a grant before it fails the write as out of space.
+const GRANT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The clock every actor reads: nanoseconds since the engine started on threads.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    fn now_ns(&self) -> TimeNs {
+        self.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+}
+
+// ----- member agents -----
+
+/// A command for a member agent.
+enum AgentOp {
+    Submit {
+        opcode: Opcode,
+        lba: u64,
+        sectors: u32,
+        data: Vec<u8>,
+        tags: Option<Vec<u8>>,
+        flags: CommandFlags,
+        /// A read returns the sectors' tags as well.
+        read_tags: bool,
+        reply: Sender<AgentReply>,
+        /// Tells the replies to one issuer's commands apart.
+        tag: usize,
+    },
+    Convert {
+        cmd: ConvertCommand,
+        reply: Sender<AgentReply>,
+        tag: usize,
+    },
+    ScanTags {
+        lba: u64,
+        sectors: u32,
+        reply: Sender<Option<Vec<u8>>>,
+    },
+    Stop,
+}
+
+struct AgentReply {
+    tag: usize,
+    result: Result<AgentDone, DeviceError>,
+}
+
+struct AgentDone {
+    completion: Completion,
+    /// A read's data and tags.
+    data: Vec<u8>,
+    tags: Vec<u8>,
+}
+
+/// A member device's own thread: it applies commands in arrival order and gives the
+/// device idle time when none come.
+fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock) -> D {
+    let info = device.info();
+    let unit = info.payload_unit_bytes as usize;
+    let tag_bytes = info.tag_bytes_per_sector as usize;
+    let mut last_ns = 0;
+    let mut now = move || {
+        last_ns = clock.now_ns().max(last_ns);
+        last_ns
+    };
+    let mut idle_at: Option<TimeNs> = None;
+    loop {
+        let op = match idle_at {
+            Some(at) => {
+                let wait = at.saturating_sub(clock.now_ns());
+                match ops.recv_timeout(Duration::from_nanos(wait)) {
+                    Ok(op) => op,
+                    Err(RecvTimeoutError::Timeout) => {
+                        let t = now();
+                        idle_at = device
+                            .background(t)
+                            .map(|next| next.max(t + MEMBER_IDLE_NS / 10));
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return device,
+                }
+            }
+            None => match ops.recv() {
+                Ok(op) => op,
+                Err(_) => return device,
+            },
+        };
+        let t = now();
+        idle_at = Some(t + MEMBER_IDLE_NS);
+        match op {
+            AgentOp::Submit {
+                opcode,
+                lba,
+                sectors,
+                data,
+                tags,
+                flags,
+                read_tags,
+                reply,
+                tag,
+            } => {
+                let cmd = Command {
+                    opcode,
+                    lba,
+                    sectors,
+                    data: &data,
+                    tags: tags.as_deref(),
+                    flags,
+                };
+                let reading = opcode == Opcode::Read;
+                let mut out = vec![0u8; if reading { sectors as usize * unit } else { 0 }];
+                let mut out_tags = vec![
+                    0u8;
+                    if reading && read_tags {
+                        sectors as usize * tag_bytes
+                    } else {
+                        0
+                    }
+                ];
+                let result = device
+                    .submit(
+                        t,
+                        &cmd,
+                        ReadBuffers {
+                            data: &mut out,
+                            tags: (reading && read_tags).then_some(&mut out_tags[..]),
+                        },
+                    )
+                    .map(|completion| AgentDone {
+                        completion,
+                        data: out,
+                        tags: out_tags,
+                    });
+                let _ = reply.send(AgentReply { tag, result });
+            }
+            AgentOp::Convert { cmd, reply, tag } => {
+                let result = device.convert(t, &cmd).map(|completion| AgentDone {
+                    completion,
+                    data: Vec::new(),
+                    tags: Vec::new(),
+                });
+                let _ = reply.send(AgentReply { tag, result });
+            }
+            AgentOp::ScanTags {
+                lba,
+                sectors,
+                reply,
+            } => {
+                let _ = reply.send(device.scan_tags(lba, sectors));
+            }
+            AgentOp::Stop => return device,
+        }
+    }
+}
+
+/// The daemon's view of a member: a device whose commands go to the member's agent.
+#[derive(Debug)]
+pub(super) struct MemberProxy {
+    info: DeviceInfo,
+    ops: Sender<AgentOp>,
+    reply_tx: Sender<AgentReply>,
+    reply_rx: Receiver<AgentReply>,
+}
+
+impl std::fmt::Debug for AgentOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AgentOp::Submit { .. } => "Submit",
+            AgentOp::Convert { .. } => "Convert",
+            AgentOp::ScanTags { .. } => "ScanTags",
+            AgentOp::Stop => "Stop",
+        })
+    }
+}
+
+impl std::fmt::Debug for AgentReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AgentReply({})", self.tag)
+    }
+}
+
+/// The agent is gone: the engine is stopping.
+fn agent_gone() -> DeviceError {
+    DeviceError::Unsupported("the member's thread has stopped".into())
+}
+
+impl MemberProxy {
+    fn call(&self, op: AgentOp) -> Result<AgentDone, DeviceError> {
+        self.ops.send(op).map_err(|_| agent_gone())?;
+        self.reply_rx.recv().map_err(|_| agent_gone())?.result
+    }
+}
+
+impl BlockDevice for MemberProxy {
+    fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    fn submit(
+        &mut self,
+        _now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let done = self.call(AgentOp::Submit {
+            opcode: cmd.opcode,
+            lba: cmd.lba,
+            sectors: cmd.sectors,
+            data: cmd.data.to_vec(),
+            tags: cmd.tags.map(<[u8]>::to_vec),
+            flags: cmd.flags,
+            read_tags: out.tags.is_some(),
+            reply: self.reply_tx.clone(),
+            tag: 0,
+        })?;
+        if cmd.opcode == Opcode::Read {
+            out.data.copy_from_slice(&done.data);
+            if let Some(tags) = out.tags {
+                tags.copy_from_slice(&done.tags);
+            }
+        }
+        Ok(done.completion)
+    }
+
+    /// The agent gives the device its idle time itself.
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+
+    fn convert(
+        &mut self,
+        _now_ns: TimeNs,
+        cmd: &ConvertCommand,
+    ) -> Result<Completion, DeviceError> {
+        self.call(AgentOp::Convert {
+            cmd: *cmd,
+            reply: self.reply_tx.clone(),
+            tag: 0,
+        })
+        .map(|d| d.completion)
+    }
+
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        let (tx, rx) = bounded(1);
+        self.ops
+            .send(AgentOp::ScanTags {
+                lba,
+                sectors,
+                reply: tx,
+            })
+            .ok()?;
+        rx.recv().ok().flatten()
+    }
+}
+
+// ----- the daemon's side -----
+
+/// A barrier sent to every I/O thread, and the rows freed once all have passed it.
+#[derive(Debug)]
+struct Barrier {
+    epoch: u64,
+    rows: Vec<u32>,
+    passed: Vec<bool>,
+}
+
+/// What the daemon keeps beyond the single-owner engine while the I/O threads run on OS
+/// threads of their own.
+#[derive(Debug)]
+pub(super) struct Remote {
+    clock: Arc<AtomicU32>,
+    io_threads: usize,
+    /// GC moves not yet told to the chunks' owners: (chunk, from, to) in AFA chunks.
+    moved: Vec<(u32, u32, u32)>,
+    /// Rows whose chunks all died since the last barrier was sent.
+    dying: Vec<u32>,
+    barriers: VecDeque<Barrier>,
+    next_epoch: u64,
+    /// A stop was asked for: orderly (everything before it handled) or not.
+    stop: Option<bool>,
+    /// The first error of the daemon's own work, reported when the engine stops.
+    error: Option<DeviceError>,
+}
+
+impl Remote {
+    /// Rows freed but waiting for a barrier.
+    pub(super) fn waiting_hhs(&self) -> usize {
+        self.dying.len() + self.barriers.iter().map(|b| b.rows.len()).sum::<usize>()
+    }
+}
+
+impl<D: BlockDevice> ScalaAfa<D> {
+    /// Whether thread `t` runs on an OS thread of its own (the daemon cannot pump it).
+    pub(super) fn is_remote_thread(&self, t: usize) -> bool {
+        self.remote.as_ref().is_some_and(|r| t < r.io_threads)
+    }
+
+    /// The next write timestamp.
+    pub(super) fn next_ts(&mut self) -> u32 {
+        match &self.remote {
+            Some(r) => r.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
+            None => {
+                self.clock = self.clock.wrapping_add(1);
+                self.clock
+            }
+        }
+    }
+
+    /// The newest timestamp handed out.
+    pub(super) fn current_clock(&self) -> u32 {
+        match &self.remote {
+            Some(r) => r.clock.load(Ordering::Relaxed),
+            None => self.clock,
+        }
+    }
+
+    /// Array-level GC moved `chunk` out of AFA chunk `from`: its owner is told.
+    pub(super) fn moved(&mut self, chunk: u32, from: u32) {
+        let to = self.amt[chunk as usize];
+        if let Some(r) = &mut self.remote {
+            r.moved.push((chunk, from, to));
+        }
+    }
+
+    /// Holds a dead row back until every I/O thread passes a barrier; false when the row
+    /// can be freed at once.
+    pub(super) fn defer_free(&mut self, row: u32) -> bool {
+        match &mut self.remote {
+            Some(r) if r.stop.is_none() => {
+                r.dying.push(row);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A thread assembled hero group `stripe` (the HGMT entry `assemble` makes).
+    pub(super) fn opened(&mut self, thread: usize, stripe: u32, vhs: Vec<u32>) {
+        for (r, &vh) in vhs.iter().enumerate() {
+            let p = self.parity_member(stripe, r);
+            self.members[p].vh_owner[vh as usize] = stripe;
+        }
+        let s = &mut self.stripes[stripe as usize];
+        debug_assert!(matches!(s.state, HhState::Held));
+        s.state = HhState::Open;
+        s.vhs = vhs;
+        s.filled = 0;
+        s.live = 0;
+        s.chunks.iter_mut().for_each(|c| *c = NONE);
+        self.open[thread] = Some(stripe);
+    }
+
+    /// A thread wrote `chunk` into slot `j` of its open group (the bookkeeping half of
+    /// `write_chunk`).
+    pub(super) fn wrote(
+        &mut self,
+        thread: usize,
+        chunk: u32,
+        stripe: u32,
+        j: usize,
+        ts: u32,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        self.unmap(chunk, now_ns)?;
+        self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+        self.amt_ts[chunk as usize] = ts;
+        let k = self.k;
+        let s = &mut self.stripes[stripe as usize];
+        debug_assert_eq!(s.filled as usize, j);
+        s.chunks[j] = chunk;
+        s.live += 1;
+        s.filled += 1;
+        if s.filled as usize == k {
+            s.state = HhState::Full;
+            self.open[thread] = None;
+            self.manager.full[thread].push_back(stripe);
+        }
+        self.stats.chunks_written += 1;
+        Ok(())
+    }
+
+    /// Thread `thread` passed barrier `epoch`: rows behind barriers every thread passed are
+    /// freed.
+    pub(super) fn passed(
+        &mut self,
+        thread: usize,
+        epoch: u64,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        let Some(r) = &mut self.remote else {
+            return Ok(());
+        };
+        if let Some(b) = r.barriers.iter_mut().find(|b| b.epoch == epoch) {
+            b.passed[thread] = true;
+        }
+        let mut rows = Vec::new();
+        while r
+            .barriers
+            .front()
+            .is_some_and(|b| b.passed.iter().all(|&p| p))
+        {
+            rows.extend(r.barriers.pop_front().map(|b| b.rows).unwrap_or_default());
+        }
+        for row in rows {
+            self.free_hh_now(row, now_ns)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn stop_requested(&mut self, orderly: bool) {
+        if let Some(r) = &mut self.remote {
+            r.stop = Some(orderly);
+        }
+    }
+}
+
+/// What the daemon sends an I/O thread besides grants and recalls.
+#[derive(Debug)]
+enum Control {
+    /// GC wrote `chunk` anew at AFA chunk `to`; the owner takes it if the chunk is still at
+    /// `from`.
+    Moved { chunk: u32, from: u32, to: u32 },
+    /// Answer `Passed` once every read started before is done.
+    Barrier { epoch: u64 },
+    /// Stop now, failing what is queued (a crash).
+    Stop,
+}
+
+impl ScalaAfa<MemberProxy> {
+    /// Sends the owners what GC moved and starts a barrier for the rows that died.
+    fn dispatch(&mut self, controls: &[Sender<Control>]) {
+        let Some(r) = &mut self.remote else {
+            return;
+        };
+        let threads = controls.len();
+        for (chunk, from, to) in r.moved.drain(..) {
+            let _ = controls[chunk as usize % threads].send(Control::Moved { chunk, from, to });
+        }
+        if !r.dying.is_empty() {
+            let epoch = r.next_epoch;
+            r.next_epoch += 1;
+            for c in controls {
+                let _ = c.send(Control::Barrier { epoch });
+            }
+            r.barriers.push_back(Barrier {
+                epoch,
+                rows: std::mem::take(&mut r.dying),
+                passed: vec![false; threads],
+            });
+        }
+    }
+
+    /// Keeps the first error of the daemon's work for the stop. Running short of heroes is
+    /// not one: the threads' asks wait, and later rounds convert, clean and grant again.
+    fn note(&mut self, result: Result<(), DeviceError>) {
+        match (result, &mut self.remote) {
+            (Err(DeviceError::NoSpace { .. }), _) | (Ok(()), _) | (_, None) => {}
+            (Err(e), Some(r)) => {
+                r.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Whether the daemon has background work that needs it awake.
+    fn busy(&self) -> bool {
+        !self.pending.is_empty()
+            || self.manager.full.iter().any(|l| !l.is_empty())
+            || !self.manager.waiting.is_empty()
+            || self.checkpointing()
+    }
+
+    /// The daemon thread: handles the threads' messages as they come, converts when the
+    /// host is idle, and returns its state when asked to stop.
+    fn run_daemon(mut self, controls: Vec<Sender<Control>>, clock: Clock) -> Self {
+        let inbox = self.manager.inbox.clone();
+        loop {
+            let timeout = if self.busy() {
+                Duration::from_nanos(IDLE_NS)
+            } else {
+                Duration::from_millis(100)
+            };
+            let now = clock.now_ns();
+            match inbox.recv_timeout(timeout) {
+                Ok(msg) => {
+                    let r = self.take_message(msg, now);
+                    self.note(r);
+                    let r = self.serve_manager(now);
+                    self.note(r);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // The host is idle: the daemon converts every full HG (§5.3).
+                    let r = self
+                        .serve_manager(now)
+                        .and_then(|()| self.convert_all_full(now))
+                        .and_then(|()| self.recycle_done(now));
+                    self.note(r);
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if self.remote.as_ref().is_some_and(|r| r.stop.is_none()) {
+                self.dispatch(&controls);
+            }
+            match self.remote.as_ref().and_then(|r| r.stop) {
+                Some(true) => {
+                    // Every thread has ended, so no read is in flight: the rows waiting
+                    // for a barrier are freed now.
+                    let now = clock.now_ns();
+                    let r = self.serve_manager(now);
+                    self.note(r);
+                    let rows: Vec<u32> = self
+                        .remote
+                        .as_mut()
+                        .map(|r| {
+                            let mut rows = std::mem::take(&mut r.dying);
+                            rows.extend(r.barriers.drain(..).flat_map(|b| b.rows));
+                            rows
+                        })
+                        .unwrap_or_default();
+                    for row in rows {
+                        let r = self.free_hh_now(row, now);
+                        self.note(r);
+                    }
+                    break;
+                }
+                Some(false) => break,
+                None => {}
+            }
+        }
+        self
+    }
+}
+
+// ----- the I/O threads -----
+
+/// A read piece's completion time, where it goes in the caller's buffer, and its bytes.
+type ReadReply = Result<(TimeNs, usize, Vec<u8>), DeviceError>;
+
+/// What an I/O thread is asked to do with one of its chunks.
+enum IoJob {
+    Write {
+        chunk: u32,
+        /// Byte offset in the chunk.
+        at: usize,
+        data: Vec<u8>,
+        reply: Sender<Result<TimeNs, DeviceError>>,
+    },
+    Read {
+        chunk: u32,
+        at: usize,
+        len: usize,
+        reply: Sender<ReadReply>,
+        /// Where the piece goes in the caller's buffer.
+        offset: usize,
+    },
+    /// Deallocates `len` bytes at `at`: a whole chunk is unmapped, part of one reads back as
+    /// zeroes.
+    Trim {
+        chunk: u32,
+        at: usize,
+        len: usize,
+        reply: Sender<Result<TimeNs, DeviceError>>,
+    },
+    /// Ends the thread once everything queued before is done.
+    Stop,
+}
+
+/// The geometry an I/O thread needs.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    k: usize,
+    m: usize,
+    n: usize,
+    rows: u32,
+    chunk_sectors: u32,
+    sector_bytes: usize,
+    tag_bytes: usize,
+    threads: usize,
+    transient: bool,
+}
+
+impl Geometry {
+    fn chunk_bytes(&self) -> usize {
+        self.chunk_sectors as usize * self.sector_bytes
+    }
+    fn data_member(&self, stripe: u32, j: usize) -> usize {
+        space::parity_member(stripe, self.m + j, self.n)
+    }
+    fn parity_member(&self, stripe: u32, r: usize) -> usize {
+        space::parity_member(stripe, r, self.n)
+    }
+    fn hh_lba(&self, stripe: u32) -> u64 {
+        stripe as u64 * self.chunk_sectors as u64
+    }
+    fn vh_lba(&self, vh: u32, slot: usize) -> u64 {
+        (self.rows as u64 + vh as u64 * self.k as u64 + slot as u64) * self.chunk_sectors as u64
+    }
+    fn tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
+        meta_tags(
+            self.tag_bytes,
+            self.sector_bytes,
+            self.chunk_sectors,
+            encode_meta(chunk, slot as u8, ts, kind),
+        )
+    }
+}
+
+/// The hero group an I/O thread is filling.
+#[derive(Debug)]
+struct OpenGroup {
+    stripe: u32,
+    vhs: Vec<u32>,
+    filled: usize,
+}
+
+struct IoThread {
+    id: usize,
+    g: Geometry,
+    heroes: ThreadHeroes,
+    /// AMT entries of this thread's chunks: chunk c at index c / T.
+    amt: Vec<u32>,
+    open: Option<OpenGroup>,
+    low_water: usize,
+    clock: Arc<AtomicU32>,
+    agents: Vec<Sender<AgentOp>>,
+    reply_tx: Sender<AgentReply>,
+    reply_rx: Receiver<AgentReply>,
+    control: Receiver<Control>,
+    /// Set by a crash stop seen while waiting for a grant.
+    stopped: bool,
+}
+
+/// What an I/O thread hands back when it ends.
+struct IoThreadEnd {
+    heroes: ThreadHeroes,
+    open: Option<u32>,
+    amt: Vec<u32>,
+    /// What the daemon sent after the thread's last look, for the stop to apply.
+    control: Receiver<Control>,
+}
+
+impl IoThread {
+    fn run(mut self, jobs: Receiver<IoJob>) -> IoThreadEnd {
+        let grants = self.heroes.inbox.clone();
+        let control = self.control.clone();
+        while !self.stopped {
+            select! {
+                recv(control) -> c => match c {
+                    Ok(c) => self.take_control(c),
+                    Err(_) => break,
+                },
+                recv(grants) -> g => if let Ok(g) = g {
+                    self.heroes.take(g);
+                },
+                recv(jobs) -> j => match j {
+                    Ok(IoJob::Stop) | Err(_) => break,
+                    Ok(job) => self.run_job(job),
+                },
+            }
+        }
+        IoThreadEnd {
+            heroes: self.heroes,
+            open: self.open.map(|o| o.stripe),
+            amt: self.amt,
+            control: self.control,
+        }
+    }
+
+    fn take_control(&mut self, c: Control) {
+        match c {
+            Control::Moved { chunk, from, to } => {
+                let e = &mut self.amt[chunk as usize / self.g.threads];
+                if *e == from {
+                    *e = to;
+                }
+            }
+            Control::Barrier { epoch } => self.heroes.send(ToManager::Passed {
+                thread: self.id,
+                epoch,
+            }),
+            Control::Stop => self.stopped = true,
+        }
+    }
+
+    fn run_job(&mut self, job: IoJob) {
+        match job {
+            IoJob::Write {
+                chunk,
+                at,
+                data,
+                reply,
+            } => {
+                let _ = reply.send(self.write(chunk, at, &data));
+            }
+            IoJob::Read {
+                chunk,
+                at,
+                len,
+                reply,
+                offset,
+            } => {
+                let r = self.read(chunk, at, len).map(|(t, d)| (t, offset, d));
+                let _ = reply.send(r);
+            }
+            IoJob::Trim {
+                chunk,
+                at,
+                len,
+                reply,
+            } => {
+                let _ = reply.send(self.trim(chunk, at, len));
+            }
+            IoJob::Stop => self.stopped = true,
+        }
+    }
+
+    fn stopped_error() -> DeviceError {
+        DeviceError::Unsupported("the ScalaAFA engine is stopping".into())
+    }
+
+    /// Sends a command to member `member`'s agent; its reply comes to this thread's
+    /// channel under `tag`.
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &self,
+        member: usize,
+        opcode: Opcode,
+        lba: u64,
+        sectors: u32,
+        data: Vec<u8>,
+        tags: Option<Vec<u8>>,
+        transient: bool,
+        tag: usize,
+    ) -> Result<(), DeviceError> {
+        self.agents[member]
+            .send(AgentOp::Submit {
+                opcode,
+                lba,
+                sectors,
+                data,
+                tags,
+                flags: CommandFlags {
+                    fua: false,
+                    transient,
+                },
+                read_tags: false,
+                reply: self.reply_tx.clone(),
+                tag,
+            })
+            .map_err(|_| agent_gone())
+    }
+
+    /// Collects `n` replies; returns the latest completion, every read's data by tag, and
+    /// the first error.
+    fn collect(&self, n: usize) -> Result<(TimeNs, Vec<Vec<u8>>), DeviceError> {
+        let mut done = 0;
+        let mut data = vec![Vec::new(); n];
+        let mut error = None;
+        for _ in 0..n {
+            let r = self.reply_rx.recv().map_err(|_| agent_gone())?;
+            match r.result {
+                Ok(d) => {
+                    done = done.max(d.completion.done_ns);
+                    data[r.tag] = d.data;
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok((done, data)),
+        }
+    }
+
+    /// Reads `len` bytes at byte `at` of `chunk` from its primary copy.
+    fn read(
+        &mut self,
+        chunk: u32,
+        at: usize,
+        len: usize,
+    ) -> Result<(TimeNs, Vec<u8>), DeviceError> {
+        let a = self.amt[chunk as usize / self.g.threads];
+        if a == NONE {
+            return Ok((0, vec![0u8; len]));
+        }
+        let g = self.g;
+        let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+        let first = at / g.sector_bytes;
+        let last = (at + len).div_ceil(g.sector_bytes);
+        let lba = g.hh_lba(stripe) + first as u64;
+        let sectors = (last - first) as u32;
+        self.issue(
+            g.data_member(stripe, j),
+            Opcode::Read,
+            lba,
+            sectors,
+            Vec::new(),
+            None,
+            false,
+            0,
+        )?;
+        let (t, mut data) = self.collect(1)?;
+        let mut bytes = std::mem::take(&mut data[0]);
+        let skip = at - first * g.sector_bytes;
+        bytes.drain(..skip);
+        bytes.truncate(len);
+        Ok((t, bytes))
+    }
+
+    fn write(&mut self, chunk: u32, at: usize, data: &[u8]) -> Result<TimeNs, DeviceError> {
+        let cb = self.g.chunk_bytes();
+        let (t0, whole): (TimeNs, Cow<'_, [u8]>) = if at == 0 && data.len() == cb {
+            (0, Cow::Borrowed(data))
+        } else {
+            // Out-of-place update of part of a chunk: the rest comes from its copy.
+            let (t, mut b) = self.read(chunk, 0, cb)?;
+            b[at..at + data.len()].copy_from_slice(data);
+            (t, Cow::Owned(b))
+        };
+        Ok(t0.max(self.write_chunk(chunk, &whole)?))
+    }
+
+    fn trim(&mut self, chunk: u32, at: usize, len: usize) -> Result<TimeNs, DeviceError> {
+        let e = chunk as usize / self.g.threads;
+        if at == 0 && len == self.g.chunk_bytes() {
+            if self.amt[e] != NONE {
+                self.amt[e] = NONE;
+                self.heroes.send(ToManager::Unmapped { chunk });
+            }
+            return Ok(0);
+        }
+        if self.amt[e] == NONE {
+            return Ok(0);
+        }
+        // A partial trim writes zeroes, so the chunk reads back as trimmed.
+        self.write(chunk, at, &vec![0u8; len])
+    }
+
+    /// The open hero group, assembled from this thread's heroes; asks the manager for more
+    /// below the low-water mark and waits for a grant when it holds none.
+    fn open_group(&mut self) -> Result<(), DeviceError> {
+        if self.open.is_some() {
+            return Ok(());
+        }
+        let grants = self.heroes.inbox.clone();
+        let control = self.control.clone();
+        let deadline = Instant::now() + GRANT_TIMEOUT;
+        loop {
+            self.heroes.pump();
+            if let Some((stripe, vhs, _)) = self.heroes.assemble() {
+                if self.heroes.held_hhs() < self.low_water {
+                    self.heroes.ask(0);
+                }
+                self.heroes.send(ToManager::Opened {
+                    thread: self.id,
+                    stripe,
+                    vhs: vhs.clone(),
+                });
+                self.open = Some(OpenGroup {
+                    stripe,
+                    vhs,
+                    filled: 0,
+                });
+                return Ok(());
+            }
+            self.heroes.ask(0);
+            // Waiting for the grant, the thread still answers the daemon: the grant may
+            // need rows that are freed only once this thread passes a barrier.
+            select! {
+                recv(grants) -> g => if let Ok(g) = g {
+                    self.heroes.take(g);
+                },
+                recv(control) -> c => match c {
+                    Ok(c) => self.take_control(c),
+                    Err(_) => return Err(Self::stopped_error()),
+                },
+                default(deadline.saturating_duration_since(Instant::now())) => {
+                    return Err(DeviceError::NoSpace { plane: 0 });
+                }
+            }
+            if self.stopped {
+                return Err(Self::stopped_error());
+            }
+        }
+    }
+
+    /// Writes one whole chunk through the open hero group (§5.3 placement).
+    fn write_chunk(&mut self, chunk: u32, data: &[u8]) -> Result<TimeNs, DeviceError> {
+        self.open_group()?;
+        let g = self.g;
+        let (stripe, j, vhs) = match &self.open {
+            Some(o) => (o.stripe, o.filled, o.vhs.clone()),
+            None => return Err(Self::stopped_error()),
+        };
+        let ts = self.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let d = g.data_member(stripe, j);
+        let tags = g.tags(chunk, j, ts, KIND_PRIMARY);
+        self.issue(
+            d,
+            Opcode::Write,
+            g.hh_lba(stripe),
+            g.chunk_sectors,
+            data.to_vec(),
+            tags,
+            false,
+            0,
+        )?;
+        let backup_tags = g.tags(chunk, j, ts, KIND_BACKUP);
+        for (r, &vh) in vhs.iter().enumerate() {
+            let p = g.parity_member(stripe, r);
+            self.issue(
+                p,
+                Opcode::Write,
+                g.vh_lba(vh, j),
+                g.chunk_sectors,
+                data.to_vec(),
+                backup_tags.clone(),
+                g.transient,
+                r + 1,
+            )?;
+        }
+        // The slot is used whether or not every copy landed: a failed write leaves the
+        // chunk where it was, and its slot a hole.
+        if let Some(o) = &mut self.open {
+            o.filled += 1;
+        }
+        let result = self.collect(1 + g.m);
+        self.heroes.send(ToManager::Wrote {
+            thread: self.id,
+            chunk,
+            stripe,
+            slot: j as u32,
+            ts,
+        });
+        if self.open.as_ref().is_some_and(|o| o.filled == g.k) {
+            self.open = None;
+        }
+        // The daemon maps the chunk to its new slot either way, so the owner does too: a
+        // write that failed leaves the chunk's bytes undefined, as on any device.
+        self.amt[chunk as usize / g.threads] = stripe * g.k as u32 + j as u32;
+        result.map(|(done, _)| done)
+    }
+}
+
+// ----- the engine on threads -----
+
+/// Join handles and channel ends only the stop needs.
+struct Running<D> {
+    io: Vec<JoinHandle<IoThreadEnd>>,
+    controls: Vec<Sender<Control>>,
+    daemon: JoinHandle<ScalaAfa<MemberProxy>>,
+    to_daemon: Sender<ToManager>,
+    agents: Vec<JoinHandle<D>>,
+    spares: Vec<D>,
+}
+
+/// A ScalaAFA volume whose I/O threads, space manager (daemon) and member SSDs each run on
+/// an OS thread of their own (see the module documentation). Requests may come from any
+/// number of threads at once; a request's chunks go to their owners' threads.
+pub struct ThreadedScalaAfa<D: BlockDevice + Send + 'static> {
+    info: DeviceInfo,
+    g: Geometry,
+    clock: Clock,
+    jobs: Vec<Sender<IoJob>>,
+    agents: Vec<Sender<AgentOp>>,
+    /// Taken by the stop; never touched on the request path.
+    running: Mutex<Option<Running<D>>>,
+}
+
+impl<D: BlockDevice + Send + 'static> std::fmt::Debug for ThreadedScalaAfa<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadedScalaAfa")
+            .field("info", &self.info)
+            .field("io_threads", &self.g.threads)
+            .finish()
+    }
+}
+
+fn stopped() -> DeviceError {
+    DeviceError::Unsupported("the ScalaAFA volume has stopped".into())
+}
+
+impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
+    /// Starts the engine on threads: one per I/O thread (`io_threads`), the daemon, and one
+    /// per member. Refused, with the volume handed back, while a member is failed or being
+    /// rebuilt or failures are scheduled (the single-owner engine handles those), and for
+    /// members that do not keep whole sectors.
+    pub fn into_threads(self) -> Result<ThreadedScalaAfa<D>, (Box<Self>, String)> {
+        if self.members.iter().any(|m| m.state != MemberState::Alive) {
+            return Err((Box::new(self), "a member is failed or being rebuilt".into()));
+        }
+        if self.scheduled_failures.next_ns().is_some() {
+            return Err((Box::new(self), "member failures are scheduled".into()));
+        }
+        if self.unit != self.info.sector_bytes as usize {
+            return Err((
+                Box::new(self),
+                "the members keep no whole sectors (payload is not full)".into(),
+            ));
+        }
+        let threads = self.scala.io_threads.max(1) as usize;
+        let clock = Clock {
+            epoch: Instant::now(),
+        };
+        let g = Geometry {
+            k: self.k,
+            m: self.m,
+            n: self.members.len(),
+            rows: self.rows,
+            chunk_sectors: self.chunk_sectors,
+            sector_bytes: self.unit,
+            tag_bytes: self.tag_bytes,
+            threads,
+            transient: self.scala.mode != ScalaMode::ScalaWr,
+        };
+        let info = self.info;
+        let low_water = self.low_water;
+        let ts_clock = Arc::new(AtomicU32::new(self.clock));
+        let (v, devices, spares) = self.split_members();
+        let mut agents = Vec::new();
+        let mut agent_joins = Vec::new();
+        let mut proxies = Vec::new();
+        for (i, device) in devices.into_iter().enumerate() {
+            let (tx, rx) = unbounded();
+            let (reply_tx, reply_rx) = unbounded();
+            proxies.push(MemberProxy {
+                info: device.info(),
+                ops: tx.clone(),
+                reply_tx,
+                reply_rx,
+            });
+            let join = std::thread::Builder::new()
+                .name(format!("scalaafa-ssd{i}"))
+                .spawn(move || run_agent(device, rx, clock))
+                .expect("the OS cannot start a thread");
+            agents.push(tx);
+            agent_joins.push(join);
+        }
+        let mut v = v.with_devices(proxies);
+        v.remote = Some(Remote {
+            clock: ts_clock.clone(),
+            io_threads: threads,
+            moved: Vec::new(),
+            dying: Vec::new(),
+            barriers: VecDeque::new(),
+            next_epoch: 0,
+            stop: None,
+            error: None,
+        });
+        let to_daemon = v.threads[0].to_manager.clone();
+        let mut jobs = Vec::new();
+        let mut controls = Vec::new();
+        let mut io = Vec::new();
+        for t in 0..threads {
+            let stand_in = v.threads[t].stand_in();
+            let heroes = std::mem::replace(&mut v.threads[t], stand_in);
+            let amt = (t..v.amt.len())
+                .step_by(threads)
+                .map(|c| v.amt[c])
+                .collect();
+            let open = v.open[t].map(|stripe| {
+                let s = &v.stripes[stripe as usize];
+                OpenGroup {
+                    stripe,
+                    vhs: s.vhs.clone(),
+                    filled: s.filled as usize,
+                }
+            });
+            let (job_tx, job_rx) = unbounded();
+            let (control_tx, control_rx) = unbounded();
+            let (reply_tx, reply_rx) = unbounded();
+            let thread = IoThread {
+                id: t,
+                g,
+                heroes,
+                amt,
+                open,
+                low_water,
+                clock: ts_clock.clone(),
+                agents: agents.clone(),
+                reply_tx,
+                reply_rx,
+                control: control_rx,
+                stopped: false,
+            };
+            io.push(
+                std::thread::Builder::new()
+                    .name(format!("scalaafa-io{t}"))
+                    .spawn(move || thread.run(job_rx))
+                    .expect("the OS cannot start a thread"),
+            );
+            jobs.push(job_tx);
+            controls.push(control_tx);
+        }
+        let daemon_controls = controls.clone();
+        let daemon = std::thread::Builder::new()
+            .name("scalaafa-daemon".into())
+            .spawn(move || v.run_daemon(daemon_controls, clock))
+            .expect("the OS cannot start a thread");
+        Ok(ThreadedScalaAfa {
+            info,
+            g,
+            clock,
+            jobs,
+            agents,
+            running: Mutex::new(Some(Running {
+                io,
+                controls,
+                daemon,
+                to_daemon,
+                agents: agent_joins,
+                spares,
+            })),
+        })
+    }
+
+    /// Takes the member devices and spares out, leaving the engine without devices (to be
+    /// given others by `with_devices`).
+    fn split_members(self) -> (ScalaAfa<NoDevice>, Vec<D>, Vec<D>) {
+        let mut devices = Vec::with_capacity(self.members.len());
+        let members = self
+            .members
+            .into_iter()
+            .map(|m| {
+                devices.push(m.device);
+                Member {
+                    device: NoDevice,
+                    state: m.state,
+                    gc_active: m.gc_active,
+                    vh_owner: m.vh_owner,
+                    fresh: m.fresh,
+                }
+            })
+            .collect();
+        let v = ScalaAfa {
+            config: self.config,
+            scala: self.scala,
+            k: self.k,
+            m: self.m,
+            members,
+            spares: Vec::new(),
+            codec: self.codec,
+            amt: self.amt,
+            amt_ts: self.amt_ts,
+            checkpoints: self.checkpoints,
+            stripes: self.stripes,
+            by_live: self.by_live,
+            manager: self.manager,
+            threads: self.threads,
+            open: self.open,
+            next_thread: self.next_thread,
+            pending: self.pending,
+            daemon: self.daemon,
+            clock: self.clock,
+            rows: self.rows,
+            vhs_per_member: self.vhs_per_member,
+            batch_hhs: self.batch_hhs,
+            low_water: self.low_water,
+            gc_reserve: self.gc_reserve,
+            scheduled_failures: self.scheduled_failures,
+            info: self.info,
+            unit: self.unit,
+            tag_bytes: self.tag_bytes,
+            chunk_sectors: self.chunk_sectors,
+            background_depth: self.background_depth,
+            gc_nesting: self.gc_nesting,
+            work: self.work,
+            messages_taken: self.messages_taken,
+            stats: self.stats,
+            remote: self.remote,
+        };
+        (v, devices, self.spares)
+    }
+}
+
+/// Stands for "no device" while an engine's members change hands.
+#[derive(Debug)]
+pub(super) struct NoDevice;
+
+impl BlockDevice for NoDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            sector_bytes: 1,
+            capacity_sectors: 0,
+            payload_unit_bytes: 0,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 1,
+            max_transfer_sectors: 0,
+        }
+    }
+    fn submit(
+        &mut self,
+        _now_ns: TimeNs,
+        _cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        Err(DeviceError::Unsupported("no device".into()))
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+}
+
+impl ScalaAfa<NoDevice> {
+    /// Gives the engine its member devices back (in member order).
+    fn with_devices<E: BlockDevice>(self, devices: Vec<E>) -> ScalaAfa<E> {
+        let members = self
+            .members
+            .into_iter()
+            .zip(devices)
+            .map(|(m, device)| Member {
+                device,
+                state: m.state,
+                gc_active: m.gc_active,
+                vh_owner: m.vh_owner,
+                fresh: m.fresh,
+            })
+            .collect();
+        ScalaAfa {
+            config: self.config,
+            scala: self.scala,
+            k: self.k,
+            m: self.m,
+            members,
+            spares: Vec::new(),
+            codec: self.codec,
+            amt: self.amt,
+            amt_ts: self.amt_ts,
+            checkpoints: self.checkpoints,
+            stripes: self.stripes,
+            by_live: self.by_live,
+            manager: self.manager,
+            threads: self.threads,
+            open: self.open,
+            next_thread: self.next_thread,
+            pending: self.pending,
+            daemon: self.daemon,
+            clock: self.clock,
+            rows: self.rows,
+            vhs_per_member: self.vhs_per_member,
+            batch_hhs: self.batch_hhs,
+            low_water: self.low_water,
+            gc_reserve: self.gc_reserve,
+            scheduled_failures: self.scheduled_failures,
+            info: self.info,
+            unit: self.unit,
+            tag_bytes: self.tag_bytes,
+            chunk_sectors: self.chunk_sectors,
+            background_depth: self.background_depth,
+            gc_nesting: self.gc_nesting,
+            work: self.work,
+            messages_taken: self.messages_taken,
+            stats: self.stats,
+            remote: self.remote,
+        }
+    }
+}
+
+/// One request's pieces, each inside one chunk: (chunk, byte offset in the chunk, length,
+/// byte offset in the request).
+fn pieces(
+    offset: u64,
+    len: usize,
+    chunk_bytes: usize,
+) -> impl Iterator<Item = (u32, usize, usize, usize)> {
+    let cb = chunk_bytes as u64;
+    let end = offset + len as u64;
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let chunk = at / cb;
+        let to = ((chunk + 1) * cb).min(end);
+        let piece = (
+            chunk as u32,
+            (at - chunk * cb) as usize,
+            (to - at) as usize,
+            (at - offset) as usize,
+        );
+        at = to;
+        Some(piece)
+    })
+}
+
+impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
+    pub fn info(&self) -> DeviceInfo {
+        self.info
+    }
+
+    /// The instant the engine's clock counts from: completion times are nanoseconds after it.
+    pub fn epoch(&self) -> Instant {
+        self.clock.epoch
+    }
+
+    pub fn io_threads(&self) -> usize {
+        self.g.threads
+    }
+
+    pub fn chunk_sectors(&self) -> u32 {
+        self.g.chunk_sectors
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        let size = self.info.capacity_sectors * self.info.sector_bytes as u64;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            let sector = self.info.sector_bytes as u64;
+            return Err(DeviceError::OutOfRange {
+                lba: offset / sector,
+                sectors: len.div_ceil(sector).min(u32::MAX as u64) as u32,
+                capacity: self.info.capacity_sectors,
+            });
+        }
+        Ok(())
+    }
+
+    fn owner(&self, chunk: u32) -> &Sender<IoJob> {
+        &self.jobs[chunk as usize % self.jobs.len()]
+    }
+
+    /// Waits for `n` replies; returns the latest completion and the first error.
+    fn gather<T>(
+        rx: &Receiver<Result<T, DeviceError>>,
+        n: usize,
+        mut each: impl FnMut(T) -> TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut done = 0;
+        let mut error = None;
+        for _ in 0..n {
+            match rx.recv() {
+                Ok(Ok(v)) => done = done.max(each(v)),
+                Ok(Err(e)) => {
+                    error.get_or_insert(e);
+                }
+                Err(_) => {
+                    error.get_or_insert_with(stopped);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
+    /// Reads `out.len()` bytes at byte `offset`; returns the model's completion time.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
+        self.check_range(offset, out.len() as u64)?;
+        let (tx, rx) = unbounded();
+        let mut n = 0;
+        for (chunk, at, len, offset) in pieces(offset, out.len(), self.g.chunk_bytes()) {
+            self.owner(chunk)
+                .send(IoJob::Read {
+                    chunk,
+                    at,
+                    len,
+                    reply: tx.clone(),
+                    offset,
+                })
+                .map_err(|_| stopped())?;
+            n += 1;
+        }
+        Self::gather(&rx, n, |(t, at, data)| {
+            out[at..at + data.len()].copy_from_slice(&data);
+            t
+        })
+    }
+
+    /// Writes `data` at byte `offset` (any alignment); returns the model's completion time.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<TimeNs, DeviceError> {
+        self.check_range(offset, data.len() as u64)?;
+        let (tx, rx) = unbounded();
+        let mut n = 0;
+        for (chunk, at, len, from) in pieces(offset, data.len(), self.g.chunk_bytes()) {
+            self.owner(chunk)
+                .send(IoJob::Write {
+                    chunk,
+                    at,
+                    data: data[from..from + len].to_vec(),
+                    reply: tx.clone(),
+                })
+                .map_err(|_| stopped())?;
+            n += 1;
+        }
+        Self::gather(&rx, n, |t| t)
+    }
+
+    /// Deallocates `length` bytes at `offset`: whole chunks are unmapped, the parts of
+    /// chunks at the edges are written with zeroes, so the range reads back as zeroes.
+    pub fn trim(&self, offset: u64, length: u64) -> Result<TimeNs, DeviceError> {
+        self.check_range(offset, length)?;
+        let (tx, rx) = unbounded();
+        let mut n = 0;
+        let len = usize::try_from(length).map_err(|_| stopped())?;
+        for (chunk, at, len, _) in pieces(offset, len, self.g.chunk_bytes()) {
+            self.owner(chunk)
+                .send(IoJob::Trim {
+                    chunk,
+                    at,
+                    len,
+                    reply: tx.clone(),
+                })
+                .map_err(|_| stopped())?;
+            n += 1;
+        }
+        Self::gather(&rx, n, |t| t)
+    }
+
+    /// Makes every write completed before the call durable: each member flushes. The AMT
+    /// and HGMT need nothing, since recovery rebuilds them from the OOB tags (§5.4).
+    pub fn flush(&self) -> Result<TimeNs, DeviceError> {
+        let (tx, rx) = unbounded();
+        for (i, agent) in self.agents.iter().enumerate() {
+            agent
+                .send(AgentOp::Submit {
+                    opcode: Opcode::Flush,
+                    lba: 0,
+                    sectors: 0,
+                    data: Vec::new(),
+                    tags: None,
+                    flags: CommandFlags::default(),
+                    read_tags: false,
+                    reply: tx.clone(),
+                    tag: i,
+                })
+                .map_err(|_| stopped())?;
+        }
+        let mut done = 0;
+        let mut error = None;
+        for _ in 0..self.agents.len() {
+            match rx.recv() {
+                Ok(r) => match r.result {
+                    Ok(d) => done = done.max(d.completion.done_ns),
+                    Err(e) => {
+                        error.get_or_insert(e);
+                    }
+                },
+                Err(_) => {
+                    error.get_or_insert_with(stopped);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
+    fn take_running(&self) -> Result<Running<D>, DeviceError> {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(stopped)
+    }
+
+    /// Stops the engine once every request sent so far is done and hands back the single-
+    /// owner engine, with its tables whole (the daemon has handled every report).
+    pub fn stop(&self) -> Result<ScalaAfa<D>, DeviceError> {
+        let run = self.take_running()?;
+        for j in &self.jobs {
+            let _ = j.send(IoJob::Stop);
+        }
+        let ends: Vec<IoThreadEnd> = run
+            .io
+            .into_iter()
+            .map(|h| h.join().map_err(|_| panicked("an I/O thread")))
+            .collect::<Result<_, _>>()?;
+        let _ = run.to_daemon.send(ToManager::Stop { orderly: true });
+        let mut v = run.daemon.join().map_err(|_| panicked("the daemon"))?;
+        for a in &self.agents {
+            let _ = a.send(AgentOp::Stop);
+        }
+        let devices: Vec<D> = run
+            .agents
+            .into_iter()
+            .map(|h| h.join().map_err(|_| panicked("a member's thread")))
+            .collect::<Result<_, _>>()?;
+        drop(run.controls);
+        let remote = v.remote.take();
+        let threads = self.g.threads;
+        let mut ends = ends;
+        // GC moves the threads had not taken when they ended, in the order they were made:
+        // those still in a thread's channel, then those the daemon held back at the stop.
+        let late = remote.iter().flat_map(|r| r.moved.iter().copied());
+        let queued: Vec<(u32, u32, u32)> = ends
+            .iter()
+            .flat_map(|e| e.control.try_iter())
+            .filter_map(|c| match c {
+                Control::Moved { chunk, from, to } => Some((chunk, from, to)),
+                _ => None,
+            })
+            .collect();
+        for (chunk, from, to) in queued.into_iter().chain(late) {
+            let e = &mut ends[chunk as usize % threads].amt[chunk as usize / threads];
+            if *e == from {
+                *e = to;
+            }
+        }
+        for (t, end) in ends.into_iter().enumerate() {
+            // The daemon's tables come from the threads' reports, so they must agree.
+            let mine = (t..v.amt.len()).step_by(threads);
+            if end.open != v.open[t] || mine.zip(&end.amt).any(|(c, &a)| v.amt[c] != a) {
+                return Err(DeviceError::Medium(format!(
+                    "I/O thread {t}'s AMT disagrees with the daemon's at the stop"
+                )));
+            }
+            v.threads[t] = end.heroes;
+        }
+        if let Some(r) = &remote {
+            v.clock = r.clock.load(Ordering::Relaxed);
+        }
+        let (v, _, _) = v.split_members();
+        let mut v = v.with_devices(devices);
+        v.spares = run.spares;
+        match remote.and_then(|r| r.error) {
+            Some(e) => Err(e),
+            None => Ok(v),
+        }
+    }
+
+    /// Stops every thread at once, as a crash would: queued requests fail, the daemon's
+    /// tables are dropped, and the member devices are handed back as they are (for
+    /// recovery tests).
+    pub fn crash(&self) -> Result<Vec<D>, DeviceError> {
+        let run = self.take_running()?;
+        for c in &run.controls {
+            let _ = c.send(Control::Stop);
+        }
+        for h in run.io {
+            h.join().map_err(|_| panicked("an I/O thread"))?;
+        }
+        let _ = run.to_daemon.send(ToManager::Stop { orderly: false });
+        run.daemon.join().map_err(|_| panicked("the daemon"))?;
+        for a in &self.agents {
+            let _ = a.send(AgentOp::Stop);
+        }
+        run.agents
+            .into_iter()
+            .map(|h| h.join().map_err(|_| panicked("a member's thread")))
+            .collect()
+    }
+}
+
+fn panicked(who: &str) -> DeviceError {
+    DeviceError::Medium(format!("{who} of the ScalaAFA engine panicked"))
+}
