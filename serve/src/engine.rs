@@ -16,6 +16,9 @@
 //! switch waits for a core; that made unpaced serving several times slower than nbdkit
 //! whenever anything else ran. Only idle-time device work (`background`) runs on a thread
 //! of its own, once the volume has been quiet for `IDLE_QUIET_NS`.
+//!
+//! A volume that does its own concurrency (a [`crate::SharedVolume`]) has no engine that
+//! owns it: see the `shared` module for how it is applied and paced.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
@@ -220,8 +223,9 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 }
                 Ok(done)
             }
-            // `check_request` refuses a disconnect, which has no reply.
-            Request::Disconnect => unreachable!("check_request refuses NBD_CMD_DISC"),
+            // `check_request` has refused it already; answering again keeps a server
+            // thread from ever panicking over a request.
+            Request::Disconnect => Err(disconnect_failure()),
         }
     }
 
@@ -425,12 +429,7 @@ pub(crate) fn check_request(
         Request::Trim { offset, length, .. } => ("trim", offset, length),
         Request::WriteZeroes { offset, length, .. } => ("write-zeroes", offset, length),
         Request::Flush => return Ok(()),
-        Request::Disconnect => {
-            return Err(Failure {
-                errno: EINVAL,
-                message: "NBD_CMD_DISC has no reply".into(),
-            })
-        }
+        Request::Disconnect => return Err(disconnect_failure()),
     };
     if !in_range(offset, length) {
         return Err(out_of_range(what, offset, length, size_bytes));
@@ -442,6 +441,15 @@ pub(crate) fn check_request(
         });
     }
     Ok(())
+}
+
+/// The answer to NBD_CMD_DISC, should one ever reach a volume: it ends the connection and
+/// has no reply of its own.
+pub(crate) fn disconnect_failure() -> Failure {
+    Failure {
+        errno: EINVAL,
+        message: "NBD_CMD_DISC has no reply".into(),
+    }
 }
 
 /// Cuts or grows a recycled buffer to a read's `length` without zeroing what the read

@@ -19,8 +19,9 @@ use afa_ssd::{DeviceError, DeviceInfo, Opcode};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::{
-    check_request, device_failure, post, refuse_inline, send_outbox, size_read_buffer,
-    write_zeroes_in_pieces, Due, EngineStats, Failure, InlineJob, Job, Outbox, Pace, Place, Reply,
+    check_request, device_failure, disconnect_failure, post, refuse_inline, send_outbox,
+    size_read_buffer, write_zeroes_in_pieces, Due, EngineStats, Failure, InlineJob, Job, Outbox,
+    Pace, Place, Reply,
 };
 use crate::proto::Request;
 use crate::ServeError;
@@ -301,8 +302,9 @@ impl SharedEngine {
                 };
                 self.flush_if(fua, done)
             }
-            // `check_request` refuses a disconnect, which has no reply.
-            Request::Disconnect => unreachable!("check_request refuses NBD_CMD_DISC"),
+            // `check_request` has refused it already; answering again keeps a connection
+            // thread from ever panicking over a request.
+            Request::Disconnect => Err(disconnect_failure()),
         }
     }
 
