@@ -954,8 +954,9 @@ impl InlineEngine {
     }
 }
 
-/// The running engine: its thread and the channel to it (paced), the shared engine and its
-/// idle thread (unpaced), or a shared volume's engine.
+/// The running engine: for a device, its thread and the channel to it (paced) or the
+/// locked inline engine and its idle thread (unpaced); for a shared volume, its pacer
+/// thread (paced) or no thread at all (unpaced).
 #[derive(Debug)]
 pub struct EngineHandle {
     kind: HandleKind,
