@@ -16,6 +16,9 @@
 //! switch waits for a core; that made unpaced serving several times slower than nbdkit
 //! whenever anything else ran. Only idle-time device work (`background`) runs on a thread
 //! of its own, once the volume has been quiet for `IDLE_QUIET_NS`.
+//!
+//! A volume that does its own concurrency (a [`crate::SharedVolume`]) has no engine that
+//! owns it: see the `shared` module for how it is applied and paced.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
@@ -29,6 +32,7 @@ use afa_ssd::{BlockDevice, Command, DeviceError, DeviceInfo, Opcode, ReadBuffers
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::proto::{Request, EINVAL, EIO, ENOSPC, ESHUTDOWN};
+use crate::shared::{SharedEngine, SharedHandle, SharedVolume};
 use crate::ServeError;
 
 /// How replies are timed.
@@ -174,44 +178,13 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         payload: Option<&[u8]>,
     ) -> Result<TimeNs, Failure> {
         let data: &[u8] = payload.unwrap_or(buf);
-        let size = self.size_bytes();
-        let in_range = |offset: u64, length: u32| {
-            offset
-                .checked_add(length as u64)
-                .is_some_and(|end| end <= size)
-        };
+        check_request(request, self.size_bytes(), data.len())?;
         match *request {
             Request::Read { offset, length } => {
-                if !in_range(offset, length) {
-                    return Err(out_of_range("read", offset, length, size));
-                }
-                // A recycled buffer is cut or grown to size without zeroing what the read
-                // overwrites anyway.
-                let length = length as usize;
-                if buf.len() >= length {
-                    buf.truncate(length);
-                } else {
-                    buf.resize(length, 0);
-                }
+                size_read_buffer(buf, length);
                 self.read_bytes(now_ns, offset, buf)
             }
-            Request::Write {
-                offset,
-                length,
-                fua,
-            } => {
-                if !in_range(offset, length) {
-                    return Err(out_of_range("write", offset, length, size));
-                }
-                if data.len() != length as usize {
-                    return Err(Failure {
-                        errno: EINVAL,
-                        message: format!(
-                            "write of {length} bytes came with {} payload bytes",
-                            data.len()
-                        ),
-                    });
-                }
+            Request::Write { offset, fua, .. } => {
                 let mut done = self.write_bytes(now_ns, offset, data)?;
                 if fua {
                     done = done.max(self.flush(now_ns)?);
@@ -224,9 +197,6 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 length,
                 fua,
             } => {
-                if !in_range(offset, length) {
-                    return Err(out_of_range("trim", offset, length, size));
-                }
                 // TRIM is advisory: only whole sectors inside the range are deallocated,
                 // the partial sectors at its edges are left as they are.
                 let mut done = self.trim_whole_sectors(now_ns, offset, length)?;
@@ -241,9 +211,6 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 fua,
                 no_hole,
             } => {
-                if !in_range(offset, length) {
-                    return Err(out_of_range("write-zeroes", offset, length, size));
-                }
                 let mut done = if no_hole {
                     self.write_zeroes(now_ns, offset, length as u64)?
                 } else {
@@ -256,10 +223,9 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 }
                 Ok(done)
             }
-            Request::Disconnect => Err(Failure {
-                errno: EINVAL,
-                message: "NBD_CMD_DISC has no reply".into(),
-            }),
+            // `check_request` has refused it already; answering again keeps a server
+            // thread from ever panicking over a request.
+            Request::Disconnect => Err(disconnect_failure()),
         }
     }
 
@@ -276,7 +242,7 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         self.device
             .submit(now_ns, cmd, out)
             .map(|c| c.done_ns)
-            .map_err(|e| device_failure(cmd, &e))
+            .map_err(|e| device_failure(cmd.opcode, Place::Sector(cmd.lba), &e))
     }
 
     /// Reads whole sectors `lba..lba + buf.len() / sector` in device-sized chunks.
@@ -417,15 +383,83 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         offset: u64,
         length: u64,
     ) -> Result<TimeNs, Failure> {
-        let zeros = vec![0u8; length.min(ZERO_CHUNK_BYTES) as usize];
-        let mut done = now_ns;
-        let mut at = offset;
-        while at < offset + length {
-            let n = (offset + length - at).min(ZERO_CHUNK_BYTES);
-            done = done.max(self.write_bytes(now_ns, at, &zeros[..n as usize])?);
-            at += n;
-        }
-        Ok(done)
+        write_zeroes_in_pieces(now_ns, offset, length, |at, zeros| {
+            self.write_bytes(now_ns, at, zeros)
+        })
+    }
+}
+
+/// Writes `length` zero bytes from `offset` with `write`, in pieces of at most
+/// `ZERO_CHUNK_BYTES` from one zeroed buffer, so a 4 GiB request does not allocate 4 GiB.
+/// Returns the latest completion time, and `now_ns` when there is nothing to write.
+pub(crate) fn write_zeroes_in_pieces(
+    now_ns: TimeNs,
+    offset: u64,
+    length: u64,
+    mut write: impl FnMut(u64, &[u8]) -> Result<TimeNs, Failure>,
+) -> Result<TimeNs, Failure> {
+    let zeros = vec![0u8; length.min(ZERO_CHUNK_BYTES) as usize];
+    let mut done = now_ns;
+    let mut at = offset;
+    while at < offset + length {
+        let n = (offset + length - at).min(ZERO_CHUNK_BYTES);
+        done = done.max(write(at, &zeros[..n as usize])?);
+        at += n;
+    }
+    Ok(done)
+}
+
+/// Checks what a request asks against an export of `size_bytes`: its range must lie
+/// inside the export and a write must come with exactly its payload. Devices and shared
+/// volumes are checked by this one function, so both answer the same requests with the
+/// same errors.
+pub(crate) fn check_request(
+    request: &Request,
+    size_bytes: u64,
+    payload_bytes: usize,
+) -> Result<(), Failure> {
+    let in_range = |offset: u64, length: u32| {
+        offset
+            .checked_add(length as u64)
+            .is_some_and(|end| end <= size_bytes)
+    };
+    let (what, offset, length) = match *request {
+        Request::Read { offset, length } => ("read", offset, length),
+        Request::Write { offset, length, .. } => ("write", offset, length),
+        Request::Trim { offset, length, .. } => ("trim", offset, length),
+        Request::WriteZeroes { offset, length, .. } => ("write-zeroes", offset, length),
+        Request::Flush => return Ok(()),
+        Request::Disconnect => return Err(disconnect_failure()),
+    };
+    if !in_range(offset, length) {
+        return Err(out_of_range(what, offset, length, size_bytes));
+    }
+    if matches!(request, Request::Write { .. }) && payload_bytes != length as usize {
+        return Err(Failure {
+            errno: EINVAL,
+            message: format!("write of {length} bytes came with {payload_bytes} payload bytes"),
+        });
+    }
+    Ok(())
+}
+
+/// The answer to NBD_CMD_DISC, should one ever reach a volume: it ends the connection and
+/// has no reply of its own.
+pub(crate) fn disconnect_failure() -> Failure {
+    Failure {
+        errno: EINVAL,
+        message: "NBD_CMD_DISC has no reply".into(),
+    }
+}
+
+/// Cuts or grows a recycled buffer to a read's `length` without zeroing what the read
+/// overwrites anyway.
+pub(crate) fn size_read_buffer(buf: &mut Vec<u8>, length: u32) {
+    let length = length as usize;
+    if buf.len() >= length {
+        buf.truncate(length);
+    } else {
+        buf.resize(length, 0);
     }
 }
 
@@ -438,8 +472,18 @@ fn out_of_range(what: &str, offset: u64, length: u32, size: u64) -> Failure {
     }
 }
 
-/// Maps a device error onto the protocol's errno values, keeping its message.
-fn device_failure(cmd: &Command<'_>, e: &DeviceError) -> Failure {
+/// Where a failed command was aimed, for its message: a device counts in sectors, a
+/// shared volume in bytes, and a flush of a volume has no place at all.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place {
+    Sector(u64),
+    Byte(u64),
+    Whole,
+}
+
+/// Maps a device's or a volume's error onto the protocol's errno values, keeping its
+/// message, so both kinds of volume fail a request with the same errno.
+pub(crate) fn device_failure(op: Opcode, place: Place, e: &DeviceError) -> Failure {
     let errno = match e {
         DeviceError::OutOfRange { .. } | DeviceError::TooLarge { .. } => EINVAL,
         DeviceError::NoSpace { .. } => ENOSPC,
@@ -449,24 +493,26 @@ fn device_failure(cmd: &Command<'_>, e: &DeviceError) -> Failure {
         | DeviceError::PayloadLength { .. }
         | DeviceError::TagLength { .. } => EIO,
     };
-    let op = match cmd.opcode {
+    let op = match op {
         Opcode::Read => "read",
         Opcode::Write => "write",
         Opcode::Trim => "trim",
         Opcode::Flush => "flush",
     };
-    Failure {
-        errno,
-        message: format!("device {op} at sector {} failed: {e}", cmd.lba),
-    }
+    let message = match place {
+        Place::Sector(lba) => format!("device {op} at sector {lba} failed: {e}"),
+        Place::Byte(offset) => format!("volume {op} at byte {offset} failed: {e}"),
+        Place::Whole => format!("volume {op} failed: {e}"),
+    };
+    Failure { errno, message }
 }
 
 /// A reply waiting for its wall-clock time, ordered by (due time, arrival sequence).
-struct Due {
-    due_ns: TimeNs,
-    seq: u64,
-    reply: Reply,
-    reply_to: Sender<Vec<Reply>>,
+pub(crate) struct Due {
+    pub(crate) due_ns: TimeNs,
+    pub(crate) seq: u64,
+    pub(crate) reply: Reply,
+    pub(crate) reply_to: Sender<Vec<Reply>>,
 }
 
 impl PartialEq for Due {
@@ -515,7 +561,7 @@ struct Engine<D: BlockDevice + ?Sized> {
     background_armed: bool,
     /// Replies ready to go, grouped by connection, sent together after each burst so a
     /// connection's writer wakes once per burst.
-    outbox: Vec<(Sender<Vec<Reply>>, Vec<Reply>)>,
+    outbox: Outbox,
     stats: EngineStats,
 }
 
@@ -744,22 +790,11 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
 
     /// Queues a reply in the outbox, with the others for the same connection.
     fn post(&mut self, to: Sender<Vec<Reply>>, reply: Reply) {
-        match self
-            .outbox
-            .iter_mut()
-            .rev()
-            .find(|(s, _)| s.same_channel(&to))
-        {
-            Some((_, replies)) => replies.push(reply),
-            None => self.outbox.push((to, vec![reply])),
-        }
+        post(&mut self.outbox, to, reply);
     }
 
     fn send_outbox(&mut self) {
-        for (to, replies) in self.outbox.drain(..) {
-            // A connection that went away dropped its receiver; its replies are moot.
-            let _ = to.send(replies);
-        }
+        send_outbox(&mut self.outbox);
     }
 
     /// Gives the device its idle-time work when it asked for it (or after new requests).
@@ -775,6 +810,26 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
             .exec
             .background(now)
             .map(|t| t.max(now + MIN_BACKGROUND_GAP_NS));
+    }
+}
+
+/// Replies ready to go, grouped by connection, so a connection's writer wakes once per
+/// group rather than once per reply.
+pub(crate) type Outbox = Vec<(Sender<Vec<Reply>>, Vec<Reply>)>;
+
+/// Queues a reply in the outbox, with the others for the same connection.
+pub(crate) fn post(outbox: &mut Outbox, to: Sender<Vec<Reply>>, reply: Reply) {
+    match outbox.iter_mut().rev().find(|(s, _)| s.same_channel(&to)) {
+        Some((_, replies)) => replies.push(reply),
+        None => outbox.push((to, vec![reply])),
+    }
+}
+
+/// Sends every group in the outbox to its connection and empties it.
+pub(crate) fn send_outbox(outbox: &mut Outbox) {
+    for (to, replies) in outbox.drain(..) {
+        // A connection that went away dropped its receiver; its replies are moot.
+        let _ = to.send(replies);
     }
 }
 
@@ -899,20 +954,40 @@ impl InlineEngine {
     }
 }
 
-/// The running engine: its thread and the channel to it (paced), or the shared engine and
-/// its idle thread (unpaced).
+/// The running engine: for a device, its thread and the channel to it (paced) or the
+/// locked inline engine and its idle thread (unpaced); for a shared volume, its pacer
+/// thread (paced) or no thread at all (unpaced).
 #[derive(Debug)]
 pub struct EngineHandle {
-    tx: Sender<Message>,
-    thread: Option<JoinHandle<EngineStats>>,
-    inline: Option<Arc<InlineEngine>>,
+    kind: HandleKind,
+}
+
+#[derive(Debug)]
+enum HandleKind {
+    /// A device owned by the engine: `tx` reaches the engine thread (paced) or the idle
+    /// thread (unpaced), and `thread` is that thread until it is stopped.
+    Device {
+        tx: Sender<Message>,
+        thread: Option<JoinHandle<EngineStats>>,
+        inline: Option<Arc<InlineEngine>>,
+    },
+    /// A volume that does its own concurrency, applied by the connection threads.
+    Shared(SharedHandle),
 }
 
 /// What connections hold to submit jobs.
 #[derive(Debug, Clone)]
 pub struct EngineSender {
-    tx: Sender<Message>,
-    inline: Option<Arc<InlineEngine>>,
+    kind: SenderKind,
+}
+
+#[derive(Debug, Clone)]
+enum SenderKind {
+    Device {
+        tx: Sender<Message>,
+        inline: Option<Arc<InlineEngine>>,
+    },
+    Shared(Arc<SharedEngine>),
 }
 
 impl std::fmt::Debug for InlineEngine {
@@ -923,12 +998,16 @@ impl std::fmt::Debug for InlineEngine {
 
 impl EngineSender {
     /// Queues a burst of jobs for the engine thread; gives them back when the engine has
-    /// stopped.
+    /// stopped. A shared volume has no engine thread: the calling thread applies the jobs
+    /// itself and hands their replies to the pacer, which sends each at its time.
     pub fn submit(&self, jobs: Vec<Job>) -> Result<(), Vec<Job>> {
-        self.tx.send(Message::Jobs(jobs)).map_err(|e| match e.0 {
-            Message::Jobs(jobs) => jobs,
-            Message::Shutdown => Vec::new(),
-        })
+        match &self.kind {
+            SenderKind::Device { tx, .. } => tx.send(Message::Jobs(jobs)).map_err(|e| match e.0 {
+                Message::Jobs(jobs) => jobs,
+                Message::Shutdown => Vec::new(),
+            }),
+            SenderKind::Shared(shared) => shared.submit(jobs),
+        }
     }
 
     /// Unpaced engines only: applies a burst of jobs on the calling thread, writes taking
@@ -936,15 +1015,21 @@ impl EngineSender {
     /// replies wait for the wall clock and so go through [`EngineSender::submit`], refuses
     /// every job (a wiring mistake, answered as a shutdown).
     pub fn apply(&self, jobs: Vec<InlineJob>, burst: &[u8]) -> Vec<Reply> {
-        match &self.inline {
-            Some(inline) => inline.apply(jobs, burst),
-            None => jobs.into_iter().map(refuse_inline).collect(),
+        match &self.kind {
+            SenderKind::Device {
+                inline: Some(inline),
+                ..
+            } => inline.apply(jobs, burst),
+            SenderKind::Device { inline: None, .. } => {
+                jobs.into_iter().map(refuse_inline).collect()
+            }
+            SenderKind::Shared(shared) => shared.apply(jobs, burst),
         }
     }
 }
 
 /// The reply to a job the engine cannot take because it has stopped.
-fn refuse_inline(job: InlineJob) -> Reply {
+pub(crate) fn refuse_inline(job: InlineJob) -> Reply {
     Reply {
         handle: job.handle,
         read_offset: None,
@@ -1006,60 +1091,84 @@ impl EngineHandle {
                 .name("afa-engine-idle".into())
                 .spawn(move || idle.idle_loop(rx))
                 .map_err(ServeError::Thread)?;
-            return Ok((
-                Self {
-                    tx: wake,
-                    thread: Some(thread),
-                    inline: Some(inline),
-                },
-                info,
-            ));
+            let kind = HandleKind::Device {
+                tx: wake,
+                thread: Some(thread),
+                inline: Some(inline),
+            };
+            return Ok((Self { kind }, info));
         }
         let (tx, rx) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("afa-engine".into())
             .spawn(move || engine.run(rx))
             .map_err(ServeError::Thread)?;
-        Ok((
-            Self {
-                tx,
-                thread: Some(thread),
-                inline: None,
-            },
-            info,
-        ))
+        let kind = HandleKind::Device {
+            tx,
+            thread: Some(thread),
+            inline: None,
+        };
+        Ok((Self { kind }, info))
+    }
+
+    /// Starts serving a volume that does its own concurrency. Connection threads apply
+    /// requests to it directly, many at once and with no lock of the server's; paced, a
+    /// pacer thread holds each reply until the volume's clock says it is complete.
+    pub fn spawn_shared(
+        volume: Arc<dyn SharedVolume>,
+        pace: Pace,
+    ) -> Result<(Self, DeviceInfo), ServeError> {
+        let (handle, info) = SharedHandle::spawn(volume, pace)?;
+        let kind = HandleKind::Shared(handle);
+        Ok((Self { kind }, info))
     }
 
     pub fn sender(&self) -> EngineSender {
-        EngineSender {
-            tx: self.tx.clone(),
-            inline: self.inline.clone(),
-        }
+        let kind = match &self.kind {
+            HandleKind::Device { tx, inline, .. } => SenderKind::Device {
+                tx: tx.clone(),
+                inline: inline.clone(),
+            },
+            HandleKind::Shared(handle) => SenderKind::Shared(handle.engine()),
+        };
+        EngineSender { kind }
     }
 
-    /// Stops the engine after it has answered every queued job and flushed the device.
+    /// Stops the engine after it has answered every queued job and flushed the device (or
+    /// shut the shared volume down).
     pub fn stop(mut self) -> EngineStats {
         self.stop_inner()
     }
 
     fn stop_inner(&mut self) -> EngineStats {
-        // Unpaced, the channel is the idle thread's one-message wake-up slot; the send
-        // blocks until the thread has taken what is in it.
-        let _ = self.tx.send(Message::Shutdown);
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(stats)) => stats,
-            Some(Err(_)) => {
-                crate::log("the engine thread panicked");
-                EngineStats::default()
+        match &mut self.kind {
+            HandleKind::Device { tx, thread, .. } => {
+                // Unpaced, the channel is the idle thread's one-message wake-up slot; the
+                // send blocks until the thread has taken what is in it.
+                let _ = tx.send(Message::Shutdown);
+                match thread.take().map(JoinHandle::join) {
+                    Some(Ok(stats)) => stats,
+                    Some(Err(_)) => {
+                        crate::log("the engine thread panicked");
+                        EngineStats::default()
+                    }
+                    None => EngineStats::default(),
+                }
             }
-            None => EngineStats::default(),
+            HandleKind::Shared(handle) => handle.stop(),
         }
     }
 }
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        // Stopping twice would call the shared volume's `shutdown` twice, so only an engine
+        // that is still running is stopped here.
+        let running = match &self.kind {
+            HandleKind::Device { thread, .. } => thread.is_some(),
+            HandleKind::Shared(handle) => handle.is_running(),
+        };
+        if running {
             self.stop_inner();
         }
     }

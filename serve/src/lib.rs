@@ -5,6 +5,8 @@
 //! - [`session`]: one connection's loops over any byte stream.
 //! - [`engine`]: the thread that owns the device and paces replies in wall-clock time.
 //! - [`server`]: the listener (TCP or unix socket) and the connection threads.
+//! - [`SharedVolume`]: a volume that does its own concurrency, which connection threads
+//!   apply requests to directly, with no lock of the server's.
 //! - [`MemDevice`] and [`FileDevice`]: devices for serve mode besides the emulated SSD;
 //!   [`StateDir`] keeps file-backed members across restarts, and [`FileNvram`] an
 //!   engine's battery-backed host memory.
@@ -18,6 +20,7 @@ mod nvram;
 pub mod proto;
 pub mod server;
 pub mod session;
+mod shared;
 mod state;
 
 pub use engine::{EngineStats, Executor, Pace};
@@ -25,6 +28,7 @@ pub use file::{FileDevice, FileDeviceError};
 pub use mem::MemDevice;
 pub use nvram::FileNvram;
 pub use server::{ListenAddr, RunningServer, ServeConfig, Server, DEFAULT_PORT};
+pub use shared::SharedVolume;
 pub use state::{MemberHealth, MemberRecord, StateDir};
 
 /// Why serve mode could not start.

@@ -22,7 +22,7 @@ use crate::session::{
     handshake, read_requests, rejected_reply, write_reply, BurstBuffer, BurstReader, End, Incoming,
     Parsed, SessionError,
 };
-use crate::{log, ServeError};
+use crate::{log, ServeError, SharedVolume};
 
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +206,24 @@ impl Server {
         config: ServeConfig,
         device: Box<dyn afa_ssd::BlockDevice + Send>,
     ) -> Result<Self, ServeError> {
+        Self::bind_with(config, |pace| EngineHandle::spawn(device, pace))
+    }
+
+    /// Binds the listener and serves `volume`, which does its own concurrency: connection
+    /// threads apply requests to it directly, many at once, with no lock of the server's.
+    pub fn bind_shared(
+        config: ServeConfig,
+        volume: Arc<dyn SharedVolume>,
+    ) -> Result<Self, ServeError> {
+        Self::bind_with(config, |pace| EngineHandle::spawn_shared(volume, pace))
+    }
+
+    /// Checks the configuration, binds the listener and starts the engine with `start`,
+    /// which both kinds of volume share so that they are served alike.
+    fn bind_with(
+        config: ServeConfig,
+        start: impl FnOnce(Pace) -> Result<(EngineHandle, afa_ssd::DeviceInfo), ServeError>,
+    ) -> Result<Self, ServeError> {
         if config.max_connections == 0 {
             return Err(ServeError::Config(
                 "max_connections must be at least 1".into(),
@@ -243,7 +261,7 @@ impl Server {
                 )
             }
         };
-        let (engine, info) = EngineHandle::spawn(device, config.pace)?;
+        let (engine, info) = start(config.pace)?;
         let export = ExportInfo {
             name: config.export_name.clone(),
             description: config.description.clone(),

@@ -635,3 +635,113 @@ fn stopping_answers_held_requests_within_the_queue_depth() {
     let max = max.load(Ordering::SeqCst);
     assert!(max <= 4, "{max} outstanding with queue depth 4");
 }
+
+/// A RAM volume for the shared engine that counts its calls, and those after `shutdown`.
+struct CountingVolume {
+    bytes: std::sync::Mutex<Vec<u8>>,
+    epoch: std::time::Instant,
+    calls: AtomicU64,
+    shutdowns: AtomicU64,
+}
+
+impl crate::SharedVolume for CountingVolume {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            sector_bytes: 512,
+            capacity_sectors: 64,
+            payload_unit_bytes: 512,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 4,
+            max_transfer_sectors: 64,
+        }
+    }
+    fn epoch(&self) -> std::time::Instant {
+        self.epoch
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let bytes = self.bytes.lock().unwrap();
+        out.copy_from_slice(&bytes[offset as usize..offset as usize + out.len()]);
+        Ok(0)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<TimeNs, DeviceError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut bytes = self.bytes.lock().unwrap();
+        bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        Ok(0)
+    }
+    fn trim(&self, offset: u64, length: u64) -> Result<TimeNs, DeviceError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.bytes.lock().unwrap()[offset as usize..(offset + length) as usize].fill(0);
+        Ok(0)
+    }
+    fn flush(&self) -> Result<TimeNs, DeviceError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
+    }
+    fn shutdown(&self) -> Result<(), DeviceError> {
+        self.shutdowns.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Once stopped, a shared engine refuses what connections still send (unpaced with
+/// ESHUTDOWN, paced by giving the jobs back) without calling the volume, and dropping the
+/// handle after `stop` does not shut the volume down a second time.
+#[test]
+fn a_stopped_shared_engine_refuses_requests_without_calling_the_volume() {
+    for pace in [Pace::None, Pace::Model] {
+        let volume = Arc::new(CountingVolume {
+            bytes: std::sync::Mutex::new(vec![0; 64 * 512]),
+            epoch: std::time::Instant::now(),
+            calls: AtomicU64::new(0),
+            shutdowns: AtomicU64::new(0),
+        });
+        let (engine, info) = EngineHandle::spawn_shared(volume.clone(), pace).unwrap();
+        assert_eq!(info.capacity_sectors, 64);
+        let tx = engine.sender();
+        let write = Request::Write {
+            offset: 0,
+            length: 512,
+            fua: false,
+        };
+        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+        let job = |handle| Job {
+            handle,
+            request: write,
+            data: vec![1; 512],
+            reply_to: reply_tx.clone(),
+            credits: 1,
+        };
+        let inline = |handle| InlineJob {
+            handle,
+            request: write,
+            buf: Vec::new(),
+            payload: 0..512,
+        };
+        match pace {
+            Pace::None => {
+                let replies = tx.apply(vec![inline(1)], &[1; 512]);
+                assert_eq!(replies[0].result, Ok(()));
+            }
+            Pace::Model => {
+                tx.submit(vec![job(1)]).unwrap();
+                let replies = reply_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                assert_eq!(replies[0].result, Ok(()));
+            }
+        }
+        let stats = engine.stop();
+        assert_eq!((stats.requests, stats.write_bytes), (1, 512));
+        assert_eq!(volume.shutdowns.load(Ordering::SeqCst), 1);
+        let calls = volume.calls.load(Ordering::SeqCst);
+        let replies = tx.apply(vec![inline(2)], &[2; 512]);
+        assert_eq!(
+            replies[0].result.as_ref().unwrap_err().errno,
+            crate::proto::ESHUTDOWN
+        );
+        let refused = tx.submit(vec![job(3)]).unwrap_err();
+        assert_eq!(refused[0].handle, 3);
+        assert_eq!(volume.calls.load(Ordering::SeqCst), calls, "{pace:?}");
+        assert_eq!(volume.shutdowns.load(Ordering::SeqCst), 1, "{pace:?}");
+    }
+}
