@@ -5,6 +5,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use afa_array::{
@@ -14,7 +15,8 @@ use afa_array::{
 use afa_nand::PayloadMode;
 use afa_ox::{FlashImage, OxServedDevice};
 use afa_serve::{
-    FileDevice, FileNvram, ListenAddr, MemberRecord, Pace, ServeConfig, Server, StateDir,
+    FileDevice, FileNvram, ListenAddr, MemberRecord, Pace, ServeConfig, Server, SharedVolume,
+    StateDir,
 };
 use afa_sim::TimeNs;
 use afa_ssd::{
@@ -162,12 +164,57 @@ impl BlockDevice for ArrayDevice {
     }
 }
 
-/// A built volume: the device, a description for clients and logs, and the state
-/// directory's lock (held as long as the volume lives).
+/// A built volume: what the server drives, a description for clients and logs, and the
+/// state directory's lock (held as long as the volume lives).
 pub struct Volume {
-    pub device: Box<dyn BlockDevice + Send>,
+    pub served: Served,
     pub description: String,
     pub state: Option<StateDir>,
+}
+
+/// How the server drives a volume.
+pub enum Served {
+    /// One device, applied by the server's engine (behind its lock, or on its thread).
+    Device(Box<dyn BlockDevice + Send>),
+    /// A volume that runs threads of its own and takes requests from many at once:
+    /// ScalaAFA, whose I/O threads, daemon and members run on OS threads (§5.2).
+    Shared(Arc<dyn SharedVolume>),
+}
+
+impl Served {
+    fn device(device: impl BlockDevice + Send + 'static) -> Self {
+        Served::Device(Box::new(device))
+    }
+
+    #[cfg(test)]
+    fn info(&self) -> DeviceInfo {
+        match self {
+            Served::Device(d) => d.info(),
+            Served::Shared(v) => v.info(),
+        }
+    }
+}
+
+/// Serves ScalaAFA on its own threads, or, when it cannot run there (a member failed or
+/// failures scheduled), as one device `fallback` wraps.
+fn scalaafa_served<D, F>(engine: ScalaAfa<D>, fallback: F) -> Served
+where
+    D: BlockDevice + Send + std::fmt::Debug + 'static,
+    F: FnOnce(ScalaAfa<D>) -> Served,
+{
+    match engine.into_threads() {
+        Ok(threads) => {
+            eprintln!(
+                "afa serve: ScalaAFA runs {} I/O threads, its daemon and a thread per member",
+                threads.io_threads()
+            );
+            Served::Shared(Arc::new(threads))
+        }
+        Err((engine, why)) => {
+            eprintln!("afa serve: ScalaAFA runs on the server's engine thread: {why}");
+            fallback(*engine)
+        }
+    }
 }
 
 fn engine_name(choice: &EngineChoice, level: afa_array::Level) -> String {
@@ -194,7 +241,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let Some(array_cfg) = &cfg.array else {
             let device = Ssd::new(ssd, seed).map_err(|e| e.to_string())?;
             return Ok(Volume {
-                device: Box::new(device),
+                served: Served::device(device),
                 description: "afa: one emulated SSD in memory".into(),
                 state: None,
             });
@@ -207,8 +254,15 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             engine_name(&spec.choice, spec.engine.level),
             spec.engine.members
         );
+        let served = match volume {
+            ArrayVolume::ScalaAfa(engine) => scalaafa_served(*engine, |engine| {
+                let volume = ArrayVolume::ScalaAfa(Box::new(engine));
+                Served::device(ArrayDevice { volume, info })
+            }),
+            volume => Served::device(ArrayDevice { volume, info }),
+        };
         return Ok(Volume {
-            device: Box::new(ArrayDevice { volume, info }),
+            served,
             description,
             state: None,
         });
@@ -232,7 +286,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         )
         .map_err(|e| e.to_string())?;
         return Ok(Volume {
-            device: Box::new(device),
+            served: Served::device(device),
             description: format!("afa: one emulated SSD kept in {}", state_dir.display()),
             state: Some(state),
         });
@@ -374,7 +428,21 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 ),
             }
         }
-        return Ok(recorded(volume, state, record, &spec.failures, description));
+        // Failures, configured or recorded, are the single-owner engine's to apply and
+        // record; otherwise the engine runs on threads of its own.
+        if !spec.failures.is_empty() || lost_one.is_some() {
+            return Ok(recorded(volume, state, record, &spec.failures, description));
+        }
+        let dir = state.dir().to_path_buf();
+        let failures = spec.failures.clone();
+        let served = scalaafa_served(volume, move |volume| {
+            Served::device(RecordedFailures::new(volume, dir, record, &failures))
+        });
+        return Ok(Volume {
+            served,
+            description,
+            state: Some(state),
+        });
     }
     if let Some(two_phase) = two_phase {
         let engine_members = engine.members;
@@ -472,7 +540,7 @@ fn recorded<E: FailableEngine>(
 ) -> Volume {
     let dir = state.dir().to_path_buf();
     Volume {
-        device: Box::new(RecordedFailures::new(volume, dir, record, failures)),
+        served: Served::device(RecordedFailures::new(volume, dir, record, failures)),
         description,
         state: Some(state),
     }
@@ -490,7 +558,7 @@ fn build_ox_volume(
         let device = OxServedDevice::format(ox, seed, FlashImage::in_memory(ox))
             .map_err(|e| format!("ox: {e}"))?;
         return Ok(Volume {
-            device: Box::new(device),
+            served: Served::device(device),
             description: "afa: one OX SSD (OXBlock) in memory".into(),
             state: None,
         });
@@ -548,7 +616,7 @@ fn build_ox_volume(
         device
     };
     Ok(Volume {
-        device: Box::new(device),
+        served: Served::device(device),
         description,
         state: Some(state),
     })
@@ -631,7 +699,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // action (which would end the process without the final flush).
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot handle stop signals: {e}"))?;
-    let server = Server::bind(config, volume.device).map_err(|e| e.to_string())?;
+    let server = match volume.served {
+        Served::Device(device) => Server::bind(config, device),
+        Served::Shared(shared) => Server::bind_shared(config, shared),
+    }
+    .map_err(|e| e.to_string())?;
     // One line on stdout once the socket listens, so scripts and tests know when to start.
     println!(
         "serving {} ({} bytes, pace {}) at {}",
@@ -886,7 +958,10 @@ pub mod bench_serve {
         // write.
         let (cfg, _) = load_volume_config(None)?;
         let volume = build_volume(&cfg, None)?;
-        let afa_ssd = start_afa(volume.device, &volume.description, args.size_mib)?;
+        let Served::Device(device) = volume.served else {
+            return Err("the embedded default volume is one emulated SSD".into());
+        };
+        let afa_ssd = start_afa(device, &volume.description, args.size_mib)?;
         let kit = Nbdkit::start(args.size_mib)?;
         let jobs = [
             ("4k-randwrite-qd32", "randwrite", "4k"),
@@ -984,7 +1059,7 @@ mod tests {
     fn the_embedded_default_volume_builds_with_full_bytes() {
         let (cfg, _) = load_volume_config(None).unwrap();
         let volume = build_volume(&cfg, None).unwrap();
-        let info = volume.device.info();
+        let info = volume.served.info();
         assert_eq!(info.payload_unit_bytes, info.sector_bytes);
     }
 
@@ -1029,7 +1104,7 @@ mod tests {
         std::fs::write(&path, small).unwrap();
         let (cfg, _) = load_volume_config(Some(&path)).unwrap();
         let volume = build_volume(&cfg, None).unwrap();
-        let info = volume.device.info();
+        let info = volume.served.info();
         assert_eq!(info.payload_unit_bytes, info.sector_bytes);
         assert_eq!(info.capacity_sectors, 1000);
         for (extra, named) in [

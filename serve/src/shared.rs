@@ -476,3 +476,32 @@ fn pace_replies(epoch: Instant, rx: &Receiver<PacerMessage>) {
     }
     send_outbox(&mut outbox);
 }
+
+/// ScalaAFA running on threads of its own (its I/O threads, daemon and members, §5.2):
+/// requests go straight to the owners of their chunks.
+impl<D: afa_ssd::BlockDevice + Send + 'static> SharedVolume for afa_array::ThreadedScalaAfa<D> {
+    fn info(&self) -> DeviceInfo {
+        afa_array::ThreadedScalaAfa::info(self)
+    }
+    fn epoch(&self) -> Instant {
+        afa_array::ThreadedScalaAfa::epoch(self)
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
+        afa_array::ThreadedScalaAfa::read(self, offset, out)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<TimeNs, DeviceError> {
+        afa_array::ThreadedScalaAfa::write(self, offset, data)
+    }
+    fn trim(&self, offset: u64, length: u64) -> Result<TimeNs, DeviceError> {
+        afa_array::ThreadedScalaAfa::trim(self, offset, length)
+    }
+    fn flush(&self) -> Result<TimeNs, DeviceError> {
+        afa_array::ThreadedScalaAfa::flush(self)
+    }
+    /// Flushes the members and stops every thread. The single-owner engine the threads
+    /// hand back is dropped: the next start rebuilds the tables from the OOB tags (§5.4).
+    fn shutdown(&self) -> Result<(), DeviceError> {
+        afa_array::ThreadedScalaAfa::flush(self)?;
+        self.stop().map(drop)
+    }
+}

@@ -230,6 +230,7 @@ chunk_bytes = 65536
 [array.scalaafa]
 mode = "scalaafa"
 transient_bytes = 2097152
+io_threads = 2
 "#
     )
 }
