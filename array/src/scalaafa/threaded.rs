@@ -1033,7 +1033,8 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
     /// Starts the engine on threads: one per I/O thread (`io_threads`), the daemon, and one
     /// per member. Refused, with the volume handed back, while a member is failed or being
     /// rebuilt or failures are scheduled (the single-owner engine handles those), and for
-    /// members that do not keep whole sectors.
+    /// members that do not keep whole sectors. The threads' clock starts at zero, as serve
+    /// mode's does, so the engine should not have run ahead in virtual time before.
     pub fn into_threads(self) -> Result<ThreadedScalaAfa<D>, (Box<Self>, String)> {
         if self.members.iter().any(|m| m.state != MemberState::Alive) {
             return Err((Box::new(self), "a member is failed or being rebuilt".into()));
@@ -1440,8 +1441,8 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         self.check_range(offset, length)?;
         let (tx, rx) = unbounded();
         let mut n = 0;
-        let len = usize::try_from(length).map_err(|_| stopped())?;
-        for (chunk, at, len, _) in pieces(offset, len, self.g.chunk_bytes()) {
+        // In range, so the length fits in memory's address space.
+        for (chunk, at, len, _) in pieces(offset, length as usize, self.g.chunk_bytes()) {
             self.owner(chunk)
                 .send(IoJob::Trim {
                     chunk,
@@ -1588,6 +1589,18 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             .into_iter()
             .map(|h| h.join().map_err(|_| panicked("a member's thread")))
             .collect()
+    }
+}
+
+impl<D: BlockDevice + Send + 'static> Drop for ThreadedScalaAfa<D> {
+    /// A volume dropped without a stop still ends its threads, as an orderly stop would:
+    /// the daemon and the member agents hold channels to each other and would otherwise
+    /// wait forever.
+    fn drop(&mut self) {
+        let running = self.running.get_mut().map(|r| r.is_some());
+        if running.unwrap_or(true) {
+            let _ = self.stop();
+        }
     }
 }
 
