@@ -887,6 +887,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 slot,
                 ts,
             } => self.wrote(thread, chunk, stripe, slot as usize, ts, now_ns)?,
+            ToManager::Writing { chunk } => self.writing(chunk),
             ToManager::Unmapped { chunk } => self.unmap(chunk, now_ns)?,
             ToManager::Passed { thread, epoch } => self.passed(thread, epoch, now_ns)?,
             ToManager::Stop { orderly } => self.stop_requested(orderly),
@@ -1172,13 +1173,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 // moving this victim's other chunks and freeing (and reusing) its row: a
                 // chunk no longer in its slot has moved already, and its slot must not be
                 // read.
+                //
+                // The copy's timestamp is drawn first, then the threads' reports are taken:
+                // with the I/O threads on OS threads of their own, a user write of this chunk
+                // that drew an older timestamp has announced itself by then, and the move
+                // waits for a later clean. Every copy that could outlive a newer user write
+                // on the media is thus older than it, so recovery never prefers it.
+                let ts = self.next_ts();
+                self.take_reports(t)?;
                 let s = &self.stripes[victim as usize];
-                if s.state != HhState::Striped || s.chunks[j] != chunk {
+                if s.state != HhState::Striped || s.chunks[j] != chunk || self.being_written(chunk)
+                {
                     continue;
                 }
                 let mut buf = vec![0u8; self.chunk_units()];
                 let from = victim * self.k as u32 + j as u32;
-                let moving = Some((from, self.amt_ts[chunk as usize]));
+                let moving = Some((from, ts));
                 match self.read_slot(victim, j, 0, self.chunk_sectors, t, &mut buf, false) {
                     Ok(rt) => match self.write_chunk_as(gc_thread, chunk, &buf, rt, moving) {
                         Ok((wt, taken)) => {
@@ -1276,12 +1286,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .map(|(done, _)| done)
     }
 
-    /// Writes one whole user chunk, or (`moving`: its AFA chunk and timestamp) a copy
-    /// array-level GC moves. A moved copy keeps its source's timestamp, and is taken only
-    /// if the chunk is still at the source when it is written: a user write that came
-    /// meanwhile (the I/O threads write while the daemon cleans) is newer, so the copy is
-    /// dead on arrival and recovery, seeing the older timestamp, never prefers it. Returns
-    /// whether the copy was taken.
+    /// Writes one whole user chunk, or (`moving`: its AFA chunk and the timestamp drawn for
+    /// the copy) a copy array-level GC moves, which is taken only if the chunk is still at
+    /// the source when it is written: a user write reported meanwhile (the I/O threads write
+    /// while the daemon cleans) is newer, so the copy is dead on arrival. Returns whether the
+    /// copy was taken.
     fn write_chunk_as(
         &mut self,
         thread: usize,
@@ -1291,6 +1300,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
         moving: Option<(u32, u32)>,
     ) -> Result<(TimeNs, bool), DeviceError> {
         let (stripe, ready) = self.open_group(thread, now_ns)?;
+        // Opening a group may run the manager, and a clean inside it may have moved this
+        // very chunk (or a thread's report shown it overwritten): a second copy under the
+        // same timestamp would leave recovery two backups it cannot tell apart.
+        if moving.is_some_and(|(from, _)| self.amt[chunk as usize] != from) {
+            return Ok((ready, false));
+        }
         self.stats.hero_wait_ns += ready - now_ns;
         let j = self.stripes[stripe as usize].filled as usize;
         let ts = match moving {

@@ -372,18 +372,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.members[p].vh_owner[vh as usize] = row;
             self.stripes[row as usize].vhs[r] = vh;
         }
-        // The newest copy of each user chunk wins (AMT). Array-level GC moves a chunk with
-        // its timestamp, so two copies may tie: they hold the same bytes, and the one the
-        // scan found wins over the one the checkpoint names, whose row may have been freed
-        // (and deallocated) since.
-        let scanned = |a: u32| sealed(a / k as u32) != SNAP_STRIPED;
+        // The newest copy of each user chunk wins (AMT).
         let mut newest: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
         for (row, slots) in primaries.iter().enumerate() {
             for (j, slot) in slots.iter().enumerate() {
                 if let Some((chunk, ts)) = *slot {
                     let a = row as u32 * k as u32 + j as u32;
                     let e = newest.entry(chunk).or_insert((ts, a));
-                    if ts > e.0 || (ts == e.0 && scanned(a) && !scanned(e.1)) {
+                    if ts > e.0 {
                         *e = (ts, a);
                     }
                 }

@@ -34,6 +34,10 @@ pub(crate) enum ToManager {
         stripe: u32,
         vhs: Vec<u32>,
     },
+    /// On real threads only: the thread is about to draw a timestamp for a write of user
+    /// chunk `chunk` (its `Wrote` follows). Array-level GC does not move a chunk that is
+    /// being written, so no copy it makes can carry a newer timestamp than the user's.
+    Writing { chunk: u32 },
     /// On real threads only: user chunk `chunk` now lives in slot `slot` of `stripe`, its
     /// copies written with timestamp `ts`. The daemon keeps the authoritative AMT and the
     /// stripes' live counts, so it learns of every write in the order each thread made them.

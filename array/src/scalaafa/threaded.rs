@@ -17,9 +17,12 @@
 //! - **Member agents** own the member devices and take commands from a queue each, as an
 //!   SPDK thread owns its queue pair.
 //!
-//! Two races are closed by messages rather than locks. Array-level GC moves a chunk the
+//! Races are closed by messages rather than locks. Array-level GC moves a chunk the
 //! daemon does not own: it writes the new copy and tells the owner (`Moved`), which takes
-//! it only if the chunk has not been written since. And a thread may be reading a chunk's
+//! it only if the chunk has not been written since; a thread announces each write
+//! (`Writing`) before it draws a timestamp, and GC does not move a chunk being written, so
+//! no moved copy carries a newer timestamp than a newer user write (recovery trusts the
+//! newest timestamp). And a thread may be reading a chunk's
 //! old copy while its row is freed: a dead row is freed only after every thread has passed
 //! a barrier sent after its last chunk died, so no read of it can still be in flight (an
 //! RCU grace period; freed rows already wait for a checkpoint the same way).
@@ -29,7 +32,7 @@
 //! a member collects garbage (a thread reads primaries only).
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -320,6 +323,8 @@ pub(super) struct Remote {
     io_threads: usize,
     /// GC moves not yet told to the chunks' owners: (chunk, from, to) in AFA chunks.
     moved: Vec<(u32, u32, u32)>,
+    /// Writes announced (`Writing`) and not yet reported (`Wrote`), per user chunk.
+    writing: HashMap<u32, u32>,
     /// Rows whose chunks all died since the last barrier was sent.
     dying: Vec<u32>,
     barriers: VecDeque<Barrier>,
@@ -343,10 +348,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.remote.as_ref().is_some_and(|r| t < r.io_threads)
     }
 
-    /// The next write timestamp.
+    /// The next write timestamp. On threads the counter is sequentially consistent: a
+    /// thread announces a write (`Writing`) before it draws its timestamp, so when the
+    /// daemon draws a later one, the announcement is already in its inbox.
     pub(super) fn next_ts(&mut self) -> u32 {
         match &self.remote {
-            Some(r) => r.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
+            Some(r) => r.clock.fetch_add(1, Ordering::SeqCst).wrapping_add(1),
             None => {
                 self.clock = self.clock.wrapping_add(1);
                 self.clock
@@ -357,9 +364,34 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// The newest timestamp handed out.
     pub(super) fn current_clock(&self) -> u32 {
         match &self.remote {
-            Some(r) => r.clock.load(Ordering::Relaxed),
+            Some(r) => r.clock.load(Ordering::SeqCst),
             None => self.clock,
         }
+    }
+
+    /// Handles every report the threads have sent so far (on threads only).
+    pub(super) fn take_reports(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        if self.remote.is_none() {
+            return Ok(());
+        }
+        while let Ok(msg) = self.manager.inbox.try_recv() {
+            self.take_message(msg, now_ns)?;
+        }
+        Ok(())
+    }
+
+    /// A thread announced a write of `chunk`.
+    pub(super) fn writing(&mut self, chunk: u32) {
+        if let Some(r) = &mut self.remote {
+            *r.writing.entry(chunk).or_insert(0) += 1;
+        }
+    }
+
+    /// Whether a write of `chunk` has been announced and not yet reported.
+    pub(super) fn being_written(&self, chunk: u32) -> bool {
+        self.remote
+            .as_ref()
+            .is_some_and(|r| r.writing.contains_key(&chunk))
     }
 
     /// Array-level GC moved `chunk` out of AFA chunk `from`: its owner is told.
@@ -409,6 +441,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
         ts: u32,
         now_ns: TimeNs,
     ) -> Result<(), DeviceError> {
+        if let Some(r) = &mut self.remote {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = r.writing.entry(chunk) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
         self.unmap(chunk, now_ns)?;
         self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
         self.amt_ts[chunk as usize] = ts;
@@ -941,7 +981,8 @@ impl IoThread {
             Some(o) => (o.stripe, o.filled, o.vhs.clone()),
             None => return Err(Self::stopped_error()),
         };
-        let ts = self.clock.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.heroes.send(ToManager::Writing { chunk });
+        let ts = self.clock.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
         let d = g.data_member(stripe, j);
         let tags = g.tags(chunk, j, ts, KIND_PRIMARY);
         self.issue(
@@ -1091,6 +1132,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             clock: ts_clock.clone(),
             io_threads: threads,
             moved: Vec::new(),
+            writing: HashMap::new(),
             dying: Vec::new(),
             barriers: VecDeque::new(),
             next_epoch: 0,
@@ -1558,7 +1600,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             v.threads[t] = end.heroes;
         }
         if let Some(r) = &remote {
-            v.clock = r.clock.load(Ordering::Relaxed);
+            v.clock = r.clock.load(Ordering::SeqCst);
         }
         let (v, _, _) = v.split_members();
         let mut v = v.with_devices(devices);

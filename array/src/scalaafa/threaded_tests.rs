@@ -212,18 +212,30 @@ fn threads_keep_every_write_through_conversion_gc_and_an_orderly_stop() {
     }
 }
 
+/// Recovery from the members the threads leave behind, after a crash (the tables lost at
+/// once) and after an orderly stop (serve mode drops the tables at every stop and rebuilds
+/// them at the next start).
 #[test]
-fn a_crash_on_threads_loses_no_completed_write() {
-    for (level, n, threads) in [(Level::Raid5, 5, 2), (Level::Raid6, 6, 3)] {
-        let engine = volume(level, n, threads);
-        let (config, scala) = (engine.config.clone(), engine.scala.clone());
-        let v = engine.into_threads().expect("threads start");
-        // Whole-chunk trims only unmap, and recovery may find a trimmed chunk's last copy,
-        // so the crash run does not trim.
-        let oracle = run_clients(&v, 2000, false, 3 + n as u64);
-        let members = v.crash().expect("crash");
-        let mut recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
-        check_all(&mut recovered, &oracle);
+fn recovery_after_threads_crash_or_stop_loses_no_completed_write() {
+    for seed in 0..3 {
+        for (level, n, threads) in [(Level::Raid5, 5, 2), (Level::Raid6, 6, 3)] {
+            for crash in [true, false] {
+                let engine = volume(level, n, threads);
+                let (config, scala) = (engine.config.clone(), engine.scala.clone());
+                let v = engine.into_threads().expect("threads start");
+                // Whole-chunk trims only unmap, and recovery may find a trimmed chunk's
+                // last copy, so these runs do not trim.
+                let oracle = run_clients(&v, 2000, false, 3 * seed + n as u64);
+                let members = if crash {
+                    v.crash().expect("crash")
+                } else {
+                    v.stop().expect("orderly stop").into_members()
+                };
+                let mut recovered =
+                    ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+                check_all(&mut recovered, &oracle);
+            }
+        }
     }
 }
 
