@@ -1191,9 +1191,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 let moving = Some((from, ts));
                 match self.read_slot(victim, j, 0, self.chunk_sectors, t, &mut buf, false) {
                     Ok(rt) => match self.write_chunk_as(gc_thread, chunk, &buf, rt, moving) {
-                        Ok((wt, taken)) => {
+                        Ok((wt, written)) => {
                             t = t.max(wt);
-                            if taken {
+                            if written {
                                 self.stats.gc_chunks_moved += 1;
                                 self.moved(chunk, from);
                             }
@@ -1287,10 +1287,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 
     /// Writes one whole user chunk, or (`moving`: its AFA chunk and the timestamp drawn for
-    /// the copy) a copy array-level GC moves, which is taken only if the chunk is still at
-    /// the source when it is written: a user write reported meanwhile (the I/O threads write
-    /// while the daemon cleans) is newer, so the copy is dead on arrival. Returns whether the
-    /// copy was taken.
+    /// the copy) a copy array-level GC moves. Returns whether the chunk was written: a move
+    /// is dropped when the chunk has left its source meanwhile.
     fn write_chunk_as(
         &mut self,
         thread: usize,
@@ -1300,9 +1298,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         moving: Option<(u32, u32)>,
     ) -> Result<(TimeNs, bool), DeviceError> {
         let (stripe, ready) = self.open_group(thread, now_ns)?;
-        // Opening a group may run the manager, and a clean inside it may have moved this
-        // very chunk (or a thread's report shown it overwritten): a second copy under the
-        // same timestamp would leave recovery two backups it cannot tell apart.
+        // Opening a group may run the manager, and a clean nested in it may have moved this
+        // very chunk (or a thread's report shown it overwritten): a second copy would only
+        // be dead on arrival.
         if moving.is_some_and(|(from, _)| self.amt[chunk as usize] != from) {
             return Ok((ready, false));
         }
@@ -1330,17 +1328,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     done.max(self.member_write(p, lba, ready, data, tags.as_deref(), transient)?);
             }
         }
-        let taken = moving.is_none_or(|(from, _)| self.amt[chunk as usize] == from);
-        if taken {
-            self.unmap(chunk, done)?;
-            self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
-            self.amt_ts[chunk as usize] = ts;
-        }
+        self.unmap(chunk, done)?;
+        self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+        self.amt_ts[chunk as usize] = ts;
         let s = &mut self.stripes[stripe as usize];
-        if taken {
-            s.chunks[j] = chunk;
-            s.live += 1;
-        }
+        s.chunks[j] = chunk;
+        s.live += 1;
         s.filled += 1;
         if s.filled as usize == self.k {
             s.state = HhState::Full;
@@ -1348,7 +1341,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.threads[thread].send(ToManager::Full { thread, stripe });
         }
         self.stats.chunks_written += 1;
-        Ok((done, taken))
+        Ok((done, true))
     }
 
     /// Forgets where user chunk `chunk` lived (its old slot becomes a hole).
@@ -1827,7 +1820,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 }
 
-/// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind.
 /// The OOB tags of one chunk copy: `meta` in every one of its `chunk_sectors` sectors.
 fn meta_tags(
     tag_bytes: usize,
@@ -1845,6 +1837,7 @@ fn meta_tags(
     Some(one.repeat(chunk_sectors as usize))
 }
 
+/// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind.
 fn encode_meta(chunk: u32, slot: u8, ts: u32, kind: u8) -> [u8; META_TAG_BYTES] {
     let mut b = [0u8; META_TAG_BYTES];
     b[..4].copy_from_slice(&chunk.to_le_bytes());
