@@ -431,6 +431,9 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         // Failures, configured or recorded, are the single-owner engine's to apply and
         // record; otherwise the engine runs on threads of its own.
         if !spec.failures.is_empty() || lost_one.is_some() {
+            eprintln!(
+                "afa serve: ScalaAFA runs on the server's engine thread: member failures are configured or recorded"
+            );
             return Ok(recorded(volume, state, record, &spec.failures, description));
         }
         let dir = state.dir().to_path_buf();

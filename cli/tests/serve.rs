@@ -97,6 +97,22 @@ fn swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
     kill_9_under_load_keeps_the_flushed_region("swan-kill9-load", &swan(""), 24);
 }
 
+/// ScalaAFA's I/O threads, daemon and members run on OS threads of their own in serve
+/// mode; with member failures configured, the single-owner engine serves instead.
+#[test]
+fn scalaafa_is_served_on_its_own_threads_unless_failures_are_configured() {
+    let s = setup("scalaafa-threads", &scalaafa(""));
+    let stderr = s.start(&["--pace", "none"]).stop();
+    assert!(stderr.contains("ScalaAFA runs 2 I/O threads"), "{stderr}");
+    let failing = scalaafa("failures = [{ member = 1, at_ms = 600000 }]");
+    let s = setup("scalaafa-failures", &failing);
+    let stderr = s.start(&["--pace", "none"]).stop();
+    assert!(
+        stderr.contains("runs on the server's engine thread"),
+        "{stderr}"
+    );
+}
+
 /// ScalaAFA keeps its AMT and HGMT in host memory only; every restart rebuilds them from the
 /// OOB tags in the members' sidecar files (§5.4), after an orderly stop and after kill -9,
 /// with stripes both converted and still in replication.
