@@ -173,35 +173,6 @@ fn nbdcopy_round_trips_a_file() {
     assert!(back == bytes, "nbdcopy round trip differs");
 }
 
-fn fio(uri: &str, name: &str, extra: &[&str]) {
-    let mut args = vec![
-        format!("--name={name}"),
-        "--ioengine=nbd".into(),
-        format!("--uri={uri}"),
-        "--verify=crc32c".into(),
-        "--do_verify=1".into(),
-        "--verify_fatal=1".into(),
-        // fio would otherwise leave verify-state files in the working directory.
-        "--verify_state_save=0".into(),
-        "--output-format=json".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run("fio", &args);
-    let json_start = out.find('{').expect("fio prints JSON");
-    let report: serde_json::Value = serde_json::from_str(&out[json_start..]).unwrap();
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "fio {name} reported an error:\n{out}");
-    let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
-    let verified = job["read"]["io_bytes"].as_u64().unwrap_or(0);
-    assert!(written > 0, "fio {name} wrote nothing:\n{out}");
-    // The verify phase reads back everything that was written.
-    assert!(
-        verified >= written,
-        "fio {name} verified {verified} of {written} bytes:\n{out}"
-    );
-}
-
 #[test]
 fn fio_nbd_engine_verifies_random_and_sequential_writes() {
     if !have("fio") {
@@ -209,18 +180,18 @@ fn fio_nbd_engine_verifies_random_and_sequential_writes() {
     }
     let server = serve(raid5(64), Pace::Model);
     let uri = server.uri().to_string();
-    fio(
+    fio_verify(
         &uri,
         "randwrite",
         &["--rw=randwrite", "--bs=4k", "--iodepth=16", "--size=4m"],
     );
-    fio(
+    fio_verify(
         &uri,
         "seqwrite",
         &["--rw=write", "--bs=64k", "--iodepth=8", "--size=6m"],
     );
     let server = serve(Box::new(small_ssd()), Pace::None);
-    fio(
+    fio_verify(
         server.uri(),
         "randrw",
         &[

@@ -12,12 +12,6 @@ use common::*;
 
 const MIB: u64 = 1 << 20;
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
 #[test]
 fn go_reports_size_flags_and_block_sizes() {
     let server = serve(mem(4), Pace::None);

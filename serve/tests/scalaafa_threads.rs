@@ -60,40 +60,19 @@ fn serve_shared(volume: Arc<dyn SharedVolume>, pace: Pace) -> RunningServer {
         .unwrap()
 }
 
-/// fio's nbd engine, `jobs` jobs at once on disjoint regions of `region` each, every block
-/// verified by crc32c after the writes.
+/// fio with `jobs` jobs at once on disjoint regions of `region` each, verified.
 fn fio_jobs(uri: &str, name: &str, jobs: u32, region: &str, extra: &[&str]) {
-    let mut args = vec![
-        format!("--name={name}"),
-        "--ioengine=nbd".into(),
-        format!("--uri={uri}"),
+    let spread = [
         format!("--numjobs={jobs}"),
         format!("--size={region}"),
         format!("--offset_increment={region}"),
-        "--verify=crc32c".into(),
-        "--do_verify=1".into(),
-        "--verify_fatal=1".into(),
-        // fio would otherwise leave verify-state files in the working directory.
-        "--verify_state_save=0".into(),
-        "--output-format=json".into(),
     ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run("fio", &args);
-    let json_start = out.find('{').expect("fio prints JSON");
-    let report: serde_json::Value = serde_json::from_str(&out[json_start..]).unwrap();
-    let reported = report["jobs"].as_array().expect("fio reports its jobs");
-    assert_eq!(reported.len(), jobs as usize, "{out}");
-    for job in reported {
-        assert_eq!(job["error"], 0, "fio {name} reported an error:\n{out}");
-        let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
-        let verified = job["read"]["io_bytes"].as_u64().unwrap_or(0);
-        assert!(written > 0, "fio {name} wrote nothing:\n{out}");
-        assert!(
-            verified >= written,
-            "fio {name} verified {verified} of {written} bytes:\n{out}"
-        );
-    }
+    let args: Vec<&str> = spread
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect();
+    fio_verify(uri, name, &args);
 }
 
 #[test]

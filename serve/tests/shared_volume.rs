@@ -13,7 +13,7 @@ use afa_serve::proto::*;
 use afa_serve::{Pace, RunningServer, ServeConfig, Server, SharedVolume};
 use afa_sim::TimeNs;
 use afa_ssd::{DeviceError, DeviceInfo};
-use common::RawClient;
+use common::{pattern, RawClient};
 
 const SECTOR_BYTES: u32 = 512;
 const CAPACITY_SECTORS: u64 = 8192;
@@ -210,12 +210,6 @@ fn serve_shared(volume: &Arc<TestVolume>, pace: Pace) -> RunningServer {
         .unwrap()
         .spawn()
         .unwrap()
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 #[test]

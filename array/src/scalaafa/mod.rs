@@ -1253,6 +1253,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// Pops an HH and, for each of its parity members, a VH there from the thread's lists.
     fn assemble(&mut self, thread: usize) -> Option<(u32, TimeNs)> {
         let (hh, vhs, ready) = self.threads[thread].assemble()?;
+        self.open_hg(hh, vhs);
+        Some((hh, ready))
+    }
+
+    /// Records hero group `hh` (its HGMT entry: VH `vhs[r]` on parity member r) as open.
+    fn open_hg(&mut self, hh: u32, vhs: Vec<u32>) {
         for (r, &vh) in vhs.iter().enumerate() {
             let p = self.parity_member(hh, r);
             self.members[p].vh_owner[vh as usize] = hh;
@@ -1271,7 +1277,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.filled = 0;
         s.live = 0;
         s.chunks.iter_mut().for_each(|c| *c = NONE);
-        Some((hh, ready))
     }
 
     /// Writes one whole user chunk through `thread`'s open HG (§5.3 placement).

@@ -414,19 +414,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
     }
 
-    /// A thread assembled hero group `stripe` (the HGMT entry `assemble` makes).
+    /// A thread assembled hero group `stripe` from its heroes.
     pub(super) fn opened(&mut self, thread: usize, stripe: u32, vhs: Vec<u32>) {
-        for (r, &vh) in vhs.iter().enumerate() {
-            let p = self.parity_member(stripe, r);
-            self.members[p].vh_owner[vh as usize] = stripe;
-        }
-        let s = &mut self.stripes[stripe as usize];
-        debug_assert!(matches!(s.state, HhState::Held));
-        s.state = HhState::Open;
-        s.vhs = vhs;
-        s.filled = 0;
-        s.live = 0;
-        s.chunks.iter_mut().for_each(|c| *c = NONE);
+        self.open_hg(stripe, vhs);
         self.open[thread] = Some(stripe);
     }
 
@@ -1107,7 +1097,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
         let info = self.info;
         let low_water = self.low_water;
         let ts_clock = Arc::new(AtomicU32::new(self.clock));
-        let (v, devices, spares) = self.split_members();
+        let (v, devices, spares) = self.take_devices();
         let mut agents = Vec::new();
         let mut agent_joins = Vec::new();
         let mut proxies = Vec::new();
@@ -1127,7 +1117,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             agents.push(tx);
             agent_joins.push(join);
         }
-        let mut v = v.with_devices(proxies);
+        let (mut v, _, _) = v.swap_devices(proxies);
         v.remote = Some(Remote {
             clock: ts_clock.clone(),
             io_threads: threads,
@@ -1205,18 +1195,51 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             })),
         })
     }
+}
 
-    /// Takes the member devices and spares out, leaving the engine without devices (to be
-    /// given others by `with_devices`).
-    fn split_members(self) -> (ScalaAfa<NoDevice>, Vec<D>, Vec<D>) {
-        let mut devices = Vec::with_capacity(self.members.len());
+/// Stands for "no device" while an engine's members change hands.
+#[derive(Debug)]
+pub(super) struct NoDevice;
+
+impl BlockDevice for NoDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            sector_bytes: 1,
+            capacity_sectors: 0,
+            payload_unit_bytes: 0,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 1,
+            max_transfer_sectors: 0,
+        }
+    }
+    fn submit(
+        &mut self,
+        _now_ns: TimeNs,
+        _cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        Err(DeviceError::Unsupported("no device".into()))
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+}
+
+impl<D: BlockDevice> ScalaAfa<D> {
+    /// Gives the engine the member devices `devices` (in member order) and hands back the
+    /// ones it had and its spares. The devices change hands twice when the engine starts on
+    /// threads (to [`NoDevice`], then to proxies of the members' agents) and twice when it
+    /// stops.
+    fn swap_devices<E: BlockDevice>(self, devices: Vec<E>) -> (ScalaAfa<E>, Vec<D>, Vec<D>) {
+        let mut old = Vec::with_capacity(self.members.len());
         let members = self
             .members
             .into_iter()
-            .map(|m| {
-                devices.push(m.device);
+            .zip(devices)
+            .map(|(m, device)| {
+                old.push(m.device);
                 Member {
-                    device: NoDevice,
+                    device,
                     state: m.state,
                     gc_active: m.gc_active,
                     vh_owner: m.vh_owner,
@@ -1261,90 +1284,13 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             stats: self.stats,
             remote: self.remote,
         };
-        (v, devices, self.spares)
+        (v, old, self.spares)
     }
-}
 
-/// Stands for "no device" while an engine's members change hands.
-#[derive(Debug)]
-pub(super) struct NoDevice;
-
-impl BlockDevice for NoDevice {
-    fn info(&self) -> DeviceInfo {
-        DeviceInfo {
-            sector_bytes: 1,
-            capacity_sectors: 0,
-            payload_unit_bytes: 0,
-            tag_bytes_per_sector: 0,
-            max_queue_depth: 1,
-            max_transfer_sectors: 0,
-        }
-    }
-    fn submit(
-        &mut self,
-        _now_ns: TimeNs,
-        _cmd: &Command<'_>,
-        _out: ReadBuffers<'_>,
-    ) -> Result<Completion, DeviceError> {
-        Err(DeviceError::Unsupported("no device".into()))
-    }
-    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
-        None
-    }
-}
-
-impl ScalaAfa<NoDevice> {
-    /// Gives the engine its member devices back (in member order).
-    fn with_devices<E: BlockDevice>(self, devices: Vec<E>) -> ScalaAfa<E> {
-        let members = self
-            .members
-            .into_iter()
-            .zip(devices)
-            .map(|(m, device)| Member {
-                device,
-                state: m.state,
-                gc_active: m.gc_active,
-                vh_owner: m.vh_owner,
-                fresh: m.fresh,
-            })
-            .collect();
-        ScalaAfa {
-            config: self.config,
-            scala: self.scala,
-            k: self.k,
-            m: self.m,
-            members,
-            spares: Vec::new(),
-            codec: self.codec,
-            amt: self.amt,
-            amt_ts: self.amt_ts,
-            checkpoints: self.checkpoints,
-            stripes: self.stripes,
-            by_live: self.by_live,
-            manager: self.manager,
-            threads: self.threads,
-            open: self.open,
-            next_thread: self.next_thread,
-            pending: self.pending,
-            daemon: self.daemon,
-            clock: self.clock,
-            rows: self.rows,
-            vhs_per_member: self.vhs_per_member,
-            batch_hhs: self.batch_hhs,
-            low_water: self.low_water,
-            gc_reserve: self.gc_reserve,
-            scheduled_failures: self.scheduled_failures,
-            info: self.info,
-            unit: self.unit,
-            tag_bytes: self.tag_bytes,
-            chunk_sectors: self.chunk_sectors,
-            background_depth: self.background_depth,
-            gc_nesting: self.gc_nesting,
-            work: self.work,
-            messages_taken: self.messages_taken,
-            stats: self.stats,
-            remote: self.remote,
-        }
+    /// Takes the member devices out, leaving stand-ins.
+    fn take_devices(self) -> (ScalaAfa<NoDevice>, Vec<D>, Vec<D>) {
+        let stand_ins = (0..self.members.len()).map(|_| NoDevice).collect();
+        self.swap_devices(stand_ins)
     }
 }
 
@@ -1410,22 +1356,20 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         &self.jobs[chunk as usize % self.jobs.len()]
     }
 
-    /// Waits for `n` replies; returns the latest completion and the first error.
+    /// Takes `n` replies from `next`; returns the latest completion `each` finds in them,
+    /// or the first error (after all `n` are in, so none is left to a later request).
     fn gather<T>(
-        rx: &Receiver<Result<T, DeviceError>>,
         n: usize,
+        mut next: impl FnMut() -> Result<T, DeviceError>,
         mut each: impl FnMut(T) -> TimeNs,
     ) -> Result<TimeNs, DeviceError> {
         let mut done = 0;
         let mut error = None;
         for _ in 0..n {
-            match rx.recv() {
-                Ok(Ok(v)) => done = done.max(each(v)),
-                Ok(Err(e)) => {
+            match next() {
+                Ok(v) => done = done.max(each(v)),
+                Err(e) => {
                     error.get_or_insert(e);
-                }
-                Err(_) => {
-                    error.get_or_insert_with(stopped);
                 }
             }
         }
@@ -1452,7 +1396,8 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())?;
             n += 1;
         }
-        Self::gather(&rx, n, |(t, at, data)| {
+        let next = || rx.recv().unwrap_or_else(|_| Err(stopped()));
+        Self::gather(n, next, |(t, at, data)| {
             out[at..at + data.len()].copy_from_slice(&data);
             t
         })
@@ -1474,7 +1419,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())?;
             n += 1;
         }
-        Self::gather(&rx, n, |t| t)
+        Self::gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
     }
 
     /// Deallocates `length` bytes at `offset`: whole chunks are unmapped, the parts of
@@ -1495,7 +1440,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())?;
             n += 1;
         }
-        Self::gather(&rx, n, |t| t)
+        Self::gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
     }
 
     /// Makes every write completed before the call durable: each member flushes. The AMT
@@ -1517,25 +1462,12 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 })
                 .map_err(|_| stopped())?;
         }
-        let mut done = 0;
-        let mut error = None;
-        for _ in 0..self.agents.len() {
-            match rx.recv() {
-                Ok(r) => match r.result {
-                    Ok(d) => done = done.max(d.completion.done_ns),
-                    Err(e) => {
-                        error.get_or_insert(e);
-                    }
-                },
-                Err(_) => {
-                    error.get_or_insert_with(stopped);
-                }
-            }
-        }
-        match error {
-            Some(e) => Err(e),
-            None => Ok(done),
-        }
+        let next = || {
+            rx.recv()
+                .map_err(|_| stopped())
+                .and_then(|r| r.result.map(|d| d.completion.done_ns))
+        };
+        Self::gather(self.agents.len(), next, |t| t)
     }
 
     fn take_running(&self) -> Result<Running<D>, DeviceError> {
@@ -1602,8 +1534,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         if let Some(r) = &remote {
             v.clock = r.clock.load(Ordering::SeqCst);
         }
-        let (v, _, _) = v.split_members();
-        let mut v = v.with_devices(devices);
+        let (mut v, _, _) = v.swap_devices(devices);
         v.spares = run.spares;
         match remote.and_then(|r| r.error) {
             Some(e) => Err(e),

@@ -315,3 +315,45 @@ impl RawClient {
         }
     }
 }
+
+/// fio's nbd engine against `uri`, every block it writes verified by crc32c afterwards;
+/// `extra` names the load (and `--numjobs` for jobs at once). Every job must finish without
+/// error and read back at least what it wrote.
+pub fn fio_verify(uri: &str, name: &str, extra: &[&str]) {
+    let mut args = vec![
+        format!("--name={name}"),
+        "--ioengine=nbd".into(),
+        format!("--uri={uri}"),
+        "--verify=crc32c".into(),
+        "--do_verify=1".into(),
+        "--verify_fatal=1".into(),
+        // fio would otherwise leave verify-state files in the working directory.
+        "--verify_state_save=0".into(),
+        "--output-format=json".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("fio", &args);
+    let json_start = out.find('{').expect("fio prints JSON");
+    let report: serde_json::Value = serde_json::from_str(&out[json_start..]).unwrap();
+    let jobs = report["jobs"].as_array().expect("fio reports its jobs");
+    assert!(!jobs.is_empty(), "fio {name} reported no job:\n{out}");
+    for job in jobs {
+        assert_eq!(job["error"], 0, "fio {name} reported an error:\n{out}");
+        let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
+        let verified = job["read"]["io_bytes"].as_u64().unwrap_or(0);
+        assert!(written > 0, "fio {name} wrote nothing:\n{out}");
+        // The verify phase reads back everything that was written.
+        assert!(
+            verified >= written,
+            "fio {name} verified {verified} of {written} bytes:\n{out}"
+        );
+    }
+}
+
+/// `len` bytes that differ with `seed` and along the buffer, for write-and-read checks.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
