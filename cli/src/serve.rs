@@ -205,7 +205,7 @@ where
     match engine.into_threads() {
         Ok(threads) => {
             eprintln!(
-                "afa serve: ScalaAFA runs {} I/O threads, its daemon and a thread per member",
+                "afa serve: ScalaAFA runs {} I/O threads, its daemon and member agents on threads of their own",
                 threads.io_threads()
             );
             Served::Shared(Arc::new(threads))

@@ -14,8 +14,8 @@
 //!   reports, the stripes' live counts, conversion, array-level GC and checkpoints. Its
 //!   code is the simulation's; only where it would reach into a thread does it send a
 //!   message instead.
-//! - **Member agents** own the member devices and take commands from a queue each, as an
-//!   SPDK thread owns its queue pair.
+//! - **Member agents** own the member devices, at most one agent thread per core, each
+//!   polling its members' queue as an SPDK reactor polls its queue pairs.
 //!
 //! Races are closed by messages rather than locks. Array-level GC moves a chunk the
 //! daemon does not own: it writes the new copy and tells the owner (`Moved`), which takes
@@ -67,6 +67,7 @@ impl Clock {
 /// A command for a member agent.
 enum AgentOp {
     Submit {
+        member: usize,
         opcode: Opcode,
         lba: u64,
         sectors: u32,
@@ -80,11 +81,13 @@ enum AgentOp {
         tag: usize,
     },
     Convert {
+        member: usize,
         cmd: ConvertCommand,
         reply: Sender<AgentReply>,
         tag: usize,
     },
     ScanTags {
+        member: usize,
         lba: u64,
         sectors: u32,
         reply: Sender<Option<Vec<u8>>>,
@@ -104,12 +107,14 @@ struct AgentDone {
     tags: Vec<u8>,
 }
 
-/// A member device's own thread: it applies commands in arrival order and gives the
-/// device idle time when none come.
-fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock) -> D {
-    let info = device.info();
-    let unit = info.payload_unit_bytes as usize;
-    let tag_bytes = info.tag_bytes_per_sector as usize;
+/// An agent thread: it owns some of the members' devices (as an SPDK reactor polls several
+/// queue pairs), applies their commands in arrival order and gives the devices idle time
+/// when none come. Returns the devices with their member numbers.
+fn run_agent<D: BlockDevice>(
+    mut devices: Vec<(usize, D)>,
+    ops: Receiver<AgentOp>,
+    clock: Clock,
+) -> Vec<(usize, D)> {
     let mut last_ns = 0;
     let mut now = move || {
         last_ns = clock.now_ns().max(last_ns);
@@ -124,23 +129,26 @@ fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock
                     Ok(op) => op,
                     Err(RecvTimeoutError::Timeout) => {
                         let t = now();
-                        idle_at = device
-                            .background(t)
+                        idle_at = devices
+                            .iter_mut()
+                            .filter_map(|(_, d)| d.background(t))
+                            .min()
                             .map(|next| next.max(t + MEMBER_IDLE_NS / 10));
                         continue;
                     }
-                    Err(RecvTimeoutError::Disconnected) => return device,
+                    Err(RecvTimeoutError::Disconnected) => return devices,
                 }
             }
             None => match ops.recv() {
                 Ok(op) => op,
-                Err(_) => return device,
+                Err(_) => return devices,
             },
         };
         let t = now();
         idle_at = Some(t + MEMBER_IDLE_NS);
         match op {
             AgentOp::Submit {
+                member,
                 opcode,
                 lba,
                 sectors,
@@ -151,6 +159,8 @@ fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock
                 reply,
                 tag,
             } => {
+                let device = member_device(&mut devices, member);
+                let info = device.info();
                 let cmd = Command {
                     opcode,
                     lba,
@@ -160,6 +170,8 @@ fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock
                     flags,
                 };
                 let reading = opcode == Opcode::Read;
+                let unit = info.payload_unit_bytes as usize;
+                let tag_bytes = info.tag_bytes_per_sector as usize;
                 let mut out = vec![0u8; if reading { sectors as usize * unit } else { 0 }];
                 let mut out_tags = vec![
                     0u8;
@@ -185,30 +197,49 @@ fn run_agent<D: BlockDevice>(mut device: D, ops: Receiver<AgentOp>, clock: Clock
                     });
                 let _ = reply.send(AgentReply { tag, result });
             }
-            AgentOp::Convert { cmd, reply, tag } => {
-                let result = device.convert(t, &cmd).map(|completion| AgentDone {
-                    completion,
-                    data: Vec::new(),
-                    tags: Vec::new(),
-                });
+            AgentOp::Convert {
+                member,
+                cmd,
+                reply,
+                tag,
+            } => {
+                let result =
+                    member_device(&mut devices, member)
+                        .convert(t, &cmd)
+                        .map(|completion| AgentDone {
+                            completion,
+                            data: Vec::new(),
+                            tags: Vec::new(),
+                        });
                 let _ = reply.send(AgentReply { tag, result });
             }
             AgentOp::ScanTags {
+                member,
                 lba,
                 sectors,
                 reply,
             } => {
-                let _ = reply.send(device.scan_tags(lba, sectors));
+                let _ = reply.send(member_device(&mut devices, member).scan_tags(lba, sectors));
             }
-            AgentOp::Stop => return device,
+            AgentOp::Stop => return devices,
         }
     }
+}
+
+/// The device of member `member` among an agent's.
+fn member_device<D>(devices: &mut [(usize, D)], member: usize) -> &mut D {
+    devices
+        .iter_mut()
+        .find(|(m, _)| *m == member)
+        .map(|(_, d)| d)
+        .expect("an agent gets commands only for its own members")
 }
 
 /// The daemon's view of a member: a device whose commands go to the member's agent.
 #[derive(Debug)]
 pub(super) struct MemberProxy {
     info: DeviceInfo,
+    member: usize,
     ops: Sender<AgentOp>,
     reply_tx: Sender<AgentReply>,
     reply_rx: Receiver<AgentReply>,
@@ -255,6 +286,7 @@ impl BlockDevice for MemberProxy {
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
         let done = self.call(AgentOp::Submit {
+            member: self.member,
             opcode: cmd.opcode,
             lba: cmd.lba,
             sectors: cmd.sectors,
@@ -285,6 +317,7 @@ impl BlockDevice for MemberProxy {
         cmd: &ConvertCommand,
     ) -> Result<Completion, DeviceError> {
         self.call(AgentOp::Convert {
+            member: self.member,
             cmd: *cmd,
             reply: self.reply_tx.clone(),
             tag: 0,
@@ -296,6 +329,7 @@ impl BlockDevice for MemberProxy {
         let (tx, rx) = bounded(1);
         self.ops
             .send(AgentOp::ScanTags {
+                member: self.member,
                 lba,
                 sectors,
                 reply: tx,
@@ -811,6 +845,7 @@ impl IoThread {
     ) -> Result<(), DeviceError> {
         self.agents[member]
             .send(AgentOp::Submit {
+                member,
                 opcode,
                 lba,
                 sectors,
@@ -1030,7 +1065,7 @@ struct Running<D> {
     controls: Vec<Sender<Control>>,
     daemon: JoinHandle<ScalaAfa<MemberProxy>>,
     to_daemon: Sender<ToManager>,
-    agents: Vec<JoinHandle<D>>,
+    agents: Vec<JoinHandle<Vec<(usize, D)>>>,
     spares: Vec<D>,
 }
 
@@ -1098,25 +1133,45 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
         let low_water = self.low_water;
         let ts_clock = Arc::new(AtomicU32::new(self.clock));
         let (v, devices, spares) = self.take_devices();
-        let mut agents = Vec::new();
+        // One agent thread per core at most: on a small host, more threads than cores
+        // only add thread switches to every command.
+        let n = devices.len();
+        let agent_threads = std::thread::available_parallelism()
+            .map_or(1, |p| p.get())
+            .clamp(1, n.max(1));
+        let mut senders = Vec::new();
         let mut agent_joins = Vec::new();
-        let mut proxies = Vec::new();
+        let mut shares: Vec<Vec<(usize, D)>> = (0..agent_threads).map(|_| Vec::new()).collect();
+        let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info()).collect();
         for (i, device) in devices.into_iter().enumerate() {
+            shares[i % agent_threads].push((i, device));
+        }
+        for (a, share) in shares.into_iter().enumerate() {
             let (tx, rx) = unbounded();
-            let (reply_tx, reply_rx) = unbounded();
-            proxies.push(MemberProxy {
-                info: device.info(),
-                ops: tx.clone(),
-                reply_tx,
-                reply_rx,
-            });
             let join = std::thread::Builder::new()
-                .name(format!("scalaafa-ssd{i}"))
-                .spawn(move || run_agent(device, rx, clock))
+                .name(format!("scalaafa-ssd{a}"))
+                .spawn(move || run_agent(share, rx, clock))
                 .expect("the OS cannot start a thread");
-            agents.push(tx);
+            senders.push(tx);
             agent_joins.push(join);
         }
+        // Member i's queue is its agent's.
+        let agents: Vec<Sender<AgentOp>> =
+            (0..n).map(|i| senders[i % agent_threads].clone()).collect();
+        let proxies = infos
+            .into_iter()
+            .enumerate()
+            .map(|(i, info)| {
+                let (reply_tx, reply_rx) = unbounded();
+                MemberProxy {
+                    info,
+                    member: i,
+                    ops: agents[i].clone(),
+                    reply_tx,
+                    reply_rx,
+                }
+            })
+            .collect();
         let (mut v, _, _) = v.swap_devices(proxies);
         v.remote = Some(Remote {
             clock: ts_clock.clone(),
@@ -1450,6 +1505,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         for (i, agent) in self.agents.iter().enumerate() {
             agent
                 .send(AgentOp::Submit {
+                    member: i,
                     opcode: Opcode::Flush,
                     lba: 0,
                     sectors: 0,
@@ -1495,11 +1551,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         for a in &self.agents {
             let _ = a.send(AgentOp::Stop);
         }
-        let devices: Vec<D> = run
-            .agents
-            .into_iter()
-            .map(|h| h.join().map_err(|_| panicked("a member's thread")))
-            .collect::<Result<_, _>>()?;
+        let devices = join_agents(run.agents)?;
         drop(run.controls);
         let remote = v.remote.take();
         let threads = self.g.threads;
@@ -1558,10 +1610,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         for a in &self.agents {
             let _ = a.send(AgentOp::Stop);
         }
-        run.agents
-            .into_iter()
-            .map(|h| h.join().map_err(|_| panicked("a member's thread")))
-            .collect()
+        join_agents(run.agents)
     }
 }
 
@@ -1575,6 +1624,16 @@ impl<D: BlockDevice + Send + 'static> Drop for ThreadedScalaAfa<D> {
             let _ = self.stop();
         }
     }
+}
+
+/// Joins the agent threads and puts their devices back in member order.
+fn join_agents<D>(agents: Vec<JoinHandle<Vec<(usize, D)>>>) -> Result<Vec<D>, DeviceError> {
+    let mut devices = Vec::new();
+    for h in agents {
+        devices.extend(h.join().map_err(|_| panicked("a member agent"))?);
+    }
+    devices.sort_by_key(|&(i, _)| i);
+    Ok(devices.into_iter().map(|(_, d)| d).collect())
 }
 
 fn panicked(who: &str) -> DeviceError {
