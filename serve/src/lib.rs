@@ -28,7 +28,7 @@ pub use file::{FileDevice, FileDeviceError};
 pub use mem::MemDevice;
 pub use nvram::FileNvram;
 pub use server::{ListenAddr, RunningServer, ServeConfig, Server, DEFAULT_PORT};
-pub use shared::SharedVolume;
+pub use shared::{SharedVolume, Started};
 pub use state::{MemberHealth, MemberRecord, StateDir};
 
 /// Why serve mode could not start.

@@ -45,6 +45,24 @@ pub trait SharedVolume: Send + Sync {
     /// Stops the volume's threads once the requests applied so far are done, leaving it durable.
     /// Called exactly once, when the server stops.
     fn shutdown(&self) -> Result<(), afa_ssd::DeviceError>;
+    /// Starts a read of `length` bytes at `offset` and returns without waiting for it, if
+    /// the volume can: the server starts every read and write of a burst before it waits
+    /// for any, so that the volume's threads serve them at once. `None`: the server calls
+    /// `read` instead.
+    fn start_read(&self, _offset: u64, _length: usize) -> Option<Box<dyn Started>> {
+        None
+    }
+    /// As `start_read`, for a write of `data` at `offset`.
+    fn start_write(&self, _offset: u64, _data: &[u8]) -> Option<Box<dyn Started>> {
+        None
+    }
+}
+
+/// A read or write a volume has started and finishes on threads of its own.
+pub trait Started: Send {
+    /// Waits for it. A read's bytes go to `out`, which has its length; a write's `out` is
+    /// empty. Returns the completion time on the volume's clock.
+    fn finish(self: Box<Self>, out: &mut [u8]) -> Result<TimeNs, DeviceError>;
 }
 
 /// Counters of a shared engine. They are atomics because many connection threads apply
@@ -68,6 +86,16 @@ impl SharedStats {
             background_calls: 0,
         }
     }
+}
+
+/// One request of a burst and where its payload is: in the connection's burst buffer
+/// (`payload`), or in `buf`.
+struct Item<'a> {
+    handle: u64,
+    request: Request,
+    buf: Vec<u8>,
+    payload: Option<&'a [u8]>,
+    credits: u32,
 }
 
 /// What the connection threads of a paced shared engine send the pacer.
@@ -148,12 +176,19 @@ impl SharedEngine {
         let Some(_in_flight) = self.enter() else {
             return jobs.into_iter().map(refuse_inline).collect();
         };
-        jobs.into_iter()
-            .map(|job| {
-                let payload = burst.get(job.payload).unwrap_or_default();
-                self.apply_one(job.handle, job.request, job.buf, Some(payload), 0)
-                    .1
+        let items = jobs
+            .into_iter()
+            .map(|job| Item {
+                handle: job.handle,
+                request: job.request,
+                buf: job.buf,
+                payload: Some(burst.get(job.payload).unwrap_or_default()),
+                credits: 0,
             })
+            .collect();
+        self.apply_many(items)
+            .into_iter()
+            .map(|(_, reply)| reply)
             .collect()
     }
 
@@ -164,19 +199,29 @@ impl SharedEngine {
         let Some(_in_flight) = self.enter() else {
             return Err(jobs);
         };
+        let mut reply_tos = Vec::with_capacity(jobs.len());
+        let items = jobs
+            .into_iter()
+            .map(|job| {
+                reply_tos.push(job.reply_to);
+                Item {
+                    handle: job.handle,
+                    request: job.request,
+                    buf: job.data,
+                    payload: None,
+                    credits: job.credits,
+                }
+            })
+            .collect();
+        let applied = self.apply_many(items).into_iter().zip(reply_tos);
         match &self.pacer {
             Some(pacer) => {
-                let dues = jobs
-                    .into_iter()
-                    .map(|job| {
-                        let (due_ns, reply) =
-                            self.apply_one(job.handle, job.request, job.data, None, job.credits);
-                        Due {
-                            due_ns,
-                            seq: self.seq.fetch_add(1, Ordering::Relaxed),
-                            reply,
-                            reply_to: job.reply_to,
-                        }
+                let dues = applied
+                    .map(|((due_ns, reply), reply_to)| Due {
+                        due_ns,
+                        seq: self.seq.fetch_add(1, Ordering::Relaxed),
+                        reply,
+                        reply_to,
                     })
                     .collect();
                 // The pacer ends only after every burst in flight has been handed over,
@@ -185,15 +230,81 @@ impl SharedEngine {
             }
             None => {
                 let mut outbox = Outbox::new();
-                for job in jobs {
-                    let (_, reply) =
-                        self.apply_one(job.handle, job.request, job.data, None, job.credits);
-                    post(&mut outbox, job.reply_to, reply);
+                for ((_, reply), reply_to) in applied {
+                    post(&mut outbox, reply_to, reply);
                 }
                 send_outbox(&mut outbox);
             }
         }
         Ok(())
+    }
+
+    /// Applies a burst's requests and returns their completion times and replies, in
+    /// order. The reads and writes the volume can start are all started before any is
+    /// waited for, so its threads serve them at once; any other request first waits for
+    /// those started before it, so it is applied after them, as one at a time.
+    fn apply_many(&self, items: Vec<Item<'_>>) -> Vec<(TimeNs, Reply)> {
+        let mut out: Vec<Option<(TimeNs, Reply)>> = (0..items.len()).map(|_| None).collect();
+        let mut started: Vec<(usize, Item<'_>, Box<dyn Started>)> = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            match self.start(&item) {
+                Some(handle) => started.push((i, item, handle)),
+                None => {
+                    for (j, earlier, handle) in started.drain(..) {
+                        out[j] = Some(self.finish(earlier, handle));
+                    }
+                    out[i] = Some(self.apply_one(
+                        item.handle,
+                        item.request,
+                        item.buf,
+                        item.payload,
+                        item.credits,
+                    ));
+                }
+            }
+        }
+        for (j, item, handle) in started {
+            out[j] = Some(self.finish(item, handle));
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    /// Starts a read or write that passes the checks, if the volume can start it.
+    fn start(&self, item: &Item<'_>) -> Option<Box<dyn Started>> {
+        let data: &[u8] = item.payload.unwrap_or(&item.buf);
+        check_request(&item.request, self.size_bytes, data.len()).ok()?;
+        match item.request {
+            Request::Read { offset, length } => self.volume.start_read(offset, length as usize),
+            Request::Write { offset, .. } => self.volume.start_write(offset, data),
+            _ => None,
+        }
+    }
+
+    /// Waits for a started read or write and makes its reply.
+    fn finish(&self, item: Item<'_>, started: Box<dyn Started>) -> (TimeNs, Reply) {
+        let Item {
+            handle,
+            request,
+            mut buf,
+            credits,
+            ..
+        } = item;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let outcome = match request {
+            Request::Read { offset, length } => {
+                size_read_buffer(&mut buf, length);
+                started
+                    .finish(&mut buf)
+                    .map_err(|e| device_failure(Opcode::Read, Place::Byte(offset), &e))
+            }
+            Request::Write { offset, fua, .. } => started
+                .finish(&mut [])
+                .map_err(|e| device_failure(Opcode::Write, Place::Byte(offset), &e))
+                .and_then(|done| self.flush_if(fua, done)),
+            // Only reads and writes are started.
+            _ => Err(disconnect_failure()),
+        };
+        self.reply_for(handle, request, buf, credits, outcome)
     }
 
     /// Applies one request and returns its completion time on the volume's clock and its
@@ -208,6 +319,19 @@ impl SharedEngine {
     ) -> (TimeNs, Reply) {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let outcome = self.execute_into(&request, &mut data, payload);
+        self.reply_for(handle, request, data, credits, outcome)
+    }
+
+    /// Counts a request's outcome and makes its reply. A failed request completes now:
+    /// there is nothing to wait for.
+    fn reply_for(
+        &self,
+        handle: u64,
+        request: Request,
+        data: Vec<u8>,
+        credits: u32,
+        outcome: Result<TimeNs, Failure>,
+    ) -> (TimeNs, Reply) {
         let read_offset = match request {
             Request::Read { offset, .. } => Some(offset),
             _ => None,
@@ -503,5 +627,21 @@ impl<D: afa_ssd::BlockDevice + Send + 'static> SharedVolume for afa_array::Threa
     fn shutdown(&self) -> Result<(), DeviceError> {
         afa_array::ThreadedScalaAfa::flush(self)?;
         self.stop().map(drop)
+    }
+    fn start_read(&self, offset: u64, length: usize) -> Option<Box<dyn Started>> {
+        Some(Box::new(afa_array::ThreadedScalaAfa::start_read(
+            self, offset, length,
+        )))
+    }
+    fn start_write(&self, offset: u64, data: &[u8]) -> Option<Box<dyn Started>> {
+        Some(Box::new(afa_array::ThreadedScalaAfa::start_write(
+            self, offset, data,
+        )))
+    }
+}
+
+impl Started for afa_array::InFlight {
+    fn finish(self: Box<Self>, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
+        afa_array::InFlight::finish(*self, out)
     }
 }

@@ -38,7 +38,7 @@ mod threaded;
 #[cfg(test)]
 mod threaded_tests;
 
-pub use threaded::ThreadedScalaAfa;
+pub use threaded::{InFlight, ThreadedScalaAfa};
 
 use std::collections::BTreeSet;
 

@@ -47,6 +47,8 @@ use super::*;
 const IDLE_NS: u64 = 1_000_000;
 /// How long a member agent waits after its last command before the device gets idle time.
 const MEMBER_IDLE_NS: u64 = 1_000_000;
+/// The most jobs an I/O thread takes from its queue at once.
+const MAX_BATCH_JOBS: usize = 32;
 /// The longest an I/O thread waits for a grant before it fails the write as out of space.
 const GRANT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -484,7 +486,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.filled += 1;
         if s.filled as usize == k {
             s.state = HhState::Full;
-            self.open[thread] = None;
+            // A thread batching its writes may have opened its next group already.
+            if self.open[thread] == Some(stripe) {
+                self.open[thread] = None;
+            }
             self.manager.full[thread].push_back(stripe);
         }
         self.stats.chunks_written += 1;
@@ -644,6 +649,12 @@ impl ScalaAfa<MemberProxy> {
 
 // ----- the I/O threads -----
 
+/// Where a write's or a trim's completion time (or error) goes.
+type Answer = Sender<Result<TimeNs, DeviceError>>;
+
+/// A member command's completion time and a read's bytes.
+type CopyReply = Result<(TimeNs, Vec<u8>), DeviceError>;
+
 /// A read piece's completion time, where it goes in the caller's buffer, and its bytes.
 type ReadReply = Result<(TimeNs, usize, Vec<u8>), DeviceError>;
 
@@ -654,7 +665,7 @@ enum IoJob {
         /// Byte offset in the chunk.
         at: usize,
         data: Vec<u8>,
-        reply: Sender<Result<TimeNs, DeviceError>>,
+        reply: Answer,
     },
     Read {
         chunk: u32,
@@ -670,7 +681,7 @@ enum IoJob {
         chunk: u32,
         at: usize,
         len: usize,
-        reply: Sender<Result<TimeNs, DeviceError>>,
+        reply: Answer,
     },
     /// Ends the thread once everything queued before is done.
     Stop,
@@ -741,6 +752,27 @@ struct IoThread {
     stopped: bool,
 }
 
+/// A write given its slot and sent to the members, not yet reported.
+struct Placed {
+    chunk: u32,
+    stripe: u32,
+    slot: usize,
+    ts: u32,
+    /// Its copies' replies come under tags `first_tag..first_tag + 1 + m`.
+    first_tag: usize,
+    /// When the read it merged was done.
+    t0: TimeNs,
+    reply: Answer,
+}
+
+/// Writes placed together, and the commands sent (`issued`) under `tags` tags.
+#[derive(Default)]
+struct PlacedWrites {
+    placed: Vec<Placed>,
+    tags: usize,
+    issued: usize,
+}
+
 /// What an I/O thread hands back when it ends.
 struct IoThreadEnd {
     heroes: ThreadHeroes,
@@ -765,7 +797,26 @@ impl IoThread {
                 },
                 recv(jobs) -> j => match j {
                     Ok(IoJob::Stop) | Err(_) => break,
-                    Ok(job) => self.run_job(job),
+                    Ok(job) => {
+                        // What else is queued comes along, so that the members get the
+                        // batch's commands together and each hand-off serves many.
+                        let mut batch = vec![job];
+                        let mut stop = false;
+                        while batch.len() < MAX_BATCH_JOBS {
+                            match jobs.try_recv() {
+                                Ok(IoJob::Stop) => {
+                                    stop = true;
+                                    break;
+                                }
+                                Ok(job) => batch.push(job),
+                                Err(_) => break,
+                            }
+                        }
+                        self.run_batch(batch);
+                        if stop {
+                            break;
+                        }
+                    }
                 },
             }
         }
@@ -790,6 +841,248 @@ impl IoThread {
                 epoch,
             }),
             Control::Stop => self.stopped = true,
+        }
+    }
+
+    /// Runs a batch of jobs in order. Reads and writes of distinct chunks run together;
+    /// a second job for a chunk, and a trim, start a new run after the last one's.
+    fn run_batch(&mut self, batch: Vec<IoJob>) {
+        let mut run: Vec<IoJob> = Vec::new();
+        let mut chunks: Vec<u32> = Vec::new();
+        for job in batch {
+            let chunk = match &job {
+                IoJob::Write { chunk, .. } | IoJob::Read { chunk, .. } => Some(*chunk),
+                _ => None,
+            };
+            match chunk {
+                Some(c) if !chunks.contains(&c) => {
+                    chunks.push(c);
+                    run.push(job);
+                }
+                Some(c) => {
+                    self.run_together(std::mem::take(&mut run));
+                    chunks = vec![c];
+                    run.push(job);
+                }
+                None => {
+                    self.run_together(std::mem::take(&mut run));
+                    chunks.clear();
+                    self.run_job(job);
+                }
+            }
+        }
+        self.run_together(run);
+    }
+
+    /// Runs reads and writes of distinct chunks together: every read they need is sent to
+    /// the members at once, then every write, so one hand-off carries many commands.
+    /// Writes take slots in their order and are reported in it.
+    fn run_together(&mut self, jobs: Vec<IoJob>) {
+        if jobs.len() <= 1 {
+            jobs.into_iter().for_each(|job| self.run_job(job));
+            return;
+        }
+        let g = self.g;
+        let cb = g.chunk_bytes();
+        // The reads: of read jobs, and of the chunks partial writes merge into.
+        let mut read_tag: Vec<Option<usize>> = vec![None; jobs.len()];
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let (chunk, at, len) = match job {
+                IoJob::Read { chunk, at, len, .. } => (*chunk, *at, *len),
+                IoJob::Write {
+                    chunk, at, data, ..
+                } if !(*at == 0 && data.len() == cb) => (*chunk, 0, cb),
+                _ => continue,
+            };
+            let a = self.amt[chunk as usize / g.threads];
+            if a == NONE {
+                continue;
+            }
+            let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+            let first = at / g.sector_bytes;
+            let last = (at + len).div_ceil(g.sector_bytes);
+            let lba = g.hh_lba(stripe) + first as u64;
+            let sectors = (last - first) as u32;
+            let member = g.data_member(stripe, j);
+            let tag = spans.len();
+            if self
+                .issue(
+                    member,
+                    Opcode::Read,
+                    lba,
+                    sectors,
+                    Vec::new(),
+                    None,
+                    false,
+                    tag,
+                )
+                .is_ok()
+            {
+                read_tag[i] = Some(tag);
+                spans.push((at - first * g.sector_bytes, len));
+            }
+        }
+        let mut read = self.collect_each(spans.len(), spans.len());
+        let mut writes = Vec::new();
+        for (i, job) in jobs.into_iter().enumerate() {
+            // The bytes a read job or a partial write found: its chunk's, or zeroes if the
+            // chunk was never written.
+            let found = |read: &mut Vec<Option<CopyReply>>| match read_tag[i] {
+                Some(tag) => match read[tag].take() {
+                    Some(Ok((t, mut bytes))) => {
+                        let (skip, len) = spans[tag];
+                        bytes.drain(..skip);
+                        bytes.truncate(len);
+                        Ok((t, bytes))
+                    }
+                    Some(Err(e)) => Err(e),
+                    None => Err(agent_gone()),
+                },
+                None => Ok((0, Vec::new())),
+            };
+            match job {
+                IoJob::Read {
+                    len, reply, offset, ..
+                } => {
+                    let r = found(&mut read).map(|(t, mut bytes)| {
+                        bytes.resize(len, 0);
+                        (t, offset, bytes)
+                    });
+                    let _ = reply.send(r);
+                }
+                IoJob::Write {
+                    chunk,
+                    at,
+                    data,
+                    reply,
+                } => {
+                    if at == 0 && data.len() == cb {
+                        writes.push((chunk, 0, data, reply));
+                        continue;
+                    }
+                    match found(&mut read) {
+                        Ok((t, mut whole)) => {
+                            whole.resize(cb, 0);
+                            whole[at..at + data.len()].copy_from_slice(&data);
+                            writes.push((chunk, t, whole, reply));
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    }
+                }
+                other => self.run_job(other),
+            }
+        }
+        self.write_together(writes);
+    }
+
+    /// Writes whole chunks of distinct user chunks through the open hero groups, all copies
+    /// of a group's writes sent before any is waited for, and reports them in order. A
+    /// group's writes are reported before the next group is opened: opening may wait for a
+    /// grant, and the daemon may need those reports to make room for it.
+    fn write_together(&mut self, writes: Vec<(u32, TimeNs, Vec<u8>, Answer)>) {
+        let g = self.g;
+        let mut batch = PlacedWrites::default();
+        for (chunk, t0, data, reply) in writes {
+            if let Err(e) = self.open_group() {
+                let _ = reply.send(Err(e));
+                continue;
+            }
+            let Some(open) = &mut self.open else {
+                let _ = reply.send(Err(Self::stopped_error()));
+                continue;
+            };
+            let (stripe, j, vhs) = (open.stripe, open.filled, open.vhs.clone());
+            open.filled += 1;
+            let group_full = open.filled == g.k;
+            if group_full {
+                self.open = None;
+            }
+            self.heroes.send(ToManager::Writing { chunk });
+            let ts = self.clock.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+            let first_tag = batch.tags;
+            let primary = g.tags(chunk, j, ts, KIND_PRIMARY);
+            let backup = g.tags(chunk, j, ts, KIND_BACKUP);
+            let (d, lba, cs) = (g.data_member(stripe, j), g.hh_lba(stripe), g.chunk_sectors);
+            let sent = self.issue(
+                d,
+                Opcode::Write,
+                lba,
+                cs,
+                data.clone(),
+                primary,
+                false,
+                first_tag,
+            );
+            batch.issued += usize::from(sent.is_ok());
+            for (r, &vh) in vhs.iter().enumerate() {
+                let p = g.parity_member(stripe, r);
+                let lba = g.vh_lba(vh, j);
+                let tag = first_tag + 1 + r;
+                let sent = self.issue(
+                    p,
+                    Opcode::Write,
+                    lba,
+                    cs,
+                    data.clone(),
+                    backup.clone(),
+                    g.transient,
+                    tag,
+                );
+                batch.issued += usize::from(sent.is_ok());
+            }
+            batch.tags += 1 + g.m;
+            batch.placed.push(Placed {
+                chunk,
+                stripe,
+                slot: j,
+                ts,
+                first_tag,
+                t0,
+                reply,
+            });
+            if group_full {
+                self.report_writes(std::mem::take(&mut batch));
+            }
+        }
+        self.report_writes(batch);
+    }
+
+    /// Waits for the copies of placed writes, reports the writes to the daemon in order
+    /// and answers them.
+    fn report_writes(&mut self, batch: PlacedWrites) {
+        let g = self.g;
+        let copies = 1 + g.m;
+        let results = self.collect_each(batch.issued, batch.tags);
+        for w in batch.placed {
+            self.heroes.send(ToManager::Wrote {
+                thread: self.id,
+                chunk: w.chunk,
+                stripe: w.stripe,
+                slot: w.slot as u32,
+                ts: w.ts,
+            });
+            // As in `write_chunk`: the daemon maps the chunk to its new slot either way.
+            self.amt[w.chunk as usize / g.threads] = w.stripe * g.k as u32 + w.slot as u32;
+            let mut done = w.t0;
+            let mut error = None;
+            for r in &results[w.first_tag..w.first_tag + copies] {
+                match r {
+                    Some(Ok((t, _))) => done = done.max(*t),
+                    Some(Err(e)) => {
+                        error.get_or_insert(e.clone());
+                    }
+                    None => {
+                        error.get_or_insert_with(agent_gone);
+                    }
+                }
+            }
+            let _ = w.reply.send(match error {
+                Some(e) => Err(e),
+                None => Ok(done),
+            });
         }
     }
 
@@ -884,6 +1177,21 @@ impl IoThread {
             Some(e) => Err(e),
             None => Ok((done, data)),
         }
+    }
+
+    /// Collects `n` replies to commands tagged below `tags`: each tag's completion time and
+    /// data, or its error, or nothing if no reply came for it.
+    fn collect_each(&self, n: usize, tags: usize) -> Vec<Option<CopyReply>> {
+        let mut out: Vec<Option<CopyReply>> = (0..tags).map(|_| None).collect();
+        for _ in 0..n {
+            let Ok(r) = self.reply_rx.recv() else {
+                break;
+            };
+            if let Some(slot) = out.get_mut(r.tag) {
+                *slot = Some(r.result.map(|d| (d.completion.done_ns, d.data)));
+            }
+        }
+        out
     }
 
     /// Reads `len` bytes at byte `at` of `chunk` from its primary copy.
@@ -1088,6 +1396,71 @@ impl<D: BlockDevice + Send + 'static> std::fmt::Debug for ThreadedScalaAfa<D> {
             .field("info", &self.info)
             .field("io_threads", &self.g.threads)
             .finish()
+    }
+}
+
+/// A read or write handed to the I/O threads and not yet waited for.
+#[derive(Debug)]
+pub struct InFlight {
+    pieces: usize,
+    replies: Replies,
+}
+
+#[derive(Debug)]
+enum Replies {
+    Read(Receiver<ReadReply>),
+    Write(Receiver<Result<TimeNs, DeviceError>>),
+    Refused(DeviceError),
+}
+
+impl InFlight {
+    fn refused(e: DeviceError) -> Self {
+        InFlight {
+            pieces: 0,
+            replies: Replies::Refused(e),
+        }
+    }
+
+    /// Waits for every piece; returns the latest completion or the first error. A read's
+    /// bytes go to `out`, which has the read's length; a write's `out` is empty.
+    pub fn finish(self, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
+        match self.replies {
+            Replies::Refused(e) => Err(e),
+            Replies::Read(rx) => {
+                let next = || rx.recv().unwrap_or_else(|_| Err(stopped()));
+                gather(self.pieces, next, |(t, at, data)| {
+                    out[at..at + data.len()].copy_from_slice(&data);
+                    t
+                })
+            }
+            Replies::Write(rx) => {
+                let next = || rx.recv().unwrap_or_else(|_| Err(stopped()));
+                gather(self.pieces, next, |t| t)
+            }
+        }
+    }
+}
+
+/// Takes `n` replies from `next`; returns the latest completion `each` finds in them,
+/// or the first error (after all `n` are in, so none is left to a later request).
+fn gather<T>(
+    n: usize,
+    mut next: impl FnMut() -> Result<T, DeviceError>,
+    mut each: impl FnMut(T) -> TimeNs,
+) -> Result<TimeNs, DeviceError> {
+    let mut done = 0;
+    let mut error = None;
+    for _ in 0..n {
+        match next() {
+            Ok(v) => done = done.max(each(v)),
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(done),
     }
 }
 
@@ -1411,70 +1784,66 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         &self.jobs[chunk as usize % self.jobs.len()]
     }
 
-    /// Takes `n` replies from `next`; returns the latest completion `each` finds in them,
-    /// or the first error (after all `n` are in, so none is left to a later request).
-    fn gather<T>(
-        n: usize,
-        mut next: impl FnMut() -> Result<T, DeviceError>,
-        mut each: impl FnMut(T) -> TimeNs,
-    ) -> Result<TimeNs, DeviceError> {
-        let mut done = 0;
-        let mut error = None;
-        for _ in 0..n {
-            match next() {
-                Ok(v) => done = done.max(each(v)),
-                Err(e) => {
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        match error {
-            Some(e) => Err(e),
-            None => Ok(done),
-        }
-    }
-
     /// Reads `out.len()` bytes at byte `offset`; returns the model's completion time.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<TimeNs, DeviceError> {
-        self.check_range(offset, out.len() as u64)?;
-        let (tx, rx) = unbounded();
-        let mut n = 0;
-        for (chunk, at, len, offset) in pieces(offset, out.len(), self.g.chunk_bytes()) {
-            self.owner(chunk)
-                .send(IoJob::Read {
-                    chunk,
-                    at,
-                    len,
-                    reply: tx.clone(),
-                    offset,
-                })
-                .map_err(|_| stopped())?;
-            n += 1;
-        }
-        let next = || rx.recv().unwrap_or_else(|_| Err(stopped()));
-        Self::gather(n, next, |(t, at, data)| {
-            out[at..at + data.len()].copy_from_slice(&data);
-            t
-        })
+        self.start_read(offset, out.len()).finish(out)
     }
 
     /// Writes `data` at byte `offset` (any alignment); returns the model's completion time.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<TimeNs, DeviceError> {
-        self.check_range(offset, data.len() as u64)?;
-        let (tx, rx) = unbounded();
-        let mut n = 0;
-        for (chunk, at, len, from) in pieces(offset, data.len(), self.g.chunk_bytes()) {
-            self.owner(chunk)
-                .send(IoJob::Write {
-                    chunk,
-                    at,
-                    data: data[from..from + len].to_vec(),
-                    reply: tx.clone(),
-                })
-                .map_err(|_| stopped())?;
-            n += 1;
+        self.start_write(offset, data).finish(&mut [])
+    }
+
+    /// Hands a read of `length` bytes at `offset` to its chunks' owners without waiting:
+    /// a caller with many requests starts them all, then finishes each.
+    pub fn start_read(&self, offset: u64, length: usize) -> InFlight {
+        if let Err(e) = self.check_range(offset, length as u64) {
+            return InFlight::refused(e);
         }
-        Self::gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
+        let (tx, rx) = unbounded();
+        let mut pieces_sent = 0;
+        for (chunk, at, len, offset) in pieces(offset, length, self.g.chunk_bytes()) {
+            let job = IoJob::Read {
+                chunk,
+                at,
+                len,
+                reply: tx.clone(),
+                offset,
+            };
+            if self.owner(chunk).send(job).is_err() {
+                return InFlight::refused(stopped());
+            }
+            pieces_sent += 1;
+        }
+        InFlight {
+            pieces: pieces_sent,
+            replies: Replies::Read(rx),
+        }
+    }
+
+    /// As `start_read`, for a write of `data` at `offset` (any alignment).
+    pub fn start_write(&self, offset: u64, data: &[u8]) -> InFlight {
+        if let Err(e) = self.check_range(offset, data.len() as u64) {
+            return InFlight::refused(e);
+        }
+        let (tx, rx) = unbounded();
+        let mut pieces_sent = 0;
+        for (chunk, at, len, from) in pieces(offset, data.len(), self.g.chunk_bytes()) {
+            let job = IoJob::Write {
+                chunk,
+                at,
+                data: data[from..from + len].to_vec(),
+                reply: tx.clone(),
+            };
+            if self.owner(chunk).send(job).is_err() {
+                return InFlight::refused(stopped());
+            }
+            pieces_sent += 1;
+        }
+        InFlight {
+            pieces: pieces_sent,
+            replies: Replies::Write(rx),
+        }
     }
 
     /// Deallocates `length` bytes at `offset`: whole chunks are unmapped, the parts of
@@ -1495,7 +1864,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())?;
             n += 1;
         }
-        Self::gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
+        gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
     }
 
     /// Makes every write completed before the call durable: each member flushes. The AMT
@@ -1523,7 +1892,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())
                 .and_then(|r| r.result.map(|d| d.completion.done_ns))
         };
-        Self::gather(self.agents.len(), next, |t| t)
+        gather(self.agents.len(), next, |t| t)
     }
 
     fn take_running(&self) -> Result<Running<D>, DeviceError> {

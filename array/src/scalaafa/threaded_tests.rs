@@ -61,7 +61,42 @@ fn client(v: &ThreadedScalaAfa<Ssd>, id: u64, ops: usize, trims: bool, seed: u64
     let expect = |oracle: &Oracle, s: u64| pattern_or_zero(s, oracle.get(&s).copied());
     for _ in 0..ops {
         version += 1;
-        match rng.below(10) {
+        match rng.below(11) {
+            // A burst, as a client with a deep queue sends it: writes of distinct own
+            // sectors (some sharing a chunk) all started before any is waited for, then
+            // reads of them the same way, so each I/O thread gets jobs to run together.
+            10 => {
+                let mut sectors: Vec<u64> = Vec::new();
+                for _ in 0..8 {
+                    let c = (rng.below(half / CLIENTS) * CLIENTS + id).min(half - 1);
+                    let s = c * chunk + rng.below(chunk);
+                    if c % CLIENTS == id && !sectors.contains(&s) {
+                        sectors.push(s);
+                    }
+                }
+                let started: Vec<_> = sectors
+                    .iter()
+                    .map(|&s| v.start_write(s * SECTOR as u64, &pattern(s, version)))
+                    .collect();
+                for w in started {
+                    w.finish(&mut []).expect("write");
+                }
+                for &s in &sectors {
+                    oracle.insert(s, version);
+                }
+                let started: Vec<_> = sectors
+                    .iter()
+                    .map(|&s| v.start_read(s * SECTOR as u64, SECTOR))
+                    .collect();
+                for (r, &s) in started.into_iter().zip(&sectors) {
+                    let mut out = vec![0u8; SECTOR];
+                    r.finish(&mut out).expect("read");
+                    assert!(
+                        out == expect(&oracle, s),
+                        "client {id}: sector {s} reads wrong after a burst"
+                    );
+                }
+            }
             // Own chunks: a run of sectors inside one of them.
             0..=3 => {
                 let c = (rng.below(half / CLIENTS) * CLIENTS + id).min(half - 1);
