@@ -249,13 +249,24 @@ fn threads_keep_every_write_through_conversion_gc_and_an_orderly_stop() {
 
 /// Recovery from the members the threads leave behind, after a crash (the tables lost at
 /// once) and after an orderly stop (serve mode drops the tables at every stop and rebuilds
-/// them at the next start).
+/// them at the next start), from the OOB tags alone and from the daemon's checkpoints
+/// (taken every 5 ms, while the threads write).
 #[test]
 fn recovery_after_threads_crash_or_stop_loses_no_completed_write() {
     for seed in 0..3 {
+        let checkpoint_interval_ms = if seed == 1 { 5.0 } else { 0.0 };
         for (level, n, threads) in [(Level::Raid5, 5, 2), (Level::Raid6, 6, 3)] {
             for crash in [true, false] {
-                let engine = volume(level, n, threads);
+                let mut engine = volume(level, n, threads);
+                if checkpoint_interval_ms > 0.0 {
+                    let config = engine.config.clone();
+                    let scala = ScalaAfaConfig {
+                        checkpoint_interval_ms,
+                        ..engine.scala.clone()
+                    };
+                    let members = engine.into_members();
+                    engine = ScalaAfa::new(config, scala, members, vec![]).unwrap();
+                }
                 let (config, scala) = (engine.config.clone(), engine.scala.clone());
                 let v = engine.into_threads().expect("threads start");
                 // Whole-chunk trims only unmap, and recovery may find a trimmed chunk's
@@ -268,6 +279,12 @@ fn recovery_after_threads_crash_or_stop_loses_no_completed_write() {
                 };
                 let mut recovered =
                     ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+                if checkpoint_interval_ms > 0.0 {
+                    assert!(
+                        recovered.stats().recovered_checkpoint_seq.is_some(),
+                        "{level:?}: the threads' daemon wrote no checkpoint"
+                    );
+                }
                 check_all(&mut recovered, &oracle);
             }
         }
