@@ -1797,74 +1797,81 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
     /// Hands a read of `length` bytes at `offset` to its chunks' owners without waiting:
     /// a caller with many requests starts them all, then finishes each.
     pub fn start_read(&self, offset: u64, length: usize) -> InFlight {
-        if let Err(e) = self.check_range(offset, length as u64) {
-            return InFlight::refused(e);
-        }
-        let (tx, rx) = unbounded();
-        let mut pieces_sent = 0;
-        for (chunk, at, len, offset) in pieces(offset, length, self.g.chunk_bytes()) {
-            let job = IoJob::Read {
+        let sent = self.dispatch(offset, length, |chunk, at, len, offset, reply| {
+            IoJob::Read {
                 chunk,
                 at,
                 len,
-                reply: tx.clone(),
+                reply,
                 offset,
-            };
-            if self.owner(chunk).send(job).is_err() {
-                return InFlight::refused(stopped());
             }
-            pieces_sent += 1;
-        }
-        InFlight {
-            pieces: pieces_sent,
-            replies: Replies::Read(rx),
+        });
+        match sent {
+            Ok((pieces, rx)) => InFlight {
+                pieces,
+                replies: Replies::Read(rx),
+            },
+            Err(e) => InFlight::refused(e),
         }
     }
 
     /// As `start_read`, for a write of `data` at `offset` (any alignment).
     pub fn start_write(&self, offset: u64, data: &[u8]) -> InFlight {
-        if let Err(e) = self.check_range(offset, data.len() as u64) {
-            return InFlight::refused(e);
-        }
-        let (tx, rx) = unbounded();
-        let mut pieces_sent = 0;
-        for (chunk, at, len, from) in pieces(offset, data.len(), self.g.chunk_bytes()) {
-            let job = IoJob::Write {
+        let sent = self.dispatch(offset, data.len(), |chunk, at, len, from, reply| {
+            IoJob::Write {
                 chunk,
                 at,
                 data: data[from..from + len].to_vec(),
-                reply: tx.clone(),
-            };
-            if self.owner(chunk).send(job).is_err() {
-                return InFlight::refused(stopped());
+                reply,
             }
-            pieces_sent += 1;
-        }
-        InFlight {
-            pieces: pieces_sent,
-            replies: Replies::Write(rx),
+        });
+        match sent {
+            Ok((pieces, rx)) => InFlight {
+                pieces,
+                replies: Replies::Write(rx),
+            },
+            Err(e) => InFlight::refused(e),
         }
     }
 
     /// Deallocates `length` bytes at `offset`: whole chunks are unmapped, the parts of
     /// chunks at the edges are written with zeroes, so the range reads back as zeroes.
     pub fn trim(&self, offset: u64, length: u64) -> Result<TimeNs, DeviceError> {
-        self.check_range(offset, length)?;
+        // The range is checked before any piece is cut, so the length fits in memory's
+        // address space when it counts.
+        let len = usize::try_from(length).unwrap_or(usize::MAX);
+        let (pieces, rx) = self.dispatch(offset, len, |chunk, at, len, _, reply| IoJob::Trim {
+            chunk,
+            at,
+            len,
+            reply,
+        })?;
+        gather(
+            pieces,
+            || rx.recv().unwrap_or_else(|_| Err(stopped())),
+            |t| t,
+        )
+    }
+
+    /// Checks a request's range and sends each of its pieces to its chunk's owner, as the
+    /// job `job` makes from (chunk, byte in the chunk, length, byte in the request, where
+    /// to reply). Returns how many pieces went out and where their replies come.
+    fn dispatch<T>(
+        &self,
+        offset: u64,
+        length: usize,
+        mut job: impl FnMut(u32, usize, usize, usize, Sender<T>) -> IoJob,
+    ) -> Result<(usize, Receiver<T>), DeviceError> {
+        self.check_range(offset, length as u64)?;
         let (tx, rx) = unbounded();
-        let mut n = 0;
-        // In range, so the length fits in memory's address space.
-        for (chunk, at, len, _) in pieces(offset, length as usize, self.g.chunk_bytes()) {
+        let mut sent = 0;
+        for (chunk, at, len, from) in pieces(offset, length, self.g.chunk_bytes()) {
             self.owner(chunk)
-                .send(IoJob::Trim {
-                    chunk,
-                    at,
-                    len,
-                    reply: tx.clone(),
-                })
+                .send(job(chunk, at, len, from, tx.clone()))
                 .map_err(|_| stopped())?;
-            n += 1;
+            sent += 1;
         }
-        gather(n, || rx.recv().unwrap_or_else(|_| Err(stopped())), |t| t)
+        Ok((sent, rx))
     }
 
     /// Makes every write completed before the call durable: each member flushes. The AMT
