@@ -1342,8 +1342,7 @@ impl IoThread {
                 r + 1,
             )?;
         }
-        // The slot is used whether or not every copy landed: a failed write leaves the
-        // chunk where it was, and its slot a hole.
+        // The slot is used whether or not every copy landed.
         if let Some(o) = &mut self.open {
             o.filled += 1;
         }
