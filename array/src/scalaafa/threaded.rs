@@ -31,7 +31,6 @@
 //! failures ([`ScalaAfa::into_threads`] refuses them), and reads steered to replicas while
 //! a member collects garbage (a thread reads primaries only).
 
-use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -762,7 +761,8 @@ struct Placed {
     first_tag: usize,
     /// When the read it merged was done.
     t0: TimeNs,
-    reply: Answer,
+    /// Its place among the writes placed together.
+    index: usize,
 }
 
 /// Writes placed together, and the commands sent (`issued`) under `tags` tags.
@@ -925,6 +925,7 @@ impl IoThread {
         }
         let mut read = self.collect_each(spans.len(), spans.len());
         let mut writes = Vec::new();
+        let mut replies = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
             // The bytes a read job or a partial write found: its chunk's, or zeroes if the
             // chunk was never written.
@@ -958,14 +959,16 @@ impl IoThread {
                     reply,
                 } => {
                     if at == 0 && data.len() == cb {
-                        writes.push((chunk, 0, data, reply));
+                        writes.push((chunk, 0, data));
+                        replies.push(reply);
                         continue;
                     }
                     match found(&mut read) {
                         Ok((t, mut whole)) => {
                             whole.resize(cb, 0);
                             whole[at..at + data.len()].copy_from_slice(&data);
-                            writes.push((chunk, t, whole, reply));
+                            writes.push((chunk, t, whole));
+                            replies.push(reply);
                         }
                         Err(e) => {
                             let _ = reply.send(Err(e));
@@ -975,23 +978,32 @@ impl IoThread {
                 other => self.run_job(other),
             }
         }
-        self.write_together(writes);
+        for (result, reply) in self.write_together(writes).into_iter().zip(replies) {
+            let _ = reply.send(result);
+        }
     }
 
     /// Writes whole chunks of distinct user chunks through the open hero groups, all copies
     /// of a group's writes sent before any is waited for, and reports them in order. A
     /// group's writes are reported before the next group is opened: opening may wait for a
-    /// grant, and the daemon may need those reports to make room for it.
-    fn write_together(&mut self, writes: Vec<(u32, TimeNs, Vec<u8>, Answer)>) {
+    /// grant, and the daemon may need those reports to make room for it. Each write is
+    /// (chunk, when the read it merged was done, the chunk's bytes); the results come in
+    /// the writes' order.
+    fn write_together(
+        &mut self,
+        writes: Vec<(u32, TimeNs, Vec<u8>)>,
+    ) -> Vec<Result<TimeNs, DeviceError>> {
         let g = self.g;
+        let mut results: Vec<Result<TimeNs, DeviceError>> = (0..writes.len())
+            .map(|_| Err(Self::stopped_error()))
+            .collect();
         let mut batch = PlacedWrites::default();
-        for (chunk, t0, data, reply) in writes {
+        for (index, (chunk, t0, data)) in writes.into_iter().enumerate() {
             if let Err(e) = self.open_group() {
-                let _ = reply.send(Err(e));
+                results[index] = Err(e);
                 continue;
             }
             let Some(open) = &mut self.open else {
-                let _ = reply.send(Err(Self::stopped_error()));
                 continue;
             };
             let (stripe, j, vhs) = (open.stripe, open.filled, open.vhs.clone());
@@ -1041,21 +1053,22 @@ impl IoThread {
                 ts,
                 first_tag,
                 t0,
-                reply,
+                index,
             });
             if group_full {
-                self.report_writes(std::mem::take(&mut batch));
+                self.report_writes(std::mem::take(&mut batch), &mut results);
             }
         }
-        self.report_writes(batch);
+        self.report_writes(batch, &mut results);
+        results
     }
 
     /// Waits for the copies of placed writes, reports the writes to the daemon in order
-    /// and answers them.
-    fn report_writes(&mut self, batch: PlacedWrites) {
+    /// and puts each one's outcome in `results`.
+    fn report_writes(&mut self, batch: PlacedWrites, results: &mut [Result<TimeNs, DeviceError>]) {
         let g = self.g;
         let copies = 1 + g.m;
-        let results = self.collect_each(batch.issued, batch.tags);
+        let copies_done = self.collect_each(batch.issued, batch.tags);
         for w in batch.placed {
             self.heroes.send(ToManager::Wrote {
                 thread: self.id,
@@ -1064,11 +1077,13 @@ impl IoThread {
                 slot: w.slot as u32,
                 ts: w.ts,
             });
-            // As in `write_chunk`: the daemon maps the chunk to its new slot either way.
+            // The daemon maps the chunk to its new slot whether or not every copy landed, so
+            // the owner does too: a write that failed leaves the chunk's bytes undefined, as
+            // on any device.
             self.amt[w.chunk as usize / g.threads] = w.stripe * g.k as u32 + w.slot as u32;
             let mut done = w.t0;
             let mut error = None;
-            for r in &results[w.first_tag..w.first_tag + copies] {
+            for r in &copies_done[w.first_tag..w.first_tag + copies] {
                 match r {
                     Some(Ok((t, _))) => done = done.max(*t),
                     Some(Err(e)) => {
@@ -1079,10 +1094,10 @@ impl IoThread {
                     }
                 }
             }
-            let _ = w.reply.send(match error {
+            results[w.index] = match error {
                 Some(e) => Err(e),
                 None => Ok(done),
-            });
+            };
         }
     }
 
@@ -1155,30 +1170,6 @@ impl IoThread {
             .map_err(|_| agent_gone())
     }
 
-    /// Collects `n` replies; returns the latest completion, every read's data by tag, and
-    /// the first error.
-    fn collect(&self, n: usize) -> Result<(TimeNs, Vec<Vec<u8>>), DeviceError> {
-        let mut done = 0;
-        let mut data = vec![Vec::new(); n];
-        let mut error = None;
-        for _ in 0..n {
-            let r = self.reply_rx.recv().map_err(|_| agent_gone())?;
-            match r.result {
-                Ok(d) => {
-                    done = done.max(d.completion.done_ns);
-                    data[r.tag] = d.data;
-                }
-                Err(e) => {
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        match error {
-            Some(e) => Err(e),
-            None => Ok((done, data)),
-        }
-    }
-
     /// Collects `n` replies to commands tagged below `tags`: each tag's completion time and
     /// data, or its error, or nothing if no reply came for it.
     fn collect_each(&self, n: usize, tags: usize) -> Vec<Option<CopyReply>> {
@@ -1221,8 +1212,8 @@ impl IoThread {
             false,
             0,
         )?;
-        let (t, mut data) = self.collect(1)?;
-        let mut bytes = std::mem::take(&mut data[0]);
+        let reply = self.collect_each(1, 1).pop().flatten();
+        let (t, mut bytes) = reply.unwrap_or_else(|| Err(agent_gone()))?;
         let skip = at - first * g.sector_bytes;
         bytes.drain(..skip);
         bytes.truncate(len);
@@ -1231,15 +1222,16 @@ impl IoThread {
 
     fn write(&mut self, chunk: u32, at: usize, data: &[u8]) -> Result<TimeNs, DeviceError> {
         let cb = self.g.chunk_bytes();
-        let (t0, whole): (TimeNs, Cow<'_, [u8]>) = if at == 0 && data.len() == cb {
-            (0, Cow::Borrowed(data))
+        let (t0, whole) = if at == 0 && data.len() == cb {
+            (0, data.to_vec())
         } else {
             // Out-of-place update of part of a chunk: the rest comes from its copy.
             let (t, mut b) = self.read(chunk, 0, cb)?;
             b[at..at + data.len()].copy_from_slice(data);
-            (t, Cow::Owned(b))
+            (t, b)
         };
-        Ok(t0.max(self.write_chunk(chunk, &whole)?))
+        let mut done = self.write_together(vec![(chunk, t0, whole)]);
+        done.pop().unwrap_or_else(|| Err(Self::stopped_error()))
     }
 
     fn trim(&mut self, chunk: u32, at: usize, len: usize) -> Result<TimeNs, DeviceError> {
@@ -1304,63 +1296,6 @@ impl IoThread {
                 return Err(Self::stopped_error());
             }
         }
-    }
-
-    /// Writes one whole chunk through the open hero group (§5.3 placement).
-    fn write_chunk(&mut self, chunk: u32, data: &[u8]) -> Result<TimeNs, DeviceError> {
-        self.open_group()?;
-        let g = self.g;
-        let (stripe, j, vhs) = match &self.open {
-            Some(o) => (o.stripe, o.filled, o.vhs.clone()),
-            None => return Err(Self::stopped_error()),
-        };
-        self.heroes.send(ToManager::Writing { chunk });
-        let ts = self.clock.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
-        let d = g.data_member(stripe, j);
-        let tags = g.tags(chunk, j, ts, KIND_PRIMARY);
-        self.issue(
-            d,
-            Opcode::Write,
-            g.hh_lba(stripe),
-            g.chunk_sectors,
-            data.to_vec(),
-            tags,
-            false,
-            0,
-        )?;
-        let backup_tags = g.tags(chunk, j, ts, KIND_BACKUP);
-        for (r, &vh) in vhs.iter().enumerate() {
-            let p = g.parity_member(stripe, r);
-            self.issue(
-                p,
-                Opcode::Write,
-                g.vh_lba(vh, j),
-                g.chunk_sectors,
-                data.to_vec(),
-                backup_tags.clone(),
-                g.transient,
-                r + 1,
-            )?;
-        }
-        // The slot is used whether or not every copy landed.
-        if let Some(o) = &mut self.open {
-            o.filled += 1;
-        }
-        let result = self.collect(1 + g.m);
-        self.heroes.send(ToManager::Wrote {
-            thread: self.id,
-            chunk,
-            stripe,
-            slot: j as u32,
-            ts,
-        });
-        if self.open.as_ref().is_some_and(|o| o.filled == g.k) {
-            self.open = None;
-        }
-        // The daemon maps the chunk to its new slot either way, so the owner does too: a
-        // write that failed leaves the chunk's bytes undefined, as on any device.
-        self.amt[chunk as usize / g.threads] = stripe * g.k as u32 + j as u32;
-        result.map(|(done, _)| done)
     }
 }
 
