@@ -96,7 +96,7 @@ impl<D: BlockDevice> LogRaid<D> {
                     }
                 }
             };
-            newest.fold(first, &entries);
+            newest.fold(first, self.seq[seg as usize], &entries);
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         newest.install(

@@ -69,6 +69,11 @@ pub struct SwanConfig {
     /// Back-end groups cleaned at once (1: the paper's one group at a time; Equation 1's
     /// recycle-time argument lets every back-end group clean during its whole stay).
     pub gc_parallel_groups: u32,
+    /// Blocks per SSD of the group being cleaned that GC keeps being read at once (SATA's
+    /// command queue holds 32); the victim's other reads wait in the host, where user reads
+    /// go ahead of them (§3.3: reads "always given highest priority"). 0: every read of a
+    /// victim is issued at once.
+    pub gc_read_window_blocks: u32,
     /// Host memory holding stripes being written, per stream, in stripes.
     pub buffer_stripes: u32,
     /// Time to copy a user write into host memory, in ns.
@@ -88,6 +93,7 @@ impl Default for SwanConfig {
             gc_free_target: 1.0,
             gc_max_victim_valid: 0.95,
             gc_parallel_groups: 1,
+            gc_read_window_blocks: 32,
             buffer_stripes: 8,
             buffer_write_ns: 2_000,
             age_fraction: 0.0,
@@ -201,6 +207,31 @@ impl Stream {
     }
 }
 
+/// A victim being cleaned. Its valid blocks are read a window at a time and appended to the
+/// group's GC stream in order as their reads complete, so a user read submitted meanwhile
+/// waits on an SSD behind at most one window of GC commands, not behind the whole victim.
+#[derive(Debug)]
+struct Cleaning {
+    group: usize,
+    victim: u32,
+    utilization: f64,
+    /// Runs of valid blocks not yet read: first physical block, length.
+    unread: VecDeque<(u32, u32)>,
+    /// Runs read, not yet appended, in the order they were issued: first physical block,
+    /// length, the data, when the read completes.
+    reading: VecDeque<(u32, u32, Vec<u8>, TimeNs)>,
+    /// When the GC stream may take the next block: its last append returned this.
+    append_ready_ns: TimeNs,
+}
+
+/// What one step of a cleaning did.
+enum CleaningStep {
+    /// More to do from this time on.
+    Again(TimeNs),
+    /// The victim is clean and trimmed, as of this time.
+    Done(TimeNs),
+}
+
 /// The SWAN volume over R-groups.
 #[derive(Debug)]
 pub struct Swan<D: BlockDevice> {
@@ -232,6 +263,8 @@ pub struct Swan<D: BlockDevice> {
     /// Per GC lane (`gc_parallel_groups` of them): the group it cleans and its clock.
     gc_group: Vec<Option<usize>>,
     gc_clock_ns: Vec<TimeNs>,
+    /// Per GC lane, the victim it is cleaning.
+    cleaning: Vec<Option<Cleaning>>,
     /// Per group, when its members next want idle time while the group is an idle back-end
     /// group (None: they have nothing to do until the group is trimmed or changes role).
     idle_next_ns: Vec<Option<TimeNs>>,
@@ -254,11 +287,13 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The map a rebuild is assembling from segment summaries and open segments' lists: for
 /// every logical block, the version with the highest write sequence number (a GC copy keeps
-/// its source's number, so a stale copy in a later segment never wins). Shared by SWAN and
-/// Log-RAID.
+/// its source's number, so a stale copy in a later segment never wins). Between a block and
+/// its GC copy, which hold the same data, the copy in the later segment wins, as in the live
+/// map: a victim is trimmed only once all of it has moved, so a crash while it is cleaned
+/// finds both. Shared by SWAN and Log-RAID.
 pub(crate) struct NewestMap {
-    /// (write sequence number, physical block) per logical block.
-    best: Vec<(u64, u32)>,
+    /// (write sequence number, segment sequence number, physical block) per logical block.
+    best: Vec<(u64, u64, u32)>,
     /// One past the highest write sequence number seen.
     pub next_wseq: u64,
 }
@@ -266,16 +301,21 @@ pub(crate) struct NewestMap {
 impl NewestMap {
     pub fn new(logical_blocks: usize) -> Self {
         Self {
-            best: vec![(0, NONE); logical_blocks],
+            best: vec![(0, 0, NONE); logical_blocks],
             next_wseq: 1,
         }
     }
 
-    /// Takes in the entries of a segment whose first data block is physical block `first`.
-    pub fn fold(&mut self, first: u32, entries: &[(u32, u64)]) {
+    /// Takes in the entries of the segment of sequence number `seq` whose first data block
+    /// is physical block `first`.
+    pub fn fold(&mut self, first: u32, seq: u64, entries: &[(u32, u64)]) {
         for (i, &(lba, w)) in entries.iter().enumerate() {
-            if lba != NONE && (lba as usize) < self.best.len() && w > self.best[lba as usize].0 {
-                self.best[lba as usize] = (w, first + i as u32);
+            if lba == NONE || lba as usize >= self.best.len() {
+                continue;
+            }
+            let (best_w, best_seq, _) = self.best[lba as usize];
+            if (w, seq) > (best_w, best_seq) {
+                self.best[lba as usize] = (w, seq, first + i as u32);
             }
             self.next_wseq = self.next_wseq.max(w + 1);
         }
@@ -294,7 +334,7 @@ impl NewestMap {
         l2p.fill(NONE);
         p2l.fill(NONE);
         valid.fill(0);
-        for (lba, &(w, p)) in self.best.iter().enumerate() {
+        for (lba, &(w, _, p)) in self.best.iter().enumerate() {
             if p != NONE {
                 l2p[lba] = p;
                 p2l[p as usize] = lba as u32;
@@ -560,6 +600,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_streams: (0..groups).map(|_| Stream::new(stripe_bytes)).collect(),
             gc_group: vec![None; swan.gc_parallel_groups as usize],
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
+            cleaning: (0..swan.gc_parallel_groups).map(|_| None).collect(),
             idle_next_ns: vec![Some(0); groups],
             epoch_ns: 0,
             stats: SwanStats::default(),
@@ -768,6 +809,23 @@ impl<D: BlockDevice> Swan<D> {
             if self.gc_clock_ns[lane] > now_ns {
                 return Ok(());
             }
+            let t = self.gc_clock_ns[lane];
+            if let Some(mut c) = self.cleaning[lane].take() {
+                match self.step_cleaning(&mut c, t)? {
+                    CleaningStep::Again(next) => {
+                        self.cleaning[lane] = Some(c);
+                        self.gc_clock_ns[lane] = next.max(t + 1);
+                    }
+                    CleaningStep::Done(done) => {
+                        self.gc_clock_ns[lane] = done.max(t + 1);
+                        if !self.gc_needed() {
+                            self.event(self.gc_clock_ns[lane], "gc_stop", c.group);
+                            self.gc_group[lane] = None;
+                        }
+                    }
+                }
+                continue;
+            }
             if self.gc_group[lane].is_none() {
                 if !self.gc_needed() {
                     self.gc_clock_ns[lane] = now_ns;
@@ -776,7 +834,7 @@ impl<D: BlockDevice> Swan<D> {
                 match self.pick_gc_group() {
                     Some(g) => {
                         self.gc_group[lane] = Some(g);
-                        self.event(self.gc_clock_ns[lane], "gc_start", g);
+                        self.event(t, "gc_start", g);
                     }
                     None => {
                         // Nothing is worth cleaning yet; look again after a while rather
@@ -787,18 +845,12 @@ impl<D: BlockDevice> Swan<D> {
                 }
             }
             let g = self.gc_group[lane].expect("a GC group was chosen");
-            let t = self.gc_clock_ns[lane];
-            let cleaned = self.clean_one(g, t)?;
-            match cleaned {
-                Some(done) => self.gc_clock_ns[lane] = done.max(t + 1),
+            match self.start_cleaning(g) {
+                Some(c) => self.cleaning[lane] = Some(c),
                 None => {
                     self.gc_group[lane] = None;
                     self.event(t, "gc_stop", g);
                 }
-            }
-            if self.gc_group[lane].is_some() && !self.gc_needed() {
-                self.event(self.gc_clock_ns[lane], "gc_stop", g);
-                self.gc_group[lane] = None;
             }
         }
     }
@@ -827,19 +879,18 @@ impl<D: BlockDevice> Swan<D> {
         }
     }
 
-    /// Cleans one victim of group `g` starting at `now_ns`: reads its valid blocks, appends
-    /// them to the group's GC stream, trims it. Returns when the step is done, or None when
-    /// the group has nothing left worth cleaning.
-    fn clean_one(&mut self, g: usize, now_ns: TimeNs) -> Result<Option<TimeNs>, DeviceError> {
-        let Some(victim) = self.pick_victim(g) else {
-            return Ok(None);
-        };
+    /// Chooses a victim of group `g` and lists its valid blocks as runs of consecutive
+    /// blocks (one read command each); None when the group has nothing worth cleaning.
+    fn start_cleaning(&self, g: usize) -> Option<Cleaning> {
+        let victim = self.pick_victim(g)?;
         let d = self.data_blocks();
-        let utilization = self.valid[victim as usize] as f64 / d as f64;
         let first = victim * self.segment_sectors;
-        let unit = self.unit;
-        // The victim's valid blocks, as runs of consecutive blocks: one read command each.
-        let mut runs: Vec<(u32, u32)> = Vec::new();
+        // A run no longer than the window, so that it is never more than one window's read.
+        let max_run = match self.config.gc_read_window_blocks {
+            0 => u32::MAX,
+            w => w * self.width as u32,
+        };
+        let mut unread = VecDeque::new();
         let mut p = first;
         while p < first + d {
             if self.p2l[p as usize] == NONE {
@@ -847,71 +898,137 @@ impl<D: BlockDevice> Swan<D> {
                 continue;
             }
             let mut run = 1;
-            while p + run < first + d && self.p2l[(p + run) as usize] != NONE {
+            while p + run < first + d && self.p2l[(p + run) as usize] != NONE && run < max_run {
                 run += 1;
             }
-            runs.push((p, run));
+            unread.push_back((p, run));
             p += run;
         }
-        // Every read of the victim is issued at once, before any of its writes: the host
-        // reads the segment's valid blocks into memory with all of them queued on the
-        // group's SSDs, which serve them in parallel across their dies and links. Issuing
-        // the writes in between would be wrong here, because the simulated members serve
-        // commands in the order they are submitted: a read submitted after a stripe write
-        // waits on its die behind that write's program even though the host issued it
-        // earlier, which turned cleaning into a read, program, read, program sequence at
-        // queue depth 1 and more than doubled the time a victim took.
-        let mut read: Vec<(Vec<u8>, TimeNs)> = Vec::with_capacity(runs.len());
-        for &(p, run) in &runs {
-            let mut buf = vec![0u8; run as usize * unit];
-            let at = self.group_lba(p);
-            let c = self.groups[g].submit(
-                now_ns,
-                &Command::read(at, run),
-                ReadBuffers {
-                    data: &mut buf,
-                    tags: None,
-                },
-            )?;
-            read.push((buf, c.done_ns));
+        Some(Cleaning {
+            group: g,
+            victim,
+            utilization: self.valid[victim as usize] as f64 / d as f64,
+            unread,
+            reading: VecDeque::new(),
+            append_ready_ns: 0,
+        })
+    }
+
+    /// Cleans one victim of group `g` from `now_ns` to its end; returns when it is done, or
+    /// None when the group has nothing left worth cleaning.
+    fn clean_one(&mut self, g: usize, now_ns: TimeNs) -> Result<Option<TimeNs>, DeviceError> {
+        match self.start_cleaning(g) {
+            Some(c) => self.finish_cleaning(c, now_ns).map(Some),
+            None => Ok(None),
         }
-        // Then the blocks are appended to the group's GC stream in order; a stripe is written
-        // once every block in it has been read, so each append waits for the reads before it.
-        let mut done = now_ns;
-        let mut ready = now_ns;
-        for (&(p, run), (buf, read_done)) in runs.iter().zip(&read) {
-            ready = ready.max(*read_done);
-            done = done.max(ready);
-            for i in 0..run {
-                let q = p + i;
-                let lba = self.p2l[q as usize];
-                let wseq = self.wseq[q as usize];
-                let data = &buf[i as usize * unit..(i as usize + 1) * unit];
-                let t = self.append(Some(g), lba, wseq, data, ready)?;
-                done = done.max(t);
-                self.stats.gc_sectors_moved += 1;
+    }
+
+    /// Runs a cleaning's steps one after the other from `now_ns` until the victim is clean.
+    fn finish_cleaning(&mut self, mut c: Cleaning, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut t = now_ns;
+        loop {
+            match self.step_cleaning(&mut c, t)? {
+                CleaningStep::Again(next) => t = next.max(t + 1),
+                CleaningStep::Done(done) => return Ok(done),
             }
         }
-        debug_assert_eq!(self.valid[victim as usize], 0);
+    }
+
+    /// Does what cleaning `c` can do at `now_ns`: appends the blocks of the reads that have
+    /// completed, in the order they were issued, then issues reads while the window has room.
+    /// Every write GC submits is for a time no later than `now_ns`, so a read issued here never
+    /// queues on its die behind a GC write booked for later (which once turned cleaning into
+    /// read, program, read, program at queue depth 1: "GC issue order" in docs/swan.md).
+    fn step_cleaning(
+        &mut self,
+        c: &mut Cleaning,
+        now_ns: TimeNs,
+    ) -> Result<CleaningStep, DeviceError> {
+        let g = c.group;
+        let unit = self.unit;
+        while c.append_ready_ns <= now_ns {
+            let Some(&(_, _, _, read_done)) = c.reading.front() else {
+                break;
+            };
+            if read_done > now_ns {
+                break;
+            }
+            let (p, run, buf, _) = c.reading.pop_front().expect("a read is in flight");
+            let mut t = read_done.max(c.append_ready_ns);
+            for i in 0..run {
+                let q = p + i;
+                // A user write or trim since the read leaves nothing to move.
+                let lba = self.p2l[q as usize];
+                if lba == NONE {
+                    continue;
+                }
+                let wseq = self.wseq[q as usize];
+                let data = &buf[i as usize * unit..(i as usize + 1) * unit];
+                t = t.max(self.append(Some(g), lba, wseq, data, t)?);
+                self.stats.gc_sectors_moved += 1;
+            }
+            c.append_ready_ns = t;
+        }
+        let window = self.config.gc_read_window_blocks as u64 * self.width as u64;
+        let mut in_flight: u64 = c
+            .reading
+            .iter()
+            .filter(|r| r.3 > now_ns)
+            .map(|r| r.1 as u64)
+            .sum();
+        while let Some(&(p, run)) = c.unread.front() {
+            if window > 0 && in_flight > 0 && in_flight + run as u64 > window {
+                break;
+            }
+            c.unread.pop_front();
+            let mut buf = vec![0u8; run as usize * unit];
+            let at = self.group_lba(p);
+            let done = self.groups[g]
+                .submit(
+                    now_ns,
+                    &Command::read(at, run),
+                    ReadBuffers {
+                        data: &mut buf,
+                        tags: None,
+                    },
+                )?
+                .done_ns;
+            c.reading.push_back((p, run, buf, done));
+            in_flight += run as u64;
+        }
+        if !c.reading.is_empty() {
+            // Next: when the oldest read completes (appends go in order), or sooner when
+            // another read's completion opens the window.
+            let oldest = c.reading.front().map_or(now_ns, |r| r.3);
+            let window_opens = c.reading.iter().map(|r| r.3).filter(|&d| d > now_ns).min();
+            let next = match window_opens {
+                Some(w) if !c.unread.is_empty() => w.min(oldest.max(c.append_ready_ns)),
+                _ => oldest.max(c.append_ready_ns),
+            };
+            return Ok(CleaningStep::Again(next));
+        }
+        debug_assert_eq!(self.valid[c.victim as usize], 0);
+        let done = now_ns.max(c.append_ready_ns);
         // Trimming the whole segment lets the SSDs erase without moving dead data (§4.2).
+        let first = c.victim * self.segment_sectors;
         let at = self.group_lba(first);
-        let c = self.groups[g].submit(
+        let trim = self.groups[g].submit(
             done,
             &Command::trim(at, self.segment_sectors),
             ReadBuffers::none(),
         )?;
-        self.state[victim as usize] = SegmentState::Free;
-        self.free[g].push_back(victim);
+        self.state[c.victim as usize] = SegmentState::Free;
+        self.free[g].push_back(c.victim);
         self.idle_next_ns[g] = Some(0);
         self.stats.segments_cleaned += 1;
         let free_segments = self.free.iter().map(|f| f.len() as u32).sum();
         self.stats.victims.push(VictimSample {
             t_ns: done,
             group: g as u32,
-            utilization,
+            utilization: c.utilization,
             free_segments,
         });
-        Ok(Some(done.max(c.done_ns)))
+        Ok(CleaningStep::Done(done.max(trim.done_ns)))
     }
 
     /// Gives the idle back-end groups (neither the front-end nor being cleaned) idle time:
@@ -948,7 +1065,10 @@ impl<D: BlockDevice> Swan<D> {
             }
             for lane in 0..self.gc_group.len() {
                 if self.gc_group[lane] == Some(next) {
+                    // The victim stays as far as it got: the blocks appended so far have
+                    // moved, the rest are still valid where they were.
                     self.gc_group[lane] = None;
+                    self.cleaning[lane] = None;
                     self.event(t, "gc_stop", next);
                 }
             }
@@ -975,6 +1095,13 @@ impl<D: BlockDevice> Swan<D> {
         now_ns: TimeNs,
     ) -> Result<(TimeNs, usize), DeviceError> {
         let mut t = now_ns.max(self.gc_clock_ns.iter().copied().max().unwrap_or(0));
+        // The victims being cleaned in the background are finished first, so that no victim
+        // is cleaned twice at once.
+        for lane in 0..self.cleaning.len() {
+            if let Some(c) = self.cleaning[lane].take() {
+                t = t.max(self.finish_cleaning(c, t)?);
+            }
+        }
         self.stats.foreground_gc_stalls += 1;
         self.event(t, "foreground_gc_start", g);
         while self.free[g].len() <= GC_RESERVE_SEGMENTS {
@@ -1288,7 +1415,7 @@ impl<D: BlockDevice> Swan<D> {
                     }
                 }
             };
-            newest.fold(first, &entries);
+            newest.fold(first, self.seq[segment as usize], &entries);
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         newest.install(

@@ -235,6 +235,47 @@ fn gc_reads_are_not_queued_behind_later_gc_writes() {
     assert!(checked > 100, "only {checked} GC reads were checked");
 }
 
+/// Mean latency of the user reads served by the group being cleaned, over a run of random
+/// reads, writes and trims that wraps the volume three times.
+fn gc_group_read_latency_ns(gc_read_window_blocks: u32) -> (u64, u64) {
+    let array = raid0_4k(6);
+    let config = SwanConfig {
+        groups: 3,
+        segment_bytes: 4096 * 2 * 64,
+        spare_fraction: 0.3,
+        gc_read_window_blocks,
+        ..SwanConfig::default()
+    };
+    let devices = (0..6).map(ssd).collect();
+    let mut h = Harness::new(Swan::new(array, config, devices, Vec::new()).unwrap());
+    let mut rng = SimRng::new(9);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_sectors < cap * 3 {
+        h.random_ops(&mut rng, 200);
+    }
+    h.check_all();
+    let r = h.volume.stats().reads_back_end_gc;
+    (r.latency_ns_total / r.reads.max(1), r.reads)
+}
+
+/// §3.3: reads are "always given highest priority". GC keeps only a window of its reads on
+/// the SSDs, so a user read in the group being cleaned queues behind that window, not behind
+/// every read and write of the victim.
+#[test]
+fn user_reads_in_the_group_being_cleaned_wait_behind_one_window_of_gc_reads() {
+    let (windowed_ns, windowed_reads) = gc_group_read_latency_ns(4);
+    let (whole_ns, whole_reads) = gc_group_read_latency_ns(0);
+    assert!(
+        windowed_reads > 50 && whole_reads > 50,
+        "{windowed_reads} / {whole_reads} reads"
+    );
+    assert!(
+        windowed_ns * 2 < whole_ns,
+        "reads in the group being cleaned take {windowed_ns} ns with a window of 4 blocks \
+         per SSD against {whole_ns} ns with the whole victim's reads issued at once"
+    );
+}
+
 #[test]
 fn degraded_reads_in_a_raid5_group_lose_nothing() {
     let mut h = Harness::new(swan(Level::Raid5, 3, 3, 4, 0.3));

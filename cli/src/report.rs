@@ -26,6 +26,7 @@ pub fn build(
             n.programs[i] += c.programs[i];
             n.erases[i] += c.erases[i];
         }
+        n.read_suspends += c.read_suspends;
         let g = gc_report(d.ftl_stats());
         gc.runs += g.runs;
         gc.foreground_runs += g.foreground_runs;
@@ -114,6 +115,7 @@ fn nand_report(n: &NandCounters) -> NandReport {
         mlc_reads: n.reads[1] + n.reads[2],
         mlc_programs: n.programs[1] + n.programs[2],
         mlc_erases: n.erases[1] + n.erases[2],
+        read_suspends: n.read_suspends,
     }
 }
 

@@ -226,6 +226,12 @@ pub struct NandTiming {
     /// Whether an operation may use an idle gap before work booked earlier for later
     /// (`fill-gaps`), or always waits for everything booked before it (`first-come`).
     pub scheduling: Scheduling,
+    /// Whether a read goes ahead of program and erase work on its die, suspending an
+    /// operation in progress (program/erase suspend, docs/models.md "Reads ahead of programs
+    /// and erases"). Off by default: the other papers' figures were measured without it.
+    pub read_suspend: bool,
+    /// What suspending a program or erase costs before the read can start, in nanoseconds.
+    pub suspend_ns: u64,
 }
 
 impl Default for NandTiming {
@@ -254,6 +260,8 @@ impl Default for NandTiming {
             channel_mb_s: 800.0,
             multi_plane: true,
             scheduling: Scheduling::FillGaps,
+            read_suspend: false,
+            suspend_ns: 20_000,
         }
     }
 }
@@ -279,6 +287,13 @@ impl NandTiming {
             if t.endurance_cycles == 0 {
                 return Err(NandError::Config(format!(
                     "timing.{name}.endurance_cycles must be positive"
+                )));
+            }
+            if self.read_suspend && self.suspend_ns >= t.program_ns {
+                return Err(NandError::Config(format!(
+                    "timing.suspend_ns = {} must be shorter than timing.{name}.program_ns = {}: \
+                     suspending an operation takes a fraction of it",
+                    self.suspend_ns, t.program_ns
                 )));
             }
         }

@@ -91,6 +91,9 @@ pub struct NandCounters {
     pub erases: [u64; 3],
     pub program_failures: u64,
     pub erase_failures: u64,
+    /// Reads that went ahead of program or erase work booked on their die
+    /// (`timing.read_suspend`).
+    pub read_suspends: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +124,9 @@ enum OpKind {
 #[derive(Debug, Clone)]
 struct DieState {
     calendar: Calendar,
+    /// The die's reads alone, kept only with `timing.read_suspend`: a read may go ahead of
+    /// programs and erases, but never through another read.
+    reads: Calendar,
     busy_ns: u64,
     /// The die's most recently booked operation, which another plane's operation may join.
     batch_kind: OpKind,
@@ -186,6 +192,7 @@ impl Nand {
         }
         let idle_die = DieState {
             calendar: Calendar::default(),
+            reads: Calendar::default(),
             busy_ns: 0,
             batch_kind: OpKind::Idle,
             batch_start_ns: 0,
@@ -363,23 +370,78 @@ impl Nand {
     ) -> TimeNs {
         let joined = self.joined_batch_end(die, plane_bit, kind, ready_ns, latency_ns);
         let scheduling = self.timing.scheduling;
+        let prioritised = kind == OpKind::Read && self.timing.read_suspend;
         let d = &mut self.dies[die];
         if let Some(end) = joined {
             d.calendar.reserve(d.batch_end_ns, end);
+            if prioritised {
+                d.reads.reserve(d.batch_end_ns, end);
+            }
             d.batch_planes_mask |= plane_bit as u64;
             d.busy_ns += end - d.batch_end_ns;
             d.batch_end_ns = end;
             return end;
         }
         let start = earliest_start(&d.calendar, scheduling, ready_ns, latency_ns);
+        if prioritised {
+            if let Some(end) = self.read_ahead(die, ready_ns, latency_ns, start + latency_ns) {
+                return end;
+            }
+        }
+        let d = &mut self.dies[die];
         let end = start + latency_ns;
         d.calendar.reserve(start, end);
+        if prioritised {
+            d.reads.reserve(start, end);
+        }
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
         d.batch_start_ns = start;
         d.batch_end_ns = end;
         d.batch_planes_mask = plane_bit as u64;
         end
+    }
+
+    /// Places a read ahead of the program and erase work booked on its die, if that ends it
+    /// before `in_turn_end_ns` (when it would end waiting its turn); returns its end.
+    ///
+    /// The read takes the earliest time no other read holds. If the die is then in the middle
+    /// of a program or erase, the operation is suspended first (`suspend_ns`); the work the
+    /// read displaces resumes after it, so the die's booked time grows by what was displaced
+    /// and every operation booked later starts that much later. Operations booked before the
+    /// read keep the completion time they were given when submitted (this model books a
+    /// command's completion then), a small optimism of one read per suspension.
+    fn read_ahead(
+        &mut self,
+        die: usize,
+        ready_ns: TimeNs,
+        latency_ns: u64,
+        in_turn_end_ns: TimeNs,
+    ) -> Option<TimeNs> {
+        let scheduling = self.timing.scheduling;
+        let suspend_ns = self.timing.suspend_ns;
+        let d = &mut self.dies[die];
+        let start = earliest_start(&d.reads, scheduling, ready_ns, suspend_ns + latency_ns);
+        // Nothing to suspend when the die is idle then, or when it has just finished another
+        // read (the suspended operation has not resumed in between).
+        let follows_read = start > 0 && d.reads.busy_until(start - 1) == start;
+        let overhead_ns = if d.calendar.idle_at(start) || follows_read {
+            0
+        } else {
+            suspend_ns
+        };
+        let end = start + overhead_ns + latency_ns;
+        if end >= in_turn_end_ns {
+            return None;
+        }
+        let displaced_ns = d.calendar.busy_within(start, end);
+        d.reads.reserve(start, end);
+        d.calendar.reserve(start, end);
+        let resume_ns = d.calendar.busy_until(start);
+        d.calendar.book(resume_ns, displaced_ns);
+        d.busy_ns += overhead_ns + latency_ns;
+        self.counters.read_suspends += 1;
+        Some(end)
     }
 
     #[inline]

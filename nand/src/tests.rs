@@ -292,3 +292,81 @@ fn restore_block_refuses_a_pointer_past_the_block_or_an_unknown_block() {
     n.restore_block(0, ppb, 5, false).unwrap();
     assert_eq!(n.next_page(0), ppb);
 }
+
+fn nand_with_read_suspend() -> Nand {
+    let timing = NandTiming {
+        multi_plane: false,
+        read_suspend: true,
+        ..NandTiming::default()
+    };
+    Nand::new(
+        small(),
+        timing,
+        CellMode::Mlc,
+        PayloadMode::None,
+        FaultConfig::default(),
+        1,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_read_suspends_the_program_in_progress_and_later_work_moves_back() {
+    let t = NandTiming::default();
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    let mut n = nand_with_read_suspend();
+    let program_end = n.program(0, 0).unwrap();
+    assert_eq!(program_end, xfer + t.mlc.program_ns);
+    // Block 1 (plane 1) lives on the same die; a read arriving mid-program goes first.
+    let ready = xfer + 100_000;
+    let read_end = n.read(8 + 1, ready, 4096);
+    assert_eq!(read_end, ready + t.suspend_ns + t.mlc.read_ns + xfer);
+    assert_eq!(n.counters().read_suspends, 1);
+    // The program resumes after the read: work booked later on the die starts only after
+    // the program's remaining time, now that much later.
+    let displaced = t.suspend_ns + t.mlc.read_ns;
+    assert_eq!(n.die_free_ns(0), program_end + displaced);
+    let erase_end = n.erase(8, 0).unwrap();
+    assert_eq!(erase_end, program_end + displaced + t.mlc.erase_ns);
+}
+
+#[test]
+fn a_read_suspends_an_erase_but_never_another_read() {
+    let t = NandTiming::default();
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    let mut n = nand_with_read_suspend();
+    let erase_end = n.erase(1, 0).unwrap();
+    let first = n.read(0, 1_000_000, 4096);
+    assert_eq!(first, 1_000_000 + t.suspend_ns + t.mlc.read_ns + xfer);
+    // A second read ready at the same time waits for the first one's array read, not for
+    // the erase, and the erase stays suspended in between.
+    let second = n.read(64, 1_000_000, 4096);
+    assert_eq!(second, 1_000_000 + t.suspend_ns + 2 * t.mlc.read_ns + xfer);
+    assert!(second < erase_end);
+    assert_eq!(n.counters().read_suspends, 2);
+}
+
+#[test]
+fn without_read_suspend_a_read_waits_for_the_program_in_progress() {
+    let t = NandTiming::default();
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    let mut n = nand_scheduled(Scheduling::FillGaps);
+    let program_end = n.program(0, 0).unwrap();
+    assert_eq!(
+        n.read(9, xfer + 100_000, 4096),
+        program_end + t.mlc.read_ns + xfer
+    );
+    assert_eq!(n.counters().read_suspends, 0);
+}
+
+#[test]
+fn a_suspend_as_long_as_a_program_is_refused() {
+    let timing = NandTiming {
+        read_suspend: true,
+        suspend_ns: NandTiming::default().slc.program_ns,
+        ..NandTiming::default()
+    };
+    let e = timing.validate().unwrap_err().to_string();
+    assert!(e.contains("timing.suspend_ns"), "{e}");
+    assert!(e.contains("timing.slc.program_ns"), "{e}");
+}

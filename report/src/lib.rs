@@ -465,6 +465,9 @@ pub struct NandReport {
     pub mlc_programs: u64,
     /// Erases in the dense cell mode (MLC or TLC).
     pub mlc_erases: u64,
+    /// Reads that went ahead of program or erase work on their die (`timing.read_suspend`).
+    #[serde(default)]
+    pub read_suspends: u64,
 }
 
 /// Garbage-collection counters.

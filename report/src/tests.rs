@@ -216,6 +216,7 @@ pub(crate) fn sample_report() -> RunReport {
             mlc_reads: 3100,
             mlc_programs: 3600,
             mlc_erases: 16,
+            read_suspends: 0,
         },
         gc: GcReport {
             runs: 91,
@@ -307,6 +308,7 @@ fn json_round_trip_with_contract_keys() {
             "mlc_reads",
             "mlc_programs",
             "mlc_erases",
+            "read_suspends",
         ])
     );
     assert_eq!(

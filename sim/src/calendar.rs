@@ -100,6 +100,25 @@ impl Calendar {
         i == busy.len() || busy[i].0 >= end_ns
     }
 
+    /// How much of `[start_ns, end_ns)` is booked.
+    pub fn busy_within(&self, start_ns: TimeNs, end_ns: TimeNs) -> u64 {
+        self.intervals()
+            .iter()
+            .map(|&(s, e)| e.min(end_ns).saturating_sub(s.max(start_ns)))
+            .sum()
+    }
+
+    /// The end of the booked interval holding `at_ns`, or `at_ns` itself when nothing is
+    /// booked then (touching intervals are one, so this is when the resource next falls idle).
+    pub fn busy_until(&self, at_ns: TimeNs) -> TimeNs {
+        let busy = self.intervals();
+        let i = busy.partition_point(|&(_, end)| end <= at_ns);
+        match busy.get(i) {
+            Some(&(start, end)) if start <= at_ns => end,
+            _ => at_ns,
+        }
+    }
+
     /// Books `[start_ns, end_ns)`, merging it with the intervals it touches.
     #[inline]
     pub fn reserve(&mut self, start_ns: TimeNs, end_ns: TimeNs) {
