@@ -956,6 +956,12 @@ impl<D: BlockDevice> Swan<D> {
             let (p, run, buf, _) = c.reading.pop_front().expect("a read is in flight");
             let mut t = read_done.max(c.append_ready_ns);
             for i in 0..run {
+                if t > now_ns {
+                    // The stream's buffer is full until later: the rest of the run waits.
+                    let rest = buf[i as usize * unit..].to_vec();
+                    c.reading.push_front((p + i, run - i, rest, read_done));
+                    break;
+                }
                 let q = p + i;
                 // A user write or trim since the read leaves nothing to move.
                 let lba = self.p2l[q as usize];
