@@ -1489,24 +1489,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
         if !matches!(s.state, HhState::Converting | HhState::Striped) {
             return Err(DeviceError::Failed);
         }
-        let missing = s.parity_missing;
         let mut shards = vec![vec![0u8; rows as usize * self.unit]; k + m];
         let mut present = vec![false; k + m];
         let mut t = now_ns;
         let lba = self.hh_lba(stripe) + row as u64;
         for (i, shard) in shards.iter_mut().enumerate() {
-            let member = if i < k {
-                self.data_member(stripe, i)
-            } else {
-                if missing >> (i - k) & 1 == 1 {
-                    continue;
-                }
-                self.parity_member(stripe, i - k)
+            let Some(member) = self.shard_source(stripe, i, wanted) else {
+                continue;
             };
-            if i != wanted && self.serves_row(member, stripe) {
-                t = t.max(self.member_read(member, lba, rows, now_ns, shard)?);
-                present[i] = true;
-            }
+            t = t.max(self.member_read(member, lba, rows, now_ns, shard)?);
+            present[i] = true;
         }
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
@@ -1520,6 +1512,66 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.work.parity_bytes += bytes;
         }
         Ok((shards, t + transfer_ns(bytes, self.config.parity_mb_s)))
+    }
+
+    /// The member to read shard `i` (k data chunks, then m parity chunks) of a converted
+    /// stripe from when reconstructing shard `wanted`: None for the wanted shard itself, a
+    /// parity chunk conversion has not written, and a member that does not serve the row.
+    fn shard_source(&self, stripe: u32, i: usize, wanted: usize) -> Option<usize> {
+        let k = self.k;
+        let member = if i < k {
+            self.data_member(stripe, i)
+        } else {
+            if self.stripes[stripe as usize].parity_missing >> (i - k) & 1 == 1 {
+                return None;
+            }
+            self.parity_member(stripe, i - k)
+        };
+        (i != wanted && self.serves_row(member, stripe)).then_some(member)
+    }
+
+    /// The OOB tags of shard `wanted` of a converted stripe, decoded from the other shards'
+    /// tags as its data is from theirs: the SSDs' conversion computed the parity chunks'
+    /// tags over the backups' tags (§5.4), which are the primaries' but for the kind byte.
+    /// None when the members keep no tags.
+    fn reconstruct_tags(&self, stripe: u32, wanted: usize) -> Result<Option<Vec<u8>>, DeviceError> {
+        let lba = self.hh_lba(stripe);
+        let mut shards = Vec::with_capacity(self.k + self.m);
+        let mut present = Vec::with_capacity(self.k + self.m);
+        for i in 0..self.k + self.m {
+            match self.shard_source(stripe, i, wanted) {
+                Some(member) => {
+                    let Some(mut tags) = self.members[member]
+                        .device
+                        .scan_tags(lba, self.chunk_sectors)
+                    else {
+                        return Ok(None);
+                    };
+                    if i < self.k {
+                        set_kind(&mut tags, self.tag_bytes, KIND_BACKUP);
+                    }
+                    shards.push(tags);
+                    present.push(true);
+                }
+                None => {
+                    shards.push(Vec::new());
+                    present.push(false);
+                }
+            }
+        }
+        let len = shards.iter().map(Vec::len).max().unwrap_or(0);
+        for shard in &mut shards {
+            shard.resize(len, 0);
+        }
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.codec
+            .reconstruct(&mut refs, &present)
+            .map_err(|_| DeviceError::Failed)?;
+        let mut tags = shards.swap_remove(wanted);
+        if wanted < self.k {
+            set_kind(&mut tags, self.tag_bytes, KIND_PRIMARY);
+        }
+        Ok(Some(tags))
     }
 
     fn read_chunk(
@@ -1782,7 +1834,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         }
                     };
                     let (shards, t) = self.reconstruct_rows(stripe, 0, cs, now_ns, wanted)?;
-                    self.member_write(member, lba, t, &shards[wanted], None, false)?;
+                    let tags = self.reconstruct_tags(stripe, wanted)?;
+                    self.member_write(member, lba, t, &shards[wanted], tags.as_deref(), false)?;
                     if wanted >= self.k {
                         self.stripes[stripe as usize].parity_missing &= !(1 << (wanted - self.k));
                     }
