@@ -154,8 +154,9 @@ fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
 }
 
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small
-/// pieces over it and flushes; stops and restarts, reads everything back and writes more
-/// without a flush; kills and restarts, and reads everything back again. The volume must
+/// pieces over it and flushes; stops and restarts, reads everything back, writes zeroes the
+/// server may deallocate and flushes, and writes more without a flush; kills and restarts,
+/// and reads everything back again. The volume must
 /// hold at least 36 MiB.
 fn rebuilds_after_a_stop_and_after_kill_9(
     name: &str,
@@ -188,6 +189,9 @@ fn rebuilds_after_a_stop_and_after_kill_9(
             "read -P 0x5a 8000 20963520",
             "read -P 0xc4 20M 64k",
             &tail,
+            // Zeroes that may be written as a deallocation (no NO_HOLE flag), flushed.
+            "write -z -u 24M 2M",
+            "flush",
             // Acknowledged, never flushed, then a kill.
             "write -P 0x81 1M 3M",
             "write -P 0x19 30M 4100k",
@@ -203,7 +207,9 @@ fn rebuilds_after_a_stop_and_after_kill_9(
             "read -P 0x81 1M 3M",
             "read -P 0x5a 4M 16M",
             "read -P 0xc4 20M 64k",
-            "read -P 0x5a 21037056 10420224",
+            "read -P 0x5a 21037056 4128768",
+            "read -P 0 24M 2M",
+            "read -P 0x5a 26M 4M",
             "read -P 0x19 30M 4100k",
             "read -P 0x77 35M 12k",
         ],

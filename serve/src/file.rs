@@ -285,6 +285,12 @@ impl BlockDevice for FileDevice {
         self.info
     }
 
+    /// A trim punches a hole in the file (or writes zeroes into it), which the flush's
+    /// fsync makes as durable as a write.
+    fn trim_is_durable(&self) -> bool {
+        true
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -40,6 +40,11 @@ pub trait SharedVolume: Send + Sync {
     fn write(&self, offset: u64, data: &[u8]) -> Result<afa_sim::TimeNs, afa_ssd::DeviceError>;
     /// Deallocates the byte range; it reads back as zeroes afterwards (any alignment).
     fn trim(&self, offset: u64, length: u64) -> Result<afa_sim::TimeNs, afa_ssd::DeviceError>;
+    /// Whether a trim, once flushed, still reads back as zeroes after a power loss
+    /// (`BlockDevice::trim_is_durable`); WRITE_ZEROES writes zeroes to a volume where not.
+    fn trim_is_durable(&self) -> bool {
+        false
+    }
     /// Makes every write completed before the call durable.
     fn flush(&self) -> Result<afa_sim::TimeNs, afa_ssd::DeviceError>;
     /// Stops the volume's threads once the requests applied so far are done, leaving it durable.
@@ -413,7 +418,8 @@ impl SharedEngine {
                 fua,
                 no_hole,
             } => {
-                let done = if no_hole {
+                let done = if no_hole || !volume.trim_is_durable() {
+                    // Zeroes a power loss could undo if they were a trim are written.
                     write_zeroes_in_pieces(self.now_ns(), offset, length as u64, |at, zeros| {
                         volume.write(at, zeros).map_err(failed(Opcode::Write, at))
                     })?

@@ -43,6 +43,8 @@ struct TestVolume {
     writes: AtomicU64,
     largest_write_bytes: AtomicU64,
     trims: AtomicU64,
+    /// What `trim_is_durable` answers (a test turns it off to see zeroes written instead).
+    durable_trims: AtomicBool,
     flushes: AtomicU64,
     shutdowns: AtomicU64,
     /// Set by `shutdown`; any later call is counted in `calls_after_shutdown`.
@@ -72,6 +74,7 @@ impl TestVolume {
             writes: AtomicU64::new(0),
             largest_write_bytes: AtomicU64::new(0),
             trims: AtomicU64::new(0),
+            durable_trims: AtomicBool::new(true),
             flushes: AtomicU64::new(0),
             shutdowns: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
@@ -181,6 +184,10 @@ impl SharedVolume for TestVolume {
         Ok(self.done_ns())
     }
 
+    fn trim_is_durable(&self) -> bool {
+        self.durable_trims.load(Ordering::SeqCst)
+    }
+
     fn flush(&self) -> Result<TimeNs, DeviceError> {
         let _in_flight = self.enter();
         self.flushes.fetch_add(1, Ordering::SeqCst);
@@ -264,6 +271,19 @@ fn every_request_kind(pace: Pace, structured: bool) {
         assert!(r.message.contains("volume write at byte"), "{}", r.message);
     }
 
+    // On a volume whose trims a power loss could undo, WRITE_ZEROES writes zeroes.
+    volume.durable_trims.store(false, Ordering::SeqCst);
+    let (trims, writes) = (
+        TestVolume::count(&volume.trims),
+        TestVolume::count(&volume.writes),
+    );
+    c.send_request(0, CMD_WRITE_ZEROES, 40, 50000, 5000, &[]);
+    assert_eq!(c.read_reply(0).errno, 0);
+    expected[50000..55000].fill(0);
+    assert_eq!(TestVolume::count(&volume.trims), trims);
+    assert_eq!(TestVolume::count(&volume.writes), writes + 1);
+    volume.durable_trims.store(true, Ordering::SeqCst);
+
     // TRIM goes to `trim`, at any alignment, and reads back as zeroes.
     let trims = TestVolume::count(&volume.trims);
     c.send_request(0, CMD_TRIM, 8, 4100, 5000, &[]);
@@ -323,9 +343,9 @@ fn every_request_kind(pace: Pace, structured: bool) {
         "stop shuts the volume down exactly once"
     );
     assert_eq!(TestVolume::count(&volume.calls_after_shutdown), 0);
-    // Fourteen requests reached the volume (the parser answered the two out of range),
+    // Fifteen requests reached the volume (the parser answered the two out of range),
     // and the volume failed one of them.
-    assert_eq!(stats.requests, 14, "{stats:?}");
+    assert_eq!(stats.requests, 15, "{stats:?}");
     assert_eq!(stats.errors, 1, "{stats:?}");
     assert_eq!(stats.write_bytes, 65536 + 3000 + 512, "{stats:?}");
     assert_eq!(stats.read_bytes, 65536 + 3002 + 65536, "{stats:?}");

@@ -228,6 +228,15 @@ pub trait BlockDevice {
     /// host has nothing outstanding. Returns when it would like to be called again.
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs>;
 
+    /// Whether a TRIM is as durable as a write of zeroes: once a flush after it completes,
+    /// the trimmed sectors read back as zeroes even after a power loss. TRIM itself promises
+    /// no more than that the data may go, and engines that rebuild their map from what the
+    /// media hold (OOB tags, segment summaries) can bring trimmed data back after a crash; a
+    /// server that would answer a WRITE_ZEROES with a TRIM writes zeroes to those instead.
+    fn trim_is_durable(&self) -> bool {
+        false
+    }
+
     /// Returns and resets the host-side work done since the last call. A plain device does
     /// no host work of its own beyond the commands it was sent, which it counts as one
     /// member command each.
@@ -283,6 +292,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
         (**self).scan_tags(lba, sectors)
+    }
+    fn trim_is_durable(&self) -> bool {
+        (**self).trim_is_durable()
     }
 }
 
