@@ -124,9 +124,6 @@ enum OpKind {
 #[derive(Debug, Clone)]
 struct DieState {
     calendar: Calendar,
-    /// The die's reads alone, kept only with `timing.read_suspend`: a read may go ahead of
-    /// programs and erases, but never through another read.
-    reads: Calendar,
     busy_ns: u64,
     /// The die's most recently booked operation, which another plane's operation may join.
     batch_kind: OpKind,
@@ -142,6 +139,10 @@ pub struct Nand {
     timing: NandTiming,
     dense_mode: CellMode,
     dies: Vec<DieState>,
+    /// Each die's reads alone, kept only with `timing.read_suspend` (empty otherwise, so
+    /// the dies stay small on the hot path): a read may go ahead of programs and erases, but
+    /// never through another read.
+    die_reads: Vec<Calendar>,
     channels: Vec<Calendar>,
     blocks: Vec<BlockState>,
     counters: NandCounters,
@@ -192,7 +193,6 @@ impl Nand {
         }
         let idle_die = DieState {
             calendar: Calendar::default(),
-            reads: Calendar::default(),
             busy_ns: 0,
             batch_kind: OpKind::Idle,
             batch_start_ns: 0,
@@ -215,6 +215,11 @@ impl Nand {
             channel_of_die,
             ppb_shift,
             dies: vec![idle_die; geometry.dies_total() as usize],
+            die_reads: if timing.read_suspend {
+                vec![Calendar::default(); geometry.dies_total() as usize]
+            } else {
+                Vec::new()
+            },
             channels: vec![Calendar::default(); geometry.channels as usize],
             store: PageStore::new(&geometry, payload),
             geometry,
@@ -375,7 +380,7 @@ impl Nand {
         if let Some(end) = joined {
             d.calendar.reserve(d.batch_end_ns, end);
             if prioritised {
-                d.reads.reserve(d.batch_end_ns, end);
+                self.die_reads[die].reserve(d.batch_end_ns, end);
             }
             d.batch_planes_mask |= plane_bit as u64;
             d.busy_ns += end - d.batch_end_ns;
@@ -392,7 +397,7 @@ impl Nand {
         let end = start + latency_ns;
         d.calendar.reserve(start, end);
         if prioritised {
-            d.reads.reserve(start, end);
+            self.die_reads[die].reserve(start, end);
         }
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
@@ -421,10 +426,11 @@ impl Nand {
         let scheduling = self.timing.scheduling;
         let suspend_ns = self.timing.suspend_ns;
         let d = &mut self.dies[die];
-        let start = earliest_start(&d.reads, scheduling, ready_ns, suspend_ns + latency_ns);
+        let reads = &mut self.die_reads[die];
+        let start = earliest_start(reads, scheduling, ready_ns, suspend_ns + latency_ns);
         // Nothing to suspend when the die is idle then, or when it has just finished another
         // read (the suspended operation has not resumed in between).
-        let follows_read = start > 0 && d.reads.busy_until(start - 1) == start;
+        let follows_read = start > 0 && reads.busy_until(start - 1) == start;
         let overhead_ns = if d.calendar.idle_at(start) || follows_read {
             0
         } else {
@@ -435,7 +441,7 @@ impl Nand {
             return None;
         }
         let displaced_ns = d.calendar.busy_within(start, end);
-        d.reads.reserve(start, end);
+        reads.reserve(start, end);
         d.calendar.reserve(start, end);
         let resume_ns = d.calendar.busy_until(start);
         d.calendar.book(resume_ns, displaced_ns);
