@@ -90,6 +90,17 @@ impl<V: BlockDevice> Harness<V> {
         }
     }
 
+    /// The harness of the volume `recover` makes of this one after a power loss: the same
+    /// oracle, clock and write versions, so every acknowledged write is checked against it
+    /// and no later write can repeat an earlier one's tokens.
+    pub(crate) fn after_crash<W: BlockDevice>(self, recover: impl FnOnce(V) -> W) -> Harness<W> {
+        let mut h = Harness::new(recover(self.volume));
+        h.tokens = self.tokens;
+        h.version = self.version;
+        h.now_ns = self.now_ns;
+        h
+    }
+
     pub(crate) fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
         self.version += 1;
         let u = self.unit;

@@ -181,11 +181,15 @@ fn full_units_carry_their_token_and_detect_corruption() {
 }
 
 fn nand_scheduled(scheduling: Scheduling) -> Nand {
-    let timing = NandTiming {
+    nand_timed(NandTiming {
         scheduling,
         multi_plane: false,
         ..NandTiming::default()
-    };
+    })
+}
+
+/// The small medium of these tests with `timing`, payload none.
+fn nand_timed(timing: NandTiming) -> Nand {
     Nand::new(
         small(),
         timing,
@@ -294,20 +298,11 @@ fn restore_block_refuses_a_pointer_past_the_block_or_an_unknown_block() {
 }
 
 fn nand_with_read_suspend() -> Nand {
-    let timing = NandTiming {
+    nand_timed(NandTiming {
         multi_plane: false,
         read_suspend: true,
         ..NandTiming::default()
-    };
-    Nand::new(
-        small(),
-        timing,
-        CellMode::Mlc,
-        PayloadMode::None,
-        FaultConfig::default(),
-        1,
-    )
-    .unwrap()
+    })
 }
 
 #[test]

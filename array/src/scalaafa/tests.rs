@@ -238,26 +238,43 @@ fn metadata_rides_in_the_oob_and_parity_covers_it() {
     assert_eq!(&parity[..v.tag_bytes], &xor[..]);
 }
 
+type Ops = fn(&mut Harness<ScalaAfa<Ssd>>, &mut SimRng, usize);
+
+/// A RAID 5 (m = 1) or RAID 6 (m = 2) volume with m spares, written over twice by `ops`,
+/// whose members `first`, `first + 2`, … fail one after the other under more of `ops`,
+/// checked degraded after each, then rebuilt onto the spares.
+fn failed_and_rebuilt(
+    level: Level,
+    n: u32,
+    seed: u64,
+    first: usize,
+    ops: Ops,
+) -> Harness<ScalaAfa<Ssd>> {
+    let m = if level == Level::Raid6 { 2 } else { 1 };
+    let mut h = Harness::new(engine(level, n, m, with_mode(ScalaMode::Scalaafa)));
+    let mut rng = SimRng::new(seed);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_write_sectors < cap * 2 {
+        ops(&mut h, &mut rng, 100);
+    }
+    for f in 0..m {
+        let now = h.now_ns;
+        h.volume.fail_member(first + f * 2, now).unwrap();
+        ops(&mut h, &mut rng, 300);
+        h.check_all();
+    }
+    assert!(h.volume.rebuilding());
+    h.now_ns += 1_000_000_000_000;
+    h.volume.background(h.now_ns);
+    assert!(!h.volume.rebuilding(), "{level:?}");
+    h
+}
+
 #[test]
 fn degraded_reads_and_rebuild_lose_nothing() {
     for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
-        let m = if level == Level::Raid6 { 2 } else { 1 };
-        let mut h = Harness::new(engine(level, n, m, with_mode(ScalaMode::Scalaafa)));
-        let mut rng = SimRng::new(11);
-        let cap = h.tokens.len() as u64;
-        while h.volume.stats().user_write_sectors < cap * 2 {
-            h.random_ops(&mut rng, 100);
-        }
-        for f in 0..m {
-            let now = h.now_ns;
-            h.volume.fail_member(f * 2, now).unwrap();
-            h.random_ops(&mut rng, 300);
-            h.check_all();
-        }
-        assert!(h.volume.rebuilding());
-        h.now_ns += 1_000_000_000_000;
-        h.volume.background(h.now_ns);
-        assert!(!h.volume.rebuilding(), "{level:?}");
+        let mut h = failed_and_rebuilt(level, n, 11, 0, |h, rng, n| h.random_ops(rng, n));
+        let mut rng = SimRng::new(12);
         let s = *h.volume.stats();
         assert!(s.units_rebuilt > 0 && s.last_rebuild_ns.is_some(), "{s:?}");
         assert!(s.degraded.degraded_read_commands > 0, "{s:?}");
@@ -273,37 +290,15 @@ fn degraded_reads_and_rebuild_lose_nothing() {
 #[test]
 fn recovery_after_a_rebuild_finds_the_rebuilt_chunks_metadata() {
     for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
-        let m = if level == Level::Raid6 { 2 } else { 1 };
-        let mut h = Harness::new(engine(level, n, m, with_mode(ScalaMode::Scalaafa)));
-        let mut rng = SimRng::new(23);
-        let cap = h.tokens.len() as u64;
         // No trims: a trim outlives a power loss only through a checkpoint (docs/scalaafa.md).
-        while h.volume.stats().user_write_sectors < cap * 2 {
-            writes_and_reads(&mut h, &mut rng, 100);
-        }
-        for f in 0..m {
-            let now = h.now_ns;
-            h.volume.fail_member(f * 2 + 1, now).unwrap();
-            writes_and_reads(&mut h, &mut rng, 200);
-        }
-        h.now_ns += 1_000_000_000_000;
-        h.volume.background(h.now_ns);
-        assert!(!h.volume.rebuilding(), "{level:?}");
+        let mut h = failed_and_rebuilt(level, n, 23, 1, writes_and_reads);
         h.check_all();
         let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
-        let Harness {
-            volume,
-            tokens,
-            now_ns,
-            ..
-        } = h;
-        let members = volume.into_members();
-        let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
-        let mut h = Harness::new(recovered);
-        h.tokens = tokens;
-        h.now_ns = now_ns;
+        let mut h = h.after_crash(|v| {
+            ScalaAfa::recover(config, scala, v.into_members(), vec![]).expect("recovery")
+        });
         h.check_all();
-        writes_and_reads(&mut h, &mut rng, 300);
+        writes_and_reads(&mut h, &mut SimRng::new(24), 300);
         h.check_all();
     }
 }
@@ -463,37 +458,31 @@ fn crash_and_recover_volume(
         (seq, h.volume.checkpoint_lba(seq % 2, 0))
     });
     let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
-    let Harness {
-        volume,
-        tokens,
-        now_ns,
-        ..
-    } = h;
-    let mut members = volume.into_members();
-    if let Some((_, lba)) = torn {
-        // The header's chunk (two 4 KiB sectors) never reached any member.
-        let sectors = 2;
-        for d in &mut members {
-            let zeros = vec![0u8; sectors as usize * 4096];
-            d.submit(
-                now_ns,
-                &Command::write(lba, sectors, &zeros),
-                ReadBuffers::none(),
-            )
-            .unwrap();
+    let now_ns = h.now_ns;
+    let mut h = h.after_crash(|v| {
+        let mut members = v.into_members();
+        if let Some((_, lba)) = torn {
+            // The header's chunk (two 4 KiB sectors) never reached any member.
+            let sectors = 2;
+            for d in &mut members {
+                let zeros = vec![0u8; sectors as usize * 4096];
+                d.submit(
+                    now_ns,
+                    &Command::write(lba, sectors, &zeros),
+                    ReadBuffers::none(),
+                )
+                .unwrap();
+            }
         }
-    }
-    let recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
-    let stats = *recovered.stats();
+        ScalaAfa::recover(config, scala, members, vec![]).expect("recovery")
+    });
+    let stats = *h.volume.stats();
     if let Some((seq, _)) = torn {
         assert!(
             stats.recovered_checkpoint_seq.is_none_or(|s| s < seq),
             "{stats:?}"
         );
     }
-    let mut h = Harness::new(recovered);
-    h.tokens = tokens;
-    h.now_ns = now_ns;
     h.check_all();
     writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
@@ -510,22 +499,14 @@ fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usiz
     let mut rng = SimRng::new(seed);
     writes_and_reads(&mut h, &mut rng, crash_after);
     let (config, scala) = (h.volume.config.clone(), h.volume.scala.clone());
-    let Harness {
-        volume,
-        tokens,
-        now_ns,
-        ..
-    } = h;
-    let mut members = volume.into_members();
-    let failed = (seed % n as u64) as usize;
-    // The lost SSD's slot holds a blank device: anything read from it would be wrong.
-    members[failed] = ssd(500 + seed);
-    let spares = if spare { vec![ssd(900 + seed)] } else { vec![] };
-    let recovered =
-        ScalaAfa::recover_degraded(config, scala, members, spares, failed).expect("recovery");
-    let mut h = Harness::new(recovered);
-    h.tokens = tokens;
-    h.now_ns = now_ns;
+    let mut h = h.after_crash(|v| {
+        let mut members = v.into_members();
+        let failed = (seed % n as u64) as usize;
+        // The lost SSD's slot holds a blank device: anything read from it would be wrong.
+        members[failed] = ssd(500 + seed);
+        let spares = if spare { vec![ssd(900 + seed)] } else { vec![] };
+        ScalaAfa::recover_degraded(config, scala, members, spares, failed).expect("recovery")
+    });
     h.check_all();
     writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
