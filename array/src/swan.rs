@@ -287,10 +287,11 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The map a rebuild is assembling from segment summaries and open segments' lists: for
 /// every logical block, the version with the highest write sequence number (a GC copy keeps
-/// its source's number, so a stale copy in a later segment never wins). Between a block and
-/// its GC copy, which hold the same data, the copy in the later segment wins, as in the live
-/// map: a victim is trimmed only once all of it has moved, so a crash while it is cleaned
-/// finds both. Shared by SWAN and Log-RAID.
+/// its source's number, so a stale copy in a later segment never wins). A victim is trimmed
+/// only once all of it has moved, so a crash while it is cleaned finds a moved block twice,
+/// the same version in both places; the one in the segment opened later wins, which need
+/// not be the one the live map pointed at (a group's GC segment can be older than the user
+/// segment it takes copies from) but holds the same data. Shared by SWAN and Log-RAID.
 pub(crate) struct NewestMap {
     /// (write sequence number, segment sequence number, physical block) per logical block.
     best: Vec<(u64, u64, u32)>,
