@@ -212,7 +212,7 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 no_hole,
             } => {
                 let mut done = if no_hole || !self.device.trim_is_durable() {
-                    // Zeroes a power loss could undo if they were a trim are written.
+                    // Where a power loss could undo a trim, the zeroes are written.
                     self.write_zeroes(now_ns, offset, length as u64)?
                 } else {
                     // Deallocated sectors read back as zeroes (the BlockDevice contract),

@@ -419,7 +419,7 @@ impl SharedEngine {
                 no_hole,
             } => {
                 let done = if no_hole || !volume.trim_is_durable() {
-                    // Zeroes a power loss could undo if they were a trim are written.
+                    // Where a power loss could undo a trim, the zeroes are written.
                     write_zeroes_in_pieces(self.now_ns(), offset, length as u64, |at, zeros| {
                         volume.write(at, zeros).map_err(failed(Opcode::Write, at))
                     })?

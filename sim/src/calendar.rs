@@ -216,6 +216,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn busy_time_within_a_range_and_the_end_of_the_interval_holding_an_instant() {
+        let mut c = Calendar::default();
+        c.reserve(10, 20);
+        c.reserve(20, 30);
+        c.reserve(50, 60);
+        assert_eq!(c.busy_within(0, 100), 30);
+        assert_eq!(c.busy_within(15, 55), 20);
+        assert_eq!(c.busy_within(30, 50), 0);
+        // Touching intervals are one: the resource is busy from 10 until 30.
+        assert_eq!(c.busy_until(12), 30);
+        assert_eq!(c.busy_until(40), 40);
+        assert_eq!(c.busy_until(59), 60);
+        assert_eq!(c.busy_until(60), 60);
+    }
+
+    #[test]
     fn a_short_operation_fills_the_gap_before_a_future_booking() {
         let mut t = Calendar::default();
         t.reserve(100, 200);
