@@ -889,7 +889,7 @@ impl<D: BlockDevice> Swan<D> {
         // A run no longer than the window, so that it is never more than one window's read.
         let max_run = match self.config.gc_read_window_blocks {
             0 => u32::MAX,
-            w => w * self.width as u32,
+            w => w.saturating_mul(self.width as u32),
         };
         let mut unread = VecDeque::new();
         let mut p = first;
