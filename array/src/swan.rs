@@ -158,6 +158,10 @@ pub struct SwanStats {
     pub segments_written: u64,
     pub segments_cleaned: u64,
     pub gc_sectors_moved: u64,
+    /// Times cleaning held the rest of a read run back because the GC stream's buffer was
+    /// full, and victims left part-cleaned because their group became the front-end.
+    pub gc_append_waits: u64,
+    pub gc_victims_abandoned: u64,
     pub front_end_switches: u64,
     /// Times the front-end had to wait for GC (the back-end fell behind), and how long.
     pub foreground_gc_stalls: u64,
@@ -959,6 +963,7 @@ impl<D: BlockDevice> Swan<D> {
             for i in 0..run {
                 if t > now_ns {
                     // The stream's buffer is full until later: the rest of the run waits.
+                    self.stats.gc_append_waits += 1;
                     let rest = buf[i as usize * unit..].to_vec();
                     c.reading.push_front((p + i, run - i, rest, read_done));
                     break;
@@ -1075,7 +1080,9 @@ impl<D: BlockDevice> Swan<D> {
                     // The victim stays as far as it got: the blocks appended so far have
                     // moved, the rest are still valid where they were.
                     self.gc_group[lane] = None;
-                    self.cleaning[lane] = None;
+                    if self.cleaning[lane].take().is_some() {
+                        self.stats.gc_victims_abandoned += 1;
+                    }
                     self.event(t, "gc_stop", next);
                 }
             }
