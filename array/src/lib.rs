@@ -87,6 +87,10 @@ pub struct ArrayStats {
     pub last_rebuild_ns: Option<u64>,
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
+    /// Member reads that failed as uncorrectable and were answered from the stripe's other
+    /// members instead, their rows then written back to the member (md's "read error
+    /// corrected").
+    pub read_errors_corrected: u64,
     pub user_write_sectors: u64,
     pub stripes_rebuilt: u64,
     /// Partial-stripe writes absorbed by the stripe cache.
@@ -635,6 +639,17 @@ impl<D: BlockDevice> Array<D> {
         stripe: u64,
         exclude: Option<usize>,
     ) -> Option<usize> {
+        self.surviving_copy_except(map, role, stripe, exclude.as_slice())
+    }
+
+    /// As [`Self::surviving_copy`], other than every member in `exclude`.
+    fn surviving_copy_except(
+        &self,
+        map: &StripeMap,
+        role: usize,
+        stripe: u64,
+        exclude: &[usize],
+    ) -> Option<usize> {
         let k = map.data.len();
         let copies = map.redundancy.len() / k.max(1);
         let chunk = if role < k {
@@ -650,7 +665,7 @@ impl<D: BlockDevice> Array<D> {
             } else {
                 map.redundancy[r - k]
             };
-            Some(m) != exclude && self.serves(m, stripe)
+            !exclude.contains(&m) && self.serves(m, stripe)
         })
     }
 
@@ -688,7 +703,104 @@ impl<D: BlockDevice> Array<D> {
         stripe * self.chunk_sectors as u64 + row as u64
     }
 
+    /// Reads rows of member `m`'s chunk of `stripe`. A read the member cannot correct is
+    /// answered from the stripe's redundancy instead, as md does; only a layout without any
+    /// (RAID 0), or a stripe without enough left, passes the error on.
     fn member_read(
+        &mut self,
+        m: usize,
+        stripe: u64,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        match self.member_read_once(m, stripe, row, rows, now_ns, out) {
+            Err(e @ DeviceError::Uncorrectable { .. }) => self
+                .correct_read(m, stripe, row, rows, now_ns, out)?
+                .ok_or(e),
+            result => result,
+        }
+    }
+
+    /// Rebuilds rows of member `m`'s chunk of `stripe`, which `m` could not read, from the
+    /// stripe's other serving members into `out`, and writes them back to `m` so that the
+    /// next read finds them. Returns when `out` is ready, or None when the stripe has no
+    /// redundancy to rebuild them from (or too little readable).
+    fn correct_read(
+        &mut self,
+        m: usize,
+        stripe: u64,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let map = self.layout.stripe(stripe);
+        let roles: Vec<usize> = map.data.iter().chain(&map.redundancy).copied().collect();
+        let Some(role) = roles.iter().position(|&r| r == m) else {
+            return Ok(None);
+        };
+        let ready = if self.layout.is_parity() {
+            let mut shards = Vec::with_capacity(roles.len());
+            let mut present = Vec::with_capacity(roles.len());
+            let mut done = now_ns;
+            for &other in &roles {
+                let mut buf = vec![0u8; rows as usize * self.unit];
+                let read = if other != m && self.serves(other, stripe) {
+                    match self.member_read_once(other, stripe, row, rows, now_ns, &mut buf) {
+                        Ok(t) => Some(t),
+                        // A second unreadable member is one more erasure, not an error yet.
+                        Err(DeviceError::Uncorrectable { .. }) => None,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    None
+                };
+                present.push(read.is_some());
+                done = done.max(read.unwrap_or(now_ns));
+                shards.push(buf);
+            }
+            // A parity write holds the array's codec while it reads (and so may land here);
+            // a rare correction then builds its own.
+            let built;
+            let codec = match self.codec.as_deref() {
+                Some(codec) => codec,
+                None => {
+                    built = afa_parity::codec(self.layout.k, self.layout.m)
+                        .map_err(|_| DeviceError::Failed)?;
+                    &*built
+                }
+            };
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+            if codec.reconstruct(&mut refs, &present).is_err() {
+                return Ok(None);
+            }
+            out.copy_from_slice(&shards[role]);
+            let rebuilt = self.layout.k * rows as usize * self.info.sector_bytes as usize;
+            done + self.parity_ns(rebuilt)
+        } else {
+            // Every other serving copy in turn, until one reads.
+            let mut tried = vec![m];
+            loop {
+                let Some(copy) = self.surviving_copy_except(&map, role, stripe, &tried) else {
+                    return Ok(None);
+                };
+                let member = roles[copy];
+                match self.member_read_once(member, stripe, row, rows, now_ns, out) {
+                    Ok(t) => break t,
+                    Err(DeviceError::Uncorrectable { .. }) => tried.push(member),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        self.stats.read_errors_corrected += 1;
+        // The rewrite goes out once the data is rebuilt; the reader does not wait for it.
+        self.member_write(m, stripe, row, rows, ready, out)?;
+        Ok(Some(ready))
+    }
+
+    fn member_read_once(
         &mut self,
         m: usize,
         stripe: u64,

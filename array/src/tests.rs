@@ -432,6 +432,72 @@ fn cached_array(level: Level, members: u32, spares: usize, stripes: u32) -> Arra
     Array::new(config, devs, spare_devs).unwrap()
 }
 
+/// Members whose host reads fail as uncorrectable with probability `p`.
+fn array_reading_badly(level: Level, members: u32, p: f64) -> Array<Ssd> {
+    let config = ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let mut ssd_config = ssd_config();
+    ssd_config.faults.read_fail_probability = p;
+    let devs = (0..members as u64)
+        .map(|i| Ssd::new(ssd_config.clone(), i).unwrap())
+        .collect();
+    Array::new(config, devs, Vec::new()).unwrap()
+}
+
+/// A member read the SSD cannot correct is answered from the stripe's redundancy and
+/// written back, on every level that has redundancy (reads, and the reads of
+/// read-modify-writes alike); the oracle sees nothing of it.
+#[test]
+fn uncorrectable_member_reads_are_corrected_from_redundancy() {
+    for (level, n) in LEVELS.into_iter().filter(|&(l, _)| l != Level::Raid0) {
+        let mut h = Harness::new(array_reading_badly(level, n, 0.002));
+        let mut rng = SimRng::new(41);
+        h.random_ops(&mut rng, 3000);
+        h.check_all();
+        let corrected = h.volume.stats().read_errors_corrected;
+        let failed: u64 = h
+            .volume
+            .members()
+            .map(|d| d.stats().uncorrectable_reads)
+            .sum();
+        assert!(corrected > 0, "{level:?} {n}: no read was corrected");
+        // A correction may meet a second unreadable member, which it decodes around.
+        assert!(
+            corrected <= failed,
+            "{level:?} {n}: {corrected} of {failed}"
+        );
+    }
+}
+
+/// RAID 0 has nothing to rebuild an unreadable chunk from: the error reaches the host.
+#[test]
+fn raid0_passes_an_uncorrectable_read_on() {
+    let mut v = array_reading_badly(Level::Raid0, 3, 0.5);
+    let data = vec![7u8; 64 * 8];
+    v.submit(0, &Command::write(0, 64, &data), ReadBuffers::none())
+        .unwrap();
+    let errors = (0..20)
+        .filter(|_| {
+            let mut out = vec![0u8; 64 * 8];
+            let r = v.submit(
+                1_000_000_000,
+                &Command::read(0, 64),
+                ReadBuffers {
+                    data: &mut out,
+                    tags: None,
+                },
+            );
+            matches!(r, Err(DeviceError::Uncorrectable { .. }))
+        })
+        .count();
+    assert!(errors > 0, "no read failed");
+    assert_eq!(v.stats().read_errors_corrected, 0);
+}
+
 #[test]
 fn stripe_cache_turns_sequential_small_writes_into_full_stripes() {
     let mut h = Harness::new(cached_array(Level::Raid5, 5, 0, 8));

@@ -61,6 +61,11 @@ pub struct FaultConfig {
     pub program_fail_probability: f64,
     /// Probability that one block erase fails (the block becomes bad).
     pub erase_fail_probability: f64,
+    /// Probability that a page a host read needs from flash cannot be corrected by the
+    /// controller's ECC on this read: the command fails with an uncorrectable-read error.
+    /// The stored data stays as it was, so a later read (or a rewrite) may succeed, as with
+    /// read-disturb and retention errors that a fresh read-retry clears.
+    pub read_fail_probability: f64,
 }
 
 impl FaultConfig {
@@ -72,6 +77,7 @@ impl FaultConfig {
             ),
             ("program_fail_probability", self.program_fail_probability),
             ("erase_fail_probability", self.erase_fail_probability),
+            ("read_fail_probability", self.read_fail_probability),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return Err(NandError::Config(format!(

@@ -122,6 +122,7 @@ fn injected_faults_fail_programs_and_erases() {
         factory_bad_block_fraction: 0.0,
         program_fail_probability: 0.5,
         erase_fail_probability: 0.5,
+        read_fail_probability: 0.0,
     };
     let mut n = Nand::new(
         small(),

@@ -490,6 +490,7 @@ pub(crate) fn device_failure(op: Opcode, place: Place, e: &DeviceError) -> Failu
         DeviceError::NoSpace { .. } => ENOSPC,
         DeviceError::Unsupported(_) => EINVAL,
         DeviceError::Failed
+        | DeviceError::Uncorrectable { .. }
         | DeviceError::Medium(_)
         | DeviceError::PayloadLength { .. }
         | DeviceError::TagLength { .. } => EIO,

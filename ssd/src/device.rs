@@ -195,6 +195,10 @@ pub enum DeviceError {
     NoSpace { plane: u32 },
     #[error("the device has failed")]
     Failed,
+    /// A read the controller's ECC could not correct (the data of these sectors could not be
+    /// returned this time); the device itself still works.
+    #[error("sectors {lba}..{end} could not be read: the controller's ECC could not correct them", end = lba + *sectors as u64)]
+    Uncorrectable { lba: u64, sectors: u32 },
     #[error("command not supported: {0}")]
     Unsupported(String),
     /// The device's backing medium failed or returned something it did not write (an I/O

@@ -2,7 +2,7 @@
 //! FTL wired together.
 
 use afa_nand::{Nand, NandCounters, PayloadMode};
-use afa_sim::{transfer_ns, TimeNs};
+use afa_sim::{transfer_ns, SimRng, TimeNs};
 
 use crate::buffer::WriteBuffer;
 use crate::config::SsdConfig;
@@ -25,6 +25,8 @@ pub struct SsdStats {
     pub buffer_evictions: u64,
     /// ScalaAFA `convert` commands served by the in-SSD parity engine.
     pub convert_commands: u64,
+    /// Host reads failed as uncorrectable (`faults.read_fail_probability`).
+    pub uncorrectable_reads: u64,
 }
 
 /// One emulated SSD.
@@ -47,6 +49,9 @@ pub struct Ssd {
     /// When the last host command given to the device completes: from then on the host has
     /// nothing in flight, which idle-time work (`gc.idle_erase`) waits for.
     host_done_ns: TimeNs,
+    /// Draws the uncorrectable host reads of `faults.read_fail_probability`, apart from the
+    /// medium's own fault stream so that turning read faults on moves no other fault.
+    read_fault_rng: SimRng,
 }
 
 /// The sectors of one logical page that a command touches.
@@ -146,6 +151,7 @@ impl Ssd {
             stats: SsdStats::default(),
             commands_taken: 0,
             host_done_ns: 0,
+            read_fault_rng: SimRng::fork(seed, 0x5245_4144), // "READ"
         })
     }
 
@@ -366,23 +372,33 @@ impl Ssd {
         out: ReadBuffers<'_>,
     ) -> Result<TimeNs, DeviceError> {
         let start = now_ns + self.config.host.command_overhead_ns;
-        let ready = self.read_into_controller(start, cmd, out);
+        let (ready, flash_pages) = self.read_into_controller(start, cmd, out);
+        let p = self.config.faults.read_fail_probability;
+        if p > 0.0 && (0..flash_pages).any(|_| self.read_fault_rng.chance(p)) {
+            self.stats.uncorrectable_reads += 1;
+            return Err(DeviceError::Uncorrectable {
+                lba: cmd.lba,
+                sectors: cmd.sectors,
+            });
+        }
         let sector_bytes = self.info.sector_bytes as u64;
         Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
     }
 
     /// Reads a command's sectors into controller DRAM (`out`) starting at `start`; returns
-    /// when they are all there. The host transfer is the caller's.
+    /// when they are all there, and how many pages came from flash (rather than from the
+    /// write buffer, or unwritten). The host transfer is the caller's.
     fn read_into_controller(
         &mut self,
         start: TimeNs,
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
-    ) -> TimeNs {
+    ) -> (TimeNs, u32) {
         let unit = self.unit_bytes;
         let tag = self.tag_bytes;
         let sector_bytes = self.info.sector_bytes as u64;
         let mut ready = start;
+        let mut flash_pages = 0;
         let ReadBuffers {
             data: out_data,
             tags: mut out_tags,
@@ -410,6 +426,7 @@ impl Ssd {
                     n as u32 * sector_bytes as u32,
                 );
                 ready = ready.max(t);
+                flash_pages += u32::from(ppn != NONE);
                 copy_out(
                     &self.nand,
                     ppn,
@@ -454,7 +471,7 @@ impl Ssd {
                     .max(start + transfer_ns(n as u64 * sector_bytes, self.config.host.dram_mb_s));
             }
         }
-        ready
+        (ready, flash_pages)
     }
 
     /// ScalaAFA's in-SSD conversion (§5.3): read the vertical hero's k chunks into DRAM,
@@ -483,7 +500,9 @@ impl Ssd {
                 data: &mut data[i * chunk_units..(i + 1) * chunk_units],
                 tags: (tag > 0).then(|| &mut tags[i * chunk_tags..(i + 1) * chunk_tags]),
             };
-            ready = ready.max(self.read_into_controller(start, &read, out));
+            // The controller retries its own reads until they correct: injected read faults
+            // fail host reads only.
+            ready = ready.max(self.read_into_controller(start, &read, out).0);
         }
         let mut parity = vec![0u8; chunk_units];
         let mut parity_tags = vec![0u8; chunk_tags];

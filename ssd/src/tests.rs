@@ -787,3 +787,56 @@ fn idle_erase_keeps_runs_deterministic_and_data_intact() {
     assert!(first.1 > 0, "the random run never erased in idle time");
     assert_eq!(first, run(11));
 }
+
+/// `faults.read_fail_probability`: a host read needing a page from flash fails as
+/// uncorrectable now and then; the data stays, so the reads that succeed return it, and a
+/// read of sectors never written (no flash page) never fails.
+#[test]
+fn uncorrectable_reads_fail_the_command_and_leave_the_data() {
+    let mut config = small_config(512, PayloadMode::Token);
+    config.faults.read_fail_probability = 0.3;
+    config.write_buffer.capacity_bytes = 0;
+    let mut ssd = Ssd::new(config, 5).unwrap();
+    let unit = ssd.info().payload_unit_bytes as usize;
+    let mut data = vec![0u8; 8 * unit];
+    for (i, sector) in data.chunks_mut(unit).enumerate() {
+        fill_unit(sector_token(i as u64, 1), sector);
+    }
+    ssd.submit(0, &Command::write(0, 8, &data), ReadBuffers::none())
+        .unwrap();
+    let mut read = |ssd: &mut Ssd, lba: u64| {
+        let mut out = vec![0u8; 8 * unit];
+        let r = ssd.submit(
+            1_000_000_000,
+            &Command::read(lba, 8),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        );
+        r.map(|_| out)
+    };
+    let (mut failed, mut good) = (0, 0);
+    for _ in 0..40 {
+        match read(&mut ssd, 0) {
+            Ok(out) => {
+                assert_eq!(out, data, "a read that succeeds returns the data");
+                good += 1;
+            }
+            Err(e) => {
+                assert_eq!(e, DeviceError::Uncorrectable { lba: 0, sectors: 8 });
+                assert!(e.to_string().contains("could not be read"), "{e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(failed > 0 && good > 0, "{failed} failed, {good} read");
+    assert_eq!(ssd.stats().uncorrectable_reads, failed);
+    let unwritten = ssd.info().capacity_sectors - 8;
+    for _ in 0..20 {
+        assert!(
+            read(&mut ssd, unwritten).is_ok(),
+            "an unwritten range has no page to fail"
+        );
+    }
+}
