@@ -136,6 +136,9 @@ pub struct ScalaAfaStats {
     pub gc_chunks_moved: u64,
     pub replica_reads: u64,
     pub degraded_reads: u64,
+    /// Primary reads that failed as uncorrectable and were answered from a replica or by
+    /// decoding the stripe.
+    pub read_errors_corrected: u64,
     #[serde(flatten)]
     pub degraded: DegradedReadLatency,
     pub units_rebuilt: u64,
@@ -1459,17 +1462,26 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let replica_calm = replica.is_some_and(|(p, _)| !self.members[p].gc_active);
         if home_ok && !(steer && self.members[home].gc_active && replica_calm) {
             let lba = self.hh_lba(stripe) + row as u64;
-            return self.member_read(home, lba, rows, now_ns, out);
+            let striped = matches!(
+                self.stripes[stripe as usize].state,
+                HhState::Converting | HhState::Striped
+            );
+            match self.member_read(home, lba, rows, now_ns, out) {
+                // An uncorrectable primary is read from a replica, or decoded from the stripe.
+                Err(DeviceError::Uncorrectable { .. }) if replica.is_some() || striped => {
+                    self.stats.read_errors_corrected += 1;
+                }
+                result => return result,
+            }
+        } else if home_ok {
+            // Steered away from a home member collecting garbage, to a calm replica.
+            self.stats.replica_reads += 1;
+        } else {
+            self.stats.degraded_reads += 1;
         }
         if let Some((p, lba)) = replica {
-            if home_ok {
-                self.stats.replica_reads += 1;
-            } else {
-                self.stats.degraded_reads += 1;
-            }
             return self.member_read(p, lba + row as u64, rows, now_ns, out);
         }
-        self.stats.degraded_reads += 1;
         let (shards, t) = self.reconstruct_rows(stripe, row, rows, now_ns, j)?;
         out.copy_from_slice(&shards[j]);
         Ok(t)

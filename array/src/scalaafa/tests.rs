@@ -303,6 +303,42 @@ fn recovery_after_a_rebuild_finds_the_rebuilt_chunks_metadata() {
     }
 }
 
+/// A primary the SSD cannot read this time is read from a replica before conversion and
+/// decoded from the stripe after it; the oracle sees nothing of it.
+#[test]
+fn uncorrectable_primaries_are_read_from_replicas_or_decoded() {
+    for (level, n) in SHAPES {
+        let config = ArrayConfig {
+            level,
+            members: n,
+            chunk_bytes: 8 * 1024,
+            ..ArrayConfig::default()
+        };
+        let devs = (0..n as u64)
+            .map(|i| {
+                let mut cfg = crate::tests::ssd_config();
+                cfg.geometry.sector_bytes = 4096;
+                cfg.geometry.oob_bytes_per_page = 24;
+                // Rare enough that two members seldom fail the same stripe at once, which
+                // one parity cannot answer.
+                cfg.faults.read_fail_probability = 0.002;
+                Ssd::new(cfg, i).unwrap()
+            })
+            .collect();
+        let volume = ScalaAfa::new(config, with_mode(ScalaMode::Scalaafa), devs, vec![]).unwrap();
+        let mut h = Harness::new(volume);
+        let mut rng = SimRng::new(43);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_write_sectors < cap * 2 {
+            writes_and_reads(&mut h, &mut rng, 100);
+        }
+        h.check_all();
+        let s = *h.volume.stats();
+        assert!(s.read_errors_corrected > 0, "{level:?} {n}: {s:?}");
+        assert!(s.stripes_converted > 0, "{level:?} {n}: {s:?}");
+    }
+}
+
 /// §5.2: grants are batches by message; many threads on a small volume run the manager dry,
 /// so it recalls unused heroes; ending a thread returns its heroes and closes its HG.
 #[test]
