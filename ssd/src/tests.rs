@@ -804,7 +804,7 @@ fn uncorrectable_reads_fail_the_command_and_leave_the_data() {
     }
     ssd.submit(0, &Command::write(0, 8, &data), ReadBuffers::none())
         .unwrap();
-    let mut read = |ssd: &mut Ssd, lba: u64| {
+    let read = |ssd: &mut Ssd, lba: u64| {
         let mut out = vec![0u8; 8 * unit];
         let r = ssd.submit(
             1_000_000_000,
