@@ -745,3 +745,54 @@ fn a_stopped_shared_engine_refuses_requests_without_calling_the_volume() {
         assert_eq!(volume.shutdowns.load(Ordering::SeqCst), 1, "{pace:?}");
     }
 }
+
+/// An SSD's uncorrectable read reaches the client as EIO, with the device's reason; the
+/// data stays, so a later read returns it.
+#[test]
+fn an_uncorrectable_read_is_answered_with_eio() {
+    let mut config = afa_ssd::SsdConfig {
+        geometry: afa_nand::Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 1,
+            planes_per_die: 2,
+            blocks_per_plane: 32,
+            pages_per_block: 16,
+            page_bytes: 4096,
+            sector_bytes: 4096,
+            oob_bytes_per_page: 64,
+        },
+        over_provisioning: 0.25,
+        ..afa_ssd::SsdConfig::default()
+    };
+    config.payload = afa_nand::PayloadMode::Full;
+    config.faults.read_fail_probability = 0.5;
+    let ssd = afa_ssd::Ssd::new(config, 3).unwrap();
+    let mut exec = Executor::new(Box::new(ssd)).unwrap();
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    let write = Request::Write {
+        offset: 0,
+        length: 8192,
+        fua: true,
+    };
+    exec.execute(0, &write, &data).unwrap();
+    let read = Request::Read {
+        offset: 0,
+        length: 8192,
+    };
+    let (mut failed, mut good) = (0, 0);
+    for t in 1..=40u64 {
+        match exec.execute(t * 1_000_000, &read, &[]) {
+            Ok((_, got)) => {
+                assert_eq!(got, data);
+                good += 1;
+            }
+            Err(f) => {
+                assert_eq!(f.errno, EIO);
+                assert!(f.message.contains("could not be read"), "{}", f.message);
+                failed += 1;
+            }
+        }
+    }
+    assert!(failed > 0 && good > 0, "{failed} failed, {good} read");
+}
