@@ -11,11 +11,15 @@ use crate::tests::Harness;
 /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's
 /// metadata, keeping `payload` (`full` members keep a checkpoint's bytes, tokens do not).
 fn ssd_keeping(payload: afa_nand::PayloadMode, seed: u64) -> Ssd {
+    Ssd::new(scala_ssd_config(payload), seed).unwrap()
+}
+
+fn scala_ssd_config(payload: afa_nand::PayloadMode) -> afa_ssd::SsdConfig {
     let mut cfg = crate::tests::ssd_config();
     cfg.geometry.sector_bytes = 4096;
     cfg.geometry.oob_bytes_per_page = 24;
     cfg.payload = payload;
-    Ssd::new(cfg, seed).unwrap()
+    cfg
 }
 
 fn ssd(seed: u64) -> Ssd {
@@ -314,16 +318,12 @@ fn uncorrectable_primaries_are_read_from_replicas_or_decoded() {
             chunk_bytes: 8 * 1024,
             ..ArrayConfig::default()
         };
+        let mut cfg = scala_ssd_config(afa_nand::PayloadMode::Token);
+        // Rare enough that two members seldom fail the same stripe at once, which one
+        // parity cannot answer.
+        cfg.faults.read_fail_probability = 0.002;
         let devs = (0..n as u64)
-            .map(|i| {
-                let mut cfg = crate::tests::ssd_config();
-                cfg.geometry.sector_bytes = 4096;
-                cfg.geometry.oob_bytes_per_page = 24;
-                // Rare enough that two members seldom fail the same stripe at once, which
-                // one parity cannot answer.
-                cfg.faults.read_fail_probability = 0.002;
-                Ssd::new(cfg, i).unwrap()
-            })
+            .map(|i| Ssd::new(cfg.clone(), i).unwrap())
             .collect();
         let volume = ScalaAfa::new(config, with_mode(ScalaMode::Scalaafa), devs, vec![]).unwrap();
         let mut h = Harness::new(volume);
