@@ -553,6 +553,11 @@ proptest! {
 }
 
 fn two_phase(level: Level, members: u32, spares: usize) -> TwoPhase<Ssd> {
+    two_phase_over(level, members, spares, &ssd_config())
+}
+
+/// The two-phase engine over members and spares built from `ssd`.
+fn two_phase_over(level: Level, members: u32, spares: usize, ssd: &SsdConfig) -> TwoPhase<Ssd> {
     let config = ArrayConfig {
         level,
         members,
@@ -560,9 +565,32 @@ fn two_phase(level: Level, members: u32, spares: usize) -> TwoPhase<Ssd> {
         rebuild_mb_s: 0.05,
         ..ArrayConfig::default()
     };
-    let devs = (0..members as u64).map(ssd).collect();
-    let spare_devs = (0..spares as u64).map(|i| ssd(100 + i)).collect();
+    let build = |seed: u64| Ssd::new(ssd.clone(), seed).unwrap();
+    let devs = (0..members as u64).map(build).collect();
+    let spare_devs = (0..spares as u64).map(|i| build(100 + i)).collect();
     TwoPhase::new(config, TwoPhaseConfig::default(), devs, spare_devs).unwrap()
+}
+
+/// A chunk the SSD cannot read this time is read from its other replica before conversion
+/// and decoded from its stripe after it; the oracle sees nothing of it.
+#[test]
+fn two_phase_answers_uncorrectable_reads_from_replicas_or_parity() {
+    let mut faulty = ssd_config();
+    // Rare enough that no second member of a stripe fails while one is being decoded:
+    // conversion on the host reads every replicated chunk once more.
+    faulty.faults.read_fail_probability = 0.0005;
+    for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6)] {
+        let mut h = Harness::new(two_phase_over(level, n, 0, &faulty));
+        let mut rng = SimRng::new(47);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_write_sectors < cap * 2 {
+            h.random_ops(&mut rng, 100);
+        }
+        h.check_all();
+        let s = *h.volume.stats();
+        assert!(s.read_errors_corrected > 0, "{level:?}: {s:?}");
+        assert!(s.stripes_converted > 0, "{level:?}: {s:?}");
+    }
 }
 
 #[test]

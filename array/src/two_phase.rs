@@ -95,6 +95,9 @@ pub struct TwoPhaseStats {
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
     pub degraded_reads: u64,
+    /// Member reads that failed as uncorrectable and were answered from another replica or
+    /// by decoding the stripe.
+    pub read_errors_corrected: u64,
     /// What degraded mode costs a reader (serialised flat).
     #[serde(flatten)]
     pub degraded: DegradedReadLatency,
@@ -200,6 +203,9 @@ pub struct TwoPhase<D: BlockDevice> {
     chunk_sectors: u32,
     slots_per_member: u32,
     background_depth: u32,
+    /// Set while an uncorrectable member read is being answered from the others: a second
+    /// one then fails that answer rather than starting another.
+    correcting: bool,
     /// OOB tag bytes per sector the members keep, or 0 when the engine writes no tags
     /// (members that keep fewer than [`TWO_PHASE_TAG_BYTES`] or no payload).
     tag_bytes: usize,
@@ -321,6 +327,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             chunk_sectors,
             slots_per_member: slots,
             background_depth: 0,
+            correcting: false,
             tag_bytes,
             recoverable: false,
             recovery: None,
@@ -518,7 +525,80 @@ impl<D: BlockDevice> TwoPhase<D> {
         s.slot as u64 * self.chunk_sectors as u64 + row as u64
     }
 
+    /// Reads rows of slot `s`. A read the member cannot correct is answered from the slot's
+    /// other replicas, or decoded from its stripe, wherever the engine reads (user reads,
+    /// host conversion, cleaning, rebuild); a slot with neither passes the error on.
     fn member_read(
+        &mut self,
+        s: Slot,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        match self.member_read_once(s, row, rows, now_ns, out) {
+            Err(e @ DeviceError::Uncorrectable { .. }) if !self.correcting => {
+                self.correcting = true;
+                let answered = self.correct_read(s, row, rows, now_ns, out);
+                self.correcting = false;
+                let t = answered?.ok_or(e)?;
+                self.stats.read_errors_corrected += 1;
+                Ok(t)
+            }
+            result => result,
+        }
+    }
+
+    /// Reads rows of slot `s`, which its member could not read, from another serving
+    /// replica or by decoding them from the slot's stripe; None when neither can.
+    fn correct_read(
+        &mut self,
+        s: Slot,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let owner = self.members[s.member].owner[s.slot as usize];
+        if owner == FREE {
+            return Ok(None);
+        }
+        if owner & STRIPE_BIT == 0 {
+            let copies: Vec<Slot> = self.rsets[owner as usize]
+                .slots
+                .iter()
+                .copied()
+                .filter(|&c| c != s && self.serves(c))
+                .collect();
+            for copy in copies {
+                match self.member_read_once(copy, row, rows, now_ns, out) {
+                    Ok(t) => return Ok(Some(t)),
+                    Err(DeviceError::Uncorrectable { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(None);
+        }
+        let stripe = owner & !STRIPE_BIT;
+        let Some(role) = self.stripes[stripe as usize]
+            .slots
+            .iter()
+            .position(|&c| c == s)
+        else {
+            return Ok(None);
+        };
+        match self.reconstruct_rows(stripe, row, rows, now_ns, role) {
+            Ok((shards, t)) => {
+                out.copy_from_slice(&shards[role]);
+                Ok(Some(t))
+            }
+            // A second unreadable member, or too few left to decode from.
+            Err(DeviceError::Uncorrectable { .. } | DeviceError::Failed) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn member_read_once(
         &mut self,
         s: Slot,
         row: u32,
