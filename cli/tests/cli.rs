@@ -298,6 +298,48 @@ fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
         .all(|m| !m["timeline"].as_array().unwrap().is_empty()));
 }
 
+/// `faults.read_fail_probability`: a RAID 5 volume answers the reads its SSDs cannot
+/// correct from parity and loses nothing; a lone SSD has nothing to answer them from, and the
+/// run stops with the device's reason.
+#[test]
+fn uncorrectable_reads_are_corrected_by_raid5_and_named_on_one_ssd() {
+    // Healthy: with a member failed, RAID 5 has nothing left to answer a second error from
+    // (the unrecoverable-read-during-rebuild case), and the run would stop.
+    let raid5 = std::fs::read_to_string(fixture("raid5.toml"))
+        .unwrap()
+        .replace("failures = [{ member = 2, at_ms = 30.0 }]", "")
+        .replace(
+            "[array]",
+            "[ssd.faults]\nread_fail_probability = 0.0002\n\n[array]",
+        );
+    let json = temp("read-faults-raid5.json");
+    let path = temp("read-faults-raid5.toml");
+    std::fs::write(&path, &raid5).unwrap();
+    let out = afa(&[
+        "run",
+        path.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert!(
+        v["array"]["read_errors_corrected"].as_u64().unwrap() > 0,
+        "{}",
+        v["array"]
+    );
+    let one_ssd = "[ssd]\npayload = \"token\"\n[ssd.faults]\nread_fail_probability = 0.01\n\
+                   [workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nsize=8m\\n[r]\\nstonewall\\n\
+                   rw=randread\\nbs=4k\\nsize=8m\\n\"\n";
+    let out = run_config("read-faults-one.toml", one_ssd);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("could not be read"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn log_raid_cleans_segments_and_keeps_every_read_right() {
     let v = run_fixture("lograid.toml");
