@@ -300,7 +300,7 @@ fn raid5_array_with_a_failure_and_rebuild_keeps_every_read_right() {
 
 /// `faults.read_fail_probability`: a RAID 5 volume answers the reads its SSDs cannot
 /// correct from parity and loses nothing; a lone SSD has nothing to answer them from, and the
-/// run stops with the device's reason.
+/// run stops with the device's reason, or, with fio's `continue_on_error=read`, counts them.
 #[test]
 fn uncorrectable_reads_are_corrected_by_raid5_and_named_on_one_ssd() {
     // Healthy: with a member failed, RAID 5 has nothing left to answer a second error from
@@ -338,6 +338,22 @@ fn uncorrectable_reads_are_corrected_by_raid5_and_named_on_one_ssd() {
     let err = stderr(&out);
     assert!(err.contains("could not be read"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // With fio's continue_on_error=read the job counts them and goes on.
+    let going_on = one_ssd.replace("rw=randread", "rw=randread\\ncontinue_on_error=read");
+    let path = temp("read-faults-going-on.toml");
+    let json = temp("read-faults-going-on.json");
+    std::fs::write(&path, going_on).unwrap();
+    let out = afa(&[
+        "run",
+        path.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = read_json(&json);
+    assert!(v["read"]["errors"].as_u64().unwrap() > 0, "{}", v["read"]);
+    assert_eq!(v["integrity"]["mismatches"], 0);
 }
 
 #[test]

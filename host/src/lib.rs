@@ -12,7 +12,7 @@ mod oracle;
 use afa_nand::{fill_unit, sector_token};
 use afa_report::{Measurements, OpClass, Progress, Recorder};
 use afa_sim::{EventLogHash, EventQueue, TimeNs};
-use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
+use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
 use afa_workload::fio::JobSpec;
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
@@ -107,6 +107,8 @@ struct Stream {
     deadline_ns: Option<TimeNs>,
     ramp_end_ns: TimeNs,
     thinktime_ns: u64,
+    /// Count a read the device fails and go on (`continue_on_error=read`).
+    continue_on_read_error: bool,
     runtime_ns: Option<u64>,
     ramp_time_ns: u64,
     /// A timed trace's wake-up is already in the queue.
@@ -121,6 +123,8 @@ struct Inflight {
     op: IoOp,
     bytes: u64,
     submit_ns: TimeNs,
+    /// The device failed it and the job goes on: it counts as an error, not as I/O.
+    failed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -227,6 +231,7 @@ impl<'d> Host<'d> {
                             deadline_ns: None,
                             ramp_end_ns: 0,
                             thinktime_ns: job.thinktime_ns,
+                            continue_on_read_error: job.continue_on_read_error,
                             runtime_ns: job.runtime_ns,
                             ramp_time_ns: job.ramp_time_ns,
                             wakeup_pending: false,
@@ -254,6 +259,7 @@ impl<'d> Host<'d> {
                     deadline_ns: None,
                     ramp_end_ns: 0,
                     thinktime_ns: 0,
+                    continue_on_read_error: false,
                     runtime_ns: None,
                     ramp_time_ns: 0,
                     wakeup_pending: false,
@@ -310,13 +316,16 @@ impl<'d> Host<'d> {
                         op,
                         bytes,
                         submit_ns,
+                        failed,
                     } = self.inflight[slot as usize];
                     self.free_slots.push(slot);
                     self.hash.record(t, 1, stream as u64);
                     self.device_outstanding -= 1;
                     let s = &mut self.streams[stream as usize];
                     s.outstanding -= 1;
-                    if t >= s.ramp_end_ns {
+                    if failed {
+                        self.recorder.record_error(op_class(op));
+                    } else if t >= s.ramp_end_ns {
                         self.recorder.record(op_class(op), submit_ns, t, bytes);
                     }
                     if let Some((p, done)) = self.progress.as_mut() {
@@ -511,6 +520,7 @@ impl<'d> Host<'d> {
             len_bytes: request.len_bytes,
             source,
         };
+        let mut failed = false;
         let completion = match request.op {
             IoOp::Write => {
                 self.write_buf.resize(sectors as usize * unit, 0);
@@ -529,21 +539,32 @@ impl<'d> Host<'d> {
             }
             IoOp::Read => {
                 self.read_buf.resize(sectors as usize * unit, 0);
-                let c = self
-                    .device
-                    .submit(
-                        now,
-                        &Command::read(lba, sectors),
-                        ReadBuffers {
-                            data: &mut self.read_buf,
-                            tags: None,
-                        },
-                    )
-                    .map_err(device_error)?;
-                if let Some(oracle) = self.oracle.as_mut() {
-                    oracle.check(lba, &self.read_buf, unit, now);
+                let read = self.device.submit(
+                    now,
+                    &Command::read(lba, sectors),
+                    ReadBuffers {
+                        data: &mut self.read_buf,
+                        tags: None,
+                    },
+                );
+                match read {
+                    Ok(c) => {
+                        if let Some(oracle) = self.oracle.as_mut() {
+                            oracle.check(lba, &self.read_buf, unit, now);
+                        }
+                        c
+                    }
+                    // The job counts the error and goes on; the failed read returned nothing
+                    // to check, and it completes at once so that the queue stays full.
+                    Err(_) if self.streams[stream as usize].continue_on_read_error => {
+                        failed = true;
+                        Completion {
+                            done_ns: now,
+                            gc_active: false,
+                        }
+                    }
+                    Err(e) => return Err(device_error(e)),
                 }
-                c
             }
             IoOp::Trim => {
                 if let Some(oracle) = self.oracle.as_mut() {
@@ -570,6 +591,7 @@ impl<'d> Host<'d> {
             op: request.op,
             bytes: request.len_bytes,
             submit_ns: now,
+            failed,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {

@@ -190,3 +190,43 @@ fn requests_beyond_the_device_are_an_error_not_a_panic() {
     .unwrap_err();
     assert!(err.to_string().contains("offset"), "{err}");
 }
+
+/// fio's `continue_on_error=read`: a read the device fails is counted and the job goes on;
+/// without it the run ends with the device's error.
+#[test]
+fn continue_on_error_counts_failed_reads_and_goes_on() {
+    let faulty = || {
+        let mut dev = ssd(PayloadMode::Token);
+        let mut cfg = dev.config().clone();
+        cfg.faults.read_fail_probability = 0.05;
+        dev = Ssd::new(cfg, 1).unwrap();
+        dev
+    };
+    let job = |extra: &str| {
+        parse_job_file(&format!(
+            "[w]\nrw=write\nbs=4k\nsize=1m\n[r]\nstonewall\nrw=randread\nbs=4k\nsize=1m\n\
+             io_size=2m\niodepth=4\n{extra}\n"
+        ))
+        .unwrap()
+    };
+    let mut dev = faulty();
+    let out = run(
+        &mut dev,
+        &Workload::Jobs(job("continue_on_error=read")),
+        &options(),
+    )
+    .unwrap();
+    let read = &out.measurements.read;
+    assert!(read.errors > 0, "{read:?}");
+    assert_eq!(read.errors, dev.stats().uncorrectable_reads);
+    assert_eq!(
+        read.ios + read.errors,
+        512,
+        "every request is a read or an error"
+    );
+    assert_eq!(out.mismatches, 0);
+    assert_eq!(out.reads_checked, read.ios * 8);
+    let mut dev = faulty();
+    let err = run(&mut dev, &Workload::Jobs(job("")), &options()).unwrap_err();
+    assert!(err.to_string().contains("could not be read"), "{err}");
+}

@@ -74,6 +74,8 @@ struct OpStats {
     /// follows a write phase is not diluted by it.
     first_submit_ns: u64,
     last_complete_ns: u64,
+    /// Requests the device failed and the job went on past (fio's `continue_on_error`).
+    errors: u64,
 }
 
 impl OpStats {
@@ -89,6 +91,7 @@ impl OpStats {
             latency_max_ns: 0,
             first_submit_ns: u64::MAX,
             last_complete_ns: 0,
+            errors: 0,
         }
     }
 
@@ -113,6 +116,7 @@ impl OpStats {
             bandwidth_mb_s: per_second(self.bytes as f64 / BYTES_PER_MB),
             latency_us: self.latency_summary(),
             latency_cdf: self.latency_cdf(),
+            errors: self.errors,
         }
     }
 
@@ -268,6 +272,11 @@ impl Recorder {
     /// bucket's rate is its bytes divided by the part of the bucket inside the window, so partial
     /// first and last buckets are not understated. Requests recorded with a completion time after
     /// `end_ns` still count in the totals but fall outside the timeline.
+    /// Counts a request of class `op` that the device failed and the job went on past.
+    pub fn record_error(&mut self, op: OpClass) {
+        self.ops[op.index()].errors += 1;
+    }
+
     pub fn finish(&self, end_ns: u64) -> Measurements {
         let [read, write, trim, flush] =
             [0, 1, 2, 3].map(|i| self.ops[i].report(self.measure_from_ns));
@@ -352,6 +361,14 @@ pub struct OpReport {
     /// [`CdfPoint`]). Empty in reports written before it existed and when no request completed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latency_cdf: Vec<CdfPoint>,
+    /// Requests the device failed that the job went on past (fio's `continue_on_error`);
+    /// they count in nothing above. Left out when there were none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub errors: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A latency CDF merges histogram buckets into groups spanning at most this factor in
@@ -570,6 +587,15 @@ impl RunReport {
         }
         let _ = writeln!(out, "Host I/O (latency in µs, MB = 10^6 bytes)");
         out.push_str(&ops.render());
+        for (name, op) in [("read", &self.read), ("write", &self.write)] {
+            if op.errors > 0 {
+                let _ = writeln!(
+                    out,
+                    "{} {name} requests failed and were counted (continue_on_error)",
+                    op.errors
+                );
+            }
+        }
         out.push('\n');
 
         let _ = writeln!(

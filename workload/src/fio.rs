@@ -185,6 +185,9 @@ pub struct JobSpec {
     pub thinktime_ns: u64,
     /// Wait for all previous jobs to finish before starting (`stonewall`).
     pub stonewall: bool,
+    /// Count a read the device fails and go on, rather than end the run
+    /// (`continue_on_error=read`).
+    pub continue_on_read_error: bool,
 }
 
 impl JobSpec {
@@ -215,6 +218,7 @@ impl JobSpec {
             randseed: None,
             thinktime_ns: 0,
             stonewall: false,
+            continue_on_read_error: false,
         }
     }
 }
@@ -516,6 +520,19 @@ fn apply_option(
         "ramp_time" => {
             spec.ramp_time_ns =
                 parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "continue_on_error" => {
+            spec.continue_on_read_error = match context.required(value)? {
+                "none" | "0" | "verify" => false,
+                "read" => true,
+                other => {
+                    return Err(context.bad(format!(
+                        "continue_on_error={other} is not supported (use none, read or verify): \
+                         a failed write leaves its sectors undefined, which the oracle could not \
+                         check any more"
+                    )))
+                }
+            }
         }
         "thinktime" => {
             spec.thinktime_ns = parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)

@@ -587,3 +587,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn continue_on_error_goes_on_past_failed_reads_only() {
+    assert!(!with_option("rw=read").continue_on_read_error);
+    assert!(with_option("continue_on_error=read").continue_on_read_error);
+    assert!(!with_option("continue_on_error=none").continue_on_read_error);
+    assert!(!with_option("continue_on_error=verify").continue_on_read_error);
+    for refused in ["write", "io", "all", "1"] {
+        assert_bad_value(&format!("continue_on_error={refused}"), "continue_on_error");
+    }
+    let error = parse_job_file("[job]\ncontinue_on_error=all\n").unwrap_err();
+    assert!(
+        error.to_string().contains("use none, read or verify"),
+        "{error}"
+    );
+}
