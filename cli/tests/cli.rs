@@ -19,14 +19,21 @@ fn read_json(path: &PathBuf) -> serde_json::Value {
 
 /// Runs `afa run` on a fixture configuration, insists it succeeds, and returns its JSON.
 fn run_fixture(name: &str) -> serde_json::Value {
+    run_json(name, &fixture(name))
+}
+
+/// The same for a configuration given as text, written to a temporary file `name`.
+fn run_text(name: &str, text: &str) -> serde_json::Value {
+    let path = temp(name);
+    std::fs::write(&path, text).unwrap();
+    run_json(name, path.to_str().unwrap())
+}
+
+/// Runs `afa run` on the configuration file `config`, insists it succeeds, and returns its
+/// JSON.
+fn run_json(name: &str, config: &str) -> serde_json::Value {
     let json = temp(&format!("{name}.json"));
-    let out = afa(&[
-        "run",
-        &fixture(name),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let out = afa(&["run", config, "--quiet", "--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{name}: {}", stderr(&out));
     read_json(&json)
 }
@@ -312,18 +319,7 @@ fn uncorrectable_reads_are_corrected_by_raid5_and_named_on_one_ssd() {
             "[array]",
             "[ssd.faults]\nread_fail_probability = 0.0002\n\n[array]",
         );
-    let json = temp("read-faults-raid5.json");
-    let path = temp("read-faults-raid5.toml");
-    std::fs::write(&path, &raid5).unwrap();
-    let out = afa(&[
-        "run",
-        path.to_str().unwrap(),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v = read_json(&json);
+    let v = run_text("read-faults-raid5.toml", &raid5);
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(
         v["array"]["read_errors_corrected"].as_u64().unwrap() > 0,
@@ -340,18 +336,7 @@ fn uncorrectable_reads_are_corrected_by_raid5_and_named_on_one_ssd() {
     assert!(!err.contains("panicked"), "{err}");
     // With fio's continue_on_error=read the job counts them and goes on.
     let going_on = one_ssd.replace("rw=randread", "rw=randread\\ncontinue_on_error=read");
-    let path = temp("read-faults-going-on.toml");
-    let json = temp("read-faults-going-on.json");
-    std::fs::write(&path, going_on).unwrap();
-    let out = afa(&[
-        "run",
-        path.to_str().unwrap(),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v = read_json(&json);
+    let v = run_text("read-faults-going-on.toml", &going_on);
     assert!(v["read"]["errors"].as_u64().unwrap() > 0, "{}", v["read"]);
     assert_eq!(v["integrity"]["mismatches"], 0);
 }
