@@ -899,28 +899,10 @@ impl IoThread {
             if a == NONE {
                 continue;
             }
-            let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
-            let first = at / g.sector_bytes;
-            let last = (at + len).div_ceil(g.sector_bytes);
-            let lba = g.hh_lba(stripe) + first as u64;
-            let sectors = (last - first) as u32;
-            let member = g.data_member(stripe, j);
             let tag = spans.len();
-            if self
-                .issue(
-                    member,
-                    Opcode::Read,
-                    lba,
-                    sectors,
-                    Vec::new(),
-                    None,
-                    false,
-                    tag,
-                )
-                .is_ok()
-            {
+            if let Ok(skip) = self.issue_read(a, at, len, tag) {
                 read_tag[i] = Some(tag);
-                spans.push((at - first * g.sector_bytes, len));
+                spans.push((skip, len));
             }
         }
         let mut read = self.collect_each(spans.len(), spans.len());
@@ -931,11 +913,9 @@ impl IoThread {
             // chunk was never written.
             let found = |read: &mut Vec<Option<CopyReply>>| match read_tag[i] {
                 Some(tag) => match read[tag].take() {
-                    Some(Ok((t, mut bytes))) => {
+                    Some(Ok((t, bytes))) => {
                         let (skip, len) = spans[tag];
-                        bytes.drain(..skip);
-                        bytes.truncate(len);
-                        Ok((t, bytes))
+                        Ok((t, cut(bytes, skip, len)))
                     }
                     Some(Err(e)) => Err(e),
                     None => Err(agent_gone()),
@@ -1196,28 +1176,30 @@ impl IoThread {
         if a == NONE {
             return Ok((0, vec![0u8; len]));
         }
+        let skip = self.issue_read(a, at, len, 0)?;
+        let reply = self.collect_each(1, 1).pop().flatten();
+        let (t, bytes) = reply.unwrap_or_else(|| Err(agent_gone()))?;
+        Ok((t, cut(bytes, skip, len)))
+    }
+
+    /// Sends the read of the whole sectors holding bytes `at..at + len` of AFA chunk `a`'s
+    /// primary copy, tagged `tag`; returns how many bytes of the reply precede `at`.
+    fn issue_read(&self, a: u32, at: usize, len: usize, tag: usize) -> Result<usize, DeviceError> {
         let g = self.g;
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
         let first = at / g.sector_bytes;
         let last = (at + len).div_ceil(g.sector_bytes);
-        let lba = g.hh_lba(stripe) + first as u64;
-        let sectors = (last - first) as u32;
         self.issue(
             g.data_member(stripe, j),
             Opcode::Read,
-            lba,
-            sectors,
+            g.hh_lba(stripe) + first as u64,
+            (last - first) as u32,
             Vec::new(),
             None,
             false,
-            0,
+            tag,
         )?;
-        let reply = self.collect_each(1, 1).pop().flatten();
-        let (t, mut bytes) = reply.unwrap_or_else(|| Err(agent_gone()))?;
-        let skip = at - first * g.sector_bytes;
-        bytes.drain(..skip);
-        bytes.truncate(len);
-        Ok((t, bytes))
+        Ok(at - first * g.sector_bytes)
     }
 
     fn write(&mut self, chunk: u32, at: usize, data: &[u8]) -> Result<TimeNs, DeviceError> {
@@ -1377,6 +1359,13 @@ impl InFlight {
 
 /// Takes `n` replies from `next`; returns the latest completion `each` finds in them,
 /// or the first error (after all `n` are in, so none is left to a later request).
+/// The `len` bytes that start `skip` bytes into a sector-aligned read's reply.
+fn cut(mut bytes: Vec<u8>, skip: usize, len: usize) -> Vec<u8> {
+    bytes.drain(..skip);
+    bytes.truncate(len);
+    bytes
+}
+
 fn gather<T>(
     n: usize,
     mut next: impl FnMut() -> Result<T, DeviceError>,
