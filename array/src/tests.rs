@@ -32,6 +32,72 @@ pub(crate) fn ssd(seed: u64) -> Ssd {
     Ssd::new(ssd_config(), seed).unwrap()
 }
 
+/// A member that loses power once the volume has sent `budget` commands that change the
+/// medium (the budget is shared by every member): from then on nothing reaches the medium,
+/// as when the power goes between two commands, and the engine sees the command fail. The
+/// cut can so fall inside a request, between the copies of one write, inside a conversion,
+/// a cleaning or a checkpoint.
+#[derive(Debug)]
+pub(crate) struct PowerCut {
+    pub(crate) inner: Ssd,
+    pub(crate) budget: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl PowerCut {
+    /// Members sharing one budget of `budget` medium-changing commands.
+    pub(crate) fn members(inner: Vec<Ssd>, budget: u64) -> Vec<PowerCut> {
+        let budget = std::rc::Rc::new(std::cell::Cell::new(budget));
+        inner
+            .into_iter()
+            .map(|inner| PowerCut {
+                inner,
+                budget: budget.clone(),
+            })
+            .collect()
+    }
+
+    /// Takes one command from the budget, or fails once it is spent.
+    fn spend(&self) -> Result<(), DeviceError> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(DeviceError::Failed);
+        }
+        self.budget.set(left - 1);
+        Ok(())
+    }
+}
+
+impl BlockDevice for PowerCut {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        if cmd.opcode != Opcode::Read {
+            self.spend()?;
+        }
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn convert(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &afa_ssd::ConvertCommand,
+    ) -> Result<Completion, DeviceError> {
+        self.spend()?;
+        self.inner.convert(now_ns, cmd)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        self.inner.scan_tags(lba, sectors)
+    }
+}
+
 fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
     cached_array(level, members, spares, 0)
 }
@@ -174,6 +240,71 @@ impl<V: BlockDevice> Harness<V> {
                 6..=8 => self.read_check(lba, len),
                 _ => self.trim(lba, len),
             }
+        }
+    }
+
+    /// A read that may fail (after a power cut) instead of panicking; checked when it
+    /// succeeds.
+    pub(crate) fn try_read_check(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
+        let mut out = vec![0u8; sectors as usize * self.unit];
+        self.volume.submit(
+            self.now_ns,
+            &Command::read(lba, sectors),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )?;
+        for i in 0..sectors as usize {
+            let want = self.tokens[lba as usize + i];
+            assert!(
+                unit_matches(want, &out[i * self.unit..(i + 1) * self.unit]),
+                "sector {} expected {want:#x}",
+                lba + i as u64
+            );
+            self.checked += 1;
+        }
+        Ok(())
+    }
+
+    /// The recovered volume against the oracle: every acknowledged write reads back, and the
+    /// write the power cut (`torn`: lba, sectors, version) reads back old or new in each
+    /// sector, which the oracle then adopts.
+    pub(crate) fn check_after_crash(&mut self, torn: Option<(u64, u32, u64)>) {
+        let unit = self.unit;
+        let cap = self.tokens.len() as u64;
+        let mut lba = 0;
+        while lba < cap {
+            let n = (cap - lba).min(64) as u32;
+            let mut out = vec![0u8; n as usize * unit];
+            self.volume
+                .submit(
+                    self.now_ns,
+                    &Command::read(lba, n),
+                    ReadBuffers {
+                        data: &mut out,
+                        tags: None,
+                    },
+                )
+                .expect("read after recovery");
+            for i in 0..n as usize {
+                let at = lba + i as u64;
+                let got = &out[i * unit..(i + 1) * unit];
+                let old = self.tokens[at as usize];
+                if unit_matches(old, got) {
+                    self.checked += 1;
+                    continue;
+                }
+                let new = torn
+                    .filter(|&(l, s, _)| at >= l && at < l + s as u64)
+                    .map(|(_, _, version)| sector_token(at, version));
+                match new {
+                    Some(t) if unit_matches(t, got) => self.tokens[at as usize] = t,
+                    _ => panic!("sector {at}: an acknowledged write ({old:#x}) was lost"),
+                }
+                self.checked += 1;
+            }
+            lba += n as u64;
         }
     }
 

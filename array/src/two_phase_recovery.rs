@@ -479,16 +479,13 @@ impl<D: BlockDevice> TwoPhase<D> {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-    use std::rc::Rc;
-
-    use afa_nand::{sector_token, unit_matches, PayloadMode};
+    use afa_nand::{unit_matches, PayloadMode};
     use afa_sim::SimRng;
     use afa_ssd::{Completion, Opcode, Ssd};
     use proptest::prelude::*;
 
     use super::*;
-    use crate::tests::Harness;
+    use crate::tests::{Harness, PowerCut};
 
     /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share (16 bytes) holds
     /// the engine's tag, keeping tokens.
@@ -507,81 +504,6 @@ mod tests {
             chunk_bytes: 8 * 1024,
             rebuild_mb_s: 0.05,
             ..ArrayConfig::default()
-        }
-    }
-
-    /// A member that loses power once the volume has sent `budget` commands that change the
-    /// medium (shared by every member): from then on nothing reaches the medium, as when the
-    /// power goes between two commands, and the engine sees the command fail.
-    #[derive(Debug)]
-    struct PowerCut {
-        inner: Ssd,
-        budget: Rc<Cell<u64>>,
-    }
-
-    impl BlockDevice for PowerCut {
-        fn info(&self) -> DeviceInfo {
-            self.inner.info()
-        }
-        fn submit(
-            &mut self,
-            now_ns: TimeNs,
-            cmd: &Command<'_>,
-            out: ReadBuffers<'_>,
-        ) -> Result<Completion, DeviceError> {
-            if cmd.opcode != Opcode::Read {
-                let left = self.budget.get();
-                if left == 0 {
-                    return Err(DeviceError::Failed);
-                }
-                self.budget.set(left - 1);
-            }
-            self.inner.submit(now_ns, cmd, out)
-        }
-        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-            self.inner.background(now_ns)
-        }
-        fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
-            self.inner.scan_tags(lba, sectors)
-        }
-    }
-
-    /// The recovered volume against the oracle: every acknowledged write reads back, and the
-    /// write the power cut (`torn`: lba, sectors, version) reads back old or new in each
-    /// sector, which the oracle then adopts.
-    fn check_after_crash(h: &mut Harness<TwoPhase<Ssd>>, torn: Option<(u64, u32, u64)>) {
-        let unit = h.volume.info().payload_unit_bytes as usize;
-        let cap = h.tokens.len() as u64;
-        let mut lba = 0;
-        while lba < cap {
-            let n = (cap - lba).min(64) as u32;
-            let mut out = vec![0u8; n as usize * unit];
-            h.volume
-                .submit(
-                    h.now_ns,
-                    &Command::read(lba, n),
-                    ReadBuffers {
-                        data: &mut out,
-                        tags: None,
-                    },
-                )
-                .expect("read after recovery");
-            for i in 0..n as usize {
-                let at = lba + i as u64;
-                let got = &out[i * unit..(i + 1) * unit];
-                let old = h.tokens[at as usize];
-                if unit_matches(old, got) {
-                    continue;
-                }
-                let new = torn
-                    .filter(|&(l, s, _)| at >= l && at < l + s as u64)
-                    .map(|(_, _, version)| sector_token(at, version));
-                match new {
-                    Some(t) if unit_matches(t, got) => h.tokens[at as usize] = t,
-                    _ => panic!("sector {at}: an acknowledged write ({old:#x}) was lost"),
-                }
-            }
-            lba += n as u64;
         }
     }
 
@@ -621,13 +543,7 @@ mod tests {
         budget: u64,
         lost: Option<(usize, bool)>,
     ) -> TwoPhaseRecovery {
-        let cut = Rc::new(Cell::new(budget));
-        let devs = (0..n as u64)
-            .map(|i| PowerCut {
-                inner: ssd(i),
-                budget: cut.clone(),
-            })
-            .collect();
+        let devs = PowerCut::members((0..n as u64).map(ssd).collect(), budget);
         let mut volume =
             TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
         volume.make_recoverable().unwrap();
@@ -664,7 +580,7 @@ mod tests {
         h.tokens = tokens;
         h.now_ns = now_ns;
         h.version = 1 << 40;
-        check_after_crash(&mut h, torn);
+        h.check_after_crash(torn);
         // The recovered volume keeps working: conversion, cleaning and the oracle again.
         h.random_ops(&mut rng, 600);
         h.check_all();

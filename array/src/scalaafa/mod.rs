@@ -156,6 +156,10 @@ pub struct ScalaAfaStats {
     /// of the checkpoint it started from.
     pub recovery_tag_reads: u64,
     pub recovered_checkpoint_seq: Option<u64>,
+    /// Chunks the last recovery found in only some of their copies (a write the power cut)
+    /// and dropped, and conversions it found stopped between parity members and finished.
+    pub recovery_torn_chunks: u64,
+    pub recovery_finished_conversions: u64,
     pub first_conversion_ns: Option<TimeNs>,
 }
 
@@ -937,7 +941,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.background_depth += 1;
         let r = match self.scala.mode {
             ScalaMode::Scalaafa | ScalaMode::ScalaWr => self.convert_offloaded(stripe, start),
-            ScalaMode::ScalaCo => self.convert_on_host(stripe, start),
+            ScalaMode::ScalaCo => self.convert_on_host(stripe, start, (1 << self.m) - 1),
         };
         self.background_depth -= 1;
         let done = r?;
@@ -979,8 +983,15 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(done)
     }
 
-    /// Scala-CO: the daemon reads the k primaries, computes the parity and writes it back.
-    fn convert_on_host(&mut self, stripe: u32, start: TimeNs) -> Result<TimeNs, DeviceError> {
+    /// Scala-CO: the daemon reads the k primaries, computes the parity and writes it back,
+    /// for the parity rows in the mask `rows` (recovery finishes a conversion the power cut
+    /// stopped with only the rows still missing).
+    fn convert_on_host(
+        &mut self,
+        stripe: u32,
+        start: TimeNs,
+        rows: u32,
+    ) -> Result<TimeNs, DeviceError> {
         self.stats.host_conversions += 1;
         let (k, m) = (self.k, self.m);
         let cu = self.chunk_units();
@@ -1007,7 +1018,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let computed = self.daemon_at(t_read, cpu_ns);
         let mut done = computed;
         let mut missing = 0;
-        for r in 0..m {
+        for r in (0..m).filter(|&r| rows >> r & 1 == 1) {
             let p = self.parity_member(stripe, r);
             let mut parity = vec![0u8; cu];
             let mut ptags = vec![0u8; cs as usize * self.tag_bytes];
@@ -1035,7 +1046,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let vlba = self.vh_lba(vh, 0);
             self.member_trim(p, vlba, k as u32 * cs, done)?;
         }
-        self.stripes[stripe as usize].parity_missing = missing;
+        let s = &mut self.stripes[stripe as usize];
+        s.parity_missing = (s.parity_missing & !rows) | missing;
         Ok(done)
     }
 

@@ -28,6 +28,9 @@ use afa_ssd::{BlockDevice, DeviceError};
 use super::checkpoint::{Snapshot, SNAP_REPLICATED, SNAP_STRIPED, SNAP_UNSEALED};
 use super::*;
 
+/// One member's backups found by the scan: (user chunk, timestamp) → (VH, slot).
+type Backups = BTreeMap<(u32, u32), (u32, usize)>;
+
 impl<D: BlockDevice> ScalaAfa<D> {
     /// Recovers a volume from members a crashed engine left behind (no member failed).
     /// Needs members that keep tags (`token` or `full` payload).
@@ -172,7 +175,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         // Backups per member: (chunk, ts) → (vh, slot).
-        let mut backups: Vec<BTreeMap<(u32, u32), (u32, usize)>> = Vec::new();
+        let mut backups: Vec<Backups> = Vec::new();
         for (p, sealed_here) in sealed_vhs.iter().enumerate() {
             let mut map = BTreeMap::new();
             if alive(p) {
@@ -218,8 +221,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         let mut used_vhs = vec![vec![false; self.vhs_per_member as usize]; self.members.len()];
+        // Copies to trim once the tables stand (member, lba): backups no group claims, and
+        // the copies of chunks a power cut left incomplete.
+        let mut stale = Vec::new();
         // Rows whose VH on the failed member is unknown: (row, parity row r).
         let mut lost_vhs = Vec::new();
+        let mut half_converted = Vec::new();
         let mut open_rows = Vec::new();
         for row in 0..self.rows {
             let failed_slot = (0..k).find(|&j| !alive(self.data_member(row, j)));
@@ -234,16 +241,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let alive_written = primaries[row as usize].iter().flatten().count();
             // Replication phase: the HG's VH on each serving parity member, found by the
             // backups of the stripe's surviving primaries.
-            let mut vhs = vec![NONE; m];
-            for (r, vh) in vhs.iter_mut().enumerate() {
-                let p = self.parity_member(row, r);
-                *vh = primaries[row as usize]
-                    .iter()
-                    .flatten()
-                    .find_map(|key| backups[p].get(key).map(|&(vh, _)| vh))
-                    .unwrap_or(NONE);
-            }
-            let replicated = vhs.iter().any(|&vh| vh != NONE);
+            let mut vhs = self.vhs_of(row, &primaries[row as usize], &backups);
+            let mut replicated = vhs.iter().any(|&vh| vh != NONE);
             // After conversion: the serving parity members hold the parity of the data tags.
             let mut data_tags: Vec<Vec<u8>> = Vec::with_capacity(k);
             for j in 0..k {
@@ -267,8 +266,45 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     None
                 });
             }
+            // A conversion the power cut stopped between parity members (m >= 2): some hold
+            // the stripe's parity and no longer its backups, the others still its backups.
+            // The stripe is striped; the parity rows still missing are computed again once
+            // the tables stand.
+            let mut unconverted = 0u32;
             let striped = if replicated {
-                false
+                if failed_parity.is_none() {
+                    // The failed member's tag is its backup's in a VH still holding the row.
+                    let mut tags = data_tags.clone();
+                    if let Some(jf) = failed_slot {
+                        let (r, vh) = vhs
+                            .iter()
+                            .enumerate()
+                            .find(|&(_, &vh)| vh != NONE)
+                            .map(|(r, &vh)| (r, vh))
+                            .expect("replicated rows have a VH");
+                        tags[jf] = self.tags_of(self.parity_member(row, r), self.vh_lba(vh, jf))?;
+                    }
+                    let refs: Vec<&[u8]> = tags.iter().map(|t| t.as_slice()).collect();
+                    let mut converted = 0;
+                    for (r, t) in parity_tags.iter().enumerate() {
+                        let mut want = vec![0u8; self.tag_bytes];
+                        self.codec
+                            .encode_row(r, &refs, &mut want)
+                            .map_err(|_| DeviceError::Failed)?;
+                        if vhs[r] == NONE && t.as_ref() == Some(&want) {
+                            converted += 1;
+                        } else if vhs[r] != NONE {
+                            unconverted |= 1 << r;
+                        }
+                    }
+                    let half = converted > 0 && converted + unconverted.count_ones() as usize == m;
+                    if let (true, Some(jf)) = (half, failed_slot) {
+                        primaries[row as usize][jf] = self.named(&tags[jf], jf, KIND_BACKUP);
+                    }
+                    half
+                } else {
+                    false
+                }
             } else if let Some(jf) = failed_slot {
                 // A data tag is missing, so the parity cannot be checked; with no backups
                 // left, a stripe that holds anything has been converted. Its missing tag is
@@ -292,9 +328,24 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     self.codec
                         .reconstruct(&mut refs, &present)
                         .map_err(|_| DeviceError::Failed)?;
-                    let mut t = shards[jf].clone();
-                    set_kind(&mut t, self.tag_bytes, KIND_BACKUP);
-                    primaries[row as usize][jf] = self.named(&t, jf, KIND_BACKUP);
+                    // The parity covers the backups' tags, so a consistent decode gives a
+                    // backup's tag back whole; another kind byte, or (m >= 2) a parity row
+                    // the decoded tags do not reproduce, means the shards do not belong
+                    // together (a stripe the power cut in mid-free), and the slot is taken
+                    // as unwritten.
+                    let refs: Vec<&[u8]> = shards[..k].iter().map(|t| t.as_slice()).collect();
+                    let mut consistent = true;
+                    for (r, t) in parity_tags.iter().enumerate() {
+                        let Some(t) = t else { continue };
+                        let mut want = vec![0u8; self.tag_bytes];
+                        self.codec
+                            .encode_row(r, &refs, &mut want)
+                            .map_err(|_| DeviceError::Failed)?;
+                        consistent &= *t == want;
+                    }
+                    primaries[row as usize][jf] = consistent
+                        .then(|| self.named(&shards[jf], jf, KIND_BACKUP))
+                        .flatten();
                     true
                 }
             } else if alive_written == 0 {
@@ -321,7 +372,34 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 s.state = HhState::Striped;
                 s.filled = k as u32;
                 s.parity_missing = failed_parity.map_or(0, |r| 1 << r);
+                if replicated {
+                    s.parity_missing = unconverted;
+                    s.vhs = vhs;
+                    half_converted.push(row);
+                }
                 continue;
+            }
+            // A chunk is written primary first, then each backup; a power cut in between
+            // leaves a primary without every backup (never acknowledged). It is dropped with
+            // its copies: kept, the group's parity, computed later from its VHs, would not
+            // match its HH.
+            let mut torn = vec![false; k];
+            for j in 0..k {
+                if let Some(key) = primaries[row as usize][j] {
+                    if !self.backed_up(row, j, key, &backups, alive) {
+                        primaries[row as usize][j] = None;
+                        torn[j] = true;
+                        self.stats.recovery_torn_chunks += 1;
+                        let d = self.data_member(row, j);
+                        if alive(d) {
+                            stale.push((d, self.hh_lba(row)));
+                        }
+                    }
+                }
+            }
+            if torn.contains(&true) {
+                vhs = self.vhs_of(row, &primaries[row as usize], &backups);
+                replicated = vhs.iter().any(|&vh| vh != NONE);
             }
             if !replicated {
                 // Nothing of this stripe survives but, perhaps, backups of a group whose
@@ -338,7 +416,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     .map(|(r, &vh)| (r, vh))
                     .expect("replicated rows have a VH");
                 let t = self.tags_of(self.parity_member(row, r), self.vh_lba(vh, jf))?;
-                primaries[row as usize][jf] = self.named(&t, jf, KIND_BACKUP);
+                let key = self.named(&t, jf, KIND_BACKUP);
+                if key.is_some_and(|key| self.backed_up(row, jf, key, &backups, alive)) {
+                    primaries[row as usize][jf] = key;
+                } else if key.is_some() {
+                    torn[jf] = true;
+                }
             }
             for (r, &vh) in vhs.iter().enumerate() {
                 let p = self.parity_member(row, r);
@@ -354,10 +437,23 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 used_vhs[p][vh as usize] = true;
                 self.members[p].vh_owner[vh as usize] = row;
             }
-            let written = primaries[row as usize].iter().flatten().count();
+            // The group was filled up to its last whole chunk; closing it below trims the
+            // slots after that, and a torn slot before it is trimmed here.
+            let filled = (0..k)
+                .rev()
+                .find(|&j| primaries[row as usize][j].is_some())
+                .map_or(0, |j| j + 1);
+            for j in (0..filled).filter(|&j| torn[j]) {
+                for (r, &vh) in vhs.iter().enumerate() {
+                    let p = self.parity_member(row, r);
+                    if vh != NONE && alive(p) {
+                        stale.push((p, self.vh_lba(vh, j)));
+                    }
+                }
+            }
             let s = &mut self.stripes[row as usize];
             s.vhs = vhs;
-            s.filled = written as u32;
+            s.filled = filled as u32;
             s.state = HhState::Open;
             open_rows.push(row);
         }
@@ -388,7 +484,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
         // Backups in VHs no group claimed: a chunk whose newest copy is one of them is
         // written again once the tables stand.
         let mut orphans: BTreeMap<u32, (u32, usize, u64)> = BTreeMap::new();
-        let mut stale = Vec::new();
         for (p, map) in backups.iter().enumerate() {
             for (&(chunk, ts), &(vh, j)) in map {
                 if used_vhs[p][vh as usize] {
@@ -473,11 +568,48 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         debug_assert!(done <= self.rows as usize);
+        // The parity rows a cut conversion did not write, from the primaries, before the
+        // backups that stood in for them are trimmed.
+        for row in half_converted {
+            let rows = self.stripes[row as usize].parity_missing;
+            self.convert_on_host(row, 0, rows)?;
+            self.stats.recovery_finished_conversions += 1;
+        }
         let orphans = orphans
             .into_iter()
             .map(|(chunk, (_, p, lba))| (chunk, p, lba))
             .collect();
         Ok((orphans, stale))
+    }
+
+    /// The VH on each parity member of `row` holding a backup of one of its primaries.
+    fn vhs_of(&self, row: u32, primaries: &[Option<(u32, u32)>], backups: &[Backups]) -> Vec<u32> {
+        (0..self.m)
+            .map(|r| {
+                let p = self.parity_member(row, r);
+                primaries
+                    .iter()
+                    .flatten()
+                    .find_map(|key| backups[p].get(key).map(|&(vh, _)| vh))
+                    .unwrap_or(NONE)
+            })
+            .collect()
+    }
+
+    /// Whether chunk `key` at slot `j` of `row` has its backup in slot `j` of a VH on every
+    /// serving parity member.
+    fn backed_up(
+        &self,
+        row: u32,
+        j: usize,
+        key: (u32, u32),
+        backups: &[Backups],
+        alive: impl Fn(usize) -> bool,
+    ) -> bool {
+        (0..self.m).all(|r| {
+            let p = self.parity_member(row, r);
+            !alive(p) || backups[p].get(&key).is_some_and(|&(_, at)| at == j)
+        })
     }
 
     /// Whether the tags at `row` on its parity members are the parity of its data slots'
