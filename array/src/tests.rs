@@ -37,16 +37,18 @@ pub(crate) fn ssd(seed: u64) -> Ssd {
 /// as when the power goes between two commands, and the engine sees the command fail. The
 /// cut can so fall inside a request, between the copies of one write, inside a conversion,
 /// a cleaning or a checkpoint.
+/// The budget is atomic so that members owned by different threads (ScalaAFA's member
+/// agents) draw from it too.
 #[derive(Debug)]
 pub(crate) struct PowerCut {
     pub(crate) inner: Ssd,
-    pub(crate) budget: std::rc::Rc<std::cell::Cell<u64>>,
+    pub(crate) budget: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PowerCut {
     /// Members sharing one budget of `budget` medium-changing commands.
     pub(crate) fn members(inner: Vec<Ssd>, budget: u64) -> Vec<PowerCut> {
-        let budget = std::rc::Rc::new(std::cell::Cell::new(budget));
+        let budget = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(budget));
         inner
             .into_iter()
             .map(|inner| PowerCut {
@@ -58,12 +60,13 @@ impl PowerCut {
 
     /// Takes one command from the budget, or fails once it is spent.
     fn spend(&self) -> Result<(), DeviceError> {
-        let left = self.budget.get();
-        if left == 0 {
-            return Err(DeviceError::Failed);
-        }
-        self.budget.set(left - 1);
-        Ok(())
+        use std::sync::atomic::Ordering;
+        self.budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .map(|_| ())
+            .map_err(|_| DeviceError::Failed)
     }
 }
 
