@@ -27,9 +27,15 @@
 //! a barrier sent after its last chunk died, so no read of it can still be in flight (an
 //! RCU grace period; freed rows already wait for a checkpoint the same way).
 //!
+//! Reads are steered as §5.3 has them: every member reply says whether the SSD is
+//! collecting garbage, and a thread sends a read whose home member last said so to a calm
+//! replica of the chunk, if its group is one the thread knows in replication. The thread
+//! does not learn of conversions, so the replica's OOB tags must name the chunk's backup;
+//! otherwise the read goes to the primary after all.
+//!
 //! What stays with the single-owner engine: failed or rebuilding members and scheduled
-//! failures ([`ScalaAfa::into_threads`] refuses them), and reads steered to replicas while
-//! a member collects garbage (a thread reads primaries only).
+//! failures ([`ScalaAfa::into_threads`] refuses them), and reads a primary's SSD could not
+//! correct (a thread answers them with the error).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -98,6 +104,8 @@ enum AgentOp {
 
 struct AgentReply {
     tag: usize,
+    /// The member that answered: its completion says whether it is collecting garbage.
+    member: usize,
     result: Result<AgentDone, DeviceError>,
 }
 
@@ -196,7 +204,11 @@ fn run_agent<D: BlockDevice>(
                         data: out,
                         tags: out_tags,
                     });
-                let _ = reply.send(AgentReply { tag, result });
+                let _ = reply.send(AgentReply {
+                    tag,
+                    member,
+                    result,
+                });
             }
             AgentOp::Convert {
                 member,
@@ -212,7 +224,11 @@ fn run_agent<D: BlockDevice>(
                             data: Vec::new(),
                             tags: Vec::new(),
                         });
-                let _ = reply.send(AgentReply { tag, result });
+                let _ = reply.send(AgentReply {
+                    tag,
+                    member,
+                    result,
+                });
             }
             AgentOp::ScanTags {
                 member,
@@ -651,8 +667,16 @@ impl ScalaAfa<MemberProxy> {
 /// Where a write's or a trim's completion time (or error) goes.
 type Answer = Sender<Result<TimeNs, DeviceError>>;
 
-/// A member command's completion time and a read's bytes.
-type CopyReply = Result<(TimeNs, Vec<u8>), DeviceError>;
+/// A member command's completion time, and a read's bytes and (if asked for) tags.
+type CopyReply = Result<(TimeNs, Vec<u8>, Vec<u8>), DeviceError>;
+
+/// Where a chunk read went: `skip` bytes of the reply precede the bytes asked for, and a
+/// read sent to a replica must find the backup of (chunk, slot, timestamp) there.
+#[derive(Debug, Clone, Copy)]
+struct ReadPlan {
+    skip: usize,
+    replica_of: Option<(u32, usize, u32)>,
+}
 
 /// A read piece's completion time, where it goes in the caller's buffer, and its bytes.
 type ReadReply = Result<(TimeNs, usize, Vec<u8>), DeviceError>;
@@ -716,6 +740,13 @@ impl Geometry {
     fn vh_lba(&self, vh: u32, slot: usize) -> u64 {
         (self.rows as u64 + vh as u64 * self.k as u64 + slot as u64) * self.chunk_sectors as u64
     }
+    /// Whether `tags`, read with a copy, name the backup of (chunk, slot, timestamp).
+    fn names_backup(&self, tags: &[u8], (chunk, slot, ts): (u32, usize, u32)) -> bool {
+        self.tag_bytes >= META_TAG_BYTES
+            && tags.len() >= self.tag_bytes
+            && decode_meta(&tags[..self.tag_bytes]) == (chunk, slot as u8, ts, KIND_BACKUP)
+    }
+
     fn tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
         meta_tags(
             self.tag_bytes,
@@ -749,6 +780,19 @@ struct IoThread {
     control: Receiver<Control>,
     /// Set by a crash stop seen while waiting for a grant.
     stopped: bool,
+    /// Whether each member reported garbage collection in its last reply to this thread:
+    /// a read whose home member does is sent to a calm replica (§5.3), as the
+    /// single-owner engine steers it.
+    gc_active: Vec<bool>,
+    /// The write timestamps of this thread's chunks (indexed as `amt`; NONE after a GC
+    /// move, whose copy's timestamp the daemon drew).
+    ts: Vec<u32>,
+    /// The VHs of the hero groups this thread opened, and of those in replication when it
+    /// started: where a chunk's backups are until its stripe is converted. A read of a
+    /// backup checks the copy's tags, since the thread does not learn of conversions.
+    group_vhs: HashMap<u32, Vec<u32>>,
+    /// Reads served from a replica, steered from a home member collecting garbage.
+    replica_reads: u64,
 }
 
 /// A write given its slot and sent to the members, not yet reported.
@@ -780,6 +824,7 @@ struct IoThreadEnd {
     amt: Vec<u32>,
     /// What the daemon sent after the thread's last look, for the stop to apply.
     control: Receiver<Control>,
+    replica_reads: u64,
 }
 
 impl IoThread {
@@ -825,15 +870,17 @@ impl IoThread {
             open: self.open.map(|o| o.stripe),
             amt: self.amt,
             control: self.control,
+            replica_reads: self.replica_reads,
         }
     }
 
     fn take_control(&mut self, c: Control) {
         match c {
             Control::Moved { chunk, from, to } => {
-                let e = &mut self.amt[chunk as usize / self.g.threads];
-                if *e == from {
-                    *e = to;
+                let e = chunk as usize / self.g.threads;
+                if self.amt[e] == from {
+                    self.amt[e] = to;
+                    self.ts[e] = NONE;
                 }
             }
             Control::Barrier { epoch } => self.heroes.send(ToManager::Passed {
@@ -886,7 +933,7 @@ impl IoThread {
         let cb = g.chunk_bytes();
         // The reads: of read jobs, and of the chunks partial writes merge into.
         let mut read_tag: Vec<Option<usize>> = vec![None; jobs.len()];
-        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut spans: Vec<(u32, u32, usize, usize, ReadPlan)> = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let (chunk, at, len) = match job {
                 IoJob::Read { chunk, at, len, .. } => (*chunk, *at, *len),
@@ -900,12 +947,13 @@ impl IoThread {
                 continue;
             }
             let tag = spans.len();
-            if let Ok(skip) = self.issue_read(a, at, len, tag) {
+            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag) {
                 read_tag[i] = Some(tag);
-                spans.push((skip, len));
+                spans.push((chunk, a, at, len, plan));
             }
         }
         let mut read = self.collect_each(spans.len(), spans.len());
+        self.settle_reads(&spans, &mut read);
         let mut writes = Vec::new();
         let mut replies = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
@@ -913,9 +961,9 @@ impl IoThread {
             // chunk was never written.
             let found = |read: &mut Vec<Option<CopyReply>>| match read_tag[i] {
                 Some(tag) => match read[tag].take() {
-                    Some(Ok((t, bytes))) => {
-                        let (skip, len) = spans[tag];
-                        Ok((t, cut(bytes, skip, len)))
+                    Some(Ok((t, bytes, _))) => {
+                        let (_, _, _, len, plan) = spans[tag];
+                        Ok((t, cut(bytes, plan.skip, len)))
                     }
                     Some(Err(e)) => Err(e),
                     None => Err(agent_gone()),
@@ -1061,11 +1109,12 @@ impl IoThread {
             // the owner does too: a write that failed leaves the chunk's bytes undefined, as
             // on any device.
             self.amt[w.chunk as usize / g.threads] = w.stripe * g.k as u32 + w.slot as u32;
+            self.ts[w.chunk as usize / g.threads] = w.ts;
             let mut done = w.t0;
             let mut error = None;
             for r in &copies_done[w.first_tag..w.first_tag + copies] {
                 match r {
-                    Some(Ok((t, _))) => done = done.max(*t),
+                    Some(Ok((t, _, _))) => done = done.max(*t),
                     Some(Err(e)) => {
                         error.get_or_insert(e.clone());
                     }
@@ -1152,20 +1201,24 @@ impl IoThread {
 
     /// Collects `n` replies to commands tagged below `tags`: each tag's completion time and
     /// data, or its error, or nothing if no reply came for it.
-    fn collect_each(&self, n: usize, tags: usize) -> Vec<Option<CopyReply>> {
+    fn collect_each(&mut self, n: usize, tags: usize) -> Vec<Option<CopyReply>> {
         let mut out: Vec<Option<CopyReply>> = (0..tags).map(|_| None).collect();
         for _ in 0..n {
             let Ok(r) = self.reply_rx.recv() else {
                 break;
             };
+            if let (Ok(d), Some(gc)) = (&r.result, self.gc_active.get_mut(r.member)) {
+                *gc = d.completion.gc_active;
+            }
             if let Some(slot) = out.get_mut(r.tag) {
-                *slot = Some(r.result.map(|d| (d.completion.done_ns, d.data)));
+                *slot = Some(r.result.map(|d| (d.completion.done_ns, d.data, d.tags)));
             }
         }
         out
     }
 
-    /// Reads `len` bytes at byte `at` of `chunk` from its primary copy.
+    /// Reads `len` bytes at byte `at` of `chunk`: from its primary copy, or from a replica
+    /// while the primary's member collects garbage.
     fn read(
         &mut self,
         chunk: u32,
@@ -1176,30 +1229,122 @@ impl IoThread {
         if a == NONE {
             return Ok((0, vec![0u8; len]));
         }
-        let skip = self.issue_read(a, at, len, 0)?;
-        let reply = self.collect_each(1, 1).pop().flatten();
-        let (t, bytes) = reply.unwrap_or_else(|| Err(agent_gone()))?;
-        Ok((t, cut(bytes, skip, len)))
+        let plan = self.issue_read(chunk, a, at, len, 0)?;
+        let spans = [(chunk, a, at, len, plan)];
+        let mut replies = self.collect_each(1, 1);
+        self.settle_reads(&spans, &mut replies);
+        let reply = replies.pop().flatten();
+        let (t, bytes, _) = reply.unwrap_or_else(|| Err(agent_gone()))?;
+        Ok((t, cut(bytes, plan.skip, len)))
     }
 
-    /// Sends the read of the whole sectors holding bytes `at..at + len` of AFA chunk `a`'s
-    /// primary copy, tagged `tag`; returns how many bytes of the reply precede `at`.
-    fn issue_read(&self, a: u32, at: usize, len: usize, tag: usize) -> Result<usize, DeviceError> {
+    /// A replica of `chunk` (AFA chunk `a`) whose member is not collecting garbage, as
+    /// (member, lba of the copy, the chunk's timestamp): known while the thread knows the
+    /// chunk's timestamp and its group's VHs.
+    fn replica(&self, chunk: u32, a: u32) -> Option<(usize, u64, u32)> {
+        let g = self.g;
+        let ts = self.ts[chunk as usize / g.threads];
+        let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+        let vhs = self.group_vhs.get(&stripe).filter(|_| ts != NONE)?;
+        (0..g.m).find_map(|r| {
+            let p = g.parity_member(stripe, r);
+            (vhs[r] != NONE && !self.gc_active[p]).then(|| (p, g.vh_lba(vhs[r], j), ts))
+        })
+    }
+
+    /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
+    /// chunk `a`), tagged `tag`: to its primary copy, or to a calm replica while the
+    /// primary's member reports garbage collection.
+    fn issue_read(
+        &self,
+        chunk: u32,
+        a: u32,
+        at: usize,
+        len: usize,
+        tag: usize,
+    ) -> Result<ReadPlan, DeviceError> {
+        let home = self
+            .g
+            .data_member(a / self.g.k as u32, (a % self.g.k as u32) as usize);
+        let steer = self.gc_active[home]
+            .then(|| self.replica(chunk, a))
+            .flatten();
+        self.issue_read_at(chunk, a, at, len, tag, steer)
+    }
+
+    /// As [`Self::issue_read`], from the replica `replica` if given, else the primary.
+    fn issue_read_at(
+        &self,
+        chunk: u32,
+        a: u32,
+        at: usize,
+        len: usize,
+        tag: usize,
+        replica: Option<(usize, u64, u32)>,
+    ) -> Result<ReadPlan, DeviceError> {
         let g = self.g;
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
         let first = at / g.sector_bytes;
         let last = (at + len).div_ceil(g.sector_bytes);
-        self.issue(
-            g.data_member(stripe, j),
-            Opcode::Read,
-            g.hh_lba(stripe) + first as u64,
-            (last - first) as u32,
-            Vec::new(),
-            None,
-            false,
-            tag,
-        )?;
-        Ok(at - first * g.sector_bytes)
+        let (member, lba) = match replica {
+            Some((p, lba, _)) => (p, lba),
+            None => (g.data_member(stripe, j), g.hh_lba(stripe)),
+        };
+        self.agents[member]
+            .send(AgentOp::Submit {
+                member,
+                opcode: Opcode::Read,
+                lba: lba + first as u64,
+                sectors: (last - first) as u32,
+                data: Vec::new(),
+                tags: None,
+                flags: CommandFlags {
+                    fua: false,
+                    transient: false,
+                },
+                read_tags: replica.is_some(),
+                reply: self.reply_tx.clone(),
+                tag,
+            })
+            .map_err(|_| agent_gone())?;
+        Ok(ReadPlan {
+            skip: at - first * g.sector_bytes,
+            replica_of: replica.map(|(_, _, ts)| (chunk, j, ts)),
+        })
+    }
+
+    /// Completes the reads sent under `spans` (chunk, AFA chunk, at, len, plan), whose
+    /// replies are in `replies` by tag: a replica read that failed, or whose tags do not
+    /// name the chunk's backup (the stripe was converted since, and the VH reused or
+    /// dropped), is sent again to the primary.
+    fn settle_reads(
+        &mut self,
+        spans: &[(u32, u32, usize, usize, ReadPlan)],
+        replies: &mut [Option<CopyReply>],
+    ) {
+        let g = self.g;
+        let mut again = Vec::new();
+        for (tag, &(chunk, a, at, len, plan)) in spans.iter().enumerate() {
+            let retry = match (&replies[tag], plan.replica_of) {
+                (Some(Ok((_, _, tags))), Some(copy)) => {
+                    let named = g.names_backup(tags, copy);
+                    self.replica_reads += named as u64;
+                    !named
+                }
+                (Some(Err(_)), Some(_)) => true,
+                _ => false,
+            };
+            if retry && self.issue_read_at(chunk, a, at, len, tag, None).is_ok() {
+                again.push(tag);
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        let mut second = self.collect_each(again.len(), replies.len());
+        for tag in again {
+            replies[tag] = second[tag].take();
+        }
     }
 
     fn write(&mut self, chunk: u32, at: usize, data: &[u8]) -> Result<TimeNs, DeviceError> {
@@ -1252,6 +1397,7 @@ impl IoThread {
                     stripe,
                     vhs: vhs.clone(),
                 });
+                self.group_vhs.insert(stripe, vhs.clone());
                 self.open = Some(OpenGroup {
                     stripe,
                     vhs,
@@ -1481,6 +1627,11 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             error: None,
         });
         let to_daemon = v.threads[0].to_manager.clone();
+        // The groups in replication now, for reads steered to their backups.
+        let replicating: HashMap<u32, Vec<u32>> = (0..v.rows)
+            .filter(|&r| matches!(v.stripes[r as usize].state, HhState::Open | HhState::Full))
+            .map(|r| (r, v.stripes[r as usize].vhs.clone()))
+            .collect();
         let mut jobs = Vec::new();
         let mut controls = Vec::new();
         let mut io = Vec::new();
@@ -1515,6 +1666,13 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
                 reply_rx,
                 control: control_rx,
                 stopped: false,
+                gc_active: vec![false; n],
+                ts: (t..v.amt_ts.len())
+                    .step_by(threads)
+                    .map(|c| if v.amt[c] == NONE { NONE } else { v.amt_ts[c] })
+                    .collect(),
+                group_vhs: replicating.clone(),
+                replica_reads: 0,
             };
             io.push(
                 std::thread::Builder::new()
@@ -1881,6 +2039,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 )));
             }
             v.threads[t] = end.heroes;
+            v.stats.replica_reads += end.replica_reads;
         }
         if let Some(r) = &remote {
             v.clock = r.clock.load(Ordering::SeqCst);

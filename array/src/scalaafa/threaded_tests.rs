@@ -397,6 +397,95 @@ fn recovery_after_the_power_goes_while_threads_write() {
     }
 }
 
+/// A member that reports garbage collection in every completion when `gc` is set.
+#[derive(Debug)]
+struct Collecting {
+    inner: Ssd,
+    gc: bool,
+}
+
+impl BlockDevice for Collecting {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let c = self.inner.submit(now_ns, cmd, out)?;
+        Ok(Completion {
+            gc_active: c.gc_active || self.gc,
+            ..c
+        })
+    }
+    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        self.inner.convert(now_ns, cmd)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        self.inner.scan_tags(lba, sectors)
+    }
+}
+
+/// §5.3 on threads: a read whose home member reports garbage collection goes to a calm
+/// replica while its group is in replication, and to the primary once the replica's tags
+/// no longer name the chunk (its stripe converted in the idle time between the rounds).
+/// Every read is checked, and the orderly stop's table check still holds.
+#[test]
+fn threads_read_replicas_while_a_home_member_collects_garbage() {
+    let engine = volume(Level::Raid5, 5, 2);
+    let (config, scala) = (engine.config.clone(), engine.scala.clone());
+    let members = engine
+        .into_members()
+        .into_iter()
+        .enumerate()
+        .map(|(i, inner)| Collecting { inner, gc: i == 1 })
+        .collect();
+    let v = ScalaAfa::new(config, scala, members, vec![])
+        .unwrap()
+        .into_threads()
+        .expect("threads start");
+    let chunk = v.chunk_sectors() as u64;
+    let mut oracle = Oracle::new();
+    for round in 0..3u64 {
+        let version = 10 + round;
+        for c in 0..40 {
+            let data: Vec<u8> = (c * chunk..(c + 1) * chunk)
+                .flat_map(|s| pattern(s, version))
+                .collect();
+            v.write(c * chunk * SECTOR as u64, &data).expect("write");
+            (c * chunk..(c + 1) * chunk).for_each(|s| {
+                oracle.insert(s, version);
+            });
+        }
+        for c in 0..40 {
+            let mut out = vec![0u8; chunk as usize * SECTOR];
+            v.read(c * chunk * SECTOR as u64, &mut out).expect("read");
+            let want: Vec<u8> = (c * chunk..(c + 1) * chunk)
+                .flat_map(|s| pattern(s, version))
+                .collect();
+            assert!(out == want, "round {round}: chunk {c} reads wrong");
+        }
+        // Idle time: the daemon converts the full groups, and their replicas go.
+        std::thread::sleep(Duration::from_millis(20));
+        for c in 0..40 {
+            let mut out = vec![0u8; chunk as usize * SECTOR];
+            v.read(c * chunk * SECTOR as u64, &mut out).expect("read");
+            assert!(
+                out[..SECTOR] == pattern(c * chunk, version)[..],
+                "round {round}: chunk {c} reads wrong after conversion"
+            );
+        }
+    }
+    let mut back = v.stop().expect("orderly stop");
+    assert!(back.stats().replica_reads > 0, "{:?}", back.stats());
+    check_all(&mut back, &oracle);
+}
+
 #[test]
 fn threads_are_refused_with_a_failed_member() {
     let mut v = volume(Level::Raid5, 5, 2);
