@@ -62,6 +62,8 @@ pub struct HostInterfaceConfig {
     pub max_transfer_sectors: u32,
     /// Controller DRAM copy rate in MB/s, for write-buffer hits.
     pub dram_mb_s: f64,
+    /// Whether the link carries both directions at once (PCIe) or one at a time (SATA).
+    pub duplex: Duplex,
 }
 
 impl Default for HostInterfaceConfig {
@@ -72,8 +74,22 @@ impl Default for HostInterfaceConfig {
             command_overhead_ns: 1_000,
             max_transfer_sectors: 65_536,
             dram_mb_s: 12_800.0,
+            duplex: Duplex::Full,
         }
     }
+}
+
+/// How the host link shares its wires between the two directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duplex {
+    /// Each direction has its own lanes (PCIe): a read's data going up does not delay a
+    /// write's coming down.
+    #[default]
+    Full,
+    /// One direction at a time (SATA: a FIS goes one way on the one pair of wires), so
+    /// read and write data take turns at `bandwidth_mb_s` in total.
+    Half,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

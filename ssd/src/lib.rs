@@ -10,8 +10,9 @@ mod precondition;
 mod ssd;
 
 pub use config::{
-    BufferPolicy, ConvertEngineConfig, FtlConfig, GcConfig, HostInterfaceConfig, SlcCacheConfig,
-    SlcEvictionPolicy, SsdConfig, VictimPolicy, WearLevelingConfig, WriteBufferConfig,
+    BufferPolicy, ConvertEngineConfig, Duplex, FtlConfig, GcConfig, HostInterfaceConfig,
+    SlcCacheConfig, SlcEvictionPolicy, SsdConfig, VictimPolicy, WearLevelingConfig,
+    WriteBufferConfig,
 };
 pub use device::{
     validate_command, validate_convert, BlockDevice, Command, CommandFlags, Completion,

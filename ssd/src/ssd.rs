@@ -2,10 +2,10 @@
 //! FTL wired together.
 
 use afa_nand::{Nand, NandCounters, PayloadMode};
-use afa_sim::{transfer_ns, SimRng, TimeNs};
+use afa_sim::{transfer_ns, Calendar, SimRng, TimeNs};
 
 use crate::buffer::WriteBuffer;
-use crate::config::SsdConfig;
+use crate::config::{Duplex, SsdConfig};
 use crate::device::{
     validate_command, validate_convert, BlockDevice, Command, Completion, ConvertCommand,
     DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
@@ -43,6 +43,11 @@ pub struct Ssd {
     tag_bytes: usize,
     h2d_free_ns: TimeNs,
     d2h_free_ns: TimeNs,
+    /// The one link of a half-duplex interface, booked by both directions. Read data is
+    /// booked when its flash reads end, often after writes submitted later are ready to
+    /// cross, so the link keeps its booked intervals and a transfer takes an idle gap that
+    /// holds it (as the dies do).
+    half_duplex_link: Calendar,
     stats: SsdStats,
     /// `stats.commands` at the last `take_host_work`.
     commands_taken: u64,
@@ -148,6 +153,7 @@ impl Ssd {
             info,
             h2d_free_ns: 0,
             d2h_free_ns: 0,
+            half_duplex_link: Calendar::default(),
             stats: SsdStats::default(),
             commands_taken: 0,
             host_done_ns: 0,
@@ -216,15 +222,23 @@ impl Ssd {
 
     #[inline]
     fn host_to_device(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let duration_ns = transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        if self.config.host.duplex == Duplex::Half {
+            return self.half_duplex_link.book(ready_ns, duration_ns);
+        }
         let start = ready_ns.max(self.h2d_free_ns);
-        self.h2d_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.h2d_free_ns = start + duration_ns;
         self.h2d_free_ns
     }
 
     #[inline]
     fn device_to_host(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
+        let duration_ns = transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        if self.config.host.duplex == Duplex::Half {
+            return self.half_duplex_link.book(ready_ns, duration_ns);
+        }
         let start = ready_ns.max(self.d2h_free_ns);
-        self.d2h_free_ns = start + transfer_ns(bytes, self.config.host.bandwidth_mb_s);
+        self.d2h_free_ns = start + duration_ns;
         self.d2h_free_ns
     }
 

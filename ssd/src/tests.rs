@@ -270,6 +270,60 @@ fn buffered_writes_complete_faster_than_programs() {
     assert!(b.done_ns * 10 < d.done_ns, "{} vs {}", b.done_ns, d.done_ns);
 }
 
+/// A half-duplex link (SATA) carries read and write data one at a time: a write whose data
+/// would cross while a read's data goes up waits for it, where a full-duplex link (PCIe)
+/// carries both at once.
+#[test]
+fn a_half_duplex_link_carries_one_direction_at_a_time() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.write_buffer.capacity_bytes = 0;
+    // 40 MB/s: 16 pages take 1.6 ms to cross, far longer than a flash read.
+    cfg.host.bandwidth_mb_s = 40.0;
+    let run = |duplex: Duplex| {
+        let mut cfg = cfg.clone();
+        cfg.host.duplex = duplex;
+        let mut ssd = Ssd::new(cfg, 1).unwrap();
+        let w = ssd
+            .submit(0, &Command::write(0, 16, &[]), ReadBuffers::none())
+            .unwrap();
+        let t = w.done_ns + 1_000_000;
+        let mut out = [];
+        let read = ssd
+            .submit(
+                t,
+                &Command::read(0, 16),
+                ReadBuffers {
+                    data: &mut out,
+                    tags: None,
+                },
+            )
+            .unwrap();
+        // Submitted after the read, ready while the read's data crosses.
+        let write = ssd
+            .submit(
+                t + 200_000,
+                &Command::write(64, 16, &[]),
+                ReadBuffers::none(),
+            )
+            .unwrap();
+        (read.done_ns - t, write.done_ns - t)
+    };
+    let (read_full, write_full) = run(Duplex::Full);
+    let (read_half, write_half) = run(Duplex::Half);
+    let transfer_ns = afa_sim::transfer_ns(16 * 4096, 40.0);
+    assert_eq!(read_full, read_half, "the read goes first either way");
+    // Full duplex: the write's data crosses beside the read's. Half: after it, which
+    // holds the write back by most of the read's transfer.
+    assert!(
+        write_half >= write_full + transfer_ns / 2,
+        "{write_half} vs {write_full}"
+    );
+    assert!(
+        write_half >= read_half + transfer_ns,
+        "{write_half} vs {read_half}"
+    );
+}
+
 #[test]
 fn slc_cache_takes_host_writes_and_evicts_to_dense_blocks() {
     let mut cfg = small_config(4096, PayloadMode::Token);

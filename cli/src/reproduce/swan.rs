@@ -91,6 +91,9 @@ pub fn swan_sata_ssd(blocks_per_plane: u32) -> SsdConfig {
         cell_mode: CellMode::Mlc,
         over_provisioning: 0.07,
         payload: PayloadMode::None,
+        // SATA 6 Gb/s: about 550 MB/s of payload. SATA carries one direction at a time,
+        // but `duplex` stays full: with the half-duplex link SWAN0 no longer holds level
+        // (docs/swan.md, eighth pass).
         host: HostInterfaceConfig {
             bandwidth_mb_s: 550.0,
             ..HostInterfaceConfig::default()
