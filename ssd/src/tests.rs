@@ -324,6 +324,42 @@ fn a_half_duplex_link_carries_one_direction_at_a_time() {
     );
 }
 
+/// However reads and writes interleave, a half-duplex link carries no more than its
+/// bandwidth: a slow link's makespan is at least all the bytes over the rate.
+#[test]
+fn a_half_duplex_link_never_carries_more_than_its_bandwidth() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.write_buffer.capacity_bytes = 0;
+    cfg.host.bandwidth_mb_s = 40.0;
+    cfg.host.duplex = Duplex::Half;
+    let mut ssd = Ssd::new(cfg, 1).unwrap();
+    let mut rng = SimRng::new(3);
+    let mut out = [];
+    let mut times: Vec<u64> = (0..200).map(|_| rng.below(20_000_000)).collect();
+    times.sort_unstable();
+    let (mut last, mut bytes) = (0, 0u64);
+    for (i, at) in times.into_iter().enumerate() {
+        let lba = rng.below(64) * 8;
+        let cmd = if i % 2 == 0 {
+            Command::write(lba, 8, &[])
+        } else {
+            Command::read(lba, 8)
+        };
+        let buffers = ReadBuffers {
+            data: &mut out,
+            tags: None,
+        };
+        let c = ssd.submit(at, &cmd, buffers).unwrap();
+        last = last.max(c.done_ns);
+        bytes += 8 * 4096;
+    }
+    let floor_ns = afa_sim::transfer_ns(bytes, 40.0);
+    assert!(
+        last >= floor_ns,
+        "{last} ns for {bytes} bytes (at least {floor_ns})"
+    );
+}
+
 #[test]
 fn slc_cache_takes_host_writes_and_evicts_to_dense_blocks() {
     let mut cfg = small_config(4096, PayloadMode::Token);
