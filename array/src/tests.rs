@@ -32,6 +32,18 @@ pub(crate) fn ssd(seed: u64) -> Ssd {
     Ssd::new(ssd_config(), seed).unwrap()
 }
 
+/// The two-phase engines' test arrays: 8 KiB chunks, and a rebuild slow enough to be
+/// caught half done.
+pub(crate) fn two_phase_config(level: Level, members: u32) -> ArrayConfig {
+    ArrayConfig {
+        level,
+        members,
+        chunk_bytes: 8 * 1024,
+        rebuild_mb_s: 0.05,
+        ..ArrayConfig::default()
+    }
+}
+
 /// A member that loses power once the volume has sent `budget` commands that change the
 /// medium (the budget is shared by every member): from then on nothing reaches the medium,
 /// as when the power goes between two commands, and the engine sees the command fail. The

@@ -485,7 +485,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::tests::{Harness, PowerCut};
+    use crate::tests::{two_phase_config as config, Harness, PowerCut};
 
     /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share (16 bytes) holds
     /// the engine's tag, keeping tokens.
@@ -495,16 +495,6 @@ mod tests {
         cfg.geometry.oob_bytes_per_page = 24;
         cfg.payload = PayloadMode::Token;
         Ssd::new(cfg, seed).unwrap()
-    }
-
-    fn config(level: Level, members: u32) -> ArrayConfig {
-        ArrayConfig {
-            level,
-            members,
-            chunk_bytes: 8 * 1024,
-            rebuild_mb_s: 0.05,
-            ..ArrayConfig::default()
-        }
     }
 
     /// Random writes (some partial chunks, some spanning chunks) and checked reads until

@@ -276,22 +276,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     // The failed member's tag is its backup's in a VH still holding the row.
                     let mut tags = data_tags.clone();
                     if let Some(jf) = failed_slot {
-                        let (r, vh) = vhs
-                            .iter()
-                            .enumerate()
-                            .find(|&(_, &vh)| vh != NONE)
-                            .map(|(r, &vh)| (r, vh))
-                            .expect("replicated rows have a VH");
-                        tags[jf] = self.tags_of(self.parity_member(row, r), self.vh_lba(vh, jf))?;
+                        tags[jf] = self.backup_tags(row, &vhs, jf)?;
                     }
                     let refs: Vec<&[u8]> = tags.iter().map(|t| t.as_slice()).collect();
                     let mut converted = 0;
                     for (r, t) in parity_tags.iter().enumerate() {
-                        let mut want = vec![0u8; self.tag_bytes];
-                        self.codec
-                            .encode_row(r, &refs, &mut want)
-                            .map_err(|_| DeviceError::Failed)?;
-                        if vhs[r] == NONE && t.as_ref() == Some(&want) {
+                        if vhs[r] == NONE && t.as_ref() == Some(&self.parity_tags(r, &refs)?) {
                             converted += 1;
                         } else if vhs[r] != NONE {
                             unconverted |= 1 << r;
@@ -336,12 +326,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     let refs: Vec<&[u8]> = shards[..k].iter().map(|t| t.as_slice()).collect();
                     let mut consistent = true;
                     for (r, t) in parity_tags.iter().enumerate() {
-                        let Some(t) = t else { continue };
-                        let mut want = vec![0u8; self.tag_bytes];
-                        self.codec
-                            .encode_row(r, &refs, &mut want)
-                            .map_err(|_| DeviceError::Failed)?;
-                        consistent &= *t == want;
+                        if let Some(t) = t {
+                            consistent &= *t == self.parity_tags(r, &refs)?;
+                        }
                     }
                     primaries[row as usize][jf] = consistent
                         .then(|| self.named(&shards[jf], jf, KIND_BACKUP))
@@ -355,13 +342,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 let mut checked = 0;
                 let mut matches = true;
                 for (r, t) in parity_tags.iter().enumerate() {
-                    let Some(t) = t else { continue };
-                    let mut want = vec![0u8; self.tag_bytes];
-                    self.codec
-                        .encode_row(r, &refs, &mut want)
-                        .map_err(|_| DeviceError::Failed)?;
-                    checked += 1;
-                    matches &= *t == want;
+                    if let Some(t) = t {
+                        checked += 1;
+                        matches &= *t == self.parity_tags(r, &refs)?;
+                    }
                 }
                 // With the only parity member failed, the stripe's backups went with it:
                 // whether or not it was converted, its primaries are its only copies now.
@@ -409,13 +393,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
             if let Some(jf) = failed_slot {
                 // The failed member's primary is named by its backup in the group's VH.
-                let (r, vh) = vhs
-                    .iter()
-                    .enumerate()
-                    .find(|&(_, &vh)| vh != NONE)
-                    .map(|(r, &vh)| (r, vh))
-                    .expect("replicated rows have a VH");
-                let t = self.tags_of(self.parity_member(row, r), self.vh_lba(vh, jf))?;
+                let t = self.backup_tags(row, &vhs, jf)?;
                 let key = self.named(&t, jf, KIND_BACKUP);
                 if key.is_some_and(|key| self.backed_up(row, jf, key, &backups, alive)) {
                     primaries[row as usize][jf] = key;
@@ -582,6 +560,27 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok((orphans, stale))
     }
 
+    /// The tags of slot `j`'s backup in the first of `row`'s VHs that is known.
+    fn backup_tags(&mut self, row: u32, vhs: &[u32], j: usize) -> Result<Vec<u8>, DeviceError> {
+        let (r, vh) = vhs
+            .iter()
+            .enumerate()
+            .find(|&(_, &vh)| vh != NONE)
+            .map(|(r, &vh)| (r, vh))
+            .expect("replicated rows have a VH");
+        self.tags_of(self.parity_member(row, r), self.vh_lba(vh, j))
+    }
+
+    /// The tags parity row `r` holds over the data slots' tags `data`, as conversion
+    /// computes them.
+    fn parity_tags(&self, r: usize, data: &[&[u8]]) -> Result<Vec<u8>, DeviceError> {
+        let mut want = vec![0u8; self.tag_bytes];
+        self.codec
+            .encode_row(r, data, &mut want)
+            .map_err(|_| DeviceError::Failed)?;
+        Ok(want)
+    }
+
     /// The VH on each parity member of `row` holding a backup of one of its primaries.
     fn vhs_of(&self, row: u32, primaries: &[Option<(u32, u32)>], backups: &[Backups]) -> Vec<u32> {
         (0..self.m)
@@ -625,11 +624,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let refs: Vec<&[u8]> = data_tags.iter().map(|t| t.as_slice()).collect();
         for r in 0..m {
             let have = self.tags_of(self.parity_member(row, r), self.hh_lba(row))?;
-            let mut want = vec![0u8; self.tag_bytes];
-            self.codec
-                .encode_row(r, &refs, &mut want)
-                .map_err(|_| DeviceError::Failed)?;
-            if have != want {
+            if have != self.parity_tags(r, &refs)? {
                 return Ok(false);
             }
         }

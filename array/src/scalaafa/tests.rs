@@ -6,7 +6,7 @@ use afa_ssd::Ssd;
 use proptest::prelude::*;
 
 use super::*;
-use crate::tests::{Harness, PowerCut};
+use crate::tests::{two_phase_config as array_config, Harness, PowerCut};
 
 /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's
 /// metadata, keeping `payload` (`full` members keep a checkpoint's bytes, tokens do not).
@@ -24,16 +24,6 @@ fn scala_ssd_config(payload: afa_nand::PayloadMode) -> afa_ssd::SsdConfig {
 
 fn ssd(seed: u64) -> Ssd {
     ssd_keeping(afa_nand::PayloadMode::Token, seed)
-}
-
-fn array_config(level: Level, members: u32) -> ArrayConfig {
-    ArrayConfig {
-        level,
-        members,
-        chunk_bytes: 8 * 1024,
-        rebuild_mb_s: 0.05,
-        ..ArrayConfig::default()
-    }
 }
 
 pub(super) fn engine_keeping(

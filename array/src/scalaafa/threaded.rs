@@ -947,7 +947,7 @@ impl IoThread {
                 continue;
             }
             let tag = spans.len();
-            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag) {
+            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag, true) {
                 read_tag[i] = Some(tag);
                 spans.push((chunk, a, at, len, plan));
             }
@@ -1229,7 +1229,7 @@ impl IoThread {
         if a == NONE {
             return Ok((0, vec![0u8; len]));
         }
-        let plan = self.issue_read(chunk, a, at, len, 0)?;
+        let plan = self.issue_read(chunk, a, at, len, 0, true)?;
         let spans = [(chunk, a, at, len, plan)];
         let mut replies = self.collect_each(1, 1);
         self.settle_reads(&spans, &mut replies);
@@ -1253,8 +1253,8 @@ impl IoThread {
     }
 
     /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
-    /// chunk `a`), tagged `tag`: to its primary copy, or to a calm replica while the
-    /// primary's member reports garbage collection.
+    /// chunk `a`), tagged `tag`: to its primary copy or, if `steer` and the primary's
+    /// member reports garbage collection, to a calm replica.
     fn issue_read(
         &self,
         chunk: u32,
@@ -1262,28 +1262,13 @@ impl IoThread {
         at: usize,
         len: usize,
         tag: usize,
-    ) -> Result<ReadPlan, DeviceError> {
-        let home = self
-            .g
-            .data_member(a / self.g.k as u32, (a % self.g.k as u32) as usize);
-        let steer = self.gc_active[home]
-            .then(|| self.replica(chunk, a))
-            .flatten();
-        self.issue_read_at(chunk, a, at, len, tag, steer)
-    }
-
-    /// As [`Self::issue_read`], from the replica `replica` if given, else the primary.
-    fn issue_read_at(
-        &self,
-        chunk: u32,
-        a: u32,
-        at: usize,
-        len: usize,
-        tag: usize,
-        replica: Option<(usize, u64, u32)>,
+        steer: bool,
     ) -> Result<ReadPlan, DeviceError> {
         let g = self.g;
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+        let replica = (steer && self.gc_active[g.data_member(stripe, j)])
+            .then(|| self.replica(chunk, a))
+            .flatten();
         let first = at / g.sector_bytes;
         let last = (at + len).div_ceil(g.sector_bytes);
         let (member, lba) = match replica {
@@ -1334,7 +1319,7 @@ impl IoThread {
                 (Some(Err(_)), Some(_)) => true,
                 _ => false,
             };
-            if retry && self.issue_read_at(chunk, a, at, len, tag, None).is_ok() {
+            if retry && self.issue_read(chunk, a, at, len, tag, false).is_ok() {
                 again.push(tag);
             }
         }
