@@ -33,9 +33,12 @@
 //! does not learn of conversions, so the replica's OOB tags must name the chunk's backup;
 //! otherwise the read goes to the primary after all.
 //!
+//! A primary the SSD cannot correct is read from a replica the same way, checked by its
+//! tags; a thread cannot decode a converted stripe, so once its stripe is converted such a
+//! read fails with the SSD's error.
+//!
 //! What stays with the single-owner engine: failed or rebuilding members and scheduled
-//! failures ([`ScalaAfa::into_threads`] refuses them), and reads a primary's SSD could not
-//! correct (a thread answers them with the error).
+//! failures ([`ScalaAfa::into_threads`] refuses them).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -670,6 +673,16 @@ type Answer = Sender<Result<TimeNs, DeviceError>>;
 /// A member command's completion time, and a read's bytes and (if asked for) tags.
 type CopyReply = Result<(TimeNs, Vec<u8>, Vec<u8>), DeviceError>;
 
+/// Which copy a chunk read goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyChoice {
+    /// The primary, or a calm replica while the primary's member collects garbage.
+    Steered,
+    Primary,
+    /// Any replica known (after the primary could not be read).
+    Replica,
+}
+
 /// Where a chunk read went: `skip` bytes of the reply precede the bytes asked for, and a
 /// read sent to a replica must find the backup of (chunk, slot, timestamp) there.
 #[derive(Debug, Clone, Copy)]
@@ -793,6 +806,8 @@ struct IoThread {
     group_vhs: HashMap<u32, Vec<u32>>,
     /// Reads served from a replica, steered from a home member collecting garbage.
     replica_reads: u64,
+    /// Reads of a primary the SSD could not correct, served from a replica.
+    reads_corrected: u64,
 }
 
 /// A write given its slot and sent to the members, not yet reported.
@@ -825,6 +840,7 @@ struct IoThreadEnd {
     /// What the daemon sent after the thread's last look, for the stop to apply.
     control: Receiver<Control>,
     replica_reads: u64,
+    reads_corrected: u64,
 }
 
 impl IoThread {
@@ -871,6 +887,7 @@ impl IoThread {
             amt: self.amt,
             control: self.control,
             replica_reads: self.replica_reads,
+            reads_corrected: self.reads_corrected,
         }
     }
 
@@ -947,7 +964,7 @@ impl IoThread {
                 continue;
             }
             let tag = spans.len();
-            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag, true) {
+            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag, CopyChoice::Steered) {
                 read_tag[i] = Some(tag);
                 spans.push((chunk, a, at, len, plan));
             }
@@ -1229,7 +1246,7 @@ impl IoThread {
         if a == NONE {
             return Ok((0, vec![0u8; len]));
         }
-        let plan = self.issue_read(chunk, a, at, len, 0, true)?;
+        let plan = self.issue_read(chunk, a, at, len, 0, CopyChoice::Steered)?;
         let spans = [(chunk, a, at, len, plan)];
         let mut replies = self.collect_each(1, 1);
         self.settle_reads(&spans, &mut replies);
@@ -1238,23 +1255,23 @@ impl IoThread {
         Ok((t, cut(bytes, plan.skip, len)))
     }
 
-    /// A replica of `chunk` (AFA chunk `a`) whose member is not collecting garbage, as
-    /// (member, lba of the copy, the chunk's timestamp): known while the thread knows the
-    /// chunk's timestamp and its group's VHs.
-    fn replica(&self, chunk: u32, a: u32) -> Option<(usize, u64, u32)> {
+    /// A replica of `chunk` (AFA chunk `a`), one whose member is not collecting garbage if
+    /// `calm`, as (member, lba of the copy, the chunk's timestamp): known while the thread
+    /// knows the chunk's timestamp and its group's VHs.
+    fn replica(&self, chunk: u32, a: u32, calm: bool) -> Option<(usize, u64, u32)> {
         let g = self.g;
         let ts = self.ts[chunk as usize / g.threads];
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
         let vhs = self.group_vhs.get(&stripe).filter(|_| ts != NONE)?;
         (0..g.m).find_map(|r| {
             let p = g.parity_member(stripe, r);
-            (vhs[r] != NONE && !self.gc_active[p]).then(|| (p, g.vh_lba(vhs[r], j), ts))
+            (vhs[r] != NONE && !(calm && self.gc_active[p])).then(|| (p, g.vh_lba(vhs[r], j), ts))
         })
     }
 
     /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
-    /// chunk `a`), tagged `tag`: to its primary copy or, if `steer` and the primary's
-    /// member reports garbage collection, to a calm replica.
+    /// chunk `a`), tagged `tag`, to the copy `choice` picks; fails with `Medium` when it
+    /// picks a replica the thread does not know.
     fn issue_read(
         &self,
         chunk: u32,
@@ -1262,13 +1279,20 @@ impl IoThread {
         at: usize,
         len: usize,
         tag: usize,
-        steer: bool,
+        choice: CopyChoice,
     ) -> Result<ReadPlan, DeviceError> {
         let g = self.g;
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
-        let replica = (steer && self.gc_active[g.data_member(stripe, j)])
-            .then(|| self.replica(chunk, a))
-            .flatten();
+        let replica = match choice {
+            CopyChoice::Steered if self.gc_active[g.data_member(stripe, j)] => {
+                self.replica(chunk, a, true)
+            }
+            CopyChoice::Steered | CopyChoice::Primary => None,
+            CopyChoice::Replica => Some(
+                self.replica(chunk, a, false)
+                    .ok_or_else(|| DeviceError::Medium("no replica known".into()))?,
+            ),
+        };
         let first = at / g.sector_bytes;
         let last = (at + len).div_ceil(g.sector_bytes);
         let (member, lba) = match replica {
@@ -1299,9 +1323,10 @@ impl IoThread {
     }
 
     /// Completes the reads sent under `spans` (chunk, AFA chunk, at, len, plan), whose
-    /// replies are in `replies` by tag: a replica read that failed, or whose tags do not
+    /// replies are in `replies` by tag. A replica read that failed, or whose tags do not
     /// name the chunk's backup (the stripe was converted since, and the VH reused or
-    /// dropped), is sent again to the primary.
+    /// dropped), is sent again to the primary; a primary the SSD could not correct is read
+    /// from a replica if the thread knows one whose tags still name the chunk.
     fn settle_reads(
         &mut self,
         spans: &[(u32, u32, usize, usize, ReadPlan)],
@@ -1314,21 +1339,33 @@ impl IoThread {
                 (Some(Ok((_, _, tags))), Some(copy)) => {
                     let named = g.names_backup(tags, copy);
                     self.replica_reads += named as u64;
-                    !named
+                    (!named).then_some(CopyChoice::Primary)
                 }
-                (Some(Err(_)), Some(_)) => true,
-                _ => false,
+                (Some(Err(_)), Some(_)) => Some(CopyChoice::Primary),
+                (Some(Err(DeviceError::Uncorrectable { .. })), None) => Some(CopyChoice::Replica),
+                _ => None,
             };
-            if retry && self.issue_read(chunk, a, at, len, tag, false).is_ok() {
-                again.push(tag);
+            if let Some(choice) = retry {
+                if let Ok(p) = self.issue_read(chunk, a, at, len, tag, choice) {
+                    again.push((tag, p));
+                }
             }
         }
         if again.is_empty() {
             return;
         }
         let mut second = self.collect_each(again.len(), replies.len());
-        for tag in again {
-            replies[tag] = second[tag].take();
+        for (tag, p) in again {
+            match (second[tag].take(), p.replica_of) {
+                // The copy that stands in for an unreadable primary must be the chunk's;
+                // otherwise the primary's error stands.
+                (Some(Ok(reply)), Some(copy)) if g.names_backup(&reply.2, copy) => {
+                    self.reads_corrected += 1;
+                    replies[tag] = Some(Ok(reply));
+                }
+                (_, Some(_)) => {}
+                (reply, None) => replies[tag] = reply,
+            }
         }
     }
 
@@ -1658,6 +1695,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
                     .collect(),
                 group_vhs: replicating.clone(),
                 replica_reads: 0,
+                reads_corrected: 0,
             };
             io.push(
                 std::thread::Builder::new()
@@ -2025,6 +2063,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             }
             v.threads[t] = end.heroes;
             v.stats.replica_reads += end.replica_reads;
+            v.stats.read_errors_corrected += end.reads_corrected;
         }
         if let Some(r) = &remote {
             v.clock = r.clock.load(Ordering::SeqCst);

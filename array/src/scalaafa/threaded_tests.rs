@@ -397,11 +397,13 @@ fn recovery_after_the_power_goes_while_threads_write() {
     }
 }
 
-/// A member that reports garbage collection in every completion when `gc` is set.
+/// A member that reports garbage collection in every completion when `gc` is set, and
+/// whose reads below `unreadable_below` (the HH area: the primaries) the SSD cannot correct.
 #[derive(Debug)]
 struct Collecting {
     inner: Ssd,
     gc: bool,
+    unreadable_below: u64,
 }
 
 impl BlockDevice for Collecting {
@@ -414,6 +416,12 @@ impl BlockDevice for Collecting {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
+        if cmd.opcode == Opcode::Read && cmd.lba < self.unreadable_below {
+            return Err(DeviceError::Uncorrectable {
+                lba: cmd.lba,
+                sectors: cmd.sectors,
+            });
+        }
         let c = self.inner.submit(now_ns, cmd, out)?;
         Ok(Completion {
             gc_active: c.gc_active || self.gc,
@@ -443,7 +451,11 @@ fn threads_read_replicas_while_a_home_member_collects_garbage() {
         .into_members()
         .into_iter()
         .enumerate()
-        .map(|(i, inner)| Collecting { inner, gc: i == 1 })
+        .map(|(i, inner)| Collecting {
+            inner,
+            gc: i == 1,
+            unreadable_below: 0,
+        })
         .collect();
     let v = ScalaAfa::new(config, scala, members, vec![])
         .unwrap()
@@ -484,6 +496,51 @@ fn threads_read_replicas_while_a_home_member_collects_garbage() {
     let mut back = v.stop().expect("orderly stop");
     assert!(back.stats().replica_reads > 0, "{:?}", back.stats());
     check_all(&mut back, &oracle);
+}
+
+/// On threads, a primary the SSD cannot correct is read from its replica while its group
+/// is in replication. Every member's primaries are unreadable here, and the one I/O thread
+/// writes fewer chunks than a group holds, so the group stays open and no conversion takes
+/// the replicas away.
+#[test]
+fn threads_read_a_replica_when_the_primary_cannot_be_corrected() {
+    let engine = volume(Level::Raid5, 5, 1);
+    let (config, scala) = (engine.config.clone(), engine.scala.clone());
+    let hh_area = engine.rows as u64 * engine.chunk_sectors() as u64;
+    let members = engine
+        .into_members()
+        .into_iter()
+        .map(|inner| Collecting {
+            inner,
+            gc: false,
+            unreadable_below: hh_area,
+        })
+        .collect();
+    let v = ScalaAfa::new(config, scala, members, vec![])
+        .unwrap()
+        .into_threads()
+        .expect("threads start");
+    let chunk = v.chunk_sectors() as u64;
+    for c in 0..3 {
+        let data: Vec<u8> = (c * chunk..(c + 1) * chunk)
+            .flat_map(|s| pattern(s, 1))
+            .collect();
+        v.write(c * chunk * SECTOR as u64, &data).expect("write");
+        let mut out = vec![0u8; data.len()];
+        v.read(c * chunk * SECTOR as u64, &mut out)
+            .expect("read from the replica");
+        assert!(out == data, "chunk {c} reads wrong");
+        // A part of the chunk, too (the copy's sectors are cut the same way).
+        let mut part = vec![0u8; SECTOR];
+        v.read((c * chunk + 1) * SECTOR as u64, &mut part)
+            .expect("read from the replica");
+        assert!(
+            part == pattern(c * chunk + 1, 1),
+            "chunk {c} reads wrong in part"
+        );
+    }
+    let back = v.stop().expect("orderly stop");
+    assert_eq!(back.stats().read_errors_corrected, 6, "{:?}", back.stats());
 }
 
 #[test]
