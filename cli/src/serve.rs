@@ -428,13 +428,17 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 ),
             }
         }
-        // Failures, configured or recorded, are the single-owner engine's to apply and
-        // record; otherwise the engine runs on threads of its own.
-        if !spec.failures.is_empty() || lost_one.is_some() {
+        // Configured failures still to come, and rebuilds, are the single-owner engine's
+        // to apply and record. Otherwise the engine runs on threads of its own, degraded
+        // if a member failed before this start (and no spare took its place).
+        if record.failures_applied < spec.failures.len() {
             eprintln!(
-                "afa serve: ScalaAFA runs on the server's engine thread: member failures are configured or recorded"
+                "afa serve: ScalaAFA runs on the server's engine thread: member failures are configured"
             );
             return Ok(recorded(volume, state, record, &spec.failures, description));
+        }
+        if let Some(lost) = lost_one {
+            eprintln!("afa serve: ScalaAFA serves without member {lost}, which failed");
         }
         let dir = state.dir().to_path_buf();
         let failures = spec.failures.clone();

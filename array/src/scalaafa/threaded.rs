@@ -33,12 +33,15 @@
 //! does not learn of conversions, so the replica's OOB tags must name the chunk's backup;
 //! otherwise the read goes to the primary after all.
 //!
-//! A primary the SSD cannot correct is read from a replica the same way, checked by its
-//! tags; a thread cannot decode a converted stripe, so once its stripe is converted such a
-//! read fails with the SSD's error.
+//! Members that failed before the threads started are served around: no copy goes to
+//! them, and a chunk whose home failed, or whose primary the SSD cannot correct, is read
+//! from a replica whose tags still name it, or decoded from its stripe (data and parity
+//! read with their tags, and the decoded tags must name the chunk's backup). GC moves tell
+//! the owner the copy's timestamp and group, so the owner knows every chunk's replicas.
 //!
-//! What stays with the single-owner engine: failed or rebuilding members and scheduled
-//! failures ([`ScalaAfa::into_threads`] refuses them).
+//! What stays with the single-owner engine: members failing while the engine runs, rebuilds
+//! and scheduled failures ([`ScalaAfa::into_threads`] refuses a rebuilding member and a
+//! schedule).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -369,14 +372,26 @@ struct Barrier {
     passed: Vec<bool>,
 }
 
+/// A chunk array-level GC moved from AFA chunk `from` to `to`, with the copy's timestamp
+/// and the VHs of the group it went to (where its backups are while that group is in
+/// replication).
+#[derive(Debug)]
+pub(super) struct Move {
+    chunk: u32,
+    from: u32,
+    to: u32,
+    ts: u32,
+    vhs: Vec<u32>,
+}
+
 /// What the daemon keeps beyond the single-owner engine while the I/O threads run on OS
 /// threads of their own.
 #[derive(Debug)]
 pub(super) struct Remote {
     clock: Arc<AtomicU32>,
     io_threads: usize,
-    /// GC moves not yet told to the chunks' owners: (chunk, from, to) in AFA chunks.
-    moved: Vec<(u32, u32, u32)>,
+    /// GC moves not yet told to the chunks' owners.
+    moved: Vec<Move>,
     /// Writes announced (`Writing`) and not yet reported (`Wrote`), per user chunk.
     writing: HashMap<u32, u32>,
     /// Rows whose chunks all died since the last barrier was sent.
@@ -451,8 +466,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// Array-level GC moved `chunk` out of AFA chunk `from`: its owner is told.
     pub(super) fn moved(&mut self, chunk: u32, from: u32) {
         let to = self.amt[chunk as usize];
+        let ts = self.amt_ts[chunk as usize];
+        let vhs = self.stripes[(to / self.k as u32) as usize].vhs.clone();
         if let Some(r) = &mut self.remote {
-            r.moved.push((chunk, from, to));
+            r.moved.push(Move {
+                chunk,
+                from,
+                to,
+                ts,
+                vhs,
+            });
         }
     }
 
@@ -554,7 +577,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
 enum Control {
     /// GC wrote `chunk` anew at AFA chunk `to`; the owner takes it if the chunk is still at
     /// `from`.
-    Moved { chunk: u32, from: u32, to: u32 },
+    Moved(Move),
     /// Answer `Passed` once every read started before is done.
     Barrier { epoch: u64 },
     /// Stop now, failing what is queued (a crash).
@@ -568,8 +591,8 @@ impl ScalaAfa<MemberProxy> {
             return;
         };
         let threads = controls.len();
-        for (chunk, from, to) in r.moved.drain(..) {
-            let _ = controls[chunk as usize % threads].send(Control::Moved { chunk, from, to });
+        for mv in r.moved.drain(..) {
+            let _ = controls[mv.chunk as usize % threads].send(Control::Moved(mv));
         }
         if !r.dying.is_empty() {
             let epoch = r.next_epoch;
@@ -679,8 +702,8 @@ enum CopyChoice {
     /// The primary, or a calm replica while the primary's member collects garbage.
     Steered,
     Primary,
-    /// Any replica known (after the primary could not be read).
-    Replica,
+    /// This replica: (member, lba, the chunk's timestamp).
+    At((usize, u64, u32)),
 }
 
 /// Where a chunk read went: `skip` bytes of the reply precede the bytes asked for, and a
@@ -690,6 +713,9 @@ struct ReadPlan {
     skip: usize,
     replica_of: Option<(u32, usize, u32)>,
 }
+
+/// A chunk read's completion time and bytes, or its error.
+type PieceRead = Result<(TimeNs, Vec<u8>), DeviceError>;
 
 /// A read piece's completion time, where it goes in the caller's buffer, and its bytes.
 type ReadReply = Result<(TimeNs, usize, Vec<u8>), DeviceError>;
@@ -808,6 +834,12 @@ struct IoThread {
     replica_reads: u64,
     /// Reads of a primary the SSD could not correct, served from a replica.
     reads_corrected: u64,
+    /// Whether each member serves (a failed one takes no command and holds nothing).
+    serving: Vec<bool>,
+    /// Reads of chunks on a failed member, from a replica or decoded from their stripe.
+    degraded_reads: u64,
+    /// The erasure code, to decode a chunk on a failed member from its stripe.
+    codec: Box<dyn ErasureCodec>,
 }
 
 /// A write given its slot and sent to the members, not yet reported.
@@ -841,6 +873,7 @@ struct IoThreadEnd {
     control: Receiver<Control>,
     replica_reads: u64,
     reads_corrected: u64,
+    degraded_reads: u64,
 }
 
 impl IoThread {
@@ -888,16 +921,18 @@ impl IoThread {
             control: self.control,
             replica_reads: self.replica_reads,
             reads_corrected: self.reads_corrected,
+            degraded_reads: self.degraded_reads,
         }
     }
 
     fn take_control(&mut self, c: Control) {
         match c {
-            Control::Moved { chunk, from, to } => {
-                let e = chunk as usize / self.g.threads;
-                if self.amt[e] == from {
-                    self.amt[e] = to;
-                    self.ts[e] = NONE;
+            Control::Moved(mv) => {
+                let e = mv.chunk as usize / self.g.threads;
+                if self.amt[e] == mv.from {
+                    self.amt[e] = mv.to;
+                    self.ts[e] = mv.ts;
+                    self.group_vhs.insert(mv.to / self.g.k as u32, mv.vhs);
                 }
             }
             Control::Barrier { epoch } => self.heroes.send(ToManager::Passed {
@@ -951,6 +986,10 @@ impl IoThread {
         // The reads: of read jobs, and of the chunks partial writes merge into.
         let mut read_tag: Vec<Option<usize>> = vec![None; jobs.len()];
         let mut spans: Vec<(u32, u32, usize, usize, ReadPlan)> = Vec::new();
+        // Reads decoded from a stripe (their home member failed), or that could not be sent.
+        // The decodes run first, while no other read's reply can arrive.
+        let mut early: Vec<Option<PieceRead>> = (0..jobs.len()).map(|_| None).collect();
+        let mut wanted = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let (chunk, at, len) = match job {
                 IoJob::Read { chunk, at, len, .. } => (*chunk, *at, *len),
@@ -963,10 +1002,23 @@ impl IoThread {
             if a == NONE {
                 continue;
             }
+            if self.home_failed(a) {
+                let skip = at % g.sector_bytes;
+                let read = self.read_degraded(chunk, a, at, len);
+                self.degraded_reads += u64::from(read.is_ok());
+                early[i] = Some(read.map(|(t, bytes, _)| (t, cut(bytes, skip, len))));
+            } else {
+                wanted.push((i, chunk, a, at, len));
+            }
+        }
+        for (i, chunk, a, at, len) in wanted {
             let tag = spans.len();
-            if let Ok(plan) = self.issue_read(chunk, a, at, len, tag, CopyChoice::Steered) {
-                read_tag[i] = Some(tag);
-                spans.push((chunk, a, at, len, plan));
+            match self.issue_read(chunk, a, at, len, tag, CopyChoice::Steered) {
+                Ok(plan) => {
+                    read_tag[i] = Some(tag);
+                    spans.push((chunk, a, at, len, plan));
+                }
+                Err(e) => early[i] = Some(Err(e)),
             }
         }
         let mut read = self.collect_each(spans.len(), spans.len());
@@ -976,7 +1028,9 @@ impl IoThread {
         for (i, job) in jobs.into_iter().enumerate() {
             // The bytes a read job or a partial write found: its chunk's, or zeroes if the
             // chunk was never written.
+            let early = early[i].take();
             let found = |read: &mut Vec<Option<CopyReply>>| match read_tag[i] {
+                _ if early.is_some() => early.unwrap_or_else(|| Err(agent_gone())),
                 Some(tag) => match read[tag].take() {
                     Some(Ok((t, bytes, _))) => {
                         let (_, _, _, len, plan) = spans[tag];
@@ -1063,19 +1117,25 @@ impl IoThread {
             let primary = g.tags(chunk, j, ts, KIND_PRIMARY);
             let backup = g.tags(chunk, j, ts, KIND_BACKUP);
             let (d, lba, cs) = (g.data_member(stripe, j), g.hh_lba(stripe), g.chunk_sectors);
-            let sent = self.issue(
-                d,
-                Opcode::Write,
-                lba,
-                cs,
-                data.clone(),
-                primary,
-                false,
-                first_tag,
-            );
-            batch.issued += usize::from(sent.is_ok());
+            // A failed member takes no copy; the chunk keeps the others.
+            if self.serving[d] {
+                let sent = self.issue(
+                    d,
+                    Opcode::Write,
+                    lba,
+                    cs,
+                    data.clone(),
+                    primary,
+                    false,
+                    first_tag,
+                );
+                batch.issued += usize::from(sent.is_ok());
+            }
             for (r, &vh) in vhs.iter().enumerate() {
                 let p = g.parity_member(stripe, r);
+                if !self.serving[p] {
+                    continue;
+                }
                 let lba = g.vh_lba(vh, j);
                 let tag = first_tag + 1 + r;
                 let sent = self.issue(
@@ -1129,7 +1189,17 @@ impl IoThread {
             self.ts[w.chunk as usize / g.threads] = w.ts;
             let mut done = w.t0;
             let mut error = None;
-            for r in &copies_done[w.first_tag..w.first_tag + copies] {
+            for (c, r) in copies_done[w.first_tag..w.first_tag + copies]
+                .iter()
+                .enumerate()
+            {
+                let member = match c {
+                    0 => g.data_member(w.stripe, w.slot),
+                    _ => g.parity_member(w.stripe, c - 1),
+                };
+                if !self.serving[member] {
+                    continue;
+                }
                 match r {
                     Some(Ok((t, _, _))) => done = done.max(*t),
                     Some(Err(e)) => {
@@ -1246,6 +1316,11 @@ impl IoThread {
         if a == NONE {
             return Ok((0, vec![0u8; len]));
         }
+        if self.home_failed(a) {
+            let (t, bytes, _) = self.read_degraded(chunk, a, at, len)?;
+            self.degraded_reads += 1;
+            return Ok((t, cut(bytes, at % self.g.sector_bytes, len)));
+        }
         let plan = self.issue_read(chunk, a, at, len, 0, CopyChoice::Steered)?;
         let spans = [(chunk, a, at, len, plan)];
         let mut replies = self.collect_each(1, 1);
@@ -1255,18 +1330,141 @@ impl IoThread {
         Ok((t, cut(bytes, plan.skip, len)))
     }
 
+    /// Whether the home member of AFA chunk `a` failed.
+    fn home_failed(&self, a: u32) -> bool {
+        let g = self.g;
+        !self.serving[g.data_member(a / g.k as u32, (a % g.k as u32) as usize)]
+    }
+
+    /// Reads the sectors holding bytes `at..at + len` of `chunk` (AFA chunk `a`) without its
+    /// primary (its member failed, or the SSD could not correct it): from a replica the
+    /// thread knows whose tags still name the chunk, else decoded from the stripe. The daemon converts stripes meanwhile, one parity member
+    /// after the other, so a stripe caught between two of them neither keeps every replica
+    /// nor decodes yet; the read then tries again, a millisecond later, for up to 50 ms.
+    fn read_degraded(&mut self, chunk: u32, a: u32, at: usize, len: usize) -> CopyReply {
+        const ATTEMPTS: usize = 50;
+        let mut last = Err(DeviceError::Failed);
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for r in 0..self.g.m {
+                let Some(replica) = self.replica_on(chunk, a, r) else {
+                    continue;
+                };
+                let copy = (chunk, (a % self.g.k as u32) as usize, replica.2);
+                let plan = self.issue_read(chunk, a, at, len, 0, CopyChoice::At(replica))?;
+                debug_assert_eq!(plan.replica_of, Some(copy));
+                if let Some(Ok(reply)) = self.collect_each(1, 1).pop().flatten() {
+                    if self.g.names_backup(&reply.2, copy) {
+                        return Ok(reply);
+                    }
+                }
+            }
+            last = self.read_decoded(chunk, a, at, len);
+            if last.is_ok() {
+                return last;
+            }
+        }
+        last
+    }
+
+    /// Decodes the sectors holding bytes `at..at + len` of `chunk` (AFA chunk `a`) from the
+    /// same sectors of its stripe's other chunks on the serving members (data and parity, read with their tags), as the single-owner engine
+    /// decodes a degraded read. The parity covers the backups' tags, so the decoded tags
+    /// must be the chunk's backup's: a stripe still in replication, or a row freed and used
+    /// again, does not decode to them, and the read fails instead of returning other bytes.
+    fn read_decoded(&mut self, chunk: u32, a: u32, at: usize, len: usize) -> CopyReply {
+        let g = self.g;
+        let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+        let first = at / g.sector_bytes;
+        let sectors = (at + len).div_ceil(g.sector_bytes) - first;
+        let shards = g.k + g.m;
+        let mut sent = 0;
+        for i in (0..shards).filter(|&i| i != j) {
+            let member = if i < g.k {
+                g.data_member(stripe, i)
+            } else {
+                g.parity_member(stripe, i - g.k)
+            };
+            if !self.serving[member] {
+                continue;
+            }
+            self.agents[member]
+                .send(AgentOp::Submit {
+                    member,
+                    opcode: Opcode::Read,
+                    lba: g.hh_lba(stripe) + first as u64,
+                    sectors: sectors as u32,
+                    data: Vec::new(),
+                    tags: None,
+                    flags: CommandFlags {
+                        fua: false,
+                        transient: false,
+                    },
+                    read_tags: true,
+                    reply: self.reply_tx.clone(),
+                    tag: i,
+                })
+                .map_err(|_| agent_gone())?;
+            sent += 1;
+        }
+        let replies = self.collect_each(sent, shards);
+        let mut data = vec![vec![0u8; sectors * g.sector_bytes]; shards];
+        let mut tags = vec![vec![0u8; sectors * g.tag_bytes]; shards];
+        let mut present = vec![false; shards];
+        let mut done = 0;
+        for (i, reply) in replies.into_iter().enumerate() {
+            let Some(reply) = reply else { continue };
+            let (t, bytes, mut t_tags) = reply?;
+            if i < g.k {
+                // The parity was computed over the backups' tags.
+                set_kind(&mut t_tags, g.tag_bytes, KIND_BACKUP);
+            }
+            done = done.max(t);
+            data[i] = bytes;
+            tags[i] = t_tags;
+            present[i] = true;
+        }
+        let decode = |shards: &mut Vec<Vec<u8>>, codec: &dyn ErasureCodec| {
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
+            codec
+                .reconstruct(&mut refs, &present)
+                .map_err(|_| DeviceError::Failed)
+        };
+        decode(&mut data, self.codec.as_ref())?;
+        decode(&mut tags, self.codec.as_ref())?;
+        let ts = self.ts[chunk as usize / g.threads];
+        if !g.names_backup(&tags[j], (chunk, j, ts)) {
+            return Err(DeviceError::Medium(format!(
+                "chunk {chunk} does not decode from its stripe"
+            )));
+        }
+        Ok((
+            done,
+            std::mem::take(&mut data[j]),
+            std::mem::take(&mut tags[j]),
+        ))
+    }
+
     /// A replica of `chunk` (AFA chunk `a`), one whose member is not collecting garbage if
     /// `calm`, as (member, lba of the copy, the chunk's timestamp): known while the thread
     /// knows the chunk's timestamp and its group's VHs.
     fn replica(&self, chunk: u32, a: u32, calm: bool) -> Option<(usize, u64, u32)> {
+        (0..self.g.m)
+            .filter_map(|r| self.replica_on(chunk, a, r))
+            .find(|&(p, _, _)| !(calm && self.gc_active[p]))
+    }
+
+    /// The replica of `chunk` (AFA chunk `a`) on its group's parity member `r`, if the
+    /// thread knows it and that member serves.
+    fn replica_on(&self, chunk: u32, a: u32, r: usize) -> Option<(usize, u64, u32)> {
         let g = self.g;
         let ts = self.ts[chunk as usize / g.threads];
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
-        let vhs = self.group_vhs.get(&stripe).filter(|_| ts != NONE)?;
-        (0..g.m).find_map(|r| {
-            let p = g.parity_member(stripe, r);
-            (vhs[r] != NONE && !(calm && self.gc_active[p])).then(|| (p, g.vh_lba(vhs[r], j), ts))
-        })
+        let vh = *self.group_vhs.get(&stripe).filter(|_| ts != NONE)?.get(r)?;
+        let p = g.parity_member(stripe, r);
+        (vh != NONE && self.serving[p]).then(|| (p, g.vh_lba(vh, j), ts))
     }
 
     /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
@@ -1283,15 +1481,11 @@ impl IoThread {
     ) -> Result<ReadPlan, DeviceError> {
         let g = self.g;
         let (stripe, j) = (a / g.k as u32, (a % g.k as u32) as usize);
+        let home = g.data_member(stripe, j);
         let replica = match choice {
-            CopyChoice::Steered if self.gc_active[g.data_member(stripe, j)] => {
-                self.replica(chunk, a, true)
-            }
+            CopyChoice::Steered if self.gc_active[home] => self.replica(chunk, a, true),
             CopyChoice::Steered | CopyChoice::Primary => None,
-            CopyChoice::Replica => Some(
-                self.replica(chunk, a, false)
-                    .ok_or_else(|| DeviceError::Medium("no replica known".into()))?,
-            ),
+            CopyChoice::At(replica) => Some(replica),
         };
         let first = at / g.sector_bytes;
         let last = (at + len).div_ceil(g.sector_bytes);
@@ -1326,7 +1520,7 @@ impl IoThread {
     /// replies are in `replies` by tag. A replica read that failed, or whose tags do not
     /// name the chunk's backup (the stripe was converted since, and the VH reused or
     /// dropped), is sent again to the primary; a primary the SSD could not correct is read
-    /// from a replica if the thread knows one whose tags still name the chunk.
+    /// as a failed member's chunk is ([`Self::read_degraded`]).
     fn settle_reads(
         &mut self,
         spans: &[(u32, u32, usize, usize, ReadPlan)],
@@ -1335,36 +1529,32 @@ impl IoThread {
         let g = self.g;
         let mut again = Vec::new();
         for (tag, &(chunk, a, at, len, plan)) in spans.iter().enumerate() {
-            let retry = match (&replies[tag], plan.replica_of) {
-                (Some(Ok((_, _, tags))), Some(copy)) => {
-                    let named = g.names_backup(tags, copy);
-                    self.replica_reads += named as u64;
-                    (!named).then_some(CopyChoice::Primary)
-                }
-                (Some(Err(_)), Some(_)) => Some(CopyChoice::Primary),
-                (Some(Err(DeviceError::Uncorrectable { .. })), None) => Some(CopyChoice::Replica),
-                _ => None,
+            let stale = match (&replies[tag], plan.replica_of) {
+                (Some(Ok((_, _, tags))), Some(copy)) => !g.names_backup(tags, copy),
+                (Some(Err(_)), Some(_)) => true,
+                _ => false,
             };
-            if let Some(choice) = retry {
-                if let Ok(p) = self.issue_read(chunk, a, at, len, tag, choice) {
-                    again.push((tag, p));
-                }
+            self.replica_reads += u64::from(plan.replica_of.is_some() && !stale);
+            if stale
+                && self
+                    .issue_read(chunk, a, at, len, tag, CopyChoice::Primary)
+                    .is_ok()
+            {
+                again.push(tag);
             }
         }
-        if again.is_empty() {
-            return;
+        if !again.is_empty() {
+            let mut second = self.collect_each(again.len(), replies.len());
+            for tag in again {
+                replies[tag] = second[tag].take();
+            }
         }
-        let mut second = self.collect_each(again.len(), replies.len());
-        for (tag, p) in again {
-            match (second[tag].take(), p.replica_of) {
-                // The copy that stands in for an unreadable primary must be the chunk's;
-                // otherwise the primary's error stands.
-                (Some(Ok(reply)), Some(copy)) if g.names_backup(&reply.2, copy) => {
+        for (tag, &(chunk, a, at, len, _)) in spans.iter().enumerate() {
+            if let Some(Err(DeviceError::Uncorrectable { .. })) = replies[tag] {
+                if let Ok(reply) = self.read_degraded(chunk, a, at, len) {
                     self.reads_corrected += 1;
                     replies[tag] = Some(Ok(reply));
                 }
-                (_, Some(_)) => {}
-                (reply, None) => replies[tag] = reply,
             }
         }
     }
@@ -1566,8 +1756,12 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
     /// members that do not keep whole sectors. The threads' clock starts at zero, as serve
     /// mode's does, so the engine should not have run ahead in virtual time before.
     pub fn into_threads(self) -> Result<ThreadedScalaAfa<D>, (Box<Self>, String)> {
-        if self.members.iter().any(|m| m.state != MemberState::Alive) {
-            return Err((Box::new(self), "a member is failed or being rebuilt".into()));
+        if self
+            .members
+            .iter()
+            .any(|m| matches!(m.state, MemberState::Rebuilding { .. }))
+        {
+            return Err((Box::new(self), "a member is being rebuilt".into()));
         }
         if self.scheduled_failures.next_ns().is_some() {
             return Err((Box::new(self), "member failures are scheduled".into()));
@@ -1649,6 +1843,11 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             error: None,
         });
         let to_daemon = v.threads[0].to_manager.clone();
+        let serving: Vec<bool> = v
+            .members
+            .iter()
+            .map(|m| m.state == MemberState::Alive)
+            .collect();
         // The groups in replication now, for reads steered to their backups.
         let replicating: HashMap<u32, Vec<u32>> = (0..v.rows)
             .filter(|&r| matches!(v.stripes[r as usize].state, HhState::Open | HhState::Full))
@@ -1696,6 +1895,9 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
                 group_vhs: replicating.clone(),
                 replica_reads: 0,
                 reads_corrected: 0,
+                serving: serving.clone(),
+                degraded_reads: 0,
+                codec: afa_parity::codec(g.k, g.m).expect("the engine's own code"),
             };
             io.push(
                 std::thread::Builder::new()
@@ -2038,12 +2240,14 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         let mut ends = ends;
         // GC moves the threads had not taken when they ended, in the order they were made:
         // those still in a thread's channel, then those the daemon held back at the stop.
-        let late = remote.iter().flat_map(|r| r.moved.iter().copied());
+        let late = remote
+            .iter()
+            .flat_map(|r| r.moved.iter().map(|mv| (mv.chunk, mv.from, mv.to)));
         let queued: Vec<(u32, u32, u32)> = ends
             .iter()
             .flat_map(|e| e.control.try_iter())
             .filter_map(|c| match c {
-                Control::Moved { chunk, from, to } => Some((chunk, from, to)),
+                Control::Moved(mv) => Some((mv.chunk, mv.from, mv.to)),
                 _ => None,
             })
             .collect();
@@ -2064,6 +2268,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             v.threads[t] = end.heroes;
             v.stats.replica_reads += end.replica_reads;
             v.stats.read_errors_corrected += end.reads_corrected;
+            v.stats.degraded_reads += end.degraded_reads;
         }
         if let Some(r) = &remote {
             v.clock = r.clock.load(Ordering::SeqCst);
