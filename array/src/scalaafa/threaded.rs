@@ -1660,6 +1660,8 @@ pub struct ThreadedScalaAfa<D: BlockDevice + Send + 'static> {
     clock: Clock,
     jobs: Vec<Sender<IoJob>>,
     agents: Vec<Sender<AgentOp>>,
+    /// Whether each member serves: a flush leaves a failed one alone.
+    serving: Vec<bool>,
     /// Taken by the stop; never touched on the request path.
     running: Mutex<Option<Running<D>>>,
 }
@@ -1919,6 +1921,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             clock,
             jobs,
             agents,
+            serving,
             running: Mutex::new(Some(Running {
                 io,
                 controls,
@@ -2184,7 +2187,12 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
     /// and HGMT need nothing, since recovery rebuilds them from the OOB tags (§5.4).
     pub fn flush(&self) -> Result<TimeNs, DeviceError> {
         let (tx, rx) = unbounded();
+        let mut sent = 0;
         for (i, agent) in self.agents.iter().enumerate() {
+            if !self.serving[i] {
+                continue;
+            }
+            sent += 1;
             agent
                 .send(AgentOp::Submit {
                     member: i,
@@ -2205,7 +2213,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
                 .map_err(|_| stopped())
                 .and_then(|r| r.result.map(|d| d.completion.done_ns))
         };
-        gather(self.agents.len(), next, |t| t)
+        gather(sent, next, |t| t)
     }
 
     fn take_running(&self) -> Result<Running<D>, DeviceError> {
