@@ -823,16 +823,17 @@ struct IoThread {
     /// a read whose home member does is sent to a calm replica (§5.3), as the
     /// single-owner engine steers it.
     gc_active: Vec<bool>,
-    /// The write timestamps of this thread's chunks (indexed as `amt`; NONE after a GC
-    /// move, whose copy's timestamp the daemon drew).
+    /// The write timestamps of this thread's chunks (indexed as `amt`; a GC move tells the
+    /// timestamp the daemon drew for its copy).
     ts: Vec<u32>,
-    /// The VHs of the hero groups this thread opened, and of those in replication when it
-    /// started: where a chunk's backups are until its stripe is converted. A read of a
-    /// backup checks the copy's tags, since the thread does not learn of conversions.
+    /// The VHs of the hero groups this thread opened, of those in replication when it
+    /// started and of those GC moved its chunks into: where a chunk's backups are until
+    /// its stripe is converted. A read of a backup checks the copy's tags, since the
+    /// thread does not learn of conversions.
     group_vhs: HashMap<u32, Vec<u32>>,
     /// Reads served from a replica, steered from a home member collecting garbage.
     replica_reads: u64,
-    /// Reads of a primary the SSD could not correct, served from a replica.
+    /// Reads of a primary the SSD could not correct, served from a replica or decoded.
     reads_corrected: u64,
     /// Whether each member serves (a failed one takes no command and holds nothing).
     serving: Vec<bool>,
@@ -1338,9 +1339,10 @@ impl IoThread {
 
     /// Reads the sectors holding bytes `at..at + len` of `chunk` (AFA chunk `a`) without its
     /// primary (its member failed, or the SSD could not correct it): from a replica the
-    /// thread knows whose tags still name the chunk, else decoded from the stripe. The daemon converts stripes meanwhile, one parity member
-    /// after the other, so a stripe caught between two of them neither keeps every replica
-    /// nor decodes yet; the read then tries again, a millisecond later, for up to 50 ms.
+    /// thread knows whose tags still name the chunk, else decoded from the stripe. The
+    /// daemon converts stripes meanwhile, one parity member after the other, so a stripe
+    /// caught between two of them neither keeps every replica nor decodes yet; the read
+    /// then tries again, a millisecond later, for up to 50 ms.
     fn read_degraded(&mut self, chunk: u32, a: u32, at: usize, len: usize) -> CopyReply {
         const ATTEMPTS: usize = 50;
         let mut last = Err(DeviceError::Failed);
@@ -1370,8 +1372,9 @@ impl IoThread {
     }
 
     /// Decodes the sectors holding bytes `at..at + len` of `chunk` (AFA chunk `a`) from the
-    /// same sectors of its stripe's other chunks on the serving members (data and parity, read with their tags), as the single-owner engine
-    /// decodes a degraded read. The parity covers the backups' tags, so the decoded tags
+    /// same sectors of its stripe's other chunks on the serving members (data and parity,
+    /// read with their tags), as the single-owner engine decodes a degraded read; a shard
+    /// that cannot be read is left out while k others remain. The parity covers the backups' tags, so the decoded tags
     /// must be the chunk's backup's: a stripe still in replication, or a row freed and used
     /// again, does not decode to them, and the read fails instead of returning other bytes.
     fn read_decoded(&mut self, chunk: u32, a: u32, at: usize, len: usize) -> CopyReply {
@@ -1415,8 +1418,9 @@ impl IoThread {
         let mut present = vec![false; shards];
         let mut done = 0;
         for (i, reply) in replies.into_iter().enumerate() {
-            let Some(reply) = reply else { continue };
-            let (t, bytes, mut t_tags) = reply?;
+            let Some(Ok((t, bytes, mut t_tags))) = reply else {
+                continue;
+            };
             if i < g.k {
                 // The parity was computed over the backups' tags.
                 set_kind(&mut t_tags, g.tag_bytes, KIND_BACKUP);
@@ -1468,8 +1472,8 @@ impl IoThread {
     }
 
     /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
-    /// chunk `a`), tagged `tag`, to the copy `choice` picks; fails with `Medium` when it
-    /// picks a replica the thread does not know.
+    /// chunk `a`), tagged `tag`, to the copy `choice` picks (a replica's read brings its
+    /// tags, to be checked); fails only when the member's agent has stopped.
     fn issue_read(
         &self,
         chunk: u32,
@@ -1491,7 +1495,7 @@ impl IoThread {
         let last = (at + len).div_ceil(g.sector_bytes);
         let (member, lba) = match replica {
             Some((p, lba, _)) => (p, lba),
-            None => (g.data_member(stripe, j), g.hh_lba(stripe)),
+            None => (home, g.hh_lba(stripe)),
         };
         self.agents[member]
             .send(AgentOp::Submit {
