@@ -335,7 +335,8 @@ fn client_until_cut(
 /// drawn from by all the member agents, so writes of several clients (in several hero
 /// groups, and several slots of one group) are cut at once, in any order of their copies.
 /// Recovery must give back every acknowledged write, and each sector of a cut write old or
-/// new.
+/// new. The same with a member that failed before the threads started (they write around
+/// it, and recovery is degraded).
 #[test]
 fn recovery_after_the_power_goes_while_threads_write() {
     let shapes = [
@@ -343,14 +344,18 @@ fn recovery_after_the_power_goes_while_threads_write() {
         (Level::Raid6, 6, 3),
         (Level::Raid5, 4, 1),
     ];
-    for ((level, n, threads), budget) in shapes
+    let cuts = [(300, None), (700, Some(1)), (1500, None), (3000, Some(1))];
+    for ((level, n, threads), (budget, failed)) in shapes
         .into_iter()
-        .flat_map(|shape| [300, 700, 1500, 3000].map(|budget| (shape, budget)))
+        .flat_map(|shape| cuts.map(|cut| (shape, cut)))
     {
         let engine = volume(level, n, threads);
         let (config, scala) = (engine.config.clone(), engine.scala.clone());
         let members = PowerCut::members(engine.into_members(), budget);
-        let engine = ScalaAfa::new(config.clone(), scala.clone(), members, vec![]).unwrap();
+        let mut engine = ScalaAfa::new(config.clone(), scala.clone(), members, vec![]).unwrap();
+        if let Some(f) = failed {
+            engine.fail_member(f, 0).unwrap();
+        }
         let v = engine.into_threads().expect("threads start");
         let runs: Vec<(Oracle, HashMap<u64, u64>)> = std::thread::scope(|s| {
             let clients: Vec<_> = (0..CLIENTS)
@@ -366,7 +371,11 @@ fn recovery_after_the_power_goes_while_threads_write() {
         });
         let members = v.crash().expect("crash");
         let members = members.into_iter().map(|m| m.inner).collect();
-        let mut recovered = ScalaAfa::recover(config, scala, members, vec![]).expect("recovery");
+        let mut recovered = match failed {
+            None => ScalaAfa::recover(config, scala, members, vec![]),
+            Some(f) => ScalaAfa::recover_degraded(config, scala, members, vec![], f),
+        }
+        .expect("recovery");
         let mut torn_sectors = 0;
         for (oracle, torn) in &runs {
             torn_sectors += torn.len();
