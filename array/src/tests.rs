@@ -203,29 +203,8 @@ impl<V: BlockDevice> Harness<V> {
     }
 
     pub(crate) fn read_check(&mut self, lba: u64, sectors: u32) {
-        let u = self.unit;
-        let mut out = vec![0u8; sectors as usize * u];
-        let c = self
-            .volume
-            .submit(
-                self.now_ns,
-                &Command::read(lba, sectors),
-                ReadBuffers {
-                    data: &mut out,
-                    tags: None,
-                },
-            )
-            .expect("read accepted");
-        for i in 0..sectors as usize {
-            let want = self.tokens[lba as usize + i];
-            assert!(
-                unit_matches(want, &out[i * u..(i + 1) * u]),
-                "sector {} expected {want:#x}",
-                lba + i as u64
-            );
-            self.checked += 1;
-        }
-        self.advance(c.done_ns);
+        let done_ns = self.try_read_check(lba, sectors).expect("read accepted");
+        self.advance(done_ns);
     }
 
     pub(crate) fn trim(&mut self, lba: u64, sectors: u32) {
@@ -258,11 +237,11 @@ impl<V: BlockDevice> Harness<V> {
         }
     }
 
-    /// A read that may fail (after a power cut) instead of panicking; checked when it
-    /// succeeds.
-    pub(crate) fn try_read_check(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
+    /// A read checked against the oracle, or its error (after a power cut); returns when it
+    /// completes, without moving the clock.
+    pub(crate) fn try_read_check(&mut self, lba: u64, sectors: u32) -> Result<u64, DeviceError> {
         let mut out = vec![0u8; sectors as usize * self.unit];
-        self.volume.submit(
+        let c = self.volume.submit(
             self.now_ns,
             &Command::read(lba, sectors),
             ReadBuffers {
@@ -279,7 +258,7 @@ impl<V: BlockDevice> Harness<V> {
             );
             self.checked += 1;
         }
-        Ok(())
+        Ok(c.done_ns)
     }
 
     /// The recovered volume against the oracle: every acknowledged write reads back, and the
