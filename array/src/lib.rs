@@ -386,6 +386,25 @@ impl<D: BlockDevice> Array<D> {
         self.members.iter().map(|m| &m.device)
     }
 
+    /// Zeroes the engine's counters and hands every member and spare to `member` to zero
+    /// theirs, so that a measured run after an unmeasured one (preconditioning) reports only
+    /// itself. The volume's contents and state are untouched.
+    pub fn reset_counters(&mut self, mut member: impl FnMut(&mut D)) {
+        self.stats = ArrayStats::default();
+        self.members.iter_mut().for_each(|m| member(&mut m.device));
+        self.spares.iter_mut().for_each(member);
+    }
+
+    /// The smallest write the level accepts, in sectors: a whole stripe for `raid5f`, which
+    /// refuses anything else, one sector otherwise.
+    pub fn min_write_sectors(&self) -> u64 {
+        if self.layout.level == Level::Raid5f {
+            self.chunk_sectors as u64 * self.layout.k as u64
+        } else {
+            1
+        }
+    }
+
     /// Gives the members that have not failed idle time at `now_ns` for their own work (an
     /// SSD's idle-time GC and erases), without the array's background duties (scheduled
     /// failures, rebuild), which keep to the host's idle time. An engine that leaves some

@@ -236,6 +236,12 @@ impl<D: BlockDevice> LogRaid<D> {
     pub fn stats(&self) -> &LogRaidStats {
         &self.stats
     }
+    /// Zeroes the log's and the array's counters and hands every member to `member` (see
+    /// [`Array::reset_counters`]).
+    pub fn reset_counters(&mut self, member: impl FnMut(&mut D)) {
+        self.stats = LogRaidStats::default();
+        self.array.reset_counters(member);
+    }
 
     #[inline]
     fn segment_of(&self, physical: u32) -> u32 {

@@ -344,6 +344,17 @@ impl<D: BlockDevice> TwoPhase<D> {
     pub fn stats(&self) -> &TwoPhaseStats {
         &self.stats
     }
+    /// Zeroes the engine's counters and hands every member and spare to `member` (see
+    /// [`Array::reset_counters`]). `replicated_chunks` is a gauge the conversion watermark
+    /// reads, not a counter, so it is kept.
+    pub fn reset_counters(&mut self, mut member: impl FnMut(&mut D)) {
+        self.stats = TwoPhaseStats {
+            replicated_chunks: self.stats.replicated_chunks,
+            ..TwoPhaseStats::default()
+        };
+        self.members.iter_mut().for_each(|m| member(&mut m.device));
+        self.spares.iter_mut().for_each(member);
+    }
     pub fn config(&self) -> &TwoPhaseConfig {
         &self.two_phase
     }

@@ -306,17 +306,24 @@ fn run(
     };
     let config_json = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
     let (report, outcome) = if let Some(array_cfg) = &cfg.array {
-        // Members are built from [ssd] with distinct seeds; preconditioning an array is
-        // a later step (members would need parity-consistent content), so it is refused.
-        if cfg.precondition.fill_fraction > 0.0 {
-            return Err("precondition is not supported with [array] yet".into());
-        }
+        // Members are built from [ssd] with distinct seeds. Preconditioning writes the fill
+        // through the engine, so the run starts where the fill left the simulated clock.
         let spec = volume::ArraySpec::from_config(array_cfg);
-        let mut array =
-            volume::ArrayVolume::build(&spec, &cfg.ssd, cfg.seed, options.timeline_interval_ns)
-                .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
+        let (mut array, pre) = volume::ArrayVolume::build_preconditioned(
+            &spec,
+            &cfg.ssd,
+            cfg.seed,
+            options.timeline_interval_ns,
+            &cfg.precondition,
+        )
+        .map_err(|e| format!("configuration {}: {e}", loaded.source))?;
+        options.preconditioned_sectors = pre.sectors;
+        let mut device = volume::Shifted {
+            device: array.device(),
+            epoch_ns: pre.epoch_ns,
+        };
         let host_start = std::time::Instant::now();
-        let (outcome, cpu) = run_on(array.device(), cfg.host.as_ref(), &workload, &options)?;
+        let (outcome, cpu) = run_on(&mut device, cfg.host.as_ref(), &workload, &options)?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let sector = array.device().info().sector_bytes as u64;
         let members = array.members();

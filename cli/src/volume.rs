@@ -5,11 +5,15 @@ use afa_array::{
     Array, ArrayConfig, LogRaid, LogRaidConfig, ScalaAfa, ScalaAfaConfig, Swan, SwanConfig,
     TwoPhase, TwoPhaseConfig,
 };
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use afa_host::{Monitored, RunOptions, Workload};
-use afa_sim::TimeNs;
+use afa_nand::{fill_unit, sector_token};
+use afa_sim::{SimRng, TimeNs};
 use afa_ssd::{
-    BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, ReadBuffers, Ssd,
-    SsdConfig,
+    BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Precondition,
+    PreconditionPattern, ReadBuffers, Ssd, SsdConfig,
 };
 
 use crate::config::ArrayRunConfig;
@@ -73,8 +77,63 @@ impl ArraySpec {
 
 impl ArrayVolume {
     /// Builds the members from `ssd` (member i gets seed `seed + i`, spare j `seed + 1000
-    /// + j`) and the engine over them.
+    /// + j`) and the engine over them, with the scheduled failures at their times.
     pub fn build(
+        spec: &ArraySpec,
+        ssd: &SsdConfig,
+        seed: u64,
+        timeline_interval_ns: u64,
+    ) -> Result<Self, String> {
+        let mut volume = Self::build_engine(spec, ssd, seed, timeline_interval_ns)?;
+        volume.schedule_failures(&spec.failures, 0)?;
+        Ok(volume)
+    }
+
+    /// Builds the volume as [`ArrayVolume::build`] does, then preconditions it through its
+    /// engine ([`precondition`]) and zeroes every counter and member timeline, so the
+    /// measured run reports only itself. That run must go through [`Shifted`] by the
+    /// returned `epoch_ns`; the scheduled failures are that much later in engine time, so
+    /// they keep their times in the measured run's clock.
+    pub fn build_preconditioned(
+        spec: &ArraySpec,
+        ssd: &SsdConfig,
+        seed: u64,
+        timeline_interval_ns: u64,
+        p: &Precondition,
+    ) -> Result<(Self, Preconditioned), String> {
+        let mut volume = Self::build_engine(spec, ssd, seed, timeline_interval_ns)?;
+        let mut done = Preconditioned::default();
+        if p.fill_fraction > 0.0 {
+            let unit_sectors = match &volume {
+                ArrayVolume::Swan(_) => {
+                    return Err(
+                        "[precondition] does not apply to a SWAN volume: age it with array.swan.age_fraction, the paper's procedure"
+                            .into(),
+                    )
+                }
+                ArrayVolume::Raid(a) => a.min_write_sectors(),
+                _ => 1,
+            }
+            .max(ssd.geometry.sectors_per_page() as u64);
+            done = precondition(volume.device(), p, seed, unit_sectors)?;
+            let epoch_ns = done.epoch_ns;
+            let member = |m: &mut Member| {
+                m.inner_mut().reset_counters();
+                m.restart_at(epoch_ns);
+            };
+            match &mut volume {
+                ArrayVolume::Raid(a) => a.reset_counters(member),
+                ArrayVolume::Log(l) => l.reset_counters(member),
+                ArrayVolume::TwoPhase(t) => t.reset_counters(member),
+                ArrayVolume::ScalaAfa(s) => s.reset_counters(member),
+                ArrayVolume::Swan(_) => unreachable!("refused above"),
+            }
+        }
+        volume.schedule_failures(&spec.failures, done.epoch_ns)?;
+        Ok((volume, done))
+    }
+
+    fn build_engine(
         spec: &ArraySpec,
         ssd: &SsdConfig,
         seed: u64,
@@ -90,9 +149,6 @@ impl ArrayVolume {
         let spares = (0..spec.spares as u64)
             .map(|i| member(seed.wrapping_add(1000 + i)))
             .collect::<Result<Vec<_>, _>>()?;
-        let failures = |name: &str, r: Result<(), afa_array::ArrayError>| {
-            r.map_err(|e| format!("array.failures: {name}: {e}"))
-        };
         let mut volume = match &spec.choice {
             EngineChoice::TwoPhase(t) => ArrayVolume::TwoPhase(
                 TwoPhase::new(spec.engine.clone(), t.clone(), members, spares)
@@ -130,19 +186,31 @@ impl ArrayVolume {
                 s.set_epoch(epoch);
             }
         }
-        for &(member, at_ns) in &spec.failures {
-            let m = member as usize;
-            match &mut volume {
-                ArrayVolume::Raid(a) => failures("raid", a.schedule_failure(m, at_ns))?,
+        Ok(volume)
+    }
+
+    /// Schedules `failures` (member, time) at `epoch_ns` + their times.
+    fn schedule_failures(
+        &mut self,
+        failures: &[(u32, TimeNs)],
+        epoch_ns: TimeNs,
+    ) -> Result<(), String> {
+        let failed = |name: &str, r: Result<(), afa_array::ArrayError>| {
+            r.map_err(|e| format!("array.failures: {name}: {e}"))
+        };
+        for &(member, at_ns) in failures {
+            let (m, at_ns) = (member as usize, epoch_ns + at_ns);
+            match self {
+                ArrayVolume::Raid(a) => failed("raid", a.schedule_failure(m, at_ns))?,
                 ArrayVolume::Log(l) => {
-                    failures("log-raid", l.array_mut().schedule_failure(m, at_ns))?
+                    failed("log-raid", l.array_mut().schedule_failure(m, at_ns))?
                 }
-                ArrayVolume::TwoPhase(t) => failures("two-phase", t.schedule_failure(m, at_ns))?,
-                ArrayVolume::Swan(s) => failures("swan", s.schedule_failure(m, at_ns))?,
-                ArrayVolume::ScalaAfa(s) => failures("scalaafa", s.schedule_failure(m, at_ns))?,
+                ArrayVolume::TwoPhase(t) => failed("two-phase", t.schedule_failure(m, at_ns))?,
+                ArrayVolume::Swan(s) => failed("swan", s.schedule_failure(m, at_ns))?,
+                ArrayVolume::ScalaAfa(s) => failed("scalaafa", s.schedule_failure(m, at_ns))?,
             }
         }
-        Ok(volume)
+        Ok(())
     }
 
     pub fn device(&mut self) -> &mut dyn BlockDevice {
@@ -230,6 +298,126 @@ impl ArrayVolume {
     }
 }
 
+/// What [`precondition`] did: the engine time the measured run starts at, and the sectors
+/// `0..sectors` that hold their preconditioning content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preconditioned {
+    pub epoch_ns: TimeNs,
+    pub sectors: u64,
+}
+
+/// Requests kept in flight while preconditioning.
+const PRECONDITION_QUEUE_DEPTH: u32 = 32;
+/// Sequential fill requests are this large (rounded down to the write unit).
+const PRECONDITION_REQUEST_BYTES: u64 = 1 << 20;
+
+/// Preconditions a volume by writing `p`'s fill through it as a host would, unmeasured:
+/// the sectors `0 .. floor(capacity × fill_fraction)` (rounded down to `unit_sectors`) in
+/// order, then for `random-simulated` `overwrite_rounds` × (filled / unit) overwrites of
+/// `unit_sectors` at uniform random unit-aligned places of the filled range. Every write
+/// carries `sector_token(lba, 0)`, as an SSD's own preconditioning stores, so the run's
+/// oracle checks every read of the filled range.
+///
+/// Unlike one SSD's preconditioning this is simulated history: an array engine's mapping,
+/// parity and log can only be known by running it, so the members spend NAND time and the
+/// measured run starts when the last fill write completes (`epoch_ns`, see [`Shifted`]).
+/// The `random` pattern builds one SSD's steady state from its GC model and is refused.
+pub fn precondition(
+    device: &mut dyn BlockDevice,
+    p: &Precondition,
+    seed: u64,
+    unit_sectors: u64,
+) -> Result<Preconditioned, String> {
+    p.validate().map_err(|e| e.to_string())?;
+    if p.pattern == PreconditionPattern::Random {
+        return Err("precondition.pattern = \"random\" builds one SSD's steady state from its GC model and cannot be applied through an array engine; use \"random-simulated\" or \"sequential\" with [array]".into());
+    }
+    let info = device.info();
+    let unit = unit_sectors.max(1);
+    if unit > info.max_transfer_sectors as u64 {
+        return Err(format!(
+            "preconditioning: the volume's write unit of {unit} sectors exceeds its transfer limit of {} sectors",
+            info.max_transfer_sectors
+        ));
+    }
+    let filled = (info.capacity_sectors as f64 * p.fill_fraction).floor() as u64 / unit * unit;
+    if filled == 0 {
+        return Ok(Preconditioned::default());
+    }
+    let sector_bytes = info.sector_bytes as u64;
+    let request = (PRECONDITION_REQUEST_BYTES / sector_bytes)
+        .min(info.max_transfer_sectors as u64)
+        .max(unit)
+        / unit
+        * unit;
+    let mut filler = Filler {
+        device,
+        queue_depth: PRECONDITION_QUEUE_DEPTH.min(info.max_queue_depth).max(1) as usize,
+        in_flight: BinaryHeap::new(),
+        now_ns: 0,
+        last_done_ns: 0,
+        unit_bytes: info.payload_unit_bytes as usize,
+        payload: Vec::new(),
+    };
+    let mut lba = 0;
+    while lba < filled {
+        let sectors = request.min(filled - lba);
+        filler.write(lba, sectors)?;
+        lba += sectors;
+    }
+    if p.pattern == PreconditionPattern::RandomSimulated {
+        let mut rng = SimRng::fork(seed, 0x5052_4543); // "PREC", as one SSD's overwrites
+        let units = filled / unit;
+        for _ in 0..(units as f64 * p.overwrite_rounds) as u64 {
+            filler.write(rng.below(units) * unit, unit)?;
+        }
+    }
+    Ok(Preconditioned {
+        epoch_ns: filler.last_done_ns,
+        sectors: filled,
+    })
+}
+
+/// A closed loop of writes at a fixed queue depth: each write is submitted when the
+/// earliest outstanding one completes, once `queue_depth` are outstanding.
+struct Filler<'d> {
+    device: &'d mut dyn BlockDevice,
+    queue_depth: usize,
+    in_flight: BinaryHeap<Reverse<TimeNs>>,
+    now_ns: TimeNs,
+    last_done_ns: TimeNs,
+    unit_bytes: usize,
+    payload: Vec<u8>,
+}
+
+impl Filler<'_> {
+    fn write(&mut self, lba: u64, sectors: u64) -> Result<(), String> {
+        if self.in_flight.len() >= self.queue_depth {
+            if let Some(Reverse(t)) = self.in_flight.pop() {
+                self.now_ns = self.now_ns.max(t);
+            }
+        }
+        let u = self.unit_bytes;
+        self.payload.resize(sectors as usize * u, 0);
+        if u > 0 {
+            for (i, out) in self.payload.chunks_mut(u).enumerate() {
+                fill_unit(sector_token(lba + i as u64, 0), out);
+            }
+        }
+        let c = self
+            .device
+            .submit(
+                self.now_ns,
+                &Command::write(lba, sectors as u32, &self.payload),
+                ReadBuffers::none(),
+            )
+            .map_err(|e| format!("preconditioning: write of {sectors} sectors at {lba}: {e}"))?;
+        self.last_done_ns = self.last_done_ns.max(c.done_ns);
+        self.in_flight.push(Reverse(c.done_ns));
+        Ok(())
+    }
+}
+
 /// Aging (SWAN §5): every SSD is trimmed, then random 8 KiB writes amounting to `fraction` of
 /// the volume's capacity are made, unmeasured. Returns the simulated time aging ended; run
 /// the measured workload through [`Shifted`] by that much (SWAN takes it as its epoch).
@@ -303,5 +491,84 @@ impl<D: BlockDevice> BlockDevice for Shifted<D> {
     }
     fn take_host_work(&mut self) -> HostWork {
         self.device.take_host_work()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use afa_array::{ArrayConfig, Level};
+
+    /// Degraded reads of a 4 KiB random-read run over a RAID 5 volume filled halfway, with
+    /// member 1 failing `fail_at_ns` into the measured run; also the fill's end in engine
+    /// time and the run's length.
+    fn degraded_reads_with_failure_at(fail_at_ns: TimeNs) -> (u64, TimeNs, TimeNs) {
+        let ssd = SsdConfig {
+            payload: afa_nand::PayloadMode::Token,
+            geometry: afa_nand::Geometry {
+                channels: 2,
+                chips_per_channel: 1,
+                dies_per_chip: 2,
+                planes_per_die: 1,
+                blocks_per_plane: 64,
+                pages_per_block: 64,
+                page_bytes: 4096,
+                sector_bytes: 4096,
+                ..afa_nand::Geometry::default()
+            },
+            ..SsdConfig::default()
+        };
+        let spec = ArraySpec {
+            engine: ArrayConfig {
+                level: Level::Raid5,
+                members: 4,
+                ..ArrayConfig::default()
+            },
+            choice: EngineChoice::Raid,
+            spares: 0,
+            failures: vec![(1, fail_at_ns)],
+        };
+        let fill = Precondition {
+            fill_fraction: 0.5,
+            ..Precondition::default()
+        };
+        let (mut volume, pre) =
+            ArrayVolume::build_preconditioned(&spec, &ssd, 3, 0, &fill).expect("the volume builds");
+        let job = "[r]\nrw=randread\nbs=4k\niodepth=16\nio_size=2m\n";
+        let jobs = afa_workload::fio::parse_job_file(job).unwrap();
+        let options = RunOptions {
+            seed: 3,
+            timeline_interval_ns: 0,
+            preconditioned_sectors: pre.sectors,
+            background_work: true,
+            show_progress: false,
+        };
+        let mut device = Shifted {
+            device: volume.device(),
+            epoch_ns: pre.epoch_ns,
+        };
+        let outcome = afa_host::run(&mut device, &Workload::Jobs(jobs), &options).unwrap();
+        assert_eq!(outcome.mismatches, 0);
+        assert!(outcome.reads_checked > 0);
+        let degraded = volume.engine_json()["degraded_reads"].as_u64().unwrap();
+        (degraded, pre.epoch_ns, outcome.sim_time_ns)
+    }
+
+    /// A failure scheduled at t ms happens t ms into the measured run, not t ms into the
+    /// fill that came before it.
+    #[test]
+    fn scheduled_failures_keep_their_time_in_the_measured_run() {
+        let (degraded, epoch_ns, run_ns) = degraded_reads_with_failure_at(0);
+        assert!(
+            degraded > 0,
+            "a member failed at the run's start degrades its reads"
+        );
+        let after_run_ns = run_ns + 1_000_000;
+        assert!(
+            after_run_ns < epoch_ns,
+            "the fill ({epoch_ns} ns) must outlast the run ({run_ns} ns) for this test"
+        );
+        let (degraded, ..) = degraded_reads_with_failure_at(after_run_ns);
+        assert_eq!(degraded, 0, "the failure is due after the run ends");
     }
 }

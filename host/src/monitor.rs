@@ -12,8 +12,11 @@ use afa_ssd::{
 pub struct Monitored<D> {
     inner: D,
     interval_ns: u64,
-    /// Bytes read and written per bucket of `interval_ns`, by completion time.
+    /// Bytes read and written per bucket of `interval_ns`, by completion time since
+    /// `epoch_ns`.
     buckets: Vec<[u64; 2]>,
+    /// Device time of the timeline's 0 (after preconditioning).
+    epoch_ns: TimeNs,
     pub read_bytes: u64,
     pub write_bytes: u64,
 }
@@ -25,6 +28,7 @@ impl<D: BlockDevice> Monitored<D> {
             inner,
             interval_ns,
             buckets: Vec::new(),
+            epoch_ns: 0,
             read_bytes: 0,
             write_bytes: 0,
         }
@@ -34,7 +38,22 @@ impl<D: BlockDevice> Monitored<D> {
         &self.inner
     }
 
-    /// Read and write MB/s (10^6 bytes) per bucket, up to `end_ns`.
+    /// The wrapped device, for resetting its counters between phases of a run; commands
+    /// must still go through the monitor, or the timeline misses them.
+    pub fn inner_mut(&mut self) -> &mut D {
+        &mut self.inner
+    }
+
+    /// Forgets every byte counted so far and starts the timeline at device time
+    /// `epoch_ns`, where a measured run begins after an unmeasured one (preconditioning).
+    pub fn restart_at(&mut self, epoch_ns: TimeNs) {
+        self.buckets.clear();
+        self.epoch_ns = epoch_ns;
+        self.read_bytes = 0;
+        self.write_bytes = 0;
+    }
+
+    /// Read and write MB/s (10^6 bytes) per bucket, up to `end_ns` counted from the epoch.
     pub fn timeline(&self, end_ns: TimeNs) -> Vec<TimelinePoint> {
         if self.interval_ns == 0 {
             return Vec::new();
@@ -77,7 +96,7 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
         } else {
             self.write_bytes += bytes;
         }
-        if let Some(b) = c.done_ns.checked_div(self.interval_ns) {
+        if let Some(b) = (c.done_ns.saturating_sub(self.epoch_ns)).checked_div(self.interval_ns) {
             let b = b as usize;
             // Bounded like the run timeline: a bogus completion time cannot allocate without
             // limit.

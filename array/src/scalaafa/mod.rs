@@ -505,6 +505,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
     pub fn stats(&self) -> &ScalaAfaStats {
         &self.stats
     }
+    /// Zeroes the engine's counters, the messages its threads and daemon have counted, and
+    /// hands every member and spare to `member` (see [`Array::reset_counters`]).
+    pub fn reset_counters(&mut self, mut member: impl FnMut(&mut D)) {
+        self.stats = ScalaAfaStats::default();
+        self.threads.iter_mut().for_each(|t| t.messages = 0);
+        self.messages_taken = 0;
+        self.manager.messages = 0;
+        self.manager.recalls = 0;
+        self.members.iter_mut().for_each(|m| member(&mut m.device));
+        self.spares.iter_mut().for_each(member);
+    }
     pub fn scala_config(&self) -> &ScalaAfaConfig {
         &self.scala
     }
