@@ -383,11 +383,13 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     // Positions whose member failed: the engines that recover from their members read
     // nothing from such a position's file.
     let lost = positions_to_fail(&record);
+    // ScalaAFA recovers with up to m lost members (it says so itself when there are more);
+    // the two-phase engine with one.
     let lost_one = match lost.as_slice() {
         [] => None,
         [p] => Some(*p),
         more => {
-            if scala.is_some() || two_phase.is_some() {
+            if two_phase.is_some() {
                 return Err(format!(
                     "{} recovers with at most one lost member, but member positions {more:?} are failed or rebuilding in {}",
                     engine_name(&spec.choice, engine.level),
@@ -407,10 +409,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let engine_members = engine.members;
         // The AMT and HGMT live in host memory only, so every start but the first rebuilds
         // them from the members' OOB tags (§5.4), after an orderly stop as after a kill.
-        let volume = match (state.fresh(), lost_one) {
-            (true, _) => ScalaAfa::new(engine, scala, members, spares),
-            (false, None) => ScalaAfa::recover(engine, scala, members, spares),
-            (false, Some(p)) => ScalaAfa::recover_degraded(engine, scala, members, spares, p),
+        let volume = if state.fresh() {
+            ScalaAfa::new(engine, scala, members, spares)
+        } else {
+            ScalaAfa::recover_without(engine, scala, members, spares, &lost)
         }
         .map_err(|e| e.to_string())?;
         if !state.fresh() {
@@ -437,8 +439,10 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             );
             return Ok(recorded(volume, state, record, &spec.failures, description));
         }
-        if let Some(lost) = lost_one {
-            eprintln!("afa serve: ScalaAFA serves without member {lost}, which failed");
+        match lost.as_slice() {
+            [] => {}
+            [p] => eprintln!("afa serve: ScalaAFA serves without member {p}, which failed"),
+            more => eprintln!("afa serve: ScalaAFA serves without members {more:?}, which failed"),
         }
         let dir = state.dir().to_path_buf();
         let failures = spec.failures.clone();

@@ -314,6 +314,46 @@ fn scalaafa_with_a_failed_member_restarts_degraded_without_reading_its_file() {
     }
 }
 
+/// ScalaAFA with two parity rows loses two members, then the power (kill -9): the restart
+/// recovers from the other two members alone (both failed files are garbled) and serves
+/// every pattern degraded on threads.
+#[test]
+fn scalaafa_with_two_failed_members_restarts_without_reading_their_files() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let toml = scalaafa("failures = [{ member = 1, at_ms = 1500 }, { member = 2, at_ms = 1600 }]")
+        .replace(
+            "level = \"raid5\"\nmembers = 3",
+            "level = \"raid6\"\nmembers = 4",
+        );
+    let s = setup("scalaafa-two-failed", &toml);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(&afa.uri, &["write -P 0x5a 0 8M", "flush"]);
+    wait_for_member_record(&s.state, "member 1 member-1.img failed");
+    wait_for_member_record(&s.state, "member 2 member-2.img failed");
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x77 1M 1M", "write -P 0x21 6M 3M", "flush"],
+    );
+    afa.kill_9();
+    garble(&s.state, "member-1.img");
+    garble(&s.state, "member-2.img");
+    let afa = s.start(&[]);
+    let reads = [
+        "read -P 0x5a 0 1M",
+        "read -P 0x77 1M 1M",
+        "read -P 0x5a 2M 4M",
+        "read -P 0x21 6M 3M",
+    ];
+    qemu_io(&afa.uri, &reads);
+    let log = afa.stop();
+    assert!(log.contains("serves without members [1, 2]"), "{log}");
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &reads);
+    afa.stop();
+}
+
 #[test]
 fn log_raid_with_a_failed_member_restarts_degraded_without_reading_its_file() {
     let toml = log_raid("failures = [{ member = 1, at_ms = 1500 }]");

@@ -352,8 +352,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
     }
 
-    /// The newest whole checkpoint any member holds (`failed` is not read), if any.
-    pub(super) fn newest_checkpoint(&mut self, failed: Option<usize>) -> Option<Snapshot> {
+    /// The newest whole checkpoint any member holds (the `failed` are not read), if any.
+    pub(super) fn newest_checkpoint(&mut self, failed: &[usize]) -> Option<Snapshot> {
         if !self.checkpointing() || self.unit != self.info.sector_bytes as usize {
             return None;
         }
@@ -363,7 +363,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let cu = self.chunk_units();
         let mut best: Option<Snapshot> = None;
         for p in 0..self.members.len() {
-            if failed == Some(p) {
+            if failed.contains(&p) {
                 continue;
             }
             for slot in 0..2 {

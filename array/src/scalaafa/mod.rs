@@ -23,7 +23,8 @@
 //! Metadata (§5.4): every chunk write carries (user chunk, slot, timestamp) in the sectors'
 //! OOB tags; conversion computes parity over data and tags alike. [`ScalaAfa::recover`]
 //! rebuilds the AMT and HGMT from the members alone (an OOB scan), and
-//! [`ScalaAfa::recover_degraded`] does so with one member lost.
+//! [`ScalaAfa::recover_degraded`] and [`ScalaAfa::recover_without`] do so with up to m
+//! members lost.
 //!
 //! Reads use the primary copy, or a replica while the home member reported GC; with a member
 //! failed they use a replica or reconstruct from the stripe; a rebuild onto a spare restores
@@ -1463,14 +1464,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
     ) -> Result<TimeNs, DeviceError> {
         let home = self.data_member(stripe, j);
         let s = &self.stripes[stripe as usize];
-        // Replicas exist until conversion is issued (the SSD drops them then). One whose
+        // Replicas exist until conversion is issued (the SSD drops them then), and in a
+        // stripe recovery found between its parity rows until the host has written the rows
+        // still missing (their VHs are kept until then; the others are NONE). One whose
         // member is not collecting garbage is preferred.
-        let replica = if matches!(s.state, HhState::Open | HhState::Full) {
+        let half_converted = s.state == HhState::Striped && !s.vhs.is_empty();
+        let replica = if matches!(s.state, HhState::Open | HhState::Full) || half_converted {
             let serving: Vec<(usize, u64)> = (0..self.m)
                 .filter_map(|r| {
                     let p = self.parity_member(stripe, r);
                     let vh = s.vhs[r];
-                    self.serves_vh(p, vh).then(|| (p, self.vh_lba(vh, j)))
+                    (vh != NONE && self.serves_vh(p, vh)).then(|| (p, self.vh_lba(vh, j)))
                 })
                 .collect();
             serving

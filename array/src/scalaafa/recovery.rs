@@ -8,9 +8,9 @@
 //! its parity members' transient areas. A hero group that was still open is closed (its
 //! unwritten slots deallocated on the HH and the VHs) and queued for conversion.
 //!
-//! With one member lost, its primaries are named by their backups or decoded from their
-//! stripes' tags, and chunks left only in backups no group can be bound to are written again
-//! (see [`ScalaAfa::recover_degraded`]).
+//! With members lost (up to m), their primaries are named by their backups or decoded from
+//! their stripes' tags, and chunks left only in backups no group can be bound to are written
+//! again (see [`ScalaAfa::recover_degraded`] and [`ScalaAfa::recover_without`]).
 //!
 //! With checkpoints (`checkpoint_interval_ms`) and members that keep whole sectors, the walk
 //! starts from the newest whole checkpoint: the stripes it found striped take their chunks
@@ -40,7 +40,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
-        Self::recover_inner(config, scala, members, spares, None)
+        Self::recover_inner(config, scala, members, spares, &[])
     }
 
     /// Recovers a volume after a power loss that also took member `failed` (it may be any
@@ -56,10 +56,32 @@ impl<D: BlockDevice> ScalaAfa<D> {
         spares: Vec<D>,
         failed: usize,
     ) -> Result<Self, ArrayError> {
-        if failed >= members.len() {
-            return Err(ArrayError::Fail(failed, "no such member".into()));
+        Self::recover_without(config, scala, members, spares, &[failed])
+    }
+
+    /// Recovers a volume after a power loss that also took the members `failed`, as many as
+    /// the array has parity rows (m): as [`recover_degraded`](Self::recover_degraded) does
+    /// with one, each stripe's lost primaries named by their backups or decoded together
+    /// from the stripe's surviving tags. The spares replace the failed members in the order
+    /// given. With m members lost a decode has no parity row left over to check it by, so a
+    /// stripe the power cut in mid-free is told from a whole one by the decoded tags' kind
+    /// and slot alone.
+    pub fn recover_without(
+        config: ArrayConfig,
+        scala: ScalaAfaConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: &[usize],
+    ) -> Result<Self, ArrayError> {
+        for (i, &f) in failed.iter().enumerate() {
+            if f >= members.len() {
+                return Err(ArrayError::Fail(f, "no such member".into()));
+            }
+            if failed[..i].contains(&f) {
+                return Err(ArrayError::Fail(f, "named twice as failed".into()));
+            }
         }
-        Self::recover_inner(config, scala, members, spares, Some(failed))
+        Self::recover_inner(config, scala, members, spares, failed)
     }
 
     fn recover_inner(
@@ -67,7 +89,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         scala: ScalaAfaConfig,
         members: Vec<D>,
         spares: Vec<D>,
-        failed: Option<usize>,
+        failed: &[usize],
     ) -> Result<Self, ArrayError> {
         let mut v = Self::new(config, scala, members, spares)?;
         if v.tag_bytes < META_TAG_BYTES || v.unit == 0 {
@@ -75,9 +97,19 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 "recovery needs members that keep OOB tags (payload token or full)".into(),
             ));
         }
-        // The failed member takes no writes while the tables are rebuilt (closing open
-        // groups trims their unwritten slots), then a spare, if any, replaces it.
-        if let Some(f) = failed {
+        if failed.len() > v.m {
+            return Err(ArrayError::Fail(
+                failed[v.m],
+                format!(
+                    "the array tolerates {} failed members, and {} are lost",
+                    v.m,
+                    failed.len()
+                ),
+            ));
+        }
+        // The failed members take no writes while the tables are rebuilt (closing open
+        // groups trims their unwritten slots), then spares, if any, replace them.
+        for &f in failed {
             v.members[f].state = MemberState::Failed;
         }
         // The newest whole checkpoint numbers the next one even when a lost member keeps it
@@ -90,11 +122,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // records them whole.
             v.checkpoints.next_due_ns = TimeNs::MAX;
         }
-        let snap = newest.filter(|_| failed.is_none());
+        let snap = newest.filter(|_| failed.is_empty());
         v.stats.recovered_checkpoint_seq = snap.as_ref().map(|s| s.seq);
         let failure = |e: DeviceError| ArrayError::Config(format!("recovery failed: {e}"));
         let (orphans, stale) = v.rebuild_tables(failed, snap.as_ref()).map_err(failure)?;
-        if let Some(f) = failed {
+        for &f in failed {
             v.take_spare(f, 0);
         }
         v.rewrite_orphans(orphans, stale).map_err(failure)?;
@@ -123,17 +155,17 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 
     /// Rebuilds the AMT and HGMT, from `snap` and the heroes unsealed at its snapshot, or
-    /// from every OOB area. With `failed`, nothing is read from that member. Returns the
+    /// from every OOB area. Nothing is read from the members `failed`. Returns the
     /// chunks whose newest copy survives only as backups no hero group could be bound to,
     /// with where to read one (chunk, member, lba), and every unclaimed backup (member, lba).
     #[allow(clippy::type_complexity)]
     fn rebuild_tables(
         &mut self,
-        failed: Option<usize>,
+        failed: &[usize],
         snap: Option<&Snapshot>,
     ) -> Result<(Vec<(u32, usize, u64)>, Vec<(usize, u64)>), DeviceError> {
         let (k, m) = (self.k, self.m);
-        let alive = |i: usize| failed != Some(i);
+        let alive = |i: usize| !failed.contains(&i);
         let sealed = |row: u32| snap.map_or(SNAP_UNSEALED, |s| s.sealed[row as usize]);
         // Primaries per row as the checkpoint names them (rows striped at the snapshot) or
         // the members hold them: (chunk, ts), None if unwritten or on the failed member
@@ -224,18 +256,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
         // Copies to trim once the tables stand (member, lba): backups no group claims, and
         // the copies of chunks a power cut left incomplete.
         let mut stale = Vec::new();
-        // Rows whose VH on the failed member is unknown: (row, parity row r).
+        // Rows whose VH on a failed member is unknown: (row, parity row r).
         let mut lost_vhs = Vec::new();
         let mut half_converted = Vec::new();
         let mut open_rows = Vec::new();
         for row in 0..self.rows {
-            let failed_slot = (0..k).find(|&j| !alive(self.data_member(row, j)));
-            let failed_parity = (0..m).find(|&r| !alive(self.parity_member(row, r)));
+            let failed_slots: Vec<usize> = (0..k)
+                .filter(|&j| !alive(self.data_member(row, j)))
+                .collect();
+            let failed_parity: u32 = (0..m)
+                .filter(|&r| !alive(self.parity_member(row, r)))
+                .fold(0, |rows, r| rows | 1 << r);
             if striped_now[row as usize] {
                 let s = &mut self.stripes[row as usize];
                 s.state = HhState::Striped;
                 s.filled = k as u32;
-                s.parity_missing = failed_parity.map_or(0, |r| 1 << r);
+                s.parity_missing = failed_parity;
                 continue;
             }
             let alive_written = primaries[row as usize].iter().flatten().count();
@@ -272,10 +308,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // the tables stand.
             let mut unconverted = 0u32;
             let striped = if replicated {
-                if failed_parity.is_none() {
-                    // The failed member's tag is its backup's in a VH still holding the row.
+                if failed_parity == 0 {
+                    // A failed member's tag is its backup's in a VH still holding the row.
                     let mut tags = data_tags.clone();
-                    if let Some(jf) = failed_slot {
+                    for &jf in &failed_slots {
                         tags[jf] = self.backup_tags(row, &vhs, jf)?;
                     }
                     let refs: Vec<&[u8]> = tags.iter().map(|t| t.as_slice()).collect();
@@ -288,17 +324,19 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         }
                     }
                     let half = converted > 0 && converted + unconverted.count_ones() as usize == m;
-                    if let (true, Some(jf)) = (half, failed_slot) {
-                        primaries[row as usize][jf] = self.named(&tags[jf], jf, KIND_BACKUP);
+                    if half {
+                        for &jf in &failed_slots {
+                            primaries[row as usize][jf] = self.named(&tags[jf], jf, KIND_BACKUP);
+                        }
                     }
                     half
                 } else {
                     false
                 }
-            } else if let Some(jf) = failed_slot {
-                // A data tag is missing, so the parity cannot be checked; with no backups
-                // left, a stripe that holds anything has been converted. Its missing tag is
-                // decoded from the others.
+            } else if !failed_slots.is_empty() {
+                // Data tags are missing, so the parity cannot be checked; with no backups
+                // left, a stripe that holds anything has been converted. Its missing tags
+                // are decoded from the others.
                 let any_parity = parity_tags
                     .iter()
                     .flatten()
@@ -306,33 +344,52 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 if alive_written == 0 && !any_parity {
                     false
                 } else {
+                    // A parity chunk trimmed when the stripe was freed reads as zeroes, tag
+                    // and data. A decode with it gives the code of the other tags, which for
+                    // consecutive chunks names the next chunk and timestamp, in the lost
+                    // slot, and passes for a real tag when no parity row is left over to
+                    // check it. A zero tag alone does not tell (four consecutive chunks'
+                    // tags code to zero too), but a parity chunk's data is the code of its
+                    // data chunks' tokens or bytes, zero only for a stripe of zero data.
+                    let mut usable = parity_tags.clone();
+                    for (r, t) in parity_tags.iter().enumerate() {
+                        let zero_tag = t.as_ref().is_some_and(|t| t.iter().all(|&b| b == 0));
+                        if zero_tag && self.parity_data_is_zero(row, r)? {
+                            usable[r] = None;
+                        }
+                    }
                     let mut shards: Vec<Vec<u8>> = data_tags.clone();
                     let mut present = vec![true; k + m];
-                    present[jf] = false;
-                    for (r, t) in parity_tags.iter().enumerate() {
+                    for &jf in &failed_slots {
+                        present[jf] = false;
+                    }
+                    for (r, t) in usable.iter().enumerate() {
                         shards.push(t.clone().unwrap_or_else(|| vec![0u8; self.tag_bytes]));
                         present[k + r] = t.is_some();
                     }
                     let mut refs: Vec<&mut [u8]> =
                         shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-                    self.codec
-                        .reconstruct(&mut refs, &present)
-                        .map_err(|_| DeviceError::Failed)?;
+                    // Too few shards left: the stripe was being freed, and its lost slots
+                    // are taken as unwritten.
+                    let decoded = present.iter().filter(|&&p| !p).count() <= m
+                        && self.codec.reconstruct(&mut refs, &present).is_ok();
                     // The parity covers the backups' tags, so a consistent decode gives a
-                    // backup's tag back whole; another kind byte, or (m >= 2) a parity row
-                    // the decoded tags do not reproduce, means the shards do not belong
-                    // together (a stripe the power cut in mid-free), and the slot is taken
-                    // as unwritten.
+                    // backup's tag back whole; another kind byte, or a parity row the
+                    // decoded tags do not reproduce (when one is left over beyond the
+                    // decode), means the shards do not belong together (a stripe the power
+                    // cut in mid-free), and the slots are taken as unwritten.
                     let refs: Vec<&[u8]> = shards[..k].iter().map(|t| t.as_slice()).collect();
-                    let mut consistent = true;
-                    for (r, t) in parity_tags.iter().enumerate() {
+                    let mut consistent = decoded;
+                    for (r, t) in usable.iter().enumerate() {
                         if let Some(t) = t {
                             consistent &= *t == self.parity_tags(r, &refs)?;
                         }
                     }
-                    primaries[row as usize][jf] = consistent
-                        .then(|| self.named(&shards[jf], jf, KIND_BACKUP))
-                        .flatten();
+                    for &jf in &failed_slots {
+                        primaries[row as usize][jf] = consistent
+                            .then(|| self.named(&shards[jf], jf, KIND_BACKUP))
+                            .flatten();
+                    }
                     true
                 }
             } else if alive_written == 0 {
@@ -355,7 +412,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 let s = &mut self.stripes[row as usize];
                 s.state = HhState::Striped;
                 s.filled = k as u32;
-                s.parity_missing = failed_parity.map_or(0, |r| 1 << r);
+                s.parity_missing = failed_parity;
                 if replicated {
                     s.parity_missing = unconverted;
                     s.vhs = vhs;
@@ -387,12 +444,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
             if !replicated {
                 // Nothing of this stripe survives but, perhaps, backups of a group whose
-                // only written slot was on the failed member: those are found as orphans.
+                // only written slots were on failed members: those are found as orphans.
                 primaries[row as usize].iter_mut().for_each(|s| *s = None);
                 continue;
             }
-            if let Some(jf) = failed_slot {
-                // The failed member's primary is named by its backup in the group's VH.
+            for &jf in &failed_slots {
+                // A failed member's primary is named by its backup in the group's VH.
                 let t = self.backup_tags(row, &vhs, jf)?;
                 let key = self.named(&t, jf, KIND_BACKUP);
                 if key.is_some_and(|key| self.backed_up(row, jf, key, &backups, alive)) {
@@ -435,7 +492,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             s.state = HhState::Open;
             open_rows.push(row);
         }
-        // A group whose VH on the failed member is unknown gets any unused one there: the
+        // A group whose VH on a failed member is unknown gets any unused one there: the
         // member serves nothing, and a rebuild rewrites that VH from the surviving copies.
         for (row, r) in lost_vhs {
             let p = self.parity_member(row, r);
@@ -548,9 +605,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
         debug_assert!(done <= self.rows as usize);
         // The parity rows a cut conversion did not write, from the primaries, before the
         // backups that stood in for them are trimmed.
+        // A failed data member's chunk is read from its backup in the VHs those rows still
+        // hold (two lost data members leave too few shards to decode it). Those VHs are
+        // already in the free lists, as a converted stripe's are, and nothing is granted
+        // before the conversion has trimmed them; the stripe forgets them once it is whole.
         for row in half_converted {
             let rows = self.stripes[row as usize].parity_missing;
             self.convert_on_host(row, 0, rows)?;
+            self.stripes[row as usize].vhs.clear();
             self.stats.recovery_finished_conversions += 1;
         }
         let orphans = orphans
@@ -579,6 +641,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .encode_row(r, data, &mut want)
             .map_err(|_| DeviceError::Failed)?;
         Ok(want)
+    }
+
+    /// Whether the chunk parity row `r` of `row` holds reads as zeroes.
+    fn parity_data_is_zero(&mut self, row: u32, r: usize) -> Result<bool, DeviceError> {
+        let mut buf = vec![0u8; self.chunk_units()];
+        let (p, lba) = (self.parity_member(row, r), self.hh_lba(row));
+        self.member_read(p, lba, self.chunk_sectors, 0, &mut buf)?;
+        Ok(buf.iter().all(|&b| b == 0))
     }
 
     /// The VH on each parity member of `row` holding a backup of one of its primaries.

@@ -564,10 +564,6 @@ fn threads_serve_degraded_with_failed_members() {
         (Level::Raid6, 6, 3, vec![0, 4]),
     ] {
         for crash in [false, true] {
-            if crash && failed.len() > 1 {
-                // Recovery tolerates one lost member (docs/scalaafa.md).
-                continue;
-            }
             let mut engine = volume(level, n, threads);
             for &f in &failed {
                 engine.fail_member(f, 0).unwrap();
@@ -582,7 +578,7 @@ fn threads_serve_degraded_with_failed_members() {
             if crash {
                 let members = v.crash().expect("crash");
                 let mut recovered =
-                    ScalaAfa::recover_degraded(config, scala, members, vec![], failed[0])
+                    ScalaAfa::recover_without(config, scala, members, vec![], &failed)
                         .expect("recovery");
                 check_all(&mut recovered, &oracle);
             } else {
