@@ -845,13 +845,6 @@ impl<D: BlockDevice> TwoPhase<D> {
         data: &[u8],
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
-        let id = match self.free_rsets.pop() {
-            Some(id) => id,
-            None => {
-                self.rsets.push(ReplicaSet::default());
-                (self.rsets.len() - 1) as u32
-            }
-        };
         // The m + 1 alive members with the most free slots, starting the tie-break at a
         // rotating member so replicas spread evenly.
         let n = self.members.len();
@@ -864,6 +857,13 @@ impl<D: BlockDevice> TwoPhase<D> {
         if order.len() < self.m + 1 {
             return Err(DeviceError::Failed);
         }
+        let id = match self.free_rsets.pop() {
+            Some(id) => id,
+            None => {
+                self.rsets.push(ReplicaSet::default());
+                (self.rsets.len() - 1) as u32
+            }
+        };
         let now_ns = self.reclaim_if_short(now_ns, 1)?;
         let mut slots = Vec::with_capacity(self.m + 1);
         for &i in &order[..self.m + 1] {

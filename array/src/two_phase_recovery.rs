@@ -27,13 +27,15 @@
 //!    left with fewer than m + 1 copies are replicated again; the other replicas are queued
 //!    for conversion again, oldest first, as they were.
 //!
-//! With a member lost ([`TwoPhase::recover_degraded`]), nothing is read from it. Every stripe
-//! has one slot on each member (k + m = n), so a whole stripe shows one slot on every other
-//! member; a data slot's chunk field on the lost member is decoded from the parity field
-//! (the parity check then covers only the rows left over). A replica set found one copy
-//! short has its missing copy on the lost member. The lost member's slots these name are
-//! given free slot numbers there: the member serves nothing, and the rebuild onto a spare
-//! regenerates exactly those slots from the others.
+//! With members lost ([`TwoPhase::recover_degraded`], up to m with
+//! [`TwoPhase::recover_with`]), nothing is read from them. Every stripe has one slot on each
+//! member (k + m = n), so a whole stripe shows one slot on every other member; the data slots'
+//! chunk fields on the lost members are decoded from the parity fields (the parity check then
+//! covers only the rows left over). A replica set found as many copies short as it has lost
+//! members among the others had those copies there; one shorter still is replicated again.
+//! The lost members' slots these name are given free slot numbers there (a stripe's missing
+//! slots go to its lost members in order: which held which does not matter, as neither serves
+//! and a rebuild regenerates each from the others).
 //!
 //! A trim is not recorded, so a chunk trimmed whole may come back after a crash with the
 //! data it held (NBD allows a trimmed block to read back anything). Sequence numbers are 32
@@ -89,7 +91,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
-        Self::recover_with(config, two_phase, members, spares, None, true)
+        Self::recover_with(config, two_phase, members, spares, &[], true)
     }
 
     /// Recovers a volume whose member `failed` is lost (its device may be anything of the
@@ -102,10 +104,11 @@ impl<D: BlockDevice> TwoPhase<D> {
         spares: Vec<D>,
         failed: usize,
     ) -> Result<Self, ArrayError> {
-        Self::recover_with(config, two_phase, members, spares, Some(failed), true)
+        Self::recover_with(config, two_phase, members, spares, &[failed], true)
     }
 
-    /// [`recover`](Self::recover) or, with `failed`, [`recover_degraded`](Self::recover_degraded).
+    /// [`recover`](Self::recover) or, with members `failed` (up to m; the spares replace
+    /// them in the order given), [`recover_degraded`](Self::recover_degraded).
     /// `verify_data` reads every tagged copy and drops those whose data does not match the
     /// checksum in their tags, which only a crash of the host (not of the process) can
     /// leave: after an orderly stop, which synced everything, it may be skipped.
@@ -114,23 +117,38 @@ impl<D: BlockDevice> TwoPhase<D> {
         two_phase: TwoPhaseConfig,
         members: Vec<D>,
         spares: Vec<D>,
-        failed: Option<usize>,
+        failed: &[usize],
         verify_data: bool,
     ) -> Result<Self, ArrayError> {
-        if let Some(f) = failed.filter(|&f| f >= members.len()) {
-            return Err(ArrayError::Fail(f, "no such member".into()));
+        for (i, &f) in failed.iter().enumerate() {
+            if f >= members.len() {
+                return Err(ArrayError::Fail(f, "no such member".into()));
+            }
+            if failed[..i].contains(&f) {
+                return Err(ArrayError::Fail(f, "named twice as failed".into()));
+            }
         }
         let mut v = Self::new(config, two_phase, members, spares)?;
+        if failed.len() > v.m {
+            return Err(ArrayError::Fail(
+                failed[v.m],
+                format!(
+                    "the array tolerates {} failed members, and {} are lost",
+                    v.m,
+                    failed.len()
+                ),
+            ));
+        }
         v.make_recoverable()?;
-        // The lost member takes no writes while the map is rebuilt.
-        if let Some(f) = failed {
+        // The lost members take no writes while the map is rebuilt.
+        for &f in failed {
             v.members[f].state = MemberState::Failed;
         }
         let report = v
             .rebuild_map(failed, verify_data)
             .map_err(|e| ArrayError::Config(format!("two-phase recovery failed: {e}")))?;
         v.recovery = Some(report);
-        if let Some(f) = failed {
+        for &f in failed {
             if !v.spares.is_empty() {
                 v.members[f].device = v.spares.remove(0);
                 v.members[f].state = MemberState::Rebuilding {
@@ -150,7 +168,7 @@ impl<D: BlockDevice> TwoPhase<D> {
 
     fn rebuild_map(
         &mut self,
-        failed: Option<usize>,
+        failed: &[usize],
         verify_data: bool,
     ) -> Result<TwoPhaseRecovery, DeviceError> {
         let (k, m) = (self.k, self.m);
@@ -163,7 +181,7 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut stale: Vec<Slot> = Vec::new();
         let mut newest_seq: u32 = 0;
         for member in 0..self.members.len() {
-            if failed == Some(member) {
+            if failed.contains(&member) {
                 continue;
             }
             for slot in 0..self.slots_per_member {
@@ -265,17 +283,18 @@ impl<D: BlockDevice> TwoPhase<D> {
                     }
             })
         };
-        // Slots of the lost member that the tables name get free slot numbers there, in turn.
-        let mut next_lost_slot = 0u32;
+        // Slots of the lost members that the tables name get free slot numbers there, in
+        // turn.
+        let mut next_lost_slot = vec![0u32; self.members.len()];
         let mut lost_slot = |member: usize| -> Result<Slot, DeviceError> {
-            let slot = next_lost_slot;
+            let slot = next_lost_slot[member];
             if slot >= self.slots_per_member {
                 return Err(DeviceError::Unsupported(format!(
                     "member {member} would need more than its {} slots",
                     self.slots_per_member
                 )));
             }
-            next_lost_slot += 1;
+            next_lost_slot[member] += 1;
             Ok(Slot { member, slot })
         };
         // Rule 4: the tables, from the winners.
@@ -296,12 +315,13 @@ impl<D: BlockDevice> TwoPhase<D> {
                 stale.extend(found.iter().flatten().copied());
                 continue;
             }
+            // A whole stripe misses one slot per lost member (`whole_stripe`).
+            let mut lost = failed.iter().copied();
             let mut slots = Vec::with_capacity(found.len());
             for s in found {
-                slots.push(match (s, failed) {
-                    (Some(s), _) => *s,
-                    (None, Some(f)) => lost_slot(f)?,
-                    (None, None) => return Err(DeviceError::Failed),
+                slots.push(match s {
+                    Some(s) => *s,
+                    None => lost_slot(lost.next().ok_or(DeviceError::Failed)?)?,
                 });
             }
             let sid = self.stripes.len() as u32;
@@ -350,9 +370,15 @@ impl<D: BlockDevice> TwoPhase<D> {
                     slots.push(s);
                 }
             }
-            if let Some(f) = failed {
-                // A set one copy short had that copy on the lost member.
-                if slots.len() == m && !slots.iter().any(|s| s.member == f) {
+            // A set as many copies short as it has lost members among the others had those
+            // copies there; a set shorter still was cut short and is written again.
+            let elsewhere: Vec<usize> = failed
+                .iter()
+                .copied()
+                .filter(|&f| !slots.iter().any(|s| s.member == f))
+                .collect();
+            if !elsewhere.is_empty() && slots.len() + elsewhere.len() == m + 1 {
+                for f in elsewhere {
                     slots.push(lost_slot(f)?);
                 }
             }
@@ -416,16 +442,16 @@ impl<D: BlockDevice> TwoPhase<D> {
         Ok(data_sum(&buf) == sum)
     }
 
-    /// The slots (stripe order; None for the one on the lost member) and data chunk fields
+    /// The slots (stripe order; None for those on the lost members) and data chunk fields
     /// of a stripe whose tags show it was written whole (rule 2 of the module doc), or None.
     #[allow(clippy::type_complexity)]
     fn whole_stripe(
         &self,
         pieces: &[Piece],
-        failed: Option<usize>,
+        failed: &[usize],
     ) -> Result<Option<(Vec<Option<Slot>>, Vec<u32>)>, DeviceError> {
         let (k, m) = (self.k, self.m);
-        let expected = k + m - failed.is_some() as usize;
+        let expected = k + m - failed.len();
         if pieces.len() != expected {
             return Ok(None);
         }
@@ -446,25 +472,27 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut members: Vec<usize> = slots.iter().flatten().map(|s| s.member).collect();
         members.sort_unstable();
         members.dedup();
-        if members.len() != expected || failed.is_some_and(|f| members.contains(&f)) {
+        if members.len() != expected || members.iter().any(|m| failed.contains(m)) {
             return Ok(None);
         }
-        let missing = slots.iter().position(|s| s.is_none());
+        let missing: Vec<usize> = (0..k + m).filter(|&i| slots[i].is_none()).collect();
         let mut shards: Vec<[u8; 4]> = fields.iter().map(|f| f.to_le_bytes()).collect();
-        if let Some(lost) = missing {
-            // The lost member's field is decoded from the others (module doc).
-            let present: Vec<bool> = (0..k + m).map(|i| i != lost).collect();
+        if !missing.is_empty() {
+            // The lost members' fields are decoded from the others (module doc).
+            let present: Vec<bool> = (0..k + m).map(|i| !missing.contains(&i)).collect();
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
             self.codec
                 .reconstruct(&mut refs, &present)
                 .map_err(|_| DeviceError::Failed)?;
-            fields[lost] = u32::from_le_bytes(shards[lost]);
-            if lost < k && fields[lost] as usize >= self.map.len() {
-                return Ok(None);
+            for &lost in &missing {
+                fields[lost] = u32::from_le_bytes(shards[lost]);
+                if lost < k && fields[lost] as usize >= self.map.len() {
+                    return Ok(None);
+                }
             }
         }
         let refs: Vec<&[u8]> = shards[..k].iter().map(|d| d.as_slice()).collect();
-        for r in (0..m).filter(|&r| missing != Some(k + r)) {
+        for r in (0..m).filter(|&r| !missing.contains(&(k + r))) {
             let mut want = [0u8; 4];
             self.codec
                 .encode_row(r, &refs, &mut want)
@@ -520,18 +548,19 @@ mod tests {
     /// Power lost after `budget` medium-changing member commands (anywhere: inside a
     /// replication, a conversion or a cleaning). Returns what recovery found.
     fn crash_and_recover(level: Level, n: u32, seed: u64, budget: u64) -> TwoPhaseRecovery {
-        crash_and_recover_losing(level, n, seed, budget, None)
+        crash_and_recover_losing(level, n, seed, budget, &[], false)
     }
 
-    /// As [`crash_and_recover`]; with `lost = Some((member, spare))` that member's device is
-    /// replaced by a blank one recovery must not need, and a spare (if asked) is rebuilt in
-    /// its place to the end, after which nothing is lost either.
+    /// As [`crash_and_recover`]; the members `lost` have their devices replaced by blank ones
+    /// recovery must not need, and with `spare` as many spares are rebuilt in their places
+    /// to the end, after which nothing is lost either.
     fn crash_and_recover_losing(
         level: Level,
         n: u32,
         seed: u64,
         budget: u64,
-        lost: Option<(usize, bool)>,
+        lost: &[usize],
+        spare: bool,
     ) -> TwoPhaseRecovery {
         let devs = PowerCut::members((0..n as u64).map(ssd).collect(), budget);
         let mut volume =
@@ -547,20 +576,20 @@ mod tests {
             ..
         } = h;
         let mut members: Vec<Ssd> = volume.into_members().into_iter().map(|d| d.inner).collect();
-        let recovered = match lost {
-            None => TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![]),
-            Some((f, spare)) => {
-                // Anything read from the lost member's slot would be wrong.
-                members[f] = ssd(500 + seed % 100);
-                let spares = if spare { vec![ssd(900)] } else { vec![] };
-                TwoPhase::recover_degraded(
-                    config(level, n),
-                    TwoPhaseConfig::default(),
-                    members,
-                    spares,
-                    f,
-                )
+        let recovered = if lost.is_empty() {
+            TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
+        } else {
+            // Anything read from a lost member's slot would be wrong.
+            for (i, &f) in lost.iter().enumerate() {
+                members[f] = ssd(500 + i as u64 + seed % 100);
             }
+            let spares = if spare {
+                (0..lost.len() as u64).map(|i| ssd(900 + i)).collect()
+            } else {
+                vec![]
+            };
+            let (config, tp) = (config(level, n), TwoPhaseConfig::default());
+            TwoPhase::recover_with(config, tp, members, spares, lost, true)
         }
         .expect("recovery");
         let report = *recovered
@@ -574,7 +603,7 @@ mod tests {
         // The recovered volume keeps working: conversion, cleaning and the oracle again.
         h.random_ops(&mut rng, 600);
         h.check_all();
-        if let Some((_, true)) = lost {
+        if spare && !lost.is_empty() {
             for _ in 0..400 {
                 if !h.volume.rebuilding() {
                     break;
@@ -597,14 +626,55 @@ mod tests {
         for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
             for i in 0..8 {
                 let budget = rng.below(2500);
-                let lost = (rng.below(n as u64) as usize, i % 2 == 1);
-                let r = crash_and_recover_losing(level, n, rng.next_u64(), budget, Some(lost));
+                let lost = [rng.below(n as u64) as usize];
+                let r =
+                    crash_and_recover_losing(level, n, rng.next_u64(), budget, &lost, i % 2 == 1);
                 total.replicated_chunks += r.replicated_chunks;
                 total.stripes += r.stripes;
             }
         }
         assert!(total.replicated_chunks > 0, "{total:?}");
         assert!(total.stripes > 0, "{total:?}");
+    }
+
+    /// Every pair of a 4+2 volume's members lost with the power at a few cuts, then (with
+    /// spares) both rebuilt at once; and more lost members than parity rows are refused.
+    #[test]
+    fn recovery_with_two_lost_members_keeps_every_acknowledged_write() {
+        let mut total = TwoPhaseRecovery::default();
+        for budget in [0, 40, 700, 1500, 2400, 3900] {
+            for a in 0..6 {
+                for b in a + 1..6 {
+                    let spare = (a + b) % 2 == 0;
+                    let r = crash_and_recover_losing(
+                        Level::Raid6,
+                        6,
+                        budget + 5,
+                        budget,
+                        &[a, b],
+                        spare,
+                    );
+                    total.replicated_chunks += r.replicated_chunks;
+                    total.stripes += r.stripes;
+                }
+            }
+        }
+        assert!(total.replicated_chunks > 0, "{total:?}");
+        assert!(total.stripes > 0, "{total:?}");
+        let members = (0..4).map(ssd).collect();
+        let err = TwoPhase::recover_with(
+            config(Level::Raid5, 4),
+            TwoPhaseConfig::default(),
+            members,
+            vec![],
+            &[0, 1],
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("tolerates 1 failed members"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -948,8 +1018,21 @@ mod tests {
             spare in any::<bool>(),
         ) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-            let lost = ((seed % n as u64) as usize, spare);
-            crash_and_recover_losing(level, n, seed, budget, Some(lost));
+            let lost = [(seed % n as u64) as usize];
+            crash_and_recover_losing(level, n, seed, budget, &lost, spare);
+        }
+
+        /// With m = 2, two members lost with the power, with or without two spares.
+        #[test]
+        fn recovery_with_two_lost_members_at_random_points(
+            seed in any::<u64>(),
+            budget in 0u64..4000,
+            spare in any::<bool>(),
+            second in 1usize..6,
+        ) {
+            let first = (seed % 6) as usize;
+            let lost = [first, (first + second) % 6];
+            crash_and_recover_losing(Level::Raid6, 6, seed, budget, &lost, spare);
         }
     }
 }

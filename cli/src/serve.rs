@@ -382,23 +382,9 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     };
     // Positions whose member failed: the engines that recover from their members read
     // nothing from such a position's file.
+    // ScalaAFA and the two-phase engine recover with up to m of them (and say so when there
+    // are more).
     let lost = positions_to_fail(&record);
-    // ScalaAFA recovers with up to m lost members (it says so itself when there are more);
-    // the two-phase engine with one.
-    let lost_one = match lost.as_slice() {
-        [] => None,
-        [p] => Some(*p),
-        more => {
-            if two_phase.is_some() {
-                return Err(format!(
-                    "{} recovers with at most one lost member, but member positions {more:?} are failed or rebuilding in {}",
-                    engine_name(&spec.choice, engine.level),
-                    state.dir().join("members.txt").display()
-                ));
-            }
-            None
-        }
-    };
     let description = format!(
         "afa: {} over {} emulated SSDs kept in {}",
         engine_name(&spec.choice, engine.level),
@@ -468,7 +454,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             })
         } else {
             let verify = state.unclean();
-            TwoPhase::recover_with(engine, two_phase, members, spares, lost_one, verify)
+            TwoPhase::recover_with(engine, two_phase, members, spares, &lost, verify)
         }
         .map_err(|e| e.to_string())?;
         if let Some(r) = volume.recovery() {
