@@ -230,6 +230,33 @@ pub enum ArrayError {
     Resync(String),
 }
 
+/// Checks the members a recovery is told the power loss also took: each one of the
+/// `members`, none named twice, and no more than the `m` failures the code tolerates.
+pub(crate) fn check_lost_members(
+    failed: &[usize],
+    members: usize,
+    m: usize,
+) -> Result<(), ArrayError> {
+    for (i, &f) in failed.iter().enumerate() {
+        if f >= members {
+            return Err(ArrayError::Fail(f, "no such member".into()));
+        }
+        if failed[..i].contains(&f) {
+            return Err(ArrayError::Fail(f, "named twice as failed".into()));
+        }
+    }
+    if failed.len() > m {
+        return Err(ArrayError::Fail(
+            failed[m],
+            format!(
+                "the array tolerates {m} failed members, and {} are lost",
+                failed.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Flushes every given member device, counting one member command each in `work`; returns
 /// when the last flush completes. Every engine's FLUSH ends here, over its serving members.
 pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(

@@ -120,25 +120,8 @@ impl<D: BlockDevice> TwoPhase<D> {
         failed: &[usize],
         verify_data: bool,
     ) -> Result<Self, ArrayError> {
-        for (i, &f) in failed.iter().enumerate() {
-            if f >= members.len() {
-                return Err(ArrayError::Fail(f, "no such member".into()));
-            }
-            if failed[..i].contains(&f) {
-                return Err(ArrayError::Fail(f, "named twice as failed".into()));
-            }
-        }
         let mut v = Self::new(config, two_phase, members, spares)?;
-        if failed.len() > v.m {
-            return Err(ArrayError::Fail(
-                failed[v.m],
-                format!(
-                    "the array tolerates {} failed members, and {} are lost",
-                    v.m,
-                    failed.len()
-                ),
-            ));
-        }
+        crate::check_lost_members(failed, v.members.len(), v.m)?;
         v.make_recoverable()?;
         // The lost members take no writes while the map is rebuilt.
         for &f in failed {

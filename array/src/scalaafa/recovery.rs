@@ -10,7 +10,9 @@
 //!
 //! With members lost (up to m), their primaries are named by their backups or decoded from
 //! their stripes' tags, and chunks left only in backups no group can be bound to are written
-//! again (see [`ScalaAfa::recover_degraded`] and [`ScalaAfa::recover_without`]).
+//! again (see [`ScalaAfa::recover_degraded`] and [`ScalaAfa::recover_without`]). A parity
+//! chunk whose tag and data are both zeroes was trimmed when its stripe was freed and is
+//! not decoded with.
 //!
 //! With checkpoints (`checkpoint_interval_ms`) and members that keep whole sectors, the walk
 //! starts from the newest whole checkpoint: the stripes it found striped take their chunks
@@ -65,7 +67,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// from the stripe's surviving tags. The spares replace the failed members in the order
     /// given. With m members lost a decode has no parity row left over to check it by, so a
     /// stripe the power cut in mid-free is told from a whole one by the decoded tags' kind
-    /// and slot alone.
+    /// and slot, and by a parity chunk trimmed to zeroes, tag and data, which is not decoded
+    /// with (see `rebuild_tables`).
     pub fn recover_without(
         config: ArrayConfig,
         scala: ScalaAfaConfig,
@@ -73,14 +76,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
         spares: Vec<D>,
         failed: &[usize],
     ) -> Result<Self, ArrayError> {
-        for (i, &f) in failed.iter().enumerate() {
-            if f >= members.len() {
-                return Err(ArrayError::Fail(f, "no such member".into()));
-            }
-            if failed[..i].contains(&f) {
-                return Err(ArrayError::Fail(f, "named twice as failed".into()));
-            }
-        }
         Self::recover_inner(config, scala, members, spares, failed)
     }
 
@@ -97,16 +92,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 "recovery needs members that keep OOB tags (payload token or full)".into(),
             ));
         }
-        if failed.len() > v.m {
-            return Err(ArrayError::Fail(
-                failed[v.m],
-                format!(
-                    "the array tolerates {} failed members, and {} are lost",
-                    v.m,
-                    failed.len()
-                ),
-            ));
-        }
+        crate::check_lost_members(failed, v.members.len(), v.m)?;
         // The failed members take no writes while the tables are rebuilt (closing open
         // groups trims their unwritten slots), then spares, if any, replace them.
         for &f in failed {
