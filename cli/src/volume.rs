@@ -1,13 +1,13 @@
 //! Building the configured volume: one SSD, or an array engine over monitored SSDs. `afa
 //! run`, `afa reproduce` and serve mode all build volumes here, so an engine is wired once.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use afa_array::{
     Array, ArrayConfig, LogRaid, LogRaidConfig, ScalaAfa, ScalaAfaConfig, Swan, SwanConfig,
     TwoPhase, TwoPhaseConfig,
 };
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use afa_host::{Monitored, RunOptions, Workload};
 use afa_nand::{fill_unit, sector_token};
 use afa_sim::{SimRng, TimeNs};

@@ -1468,8 +1468,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         // stripe recovery found between its parity rows until the host has written the rows
         // still missing (their VHs are kept until then; the others are NONE). One whose
         // member is not collecting garbage is preferred.
-        let half_converted = s.state == HhState::Striped && !s.vhs.is_empty();
-        let replica = if matches!(s.state, HhState::Open | HhState::Full) || half_converted {
+        let vhs_held = matches!(s.state, HhState::Open | HhState::Full)
+            || (s.state == HhState::Striped && s.vhs.iter().any(|&vh| vh != NONE));
+        let replica = if vhs_held {
             let serving: Vec<(usize, u64)> = (0..self.m)
                 .filter_map(|r| {
                     let p = self.parity_member(stripe, r);

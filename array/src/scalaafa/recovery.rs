@@ -42,7 +42,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         members: Vec<D>,
         spares: Vec<D>,
     ) -> Result<Self, ArrayError> {
-        Self::recover_inner(config, scala, members, spares, &[])
+        Self::recover_without(config, scala, members, spares, &[])
     }
 
     /// Recovers a volume after a power loss that also took member `failed` (it may be any
@@ -70,16 +70,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// and slot, and by a parity chunk trimmed to zeroes, tag and data, which is not decoded
     /// with (see `rebuild_tables`).
     pub fn recover_without(
-        config: ArrayConfig,
-        scala: ScalaAfaConfig,
-        members: Vec<D>,
-        spares: Vec<D>,
-        failed: &[usize],
-    ) -> Result<Self, ArrayError> {
-        Self::recover_inner(config, scala, members, spares, failed)
-    }
-
-    fn recover_inner(
         config: ArrayConfig,
         scala: ScalaAfaConfig,
         members: Vec<D>,
@@ -590,9 +580,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
         debug_assert!(done <= self.rows as usize);
         // The parity rows a cut conversion did not write, from the primaries, before the
-        // backups that stood in for them are trimmed.
-        // A failed data member's chunk is read from its backup in the VHs those rows still
-        // hold (two lost data members leave too few shards to decode it). Those VHs are
+        // backups that stood in for them are trimmed. A failed data member's chunk is read
+        // from its backup in the VHs those rows still hold (two lost data members leave too
+        // few shards to decode it). Those VHs are
         // already in the free lists, as a converted stripe's are, and nothing is granted
         // before the conversion has trimmed them; the stripe forgets them once it is whole.
         for row in half_converted {
