@@ -381,9 +381,8 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         _ => open_files(&spare_files)?,
     };
     // Positions whose member failed: the engines that recover from their members read
-    // nothing from such a position's file.
-    // ScalaAFA and the two-phase engine recover with up to m of them (and say so when there
-    // are more).
+    // nothing from such a position's file. ScalaAFA and the two-phase engine recover with
+    // up to m of them, and refuse more, naming them.
     let lost = positions_to_fail(&record);
     let description = format!(
         "afa: {} over {} emulated SSDs kept in {}",
