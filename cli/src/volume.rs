@@ -379,7 +379,9 @@ pub fn precondition(
 }
 
 /// A closed loop of writes at a fixed queue depth: each write is submitted when the
-/// earliest outstanding one completes, once `queue_depth` are outstanding.
+/// earliest outstanding one completes, once `queue_depth` are outstanding. The fill does not
+/// go through the host driver (`afa_host::run`, as aging does) because its oracle gives every
+/// write a new version, and the fill must leave version 0 everywhere for the measured run's.
 struct Filler<'d> {
     device: &'d mut dyn BlockDevice,
     queue_depth: usize,

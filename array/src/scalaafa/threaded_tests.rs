@@ -448,13 +448,13 @@ impl BlockDevice for Collecting {
     }
 }
 
-/// §5.3 on threads: a read whose home member reports garbage collection goes to a calm
-/// replica while its group is in replication, and to the primary once the replica's tags
-/// no longer name the chunk (its stripe converted in the idle time between the rounds).
-/// Every read is checked, and the orderly stop's table check still holds.
-#[test]
-fn threads_read_replicas_while_a_home_member_collects_garbage() {
-    let engine = volume(Level::Raid5, 5, 2);
+/// `engine`'s volume on threads over [`Collecting`] members: member i reports garbage
+/// collection when `gc(i)`, and no member can correct its sectors below `unreadable_below`.
+fn on_collecting_members(
+    engine: ScalaAfa<Ssd>,
+    gc: impl Fn(usize) -> bool,
+    unreadable_below: u64,
+) -> ThreadedScalaAfa<Collecting> {
     let (config, scala) = (engine.config.clone(), engine.scala.clone());
     let members = engine
         .into_members()
@@ -462,14 +462,23 @@ fn threads_read_replicas_while_a_home_member_collects_garbage() {
         .enumerate()
         .map(|(i, inner)| Collecting {
             inner,
-            gc: i == 1,
-            unreadable_below: 0,
+            gc: gc(i),
+            unreadable_below,
         })
         .collect();
-    let v = ScalaAfa::new(config, scala, members, vec![])
+    ScalaAfa::new(config, scala, members, vec![])
         .unwrap()
         .into_threads()
-        .expect("threads start");
+        .expect("threads start")
+}
+
+/// §5.3 on threads: a read whose home member reports garbage collection goes to a calm
+/// replica while its group is in replication, and to the primary once the replica's tags
+/// no longer name the chunk (its stripe converted in the idle time between the rounds).
+/// Every read is checked, and the orderly stop's table check still holds.
+#[test]
+fn threads_read_replicas_while_a_home_member_collects_garbage() {
+    let v = on_collecting_members(volume(Level::Raid5, 5, 2), |i| i == 1, 0);
     let chunk = v.chunk_sectors() as u64;
     let mut oracle = Oracle::new();
     for round in 0..3u64 {
@@ -514,21 +523,8 @@ fn threads_read_replicas_while_a_home_member_collects_garbage() {
 #[test]
 fn threads_read_a_replica_when_the_primary_cannot_be_corrected() {
     let engine = volume(Level::Raid5, 5, 1);
-    let (config, scala) = (engine.config.clone(), engine.scala.clone());
     let hh_area = engine.rows as u64 * engine.chunk_sectors() as u64;
-    let members = engine
-        .into_members()
-        .into_iter()
-        .map(|inner| Collecting {
-            inner,
-            gc: false,
-            unreadable_below: hh_area,
-        })
-        .collect();
-    let v = ScalaAfa::new(config, scala, members, vec![])
-        .unwrap()
-        .into_threads()
-        .expect("threads start");
+    let v = on_collecting_members(engine, |_| false, hh_area);
     let chunk = v.chunk_sectors() as u64;
     for c in 0..3 {
         let data: Vec<u8> = (c * chunk..(c + 1) * chunk)
