@@ -7,8 +7,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A scratch directory that is removed when its test ends without a panic; a failed test
+/// keeps its files to look at. Every run would otherwise leave its images and state
+/// directories (up to 120 MB each) in the target directory.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A fresh directory under cargo's target tmpdir, unique to this process and moment.
-pub fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "serve-{name}-{}-{}",
         std::process::id(),
@@ -18,7 +38,7 @@ pub fn scratch(name: &str) -> PathBuf {
             .as_nanos()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// A running `afa serve`, killed (SIGKILL) if still running when dropped.
@@ -121,7 +141,7 @@ pub fn qemu_io<S: AsRef<str>>(uri: &str, commands: &[S]) {
 /// A volume's configuration, its socket and its state directory in a scratch directory.
 pub struct Setup {
     /// The scratch directory holding the rest.
-    pub dir: PathBuf,
+    pub dir: Scratch,
     pub config: PathBuf,
     pub socket: PathBuf,
     pub state: PathBuf,

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use afa_serve::proto::*;
@@ -90,8 +90,28 @@ pub fn run(program: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// A scratch directory that is removed when its test ends without a panic; a failed test
+/// keeps its files to look at. Every run would otherwise leave its images and state
+/// directories (up to 120 MB each) in the target directory.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A fresh scratch directory under the target directory.
-pub fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -101,7 +121,7 @@ pub fn scratch(name: &str) -> PathBuf {
             .as_nanos()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 pub fn tcp_addr(server: &RunningServer) -> std::net::SocketAddr {
