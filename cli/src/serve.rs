@@ -758,6 +758,11 @@ pub mod bench_serve {
         /// Unlike IOPS it hardly depends on what else the machine runs, so it compares the
         /// servers' efficiency even on a loaded host.
         server_cpu_us_per_request: f64,
+        /// fio's own CPU time (its job thread, user + system) per request, from the
+        /// `usr_cpu` and `sys_cpu` percentages it reports. On a two-core machine fio takes
+        /// about a core, so what a server makes the client spend per request bounds the
+        /// throughput as much as what the server spends itself.
+        client_cpu_us_per_request: f64,
     }
 
     /// CPU seconds (user + system, all threads) a process has used so far, from
@@ -856,10 +861,14 @@ pub mod bench_serve {
             (Some(a), Some(b)) if requests > 0.0 => (b - a) * 1e6 / requests,
             _ => f64::NAN,
         };
+        let client_cpu_fraction = (report["jobs"][0]["usr_cpu"].as_f64().unwrap_or(f64::NAN)
+            + report["jobs"][0]["sys_cpu"].as_f64().unwrap_or(f64::NAN))
+            / 100.0;
         Ok(FioFigures {
             iops,
             mb_s: write["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
             server_cpu_us_per_request,
+            client_cpu_us_per_request: client_cpu_fraction * 1e6 / iops.max(f64::MIN_POSITIVE),
         })
     }
 
@@ -1000,10 +1009,13 @@ pub mod bench_serve {
                     afa.iops, nbdkit.iops, iops_ratio, afa.mb_s, nbdkit.mb_s, mb_ratio
                 );
                 cpu_lines.push(format!(
-                    "{job:<18} {device:<14} {:>10.1} {:>10.1} {:>6.2}x",
+                    "{job:<18} {device:<14} {:>10.1} {:>10.1} {:>6.2}x {:>10.1} {:>10.1} {:>6.2}x",
                     afa.server_cpu_us_per_request,
                     nbdkit.server_cpu_us_per_request,
-                    afa.server_cpu_us_per_request / nbdkit.server_cpu_us_per_request
+                    afa.server_cpu_us_per_request / nbdkit.server_cpu_us_per_request,
+                    afa.client_cpu_us_per_request,
+                    nbdkit.client_cpu_us_per_request,
+                    afa.client_cpu_us_per_request / nbdkit.client_cpu_us_per_request
                 ));
                 results.push(serde_json::json!({
                     "job": job,
@@ -1018,10 +1030,12 @@ pub mod bench_serve {
         println!(
             "worst ratio afa in-memory device / nbdkit memory: {worst:.2}x (target at least 1.00x)"
         );
-        println!("server CPU per request (user + system, all threads; median-IOPS run), µs:");
         println!(
-            "{:<18} {:<14} {:>10} {:>10} {:>7}",
-            "job", "afa device", "afa", "nbdkit", "ratio"
+            "CPU per request (user + system; median-IOPS run), µs: the server (all its threads), then fio against it:"
+        );
+        println!(
+            "{:<18} {:<14} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",
+            "job", "afa device", "afa", "nbdkit", "ratio", "fio→afa", "fio→nbdkit", "ratio"
         );
         for line in cpu_lines {
             println!("{line}");

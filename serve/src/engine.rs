@@ -1012,6 +1012,12 @@ impl EngineSender {
         }
     }
 
+    /// Whether the volume runs threads of its own (ScalaAFA's I/O threads, daemon and
+    /// member agents), so that applying a burst waits for them rather than working.
+    pub fn runs_own_threads(&self) -> bool {
+        matches!(self.kind, SenderKind::Shared(_))
+    }
+
     /// Unpaced engines only: applies a burst of jobs on the calling thread, writes taking
     /// their payloads from `burst`, and returns the replies in order. A paced engine, whose
     /// replies wait for the wall clock and so go through [`EngineSender::submit`], refuses

@@ -20,7 +20,7 @@ use crate::engine::{
 use crate::proto::{ExportInfo, Limits, Negotiation, Request};
 use crate::session::{
     handshake, read_requests, rejected_reply, write_reply, BurstBuffer, BurstReader, End, Incoming,
-    Parsed, SessionError,
+    Linger, Parsed, SessionError,
 };
 use crate::{log, ServeError, SharedVolume};
 
@@ -142,6 +142,25 @@ impl Conn {
             Conn::Tcp(s) => s.shutdown(Shutdown::Both),
             Conn::Unix(s) => s.shutdown(Shutdown::Both),
         };
+    }
+    /// Bytes received and not yet read (the FIONREAD ioctl, which both TCP and Unix
+    /// stream sockets answer); 0 when the socket cannot tell.
+    #[allow(unsafe_code)]
+    fn pending_bytes(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Conn::Tcp(s) => s.as_raw_fd(),
+            Conn::Unix(s) => s.as_raw_fd(),
+        };
+        let mut pending: libc::c_int = 0;
+        // SAFETY: `fd` is this connection's open socket for the whole call, and FIONREAD
+        // writes one c_int through the pointer, which points at `pending`.
+        let status = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending as *mut libc::c_int) };
+        if status < 0 {
+            0
+        } else {
+            usize::try_from(pending).unwrap_or(0)
+        }
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
@@ -677,21 +696,42 @@ fn describe(end: End) -> String {
     }
 }
 
-/// Threads that take turns at one unpaced connection (see [`transmission_inline`]).
-const INLINE_TURN_THREADS: usize = 2;
+/// Threads that take turns at one unpaced connection (see [`transmission_inline`]) over a
+/// device the connection's thread applies requests to itself.
+const INLINE_TURN_THREADS: usize = 1;
+
+/// Threads that take turns at one unpaced connection over a volume with threads of its own:
+/// while one waits for the volume's threads to apply its burst, the other reads and hands
+/// over the next (ScalaAFA, two fio jobs at QD 32 over two I/O threads: 5.2–5.4 K IOPS and
+/// 744–819 MB/s with two, 4.6–4.9 K and 672–730 MB/s with one).
+const SHARED_TURN_THREADS: usize = 2;
+
+/// How an unpaced connection's burst waits for more of the client's requests (see
+/// [`Linger`]): while they keep arriving at most 10 µs apart, for at most 80 µs. Of the
+/// quiet times measured with `afa bench serve` (2, 6, 10 and 20 µs), 10 µs served the most
+/// requests per CPU second on both sides (docs/serve.md, "Benchmark").
+const INLINE_LINGER: Linger = Linger {
+    quiet_ns: 10_000,
+    max_ns: 80_000,
+};
 
 /// Unpaced transmission. A reply may leave as soon as the engine has applied its request,
 /// so no engine thread is involved: the connection's own threads read a burst, apply it to
 /// the engine themselves and write the replies, with no hand-off of requests between
-/// threads on the request path (which matters on a busy host). Two threads take turns
-/// (leader/follower): one holds the reading side and waits for the next burst while the
-/// other applies the previous burst and writes its replies, so reading the client's next
-/// requests overlaps with serving the last ones, as nbdkit's worker threads overlap them.
-/// Meanwhile the client's next requests gather in the socket and make the next burst
-/// larger. A connection holds at most `INLINE_TURN_THREADS` bursts of `MAX_BURST_JOBS`.
-/// Replies of different bursts may leave in either order, which NBD allows: a request
-/// is not ordered against another still in flight, and a FLUSH covers the writes already
-/// replied to, all of which were applied before their replies were written.
+/// threads on the request path (which matters on a busy host). `INLINE_TURN_THREADS`
+/// threads (`SHARED_TURN_THREADS` over a volume with threads of its own) take turns
+/// (leader/follower): one holds the reading side and waits for the next burst while another
+/// applies the previous burst and writes its replies. A burst lingers for the client's
+/// requests while they keep arriving (`INLINE_LINGER`), and while the connection serves a
+/// burst the next requests gather in the socket without waking anyone. A device gets one
+/// thread: with two, the second waited in `read` while the first served, so almost every
+/// request the client sent woke it (bursts of one or two), and the client's sends paid for
+/// those wake-ups; with lingering, one thread served more per CPU second on both sides
+/// (docs/serve.md, "Benchmark"). A connection holds at most one burst of `MAX_BURST_JOBS`
+/// per turn thread. Replies of different bursts may leave in either order, which NBD
+/// allows: a request is not ordered against another still in flight, and a FLUSH covers
+/// the writes already replied to, all of which were applied before their replies were
+/// written.
 fn transmission_inline(
     conn: Conn,
     reader: BufReader<Conn>,
@@ -702,7 +742,9 @@ fn transmission_inline(
     let (pool_tx, pool_rx) = crossbeam_channel::bounded::<Vec<u8>>(POOLED_BUFFERS);
     // What the handshake's reader holds beyond the last option belongs to the first
     // requests; from here on requests are read in place into each turn's burst buffer.
-    let reader = BurstReader::new(reader.get_ref().try_clone()?, reader.buffer());
+    let pending = conn.try_clone()?;
+    let reader = BurstReader::new(reader.get_ref().try_clone()?, reader.buffer())
+        .with_linger(INLINE_LINGER, Box::new(move || pending.pending_bytes()));
     let turns = Turns {
         reader: std::sync::Mutex::new(ReadSide {
             reader,
@@ -719,7 +761,12 @@ fn transmission_inline(
         pool_rx,
     };
     std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..INLINE_TURN_THREADS)
+        let turn_threads = if shared.engine.runs_own_threads() {
+            SHARED_TURN_THREADS
+        } else {
+            INLINE_TURN_THREADS
+        };
+        let helpers: Vec<_> = (1..turn_threads)
             .filter_map(|_| {
                 std::thread::Builder::new()
                     .name("afa-conn-turn".into())

@@ -3,6 +3,7 @@
 //! sockets and tests and the fuzz target run them on in-memory buffers.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::time::Instant;
 
 use crate::engine::{Failure, Reply};
 use crate::proto::{
@@ -172,6 +173,66 @@ impl BurstBuffer {
     }
 }
 
+/// How long a burst waits for more of a client's requests once its first bytes have come
+/// in: as long as new bytes keep arriving at most `quiet_ns` apart, and at most `max_ns`
+/// after the read that brought the first ones.
+///
+/// A client that keeps many requests in flight sends them one system call each, so a
+/// reader that takes only what is there at once serves bursts of one or two requests and
+/// pays a read, a reply write and a wake-up for each. The client pays too: every request it
+/// sends to a reader asleep in `read` wakes that reader from inside the client's own send.
+/// Waiting a few microseconds while requests are still arriving gathers them into one
+/// burst (interrupt coalescing, as NICs and NAPI do it). A client that keeps only a few
+/// requests in flight is better served without waiting (`MIN_LINGER_BURST_REQUESTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Linger {
+    pub quiet_ns: u64,
+    pub max_ns: u64,
+}
+
+/// How many bytes the stream holds that a read would return at once (0 when it cannot
+/// tell).
+pub type PendingBytes = Box<dyn Fn() -> usize + Send>;
+
+/// Lingering pays when a client keeps many requests in flight. With few, the time the
+/// client takes to send the rest of them is better spent serving the first: a burst that
+/// lingered until no more came and holds fewer requests than this makes the reader stop
+/// lingering for a while (see [`BurstReader::linger`]).
+const MIN_LINGER_BURST_REQUESTS: usize = 8;
+
+/// The most reads a reader takes without lingering after bursts that brought too few.
+const MAX_LINGER_SKIP_READS: u32 = 64;
+
+/// A [`Linger`] window, the stream's [`PendingBytes`], and whether the reader lingers.
+struct Lingering {
+    window: Linger,
+    pending: PendingBytes,
+    /// How the burst being read stopped lingering (`None`: it did not linger).
+    stopped: Option<LingerStop>,
+    /// Reads still to take without lingering.
+    skip_reads: u32,
+    /// How many reads the last short burst made the reader skip (0 after a long one).
+    skip_after_short: u32,
+}
+
+/// Why a burst stopped lingering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LingerStop {
+    /// No new byte came for the quiet time: the client had nothing more in flight.
+    Quiet,
+    /// The buffer filled or the time ran out while bytes kept coming.
+    Full,
+}
+
+impl std::fmt::Debug for Lingering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lingering")
+            .field("window", &self.window)
+            .field("skip_reads", &self.skip_reads)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Reads requests in bursts straight into a caller's [`BurstBuffer`] and parses them where
 /// they lie, so a write's payload is copied once, from the buffer into the device, instead
 /// of first from a stream buffer into a payload buffer. Bytes of a request that a read cut
@@ -179,6 +240,9 @@ impl BurstBuffer {
 #[derive(Debug)]
 pub struct BurstReader<R> {
     inner: R,
+    /// How a burst waits for more requests once its first bytes have come in (none: it
+    /// takes only what one read returns).
+    linger: Option<Lingering>,
     /// Bytes read past the last whole request of the previous burst.
     carry: Vec<u8>,
     /// Payload bytes of a rejected write still to be dropped from the stream.
@@ -194,10 +258,24 @@ impl<R: Read> BurstReader<R> {
     pub fn new(inner: R, buffered: &[u8]) -> Self {
         BurstReader {
             inner,
+            linger: None,
             carry: buffered.to_vec(),
             discard: 0,
             rejected: None,
         }
+    }
+
+    /// Makes every read that brings new bytes wait for more while they keep arriving, as
+    /// `window` says; `pending` tells how many bytes the stream holds.
+    pub fn with_linger(mut self, window: Linger, pending: PendingBytes) -> Self {
+        self.linger = Some(Lingering {
+            window,
+            pending,
+            stopped: None,
+            skip_reads: 0,
+            skip_after_short: 0,
+        });
+        self
     }
 
     /// Reads one burst into `buf`: waits for the first whole request, then takes every
@@ -305,13 +383,15 @@ impl<R: Read> BurstReader<R> {
         if matches!(result, Ok(None)) {
             self.carry.extend_from_slice(&buf.bytes[pos..buf.filled]);
         }
+        self.burst_read(out.len() - first);
         result
     }
 
-    /// Reads once from the stream into `buf`, first making room for `need` bytes from
-    /// `pos` on. Only called while nothing of this burst is parsed, so the unparsed bytes
-    /// can move to the front of the buffer (no payload range points into it yet). Returns
-    /// the bytes read; 0 at the end of the stream.
+    /// Reads once from the stream into `buf` (and lingers for more, when the reader was
+    /// given a [`Linger`]), first making room for `need` bytes from `pos` on. Only called
+    /// while nothing of this burst is parsed, so the unparsed bytes can move to the front of
+    /// the buffer (no payload range points into it yet). Returns the bytes read; 0 at the
+    /// end of the stream.
     fn fill(
         &mut self,
         buf: &mut BurstBuffer,
@@ -324,15 +404,88 @@ impl<R: Read> BurstReader<R> {
             *pos = 0;
         }
         buf.reserve(need.saturating_sub(buf.filled).max(BURST_READ_BYTES));
-        loop {
-            match self.inner.read(&mut buf.bytes[buf.filled..]) {
-                Ok(n) => {
-                    buf.filled += n;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+        let n = read_into(&mut self.inner, buf)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        Ok(n + self.linger(buf)?)
+    }
+
+    /// After a read that brought bytes, waits while more keep arriving (see [`Linger`])
+    /// and reads them too. Returns the bytes read.
+    ///
+    /// A burst that lingered until no more came and still holds fewer than
+    /// `MIN_LINGER_BURST_REQUESTS` requests means the client keeps few in flight (one, for
+    /// a client that waits for each reply), and every wait adds to their latency; so the
+    /// reader then takes the next reads without lingering, one after the first such burst
+    /// and twice as many after each further one (up to `MAX_LINGER_SKIP_READS`), until a
+    /// burst that lingers brings enough again ([`Self::burst_read`]).
+    fn linger(&mut self, buf: &mut BurstBuffer) -> Result<usize, SessionError> {
+        let Some(l) = &mut self.linger else {
+            return Ok(0);
+        };
+        if l.skip_reads > 0 {
+            l.skip_reads -= 1;
+            return Ok(0);
+        }
+        let room = buf.bytes.len() - buf.filled;
+        let start = Instant::now();
+        let mut seen = (l.pending)();
+        let mut changed = start;
+        l.stopped = Some(LingerStop::Full);
+        while seen < room {
+            let now = Instant::now();
+            if now.duration_since(start).as_nanos() >= u128::from(l.window.max_ns) {
+                break;
             }
+            if now.duration_since(changed).as_nanos() >= u128::from(l.window.quiet_ns) {
+                l.stopped = Some(LingerStop::Quiet);
+                break;
+            }
+            std::hint::spin_loop();
+            let now_pending = (l.pending)();
+            if now_pending != seen {
+                seen = now_pending;
+                changed = Instant::now();
+            }
+        }
+        if seen == 0 || room == 0 {
+            return Ok(0);
+        }
+        // The bytes are in the stream already and only this thread reads it, so the read
+        // returns at once.
+        Ok(read_into(&mut self.inner, buf)?)
+    }
+
+    /// Called once a burst of `requests` requests is read: a burst that lingered until no
+    /// more came and holds fewer than `MIN_LINGER_BURST_REQUESTS` makes the next reads skip
+    /// lingering; any other burst that lingered ends the skipping.
+    fn burst_read(&mut self, requests: usize) {
+        let Some(l) = &mut self.linger else {
+            return;
+        };
+        let Some(stopped) = l.stopped.take() else {
+            return;
+        };
+        if stopped == LingerStop::Quiet && requests < MIN_LINGER_BURST_REQUESTS {
+            l.skip_after_short = (l.skip_after_short * 2).clamp(1, MAX_LINGER_SKIP_READS);
+            l.skip_reads = l.skip_after_short;
+        } else {
+            l.skip_after_short = 0;
+        }
+    }
+}
+
+/// One read into the free part of `buf`, retried when a signal interrupts it.
+fn read_into<R: Read>(inner: &mut R, buf: &mut BurstBuffer) -> io::Result<usize> {
+    loop {
+        match inner.read(&mut buf.bytes[buf.filled..]) {
+            Ok(n) => {
+                buf.filled += n;
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }

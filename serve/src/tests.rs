@@ -796,3 +796,196 @@ fn an_uncorrectable_read_is_answered_with_eio() {
     }
     assert!(failed > 0 && good > 0, "{failed} failed, {good} read");
 }
+
+/// A socket as a lingering reader sees it: the `arrived` bytes can be read at once, and
+/// each look at how many are pending lets the next of the `queued` requests arrive, as if
+/// the client sent one while the reader waited. A read of an empty socket waits for (takes)
+/// the next queued request; with none left the stream ends.
+#[derive(Clone, Default)]
+struct Wire {
+    state: std::sync::Arc<std::sync::Mutex<WireState>>,
+}
+
+#[derive(Default)]
+struct WireState {
+    arrived: std::collections::VecDeque<u8>,
+    queued: std::collections::VecDeque<Vec<u8>>,
+    /// Requests that may still arrive while the reader lingers (the rest only when it
+    /// reads again).
+    arrive_while_lingering: usize,
+}
+
+impl Wire {
+    fn new(requests: Vec<Vec<u8>>, arrive_while_lingering: usize) -> Self {
+        let wire = Wire::default();
+        wire.send(requests, arrive_while_lingering);
+        wire
+    }
+
+    /// The client sends `requests`; `arrive_while_lingering` of them come while the reader
+    /// waits, the rest when it reads.
+    fn send(&self, requests: Vec<Vec<u8>>, arrive_while_lingering: usize) {
+        let mut s = self.state.lock().unwrap();
+        s.queued.extend(requests);
+        s.arrive_while_lingering = arrive_while_lingering;
+    }
+
+    fn pending(&self) -> usize {
+        let mut s = self.state.lock().unwrap();
+        if s.arrive_while_lingering > 0 {
+            if let Some(next) = s.queued.pop_front() {
+                s.arrived.extend(next);
+                s.arrive_while_lingering -= 1;
+            }
+        }
+        s.arrived.len()
+    }
+}
+
+impl std::io::Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = self.state.lock().unwrap();
+        if s.arrived.is_empty() {
+            if let Some(next) = s.queued.pop_front() {
+                s.arrived.extend(next);
+            }
+        }
+        let n = buf.len().min(s.arrived.len());
+        for (dst, src) in buf.iter_mut().zip(s.arrived.drain(..n)) {
+            *dst = src;
+        }
+        Ok(n)
+    }
+}
+
+/// A reader of `wire`, lingering as `linger` says (not at all for `None`).
+fn wire_reader(
+    wire: &Wire,
+    linger: Option<crate::session::Linger>,
+) -> crate::session::BurstReader<Wire> {
+    let mut reader = crate::session::BurstReader::new(wire.clone(), &[]);
+    if let Some(window) = linger {
+        let probe = wire.clone();
+        reader = reader.with_linger(window, Box::new(move || probe.pending()));
+    }
+    reader
+}
+
+/// Reads the next burst and returns the handles it parsed.
+fn next_burst(reader: &mut crate::session::BurstReader<Wire>) -> Vec<u64> {
+    use crate::session::{BurstBuffer, Parsed};
+    let limits = Limits {
+        size_bytes: 1 << 30,
+        max_request_bytes: 1 << 20,
+        structured_replies: false,
+    };
+    let mut buf = BurstBuffer::default();
+    let mut parsed = Vec::new();
+    reader
+        .read_burst(&mut buf, &limits, 64, &mut parsed)
+        .unwrap();
+    parsed
+        .iter()
+        .map(|p| match p {
+            Parsed::Job { handle, .. } | Parsed::Rejected { handle, .. } => *handle,
+        })
+        .collect()
+}
+
+/// The first burst of a reader of `wire`.
+fn one_burst(wire: &Wire, linger: Option<crate::session::Linger>) -> Vec<u64> {
+    next_burst(&mut wire_reader(wire, linger))
+}
+
+/// 4 KiB writes, each its own request, handles 1..=n.
+fn small_writes(n: u64) -> Vec<Vec<u8>> {
+    small_writes_from(1, n)
+}
+
+/// `n` 4 KiB writes with handles from `first` on.
+fn small_writes_from(first: u64, n: u64) -> Vec<Vec<u8>> {
+    (first..first + n)
+        .map(|h| {
+            let mut r = request(0, CMD_WRITE, h, h * 4096, 4096);
+            r.extend(std::iter::repeat_n(h as u8, 4096));
+            r
+        })
+        .collect()
+}
+
+/// A client with many requests in flight sends them one at a time: a burst that lingers
+/// takes every request that arrives while it waits, one that does not takes only what its
+/// read found.
+#[test]
+fn a_lingering_burst_takes_the_requests_that_arrive_while_it_waits() {
+    let window = crate::session::Linger {
+        quiet_ns: 50_000_000,
+        max_ns: 1_000_000_000,
+    };
+    assert_eq!(one_burst(&Wire::new(small_writes(8), 7), None), vec![1]);
+    assert_eq!(
+        one_burst(&Wire::new(small_writes(8), 7), Some(window)),
+        (1..=8).collect::<Vec<_>>()
+    );
+    // Requests that arrive only after the linger ended wait for the next burst.
+    assert_eq!(
+        one_burst(&Wire::new(small_writes(8), 3), Some(window)),
+        vec![1, 2, 3, 4]
+    );
+}
+
+/// A client with one request in flight: nothing more arrives, and the burst ends after the
+/// quiet time with that request.
+#[test]
+fn a_lingering_burst_ends_when_nothing_more_arrives() {
+    let window = crate::session::Linger {
+        quiet_ns: 20_000,
+        max_ns: 1_000_000_000,
+    };
+    let started = std::time::Instant::now();
+    assert_eq!(
+        one_burst(&Wire::new(small_writes(1), 0), Some(window)),
+        vec![1]
+    );
+    // Generous: only a wait that does not end at all (up to max_ns) would take this long.
+    assert!(started.elapsed() < std::time::Duration::from_millis(500));
+}
+
+/// A client that never stops sending: the linger ends at its maximum, or when the burst
+/// buffer is full, and the burst still holds whole requests only.
+#[test]
+fn a_lingering_burst_ends_at_its_maximum_while_requests_keep_coming() {
+    let window = crate::session::Linger {
+        quiet_ns: 1_000_000_000,
+        max_ns: 5_000_000,
+    };
+    let handles = one_burst(&Wire::new(small_writes(1000), 1000), Some(window));
+    assert!(handles.len() > 1, "{handles:?}");
+    assert_eq!(handles, (1..=handles.len() as u64).collect::<Vec<_>>());
+}
+
+/// A client that keeps four requests in flight: a burst that lingered until nothing more
+/// came holds only four, so the reader takes the next read without lingering, then two,
+/// and so on, until a burst brings eight or more again.
+#[test]
+fn a_client_with_few_requests_in_flight_is_served_without_lingering() {
+    let window = crate::session::Linger {
+        quiet_ns: 1_000_000,
+        max_ns: 1_000_000_000,
+    };
+    let wire = Wire::new(small_writes(4), 3);
+    let mut reader = wire_reader(&wire, Some(window));
+    assert_eq!(next_burst(&mut reader), vec![1, 2, 3, 4]);
+    // One read without lingering: it takes only the request it found.
+    wire.send(small_writes_from(5, 4), 3);
+    assert_eq!(next_burst(&mut reader), vec![5]);
+    assert_eq!(next_burst(&mut reader), vec![6, 7, 8]);
+    // Short again: two reads without lingering, then a burst of ten.
+    wire.send(small_writes_from(9, 12), 11);
+    assert_eq!(next_burst(&mut reader), vec![9]);
+    assert_eq!(next_burst(&mut reader), vec![10]);
+    assert_eq!(next_burst(&mut reader), (11..=20).collect::<Vec<_>>());
+    // A burst of ten resets the rule: the next burst lingers at once.
+    wire.send(small_writes_from(21, 4), 3);
+    assert_eq!(next_burst(&mut reader), vec![21, 22, 23, 24]);
+}
