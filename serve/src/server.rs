@@ -710,9 +710,15 @@ const SHARED_TURN_THREADS: usize = 2;
 /// [`Linger`]): while they keep arriving at most 10 µs apart, for at most 80 µs. Of the
 /// quiet times measured with `afa bench serve` (2, 6, 10 and 20 µs), 10 µs served the most
 /// requests per CPU second on both sides (docs/serve.md, "Benchmark").
+///
+/// A step of the wait (one look at the socket) takes well under a microsecond; one of
+/// 50 µs or more means the thread was descheduled. With two CPU hogs beside the bench,
+/// waiting through that measured 0.40× nbdkit on 4 KiB; stopping for a while, 0.89–1.83×
+/// (the design before lingering: 1.02–1.09×).
 const INLINE_LINGER: Linger = Linger {
     quiet_ns: 10_000,
     max_ns: 80_000,
+    preempted_step_ns: 50_000,
 };
 
 /// Unpaced transmission. A reply may leave as soon as the engine has applied its request,

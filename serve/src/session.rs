@@ -184,10 +184,16 @@ impl BurstBuffer {
 /// Waiting a few microseconds while requests are still arriving gathers them into one
 /// burst (interrupt coalescing, as NICs and NAPI do it). A client that keeps only a few
 /// requests in flight is better served without waiting (`MIN_LINGER_BURST_REQUESTS`).
+///
+/// A waiting thread holds a core, and on a machine with more runnable threads than cores
+/// that core may be the one the client needs to send: a step of the wait that took
+/// `preempted_step_ns` or more shows the thread lost its core, and the reader then stops
+/// lingering for a while.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Linger {
     pub quiet_ns: u64,
     pub max_ns: u64,
+    pub preempted_step_ns: u64,
 }
 
 /// How many bytes the stream holds that a read would return at once (0 when it cannot
@@ -222,6 +228,9 @@ enum LingerStop {
     Quiet,
     /// The buffer filled or the time ran out while bytes kept coming.
     Full,
+    /// The thread lost its core while it waited: the machine has more runnable threads
+    /// than cores, and a waiting thread takes a core the client may need to send.
+    Preempted,
 }
 
 impl std::fmt::Debug for Lingering {
@@ -432,9 +441,15 @@ impl<R: Read> BurstReader<R> {
         let start = Instant::now();
         let mut seen = (l.pending)();
         let mut changed = start;
+        let mut step = start;
         l.stopped = Some(LingerStop::Full);
         while seen < room {
             let now = Instant::now();
+            if now.duration_since(step).as_nanos() >= u128::from(l.window.preempted_step_ns) {
+                l.stopped = Some(LingerStop::Preempted);
+                break;
+            }
+            step = now;
             if now.duration_since(start).as_nanos() >= u128::from(l.window.max_ns) {
                 break;
             }
@@ -467,7 +482,8 @@ impl<R: Read> BurstReader<R> {
         let Some(stopped) = l.stopped.take() else {
             return;
         };
-        if stopped == LingerStop::Quiet && requests < MIN_LINGER_BURST_REQUESTS {
+        let short = stopped == LingerStop::Quiet && requests < MIN_LINGER_BURST_REQUESTS;
+        if short || stopped == LingerStop::Preempted {
             l.skip_after_short = (l.skip_after_short * 2).clamp(1, MAX_LINGER_SKIP_READS);
             l.skip_reads = l.skip_after_short;
         } else {

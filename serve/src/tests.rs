@@ -813,6 +813,8 @@ struct WireState {
     /// Requests that may still arrive while the reader lingers (the rest only when it
     /// reads again).
     arrive_while_lingering: usize,
+    /// The next look at the pending bytes takes this long, as if the reader lost its core.
+    stall: Option<Duration>,
 }
 
 impl Wire {
@@ -831,6 +833,10 @@ impl Wire {
     }
 
     fn pending(&self) -> usize {
+        let stall = self.state.lock().unwrap().stall.take();
+        if let Some(stall) = stall {
+            std::thread::sleep(stall);
+        }
         let mut s = self.state.lock().unwrap();
         if s.arrive_while_lingering > 0 {
             if let Some(next) = s.queued.pop_front() {
@@ -919,8 +925,9 @@ fn small_writes_from(first: u64, n: u64) -> Vec<Vec<u8>> {
 #[test]
 fn a_lingering_burst_takes_the_requests_that_arrive_while_it_waits() {
     let window = crate::session::Linger {
-        quiet_ns: 50_000_000,
+        quiet_ns: 200_000_000,
         max_ns: 1_000_000_000,
+        preempted_step_ns: 1_000_000_000,
     };
     assert_eq!(one_burst(&Wire::new(small_writes(8), 7), None), vec![1]);
     assert_eq!(
@@ -941,6 +948,7 @@ fn a_lingering_burst_ends_when_nothing_more_arrives() {
     let window = crate::session::Linger {
         quiet_ns: 20_000,
         max_ns: 1_000_000_000,
+        preempted_step_ns: 1_000_000_000,
     };
     let started = std::time::Instant::now();
     assert_eq!(
@@ -958,6 +966,7 @@ fn a_lingering_burst_ends_at_its_maximum_while_requests_keep_coming() {
     let window = crate::session::Linger {
         quiet_ns: 1_000_000_000,
         max_ns: 5_000_000,
+        preempted_step_ns: 1_000_000_000,
     };
     let handles = one_burst(&Wire::new(small_writes(1000), 1000), Some(window));
     assert!(handles.len() > 1, "{handles:?}");
@@ -970,8 +979,9 @@ fn a_lingering_burst_ends_at_its_maximum_while_requests_keep_coming() {
 #[test]
 fn a_client_with_few_requests_in_flight_is_served_without_lingering() {
     let window = crate::session::Linger {
-        quiet_ns: 1_000_000,
-        max_ns: 1_000_000_000,
+        quiet_ns: 100_000_000,
+        max_ns: 10_000_000_000,
+        preempted_step_ns: 10_000_000_000,
     };
     let wire = Wire::new(small_writes(4), 3);
     let mut reader = wire_reader(&wire, Some(window));
@@ -988,4 +998,22 @@ fn a_client_with_few_requests_in_flight_is_served_without_lingering() {
     // A burst of ten resets the rule: the next burst lingers at once.
     wire.send(small_writes_from(21, 4), 3);
     assert_eq!(next_burst(&mut reader), vec![21, 22, 23, 24]);
+}
+
+/// A reader that loses its core while it lingers (a step of the wait takes far longer than
+/// one look at the socket) stops waiting, and takes the next read without lingering: on an
+/// oversubscribed machine a waiting thread holds a core the client may need to send.
+#[test]
+fn a_reader_descheduled_while_it_lingers_stops_lingering_for_a_while() {
+    let window = crate::session::Linger {
+        quiet_ns: 50_000_000,
+        max_ns: 10_000_000_000,
+        preempted_step_ns: 100_000_000,
+    };
+    let wire = Wire::new(small_writes(8), 7);
+    wire.state.lock().unwrap().stall = Some(Duration::from_millis(300));
+    let mut reader = wire_reader(&wire, Some(window));
+    assert_eq!(next_burst(&mut reader), vec![1, 2]);
+    assert_eq!(next_burst(&mut reader), vec![3]);
+    assert_eq!(next_burst(&mut reader), vec![4, 5, 6, 7, 8]);
 }
