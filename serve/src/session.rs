@@ -209,7 +209,7 @@ const MIN_LINGER_BURST_REQUESTS: usize = 8;
 /// The most reads a reader takes without lingering after bursts that brought too few.
 const MAX_LINGER_SKIP_READS: u32 = 64;
 
-/// A [`Linger`] window, the stream's [`PendingBytes`], and whether the reader lingers.
+/// A [`Linger`] window, the stream's [`PendingBytes`], and when the reader lingers.
 struct Lingering {
     window: Linger,
     pending: PendingBytes,
@@ -428,7 +428,8 @@ impl<R: Read> BurstReader<R> {
     /// a client that waits for each reply), and every wait adds to their latency; so the
     /// reader then takes the next reads without lingering, one after the first such burst
     /// and twice as many after each further one (up to `MAX_LINGER_SKIP_READS`), until a
-    /// burst that lingers brings enough again ([`Self::burst_read`]).
+    /// burst that lingers brings enough again ([`Self::burst_read`]). A wait during which
+    /// the thread lost its core counts the same way, whatever the burst holds.
     fn linger(&mut self, buf: &mut BurstBuffer) -> Result<usize, SessionError> {
         let Some(l) = &mut self.linger else {
             return Ok(0);
@@ -473,8 +474,9 @@ impl<R: Read> BurstReader<R> {
     }
 
     /// Called once a burst of `requests` requests is read: a burst that lingered until no
-    /// more came and holds fewer than `MIN_LINGER_BURST_REQUESTS` makes the next reads skip
-    /// lingering; any other burst that lingered ends the skipping.
+    /// more came and holds fewer than `MIN_LINGER_BURST_REQUESTS`, or whose thread lost its
+    /// core while it lingered, makes the next reads skip lingering; any other burst that
+    /// lingered ends the skipping.
     fn burst_read(&mut self, requests: usize) {
         let Some(l) = &mut self.linger else {
             return;
