@@ -206,7 +206,7 @@ pub type PendingBytes = Box<dyn Fn() -> usize + Send>;
 /// lingering for a while (see [`BurstReader::linger`]).
 const MIN_LINGER_BURST_REQUESTS: usize = 8;
 
-/// The most reads a reader takes without lingering after bursts that brought too few.
+/// The most reads a reader takes without lingering after bursts where lingering did not pay.
 const MAX_LINGER_SKIP_READS: u32 = 64;
 
 /// A [`Linger`] window, the stream's [`PendingBytes`], and when the reader lingers.
@@ -217,8 +217,9 @@ struct Lingering {
     stopped: Option<LingerStop>,
     /// Reads still to take without lingering.
     skip_reads: u32,
-    /// How many reads the last short burst made the reader skip (0 after a long one).
-    skip_after_short: u32,
+    /// How many reads the last burst that showed lingering did not pay (a short burst, or a
+    /// wait that lost its core) made the reader skip; 0 after one that paid.
+    skip_backoff: u32,
 }
 
 /// Why a burst stopped lingering.
@@ -282,7 +283,7 @@ impl<R: Read> BurstReader<R> {
             pending,
             stopped: None,
             skip_reads: 0,
-            skip_after_short: 0,
+            skip_backoff: 0,
         });
         self
     }
@@ -486,10 +487,10 @@ impl<R: Read> BurstReader<R> {
         };
         let short = stopped == LingerStop::Quiet && requests < MIN_LINGER_BURST_REQUESTS;
         if short || stopped == LingerStop::Preempted {
-            l.skip_after_short = (l.skip_after_short * 2).clamp(1, MAX_LINGER_SKIP_READS);
-            l.skip_reads = l.skip_after_short;
+            l.skip_backoff = (l.skip_backoff * 2).clamp(1, MAX_LINGER_SKIP_READS);
+            l.skip_reads = l.skip_backoff;
         } else {
-            l.skip_after_short = 0;
+            l.skip_backoff = 0;
         }
     }
 }
