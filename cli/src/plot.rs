@@ -185,6 +185,16 @@ pub fn write_gallery_index(
          measured ÷ paper beside each pair.\n",
         if quick { " --quick" } else { "" }
     ));
+    let judged: Vec<_> = results
+        .iter()
+        .flat_map(|(_, _, r)| crate::reproduce::claims::evaluate(r))
+        .collect();
+    let (holding, missing, unmeasured) = crate::reproduce::claims::tally(&judged);
+    text.push_str(&format!(
+        "\nBelow each chart, the claims the experiment is judged by (the paper's statements and \
+         the issue's acceptance tests, each with its threshold): {holding} hold, {missing} miss, \
+         {unmeasured} not measured in this run.\n"
+    ));
     for (id, what, r) in results {
         text.push_str(&format!("\n## `{id}`\n\n{what}\n\n![{id}]({id}.svg)\n\n"));
         // Units such as "GB/s for *_gbps" would otherwise turn into emphasis or split cells.
@@ -207,6 +217,18 @@ pub fn write_gallery_index(
                 "| `{}` | {:.3} | {measured} | {ratio} |\n",
                 row.label, row.paper
             ));
+        }
+        let claims = crate::reproduce::claims::evaluate(r);
+        if !claims.is_empty() {
+            text.push_str("\n| Claim | Verdict | Values |\n|---|---|---|\n");
+            for c in claims {
+                text.push_str(&format!(
+                    "| {} | {} | {} |\n",
+                    c.claim.replace('|', "\\|"),
+                    c.verdict(),
+                    c.values.replace('|', "\\|")
+                ));
+            }
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -250,6 +272,34 @@ mod tests {
         );
         assert!(
             text.contains("| `after` | 525.000 | not measured | - |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gallery_lists_each_claim_with_its_verdict() {
+        let dir = std::env::temp_dir().join(format!("afa-gallery-claims-{}", std::process::id()));
+        let r = Reproduction {
+            id: "swan-fig4b".into(),
+            unit: "MB/s".into(),
+            paper: BTreeMap::from([
+                ("log-raid0_3".to_owned(), 600.0),
+                ("log-raid0_6".to_owned(), 550.0),
+                ("log-raid0_9".to_owned(), 500.0),
+            ]),
+            measured: BTreeMap::from([
+                ("log-raid0_3".to_owned(), 240.0),
+                ("log-raid0_6".to_owned(), 397.0),
+                ("log-raid0_9".to_owned(), 630.0),
+            ]),
+            context: BTreeMap::new(),
+        };
+        let index = write_gallery_index(&dir, &[("swan-fig4b", "Fig. 4b", r)], true, 1).unwrap();
+        let text = std::fs::read_to_string(&index).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(text.contains("0 hold, 1 miss, 1 not measured"), "{text}");
+        assert!(
+            text.contains("| Log-RAID0 falls as SSDs are added (log-raid0_3 > log-raid0_6 > log-raid0_9) | MISS | 240 > 397 > 630 |"),
             "{text}"
         );
     }

@@ -405,6 +405,14 @@ fn reproduce_writes_the_paper_and_measured_maps_with_the_same_labels() {
         measured["conv_gbps"].as_f64().unwrap() < measured["rep_1t_gbps"].as_f64().unwrap() / 4.0
     );
     assert!(measured["randwrite_two-phase/raid5"].as_f64().unwrap() >= 3.0);
+    // The claims are judged on the same run and carried in the JSON beside the labels.
+    let claims = v["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    for c in claims {
+        assert!(c["claim"].as_str().unwrap().contains("within ±25%"), "{c}");
+        assert!(c["holds"].is_boolean(), "{c}");
+        assert!(c["values"].as_str().unwrap().contains("ratio"), "{c}");
+    }
     let err = afa(&["reproduce", "no-such-figure"]);
     assert!(!err.status.success());
     assert!(

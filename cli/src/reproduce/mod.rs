@@ -2,6 +2,7 @@
 //! next to the measured ones, under the same labels, so anyone can compute the ratio.
 //! Each paper has its own module with its experiments and SSD presets.
 
+pub mod claims;
 mod ox;
 pub mod scalaafa;
 pub mod swan;
@@ -148,6 +149,7 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
             Err(e) => return Err(e),
         };
         print_reproduction(&r);
+        print_claims(&claims::evaluate(&r));
         if let Some(dir) = &args.plots {
             for path in crate::plot::write_reproduction_chart(dir, &r)? {
                 println!("{}", path.display());
@@ -155,17 +157,20 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         }
         results.push((*id, *what, r));
     }
+    if args.all {
+        print_claim_tally(&results);
+    }
     if let (Some(dir), true) = (&args.plots, args.all) {
         let index = crate::plot::write_gallery_index(dir, &results, args.quick, args.seed)?;
         println!("{}", index.display());
     }
     if let Some(path) = args.json {
         let text = if args.all {
-            let all: Vec<&Reproduction> = results.iter().map(|(_, _, r)| r).collect();
+            let all: Vec<Judged> = results.iter().map(|(_, _, r)| Judged::new(r)).collect();
             serde_json::to_string_pretty(&all)
         } else {
             results.first().map_or(Ok(String::new()), |(_, _, r)| {
-                serde_json::to_string_pretty(r)
+                serde_json::to_string_pretty(&Judged::new(r))
             })
         }
         .map_err(|e| e.to_string())?;
@@ -176,6 +181,50 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("experiments failed: {}", failures.join("; ")))
+    }
+}
+
+/// A reproduction as its JSON carries it: the labels, then the claims judged on them.
+#[derive(Serialize)]
+struct Judged<'a> {
+    #[serde(flatten)]
+    reproduction: &'a Reproduction,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    claims: Vec<claims::Claim>,
+}
+
+impl<'a> Judged<'a> {
+    fn new(reproduction: &'a Reproduction) -> Self {
+        Self {
+            reproduction,
+            claims: claims::evaluate(reproduction),
+        }
+    }
+}
+
+fn print_claims(claims: &[claims::Claim]) {
+    if claims.is_empty() {
+        return;
+    }
+    println!("claims");
+    for c in claims {
+        println!("  {:<6} {} [{}]", c.verdict(), c.claim, c.values);
+    }
+}
+
+/// After `--all`: how many claims hold over every experiment, and which miss.
+fn print_claim_tally(results: &[(&str, &str, Reproduction)]) {
+    let judged: Vec<(&str, claims::Claim)> = results
+        .iter()
+        .flat_map(|(id, _, r)| claims::evaluate(r).into_iter().map(move |c| (*id, c)))
+        .collect();
+    let (holding, missing, unmeasured) = claims::tally(judged.iter().map(|(_, c)| c));
+    println!(
+        "claims over {} experiments: {holding} hold, {missing} miss, {unmeasured} not measured",
+        results.len()
+    );
+    for (id, c) in judged.iter().filter(|(_, c)| c.holds == Some(false)) {
+        println!("  MISS   {id}: {} [{}]", c.claim, c.values);
     }
 }
 
