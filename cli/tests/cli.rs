@@ -413,6 +413,21 @@ fn reproduce_writes_the_paper_and_measured_maps_with_the_same_labels() {
         assert!(c["holds"].is_boolean(), "{c}");
         assert!(c["values"].as_str().unwrap().contains("ratio"), "{c}");
     }
+    // The same run again against the first as its baseline: a seed reproduces it, so
+    // nothing moves.
+    let again = afa(&[
+        "reproduce",
+        "scalaafa-fig3",
+        "--quick",
+        "--baseline",
+        json.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("against the baseline: all 5 labels unchanged"),
+        "{text}"
+    );
     let err = afa(&["reproduce", "no-such-figure"]);
     assert!(!err.status.success());
     assert!(

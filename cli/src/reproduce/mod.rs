@@ -2,6 +2,7 @@
 //! next to the measured ones, under the same labels, so anyone can compute the ratio.
 //! Each paper has its own module with its experiments and SSD presets.
 
+mod baseline;
 pub mod claims;
 mod ox;
 pub mod scalaafa;
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 
 use afa_host::{CpuConfig, RunOptions, Workload};
 use afa_workload::fio::parse_job_file;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, clap::Args)]
 pub struct ReproduceArgs {
@@ -37,10 +38,13 @@ pub struct ReproduceArgs {
     /// Writes a paper-vs-measured chart per experiment into DIR as ID.svg and ID.png.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+    /// Lists every label and claim that moved since an earlier run's --json file.
+    #[arg(long, value_name = "OLD.json")]
+    pub baseline: Option<PathBuf>,
 }
 
 /// The paper's figures and the measured ones, under the same labels.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Reproduction {
     pub id: String,
     pub unit: String,
@@ -49,7 +53,7 @@ pub struct Reproduction {
     /// Measurements the paper gives no figure for (the detail behind a ranking, a load
     /// level the paper did not print), kept apart so that `paper` and `measured` hold the
     /// same labels.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub context: BTreeMap<String, f64>,
 }
 
@@ -120,6 +124,8 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         })?;
         vec![entry]
     };
+    // Read first, so that a wrong path fails before minutes of simulation.
+    let baseline = args.baseline.as_deref().map(baseline::load).transpose()?;
     println!("seed: {}", args.seed);
     // swan-fig6's run report goes beside the JSON, else beside the plots, else into the
     // working directory.
@@ -137,6 +143,7 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
+    let mut changes = Vec::new();
     for (id, what, experiment) in selected {
         // With --all one failing experiment must not hide the others' results.
         let r = match experiment(args.quick, args.seed) {
@@ -150,6 +157,16 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         };
         print_reproduction(&r);
         print_claims(&claims::evaluate(&r));
+        if let Some(before) = &baseline {
+            match before.get(*id) {
+                Some(old) => {
+                    let change = baseline::compare(old, &r);
+                    baseline::print(&change);
+                    changes.push(change);
+                }
+                None => println!("against the baseline: it holds no run of {id}"),
+            }
+        }
         if let Some(dir) = &args.plots {
             for path in crate::plot::write_reproduction_chart(dir, &r)? {
                 println!("{}", path.display());
@@ -159,6 +176,9 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     }
     if args.all {
         print_claim_tally(&results);
+        if baseline.is_some() {
+            baseline::print_tally(&changes);
+        }
     }
     if let (Some(dir), true) = (&args.plots, args.all) {
         let index = crate::plot::write_gallery_index(dir, &results, args.quick, args.seed)?;

@@ -1,0 +1,241 @@
+//! `afa reproduce … --baseline OLD.json`: what a change moved. Every label whose value
+//! differs from the baseline run's is listed with both values, and every claim whose verdict
+//! differs, so a before → after table comes from the tool instead of by hand.
+//!
+//! A simulation run is bit for bit the same for the same code, seed and scale, so any
+//! difference at all is the change's doing; the comparison therefore lists every label that
+//! moved, however little. The baseline's claims are judged again with today's rules
+//! (`claims::evaluate` over its labels), not read from its file, so that a rule edited since
+//! the baseline was written does not show up as a change of the model.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{claims, Reproduction};
+
+/// Reads a file written by `afa reproduce --json`: one experiment, or a list from `--all`.
+pub fn load(path: &Path) -> Result<BTreeMap<String, Reproduction>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the baseline {}: {e}", path.display()))?;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum File {
+        All(Vec<Reproduction>),
+        One(Reproduction),
+    }
+    let runs = match serde_json::from_str::<File>(&text) {
+        Ok(File::All(runs)) => runs,
+        Ok(File::One(run)) => vec![run],
+        Err(_) => {
+            return Err(format!(
+                "the baseline {} is not the JSON of `afa reproduce --json` (an object with id, \
+                 unit, paper and measured, or a list of them)",
+                path.display()
+            ))
+        }
+    };
+    Ok(runs.into_iter().map(|r| (r.id.clone(), r)).collect())
+}
+
+/// One label that moved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moved {
+    pub label: String,
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+}
+
+/// One claim whose verdict changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flipped {
+    pub claim: String,
+    pub before: &'static str,
+    pub after: &'static str,
+    pub values_before: String,
+    pub values_after: String,
+}
+
+/// What moved between `before` and `after` (the same experiment).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    pub moved: Vec<Moved>,
+    pub unchanged: usize,
+    pub flipped: Vec<Flipped>,
+}
+
+fn labels(r: &Reproduction) -> BTreeMap<&str, f64> {
+    r.measured
+        .iter()
+        .chain(&r.context)
+        .map(|(l, &v)| (l.as_str(), v))
+        .collect()
+}
+
+/// Compares two runs of one experiment.
+pub fn compare(before: &Reproduction, after: &Reproduction) -> Change {
+    let (old, new) = (labels(before), labels(after));
+    let mut all: Vec<&str> = old.keys().chain(new.keys()).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    let mut change = Change::default();
+    for label in all {
+        let (b, a) = (old.get(label).copied(), new.get(label).copied());
+        // Bitwise: NaN equals NaN here, and -0.0 differs from 0.0, as a rerun would have it.
+        if b.map(f64::to_bits) == a.map(f64::to_bits) {
+            change.unchanged += 1;
+        } else {
+            change.moved.push(Moved {
+                label: label.to_owned(),
+                before: b,
+                after: a,
+            });
+        }
+    }
+    let (old_claims, new_claims) = (claims::evaluate(before), claims::evaluate(after));
+    for (b, a) in old_claims.iter().zip(&new_claims) {
+        if b.holds != a.holds {
+            change.flipped.push(Flipped {
+                claim: a.claim.clone(),
+                before: b.verdict(),
+                after: a.verdict(),
+                values_before: b.values.clone(),
+                values_after: a.values.clone(),
+            });
+        }
+    }
+    change
+}
+
+fn show(x: Option<f64>) -> String {
+    x.map_or("-".to_owned(), |v| format!("{v:.4}"))
+}
+
+/// Prints the change of one experiment under its table.
+pub fn print(change: &Change) {
+    if change.moved.is_empty() && change.flipped.is_empty() {
+        println!(
+            "against the baseline: all {} labels unchanged",
+            change.unchanged
+        );
+        return;
+    }
+    println!(
+        "against the baseline: {} labels moved, {} unchanged",
+        change.moved.len(),
+        change.unchanged
+    );
+    println!(
+        "  {:<44} {:>12} {:>12} {:>8}",
+        "label", "baseline", "now", "ratio"
+    );
+    for m in &change.moved {
+        let ratio = match (m.before, m.after) {
+            (Some(b), Some(a)) if b != 0.0 => format!("{:.3}", a / b),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "  {:<44} {:>12} {:>12} {ratio:>8}",
+            m.label,
+            show(m.before),
+            show(m.after)
+        );
+    }
+    for f in &change.flipped {
+        println!(
+            "  claim {} → {}: {} [{} → {}]",
+            f.before, f.after, f.claim, f.values_before, f.values_after
+        );
+    }
+}
+
+/// After `--all --baseline`: how many experiments moved, and the claims that turned.
+pub fn print_tally(changes: &[Change]) {
+    let moved = changes.iter().filter(|c| !c.moved.is_empty()).count();
+    let turned = |from: &str, to: &str| {
+        changes
+            .iter()
+            .flat_map(|c| &c.flipped)
+            .filter(|f| f.before == from && f.after == to)
+            .count()
+    };
+    println!(
+        "against the baseline: {moved} of {} experiments moved; claims turned MISS → holds: {}, \
+         holds → MISS: {}, other changes: {}",
+        changes.len(),
+        turned("MISS", "holds"),
+        turned("holds", "MISS"),
+        changes.iter().map(|c| c.flipped.len()).sum::<usize>()
+            - turned("MISS", "holds")
+            - turned("holds", "MISS")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig4b(log: [f64; 3]) -> Reproduction {
+        let labels = ["log-raid0_3", "log-raid0_6", "log-raid0_9"];
+        Reproduction {
+            id: "swan-fig4b".into(),
+            unit: "MB/s".into(),
+            paper: labels.iter().map(|l| (l.to_string(), 500.0)).collect(),
+            measured: labels
+                .iter()
+                .zip(log)
+                .map(|(l, v)| (l.to_string(), v))
+                .collect(),
+            context: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_rerun_of_the_same_values_moves_nothing() {
+        let r = fig4b([240.0, 397.0, 630.0]);
+        let change = compare(&r, &r.clone());
+        assert_eq!(change.unchanged, 3);
+        assert!(change.moved.is_empty() && change.flipped.is_empty());
+    }
+
+    #[test]
+    fn moved_labels_and_flipped_claims_are_listed() {
+        let before = fig4b([240.0, 397.0, 630.0]);
+        let mut after = fig4b([640.0, 397.0, 230.0]);
+        after.context.insert("extra".into(), 1.0);
+        let change = compare(&before, &after);
+        assert_eq!(change.unchanged, 1);
+        let moved: Vec<&str> = change.moved.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(moved, ["extra", "log-raid0_3", "log-raid0_9"]);
+        assert_eq!(change.moved[0].before, None);
+        assert_eq!(change.flipped.len(), 1);
+        let flip = &change.flipped[0];
+        assert_eq!((flip.before, flip.after), ("MISS", "holds"));
+        assert!(flip.claim.contains("Log-RAID0 falls"), "{flip:?}");
+    }
+
+    #[test]
+    fn a_baseline_file_holds_one_run_or_a_list_and_anything_else_is_named() {
+        let dir = std::env::temp_dir();
+        let one = dir.join(format!("afa-baseline-one-{}.json", std::process::id()));
+        let r = fig4b([1.0, 2.0, 3.0]);
+        std::fs::write(&one, serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(load(&one).unwrap()["swan-fig4b"].measured, r.measured);
+        let list = dir.join(format!("afa-baseline-list-{}.json", std::process::id()));
+        std::fs::write(&list, serde_json::to_string(&[&r, &r]).unwrap()).unwrap();
+        assert_eq!(load(&list).unwrap().len(), 1);
+        std::fs::write(&list, "{\"id\": 3}").unwrap();
+        let err = load(&list).unwrap_err();
+        assert!(
+            err.contains("is not the JSON of `afa reproduce --json`"),
+            "{err}"
+        );
+        let missing = dir.join("afa-baseline-that-does-not-exist.json");
+        assert!(load(&missing)
+            .unwrap_err()
+            .contains("cannot read the baseline"));
+        std::fs::remove_file(&one).unwrap();
+        std::fs::remove_file(&list).unwrap();
+    }
+}
