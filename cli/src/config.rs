@@ -66,6 +66,9 @@ pub struct ArrayRunConfig {
     pub scalaafa: Option<afa_array::ScalaAfaConfig>,
 }
 
+/// The simulated clock's range in milliseconds: u64 nanoseconds.
+const MAX_SIMULATED_MS: f64 = u64::MAX as f64 / 1e6;
+
 /// One scheduled member failure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +253,17 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
             return Err(format!(
                 "configuration {source}: [array.log], [array.two_phase], [array.swan] and [array.scalaafa] are separate engines; choose one"
             ));
+        }
+        for (i, f) in a.failures.iter().enumerate() {
+            // A time past the simulated clock's end (u64 ns, about 584 years) would saturate
+            // to that end, and NaN to 0: either would fail the member at a time no one asked for.
+            if !(f.at_ms >= 0.0 && f.at_ms < MAX_SIMULATED_MS) {
+                return Err(format!(
+                    "configuration {source}: array.failures[{i}].at_ms = {} must be a time in \
+                     milliseconds from 0 to below {MAX_SIMULATED_MS:e}",
+                    f.at_ms
+                ));
+            }
         }
     }
     if let Some(h) = &config.host {

@@ -212,6 +212,16 @@ fn config_errors_name_the_field_and_do_not_panic() {
             "watermark_fraction",
         ),
         (
+            "failureinf.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 5\nfailures = [{ member = 1, at_ms = inf }]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "array.failures[0].at_ms = inf",
+        ),
+        (
+            "failurenan.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 5\nfailures = [{ member = 1, at_ms = 5.0 }, { member = 2, at_ms = nan }]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "array.failures[1].at_ms = NaN",
+        ),
+        (
             "twoengines.toml",
             "[array]\nlevel = \"raid5\"\nmembers = 5\n[array.two_phase]\n[array.log]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
             "choose one",

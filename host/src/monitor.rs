@@ -7,6 +7,9 @@ use afa_ssd::{
     BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
 };
 
+/// The most buckets a member timeline records or returns (as the run timeline's bound).
+const MAX_BUCKETS: u64 = 1 << 20;
+
 /// Forwards every call to `inner` and counts read and written bytes per time bucket.
 #[derive(Debug)]
 pub struct Monitored<D> {
@@ -52,19 +55,38 @@ impl<D: BlockDevice> Monitored<D> {
         self.read_bytes = 0;
         self.write_bytes = 0;
     }
+}
 
+impl<D> Monitored<D> {
     /// Read and write MB/s (10^6 bytes) per bucket, up to `end_ns` counted from the epoch.
+    /// A run far longer than its buckets (a rebuild or a parity engine configured absurdly
+    /// slow ends years of simulated time later) widens the output buckets by powers of two,
+    /// as the run's own timeline does, so that the timeline never holds more than
+    /// `MAX_BUCKETS` points.
     pub fn timeline(&self, end_ns: TimeNs) -> Vec<TimelinePoint> {
         if self.interval_ns == 0 {
             return Vec::new();
         }
-        let buckets = end_ns.div_ceil(self.interval_ns) as usize;
-        let seconds = self.interval_ns as f64 / 1e9;
-        (0..buckets.max(self.buckets.len()))
+        let raw = end_ns
+            .div_ceil(self.interval_ns)
+            .max(self.buckets.len() as u64);
+        let mut factor = 1_u64;
+        while raw.div_ceil(factor) > MAX_BUCKETS {
+            factor *= 2;
+        }
+        let interval_ns = self.interval_ns.saturating_mul(factor);
+        let seconds = interval_ns as f64 / 1e9;
+        (0..raw.div_ceil(factor))
             .map(|b| {
-                let [r, w] = self.buckets.get(b).copied().unwrap_or([0, 0]);
+                let first = (b * factor) as usize;
+                let [r, w] = self
+                    .buckets
+                    .iter()
+                    .skip(first)
+                    .take(factor as usize)
+                    .fold([0, 0], |[r, w], [br, bw]| [r + br, w + bw]);
                 TimelinePoint {
-                    t_ms: (b as u64 * self.interval_ns) as f64 / 1e6,
+                    t_ms: (b as f64) * interval_ns as f64 / 1e6,
                     read_mb_s: r as f64 / 1e6 / seconds,
                     write_mb_s: w as f64 / 1e6 / seconds,
                 }
@@ -100,7 +122,7 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
             let b = b as usize;
             // Bounded like the run timeline: a bogus completion time cannot allocate without
             // limit.
-            if b < 1 << 20 {
+            if b < MAX_BUCKETS as usize {
                 if b >= self.buckets.len() {
                     self.buckets.resize(b + 1, [0, 0]);
                 }
@@ -132,5 +154,48 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
 
     fn take_host_work(&mut self) -> HostWork {
         self.inner.take_host_work()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn monitor(interval_ns: u64, buckets: Vec<[u64; 2]>) -> Monitored<()> {
+        Monitored {
+            inner: (),
+            interval_ns,
+            buckets,
+            epoch_ns: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_timeline_has_a_point_per_bucket_up_to_the_end() {
+        // 10 ms buckets: 1 MB written in the first is 100 MB/s.
+        let m = monitor(10_000_000, vec![[0, 1_000_000], [500_000, 0]]);
+        let t = m.timeline(35_000_000);
+        assert_eq!(t.len(), 4);
+        assert_eq!(
+            (t[0].t_ms, t[0].write_mb_s, t[0].read_mb_s),
+            (0.0, 100.0, 0.0)
+        );
+        assert_eq!((t[1].t_ms, t[1].read_mb_s), (10.0, 50.0));
+        assert_eq!((t[3].t_ms, t[3].write_mb_s), (30.0, 0.0));
+    }
+
+    #[test]
+    fn a_run_that_ends_years_later_gets_a_bounded_timeline_that_keeps_every_byte() {
+        let m = monitor(10_000_000, vec![[3_000_000, 7_000_000]; 1000]);
+        // About 584 years of simulated time: 1.8e12 buckets of 10 ms.
+        let t = m.timeline(u64::MAX);
+        assert!(t.len() as u64 <= MAX_BUCKETS, "{} points", t.len());
+        let width_s = (t[1].t_ms - t[0].t_ms) / 1e3;
+        let written: f64 = t.iter().map(|p| p.write_mb_s * 1e6 * width_s).sum();
+        let read: f64 = t.iter().map(|p| p.read_mb_s * 1e6 * width_s).sum();
+        assert!((written - 7e9).abs() < 1.0, "{written}");
+        assert!((read - 3e9).abs() < 1.0, "{read}");
     }
 }
