@@ -122,6 +122,14 @@ struct Thread {
     pending: std::collections::VecDeque<(IoOp, u64, u64)>,
 }
 
+/// The most requests one generated stream holds. The stream is built whole before it is
+/// replayed, so this bounds its memory (about 5 GiB of records) instead of letting a
+/// mistyped count exhaust the machine.
+pub const MAX_REQUESTS: u64 = 1 << 27;
+
+/// The most generator threads (each keeps its own RNG and queue of pending requests).
+pub const MAX_THREADS: u32 = 1 << 16;
+
 /// Generates the stream for a device of `capacity_bytes` with `sector_bytes` sectors.
 pub fn generate(
     spec: &FilebenchSpec,
@@ -138,8 +146,22 @@ pub fn generate(
     if !(spec.scale > 0.0 && spec.scale <= 1.0) {
         return bad(format!("scale = {} must lie in (0, 1]", spec.scale));
     }
-    if spec.threads == Some(0) {
-        return bad("threads must be positive".into());
+    if spec.requests > MAX_REQUESTS {
+        return bad(format!(
+            "requests = {} is more than the {MAX_REQUESTS} a generated stream may hold: it is \
+             generated whole before the run, {} bytes a request",
+            spec.requests,
+            std::mem::size_of::<TraceRecord>()
+        ));
+    }
+    match spec.threads {
+        Some(0) => return bad("threads must be positive".into()),
+        Some(t) if t > MAX_THREADS => {
+            return bad(format!(
+                "threads = {t} is more than {MAX_THREADS} (Filebench's personalities use 3 to 100)"
+            ))
+        }
+        _ => {}
     }
     let p = spec.personality;
     let threads = spec.threads.unwrap_or(p.threads());

@@ -509,6 +509,21 @@ fn bad_configurations_are_named() {
     };
     let e = generate(&spec, 1 << 30, 4096).unwrap_err();
     assert!(e.to_string().contains("lower the scale"), "{e}");
+    // Counts that would exhaust memory before the first request is refused, not attempted.
+    let huge = FilebenchSpec {
+        requests: 1 << 32,
+        scale: 0.01,
+        ..spec.clone()
+    };
+    let e = generate(&huge, 1 << 30, 4096).unwrap_err();
+    assert!(e.to_string().contains("requests = 4294967296"), "{e}");
+    let crowded = FilebenchSpec {
+        threads: Some(u32::MAX),
+        scale: 0.01,
+        ..spec
+    };
+    let e = generate(&crowded, 1 << 30, 4096).unwrap_err();
+    assert!(e.to_string().contains("threads = 4294967295"), "{e}");
 }
 
 #[derive(Debug, Clone)]
