@@ -311,9 +311,7 @@ pub(crate) fn check_members<D: BlockDevice>(
         ("array.parity_mb_s", config.parity_mb_s),
         ("array.rebuild_mb_s", config.rebuild_mb_s),
     ] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(err(format!("{name} = {v} must be positive")));
-        }
+        afa_sim::check_bandwidth_mb_s(name, v).map_err(&err)?;
     }
     let min_capacity = members
         .iter()

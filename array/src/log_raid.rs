@@ -171,6 +171,7 @@ impl<D: BlockDevice> LogRaid<D> {
                 config.spare_fraction
             )));
         }
+        afa_sim::check_step_ns("log-raid nvram_write_ns", config.nvram_write_ns).map_err(&bad)?;
         let ainfo = array.info();
         let stripe_sectors = (array.chunk_sectors() as u64 * array.layout().k as u64) as u32;
         let segment_sectors = stripe_sectors * config.segment_stripes;

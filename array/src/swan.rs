@@ -494,6 +494,7 @@ impl<D: BlockDevice> Swan<D> {
         if swan.buffer_stripes == 0 {
             return Err(err("array.swan.buffer_stripes must be positive".into()));
         }
+        afa_sim::check_step_ns("array.swan.buffer_write_ns", swan.buffer_write_ns).map_err(&err)?;
         let width = members.len() / groups;
         let group_config = ArrayConfig {
             members: width as u32,

@@ -427,6 +427,18 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
             if !(t.time_scale.is_finite() && t.time_scale >= 0.0) {
                 return Err("workload.trace.time_scale must be a non-negative number".into());
             }
+            // The replay issues each request at its scaled timestamp; past a quarter of the
+            // u64 nanosecond clock (about 146 years) the completions that follow could
+            // overflow it.
+            let last_ns = records.iter().map(|r| r.timestamp_ns).max().unwrap_or(0);
+            let span_ns = last_ns as f64 * t.time_scale;
+            if span_ns >= (1u64 << 62) as f64 {
+                return Err(format!(
+                    "workload.trace.time_scale = {} stretches the trace's {last_ns} ns to {span_ns:e} ns, \
+                     past the simulated clock's reach (2^62 ns, about 146 years)",
+                    t.time_scale
+                ));
+            }
             TraceReplay::Timed {
                 time_scale: t.time_scale,
             }

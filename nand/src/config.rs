@@ -277,13 +277,18 @@ impl NandTiming {
     }
 
     pub fn validate(&self) -> Result<(), NandError> {
-        if !(self.channel_mb_s.is_finite() && self.channel_mb_s > 0.0) {
-            return Err(NandError::Config(format!(
-                "timing.channel_mb_s = {} must be a positive number",
-                self.channel_mb_s
-            )));
-        }
+        afa_sim::check_bandwidth_mb_s("timing.channel_mb_s", self.channel_mb_s)
+            .map_err(NandError::Config)?;
+        afa_sim::check_step_ns("timing.suspend_ns", self.suspend_ns).map_err(NandError::Config)?;
         for (name, t) in [("slc", &self.slc), ("mlc", &self.mlc), ("tlc", &self.tlc)] {
+            for (op, ns) in [
+                ("read_ns", t.read_ns),
+                ("program_ns", t.program_ns),
+                ("erase_ns", t.erase_ns),
+            ] {
+                afa_sim::check_step_ns(&format!("timing.{name}.{op}"), ns)
+                    .map_err(NandError::Config)?;
+            }
             if t.endurance_cycles == 0 {
                 return Err(NandError::Config(format!(
                     "timing.{name}.endurance_cycles must be positive"

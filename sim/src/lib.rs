@@ -22,6 +22,39 @@ pub const NS_PER_US: u64 = 1_000;
 pub const NS_PER_MS: u64 = 1_000_000;
 pub const NS_PER_S: u64 = 1_000_000_000;
 
+/// The longest time a configuration may give one step of a model: an operation's latency,
+/// a per-command overhead, an interval. Steps of at most an hour, summed over any run that
+/// ends, stay far inside the u64 nanosecond clock (584 years), so time arithmetic on the
+/// simulated path cannot overflow; a longer value is a mistyped unit, refused up front.
+pub const MAX_STEP_NS: u64 = 3_600 * NS_PER_S;
+
+/// The slowest bandwidth a configuration may give a link or an engine: 1 KB/s, a thousandth
+/// of mdraid's default rebuild floor (`speed_limit_min`, 1 MB/s), so that tests may hold an
+/// array degraded with a crawling rebuild. At this rate a 1 MiB chunk takes 17 minutes, within
+/// [`MAX_STEP_NS`]; at 1e-9 MB/s it took 33 years, and the sums after it overflowed the clock.
+pub const MIN_BANDWIDTH_MB_S: f64 = 0.001;
+
+/// Checks a configured duration against [`MAX_STEP_NS`]; the error names the field.
+pub fn check_step_ns(name: &str, ns: u64) -> Result<(), String> {
+    if ns > MAX_STEP_NS {
+        return Err(format!(
+            "{name} = {ns} ns is longer than an hour ({MAX_STEP_NS} ns), the longest step a \
+             model takes"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a configured bandwidth: a finite number of MB/s, at least [`MIN_BANDWIDTH_MB_S`].
+pub fn check_bandwidth_mb_s(name: &str, mb_s: f64) -> Result<(), String> {
+    if !(mb_s.is_finite() && mb_s >= MIN_BANDWIDTH_MB_S) {
+        return Err(format!(
+            "{name} = {mb_s} must be a bandwidth of at least {MIN_BANDWIDTH_MB_S} MB/s"
+        ));
+    }
+    Ok(())
+}
+
 /// A 64-bit FNV-1a style running hash of the events a simulation processed.
 ///
 /// Two runs with the same seed must feed it the same sequence of values; comparing the final

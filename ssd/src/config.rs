@@ -268,6 +268,28 @@ impl Default for WearLevelingConfig {
     }
 }
 
+impl HostInterfaceConfig {
+    /// Checks the link's fields; shared by every controller that has this host interface.
+    pub fn validate(&self) -> Result<(), SsdError> {
+        if self.queue_depth == 0 {
+            return Err(SsdError::Config("host.queue_depth must be positive".into()));
+        }
+        if self.max_transfer_sectors == 0 {
+            return Err(SsdError::Config(
+                "host.max_transfer_sectors must be positive".into(),
+            ));
+        }
+        for (name, v) in [
+            ("host.bandwidth_mb_s", self.bandwidth_mb_s),
+            ("host.dram_mb_s", self.dram_mb_s),
+        ] {
+            afa_sim::check_bandwidth_mb_s(name, v).map_err(SsdError::Config)?;
+        }
+        afa_sim::check_step_ns("host.command_overhead_ns", self.command_overhead_ns)
+            .map_err(SsdError::Config)
+    }
+}
+
 impl SsdConfig {
     pub fn validate(&self) -> Result<(), SsdError> {
         self.geometry.validate()?;
@@ -284,23 +306,7 @@ impl SsdConfig {
                 self.over_provisioning
             )));
         }
-        let h = &self.host;
-        if h.queue_depth == 0 {
-            return Err(SsdError::Config("host.queue_depth must be positive".into()));
-        }
-        if h.max_transfer_sectors == 0 {
-            return Err(SsdError::Config(
-                "host.max_transfer_sectors must be positive".into(),
-            ));
-        }
-        for (name, v) in [
-            ("host.bandwidth_mb_s", h.bandwidth_mb_s),
-            ("host.dram_mb_s", h.dram_mb_s),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(SsdError::Config(format!("{name} = {v} must be positive")));
-            }
-        }
+        self.host.validate()?;
         if self.gc.hard_threshold_blocks < 2 {
             return Err(SsdError::Config(
                 "gc.hard_threshold_blocks must be at least 2 (GC needs a block to move pages into)"

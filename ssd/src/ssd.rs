@@ -120,6 +120,16 @@ impl Ssd {
         let spp = g.sectors_per_page();
         let unit_bytes = nand.store().unit_bytes();
         let tag_bytes = nand.store().tag_bytes_per_sector();
+        // A buffer larger than the device could never fill, and its slots are allocated up
+        // front: a mistyped size must be an error, not an allocation that aborts.
+        let logical_bytes = ftl.logical_pages() as u64 * g.page_bytes as u64;
+        if config.write_buffer.capacity_bytes > logical_bytes {
+            return Err(SsdError::Config(format!(
+                "write_buffer.capacity_bytes = {} is larger than the device's {logical_bytes} \
+                 logical bytes",
+                config.write_buffer.capacity_bytes
+            )));
+        }
         let buffer = (config.write_buffer.capacity_bytes > 0).then(|| {
             WriteBuffer::new(
                 (config.write_buffer.capacity_bytes / g.page_bytes as u64) as usize,

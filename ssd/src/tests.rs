@@ -270,6 +270,18 @@ fn buffered_writes_complete_faster_than_programs() {
     assert!(b.done_ns * 10 < d.done_ns, "{} vs {}", b.done_ns, d.done_ns);
 }
 
+#[test]
+fn a_write_buffer_larger_than_the_device_is_refused_not_allocated() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.write_buffer.capacity_bytes = i64::MAX as u64;
+    let e = Ssd::new(cfg, 1).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("write_buffer.capacity_bytes = 9223372036854775807 is larger than"),
+        "{e}"
+    );
+}
+
 /// A half-duplex link (SATA) carries read and write data one at a time: a write whose data
 /// would cross while a read's data goes up waits for it, where a full-duplex link (PCIe)
 /// carries both at once.

@@ -173,9 +173,10 @@ impl WaflashConfig {
             ));
         }
         let spp = self.sectors_per_page();
-        if self.host.max_transfer_sectors == 0 || self.host.queue_depth == 0 {
-            return bad("host.max_transfer_sectors and host.queue_depth must be positive".into());
-        }
+        self.host.validate().map_err(|e| match e {
+            afa_ssd::SsdError::Config(m) => WaflashError::Config(m),
+            other => WaflashError::Config(other.to_string()),
+        })?;
         // A write must always fit in the buffer next to one page being destaged, or it
         // could wait for space forever.
         let needed = self.host.max_transfer_sectors as u64 + 2 * spp as u64;

@@ -346,9 +346,11 @@ fn shape<D: BlockDevice>(
             s.spare_fraction
         )));
     }
-    if !(s.checkpoint_interval_ms.is_finite() && s.checkpoint_interval_ms >= 0.0) {
+    let max_interval_ms = afa_sim::MAX_STEP_NS as f64 / afa_sim::NS_PER_MS as f64;
+    if !(s.checkpoint_interval_ms >= 0.0 && s.checkpoint_interval_ms <= max_interval_ms) {
         return Err(err(format!(
-            "array.scalaafa.checkpoint_interval_ms = {} must be zero (no checkpoints) or positive",
+            "array.scalaafa.checkpoint_interval_ms = {} must be zero (no checkpoints) or a \
+             positive interval of at most an hour ({max_interval_ms} ms)",
             s.checkpoint_interval_ms
         )));
     }
@@ -356,9 +358,13 @@ fn shape<D: BlockDevice>(
         ("array.scalaafa.daemon_copy_mb_s", s.daemon_copy_mb_s),
         ("array.scalaafa.daemon_parity_mb_s", s.daemon_parity_mb_s),
     ] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(err(format!("{name} = {v} must be positive")));
-        }
+        afa_sim::check_bandwidth_mb_s(name, v).map_err(&err)?;
+    }
+    for (name, ns) in [
+        ("array.scalaafa.daemon_message_ns", s.daemon_message_ns),
+        ("array.scalaafa.daemon_command_ns", s.daemon_command_ns),
+    ] {
+        afa_sim::check_step_ns(name, ns).map_err(&err)?;
     }
     let (first, chunk_sectors, min_capacity) = crate::check_members(config, members, spares)?;
     let chunks = (min_capacity / chunk_sectors as u64).min(u32::MAX as u64 / 2);
