@@ -91,28 +91,36 @@ fn within(r: &Reproduction, label: &str, tolerance: f64) -> Claim {
     Claim::new(text, verdict)
 }
 
-/// `label` ≥ `min`.
+/// `label` compared with `bound` by `sign` ("≥", "≤", "<" or ">"; the strict ones where a
+/// tie is no gain or no reduction).
+fn compared(r: &Reproduction, label: &str, sign: &str, bound: f64, text: &str) -> Claim {
+    let verdict = value(r, label).map(|m| {
+        let holds = match sign {
+            "≥" => m >= bound,
+            "≤" => m <= bound,
+            "<" => m < bound,
+            ">" => m > bound,
+            _ => unreachable!("a comparison sign: {sign}"),
+        };
+        (holds, format!("{label} = {}", show(m)))
+    });
+    Claim::new(format!("{text} ({label} {sign} {})", show(bound)), verdict)
+}
+
 fn at_least(r: &Reproduction, label: &str, min: f64, text: &str) -> Claim {
-    let verdict = value(r, label).map(|m| (m >= min, format!("{label} = {}", show(m))));
-    Claim::new(format!("{text} ({label} ≥ {})", show(min)), verdict)
+    compared(r, label, "≥", min, text)
 }
 
-/// `label` ≤ `max`.
 fn at_most(r: &Reproduction, label: &str, max: f64, text: &str) -> Claim {
-    let verdict = value(r, label).map(|m| (m <= max, format!("{label} = {}", show(m))));
-    Claim::new(format!("{text} ({label} ≤ {})", show(max)), verdict)
+    compared(r, label, "≤", max, text)
 }
 
-/// `label` < `bound` (strictly: a tie is no reduction).
 fn below(r: &Reproduction, label: &str, bound: f64, text: &str) -> Claim {
-    let verdict = value(r, label).map(|m| (m < bound, format!("{label} = {}", show(m))));
-    Claim::new(format!("{text} ({label} < {})", show(bound)), verdict)
+    compared(r, label, "<", bound, text)
 }
 
-/// `label` > `bound` (strictly: a tie is no gain).
 fn above(r: &Reproduction, label: &str, bound: f64, text: &str) -> Claim {
-    let verdict = value(r, label).map(|m| (m > bound, format!("{label} = {}", show(m))));
-    Claim::new(format!("{text} ({label} > {})", show(bound)), verdict)
+    compared(r, label, ">", bound, text)
 }
 
 /// `label` in [`low`, `high`].
