@@ -130,14 +130,20 @@ fn hostile(original: &Value) -> Vec<Value> {
 }
 
 enum Verdict {
-    Ended,
+    /// Ended with status 0, 1 or 2; its standard error.
+    Ended(String),
     Slow,
     Broke(String),
 }
 
 fn run_mutant(path: &Path) -> Verdict {
+    run_afa(&["run", path.to_str().unwrap(), "--quiet"])
+}
+
+/// Runs `afa` with `args` until it ends or `DEADLINE` passes.
+fn run_afa(args: &[&str]) -> Verdict {
     let mut child = Command::new(env!("CARGO_BIN_EXE_afa"))
-        .args(["run", path.to_str().unwrap(), "--quiet"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -148,7 +154,7 @@ fn run_mutant(path: &Path) -> Verdict {
             let out = child.wait_with_output().unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
             return match status.code() {
-                Some(0..=2) if !stderr.contains("panicked") => Verdict::Ended,
+                Some(0..=2) if !stderr.contains("panicked") => Verdict::Ended(stderr),
                 code => Verdict::Broke(format!("status {code:?}: {stderr}")),
             };
         }
@@ -226,7 +232,7 @@ fn every_numeric_field_set_to_a_hostile_value_is_refused_or_run_never_panicked_o
                 runs += 1;
                 let what = format!("{name}: {} = {value}", leaf.join("."));
                 match run_mutant(&mutant_path) {
-                    Verdict::Ended => {}
+                    Verdict::Ended(_) => {}
                     Verdict::Slow => slow.push(what),
                     Verdict::Broke(why) => broke.push(format!("{what}: {why}")),
                 }
@@ -242,4 +248,45 @@ fn every_numeric_field_set_to_a_hostile_value_is_refused_or_run_never_panicked_o
         eprintln!("  slow: {s}");
     }
     assert!(broke.is_empty(), "{}", broke.join("\n"));
+}
+
+/// The same for an OX SSD's `[ox]` table, which `afa serve` takes. The server is pointed at a
+/// socket path that cannot exist, so it ends right after building the device (or refusing
+/// its configuration); nothing listens, so nothing needs a client.
+#[test]
+fn every_numeric_field_of_a_served_ox_ssd_set_to_a_hostile_value_is_refused_or_built() {
+    let base: Value = toml::from_str(include_str!("fixtures/ox_serve.toml")).unwrap();
+    let mut leaves = Vec::new();
+    numeric_leaves(&base, &mut Vec::new(), &mut leaves);
+    assert!(leaves.len() >= 10, "{leaves:?}");
+    let path = scratch("ox-mutant.toml");
+    let listen = format!("unix:{}", scratch("no-such-dir/ox.sock").display());
+    // The unchanged configuration gets as far as the socket: the device was built.
+    std::fs::write(&path, toml::to_string(&base).unwrap()).unwrap();
+    let args = ["serve", path.to_str().unwrap(), "--listen", &listen];
+    match run_afa(&args) {
+        Verdict::Ended(stderr) => assert!(stderr.contains("cannot listen"), "{stderr}"),
+        _ => panic!("the unchanged OX configuration did not end at the socket"),
+    }
+    let (mut broke, mut refused) = (Vec::new(), 0);
+    for leaf in &leaves {
+        let original = leaf_mut(&mut base.clone(), leaf).clone();
+        for value in hostile(&original) {
+            let mut mutant = base.clone();
+            *leaf_mut(&mut mutant, leaf) = value.clone();
+            std::fs::write(&path, toml::to_string(&mutant).unwrap()).unwrap();
+            match run_afa(&args) {
+                Verdict::Ended(stderr) if !stderr.contains("cannot listen") => refused += 1,
+                Verdict::Ended(_) | Verdict::Slow => {}
+                Verdict::Broke(why) => broke.push(format!("{} = {value}: {why}", leaf.join("."))),
+            }
+        }
+    }
+    assert!(broke.is_empty(), "{}", broke.join("\n"));
+    // Most hostile values are refused before the socket; a test that refused none would
+    // not be reaching the configuration at all.
+    assert!(
+        refused > leaves.len(),
+        "only {refused} mutants were refused"
+    );
 }

@@ -14,28 +14,7 @@ const AFA: &str = env!("CARGO_BIN_EXE_afa");
 /// A small OX SSD: 4 channels × 2 LUNs × 80 EBLOCKs of 64 KiB (40 MiB of flash) exposing
 /// 4000 pages of 4 KiB (15.6 MiB), so that writing the volume three times over makes GC
 /// collect EBLOCKs; checkpoints every 20 ms of device time.
-const OX: &str = r#"
-seed = 11
-[ox]
-channels = 4
-luns_per_channel = 2
-eblocks_per_lun = 80
-logical_pages = 4000
-map_cache_pages = 2
-log_forward_links = 2
-max_batch_pages = 255
-[ox.terms]
-rblock_bytes = 4096
-wblock_bytes = 8192
-eblock_bytes = 65536
-tag_bytes = 16
-[ox.gc]
-start_used_fraction = 0.6
-stop_used_fraction = 0.55
-max_gc_channels = 2
-[ox.checkpoint]
-interval_ns = 20000000
-"#;
+const OX: &str = include_str!("fixtures/ox_serve.toml");
 
 /// Bytes of the volume: 4000 pages of 4 KiB.
 const VOLUME_BYTES: u64 = 4000 * 4096;
