@@ -7,7 +7,8 @@
 //! bandwidth", "Log-RAID0 falls as SSDs are added", "pc-lru clearly larger than mca"), and a
 //! ratio does not say whether one of those holds. Each claim here states its threshold in its
 //! text, so a reader can disagree with the threshold and still read the values beside it.
-//! A claim whose labels the run did not measure (a full-scale-only label in a `--quick` run)
+//! Where neither the paper nor the issue gives a tolerance for a number, ±25% is used, the
+//! tolerance the ScalaAFA issue sets for its ratios. A claim whose labels the run did not measure (a full-scale-only label in a `--quick` run)
 //! is reported as not measured, never as holding.
 
 use serde::Serialize;
