@@ -67,7 +67,7 @@ pub struct ArrayRunConfig {
 }
 
 /// The simulated clock's range in milliseconds: u64 nanoseconds.
-const MAX_SIMULATED_MS: f64 = u64::MAX as f64 / 1e6;
+const MAX_SIMULATED_MS: f64 = u64::MAX as f64 / afa_sim::NS_PER_MS as f64;
 
 /// One scheduled member failure.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -92,36 +92,59 @@ fn within(r: &Reproduction, label: &str, tolerance: f64) -> Claim {
     Claim::new(text, verdict)
 }
 
-/// `label` compared with `bound` by `sign` ("≥", "≤", "<" or ">"; the strict ones where a
-/// tie is no gain or no reduction).
-fn compared(r: &Reproduction, label: &str, sign: &str, bound: f64, text: &str) -> Claim {
-    let verdict = value(r, label).map(|m| {
-        let holds = match sign {
-            "≥" => m >= bound,
-            "≤" => m <= bound,
-            "<" => m < bound,
-            ">" => m > bound,
-            _ => unreachable!("a comparison sign: {sign}"),
-        };
-        (holds, format!("{label} = {}", show(m)))
-    });
-    Claim::new(format!("{text} ({label} {sign} {})", show(bound)), verdict)
+/// How a label is held against a bound; the strict ones where a tie is no gain or no
+/// reduction.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    AtLeast,
+    AtMost,
+    Below,
+    Above,
+}
+
+impl Bound {
+    fn holds(self, value: f64, bound: f64) -> bool {
+        match self {
+            Bound::AtLeast => value >= bound,
+            Bound::AtMost => value <= bound,
+            Bound::Below => value < bound,
+            Bound::Above => value > bound,
+        }
+    }
+
+    fn sign(self) -> &'static str {
+        match self {
+            Bound::AtLeast => "≥",
+            Bound::AtMost => "≤",
+            Bound::Below => "<",
+            Bound::Above => ">",
+        }
+    }
+}
+
+/// `label` held against `bound` as `kind` says.
+fn bounded(r: &Reproduction, label: &str, kind: Bound, bound: f64, text: &str) -> Claim {
+    let verdict = value(r, label).map(|m| (kind.holds(m, bound), format!("{label} = {}", show(m))));
+    Claim::new(
+        format!("{text} ({label} {} {})", kind.sign(), show(bound)),
+        verdict,
+    )
 }
 
 fn at_least(r: &Reproduction, label: &str, min: f64, text: &str) -> Claim {
-    compared(r, label, "≥", min, text)
+    bounded(r, label, Bound::AtLeast, min, text)
 }
 
 fn at_most(r: &Reproduction, label: &str, max: f64, text: &str) -> Claim {
-    compared(r, label, "≤", max, text)
+    bounded(r, label, Bound::AtMost, max, text)
 }
 
 fn below(r: &Reproduction, label: &str, bound: f64, text: &str) -> Claim {
-    compared(r, label, "<", bound, text)
+    bounded(r, label, Bound::Below, bound, text)
 }
 
 fn above(r: &Reproduction, label: &str, bound: f64, text: &str) -> Claim {
-    compared(r, label, ">", bound, text)
+    bounded(r, label, Bound::Above, bound, text)
 }
 
 /// `label` in [`low`, `high`].
