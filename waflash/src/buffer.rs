@@ -21,6 +21,9 @@ struct Entry {
     mask: u64,
     prev: u32,
     next: u32,
+    /// Neighbours in the list of full pages (LRU policies only), in the stack's order.
+    full_prev: u32,
+    full_next: u32,
 }
 
 #[derive(Debug)]
@@ -36,6 +39,11 @@ pub(crate) struct WriteBuffer {
     data: Vec<u8>,
     head: u32,
     tail: u32,
+    /// The full pages alone, in the stack's order, so that PC-LRU finds "the full page
+    /// closest to the bottom" without walking past the partial pages below it. Kept for the
+    /// LRU-based policies; FIFO reorders nothing and never asks.
+    full_head: u32,
+    full_tail: u32,
     dirty_sectors: u64,
     pages: u64,
     partial_pages: u64,
@@ -72,6 +80,8 @@ impl WriteBuffer {
             data: Vec::new(),
             head: NONE,
             tail: NONE,
+            full_head: NONE,
+            full_tail: NONE,
             dirty_sectors: 0,
             pages: 0,
             partial_pages: 0,
@@ -132,12 +142,53 @@ impl WriteBuffer {
         self.head = slot;
     }
 
+    fn full_unlink(&mut self, slot: u32) {
+        let Entry {
+            full_prev,
+            full_next,
+            ..
+        } = self.entries[slot as usize];
+        if full_prev != NONE {
+            self.entries[full_prev as usize].full_next = full_next;
+        } else {
+            self.full_head = full_next;
+        }
+        if full_next != NONE {
+            self.entries[full_next as usize].full_prev = full_prev;
+        } else {
+            self.full_tail = full_prev;
+        }
+    }
+
+    fn full_push_front(&mut self, slot: u32) {
+        let e = &mut self.entries[slot as usize];
+        e.full_prev = NONE;
+        e.full_next = self.full_head;
+        if self.full_head != NONE {
+            self.entries[self.full_head as usize].full_prev = slot;
+        } else {
+            self.full_tail = slot;
+        }
+        self.full_head = slot;
+    }
+
+    /// Moves a page to the top of the stack (and of the full pages, when it is one).
+    fn move_to_front(&mut self, slot: u32) {
+        if self.head != slot {
+            self.unlink(slot);
+            self.push_front(slot);
+        }
+        if self.entries[slot as usize].mask == self.full_mask && self.full_head != slot {
+            self.full_unlink(slot);
+            self.full_push_front(slot);
+        }
+    }
+
     /// Records a read hit: the LRU-based policies move the page to the top of the stack.
     pub fn touch(&mut self, lpn: u32) {
         let slot = self.slot_of_lpn[lpn as usize];
-        if slot != NONE && self.policy != BufferPolicy::Fifo && self.head != slot {
-            self.unlink(slot);
-            self.push_front(slot);
+        if slot != NONE && self.policy != BufferPolicy::Fifo {
+            self.move_to_front(slot);
         }
     }
 
@@ -155,6 +206,8 @@ impl WriteBuffer {
                         mask: 0,
                         prev: NONE,
                         next: NONE,
+                        full_prev: NONE,
+                        full_next: NONE,
                     });
                     self.data
                         .resize(self.entries.len() * self.spp * self.unit, 0);
@@ -167,9 +220,8 @@ impl WriteBuffer {
             self.push_front(slot);
             self.pages += 1;
             self.partial_pages += 1;
-        } else if self.policy != BufferPolicy::Fifo && self.head != slot {
-            self.unlink(slot);
-            self.push_front(slot);
+        } else if self.policy != BufferPolicy::Fifo {
+            self.move_to_front(slot);
         }
         let mask = if count >= 64 {
             u64::MAX
@@ -182,6 +234,10 @@ impl WriteBuffer {
         e.mask |= mask;
         if !was_full && e.mask == self.full_mask {
             self.partial_pages -= 1;
+            if self.policy != BufferPolicy::Fifo {
+                // The page is at the top of the stack, so it heads the full pages too.
+                self.full_push_front(slot);
+            }
         }
         if self.unit > 0 {
             let start = (slot as usize * self.spp + first) * self.unit;
@@ -251,12 +307,24 @@ impl WriteBuffer {
         })
     }
 
+    /// The full page nearest the bottom of the stack (LRU-based policies).
+    pub fn bottom_full(&self) -> Option<u32> {
+        debug_assert!(
+            self.policy != BufferPolicy::Fifo,
+            "FIFO keeps no full-page list"
+        );
+        (self.full_tail != NONE).then(|| self.entries[self.full_tail as usize].lpn)
+    }
+
     /// Removes a page and returns its mask and page image (sector `s` at `s * unit`).
     pub fn take(&mut self, lpn: u32) -> (u64, Vec<u8>) {
         let slot = self.slot_of_lpn[lpn as usize];
         debug_assert!(slot != NONE, "taking a page that is not buffered");
         self.unlink(slot);
         let e = self.entries[slot as usize];
+        if e.mask == self.full_mask && self.policy != BufferPolicy::Fifo {
+            self.full_unlink(slot);
+        }
         self.slot_of_lpn[lpn as usize] = NONE;
         self.free.push(slot);
         self.pages -= 1;
@@ -285,6 +353,9 @@ impl WriteBuffer {
         self.entries[slot as usize].mask &= !mask;
         if was_full {
             self.partial_pages += 1;
+            if self.policy != BufferPolicy::Fifo {
+                self.full_unlink(slot);
+            }
         }
     }
 
@@ -328,5 +399,78 @@ impl WriteBuffer {
             .map(|Reverse((t, _))| *t)
             .max()
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One buffer operation on page `lpn`: write sectors `first..first + count`, a read
+    /// hit, a destage, or a TRIM of the sectors in `mask`.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put {
+            lpn: u32,
+            first: usize,
+            count: usize,
+        },
+        Touch {
+            lpn: u32,
+        },
+        Take {
+            lpn: u32,
+        },
+        Discard {
+            lpn: u32,
+            mask: u64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let lpn = 0u32..12;
+        prop_oneof![
+            4 => (lpn.clone(), 0usize..4, 1usize..=4).prop_map(|(lpn, first, count)| Op::Put {
+                lpn,
+                first,
+                count: count.min(4 - first),
+            }),
+            1 => lpn.clone().prop_map(|lpn| Op::Touch { lpn }),
+            1 => lpn.clone().prop_map(|lpn| Op::Take { lpn }),
+            1 => (lpn, 1u64..16).prop_map(|(lpn, mask)| Op::Discard { lpn, mask }),
+        ]
+    }
+
+    proptest! {
+        /// The list of full pages always names the full page a walk up from the bottom of
+        /// the stack finds first, whatever writes, hits, destages and TRIMs came before.
+        #[test]
+        fn the_full_page_list_agrees_with_a_walk_of_the_stack(
+            policy in prop_oneof![
+                Just(BufferPolicy::Lru),
+                Just(BufferPolicy::Mca),
+                Just(BufferPolicy::PcLru),
+            ],
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let mut b = WriteBuffer::new(policy, 1 << 20, 12, 4, 0);
+            for op in ops {
+                match op {
+                    Op::Put { lpn, first, count } => b.put(lpn, first, count, &[]),
+                    Op::Touch { lpn } => b.touch(lpn),
+                    Op::Take { lpn } => {
+                        if b.mask(lpn) != 0 {
+                            b.take(lpn);
+                        }
+                    }
+                    Op::Discard { lpn, mask } => b.discard(lpn, mask),
+                }
+                let walk = b.bottom_up().find(|&(_, m)| m == 0b1111).map(|(lpn, _)| lpn);
+                prop_assert_eq!(b.bottom_full(), walk);
+                let full = b.bottom_up().filter(|&(_, m)| m == 0b1111).count() as u64;
+                prop_assert_eq!(b.pages() - b.partial_pages(), full);
+            }
+        }
     }
 }

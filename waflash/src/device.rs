@@ -368,7 +368,6 @@ impl WaflashSsd {
     /// Picks the pages to destage next under the buffer policy.
     fn choose_victims(&mut self, now_ns: TimeNs) -> Vec<u32> {
         self.count_eviction_decision();
-        let full = self.ftl.full_mask();
         let window = self.config.scan_window_pages as usize;
         let Some((bottom, bottom_mask)) = self.buffer.bottom_up().next() else {
             return Vec::new();
@@ -400,13 +399,15 @@ impl WaflashSsd {
                 if !self.target_busy(bottom, bottom_mask, write_die, now_ns) {
                     // Idle chips: the bottom page, as LRU.
                     bottom
-                } else if let Some((lpn, _)) =
-                    self.buffer.bottom_up().find(|&(_, mask)| mask == full)
-                {
+                } else if let Some(lpn) = self.buffer.bottom_full() {
                     // Congestion: "the full page closest to the bottom of L" leaves, however
                     // far up it is (the paper sets no window; MCA's window does not apply),
                     // and partial pages stay to be filled up by later writes.
                     lpn
+                } else if self.die_busy(write_die, now_ns) {
+                    // Every page's program would go to the busy die, so no page has idle
+                    // target chips: the bottom page, as the search below would find.
+                    bottom
                 } else {
                     // Congestion and no full page in the buffer, a case §III-A leaves open.
                     // The rule's aim, no partial page written onto a congested chip, still

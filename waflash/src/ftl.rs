@@ -7,7 +7,7 @@
 //! A compacted page carries the marker `COMPACTED` in place of the logical page, and its
 //! page header (0xFFFF marker and ⟨LPN, offset, len⟩ index) in the page's metadata area.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use afa_nand::{Geometry, Nand};
 use afa_sim::TimeNs;
@@ -45,6 +45,21 @@ impl Piece {
     }
 }
 
+/// The runs of consecutive set bits of `mask`, lowest first, as (first bit, length): a
+/// run of sectors is copied with one copy rather than a sector at a time.
+fn runs(mask: u64) -> impl Iterator<Item = (usize, usize)> {
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let first = m.trailing_zeros();
+        let len = (!(m >> first)).trailing_zeros();
+        m &= !run_mask(first, len);
+        Some((first as usize, len as usize))
+    })
+}
+
 fn run_mask(first: u32, len: u32) -> u64 {
     let ones = if len >= 64 {
         u64::MAX
@@ -70,6 +85,15 @@ pub fn encode_header(pieces: &[Piece]) -> Vec<u8> {
 /// Decodes a compacted page's header; anything that does not begin with the marker or is
 /// cut short is an error naming the problem.
 pub fn decode_header(bytes: &[u8]) -> Result<Vec<Piece>, WaflashError> {
+    Ok(header_index(bytes)?
+        .chunks_exact(INDEX_ENTRY_BYTES)
+        .map(index_entry)
+        .collect())
+}
+
+/// The index of a compacted page's header: its ⟨LPN, offset, first, len⟩ entries, after
+/// the marker and the entry count have been checked.
+fn header_index(bytes: &[u8]) -> Result<&[u8], WaflashError> {
     if bytes.len() < HEADER_PREFIX_BYTES || bytes[..2] != COMPACTED_MARKER.to_be_bytes() {
         return Err(WaflashError::Header(
             "the page does not begin with the 0xFFFF compaction marker".into(),
@@ -83,15 +107,16 @@ pub fn decode_header(bytes: &[u8]) -> Result<Vec<Piece>, WaflashError> {
             body.len()
         )));
     }
-    Ok(body
-        .chunks_exact(INDEX_ENTRY_BYTES)
-        .map(|c| Piece {
-            lpn: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-            offset: c[4],
-            first: c[5],
-            len: c[6],
-        })
-        .collect())
+    Ok(body)
+}
+
+fn index_entry(c: &[u8]) -> Piece {
+    Piece {
+        lpn: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        offset: c[4],
+        first: c[5],
+        len: c[6],
+    }
 }
 
 /// What the FTL did, for the report.
@@ -136,7 +161,7 @@ pub(crate) struct Ftl {
     pub map: MappingTable,
     oob_lpn: Vec<u32>,
     oob_mask: Vec<u64>,
-    headers: BTreeMap<u32, Vec<u8>>,
+    headers: Headers,
     refs: Vec<u8>,
     block_valid: Vec<u32>,
     block_free: Vec<bool>,
@@ -151,6 +176,56 @@ pub(crate) struct Ftl {
     /// is programmed).
     next_page_hint: Vec<u32>,
     pub stats: FtlStats,
+}
+
+/// The headers of the compacted pages, by physical page: a slot per page that holds one,
+/// so that a read finds its page's index in one step (4 bytes per physical page).
+#[derive(Debug)]
+struct Headers {
+    slot_of_ppn: Vec<u32>,
+    slots: Vec<Vec<u8>>,
+    free: Vec<u32>,
+}
+
+impl Headers {
+    fn new(pages: u64) -> Self {
+        Self {
+            slot_of_ppn: vec![NONE; pages as usize],
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, ppn: u32, header: Vec<u8>) {
+        self.remove(ppn);
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = header;
+                slot
+            }
+            None => {
+                self.slots.push(header);
+                self.slots.len() as u32 - 1
+            }
+        };
+        self.slot_of_ppn[ppn as usize] = slot;
+    }
+
+    fn remove(&mut self, ppn: u32) {
+        let slot = std::mem::replace(&mut self.slot_of_ppn[ppn as usize], NONE);
+        if slot != NONE {
+            self.slots[slot as usize] = Vec::new();
+            self.free.push(slot);
+        }
+    }
+
+    /// The header of `ppn`, empty when it holds none (which decodes as an error).
+    fn get(&self, ppn: u32) -> &[u8] {
+        match self.slot_of_ppn[ppn as usize] {
+            NONE => &[],
+            slot => &self.slots[slot as usize],
+        }
+    }
 }
 
 fn nand_err(_: afa_nand::NandError) -> DeviceError {
@@ -196,7 +271,7 @@ impl Ftl {
             map,
             oob_lpn: vec![NONE; pages as usize],
             oob_mask: vec![0; pages as usize],
-            headers: BTreeMap::new(),
+            headers: Headers::new(pages),
             refs: vec![0; pages as usize],
             block_valid: vec![0; g.blocks_total() as usize],
             block_free: vec![true; g.blocks_total() as usize],
@@ -364,7 +439,7 @@ impl Ftl {
                 let ppn = (victim * ppb + page) as usize;
                 self.oob_lpn[ppn] = NONE;
                 self.oob_mask[ppn] = 0;
-                self.headers.remove(&(ppn as u32));
+                self.headers.remove(ppn as u32);
             }
             self.next_page_hint[victim as usize] = 0;
             self.block_free[victim as usize] = true;
@@ -483,18 +558,26 @@ impl Ftl {
     }
 
     fn pieces(&self, ppn: u32) -> Vec<Piece> {
+        self.pieces_of(ppn, None).collect()
+    }
+
+    /// The pieces of the compacted page `ppn`, only those of `lpn` when it is given, read
+    /// from its header's index as a read locates its piece (without collecting them: reads
+    /// and merges ask for one page's pieces on every access).
+    fn pieces_of(&self, ppn: u32, lpn: Option<u32>) -> impl Iterator<Item = Piece> + '_ {
         // The header was written by this FTL; failing to decode it is a bug, not an input
         // error, so it is an assertion.
-        decode_header(&self.headers[&ppn]).expect("compacted page header decodes")
+        header_index(self.headers.get(ppn))
+            .expect("compacted page header decodes")
+            .chunks_exact(INDEX_ENTRY_BYTES)
+            .map(index_entry)
+            .filter(move |p| lpn.is_none_or(|l| p.lpn == l))
     }
 
     /// Which sectors of `lpn` the physical page `ppn` holds.
     fn version_mask(&self, lpn: u32, ppn: u32) -> u64 {
         if self.oob_lpn[ppn as usize] == COMPACTED {
-            self.pieces(ppn)
-                .iter()
-                .filter(|p| p.lpn == lpn)
-                .fold(0, |m, p| m | p.mask())
+            self.pieces_of(ppn, Some(lpn)).fold(0, |m, p| m | p.mask())
         } else {
             self.oob_mask[ppn as usize]
         }
@@ -508,21 +591,16 @@ impl Ftl {
         }
         let page = nand.store().page(ppn);
         if self.oob_lpn[ppn as usize] == COMPACTED {
-            for p in self.pieces(ppn).iter().filter(|p| p.lpn == lpn) {
-                for i in 0..p.len as usize {
-                    let s = p.first as usize + i;
-                    if mask >> s & 1 == 1 {
-                        let src = (p.offset as usize + i) * u;
-                        image[s * u..(s + 1) * u].copy_from_slice(&page[src..src + u]);
-                    }
+            for p in self.pieces_of(ppn, Some(lpn)) {
+                for (s, len) in runs(mask & p.mask()) {
+                    // Sector `s` of the logical page sits at `offset + (s − first)` here.
+                    let src = (p.offset as usize + s - p.first as usize) * u;
+                    image[s * u..(s + len) * u].copy_from_slice(&page[src..src + len * u]);
                 }
             }
         } else {
-            let mut m = mask;
-            while m != 0 {
-                let s = m.trailing_zeros() as usize;
-                m &= m - 1;
-                image[s * u..(s + 1) * u].copy_from_slice(&page[s * u..(s + 1) * u]);
+            for (s, len) in runs(mask) {
+                image[s * u..(s + len) * u].copy_from_slice(&page[s * u..(s + len) * u]);
             }
         }
     }
@@ -578,11 +656,8 @@ impl Ftl {
             remaining &= !m;
         }
         if u > 0 {
-            let mut m = remaining;
-            while m != 0 {
-                let s = m.trailing_zeros() as usize;
-                m &= m - 1;
-                image[s * u..(s + 1) * u].fill(0);
+            for (s, len) in runs(remaining) {
+                image[s * u..(s + len) * u].fill(0);
             }
         }
         (done, reads)
@@ -599,11 +674,8 @@ impl Ftl {
             return;
         }
         page.fill(0);
-        let mut m = mask;
-        while m != 0 {
-            let s = m.trailing_zeros() as usize;
-            m &= m - 1;
-            page[s * u..(s + 1) * u].copy_from_slice(&image[s * u..(s + 1) * u]);
+        for (s, len) in runs(mask) {
+            page[s * u..(s + len) * u].copy_from_slice(&image[s * u..(s + len) * u]);
         }
     }
 
@@ -761,21 +833,16 @@ impl Ftl {
             let t = nand.program(new, ready).map_err(nand_err)?;
             done = done.max(t);
             let mut pieces = Vec::new();
-            let mut at = 0u32;
+            let mut at = 0usize;
             if u > 0 {
                 nand.store_mut().page_mut(new).fill(0);
             }
             for (lpn, mask, image) in &pack[i..j] {
                 // A non-contiguous pattern becomes one index entry per run of sectors.
-                let mut m = *mask;
-                while m != 0 {
-                    let first = m.trailing_zeros();
-                    let len = (!(m >> first)).trailing_zeros();
-                    m &= !run_mask(first, len);
+                for (first, len) in runs(*mask) {
                     if u > 0 {
-                        let src = &image[first as usize * u..(first + len) as usize * u];
-                        nand.store_mut().page_mut(new)[at as usize * u..(at + len) as usize * u]
-                            .copy_from_slice(src);
+                        let src = &image[first * u..(first + len) * u];
+                        nand.store_mut().page_mut(new)[at * u..(at + len) * u].copy_from_slice(src);
                     }
                     pieces.push(Piece {
                         lpn: *lpn,
@@ -923,5 +990,29 @@ impl Ftl {
             return 0.0;
         }
         self.stats.compaction_header_bytes as f64 / (pages * self.geometry.page_bytes as u64) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The runs cover exactly the set bits, in order, each run maximal.
+        #[test]
+        fn runs_are_the_maximal_runs_of_set_bits(mask in proptest::num::u64::ANY) {
+            let mut rebuilt = 0u64;
+            let mut last_end = None;
+            for (first, len) in runs(mask) {
+                proptest::prop_assert!(len > 0);
+                if let Some(end) = last_end {
+                    // A gap of at least one clear bit separates two runs.
+                    proptest::prop_assert!(first > end);
+                }
+                rebuilt |= run_mask(first as u32, len as u32);
+                last_end = Some(first + len);
+            }
+            proptest::prop_assert_eq!(rebuilt, mask);
+        }
     }
 }
