@@ -25,6 +25,7 @@ use afa_nand::sector_token;
 use afa_sim::{TimeNs, NS_PER_S};
 use serde::{Deserialize, Serialize};
 
+use crate::page_lru::PageLru;
 use crate::ycsb::{Workload, Ycsb, YcsbOp, KEY_BYTES, VALUE_BYTES};
 use crate::{BatchBuffer, OxConfig, OxController, OxError, OxStats, Request, RequestId};
 
@@ -350,9 +351,8 @@ pub struct KvStore {
     /// The records and their value versions: the oracle of the KV level.
     records: BTreeMap<u64, u32>,
     cache_capacity: usize,
-    last_use: Vec<u64>,
-    lru: BTreeMap<u64, u64>,
-    tick: u64,
+    /// The pages in the host cache, in recency order.
+    cache: PageLru,
     buffer: Vec<u64>,
     in_buffer: BTreeSet<u64>,
     buffer_capacity: usize,
@@ -415,9 +415,7 @@ impl KvStore {
             root: 0,
             records: BTreeMap::new(),
             cache_capacity: usize::MAX,
-            last_use: vec![0],
-            lru: BTreeMap::new(),
-            tick: 0,
+            cache: PageLru::new(1),
             buffer: Vec::new(),
             in_buffer: BTreeSet::new(),
             buffer_capacity,
@@ -537,16 +535,9 @@ impl KvStore {
     // ----- the page cache ---------------------------------------------------------------
 
     fn touch(&mut self, lpid: u64) {
-        self.tick += 1;
-        let old = self.last_use[lpid as usize];
-        if old != 0 {
-            self.lru.remove(&old);
-        }
-        self.last_use[lpid as usize] = self.tick;
-        self.lru.insert(self.tick, lpid);
-        while self.lru.len() > self.cache_capacity {
-            let (_, victim) = self.lru.pop_first().expect("non-empty");
-            self.last_use[victim as usize] = 0;
+        self.cache.touch(lpid);
+        while self.cache.len() > self.cache_capacity {
+            let victim = self.cache.pop_lru().expect("non-empty");
             if std::mem::take(&mut self.dirty[victim as usize]) {
                 self.evicted_dirty.push(victim);
             }
@@ -579,7 +570,7 @@ impl KvStore {
     /// Makes a page resident: a hit, a copy still in host memory (buffer or flush in
     /// flight), or a read from the device, checked against the version the host wrote.
     fn access(&mut self, lpid: u64) -> Result<(), OxError> {
-        if self.last_use[lpid as usize] != 0 {
+        if self.cache.contains(lpid) {
             self.stats.cache_hits += 1;
             self.touch(lpid);
             return Ok(());
@@ -644,7 +635,7 @@ impl KvStore {
     /// with the write-back cache, it stays dirty in the cache until evicted.
     fn mark_modified(&mut self, lpid: u64) -> Result<(), OxError> {
         self.version[lpid as usize] += 1;
-        if self.cfg.write_back && self.last_use[lpid as usize] != 0 {
+        if self.cfg.write_back && self.cache.contains(lpid) {
             self.dirty[lpid as usize] = true;
             return Ok(());
         }
@@ -854,7 +845,7 @@ impl KvStore {
         self.nodes.push(node);
         self.version.push(0);
         self.flushed_version.push(0);
-        self.last_use.push(0);
+        self.cache.add_page();
         self.dirty.push(false);
         self.lba_of.push(NONE);
         l
@@ -1006,10 +997,7 @@ impl KvStore {
         self.now_ns = self.now_ns.max(self.dev.now_ns());
         self.cache_capacity =
             ((self.cfg.cache_fraction * self.nodes.len() as f64).round() as usize).max(1);
-        for l in 0..self.nodes.len() {
-            self.last_use[l] = 0;
-        }
-        self.lru.clear();
+        self.cache.clear();
         self.stats = KvStats::default();
         Ok(())
     }

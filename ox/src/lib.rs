@@ -75,6 +75,7 @@ mod image;
 pub mod kv;
 mod log;
 mod media;
+mod page_lru;
 mod provision;
 mod recovery;
 pub mod reproduce;
