@@ -120,17 +120,34 @@ pub fn run_trace_preconditioned(
         Precondition::Footprint => ssd.precondition(preconditioned),
         Precondition::ReadSectors => {
             let spp = config.sectors_per_page() as u64;
-            let mut masks = std::collections::BTreeMap::<u32, u64>::new();
+            // One mask per page of the footprint, filled a page at a time: a trace's reads
+            // cover most of it many times over.
+            let mut masks = vec![0u64; preconditioned.div_ceil(spp) as usize];
             for r in records.iter().filter(|r| r.op == afa_workload::IoOp::Read) {
                 let first = r.offset_bytes / sector;
                 let end = (r.offset_bytes + r.len_bytes)
                     .div_ceil(sector)
                     .min(preconditioned);
-                for lba in first..end {
-                    *masks.entry((lba / spp) as u32).or_default() |= 1u64 << (lba % spp);
+                let mut lba = first;
+                while lba < end {
+                    let page = lba / spp;
+                    let page_end = ((page + 1) * spp).min(end);
+                    let (from, count) = ((lba % spp) as u32, (page_end - lba) as u32);
+                    let run = if count >= 64 {
+                        u64::MAX
+                    } else {
+                        ((1u64 << count) - 1) << from
+                    };
+                    masks[page as usize] |= run;
+                    lba = page_end;
                 }
             }
-            let pages: Vec<(u32, u64)> = masks.into_iter().collect();
+            let pages: Vec<(u32, u64)> = masks
+                .into_iter()
+                .enumerate()
+                .filter(|&(_, mask)| mask != 0)
+                .map(|(page, mask)| (page as u32, mask))
+                .collect();
             ssd.precondition_sectors(&pages)
         }
     }
