@@ -365,17 +365,20 @@ pub fn override_job_options(text: &str, options: &[(String, String)]) -> String 
     out
 }
 
-/// Where the point configurations of one sweep are written; removed when dropped.
+/// A scratch directory (a sweep's point configurations, reproduce workers' JSON files);
+/// removed when dropped.
 #[derive(Debug)]
-struct ScratchDir(PathBuf);
+pub(crate) struct ScratchDir(pub(crate) PathBuf);
 
 impl ScratchDir {
-    fn new() -> Result<ScratchDir, String> {
+    /// A fresh directory under the system's temporary one, named `afa-{purpose}-…`.
+    pub(crate) fn new(purpose: &str) -> Result<ScratchDir, String> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!("afa-sweep-{}-{nanos}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("afa-{purpose}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&path)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         Ok(ScratchDir(path))
@@ -502,7 +505,7 @@ pub fn run_grid(
     mut emit: impl FnMut(&Json) -> Result<(), String>,
 ) -> Result<SweepOutcome, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the afa binary: {e}"))?;
-    let scratch = ScratchDir::new()?;
+    let scratch = ScratchDir::new("sweep")?;
     // Every point is checked before any runs, so that a typo in the grid costs nothing.
     let mut prepared = Vec::new();
     for &index in indices {
@@ -702,7 +705,7 @@ pub fn bench(points: usize, jobs: usize, requests: u64) -> Result<Json, String> 
             DEPTHS.len()
         ));
     }
-    let scratch = ScratchDir::new()?;
+    let scratch = ScratchDir::new("sweep")?;
     let base = format!(
         "seed = 1
 

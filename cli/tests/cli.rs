@@ -446,3 +446,55 @@ fn reproduce_writes_the_paper_and_measured_maps_with_the_same_labels() {
         stderr(&err)
     );
 }
+
+#[test]
+fn reproduce_on_worker_processes_prints_and_measures_what_one_process_does() {
+    let ids = ["swan-model", "ox-fig12", "scalaafa-fig11"];
+    let run = |jobs: &str, json: &PathBuf| {
+        let mut args = vec!["reproduce"];
+        args.extend(ids);
+        args.extend(["--quick", "--jobs", jobs, "--json", json.to_str().unwrap()]);
+        let out = afa(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (one, two) = (temp("jobs-1.json"), temp("jobs-2.json"));
+    let printed_one = run("1", &one);
+    let printed_two = run("2", &two);
+    // The same text in the same order, then the tally over the three experiments.
+    assert_eq!(printed_one, printed_two);
+    assert!(
+        printed_two.contains("claims over 3 experiments"),
+        "{printed_two}"
+    );
+    let (a, b) = (read_json(&one), read_json(&two));
+    assert_eq!(a, b);
+    let listed: Vec<&str> = b
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ids);
+    // A worker that fails is named, and the experiments after it still run and print.
+    let failing = afa(&[
+        "reproduce",
+        "swan-fig6",
+        "swan-model",
+        "--quick",
+        "--jobs",
+        "2",
+        "--swan-fig6-report",
+        "/nonexistent-afa-dir/fig6.json",
+    ]);
+    assert!(!failing.status.success());
+    assert!(
+        stderr(&failing).contains("experiments failed: swan-fig6: cannot write"),
+        "{}",
+        stderr(&failing)
+    );
+    let text = String::from_utf8_lossy(&failing.stdout);
+    assert!(text.contains("claims over 1 experiment:"), "{text}");
+    let zero = afa(&["reproduce", "swan-model", "--jobs", "0"]);
+    assert!(stderr(&zero).contains("--jobs must be at least 1"));
+}

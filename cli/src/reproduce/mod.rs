@@ -9,6 +9,7 @@ pub mod scalaafa;
 pub mod swan;
 mod swan_ycsb;
 pub mod waflash;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, clap::Args)]
 pub struct ReproduceArgs {
-    /// The experiment (see --list).
-    pub id: Option<String>,
+    /// The experiments (see --list): one, or several run one after the other.
+    pub ids: Vec<String>,
     /// A scaled-down run that finishes in about a minute.
     #[arg(long)]
     pub quick: bool,
@@ -33,8 +34,17 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub list: bool,
     /// Runs every experiment; with --plots it also writes the gallery index DIR/README.md.
-    #[arg(long, conflicts_with = "id")]
+    #[arg(long, conflicts_with = "ids")]
     pub all: bool,
+    /// Runs this many experiments at once, each in a worker process of its own; every
+    /// experiment's output is still printed whole and in order, and its figures are the
+    /// same as when it runs alone (each depends on its seed only).
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Where swan-fig6 writes its run report: how a `--jobs` run tells its workers the
+    /// path it would have used itself.
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub swan_fig6_report: Option<PathBuf>,
     /// Writes a paper-vs-measured chart per experiment into DIR as ID.svg and ID.png.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
@@ -96,7 +106,7 @@ fn experiments() -> Vec<Entry> {
 const PLANNED: &[(&str, &str)] = &[];
 
 pub fn run(args: ReproduceArgs) -> Result<(), String> {
-    if args.list || (args.id.is_none() && !args.all) {
+    if args.list || (args.ids.is_empty() && !args.all) {
         for (id, what, _) in experiments() {
             println!("{id}  [runs]\n    {what}");
         }
@@ -105,60 +115,77 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         }
         return Ok(());
     }
+    if args.jobs == 0 {
+        return Err("--jobs must be at least 1".to_string());
+    }
     if let Some((id, _)) = PLANNED
         .iter()
-        .find(|(id, _)| Some(*id) == args.id.as_deref())
+        .find(|(id, _)| args.ids.iter().any(|wanted| wanted == id))
     {
         return Err(format!(
             "experiment {id} is planned but not implemented yet"
         ));
     }
     let all = experiments();
-    let selected: Vec<&Entry> = if args.all {
-        all.iter().collect()
+    let selected: Vec<Entry> = if args.all {
+        all.clone()
     } else {
-        let id = args.id.clone().unwrap_or_default();
-        let entry = all.iter().find(|(name, _, _)| *name == id).ok_or_else(|| {
-            let known: Vec<&str> = all.iter().map(|e| e.0).collect();
-            format!("unknown experiment {id:?}; known: {}", known.join(", "))
-        })?;
-        vec![entry]
+        let mut selected = Vec::new();
+        for id in &args.ids {
+            let entry = all.iter().find(|(name, _, _)| name == id).ok_or_else(|| {
+                let known: Vec<&str> = all.iter().map(|e| e.0).collect();
+                format!("unknown experiment {id:?}; known: {}", known.join(", "))
+            })?;
+            selected.push(*entry);
+        }
+        selected
     };
+    // Several experiments are reported as --all reports them: one failing does not hide
+    // the others, the claims are tallied, and the JSON is a list.
+    let many = selected.len() > 1;
     // Read first, so that a wrong path fails before minutes of simulation.
     let baseline = args.baseline.as_deref().map(baseline::load).transpose()?;
     println!("seed: {}", args.seed);
     // swan-fig6's run report goes beside the JSON, else beside the plots, else into the
     // working directory.
-    let fig6_report = match (&args.json, &args.plots) {
-        (Some(json), _) => Some(json.with_extension("report.json")),
-        (None, Some(dir)) => {
+    let fig6_report = match (&args.swan_fig6_report, &args.json, &args.plots) {
+        (Some(path), _, _) => Some(path.clone()),
+        (None, Some(json), _) => Some(json.with_extension("report.json")),
+        (None, None, Some(dir)) => {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             Some(dir.join("swan-fig6.report.json"))
         }
-        (None, None) => None,
+        (None, None, None) => None,
     };
-    if let (Some(report), Ok(mut path)) = (fig6_report, swan::FIG6_REPORT_PATH.lock()) {
+    if let (Some(report), Ok(mut path)) = (fig6_report.clone(), swan::FIG6_REPORT_PATH.lock()) {
         *path = Some(report);
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
     let mut changes = Vec::new();
-    for (id, what, experiment) in selected {
-        // With --all one failing experiment must not hide the others' results.
-        let r = match experiment(args.quick, args.seed) {
-            Ok(r) => r.pair_labels(),
-            Err(e) if args.all => {
+    let mut handle = |(id, what, _): Entry, outcome: Outcome| -> Result<(), String> {
+        let r = match outcome {
+            Outcome::Here(Ok(r)) => {
+                let r = r.pair_labels();
+                print_reproduction(&r);
+                print_claims(&claims::evaluate(&r));
+                r
+            }
+            Outcome::Worker(Ok((printed, r))) => {
+                // The worker printed the table and the claims, as the run above does.
+                print!("{printed}");
+                r
+            }
+            Outcome::Here(Err(e)) | Outcome::Worker(Err(e)) if many => {
                 eprintln!("{id}: {e}");
                 failures.push(format!("{id}: {e}"));
-                continue;
+                return Ok(());
             }
-            Err(e) => return Err(e),
+            Outcome::Here(Err(e)) | Outcome::Worker(Err(e)) => return Err(e),
         };
-        print_reproduction(&r);
-        print_claims(&claims::evaluate(&r));
         if let Some(before) = &baseline {
-            match before.get(*id) {
+            match before.get(id) {
                 Some(old) => {
                     let change = baseline::compare(old, &r);
                     baseline::print(&change);
@@ -172,9 +199,17 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
                 println!("{}", path.display());
             }
         }
-        results.push((*id, *what, r));
+        results.push((id, what, r));
+        Ok(())
+    };
+    if args.jobs > 1 && many {
+        workers::run_in_order(&selected, &args, fig6_report.as_deref(), &mut handle)?;
+    } else {
+        for entry in &selected {
+            handle(*entry, Outcome::Here(entry.2(args.quick, args.seed)))?;
+        }
     }
-    if args.all {
+    if many {
         print_claim_tally(&results);
         if baseline.is_some() {
             baseline::print_tally(&changes);
@@ -185,7 +220,7 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         println!("{}", index.display());
     }
     if let Some(path) = args.json {
-        let text = if args.all {
+        let text = if many {
             let all: Vec<Judged> = results.iter().map(|(_, _, r)| Judged::new(r)).collect();
             serde_json::to_string_pretty(&all)
         } else {
@@ -202,6 +237,13 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     } else {
         Err(format!("experiments failed: {}", failures.join("; ")))
     }
+}
+
+/// How one experiment ran: in this process (its output not yet printed), or in a worker
+/// process, with what the worker printed.
+enum Outcome {
+    Here(Result<Reproduction, String>),
+    Worker(Result<(String, Reproduction), String>),
 }
 
 /// A reproduction as its JSON carries it: the labels, then the claims judged on them.
@@ -239,9 +281,10 @@ fn print_claim_tally(results: &[(&str, &str, Reproduction)]) {
         .flat_map(|(id, _, r)| claims::evaluate(r).into_iter().map(move |c| (*id, c)))
         .collect();
     let (holding, missing, unmeasured) = claims::tally(judged.iter().map(|(_, c)| c));
+    let n = results.len();
+    let experiments = if n == 1 { "experiment" } else { "experiments" };
     println!(
-        "claims over {} experiments: {holding} hold, {missing} miss, {unmeasured} not measured",
-        results.len()
+        "claims over {n} {experiments}: {holding} hold, {missing} miss, {unmeasured} not measured"
     );
     for (id, c) in judged.iter().filter(|(_, c)| c.holds == Some(false)) {
         println!("  MISS   {id}: {} [{}]", c.claim, c.values);
