@@ -348,9 +348,8 @@ impl Ftl {
     /// whose sectors the write covers entirely is not read, nor is a page never written.
     pub fn holds_sectors_outside(&self, lpn: u32, mask: u64) -> bool {
         self.map
-            .versions(lpn)
-            .iter()
-            .any(|&v| self.version_mask(lpn, v) & !mask != 0)
+            .iter_versions(lpn)
+            .any(|v| self.version_mask(lpn, v) & !mask != 0)
     }
 
     /// Logical pages with more than one version.
@@ -479,7 +478,7 @@ impl Ftl {
         let pieces = self.pieces(ppn);
         let live: Vec<Piece> = pieces
             .into_iter()
-            .filter(|p| self.map.versions(p.lpn).contains(&ppn))
+            .filter(|p| self.map.iter_versions(p.lpn).any(|v| v == ppn))
             .collect();
         let new = self.alloc_in_plane(plane)?;
         let read_done = nand.read(ppn, now_ns, self.geometry.page_bytes);
@@ -639,7 +638,7 @@ impl Ftl {
         let mut done = now_ns;
         let mut reads = 0;
         let sector_bytes = self.geometry.sector_bytes;
-        for v in self.map.versions(lpn) {
+        for v in self.map.iter_versions(lpn) {
             if remaining == 0 {
                 break;
             }

@@ -104,25 +104,31 @@ impl MappingTable {
 
     /// Every version, newest first (empty when unmapped).
     pub fn versions(&self, lpn: u32) -> Vec<u32> {
+        self.iter_versions(lpn).collect()
+    }
+
+    /// Every version, newest first, without collecting them (the read path and the
+    /// buffer's congestion test ask on every access).
+    pub fn iter_versions(&self, lpn: u32) -> impl Iterator<Item = u32> + '_ {
         let e = self.entries[lpn as usize];
-        if e == UNMAPPED {
-            return Vec::new();
-        }
         let newest = e & self.ppn_mask;
         let ptf = e >> self.ppn_bits;
-        if ptf == 0 {
-            return vec![newest];
-        }
-        if ptf & self.top() == 0 {
-            let older = newest.wrapping_sub(ptf) & self.ppn_mask;
-            return vec![newest, older];
-        }
-        let slot = ptf & (self.top() - 1);
-        let slab = &self.slabs[&self.group_of(lpn)];
-        let mut v = Vec::with_capacity(1 + slab.chains[slot as usize].len());
-        v.push(newest);
-        v.extend_from_slice(&slab.chains[slot as usize]);
-        v
+        let (first, older, chain): (Option<u32>, Option<u32>, &[u32]) = if e == UNMAPPED {
+            (None, None, &[])
+        } else if ptf == 0 {
+            (Some(newest), None, &[])
+        } else if ptf & self.top() == 0 {
+            (
+                Some(newest),
+                Some(newest.wrapping_sub(ptf) & self.ppn_mask),
+                &[],
+            )
+        } else {
+            let slot = ptf & (self.top() - 1);
+            let slab = &self.slabs[&self.group_of(lpn)];
+            (Some(newest), None, &slab.chains[slot as usize])
+        };
+        first.into_iter().chain(older).chain(chain.iter().copied())
     }
 
     fn release_chain(&mut self, lpn: u32) {
