@@ -15,15 +15,78 @@ use crate::config::BufferPolicy;
 
 const NONE: u32 = u32::MAX;
 
+/// A page's neighbours in one of the buffer's lists.
+#[derive(Debug, Clone, Copy)]
+struct Links {
+    prev: u32,
+    next: u32,
+}
+
+const UNLINKED: Links = Links {
+    prev: NONE,
+    next: NONE,
+};
+
+/// The first (most recent) and last slots of one of the buffer's lists.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY: Ends = Ends {
+    head: NONE,
+    tail: NONE,
+};
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     lpn: u32,
     mask: u64,
-    prev: u32,
-    next: u32,
+    /// Neighbours in the stack of every buffered page.
+    stack: Links,
     /// Neighbours in the list of full pages (LRU policies only), in the stack's order.
-    full_prev: u32,
-    full_next: u32,
+    full: Links,
+}
+
+/// Which of an entry's links a list uses.
+type Field = fn(&mut Entry) -> &mut Links;
+
+fn stack_links(e: &mut Entry) -> &mut Links {
+    &mut e.stack
+}
+
+fn full_links(e: &mut Entry) -> &mut Links {
+    &mut e.full
+}
+
+/// Takes `slot` out of the list whose ends are `ends` and whose links are `field`.
+fn unlink(entries: &mut [Entry], ends: &mut Ends, field: Field, slot: u32) {
+    let Links { prev, next } = *field(&mut entries[slot as usize]);
+    if prev != NONE {
+        field(&mut entries[prev as usize]).next = next;
+    } else {
+        ends.head = next;
+    }
+    if next != NONE {
+        field(&mut entries[next as usize]).prev = prev;
+    } else {
+        ends.tail = prev;
+    }
+}
+
+/// Puts `slot` at the head of the list whose ends are `ends` and whose links are `field`.
+fn push_front(entries: &mut [Entry], ends: &mut Ends, field: Field, slot: u32) {
+    *field(&mut entries[slot as usize]) = Links {
+        prev: NONE,
+        next: ends.head,
+    };
+    if ends.head != NONE {
+        field(&mut entries[ends.head as usize]).prev = slot;
+    } else {
+        ends.tail = slot;
+    }
+    ends.head = slot;
 }
 
 #[derive(Debug)]
@@ -37,13 +100,12 @@ pub(crate) struct WriteBuffer {
     entries: Vec<Entry>,
     free: Vec<u32>,
     data: Vec<u8>,
-    head: u32,
-    tail: u32,
+    /// Every buffered page, most recent first.
+    stack: Ends,
     /// The full pages alone, in the stack's order, so that PC-LRU finds "the full page
     /// closest to the bottom" without walking past the partial pages below it. Kept for the
     /// LRU-based policies; FIFO reorders nothing and never asks.
-    full_head: u32,
-    full_tail: u32,
+    full: Ends,
     dirty_sectors: u64,
     pages: u64,
     partial_pages: u64,
@@ -78,10 +140,8 @@ impl WriteBuffer {
             entries: Vec::new(),
             free: Vec::new(),
             data: Vec::new(),
-            head: NONE,
-            tail: NONE,
-            full_head: NONE,
-            full_tail: NONE,
+            stack: EMPTY,
+            full: EMPTY,
             dirty_sectors: 0,
             pages: 0,
             partial_pages: 0,
@@ -117,68 +177,28 @@ impl WriteBuffer {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let Entry { prev, next, .. } = self.entries[slot as usize];
-        if prev != NONE {
-            self.entries[prev as usize].next = next;
-        } else {
-            self.head = next;
-        }
-        if next != NONE {
-            self.entries[next as usize].prev = prev;
-        } else {
-            self.tail = prev;
-        }
+        unlink(&mut self.entries, &mut self.stack, stack_links, slot);
     }
 
     fn push_front(&mut self, slot: u32) {
-        let e = &mut self.entries[slot as usize];
-        e.prev = NONE;
-        e.next = self.head;
-        if self.head != NONE {
-            self.entries[self.head as usize].prev = slot;
-        } else {
-            self.tail = slot;
-        }
-        self.head = slot;
+        push_front(&mut self.entries, &mut self.stack, stack_links, slot);
     }
 
     fn full_unlink(&mut self, slot: u32) {
-        let Entry {
-            full_prev,
-            full_next,
-            ..
-        } = self.entries[slot as usize];
-        if full_prev != NONE {
-            self.entries[full_prev as usize].full_next = full_next;
-        } else {
-            self.full_head = full_next;
-        }
-        if full_next != NONE {
-            self.entries[full_next as usize].full_prev = full_prev;
-        } else {
-            self.full_tail = full_prev;
-        }
+        unlink(&mut self.entries, &mut self.full, full_links, slot);
     }
 
     fn full_push_front(&mut self, slot: u32) {
-        let e = &mut self.entries[slot as usize];
-        e.full_prev = NONE;
-        e.full_next = self.full_head;
-        if self.full_head != NONE {
-            self.entries[self.full_head as usize].full_prev = slot;
-        } else {
-            self.full_tail = slot;
-        }
-        self.full_head = slot;
+        push_front(&mut self.entries, &mut self.full, full_links, slot);
     }
 
     /// Moves a page to the top of the stack (and of the full pages, when it is one).
     fn move_to_front(&mut self, slot: u32) {
-        if self.head != slot {
+        if self.stack.head != slot {
             self.unlink(slot);
             self.push_front(slot);
         }
-        if self.entries[slot as usize].mask == self.full_mask && self.full_head != slot {
+        if self.entries[slot as usize].mask == self.full_mask && self.full.head != slot {
             self.full_unlink(slot);
             self.full_push_front(slot);
         }
@@ -204,10 +224,8 @@ impl WriteBuffer {
                     self.entries.push(Entry {
                         lpn,
                         mask: 0,
-                        prev: NONE,
-                        next: NONE,
-                        full_prev: NONE,
-                        full_next: NONE,
+                        stack: UNLINKED,
+                        full: UNLINKED,
                     });
                     self.data
                         .resize(self.entries.len() * self.spp * self.unit, 0);
@@ -296,13 +314,13 @@ impl WriteBuffer {
 
     /// Pages from the bottom of the stack upwards: (lpn, mask).
     pub fn bottom_up(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
-        let mut at = self.tail;
+        let mut at = self.stack.tail;
         std::iter::from_fn(move || {
             if at == NONE {
                 return None;
             }
             let e = self.entries[at as usize];
-            at = e.prev;
+            at = e.stack.prev;
             Some((e.lpn, e.mask))
         })
     }
@@ -313,7 +331,7 @@ impl WriteBuffer {
             self.policy != BufferPolicy::Fifo,
             "FIFO keeps no full-page list"
         );
-        (self.full_tail != NONE).then(|| self.entries[self.full_tail as usize].lpn)
+        (self.full.tail != NONE).then(|| self.entries[self.full.tail as usize].lpn)
     }
 
     /// Removes a page and returns its mask and page image (sector `s` at `s * unit`).
