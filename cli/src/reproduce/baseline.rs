@@ -238,4 +238,19 @@ mod tests {
         std::fs::remove_file(&one).unwrap();
         std::fs::remove_file(&list).unwrap();
     }
+
+    #[test]
+    fn a_value_json_could_not_hold_reads_back_as_nan_and_keeps_the_others() {
+        let mut r = fig4b([1.0, 2.0, 3.0]);
+        r.measured.insert("log-raid0_6".into(), f64::NAN);
+        r.context.insert("swan0_low".into(), f64::INFINITY);
+        let text = serde_json::to_string(&r).unwrap();
+        // serde_json writes both as null, which a plain f64 field would refuse.
+        assert!(text.contains("null"), "{text}");
+        let back: Reproduction = serde_json::from_str(&text).unwrap();
+        assert!(back.measured["log-raid0_6"].is_nan());
+        assert!(back.context["swan0_low"].is_nan());
+        assert_eq!(back.measured["log-raid0_3"], 1.0);
+        assert_eq!(back.measured["log-raid0_9"], 3.0);
+    }
 }

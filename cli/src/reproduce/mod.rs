@@ -58,13 +58,32 @@ pub struct ReproduceArgs {
 pub struct Reproduction {
     pub id: String,
     pub unit: String,
+    #[serde(deserialize_with = "labels_read_back")]
     pub paper: BTreeMap<String, f64>,
+    #[serde(deserialize_with = "labels_read_back")]
     pub measured: BTreeMap<String, f64>,
     /// Measurements the paper gives no figure for (the detail behind a ranking, a load
     /// level the paper did not print), kept apart so that `paper` and `measured` hold the
     /// same labels.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "labels_read_back"
+    )]
     pub context: BTreeMap<String, f64>,
+}
+
+/// Reads labels back from a JSON file an earlier run wrote (a baseline, a worker's result).
+/// JSON has no NaN or infinity, so serde_json writes either as null; it reads back as NaN,
+/// where refusing the file would lose every other label in it.
+fn labels_read_back<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let labels = BTreeMap::<String, Option<f64>>::deserialize(d)?;
+    Ok(labels
+        .into_iter()
+        .map(|(label, value)| (label, value.unwrap_or(f64::NAN)))
+        .collect())
 }
 
 impl Reproduction {
