@@ -8,7 +8,7 @@
 //! great deal of work (1e300 rounds of preconditioning), as a fio `io_size` can.
 
 mod common;
-use common::{afa, fixture};
+use common::{afa_json, fixture};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -46,20 +46,7 @@ fn to_toml(v: &serde_json::Value) -> Option<Value> {
 /// The configuration a fixture's run reports, with its relative paths made absolute.
 fn reported_config(config_path: &str, name: &str) -> Value {
     let json = scratch(&format!("{name}.json"));
-    let out = afa(&[
-        "run",
-        config_path,
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = afa_json(&["run", config_path, "--quiet"], &json);
     let mut config = to_toml(&report["config"]).unwrap();
     if report.get("waflash").is_some() && config.get("waflash").is_none() {
         // A WAFLASH run reports its own table only.

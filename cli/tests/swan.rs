@@ -1,7 +1,7 @@
 //! The SWAN reproductions, end to end through the binary.
 
 mod common;
-use common::afa;
+use common::afa_json;
 
 use std::path::PathBuf;
 
@@ -13,21 +13,7 @@ fn temp(name: &str) -> PathBuf {
 
 fn reproduce(id: &str, seed: &str) -> serde_json::Value {
     let json = temp(&format!("{id}-{seed}.json"));
-    let out = afa(&[
-        "reproduce",
-        id,
-        "--quick",
-        "--seed",
-        seed,
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    afa_json(&["reproduce", id, "--quick", "--seed", seed], &json)
 }
 
 /// A measured value: one with a paper figure, or context the paper gives none for.

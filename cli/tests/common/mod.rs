@@ -2,7 +2,7 @@
 //! Each test binary includes this module and uses part of it, hence the allowance.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Runs the `afa` binary built for these tests with `args`.
@@ -11,6 +11,21 @@ pub fn afa(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the afa binary runs")
+}
+
+/// Runs `afa` with `args` and `--json JSON`, insists it succeeds, and returns the JSON it
+/// wrote.
+pub fn afa_json(args: &[&str], json: &Path) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", json.to_str().expect("a UTF-8 path")]);
+    let out = afa(&all);
+    assert!(
+        out.status.success(),
+        "afa {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
 }
 
 /// The path of `cli/tests/fixtures/NAME`.
