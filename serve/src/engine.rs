@@ -1012,8 +1012,8 @@ impl EngineSender {
         }
     }
 
-    /// Whether the volume runs threads of its own (ScalaAFA's I/O threads, daemon and
-    /// member agents), so that applying a burst waits for them rather than working.
+    /// Whether the volume runs threads of its own (ScalaAFA's I/O threads, daemon and idle
+    /// thread), so that applying a burst waits for them rather than working.
     pub fn runs_own_threads(&self) -> bool {
         matches!(self.kind, SenderKind::Shared(_))
     }

@@ -1,9 +1,9 @@
-//! ScalaAFA on real threads: the I/O threads, the space manager and every member SSD each
-//! run on an OS thread of their own and talk by channels only, as §5.2 has them (serve
-//! mode's engine; the simulation pumps the same actors in a fixed order instead).
+//! ScalaAFA on real threads: the I/O threads and the space manager each run on an OS thread
+//! of their own and talk by channels only, as §5.2 has them (serve mode's engine; the
+//! simulation pumps the same actors in a fixed order instead).
 //!
-//! The state is split by owner, so that nothing is shared but channels and one atomic
-//! counter (the write timestamps):
+//! The engine's state is split by owner, so that nothing of it is shared but channels and
+//! one atomic counter (the write timestamps):
 //!
 //! - **I/O thread t** owns the user chunks c with c mod T = t: their AMT entries, every
 //!   write, read and trim of them (a partial write merges into its chunk there, so writes
@@ -14,8 +14,10 @@
 //!   reports, the stripes' live counts, conversion, array-level GC and checkpoints. Its
 //!   code is the simulation's; only where it would reach into a thread does it send a
 //!   message instead.
-//! - **Member agents** own the member devices, at most one agent thread per core, each
-//!   polling its members' queue as an SPDK reactor polls its queue pairs.
+//! - **The member SSDs** are hardware to the engine: an actor's command runs on the
+//!   device at once, under the device's own lock (the SSD controller taking one command
+//!   at a time), and its completion comes back on the actor's reply channel, as an NVMe
+//!   completion queue entry would. An idle thread gives each SSD its idle time.
 //!
 //! Races are closed by messages rather than locks. Array-level GC moves a chunk the
 //! daemon does not own: it writes the new copy and tells the owner (`Moved`), which takes
@@ -56,8 +58,8 @@ use super::*;
 /// How long the daemon waits for a message before it counts the host as idle and converts
 /// every full hero group (§5.3).
 const IDLE_NS: u64 = 1_000_000;
-/// How long a member agent waits after its last command before the device gets idle time.
-const MEMBER_IDLE_NS: u64 = 1_000_000;
+/// How long a member SSD must go without a command before it gets idle time.
+pub(super) const MEMBER_IDLE_NS: u64 = 1_000_000;
 /// The most jobs an I/O thread takes from its queue at once.
 const MAX_BATCH_JOBS: usize = 32;
 /// The longest an I/O thread waits for a grant before it fails the write as out of space.
@@ -75,10 +77,10 @@ impl Clock {
     }
 }
 
-// ----- member agents -----
+// ----- the member SSDs -----
 
-/// A command for a member agent.
-enum AgentOp {
+/// A command for a member SSD, with where its reply goes.
+enum MemberOp {
     Submit {
         member: usize,
         opcode: Opcode,
@@ -89,80 +91,102 @@ enum AgentOp {
         flags: CommandFlags,
         /// A read returns the sectors' tags as well.
         read_tags: bool,
-        reply: Sender<AgentReply>,
+        reply: Sender<MemberReply>,
         /// Tells the replies to one issuer's commands apart.
         tag: usize,
     },
     Convert {
         member: usize,
         cmd: ConvertCommand,
-        reply: Sender<AgentReply>,
+        reply: Sender<MemberReply>,
         tag: usize,
     },
     ScanTags {
-        member: usize,
         lba: u64,
         sectors: u32,
         reply: Sender<Option<Vec<u8>>>,
     },
-    Stop,
 }
 
-struct AgentReply {
+struct MemberReply {
     tag: usize,
     /// The member that answered: its completion says whether it is collecting garbage.
     member: usize,
-    result: Result<AgentDone, DeviceError>,
+    result: Result<MemberDone, DeviceError>,
 }
 
-struct AgentDone {
+struct MemberDone {
     completion: Completion,
     /// A read's data and tags.
     data: Vec<u8>,
     tags: Vec<u8>,
 }
 
-/// An agent thread: it owns some of the members' devices (as an SPDK reactor polls several
-/// queue pairs), applies their commands in arrival order and gives the devices idle time
-/// when none come. Returns the devices with their member numbers.
-fn run_agent<D: BlockDevice>(
-    mut devices: Vec<(usize, D)>,
-    ops: Receiver<AgentOp>,
-    clock: Clock,
-) -> Vec<(usize, D)> {
-    let mut last_ns = 0;
-    let mut now = move || {
-        last_ns = clock.now_ns().max(last_ns);
-        last_ns
-    };
-    let mut idle_at: Option<TimeNs> = None;
-    loop {
-        let op = match idle_at {
-            Some(at) => {
-                let wait = at.saturating_sub(clock.now_ns());
-                match ops.recv_timeout(Duration::from_nanos(wait)) {
-                    Ok(op) => op,
-                    Err(RecvTimeoutError::Timeout) => {
-                        let t = now();
-                        idle_at = devices
-                            .iter_mut()
-                            .filter_map(|(_, d)| d.background(t))
-                            .min()
-                            .map(|next| next.max(t + MEMBER_IDLE_NS / 10));
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return devices,
-                }
-            }
-            None => match ops.recv() {
-                Ok(op) => op,
-                Err(_) => return devices,
-            },
-        };
-        let t = now();
-        idle_at = Some(t + MEMBER_IDLE_NS);
+/// A member SSD shared by the actors that command it (the I/O threads, the daemon and the
+/// server's flushes). The sender runs its command on the device at once, under the
+/// device's own lock, and the reply goes to the reply channel the command names, as an
+/// NVMe submission queue entry names its completion queue. The lock stands for the SSD's
+/// controller, which takes one command at a time; the engine itself shares nothing.
+///
+/// The members used to be owned by agent threads that applied the commands sent to them.
+/// On a host with fewer cores than threads each command then cost a thread switch to the
+/// agent and one back, and the daemon, which calls members one command at a time for GC
+/// and conversion, spent most of its time switching (about eight switches per 4 KiB user
+/// write; docs/scalaafa.md has the figures).
+struct SharedMember<D> {
+    slot: Mutex<MemberSlot<D>>,
+}
+
+struct MemberSlot<D> {
+    /// `None` once the engine has stopped and handed the device back.
+    device: Option<D>,
+    /// The latest time a command or idle work ran at: the device's clock never goes back.
+    last_ns: TimeNs,
+    /// When the device should next get idle time, unless a command comes first.
+    idle_at: Option<TimeNs>,
+}
+
+/// What the actors see of a member: commands run now, idle time, and the device handed back.
+trait MemberPort: Send + Sync {
+    /// Runs `op` on the device now and sends its reply; fails once the device is gone.
+    fn execute(&self, op: MemberOp, clock: Clock) -> Result<(), DeviceError>;
+    /// Gives the device idle time if none of its commands ran for [`MEMBER_IDLE_NS`];
+    /// returns when it next wants some.
+    fn idle(&self, clock: Clock) -> Option<TimeNs>;
+}
+
+impl<D: BlockDevice + Send> SharedMember<D> {
+    fn new(device: D) -> Self {
+        SharedMember {
+            slot: Mutex::new(MemberSlot {
+                device: Some(device),
+                last_ns: 0,
+                idle_at: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemberSlot<D>> {
+        // A command that panicked leaves the device as the panic found it; the engine's
+        // threads report that panic themselves.
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the device back; later commands fail as if its thread had stopped.
+    fn take(&self) -> Option<D> {
+        self.lock().device.take()
+    }
+}
+
+impl<D: BlockDevice + Send> MemberPort for SharedMember<D> {
+    fn execute(&self, op: MemberOp, clock: Clock) -> Result<(), DeviceError> {
+        let mut slot = self.lock();
+        let t = clock.now_ns().max(slot.last_ns);
+        slot.last_ns = t;
+        slot.idle_at = Some(t + MEMBER_IDLE_NS);
+        let device = slot.device.as_mut().ok_or_else(member_gone)?;
         match op {
-            AgentOp::Submit {
+            MemberOp::Submit {
                 member,
                 opcode,
                 lba,
@@ -174,7 +198,6 @@ fn run_agent<D: BlockDevice>(
                 reply,
                 tag,
             } => {
-                let device = member_device(&mut devices, member);
                 let info = device.info();
                 let cmd = Command {
                     opcode,
@@ -205,95 +228,143 @@ fn run_agent<D: BlockDevice>(
                             tags: (reading && read_tags).then_some(&mut out_tags[..]),
                         },
                     )
-                    .map(|completion| AgentDone {
+                    .map(|completion| MemberDone {
                         completion,
                         data: out,
                         tags: out_tags,
                     });
-                let _ = reply.send(AgentReply {
+                drop(slot);
+                let _ = reply.send(MemberReply {
                     tag,
                     member,
                     result,
                 });
             }
-            AgentOp::Convert {
+            MemberOp::Convert {
                 member,
                 cmd,
                 reply,
                 tag,
             } => {
-                let result =
-                    member_device(&mut devices, member)
-                        .convert(t, &cmd)
-                        .map(|completion| AgentDone {
-                            completion,
-                            data: Vec::new(),
-                            tags: Vec::new(),
-                        });
-                let _ = reply.send(AgentReply {
+                let result = device.convert(t, &cmd).map(|completion| MemberDone {
+                    completion,
+                    data: Vec::new(),
+                    tags: Vec::new(),
+                });
+                drop(slot);
+                let _ = reply.send(MemberReply {
                     tag,
                     member,
                     result,
                 });
             }
-            AgentOp::ScanTags {
-                member,
+            MemberOp::ScanTags {
                 lba,
                 sectors,
                 reply,
             } => {
-                let _ = reply.send(member_device(&mut devices, member).scan_tags(lba, sectors));
+                let tags = device.scan_tags(lba, sectors);
+                drop(slot);
+                let _ = reply.send(tags);
             }
-            AgentOp::Stop => return devices,
+        }
+        Ok(())
+    }
+
+    fn idle(&self, clock: Clock) -> Option<TimeNs> {
+        // A member busy with a command is not idle: look again a little later.
+        let Ok(mut slot) = self.slot.try_lock() else {
+            return Some(clock.now_ns() + MEMBER_IDLE_NS);
+        };
+        let now = clock.now_ns().max(slot.last_ns);
+        match slot.idle_at {
+            Some(at) if at <= now => {
+                slot.last_ns = now;
+                let next = slot.device.as_mut().and_then(|d| d.background(now));
+                slot.idle_at = next.map(|next| next.max(now + MEMBER_IDLE_NS / 10));
+                slot.idle_at
+            }
+            at => at,
         }
     }
 }
 
-/// The device of member `member` among an agent's.
-fn member_device<D>(devices: &mut [(usize, D)], member: usize) -> &mut D {
-    devices
-        .iter_mut()
-        .find(|(m, _)| *m == member)
-        .map(|(_, d)| d)
-        .expect("an agent gets commands only for its own members")
+/// A member's queue as the actors hold it.
+#[derive(Clone)]
+struct MemberQueue {
+    port: Arc<dyn MemberPort>,
+    clock: Clock,
 }
 
-/// The daemon's view of a member: a device whose commands go to the member's agent.
+impl MemberQueue {
+    /// Runs `op` on the member now; its reply is on the channel the op names.
+    fn send(&self, op: MemberOp) -> Result<(), DeviceError> {
+        self.port.execute(op, self.clock)
+    }
+}
+
+impl std::fmt::Debug for MemberQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemberQueue")
+    }
+}
+
+/// The longest the idle thread sleeps when no member wants idle time: a command sets its
+/// member's idle time [`MEMBER_IDLE_NS`] ahead, so it is found late by at most this much.
+const IDLE_POLL_MAX: Duration = Duration::from_millis(10);
+
+/// The idle thread: gives each member its idle time (background GC, idle erases) once no
+/// command has come to it for [`MEMBER_IDLE_NS`], as the SSD's firmware would.
+fn run_idle(members: Vec<Arc<dyn MemberPort>>, stop: Receiver<()>, clock: Clock) {
+    loop {
+        let next = members.iter().filter_map(|m| m.idle(clock)).min();
+        let now = clock.now_ns();
+        let wait = next.map_or(IDLE_POLL_MAX, |at| {
+            Duration::from_nanos(at.saturating_sub(now))
+                .clamp(Duration::from_nanos(MEMBER_IDLE_NS / 10), IDLE_POLL_MAX)
+        });
+        match stop.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+/// The daemon's view of a member: a device whose commands go to the shared member.
 #[derive(Debug)]
 pub(super) struct MemberProxy {
     info: DeviceInfo,
     member: usize,
-    ops: Sender<AgentOp>,
-    reply_tx: Sender<AgentReply>,
-    reply_rx: Receiver<AgentReply>,
+    ops: MemberQueue,
+    reply_tx: Sender<MemberReply>,
+    reply_rx: Receiver<MemberReply>,
 }
 
-impl std::fmt::Debug for AgentOp {
+impl std::fmt::Debug for MemberOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            AgentOp::Submit { .. } => "Submit",
-            AgentOp::Convert { .. } => "Convert",
-            AgentOp::ScanTags { .. } => "ScanTags",
-            AgentOp::Stop => "Stop",
+            MemberOp::Submit { .. } => "Submit",
+            MemberOp::Convert { .. } => "Convert",
+            MemberOp::ScanTags { .. } => "ScanTags",
         })
     }
 }
 
-impl std::fmt::Debug for AgentReply {
+impl std::fmt::Debug for MemberReply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AgentReply({})", self.tag)
+        write!(f, "MemberReply({})", self.tag)
     }
 }
 
-/// The agent is gone: the engine is stopping.
-fn agent_gone() -> DeviceError {
-    DeviceError::Unsupported("the member's thread has stopped".into())
+/// The member's device is gone: the engine is stopping.
+fn member_gone() -> DeviceError {
+    DeviceError::Unsupported("the engine has stopped and handed the member back".into())
 }
 
 impl MemberProxy {
-    fn call(&self, op: AgentOp) -> Result<AgentDone, DeviceError> {
-        self.ops.send(op).map_err(|_| agent_gone())?;
-        self.reply_rx.recv().map_err(|_| agent_gone())?.result
+    fn call(&self, op: MemberOp) -> Result<MemberDone, DeviceError> {
+        self.ops.send(op)?;
+        self.reply_rx.recv().map_err(|_| member_gone())?.result
     }
 }
 
@@ -308,7 +379,7 @@ impl BlockDevice for MemberProxy {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
-        let done = self.call(AgentOp::Submit {
+        let done = self.call(MemberOp::Submit {
             member: self.member,
             opcode: cmd.opcode,
             lba: cmd.lba,
@@ -329,7 +400,7 @@ impl BlockDevice for MemberProxy {
         Ok(done.completion)
     }
 
-    /// The agent gives the device its idle time itself.
+    /// The idle thread gives the device its idle time.
     fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
         None
     }
@@ -339,7 +410,7 @@ impl BlockDevice for MemberProxy {
         _now_ns: TimeNs,
         cmd: &ConvertCommand,
     ) -> Result<Completion, DeviceError> {
-        self.call(AgentOp::Convert {
+        self.call(MemberOp::Convert {
             member: self.member,
             cmd: *cmd,
             reply: self.reply_tx.clone(),
@@ -351,8 +422,7 @@ impl BlockDevice for MemberProxy {
     fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
         let (tx, rx) = bounded(1);
         self.ops
-            .send(AgentOp::ScanTags {
-                member: self.member,
+            .send(MemberOp::ScanTags {
                 lba,
                 sectors,
                 reply: tx,
@@ -813,9 +883,9 @@ struct IoThread {
     open: Option<OpenGroup>,
     low_water: usize,
     clock: Arc<AtomicU32>,
-    agents: Vec<Sender<AgentOp>>,
-    reply_tx: Sender<AgentReply>,
-    reply_rx: Receiver<AgentReply>,
+    members: Vec<MemberQueue>,
+    reply_tx: Sender<MemberReply>,
+    reply_rx: Receiver<MemberReply>,
     control: Receiver<Control>,
     /// Set by a crash stop seen while waiting for a grant.
     stopped: bool,
@@ -1031,14 +1101,14 @@ impl IoThread {
             // chunk was never written.
             let early = early[i].take();
             let found = |read: &mut Vec<Option<CopyReply>>| match read_tag[i] {
-                _ if early.is_some() => early.unwrap_or_else(|| Err(agent_gone())),
+                _ if early.is_some() => early.unwrap_or_else(|| Err(member_gone())),
                 Some(tag) => match read[tag].take() {
                     Some(Ok((t, bytes, _))) => {
                         let (_, _, _, len, plan) = spans[tag];
                         Ok((t, cut(bytes, plan.skip, len)))
                     }
                     Some(Err(e)) => Err(e),
-                    None => Err(agent_gone()),
+                    None => Err(member_gone()),
                 },
                 None => Ok((0, Vec::new())),
             };
@@ -1207,7 +1277,7 @@ impl IoThread {
                         error.get_or_insert(e.clone());
                     }
                     None => {
-                        error.get_or_insert_with(agent_gone);
+                        error.get_or_insert_with(member_gone);
                     }
                 }
             }
@@ -1254,8 +1324,8 @@ impl IoThread {
         DeviceError::Unsupported("the ScalaAFA engine is stopping".into())
     }
 
-    /// Sends a command to member `member`'s agent; its reply comes to this thread's
-    /// channel under `tag`.
+    /// Runs a command on member `member`; its reply comes to this thread's channel under
+    /// `tag`.
     #[allow(clippy::too_many_arguments)]
     fn issue(
         &self,
@@ -1268,8 +1338,8 @@ impl IoThread {
         transient: bool,
         tag: usize,
     ) -> Result<(), DeviceError> {
-        self.agents[member]
-            .send(AgentOp::Submit {
+        self.members[member]
+            .send(MemberOp::Submit {
                 member,
                 opcode,
                 lba,
@@ -1284,7 +1354,7 @@ impl IoThread {
                 reply: self.reply_tx.clone(),
                 tag,
             })
-            .map_err(|_| agent_gone())
+            .map_err(|_| member_gone())
     }
 
     /// Collects `n` replies to commands tagged below `tags`: each tag's completion time and
@@ -1327,7 +1397,7 @@ impl IoThread {
         let mut replies = self.collect_each(1, 1);
         self.settle_reads(&spans, &mut replies);
         let reply = replies.pop().flatten();
-        let (t, bytes, _) = reply.unwrap_or_else(|| Err(agent_gone()))?;
+        let (t, bytes, _) = reply.unwrap_or_else(|| Err(member_gone()))?;
         Ok((t, cut(bytes, plan.skip, len)))
     }
 
@@ -1393,8 +1463,8 @@ impl IoThread {
             if !self.serving[member] {
                 continue;
             }
-            self.agents[member]
-                .send(AgentOp::Submit {
+            self.members[member]
+                .send(MemberOp::Submit {
                     member,
                     opcode: Opcode::Read,
                     lba: g.hh_lba(stripe) + first as u64,
@@ -1409,7 +1479,7 @@ impl IoThread {
                     reply: self.reply_tx.clone(),
                     tag: i,
                 })
-                .map_err(|_| agent_gone())?;
+                .map_err(|_| member_gone())?;
             sent += 1;
         }
         let replies = self.collect_each(sent, shards);
@@ -1473,7 +1543,7 @@ impl IoThread {
 
     /// Sends the read of the whole sectors holding bytes `at..at + len` of `chunk` (AFA
     /// chunk `a`), tagged `tag`, to the copy `choice` picks (a replica's read brings its
-    /// tags, to be checked); fails only when the member's agent has stopped.
+    /// tags, to be checked); fails only when the engine has stopped.
     fn issue_read(
         &self,
         chunk: u32,
@@ -1497,8 +1567,8 @@ impl IoThread {
             Some((p, lba, _)) => (p, lba),
             None => (home, g.hh_lba(stripe)),
         };
-        self.agents[member]
-            .send(AgentOp::Submit {
+        self.members[member]
+            .send(MemberOp::Submit {
                 member,
                 opcode: Opcode::Read,
                 lba: lba + first as u64,
@@ -1513,7 +1583,7 @@ impl IoThread {
                 reply: self.reply_tx.clone(),
                 tag,
             })
-            .map_err(|_| agent_gone())?;
+            .map_err(|_| member_gone())?;
         Ok(ReadPlan {
             skip: at - first * g.sector_bytes,
             replica_of: replica.map(|(_, _, ts)| (chunk, j, ts)),
@@ -1651,7 +1721,9 @@ struct Running<D> {
     controls: Vec<Sender<Control>>,
     daemon: JoinHandle<ScalaAfa<MemberProxy>>,
     to_daemon: Sender<ToManager>,
-    agents: Vec<JoinHandle<Vec<(usize, D)>>>,
+    members: Vec<Arc<SharedMember<D>>>,
+    idle: JoinHandle<()>,
+    idle_stop: Sender<()>,
     spares: Vec<D>,
 }
 
@@ -1663,7 +1735,7 @@ pub struct ThreadedScalaAfa<D: BlockDevice + Send + 'static> {
     g: Geometry,
     clock: Clock,
     jobs: Vec<Sender<IoJob>>,
-    agents: Vec<Sender<AgentOp>>,
+    members: Vec<MemberQueue>,
     /// Whether each member serves: a flush leaves a failed one alone.
     serving: Vec<bool>,
     /// Taken by the stop; never touched on the request path.
@@ -1797,31 +1869,28 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
         let low_water = self.low_water;
         let ts_clock = Arc::new(AtomicU32::new(self.clock));
         let (v, devices, spares) = self.take_devices();
-        // One agent thread per core at most: on a small host, more threads than cores
-        // only add thread switches to every command.
         let n = devices.len();
-        let agent_threads = std::thread::available_parallelism()
-            .map_or(1, |p| p.get())
-            .clamp(1, n.max(1));
-        let mut senders = Vec::new();
-        let mut agent_joins = Vec::new();
-        let mut shares: Vec<Vec<(usize, D)>> = (0..agent_threads).map(|_| Vec::new()).collect();
         let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info()).collect();
-        for (i, device) in devices.into_iter().enumerate() {
-            shares[i % agent_threads].push((i, device));
-        }
-        for (a, share) in shares.into_iter().enumerate() {
-            let (tx, rx) = unbounded();
-            let join = std::thread::Builder::new()
-                .name(format!("scalaafa-ssd{a}"))
-                .spawn(move || run_agent(share, rx, clock))
-                .expect("the OS cannot start a thread");
-            senders.push(tx);
-            agent_joins.push(join);
-        }
-        // Member i's queue is its agent's.
-        let agents: Vec<Sender<AgentOp>> =
-            (0..n).map(|i| senders[i % agent_threads].clone()).collect();
+        let members: Vec<Arc<SharedMember<D>>> = devices
+            .into_iter()
+            .map(|d| Arc::new(SharedMember::new(d)))
+            .collect();
+        let ports: Vec<Arc<dyn MemberPort>> = members
+            .iter()
+            .map(|m| m.clone() as Arc<dyn MemberPort>)
+            .collect();
+        let queues: Vec<MemberQueue> = ports
+            .iter()
+            .map(|port| MemberQueue {
+                port: port.clone(),
+                clock,
+            })
+            .collect();
+        let (idle_stop, idle_rx) = bounded(1);
+        let idle = std::thread::Builder::new()
+            .name("scalaafa-idle".into())
+            .spawn(move || run_idle(ports, idle_rx, clock))
+            .expect("the OS cannot start a thread");
         let proxies = infos
             .into_iter()
             .enumerate()
@@ -1830,7 +1899,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
                 MemberProxy {
                     info,
                     member: i,
-                    ops: agents[i].clone(),
+                    ops: queues[i].clone(),
                     reply_tx,
                     reply_rx,
                 }
@@ -1888,7 +1957,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
                 open,
                 low_water,
                 clock: ts_clock.clone(),
-                agents: agents.clone(),
+                members: queues.clone(),
                 reply_tx,
                 reply_rx,
                 control: control_rx,
@@ -1924,14 +1993,16 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             g,
             clock,
             jobs,
-            agents,
+            members: queues,
             serving,
             running: Mutex::new(Some(Running {
                 io,
                 controls,
                 daemon,
                 to_daemon,
-                agents: agent_joins,
+                members,
+                idle,
+                idle_stop,
                 spares,
             })),
         })
@@ -1969,7 +2040,7 @@ impl BlockDevice for NoDevice {
 impl<D: BlockDevice> ScalaAfa<D> {
     /// Gives the engine the member devices `devices` (in member order) and hands back the
     /// ones it had and its spares. The devices change hands twice when the engine starts on
-    /// threads (to [`NoDevice`], then to proxies of the members' agents) and twice when it
+    /// threads (to [`NoDevice`], then to proxies of the shared members) and twice when it
     /// stops.
     fn swap_devices<E: BlockDevice>(self, devices: Vec<E>) -> (ScalaAfa<E>, Vec<D>, Vec<D>) {
         let mut old = Vec::with_capacity(self.members.len());
@@ -2192,13 +2263,13 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
     pub fn flush(&self) -> Result<TimeNs, DeviceError> {
         let (tx, rx) = unbounded();
         let mut sent = 0;
-        for (i, agent) in self.agents.iter().enumerate() {
+        for (i, member) in self.members.iter().enumerate() {
             if !self.serving[i] {
                 continue;
             }
             sent += 1;
-            agent
-                .send(AgentOp::Submit {
+            member
+                .send(MemberOp::Submit {
                     member: i,
                     opcode: Opcode::Flush,
                     lba: 0,
@@ -2242,10 +2313,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             .collect::<Result<_, _>>()?;
         let _ = run.to_daemon.send(ToManager::Stop { orderly: true });
         let mut v = run.daemon.join().map_err(|_| panicked("the daemon"))?;
-        for a in &self.agents {
-            let _ = a.send(AgentOp::Stop);
-        }
-        let devices = join_agents(run.agents)?;
+        let devices = take_members(&run.members, run.idle, run.idle_stop)?;
         drop(run.controls);
         let remote = v.remote.take();
         let threads = self.g.threads;
@@ -2306,17 +2374,14 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         }
         let _ = run.to_daemon.send(ToManager::Stop { orderly: false });
         run.daemon.join().map_err(|_| panicked("the daemon"))?;
-        for a in &self.agents {
-            let _ = a.send(AgentOp::Stop);
-        }
-        join_agents(run.agents)
+        take_members(&run.members, run.idle, run.idle_stop)
     }
 }
 
 impl<D: BlockDevice + Send + 'static> Drop for ThreadedScalaAfa<D> {
     /// A volume dropped without a stop still ends its threads, as an orderly stop would:
-    /// the daemon and the member agents hold channels to each other and would otherwise
-    /// wait forever.
+    /// the daemon and the I/O threads hold channels to each other and would otherwise wait
+    /// forever.
     fn drop(&mut self) {
         let running = self.running.get_mut().map(|r| r.is_some());
         if running.unwrap_or(true) {
@@ -2325,14 +2390,22 @@ impl<D: BlockDevice + Send + 'static> Drop for ThreadedScalaAfa<D> {
     }
 }
 
-/// Joins the agent threads and puts their devices back in member order.
-fn join_agents<D>(agents: Vec<JoinHandle<Vec<(usize, D)>>>) -> Result<Vec<D>, DeviceError> {
-    let mut devices = Vec::new();
-    for h in agents {
-        devices.extend(h.join().map_err(|_| panicked("a member agent"))?);
-    }
-    devices.sort_by_key(|&(i, _)| i);
-    Ok(devices.into_iter().map(|(_, d)| d).collect())
+/// Ends the idle thread and takes the member devices back, in member order. Every actor
+/// that could command them has ended; a command that comes later fails.
+fn take_members<D: BlockDevice + Send>(
+    members: &[Arc<SharedMember<D>>],
+    idle: JoinHandle<()>,
+    idle_stop: Sender<()>,
+) -> Result<Vec<D>, DeviceError> {
+    let _ = idle_stop.send(());
+    idle.join().map_err(|_| panicked("the idle thread"))?;
+    members
+        .iter()
+        .map(|m| {
+            m.take()
+                .ok_or_else(|| DeviceError::Medium("a member device was taken twice".into()))
+        })
+        .collect()
 }
 
 fn panicked(who: &str) -> DeviceError {

@@ -332,7 +332,7 @@ fn client_until_cut(
 }
 
 /// The power goes while the threads write: the members refuse every command after a budget
-/// drawn from by all the member agents, so writes of several clients (in several hero
+/// shared by all the members, so writes of several clients (in several hero
 /// groups, and several slots of one group) are cut at once, in any order of their copies.
 /// Recovery must give back every acknowledged write, and each sector of a cut write old or
 /// new. The same with a member that failed before the threads started (they write around
@@ -673,6 +673,119 @@ proptest::proptest! {
             back.submit(0, &Command::read(s as u64, 1), ReadBuffers { data: &mut out, tags: None })
                 .expect("read");
             proptest::prop_assert!(out[..] == oracle[s * SECTOR..(s + 1) * SECTOR], "sector {}", s);
+        }
+    }
+}
+
+/// A member that logs when each of its commands and each of its idle-time calls ran.
+#[derive(Debug)]
+struct Logged {
+    inner: Ssd,
+    /// (time, whether it was idle time) in the order they ran.
+    log: std::sync::Arc<std::sync::Mutex<Vec<(TimeNs, bool)>>>,
+}
+
+impl Logged {
+    fn note(&self, now_ns: TimeNs, idle: bool) {
+        self.log.lock().unwrap().push((now_ns, idle));
+    }
+}
+
+impl BlockDevice for Logged {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.note(now_ns, false);
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        self.note(now_ns, false);
+        self.inner.convert(now_ns, cmd)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.note(now_ns, true);
+        self.inner.background(now_ns)
+    }
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        self.inner.scan_tags(lba, sectors)
+    }
+}
+
+/// On threads the member SSDs get idle time (their background GC and idle erases) from
+/// the idle thread: only once no command has reached them for `MEMBER_IDLE_NS`, and every
+/// member gets some once the clients stop. Each device's clock never runs backwards, so
+/// commands from the I/O threads, the daemon and idle time interleave in time order.
+#[test]
+fn members_get_idle_time_only_when_their_commands_stop() {
+    let engine = volume(Level::Raid5, 5, 2);
+    let (config, scala) = (engine.config.clone(), engine.scala.clone());
+    let logs: Vec<_> = (0..5)
+        .map(|_| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())))
+        .collect();
+    let members = engine
+        .into_members()
+        .into_iter()
+        .zip(&logs)
+        .map(|(inner, log)| Logged {
+            inner,
+            log: log.clone(),
+        })
+        .collect();
+    let v = ScalaAfa::new(config, scala, members, vec![])
+        .unwrap()
+        .into_threads()
+        .expect("threads start");
+    let chunk = v.chunk_sectors() as u64;
+    // Rounds of writes long enough for the idle thread to look at the members meanwhile,
+    // each followed by a pause long enough for idle time.
+    for round in 0..3u64 {
+        let start = std::time::Instant::now();
+        let mut c = 0;
+        while start.elapsed() < Duration::from_millis(20) {
+            let data: Vec<u8> = (c * chunk..(c + 1) * chunk)
+                .flat_map(|s| pattern(s, round + 1))
+                .collect();
+            v.write(c * chunk * SECTOR as u64, &data).expect("write");
+            c = (c + 1) % 30;
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    // A loaded test machine may run the idle thread late: wait for it, within reason.
+    let idle_seen = || {
+        logs.iter()
+            .all(|log| log.lock().unwrap().iter().any(|&(_, idle)| idle))
+    };
+    let waited = std::time::Instant::now();
+    while !idle_seen() && waited.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    v.stop().expect("orderly stop");
+    for (i, log) in logs.iter().enumerate() {
+        let log = log.lock().unwrap();
+        assert!(
+            log.iter().any(|&(_, idle)| idle),
+            "member {i} got no idle time"
+        );
+        let mut last_command_ns = None;
+        let mut previous_ns = 0;
+        for &(t, idle) in log.iter() {
+            assert!(t >= previous_ns, "member {i}: its clock went back");
+            previous_ns = t;
+            match (idle, last_command_ns) {
+                (false, _) => last_command_ns = Some(t),
+                (true, Some(c)) => assert!(
+                    t - c >= super::threaded::MEMBER_IDLE_NS,
+                    "member {i}: idle time {} ns after a command",
+                    t - c
+                ),
+                (true, None) => {}
+            }
         }
     }
 }
