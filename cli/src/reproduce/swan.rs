@@ -8,7 +8,7 @@ use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
 use afa_ssd::{HostInterfaceConfig, SsdConfig, WriteBufferConfig};
 use afa_workload::fio::parse_job_file;
 
-use super::{swan_ycsb, Entry, Reproduction};
+use super::{map_in_parallel, swan_ycsb, Entry, Reproduction};
 use crate::volume::{age, ArraySpec, ArrayVolume, EngineChoice, Shifted};
 
 pub const EXPERIMENTS: &[Entry] = &[
@@ -398,36 +398,10 @@ fn swan0(groups: u32, width: u32) -> EngineChoice {
 fn swan_fig4a(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let ssd = swan_850pro(if quick { 64 } else { 256 });
     let (wraps, settle) = (3.0, 1.5);
-    let raid0 = sustained_randwrite(
-        &raid0_spec(8, EngineChoice::Raid),
-        &ssd,
-        seed,
-        wraps,
-        settle,
-        false,
-    )?;
-    let log = sustained_randwrite(
-        &raid0_spec(8, log_raid(8)),
-        &ssd,
-        seed,
-        wraps,
-        settle,
-        false,
-    )?;
-    let swan = sustained_randwrite(
-        &raid0_spec(8, swan0(4, 2)),
-        &ssd,
-        seed,
-        wraps,
-        settle,
-        false,
-    )?;
     let mut parallel = swan0(4, 2);
     if let EngineChoice::Swan(c) = &mut parallel {
         c.gc_parallel_groups = 3;
     }
-    let swan_parallel =
-        sustained_randwrite(&raid0_spec(8, parallel), &ssd, seed, wraps, settle, false)?;
     // SWAN0 with the paper's 1 MiB segments, as Log-RAID0 has: a segment then holds 4 pages
     // of every die of its two SSDs, so each victim is cleaned at low parallelism (see
     // docs/swan.md).
@@ -435,7 +409,28 @@ fn swan_fig4a(quick: bool, seed: u64) -> Result<Reproduction, String> {
     if let EngineChoice::Swan(c) = &mut small {
         c.segment_bytes = PAPER_SEGMENT_BYTES;
     }
-    let swan_small = sustained_randwrite(&raid0_spec(8, small), &ssd, seed, wraps, settle, false)?;
+    // The five runs are independent: they run on all cores.
+    let engines = [
+        EngineChoice::Raid,
+        log_raid(8),
+        swan0(4, 2),
+        parallel,
+        small,
+    ];
+    let mut runs = map_in_parallel(&engines, |engine| {
+        sustained_randwrite(
+            &raid0_spec(8, engine.clone()),
+            &ssd,
+            seed,
+            wraps,
+            settle,
+            false,
+        )
+    })
+    .into_iter();
+    let mut next = || runs.next().expect("one result per engine");
+    let (raid0, log, swan, swan_parallel, swan_small) =
+        (next()?, next()?, next()?, next()?, next()?);
     let measured = BTreeMap::from([
         ("raid0".to_string(), raid0.mb_s),
         ("log-raid0".to_string(), log.mb_s),
@@ -472,27 +467,23 @@ fn swan_fig4a(quick: bool, seed: u64) -> Result<Reproduction, String> {
 fn swan_fig4b(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let ssd = swan_850pro(if quick { 64 } else { 256 });
     let (wraps, settle) = (3.0, 1.5);
+    // The six runs are independent: they run on all cores.
+    let runs: Vec<(String, ArraySpec)> = [1u32, 2, 3]
+        .into_iter()
+        .flat_map(|width| {
+            let n = 3 * width;
+            [
+                (format!("log-raid0_{n}"), raid0_spec(n, log_raid(n))),
+                (format!("swan0_{n}"), raid0_spec(n, swan0(3, width))),
+            ]
+        })
+        .collect();
     let mut measured = BTreeMap::new();
-    for width in [1u32, 2, 3] {
-        let n = 3 * width;
-        let log = sustained_randwrite(
-            &raid0_spec(n, log_raid(n)),
-            &ssd,
-            seed,
-            wraps,
-            settle,
-            false,
-        )?;
-        let swan = sustained_randwrite(
-            &raid0_spec(n, swan0(3, width)),
-            &ssd,
-            seed,
-            wraps,
-            settle,
-            false,
-        )?;
-        measured.insert(format!("log-raid0_{n}"), log.mb_s);
-        measured.insert(format!("swan0_{n}"), swan.mb_s);
+    let results = map_in_parallel(&runs, |(_, spec)| {
+        sustained_randwrite(spec, &ssd, seed, wraps, settle, false)
+    });
+    for ((label, _), result) in runs.iter().zip(results) {
+        measured.insert(label.clone(), result?.mb_s);
     }
     // Read off Figure 4b's trend as the text states it (Log-RAID0 falls as SSDs are added,
     // SWAN0 rises in proportion to the R-group width): estimates, not printed figures.

@@ -14,7 +14,7 @@ use afa_waflash::{BufferPolicy, FtlKind, WaflashConfig};
 use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
 use afa_workload::trace::TraceRecord;
 
-use super::{Entry, Reproduction};
+use super::{map_in_parallel, Entry, Reproduction};
 
 pub const EXPERIMENTS: &[Entry] = &[
     (
@@ -163,15 +163,29 @@ fn waflash_fig7(quick: bool, seed: u64) -> Result<Reproduction, String> {
         "workload", "KiB", "base", "wafl", "x", "b p99", "w p99", "b rd", "w rd", "b wr",
         "w wr", "b prog", "w prog", "w nocmp", "b part", "w part", "b bf", "w bf"
     );
+    // Every (workload, request size) point's three runs are independent: run them on all
+    // cores first, then report them in order as before.
+    let points: Vec<(Personality, u64)> = Personality::ALL
+        .into_iter()
+        .flat_map(|p| scale.io_kib.iter().map(move |&kib| (p, kib)))
+        .collect();
+    let mut results = map_in_parallel(&points, |&(p, kib)| {
+        let s = spec(&scale, p, kib, seed);
+        Ok::<_, String>((
+            run(&baseline, &s, seed)?,
+            run(&waflash, &s, seed)?,
+            run(&no_compaction, &s, seed)?,
+        ))
+    })
+    .into_iter();
     for p in Personality::ALL {
         let mut best: f64 = 0.0;
         let mut best_summary = String::new();
         let mut best_context: Vec<(String, f64)> = Vec::new();
         for &kib in &scale.io_kib {
-            let s = spec(&scale, p, kib, seed);
-            let b = run(&baseline, &s, seed)?;
-            let w = run(&waflash, &s, seed)?;
-            let n = run(&no_compaction, &s, seed)?;
+            let (b, w, n) = results
+                .next()
+                .expect("one result per (workload, request size) point")?;
             let ratio = w.throughput_mb_s() / b.throughput_mb_s();
             let p99 = |r: &RunResult| {
                 let m = &r.outcome.measurements;
