@@ -7,6 +7,7 @@
 
 mod calendar;
 pub mod mem;
+pub mod parallel;
 mod queue;
 mod rng;
 

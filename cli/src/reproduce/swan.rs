@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use afa_array::{ArrayConfig, Level, LogRaidConfig, SwanConfig};
 use afa_host::{RunOptions, Workload};
 use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
+use afa_sim::parallel::map_in_parallel;
 use afa_ssd::{HostInterfaceConfig, SsdConfig, WriteBufferConfig};
 use afa_workload::fio::parse_job_file;
 
-use super::{map_in_parallel, swan_ycsb, Entry, Reproduction};
+use super::{swan_ycsb, Entry, Reproduction};
 use crate::volume::{age, ArraySpec, ArrayVolume, EngineChoice, Shifted};
 
 pub const EXPERIMENTS: &[Entry] = &[

@@ -14,7 +14,9 @@ use afa_waflash::{BufferPolicy, FtlKind, WaflashConfig};
 use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
 use afa_workload::trace::TraceRecord;
 
-use super::{map_in_parallel, Entry, Reproduction};
+use afa_sim::parallel::map_in_parallel;
+
+use super::{Entry, Reproduction};
 
 pub const EXPERIMENTS: &[Entry] = &[
     (
