@@ -890,8 +890,12 @@ fn swan_fig8(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let (engines, dataset_bytes) = fig8_engines(&ssd, seed)?;
     let mut per_engine = Vec::new();
     let mut split = None;
-    for (name, spec) in &engines {
-        let (results, s) = ycsb_engine(spec, &ssd, dataset_bytes, seed)?;
+    // The four engines' runs are independent: they run on every core.
+    let runs = map_in_parallel(&engines, |(_, spec)| {
+        ycsb_engine(spec, &ssd, dataset_bytes, seed)
+    });
+    for ((name, _), run) in engines.iter().zip(runs) {
+        let (results, s) = run?;
         if s.is_some() {
             split = s;
         }
@@ -951,18 +955,20 @@ fn swan_fig8_closed(quick: bool, seed: u64) -> Result<Reproduction, String> {
         dataset_bytes = dataset_bytes.min(info.capacity_sectors * info.sector_bytes as u64);
     }
     let dataset_bytes = dataset_bytes / 8192 * 8192;
-    let mut per_engine = Vec::new();
-    let mut split = None;
-    let mut context = BTreeMap::new();
-    for (name, spec) in &engines {
+    // The four engines' runs are independent: they run on every core, each returning its
+    // phases, its Table 4 split and its context entries, taken below in engine order.
+    let runs = map_in_parallel(&engines, |(name, spec)| {
         let mut v = ArrayVolume::build(spec, &ssd, seed, 0)?;
         let epoch = age(v.device(), AGE_FRACTION, seed)?;
         let mut closed = swan_ycsb::ClosedLoop::new(dataset_bytes, seed)?;
-        context.insert(
-            "compaction_write_amplification".into(),
-            closed.compaction_write_amplification(),
-        );
-        context.insert("ops_per_phase".into(), closed.ops_per_phase() as f64);
+        let mut context = vec![
+            (
+                "compaction_write_amplification".to_string(),
+                closed.compaction_write_amplification(),
+            ),
+            ("ops_per_phase".to_string(), closed.ops_per_phase() as f64),
+        ];
+        let mut split = None;
         let mut results = Vec::new();
         for phase in CLOSED_PHASES {
             let before = swan_read_split(&v);
@@ -980,26 +986,35 @@ fn swan_fig8_closed(quick: bool, seed: u64) -> Result<Reproduction, String> {
             }
         }
         for (phase, r) in CLOSED_PHASES.iter().zip(&results) {
-            context.insert(
+            context.push((
                 format!("{}_{name}_stalled_fraction", phase.name),
                 r.stalled_fraction,
-            );
-            context.insert(
+            ));
+            context.push((
                 format!("{}_{name}_sim_ms", phase.name),
                 r.sim_time_ns as f64 / 1e6,
-            );
+            ));
         }
-        per_engine.push((
-            *name,
-            results
-                .iter()
-                .map(|r| PhaseResult {
-                    throughput: r.ops_s,
-                    read_latency_us_mean: r.read_latency_us_mean,
-                    read_latency_us_p999: r.read_latency_us_p999,
-                })
-                .collect::<Vec<_>>(),
-        ));
+        let phases: Vec<PhaseResult> = results
+            .iter()
+            .map(|r| PhaseResult {
+                throughput: r.ops_s,
+                read_latency_us_mean: r.read_latency_us_mean,
+                read_latency_us_p999: r.read_latency_us_p999,
+            })
+            .collect();
+        Ok::<_, String>((phases, split, context))
+    });
+    let mut per_engine = Vec::new();
+    let mut split = None;
+    let mut context = BTreeMap::new();
+    for ((name, _), run) in engines.iter().zip(runs) {
+        let (phases, s, entries) = run?;
+        if s.is_some() {
+            split = s;
+        }
+        context.extend(entries);
+        per_engine.push((*name, phases));
     }
     let names: Vec<(&str, u32)> = CLOSED_PHASES
         .iter()
