@@ -406,13 +406,26 @@ fn recovery_after_the_power_goes_while_threads_write() {
     }
 }
 
-/// A member that reports garbage collection in every completion when `gc` is set, and
-/// whose reads below `unreadable_below` (the HH area: the primaries) the SSD cannot correct.
+/// A member that reports garbage collection in every completion when `gc` is set, whose
+/// reads below `unreadable_below` (the HH area: the primaries) the SSD cannot correct, and
+/// which logs when each of its commands and idle-time calls ran when it has a `log`.
 #[derive(Debug)]
 struct Collecting {
     inner: Ssd,
     gc: bool,
     unreadable_below: u64,
+    /// (time, whether it was idle time) in the order they ran.
+    log: Option<IdleLog>,
+}
+
+type IdleLog = std::sync::Arc<std::sync::Mutex<Vec<(TimeNs, bool)>>>;
+
+impl Collecting {
+    fn note(&self, now_ns: TimeNs, idle: bool) {
+        if let Some(log) = &self.log {
+            log.lock().unwrap().push((now_ns, idle));
+        }
+    }
 }
 
 impl BlockDevice for Collecting {
@@ -425,6 +438,7 @@ impl BlockDevice for Collecting {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
+        self.note(now_ns, false);
         if cmd.opcode == Opcode::Read && cmd.lba < self.unreadable_below {
             return Err(DeviceError::Uncorrectable {
                 lba: cmd.lba,
@@ -438,9 +452,11 @@ impl BlockDevice for Collecting {
         })
     }
     fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
+        self.note(now_ns, false);
         self.inner.convert(now_ns, cmd)
     }
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.note(now_ns, true);
         self.inner.background(now_ns)
     }
     fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
@@ -464,6 +480,7 @@ fn on_collecting_members(
             inner,
             gc: gc(i),
             unreadable_below,
+            log: None,
         })
         .collect();
     ScalaAfa::new(config, scala, members, vec![])
@@ -677,46 +694,6 @@ proptest::proptest! {
     }
 }
 
-/// A member that logs when each of its commands and each of its idle-time calls ran.
-#[derive(Debug)]
-struct Logged {
-    inner: Ssd,
-    /// (time, whether it was idle time) in the order they ran.
-    log: std::sync::Arc<std::sync::Mutex<Vec<(TimeNs, bool)>>>,
-}
-
-impl Logged {
-    fn note(&self, now_ns: TimeNs, idle: bool) {
-        self.log.lock().unwrap().push((now_ns, idle));
-    }
-}
-
-impl BlockDevice for Logged {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn submit(
-        &mut self,
-        now_ns: TimeNs,
-        cmd: &Command<'_>,
-        out: ReadBuffers<'_>,
-    ) -> Result<Completion, DeviceError> {
-        self.note(now_ns, false);
-        self.inner.submit(now_ns, cmd, out)
-    }
-    fn convert(&mut self, now_ns: TimeNs, cmd: &ConvertCommand) -> Result<Completion, DeviceError> {
-        self.note(now_ns, false);
-        self.inner.convert(now_ns, cmd)
-    }
-    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        self.note(now_ns, true);
-        self.inner.background(now_ns)
-    }
-    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
-        self.inner.scan_tags(lba, sectors)
-    }
-}
-
 /// On threads the member SSDs get idle time (their background GC and idle erases) from
 /// the idle thread: only once no command has reached them for `MEMBER_IDLE_NS`, and every
 /// member gets some once the clients stop. Each device's clock never runs backwards, so
@@ -732,9 +709,11 @@ fn members_get_idle_time_only_when_their_commands_stop() {
         .into_members()
         .into_iter()
         .zip(&logs)
-        .map(|(inner, log)| Logged {
+        .map(|(inner, log)| Collecting {
             inner,
-            log: log.clone(),
+            gc: false,
+            unreadable_below: 0,
+            log: Some(log.clone()),
         })
         .collect();
     let v = ScalaAfa::new(config, scala, members, vec![])
