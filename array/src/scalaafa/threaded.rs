@@ -289,7 +289,7 @@ impl<D: BlockDevice + Send> MemberPort for SharedMember<D> {
     }
 }
 
-/// A member's queue as the actors hold it.
+/// How an actor commands a member: `send` runs the command at once, on the caller's thread.
 #[derive(Clone)]
 struct MemberQueue {
     port: Arc<dyn MemberPort>,
