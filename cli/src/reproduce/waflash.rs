@@ -30,7 +30,8 @@ pub const EXPERIMENTS: &[Entry] = &[
         "waflash-fig10",
         "WAFLASH Fig. 10: average-latency reduction of PC-LRU and of MCA against the \
          baseline LRU buffer (SSDSim's), all over the read-modify-write page FTL, on six \
-         synthesized block traces replayed at their timestamps at three loads",
+         synthesized block traces replayed at their timestamps at three loads; the whole \
+         WAFLASH design (PC-LRU + MV-FTL + compaction) in the context",
         waflash_fig10,
     ),
 ];
@@ -357,11 +358,24 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
     // Fig. 10 ran in SSDSim, whose write buffer is an LRU list (it evicts its tail and moves
     // hits to the head), so the baseline here is LRU, not VSSIM's FIFO of Fig. 7. FIFO is
     // shown for reference: against it the LRU stack's buffer hits alone are a large gain.
+    // The paper's text credits the 25.6% to PC-LRU, but its caption and section title
+    // ("WAFLASH vs. MCA") name the whole design, so that is measured too: PC-LRU over
+    // MV-FTL with compaction, against the same baseline (MCA is a buffer policy only, so
+    // MCA over the baseline FTL is MCA's whole design).
     let configs = [
         ("baseline", with(BufferPolicy::Lru)),
         ("pc-lru", with(BufferPolicy::PcLru)),
         ("mca", with(BufferPolicy::Mca)),
         ("fifo", with(BufferPolicy::Fifo)),
+        (
+            "waflash",
+            WaflashConfig {
+                buffer_policy: BufferPolicy::PcLru,
+                ftl: FtlKind::MultiVersion,
+                compaction: true,
+                ..base.clone()
+            },
+        ),
     ];
     // The paper replays six real block traces (MSNFS, DTR, RA, CFS, Ex, Web) at their
     // timestamps in SSDSim. No traces ship with afa; the six synthesized traces of Table 2's
@@ -377,13 +391,13 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let mut per_load = BTreeMap::<(&str, u32), f64>::new();
     let mut n = 0.0;
     println!(
-        "columns: mean latency µs (lru baseline, pc-lru, mca, fifo); flash reads in the \
-         write path (read-modify-write), buffer write hits and full pages evicted (lru, \
-         pc-lru, mca)"
+        "columns: mean latency µs (lru baseline, pc-lru, mca, fifo, waflash); flash reads \
+         in the write path (read-modify-write), buffer write hits and full pages evicted \
+         (lru, pc-lru, mca)"
     );
     println!(
-        "{:<8} {:>4} {:>6} | {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
-        "trace", "load", "IOPS", "lru", "pc-lru", "mca", "fifo", "l rmw", "p rmw", "m rmw",
+        "{:<8} {:>4} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>7} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+        "trace", "load", "IOPS", "lru", "pc-lru", "mca", "fifo", "waflash", "l rmw", "p rmw", "m rmw",
         "l hit", "p hit", "m hit", "l full", "p full", "m full"
     );
     // Each trace's calibration and runs are independent of the other traces': the traces
@@ -433,7 +447,7 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
         for (load, saturated_iops, lat, reports) in rows? {
             let r = |i: usize| &reports[i];
             println!(
-                "{:<8} {:>4.2} {:>6.0} | {:>6.1} {:>6.1} {:>6.1} {:>6.1} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+                "{:<8} {:>4.2} {:>6.0} | {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>7.1} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
                 name,
                 load,
                 load * saturated_iops,
@@ -441,6 +455,7 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
                 lat[1],
                 lat[2],
                 lat[3],
+                lat[4],
                 r(0).ftl.extra_reads,
                 r(1).ftl.extra_reads,
                 r(2).ftl.extra_reads,
@@ -451,7 +466,7 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
                 r(1).device.evicted_full_pages,
                 r(2).device.evicted_full_pages,
             );
-            for (i, label) in ["pc-lru", "mca", "fifo"].into_iter().enumerate() {
+            for (i, label) in ["pc-lru", "mca", "fifo", "waflash"].into_iter().enumerate() {
                 let reduction = 1.0 - lat[i + 1] / lat[0];
                 *sums.entry(label.to_string()).or_default() += reduction;
                 *per_load.entry((label, (load * 100.0) as u32)).or_default() += reduction;
@@ -465,8 +480,10 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
         println!("  {label:<7} at {percent:>2}%: {:>6.3}", sum / traces);
     }
     println!("  fifo over all loads: {:.3}", sums["fifo"] / n);
-    // The reproduction compares only the two policies the paper reports.
+    // The paper's two labels are the two buffer policies; the whole design goes to the
+    // context, beside them, and FIFO only to the printout.
     sums.remove("fifo");
+    let waflash = sums.remove("waflash").unwrap_or_default() / n;
     Ok(Reproduction {
         id: "waflash-fig10".into(),
         unit: "average-latency reduction against the LRU baseline (fraction)".into(),
@@ -474,6 +491,6 @@ fn waflash_fig10(quick: bool, seed: u64) -> Result<Reproduction, String> {
             .into_iter()
             .collect(),
         measured: sums.into_iter().map(|(k, v)| (k, v / n)).collect(),
-        context: BTreeMap::new(),
+        context: [("waflash".to_string(), waflash)].into_iter().collect(),
     })
 }
