@@ -87,6 +87,12 @@ pub struct WaflashConfig {
     pub gc_threshold_blocks: u32,
     /// Logical pages merged per idle-time call.
     pub idle_merge_batch: u32,
+    /// How long the host must have had no command outstanding before idle-time merging
+    /// starts, in ns: the controller's idle timer. The default, 1 ms, is the quiet time
+    /// after which serve mode gives member SSDs idle time. 0 merges in every gap between
+    /// commands, which puts merges in front of a lightly loaded host's next command
+    /// (docs/waflash.md, pass s18).
+    pub idle_merge_after_ns: u64,
     /// How many pages from the bottom of the stack MCA looks at when it passes over
     /// partial pages. PC-LRU looks for the full page nearest the bottom in the whole stack.
     pub scan_window_pages: u32,
@@ -124,6 +130,7 @@ impl Default for WaflashConfig {
             max_versions: 4,
             gc_threshold_blocks: 3,
             idle_merge_batch: 16,
+            idle_merge_after_ns: 1_000_000,
             scan_window_pages: 256,
         }
     }
@@ -220,6 +227,9 @@ impl WaflashConfig {
         }
         if self.scan_window_pages == 0 || self.idle_merge_batch == 0 {
             return bad("scan_window_pages and idle_merge_batch must be positive".into());
+        }
+        if let Err(m) = afa_sim::check_step_ns("idle_merge_after_ns", self.idle_merge_after_ns) {
+            return bad(m);
         }
         let usable_blocks = (self.geometry.blocks_per_plane - self.gc_threshold_blocks - 1) as u64
             * self.geometry.planes_total() as u64;

@@ -121,6 +121,9 @@ pub struct WaflashSsd {
     drain_next_ns: TimeNs,
     /// The time of the command (or idle call) being served.
     present_ns: TimeNs,
+    /// When the last command completed: the host has had nothing outstanding since, when
+    /// the device is given idle time.
+    last_done_ns: TimeNs,
 }
 
 impl WaflashSsd {
@@ -167,6 +170,7 @@ impl WaflashSsd {
             commands_taken: 0,
             drain_next_ns: 0,
             present_ns: 0,
+            last_done_ns: 0,
         })
     }
 
@@ -698,6 +702,7 @@ impl BlockDevice for WaflashSsd {
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => self.flush(now_ns)?,
         };
+        self.last_done_ns = self.last_done_ns.max(done_ns);
         Ok(Completion {
             done_ns,
             gc_active: false,
@@ -713,12 +718,20 @@ impl BlockDevice for WaflashSsd {
             return None;
         }
         let next_step_ns = self.buffer.draining().then_some(self.drain_next_ns);
-        // Idle time merges versions (§III-B).
-        let merge_ns = self
-            .ftl
-            .idle_merge(&mut self.nand, now_ns, self.config.idle_merge_batch)
-            .ok()
-            .flatten();
+        // Idle time merges versions (§III-B), once the host has been quiet for the idle
+        // timer: merging in every short gap between commands puts a merge's program in front
+        // of the next command.
+        let idle_at_ns = self.last_done_ns + self.config.idle_merge_after_ns;
+        let merge_ns = if !self.ftl.has_versions_to_merge() {
+            None
+        } else if now_ns < idle_at_ns {
+            Some(idle_at_ns)
+        } else {
+            self.ftl
+                .idle_merge(&mut self.nand, now_ns, self.config.idle_merge_batch)
+                .ok()
+                .flatten()
+        };
         match (merge_ns, next_step_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

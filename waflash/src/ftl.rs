@@ -902,6 +902,11 @@ impl Ftl {
         self.remap(lpn, &[]);
     }
 
+    /// Whether any logical page has more than one version.
+    pub fn has_versions_to_merge(&self) -> bool {
+        !self.multi.is_empty()
+    }
+
     /// Merges up to `batch` multi-version pages while the device is idle. Returns when the
     /// last merge ends, or None when there was nothing to merge.
     pub fn idle_merge(

@@ -264,6 +264,56 @@ fn mv_ftl_keeps_versions_and_merges_on_read_full_write_and_idle() {
 }
 
 #[test]
+fn idle_merging_waits_until_the_host_has_been_quiet_for_the_idle_timer() {
+    let mut config = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, false);
+    config.idle_merge_after_ns = 1_000_000;
+    let mut ssd = WaflashSsd::new(config, 1).unwrap();
+    ssd.precondition(64).unwrap();
+    write(&mut ssd, 0, 1, 3, 7);
+    let flushed = flush(&mut ssd, 0);
+    assert_eq!(ssd.versions(0).len(), 2);
+    // Just after the last command the device is not idle yet: it merges nothing and asks
+    // to be called when the timer runs out.
+    assert_eq!(ssd.background(flushed), Some(flushed + 1_000_000));
+    assert_eq!(ssd.ftl_stats().idle_merges, 0);
+    // A command before then starts the timer again.
+    let mut out = vec![0u8; 8];
+    let read_done = ssd
+        .submit(
+            flushed + 500_000,
+            &Command::read(4, 1),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .expect("read")
+        .done_ns;
+    assert_eq!(
+        ssd.background(flushed + 1_000_000),
+        Some(read_done + 1_000_000)
+    );
+    assert_eq!(ssd.ftl_stats().idle_merges, 0);
+    // Once the host has been quiet that long, idle time merges the versions.
+    assert!(ssd.background(read_done + 1_000_000).is_some());
+    assert_eq!(ssd.ftl_stats().idle_merges, 1);
+    assert_eq!(ssd.versions(0).len(), 1);
+    let expect = [
+        sector_token(0, 0),
+        sector_token(1, 7),
+        sector_token(2, 7),
+        sector_token(3, 7),
+    ];
+    assert!(read_tokens_match(
+        &mut ssd,
+        read_done + 10_000_000,
+        0,
+        &expect
+    ));
+    ssd.check_invariants();
+}
+
+#[test]
 fn compaction_packs_small_partial_pages_of_a_region_into_one_page() {
     let mut ssd =
         WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true), 1).unwrap();
