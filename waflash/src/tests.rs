@@ -87,6 +87,17 @@ fn flush(ssd: &mut WaflashSsd, now: u64) -> u64 {
         .done_ns
 }
 
+/// The tokens page 0 holds once sectors 1..=3 of the preconditioned page (version 0) are
+/// written with version 7: Fig. 5's pattern 1, which several tests write.
+fn page0_after_sectors_1_to_3_at_7() -> [u64; 4] {
+    [
+        sector_token(0, 0),
+        sector_token(1, 7),
+        sector_token(2, 7),
+        sector_token(3, 7),
+    ]
+}
+
 #[test]
 fn header_round_trips_and_rejects_garbage() {
     let pieces = vec![
@@ -171,12 +182,7 @@ fn baseline_serves_partial_overwrite_by_read_modify_write() {
     assert_eq!((f.partial_page_writes, f.extra_reads), (1, 1));
     assert_eq!(ssd.nand_counters().reads.iter().sum::<u64>(), 1);
     assert_eq!(ssd.versions(0).len(), 1);
-    let expect = [
-        sector_token(0, 0),
-        sector_token(1, 7),
-        sector_token(2, 7),
-        sector_token(3, 7),
-    ];
+    let expect = page0_after_sectors_1_to_3_at_7();
     assert!(read_tokens_match(&mut ssd, 10_000_000, 0, &expect));
     ssd.check_invariants();
 }
@@ -236,12 +242,7 @@ fn mv_ftl_keeps_versions_and_merges_on_read_full_write_and_idle() {
     assert_eq!(ssd.ftl_stats().extra_reads, 0, "no read-modify-write");
     assert_eq!(ssd.ftl_stats().version_writes, 1);
     assert_eq!(ssd.versions(0).len(), 2, "both versions stay valid");
-    let expect = [
-        sector_token(0, 0),
-        sector_token(1, 7),
-        sector_token(2, 7),
-        sector_token(3, 7),
-    ];
+    let expect = page0_after_sectors_1_to_3_at_7();
     assert!(read_tokens_match(&mut ssd, 10_000_000, 0, &expect));
     assert_eq!(ssd.ftl_stats().multi_version_reads, 1);
     // Reading sectors 1..=3 needs only the newest version.
@@ -298,12 +299,7 @@ fn idle_merging_waits_until_the_host_has_been_quiet_for_the_idle_timer() {
     assert!(ssd.background(read_done + 1_000_000).is_some());
     assert_eq!(ssd.ftl_stats().idle_merges, 1);
     assert_eq!(ssd.versions(0).len(), 1);
-    let expect = [
-        sector_token(0, 0),
-        sector_token(1, 7),
-        sector_token(2, 7),
-        sector_token(3, 7),
-    ];
+    let expect = page0_after_sectors_1_to_3_at_7();
     assert!(read_tokens_match(
         &mut ssd,
         read_done + 10_000_000,
