@@ -230,6 +230,10 @@ pub struct NandTiming {
     /// operation in progress (program/erase suspend, docs/models.md "Reads ahead of programs
     /// and erases"). Off by default: the other papers' figures were measured without it.
     pub read_suspend: bool,
+    /// Whether a read goes ahead of erase work on its die (erase suspend) while programs
+    /// still finish first: the older and more common half of program/erase suspend. Implied
+    /// by `read_suspend`. Off by default.
+    pub erase_suspend: bool,
     /// What suspending a program or erase costs before the read can start, in nanoseconds.
     pub suspend_ns: u64,
 }
@@ -261,12 +265,19 @@ impl Default for NandTiming {
             multi_plane: true,
             scheduling: Scheduling::FillGaps,
             read_suspend: false,
+            erase_suspend: false,
             suspend_ns: 20_000,
         }
     }
 }
 
 impl NandTiming {
+    /// Whether reads may go ahead of booked work at all (program/erase or erase suspend).
+    #[inline]
+    pub fn reads_go_ahead(&self) -> bool {
+        self.read_suspend || self.erase_suspend
+    }
+
     #[inline]
     pub fn of(&self, mode: CellMode) -> &CellTiming {
         match mode {
@@ -299,6 +310,13 @@ impl NandTiming {
                     "timing.suspend_ns = {} must be shorter than timing.{name}.program_ns = {}: \
                      suspending an operation takes a fraction of it",
                     self.suspend_ns, t.program_ns
+                )));
+            }
+            if self.erase_suspend && self.suspend_ns >= t.erase_ns {
+                return Err(NandError::Config(format!(
+                    "timing.suspend_ns = {} must be shorter than timing.{name}.erase_ns = {}: \
+                     suspending an erase takes a fraction of it",
+                    self.suspend_ns, t.erase_ns
                 )));
             }
         }

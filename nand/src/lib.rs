@@ -145,10 +145,13 @@ pub struct Nand {
     timing: NandTiming,
     dense_mode: CellMode,
     dies: Vec<DieState>,
-    /// Each die's reads alone, kept only with `timing.read_suspend` (empty otherwise, so
-    /// the dies stay small on the hot path): a read may go ahead of programs and erases, but
-    /// never through another read.
+    /// Each die's reads alone, kept only when reads may go ahead (`timing.read_suspend` or
+    /// `timing.erase_suspend`; empty otherwise, so the dies stay small on the hot path): a
+    /// read may go ahead of programs and erases, but never through another read.
     die_reads: Vec<Calendar>,
+    /// Each die's programs alone, kept only with `timing.erase_suspend` and not
+    /// `read_suspend`: a read may then go ahead of erases but must fit around programs.
+    die_programs: Vec<Calendar>,
     channels: Vec<Calendar>,
     blocks: Vec<BlockState>,
     counters: NandCounters,
@@ -221,7 +224,12 @@ impl Nand {
             channel_of_die,
             ppb_shift,
             dies: vec![idle_die; geometry.dies_total() as usize],
-            die_reads: if timing.read_suspend {
+            die_reads: if timing.reads_go_ahead() {
+                vec![Calendar::default(); geometry.dies_total() as usize]
+            } else {
+                Vec::new()
+            },
+            die_programs: if timing.erase_suspend && !timing.read_suspend {
                 vec![Calendar::default(); geometry.dies_total() as usize]
             } else {
                 Vec::new()
@@ -381,12 +389,16 @@ impl Nand {
     ) -> TimeNs {
         let joined = self.joined_batch_end(die, plane_bit, kind, ready_ns, latency_ns);
         let scheduling = self.timing.scheduling;
-        let prioritised = kind == OpKind::Read && self.timing.read_suspend;
+        let prioritised = kind == OpKind::Read && self.timing.reads_go_ahead();
+        let program_kept = kind == OpKind::Program && !self.die_programs.is_empty();
         let d = &mut self.dies[die];
         if let Some(end) = joined {
             d.calendar.reserve(d.batch_end_ns, end);
             if prioritised {
                 self.die_reads[die].reserve(d.batch_end_ns, end);
+            }
+            if program_kept {
+                self.die_programs[die].reserve(d.batch_end_ns, end);
             }
             d.batch_planes_mask |= plane_bit as u64;
             d.busy_ns += end - d.batch_end_ns;
@@ -404,6 +416,9 @@ impl Nand {
         d.calendar.reserve(start, end);
         if prioritised {
             self.die_reads[die].reserve(start, end);
+        }
+        if program_kept {
+            self.die_programs[die].reserve(start, end);
         }
         d.busy_ns += latency_ns;
         d.batch_kind = kind;
@@ -433,7 +448,23 @@ impl Nand {
         let suspend_ns = self.timing.suspend_ns;
         let d = &mut self.dies[die];
         let reads = &mut self.die_reads[die];
-        let start = earliest_start(reads, scheduling, ready_ns, suspend_ns + latency_ns);
+        let programs = self.die_programs.get(die);
+        // The earliest time no other read holds and, with erase suspend alone, no program
+        // either: a program is never suspended then, so the read waits for it and may go
+        // ahead of the erases after it. Each round moves the start forward past one booked
+        // interval, so the search ends.
+        let mut start = ready_ns;
+        loop {
+            let free_of_reads = earliest_start(reads, scheduling, start, suspend_ns + latency_ns);
+            let free_of_both = programs.map_or(free_of_reads, |p| {
+                earliest_start(p, scheduling, free_of_reads, suspend_ns + latency_ns)
+            });
+            if free_of_both == free_of_reads {
+                start = free_of_reads;
+                break;
+            }
+            start = free_of_both;
+        }
         // Nothing to suspend when the die is idle then, or when it has just finished another
         // read (the suspended operation has not resumed in between).
         let follows_read = start > 0 && reads.busy_until(start - 1) == start;

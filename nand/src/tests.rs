@@ -355,6 +355,56 @@ fn without_read_suspend_a_read_waits_for_the_program_in_progress() {
     assert_eq!(n.counters().read_suspends, 0);
 }
 
+fn nand_with_erase_suspend() -> Nand {
+    nand_timed(NandTiming {
+        multi_plane: false,
+        erase_suspend: true,
+        ..NandTiming::default()
+    })
+}
+
+#[test]
+fn with_erase_suspend_alone_a_read_goes_ahead_of_an_erase_but_not_of_a_program() {
+    let t = NandTiming::default();
+    let xfer = transfer_ns(4096, t.channel_mb_s);
+    let mut n = nand_with_erase_suspend();
+    // Block 1 (plane 1) shares die 0 with block 0: a read of block 0 ready mid-erase goes
+    // first, and the erase resumes after it.
+    let erase_end = n.erase(1, 0).unwrap();
+    let read_end = n.read(0, 1_000_000, 4096);
+    assert_eq!(read_end, 1_000_000 + t.suspend_ns + t.mlc.read_ns + xfer);
+    assert_eq!(n.counters().read_suspends, 1);
+    let displaced = t.suspend_ns + t.mlc.read_ns;
+    assert_eq!(n.die_free_ns(0), erase_end + displaced);
+    // A program booked after the resumed erase is not suspended: a read ready in the middle
+    // of it waits for it to end.
+    let program_end = n.program(8, 0).unwrap();
+    assert_eq!(program_end, erase_end + displaced + t.mlc.program_ns);
+    let ready = program_end - t.mlc.program_ns / 2;
+    assert_eq!(n.read(9, ready, 4096), program_end + t.mlc.read_ns + xfer);
+    assert_eq!(n.counters().read_suspends, 1);
+    // An erase booked behind the program and that read (block 9 is on die 0 too, and so is
+    // page 2 of block 0): a read ready mid-program waits for the program and for the read
+    // before it, then goes ahead of the erase.
+    let erase_9_end = n.erase(9, 0).unwrap();
+    assert_eq!(erase_9_end, program_end + t.mlc.read_ns + t.mlc.erase_ns);
+    let behind_program = n.read(2, program_end - 1_000, 4096);
+    assert_eq!(behind_program, program_end + 2 * t.mlc.read_ns + xfer);
+    assert_eq!(n.counters().read_suspends, 2);
+}
+
+#[test]
+fn an_erase_suspend_as_long_as_an_erase_is_refused() {
+    let timing = NandTiming {
+        erase_suspend: true,
+        suspend_ns: NandTiming::default().slc.erase_ns,
+        ..NandTiming::default()
+    };
+    let e = timing.validate().unwrap_err().to_string();
+    assert!(e.contains("timing.suspend_ns"), "{e}");
+    assert!(e.contains("timing.slc.erase_ns"), "{e}");
+}
+
 #[test]
 fn a_suspend_as_long_as_a_program_is_refused() {
     let timing = NandTiming {
