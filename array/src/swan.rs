@@ -4,7 +4,8 @@
 //! members (RAID 0, 4 or 5). The volume exposes linear 4 KiB blocks (one block per sector);
 //! the physical space of every R-group is cut into fixed-size segments written log-structured,
 //! a full stripe at a time. The last block of every segment holds its summary (sequence
-//! number, the logical address of every block, a checksum).
+//! number, the logical address of every block, a checksum). A trim of blocks that held data
+//! is logged too, as a trim record, so that a map rebuilt from the summaries keeps it.
 //!
 //! Only the front-end R-group takes user writes. When its free segments run out it joins the
 //! back-end, and the back-end group with the most free segments becomes the front-end. GC
@@ -14,7 +15,7 @@
 //! group holds the block; each read is counted by the kind of group that served it
 //! (front-end, idle back-end, back-end in GC: the paper's Table 4).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use afa_nand::{fill_unit, sector_token};
 use afa_sim::TimeNs;
@@ -171,6 +172,9 @@ pub struct SwanStats {
     pub reads_back_end_gc: ReadsByKind,
     /// Reads served from host memory (the open stripes) or of never-written blocks.
     pub reads_buffered_sectors: u64,
+    /// Trim records appended to the log (trims of blocks that held data), and moved by GC.
+    pub trim_records_written: u64,
+    pub trim_records_moved: u64,
     /// Engine time of the user's time 0 (the end of aging).
     pub epoch_ns: u64,
     pub events: Vec<SwanEvent>,
@@ -255,6 +259,15 @@ pub struct Swan<D: BlockDevice> {
     /// map rebuild even when an older version was copied into a later segment.
     wseq: Vec<u64>,
     next_wseq: u64,
+    /// Per logical block, the physical block of the trim record holding its newest
+    /// operation (NONE when that is a write, or it was never written), and the live trim
+    /// records by physical block. A record is a valid block of its segment: cleaning moves
+    /// it like data while any block it trimmed has not been written since, because until
+    /// then an older copy of that block may still lie in a segment not yet cleaned.
+    trim_of: Vec<u32>,
+    trim_records: BTreeMap<u32, TrimRecord>,
+    /// The physical block the last append took.
+    last_appended: u32,
     valid: Vec<u32>,
     state: Vec<SegmentState>,
     seq: Vec<u64>,
@@ -299,6 +312,9 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) struct NewestMap {
     /// (write sequence number, segment sequence number, physical block) per logical block.
     best: Vec<(u64, u64, u32)>,
+    /// Whether a logical block's newest operation is a trim (its physical block is then the
+    /// trim record's); SWAN's trims only.
+    trimmed: Vec<bool>,
     /// One past the highest write sequence number seen.
     pub next_wseq: u64,
 }
@@ -307,6 +323,7 @@ impl NewestMap {
     pub fn new(logical_blocks: usize) -> Self {
         Self {
             best: vec![(0, 0, NONE); logical_blocks],
+            trimmed: vec![false; logical_blocks],
             next_wseq: 1,
         }
     }
@@ -321,9 +338,34 @@ impl NewestMap {
             let (best_w, best_seq, _) = self.best[lba as usize];
             if (w, seq) > (best_w, best_seq) {
                 self.best[lba as usize] = (w, seq, first + i as u32);
+                self.trimmed[lba as usize] = false;
             }
             self.next_wseq = self.next_wseq.max(w + 1);
         }
+    }
+
+    /// Takes in the trim record at physical block `record` (write sequence number `w`, in
+    /// the segment of sequence number `seq`) of logical blocks `start..start + count`: the
+    /// trim is the newest operation of every block no later write reached.
+    pub fn fold_trim(&mut self, record: u32, w: u64, seq: u64, start: u32, count: u32) {
+        for lba in start as usize..start as usize + count as usize {
+            let (best_w, best_seq, _) = self.best[lba];
+            if (w, seq) > (best_w, best_seq) {
+                self.best[lba] = (w, seq, record);
+                self.trimmed[lba] = true;
+            }
+        }
+        self.next_wseq = self.next_wseq.max(w + 1);
+    }
+
+    /// The trim record each trimmed logical block's newest operation is in (NONE for the
+    /// others).
+    pub fn trim_of(&self) -> Vec<u32> {
+        self.best
+            .iter()
+            .zip(&self.trimmed)
+            .map(|(&(_, _, p), &t)| if t { p } else { NONE })
+            .collect()
     }
 
     /// Makes the assembled map the engine's: `l2p`, `p2l`, `wseq` per physical block and
@@ -340,7 +382,7 @@ impl NewestMap {
         p2l.fill(NONE);
         valid.fill(0);
         for (lba, &(w, _, p)) in self.best.iter().enumerate() {
-            if p != NONE {
+            if p != NONE && !self.trimmed[lba] {
                 l2p[lba] = p;
                 p2l[p as usize] = lba as u32;
                 wseq[p as usize] = w;
@@ -412,6 +454,56 @@ pub fn decode_summary(block: &[u8]) -> Option<Summary> {
         })
         .collect();
     Some((seq, segment, entries))
+}
+
+/// The summary address of a trim record: a log block that records a trim, so that a map
+/// rebuilt from the summaries does not give the trimmed blocks their older data back.
+pub const TRIM_RECORD: u32 = u32::MAX - 1;
+
+/// Magic at the start of a trim record.
+pub const TRIM_MAGIC: &[u8; 8] = b"SWANTRIM";
+
+/// Encodes a trim record of logical blocks `start..start + count` made by the write of
+/// sequence number `wseq`: magic, start, count, write sequence number and an FNV-1a
+/// checksum. Returns None if it does not fit in `unit` bytes.
+pub fn encode_trim_record(start: u32, count: u32, wseq: u64, unit: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(32);
+    out.extend_from_slice(TRIM_MAGIC);
+    out.extend_from_slice(&start.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&wseq.to_le_bytes());
+    let sum = fnv1a(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    if out.len() > unit {
+        return None;
+    }
+    out.resize(unit, 0);
+    Some(out)
+}
+
+/// Decodes a trim record written by [`encode_trim_record`]: (start, count, write sequence
+/// number); None unless magic and checksum match.
+pub fn decode_trim_record(block: &[u8]) -> Option<(u32, u32, u64)> {
+    if block.len() < 32 || &block[..8] != TRIM_MAGIC {
+        return None;
+    }
+    let sum = u64::from_le_bytes(block[24..32].try_into().ok()?);
+    if fnv1a(&block[..24]) != sum {
+        return None;
+    }
+    let start = u32::from_le_bytes(block[8..12].try_into().ok()?);
+    let count = u32::from_le_bytes(block[12..16].try_into().ok()?);
+    let wseq = u64::from_le_bytes(block[16..24].try_into().ok()?);
+    Some((start, count, wseq))
+}
+
+/// A live trim record: the range it trimmed and how many of those blocks still have the
+/// trim as their newest operation (the record is dropped when none has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TrimRecord {
+    start: u32,
+    count: u32,
+    live: u32,
 }
 
 impl<D: BlockDevice> Swan<D> {
@@ -596,6 +688,9 @@ impl<D: BlockDevice> Swan<D> {
             p2l: vec![NONE; physical as usize],
             wseq: vec![0; physical as usize],
             next_wseq: 1,
+            trim_of: vec![NONE; logical as usize],
+            trim_records: BTreeMap::new(),
+            last_appended: NONE,
             valid: vec![0; total_segments as usize],
             state: vec![SegmentState::Free; total_segments as usize],
             seq: vec![0; total_segments as usize],
@@ -703,8 +798,32 @@ impl<D: BlockDevice> Swan<D> {
         for (lba, &p) in self.l2p.iter().enumerate() {
             if p != NONE {
                 assert_eq!(self.p2l[p as usize], lba as u32, "p2l of {p} is not {lba}");
+                assert_eq!(self.trim_of[lba], NONE, "{lba} is both mapped and trimmed");
                 valid[(p / self.segment_sectors) as usize] += 1;
             }
+        }
+        let mut live = BTreeMap::new();
+        for (lba, &r) in self.trim_of.iter().enumerate() {
+            if r != NONE {
+                let rec = self.trim_records.get(&r).expect("trimmed by a live record");
+                assert!(
+                    (rec.start as usize..(rec.start + rec.count) as usize).contains(&lba),
+                    "{lba} is trimmed by record {r}, whose range does not hold it"
+                );
+                *live.entry(r).or_insert(0u32) += 1;
+            }
+        }
+        for (&r, rec) in &self.trim_records {
+            assert_eq!(
+                self.p2l[r as usize], TRIM_RECORD,
+                "record {r} is not mapped"
+            );
+            assert_eq!(
+                live.get(&r).copied(),
+                Some(rec.live),
+                "record {r}'s live count"
+            );
+            valid[(r / self.segment_sectors) as usize] += 1;
         }
         assert_eq!(
             valid, self.valid,
@@ -978,6 +1097,9 @@ impl<D: BlockDevice> Swan<D> {
                 let wseq = self.wseq[q as usize];
                 let data = &buf[i as usize * unit..(i as usize + 1) * unit];
                 t = t.max(self.append(Some(g), lba, wseq, data, t)?);
+                if lba == TRIM_RECORD {
+                    self.move_trim_record(q, self.last_appended);
+                }
                 self.stats.gc_sectors_moved += 1;
             }
             c.append_ready_ns = t;
@@ -1199,12 +1321,19 @@ impl<D: BlockDevice> Swan<D> {
         }
         s.lbas.push((lba, wseq));
         s.head += 1;
-        let old = self.l2p[lba as usize];
-        if old != NONE {
-            self.invalidate(old);
+        if lba == TRIM_RECORD {
+            // The caller maps the record's range (`trim`, or cleaning when it moves one).
+            self.p2l[physical as usize] = TRIM_RECORD;
+        } else {
+            self.untrim(lba);
+            let old = self.l2p[lba as usize];
+            if old != NONE {
+                self.invalidate(old);
+            }
+            self.l2p[lba as usize] = physical;
+            self.p2l[physical as usize] = lba;
         }
-        self.l2p[lba as usize] = physical;
-        self.p2l[physical as usize] = lba;
+        self.last_appended = physical;
         self.wseq[physical as usize] = wseq;
         self.valid[(physical / self.segment_sectors) as usize] += 1;
         let head = physical + 1;
@@ -1364,25 +1493,115 @@ impl<D: BlockDevice> Swan<D> {
         Ok(done)
     }
 
-    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> TimeNs {
-        for lba in cmd.lba..cmd.lba + cmd.sectors as u64 {
-            let old = self.l2p[lba as usize];
+    /// Trims a range. Unless none of its blocks has held data, the trim goes into the log
+    /// as a trim record (one block, appended like a write, with its own write sequence
+    /// number), so that a map rebuilt from the summaries after a crash keeps the blocks
+    /// trimmed instead of giving them an older copy back.
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let start = cmd.lba as u32;
+        let range = start as usize..start as usize + cmd.sectors as usize;
+        let done = now_ns + self.config.buffer_write_ns;
+        // A block never written since the volume was made has no older copy to come back.
+        if range
+            .clone()
+            .all(|l| self.l2p[l] == NONE && self.trim_of[l] == NONE)
+        {
+            return Ok(done);
+        }
+        let wseq = self.next_wseq;
+        self.next_wseq += 1;
+        let data = self.trim_record_bytes(start, cmd.sectors, wseq);
+        let t = self.append(None, TRIM_RECORD, wseq, &data, now_ns)?;
+        let record = self.last_appended;
+        let mut live = 0;
+        for l in range {
+            let old = self.l2p[l];
             if old != NONE {
                 self.invalidate(old);
-                self.l2p[lba as usize] = NONE;
+                self.l2p[l] = NONE;
+            } else if self.trim_of[l] == NONE {
+                continue;
+            }
+            self.untrim(l as u32);
+            self.trim_of[l] = record;
+            live += 1;
+        }
+        self.trim_records.insert(
+            record,
+            TrimRecord {
+                start,
+                count: cmd.sectors,
+                live,
+            },
+        );
+        self.stats.trim_records_written += 1;
+        Ok(done.max(t + self.config.buffer_write_ns))
+    }
+
+    /// The block a trim record holds: its encoding, or in a payload mode too small for it
+    /// (tokens, none) a token of its range and number, as any other block there.
+    fn trim_record_bytes(&self, start: u32, count: u32, wseq: u64) -> Vec<u8> {
+        encode_trim_record(start, count, wseq, self.unit).unwrap_or_else(|| {
+            let mut block = vec![0u8; self.unit];
+            fill_unit(sector_token(start as u64, wseq), &mut block);
+            block
+        })
+    }
+
+    /// A write (or a newer trim) of `lba` ends the trim that was its newest operation: the
+    /// record that held it drops the block, and is invalid once it holds none.
+    fn untrim(&mut self, lba: u32) {
+        let record = std::mem::replace(&mut self.trim_of[lba as usize], NONE);
+        if record == NONE {
+            return;
+        }
+        let r = self
+            .trim_records
+            .get_mut(&record)
+            .expect("a trimmed block's record is live");
+        r.live -= 1;
+        if r.live == 0 {
+            self.trim_records.remove(&record);
+            self.invalidate(record);
+        }
+    }
+
+    /// Cleaning copied the trim record at `from` to `to`: the blocks it holds follow it.
+    fn move_trim_record(&mut self, from: u32, to: u32) {
+        let r = self
+            .trim_records
+            .remove(&from)
+            .expect("cleaning moves live trim records only");
+        for l in r.start as usize..r.start as usize + r.count as usize {
+            if self.trim_of[l] == from {
+                self.trim_of[l] = to;
             }
         }
-        now_ns + self.config.buffer_write_ns
+        self.trim_records.insert(to, r);
+        self.invalidate(from);
+        self.stats.trim_records_moved += 1;
     }
 
     /// Rebuilds the map as after a loss of the host's DRAM: the summary in the last block of
     /// every segment is read from the members, the open segments' lists come from the
     /// battery-backed host memory (the paper's §4.1 assumption, which also keeps the open
     /// stripes), and for every logical block the version with the highest write sequence
-    /// number wins. Needs payload `full` (a summary is a block's real bytes). TRIMs are not
-    /// in the summaries: a trimmed block gets its last written data back. Returns when the
-    /// summary reads are done.
+    /// number wins; a trim counts as a write of its range (its record is a log block with a
+    /// summary entry of its own), so a trimmed block stays trimmed. Needs payload `full` (a
+    /// summary is a block's real bytes). Returns when the summary and trim record reads are
+    /// done.
     pub fn rebuild_map(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        self.rebuild_map_with(now_ns, &BTreeMap::new())
+    }
+
+    /// [`Self::rebuild_map`], with the blocks of the open segments that a recovery holds in
+    /// its NVRAM log (by physical block) read from there: a stripe the log holds may not have
+    /// reached the members.
+    pub(crate) fn rebuild_map_with(
+        &mut self,
+        now_ns: TimeNs,
+        logged: &BTreeMap<u32, Vec<u8>>,
+    ) -> Result<TimeNs, DeviceError> {
         let now_ns = now_ns + self.epoch_ns;
         let sector = self.info.sector_bytes as usize;
         if self.unit != sector {
@@ -1392,6 +1611,9 @@ impl<D: BlockDevice> Swan<D> {
         }
         let d = self.data_blocks();
         let mut newest = NewestMap::new(self.l2p.len());
+        // (physical block, write sequence number, segment sequence number) of every trim
+        // record the summaries list.
+        let mut records = Vec::new();
         let mut done = now_ns;
         let mut block = vec![0u8; self.unit];
         let open: Vec<(u32, Vec<(u32, u64)>)> = std::iter::once(&self.user)
@@ -1430,7 +1652,49 @@ impl<D: BlockDevice> Swan<D> {
                     }
                 }
             };
-            newest.fold(first, self.seq[segment as usize], &entries);
+            let seq = self.seq[segment as usize];
+            newest.fold(first, seq, &entries);
+            records.extend(
+                entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.0 == TRIM_RECORD)
+                    .map(|(i, e)| (first + i as u32, e.1, seq)),
+            );
+        }
+        let mut ranges = BTreeMap::new();
+        for &(p, w, seq) in &records {
+            let bytes = if let Some(b) = logged.get(&p) {
+                b.clone()
+            } else if let Some(b) = self.buffered(p) {
+                b.to_vec()
+            } else {
+                let (g, at) = (self.group_of(p), self.group_lba(p));
+                let c = self.groups[g].submit(
+                    now_ns,
+                    &Command::read(at, 1),
+                    ReadBuffers {
+                        data: &mut block,
+                        tags: None,
+                    },
+                )?;
+                done = done.max(c.done_ns);
+                block.clone()
+            };
+            let logical = self.l2p.len() as u64;
+            match decode_trim_record(&bytes) {
+                Some((start, count, rw))
+                    if rw == w && start as u64 + count as u64 <= logical =>
+                {
+                    newest.fold_trim(p, w, seq, start, count);
+                    ranges.insert(p, (start, count));
+                }
+                _ => {
+                    return Err(DeviceError::Medium(format!(
+                        "SWAN block {p} is listed as the trim record of write {w} but does not hold one"
+                    )))
+                }
+            }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         newest.install(
@@ -1440,6 +1704,27 @@ impl<D: BlockDevice> Swan<D> {
             &mut self.valid,
             self.segment_sectors,
         );
+        // The trim records still holding a block's newest operation are live again.
+        self.trim_of = newest.trim_of();
+        self.trim_records.clear();
+        for &r in self.trim_of.iter().filter(|&&r| r != NONE) {
+            let (start, count) = ranges[&r];
+            self.trim_records
+                .entry(r)
+                .or_insert(TrimRecord {
+                    start,
+                    count,
+                    live: 0,
+                })
+                .live += 1;
+        }
+        for &(p, w, _) in &records {
+            if self.trim_records.contains_key(&p) {
+                self.p2l[p as usize] = TRIM_RECORD;
+                self.wseq[p as usize] = w;
+                self.valid[(p / self.segment_sectors) as usize] += 1;
+            }
+        }
         for (g, free) in self.free.iter_mut().enumerate() {
             let range = g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments;
             *free = range
@@ -1477,6 +1762,12 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         self.info
     }
 
+    /// A trim of blocks that held data is a trim record in the log, appended (and kept in
+    /// the NVRAM) like a write, so after a power loss the rebuilt map keeps them trimmed.
+    fn trim_is_durable(&self) -> bool {
+        true
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,
@@ -1490,7 +1781,7 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         let done_ns = match cmd.opcode {
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
-            Opcode::Trim => self.trim(now_ns, cmd),
+            Opcode::Trim => self.trim(now_ns, cmd)?,
             // The open stripes live in battery-backed host memory (the paper's §4.1
             // assumption), so a flush needs only the members' own flushes, and the NVRAM
             // log's when that memory is kept in one.

@@ -19,7 +19,7 @@
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
-use super::{SegmentState, Swan, NONE};
+use super::{SegmentState, Swan, NONE, TRIM_RECORD};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
 
 impl<D: BlockDevice> Swan<D> {
@@ -86,7 +86,18 @@ impl<D: BlockDevice> Swan<D> {
             self.seq[l.segment as usize] = l.seq;
             self.next_seq = self.next_seq.max(l.seq + 1);
         }
-        let mut done = self.rebuild_map(now_ns)?;
+        // The trim records of the open segments, as the log holds them: their stripes may
+        // not be on the members.
+        let mut records = std::collections::BTreeMap::new();
+        for l in logged.iter().flatten() {
+            let first = l.segment * self.segment_sectors;
+            for (i, (lba, _, data)) in l.blocks.iter().enumerate() {
+                if *lba == TRIM_RECORD && data.len() == unit {
+                    records.insert(first + i as u32, data.clone());
+                }
+            }
+        }
+        let mut done = self.rebuild_map_with(now_ns, &records)?;
         let now_ns = now_ns + self.epoch_ns;
         // Stripes of the open segments: the one being filled goes back into host memory;
         // a complete one the log holds whole is written again (it may have missed the
@@ -243,6 +254,12 @@ mod tests {
             }
             let len = 1 + rng.below(12) as u32;
             let lba = rng.below(cap - len as u64);
+            if rng.below(10) == 0 {
+                // An acknowledged trim must survive the crash too: the blocks read as zeros.
+                submit(v, now, &Command::trim(lba, len), &mut []);
+                oracle[lba as usize..(lba + len as u64) as usize].fill(0);
+                continue;
+            }
             let mut data = vec![0u8; len as usize * unit];
             for i in 0..len as usize {
                 let t = sector_token(lba + i as u64, op as u64 + 1);

@@ -262,6 +262,10 @@ impl<E: FailableEngine> BlockDevice for RecordedFailures<E> {
         self.engine.prefetch(lba, stage)
     }
 
+    fn trim_is_durable(&self) -> bool {
+        self.engine.trim_is_durable()
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         if self.apply_due(now_ns).is_err() {
             return None;

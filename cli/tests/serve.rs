@@ -189,8 +189,11 @@ fn rebuilds_after_a_stop_and_after_kill_9(
             "read -P 0x5a 8000 20963520",
             "read -P 0xc4 20M 64k",
             &tail,
-            // Zeroes that may be written as a deallocation (no NO_HOLE flag), flushed.
+            // Zeroes that may be written as a deallocation (no NO_HOLE flag), flushed: 2 MiB
+            // whose log segments hold nothing else afterwards, and 8 KiB among live data,
+            // whose older copies stay on the members until their segments are cleaned.
             "write -z -u 24M 2M",
+            "write -z -u 27M 8k",
             "flush",
             // Acknowledged, never flushed, then a kill.
             "write -P 0x81 1M 3M",
@@ -209,7 +212,9 @@ fn rebuilds_after_a_stop_and_after_kill_9(
             "read -P 0xc4 20M 64k",
             "read -P 0x5a 21037056 4128768",
             "read -P 0 24M 2M",
-            "read -P 0x5a 26M 4M",
+            "read -P 0x5a 26M 1M",
+            "read -P 0 27M 8k",
+            "read -P 0x5a 28319744 3137536",
             "read -P 0x19 30M 4100k",
             "read -P 0x77 35M 12k",
         ],
