@@ -18,6 +18,7 @@ mod log_raid;
 mod nvram;
 pub mod scalaafa;
 mod swan;
+mod trims;
 mod two_phase;
 
 pub use layout::{Layout, Level, StripeMap};

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::nvram::Nvram;
 use crate::swan::encode_summary;
+use crate::trims::{trim_record_bytes, Trims, TRIM_RECORD};
 use crate::{Array, Level};
 
 const NONE: u32 = u32::MAX;
@@ -98,6 +99,10 @@ pub struct LogRaidStats {
     pub stripes_written: u64,
     pub segments_cleaned: u64,
     pub gc_sectors_moved: u64,
+    /// Trim records appended to the log (trims of sectors that held data), and moved by
+    /// cleaning.
+    pub trim_records_written: u64,
+    pub trim_records_moved: u64,
 }
 
 /// A log-structured volume over an array.
@@ -117,6 +122,10 @@ pub struct LogRaid<D: BlockDevice> {
     /// next number, a cleaning copy keeps its source's, so the newest version wins a rebuild.
     wseq: Vec<u64>,
     next_wseq: u64,
+    /// The live trim records (`trims.rs`): each is a valid sector of its segment.
+    trims: Trims,
+    /// The physical sector the last append took.
+    last_appended: u32,
     valid: Vec<u32>,
     state: Vec<SegmentState>,
     /// Sequence number of every segment's opening.
@@ -211,6 +220,8 @@ impl<D: BlockDevice> LogRaid<D> {
             p2l: vec![NONE; physical as usize],
             wseq: vec![0; physical as usize],
             next_wseq: 1,
+            trims: Trims::new(logical as usize),
+            last_appended: NONE,
             valid: vec![0; segments as usize],
             state: vec![SegmentState::Free; segments as usize],
             seq: vec![0; segments as usize],
@@ -343,10 +354,16 @@ impl<D: BlockDevice> LogRaid<D> {
         for (physical, run, buf, read_done) in &runs {
             t = t.max(*read_done);
             for i in 0..*run {
-                let lba = self.p2l[(physical + i) as usize];
-                let wseq = self.wseq[(physical + i) as usize];
+                let q = physical + i;
+                let lba = self.p2l[q as usize];
+                let wseq = self.wseq[q as usize];
                 let data = &buf[i as usize * unit..(i as usize + 1) * unit];
                 self.append(lba, wseq, data, t)?;
+                if lba == TRIM_RECORD {
+                    self.trims.moved(q, self.last_appended);
+                    self.invalidate(q);
+                    self.stats.trim_records_moved += 1;
+                }
                 self.stats.gc_sectors_moved += 1;
             }
         }
@@ -385,12 +402,21 @@ impl<D: BlockDevice> LogRaid<D> {
         if self.unit > 0 {
             self.stripe_buf[offset * self.unit..(offset + 1) * self.unit].copy_from_slice(data);
         }
-        let old = self.l2p[lba as usize];
-        if old != NONE {
-            self.invalidate(old);
+        if lba == TRIM_RECORD {
+            // The caller maps the record's range (a trim, or cleaning when it moves one).
+            self.p2l[physical as usize] = TRIM_RECORD;
+        } else {
+            if let Some(record) = self.trims.untrim(lba) {
+                self.invalidate(record);
+            }
+            let old = self.l2p[lba as usize];
+            if old != NONE {
+                self.invalidate(old);
+            }
+            self.l2p[lba as usize] = physical;
+            self.p2l[physical as usize] = lba;
         }
-        self.l2p[lba as usize] = physical;
-        self.p2l[physical as usize] = lba;
+        self.last_appended = physical;
         self.wseq[physical as usize] = wseq;
         self.lbas.push((lba, wseq));
         let seg = self.segment_of(physical);
@@ -475,6 +501,29 @@ impl<D: BlockDevice> LogRaid<D> {
         Ok(done)
     }
 
+    /// Trims a range. Unless none of its sectors has held data, the trim goes into the log
+    /// as a trim record (`trims.rs`), so that the map rebuilt after a crash keeps the
+    /// sectors trimmed instead of giving them an older copy back.
+    fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
+        let (start, count) = (cmd.lba as u32, cmd.sectors);
+        let done = now_ns + self.config.nvram_write_ns;
+        if !self.trims.must_log(&self.l2p, start, count) {
+            return Ok(done);
+        }
+        let wseq = self.next_wseq;
+        self.next_wseq += 1;
+        let data = trim_record_bytes(start, count, wseq, self.unit);
+        let t = self.append(TRIM_RECORD, wseq, &data, now_ns)?;
+        for p in self
+            .trims
+            .record(self.last_appended, start, count, &mut self.l2p)
+        {
+            self.invalidate(p);
+        }
+        self.stats.trim_records_written += 1;
+        Ok(done.max(t + self.config.nvram_write_ns))
+    }
+
     fn read(
         &mut self,
         now_ns: TimeNs,
@@ -528,6 +577,12 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
         self.info
     }
 
+    /// A trim of sectors that held data is a trim record in the log, appended (and kept in
+    /// the NVRAM) like a write, so after a power loss the rebuilt map keeps them trimmed.
+    fn trim_is_durable(&self) -> bool {
+        true
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,
@@ -538,16 +593,7 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
         let done_ns = match cmd.opcode {
             Opcode::Write => self.write(now_ns, cmd)?,
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
-            Opcode::Trim => {
-                for lba in cmd.lba..cmd.lba + cmd.sectors as u64 {
-                    let old = self.l2p[lba as usize];
-                    if old != NONE {
-                        self.invalidate(old);
-                        self.l2p[lba as usize] = NONE;
-                    }
-                }
-                now_ns + self.config.nvram_write_ns
-            }
+            Opcode::Trim => self.trim(now_ns, cmd)?,
             // NVRAM is durable, so a flush needs only the members' own flushes, and the
             // NVRAM log's when that memory is kept in one.
             Opcode::Flush => {

@@ -2,12 +2,15 @@
 //! full segments, and the open segment from the NVRAM log (`crate::nvram`), newest write
 //! sequence number first. The same steps as SWAN's (`swan_nvram.rs`) over one stream.
 
+use std::collections::BTreeMap;
+
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{LogRaid, SegmentState, NONE};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
 use crate::swan::{decode_summary, NewestMap};
+use crate::trims::{decode_trim_record, TRIM_RECORD};
 
 impl<D: BlockDevice> LogRaid<D> {
     /// Keeps the NVRAM's contents in `log` from now on. Attach it to a new, empty volume,
@@ -60,6 +63,9 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         let open = logged.as_ref().map(|l| l.segment);
         let mut newest = NewestMap::new(self.l2p.len());
+        // (physical sector, write sequence number, segment sequence number) of every trim
+        // record the summaries and the log list.
+        let mut records = Vec::new();
         let mut done = now_ns;
         let n = self.summary_sectors as usize;
         let mut summary = vec![0u8; n * unit];
@@ -96,7 +102,55 @@ impl<D: BlockDevice> LogRaid<D> {
                     }
                 }
             };
-            newest.fold(first, self.seq[seg as usize], &entries);
+            let seq = self.seq[seg as usize];
+            newest.fold(first, seq, &entries);
+            records.extend(
+                entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.0 == TRIM_RECORD)
+                    .map(|(i, e)| (first + i as u32, e.1, seq)),
+            );
+        }
+        // A record of the open segment is read from the log: its stripe may not have
+        // reached the members.
+        let mut ranges = BTreeMap::new();
+        let mut sector = vec![0u8; unit];
+        for &(p, w, seq) in &records {
+            let logged_data = logged.as_ref().and_then(|l| {
+                let first = l.segment * self.segment_sectors;
+                let i = p.checked_sub(first)? as usize;
+                (open == Some(self.segment_of(p)) && i < l.blocks.len())
+                    .then(|| l.blocks[i].2.clone())
+            });
+            let bytes = match logged_data {
+                Some(b) => b,
+                None => {
+                    let c = self.array.submit(
+                        now_ns,
+                        &Command::read(p as u64, 1),
+                        ReadBuffers {
+                            data: &mut sector,
+                            tags: None,
+                        },
+                    )?;
+                    done = done.max(c.done_ns);
+                    sector.clone()
+                }
+            };
+            match decode_trim_record(&bytes) {
+                Some((start, count, rw))
+                    if rw == w && start as u64 + count as u64 <= self.l2p.len() as u64 =>
+                {
+                    newest.fold_trim(p, w, seq, start, count);
+                    ranges.insert(p, (start, count, w));
+                }
+                _ => {
+                    return Err(DeviceError::Medium(format!(
+                        "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
+                    )))
+                }
+            }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         newest.install(
@@ -106,6 +160,11 @@ impl<D: BlockDevice> LogRaid<D> {
             &mut self.valid,
             self.segment_sectors,
         );
+        for (p, w) in self.trims.rebuilt(&newest, &ranges) {
+            self.p2l[p as usize] = TRIM_RECORD;
+            self.wseq[p as usize] = w;
+            self.valid[(p / self.segment_sectors) as usize] += 1;
+        }
         self.free = (0..self.segments)
             .filter(|&s| self.state[s as usize] == SegmentState::Free)
             .collect();
@@ -199,7 +258,7 @@ mod tests {
         v
     }
 
-    /// Writes 1..12 sectors at random addresses with a flush now and then; returns false
+    /// Writes 1..12 sectors at random addresses, trims some, with a flush now and then; returns false
     /// when a write failed (the crash), after marking its sectors as either old or new.
     fn write_ops<D: BlockDevice>(
         v: &mut LogRaid<D>,
@@ -222,6 +281,23 @@ mod tests {
             }
             let len = 1 + rng.below(12) as u32;
             let lba = rng.below(cap - len as u64);
+            if rng.below(10) == 0 {
+                // A trim is acknowledged like a write: its sectors must read as zeroes.
+                let ok = v
+                    .submit(now, &Command::trim(lba, len), ReadBuffers::none())
+                    .is_ok();
+                for at in lba as usize..(lba + len as u64) as usize {
+                    if ok {
+                        oracle[at] = 0;
+                    } else {
+                        cut.push((at, oracle[at], 0));
+                    }
+                }
+                if !ok {
+                    return false;
+                }
+                continue;
+            }
             let version = rng.next_u64() | 1;
             let mut data = vec![0u8; len as usize * unit];
             let tokens: Vec<u64> = (0..len as u64)
@@ -289,7 +365,7 @@ mod tests {
     fn no_acknowledged_write_is_lost_at_any_crash_point() {
         for level in [Level::Raid0, Level::Raid5] {
             let mut rng = SimRng::new(23);
-            let mut cleaned = 0;
+            let (mut cleaned, mut records_moved) = (0, 0);
             for round in 0..8 {
                 let mut ssds = members(3);
                 let log = MemNvram::default();
@@ -309,6 +385,7 @@ mod tests {
                         while write_ops(&mut v, &mut oracle, &mut cut, &mut rng, 1) {}
                     }
                     cleaned += v.stats().segments_cleaned;
+                    records_moved += v.stats().trim_records_moved;
                 }
                 crash.store(false, Ordering::SeqCst);
                 let mut v = volume(level, &mut ssds, &crash, &log);
@@ -322,6 +399,10 @@ mod tests {
                 check_all(&mut v, &mut oracle, &cut, t);
             }
             assert!(cleaned > 0, "{level:?}: the runs never cleaned a segment");
+            assert!(
+                records_moved > 0,
+                "{level:?}: cleaning never moved a trim record"
+            );
         }
     }
 

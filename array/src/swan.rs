@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::log_raid::WriteWindow;
 use crate::nvram::Nvram;
+use crate::trims::{decode_trim_record, trim_record_bytes, Trims, TRIM_RECORD};
 use crate::{Array, ArrayConfig, ArrayError, Level};
 
 const NONE: u32 = u32::MAX;
@@ -259,13 +260,8 @@ pub struct Swan<D: BlockDevice> {
     /// map rebuild even when an older version was copied into a later segment.
     wseq: Vec<u64>,
     next_wseq: u64,
-    /// Per logical block, the physical block of the trim record holding its newest
-    /// operation (NONE when that is a write, or it was never written), and the live trim
-    /// records by physical block. A record is a valid block of its segment: cleaning moves
-    /// it like data while any block it trimmed has not been written since, because until
-    /// then an older copy of that block may still lie in a segment not yet cleaned.
-    trim_of: Vec<u32>,
-    trim_records: BTreeMap<u32, TrimRecord>,
+    /// The live trim records (`trims.rs`): each is a valid block of its segment.
+    trims: Trims,
     /// The physical block the last append took.
     last_appended: u32,
     valid: Vec<u32>,
@@ -456,56 +452,6 @@ pub fn decode_summary(block: &[u8]) -> Option<Summary> {
     Some((seq, segment, entries))
 }
 
-/// The summary address of a trim record: a log block that records a trim, so that a map
-/// rebuilt from the summaries does not give the trimmed blocks their older data back.
-pub const TRIM_RECORD: u32 = u32::MAX - 1;
-
-/// Magic at the start of a trim record.
-pub const TRIM_MAGIC: &[u8; 8] = b"SWANTRIM";
-
-/// Encodes a trim record of logical blocks `start..start + count` made by the write of
-/// sequence number `wseq`: magic, start, count, write sequence number and an FNV-1a
-/// checksum. Returns None if it does not fit in `unit` bytes.
-pub fn encode_trim_record(start: u32, count: u32, wseq: u64, unit: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(32);
-    out.extend_from_slice(TRIM_MAGIC);
-    out.extend_from_slice(&start.to_le_bytes());
-    out.extend_from_slice(&count.to_le_bytes());
-    out.extend_from_slice(&wseq.to_le_bytes());
-    let sum = fnv1a(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    if out.len() > unit {
-        return None;
-    }
-    out.resize(unit, 0);
-    Some(out)
-}
-
-/// Decodes a trim record written by [`encode_trim_record`]: (start, count, write sequence
-/// number); None unless magic and checksum match.
-pub fn decode_trim_record(block: &[u8]) -> Option<(u32, u32, u64)> {
-    if block.len() < 32 || &block[..8] != TRIM_MAGIC {
-        return None;
-    }
-    let sum = u64::from_le_bytes(block[24..32].try_into().ok()?);
-    if fnv1a(&block[..24]) != sum {
-        return None;
-    }
-    let start = u32::from_le_bytes(block[8..12].try_into().ok()?);
-    let count = u32::from_le_bytes(block[12..16].try_into().ok()?);
-    let wseq = u64::from_le_bytes(block[16..24].try_into().ok()?);
-    Some((start, count, wseq))
-}
-
-/// A live trim record: the range it trimmed and how many of those blocks still have the
-/// trim as their newest operation (the record is dropped when none has).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TrimRecord {
-    start: u32,
-    count: u32,
-    live: u32,
-}
-
 impl<D: BlockDevice> Swan<D> {
     /// Builds SWAN over `members` split into `swan.groups` R-groups of `array.level`
     /// (raid0, raid4 or raid5) with `array.chunk_bytes`; spare j goes to group j mod groups.
@@ -688,8 +634,7 @@ impl<D: BlockDevice> Swan<D> {
             p2l: vec![NONE; physical as usize],
             wseq: vec![0; physical as usize],
             next_wseq: 1,
-            trim_of: vec![NONE; logical as usize],
-            trim_records: BTreeMap::new(),
+            trims: Trims::new(logical as usize),
             last_appended: NONE,
             valid: vec![0; total_segments as usize],
             state: vec![SegmentState::Free; total_segments as usize],
@@ -798,31 +743,11 @@ impl<D: BlockDevice> Swan<D> {
         for (lba, &p) in self.l2p.iter().enumerate() {
             if p != NONE {
                 assert_eq!(self.p2l[p as usize], lba as u32, "p2l of {p} is not {lba}");
-                assert_eq!(self.trim_of[lba], NONE, "{lba} is both mapped and trimmed");
                 valid[(p / self.segment_sectors) as usize] += 1;
             }
         }
-        let mut live = BTreeMap::new();
-        for (lba, &r) in self.trim_of.iter().enumerate() {
-            if r != NONE {
-                let rec = self.trim_records.get(&r).expect("trimmed by a live record");
-                assert!(
-                    (rec.start as usize..(rec.start + rec.count) as usize).contains(&lba),
-                    "{lba} is trimmed by record {r}, whose range does not hold it"
-                );
-                *live.entry(r).or_insert(0u32) += 1;
-            }
-        }
-        for (&r, rec) in &self.trim_records {
-            assert_eq!(
-                self.p2l[r as usize], TRIM_RECORD,
-                "record {r} is not mapped"
-            );
-            assert_eq!(
-                live.get(&r).copied(),
-                Some(rec.live),
-                "record {r}'s live count"
-            );
+        self.trims.check(&self.l2p, &self.p2l);
+        for r in self.trims.live_records() {
             valid[(r / self.segment_sectors) as usize] += 1;
         }
         assert_eq!(
@@ -1098,7 +1023,9 @@ impl<D: BlockDevice> Swan<D> {
                 let data = &buf[i as usize * unit..(i as usize + 1) * unit];
                 t = t.max(self.append(Some(g), lba, wseq, data, t)?);
                 if lba == TRIM_RECORD {
-                    self.move_trim_record(q, self.last_appended);
+                    self.trims.moved(q, self.last_appended);
+                    self.invalidate(q);
+                    self.stats.trim_records_moved += 1;
                 }
                 self.stats.gc_sectors_moved += 1;
             }
@@ -1325,7 +1252,9 @@ impl<D: BlockDevice> Swan<D> {
             // The caller maps the record's range (`trim`, or cleaning when it moves one).
             self.p2l[physical as usize] = TRIM_RECORD;
         } else {
-            self.untrim(lba);
+            if let Some(record) = self.trims.untrim(lba) {
+                self.invalidate(record);
+            }
             let old = self.l2p[lba as usize];
             if old != NONE {
                 self.invalidate(old);
@@ -1498,88 +1427,23 @@ impl<D: BlockDevice> Swan<D> {
     /// number), so that a map rebuilt from the summaries after a crash keeps the blocks
     /// trimmed instead of giving them an older copy back.
     fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
-        let start = cmd.lba as u32;
-        let range = start as usize..start as usize + cmd.sectors as usize;
+        let (start, count) = (cmd.lba as u32, cmd.sectors);
         let done = now_ns + self.config.buffer_write_ns;
-        // A block never written since the volume was made has no older copy to come back.
-        if range
-            .clone()
-            .all(|l| self.l2p[l] == NONE && self.trim_of[l] == NONE)
-        {
+        if !self.trims.must_log(&self.l2p, start, count) {
             return Ok(done);
         }
         let wseq = self.next_wseq;
         self.next_wseq += 1;
-        let data = self.trim_record_bytes(start, cmd.sectors, wseq);
+        let data = trim_record_bytes(start, count, wseq, self.unit);
         let t = self.append(None, TRIM_RECORD, wseq, &data, now_ns)?;
-        let record = self.last_appended;
-        let mut live = 0;
-        for l in range {
-            let old = self.l2p[l];
-            if old != NONE {
-                self.invalidate(old);
-                self.l2p[l] = NONE;
-            } else if self.trim_of[l] == NONE {
-                continue;
-            }
-            self.untrim(l as u32);
-            self.trim_of[l] = record;
-            live += 1;
+        for p in self
+            .trims
+            .record(self.last_appended, start, count, &mut self.l2p)
+        {
+            self.invalidate(p);
         }
-        self.trim_records.insert(
-            record,
-            TrimRecord {
-                start,
-                count: cmd.sectors,
-                live,
-            },
-        );
         self.stats.trim_records_written += 1;
         Ok(done.max(t + self.config.buffer_write_ns))
-    }
-
-    /// The block a trim record holds: its encoding, or in a payload mode too small for it
-    /// (tokens, none) a token of its range and number, as any other block there.
-    fn trim_record_bytes(&self, start: u32, count: u32, wseq: u64) -> Vec<u8> {
-        encode_trim_record(start, count, wseq, self.unit).unwrap_or_else(|| {
-            let mut block = vec![0u8; self.unit];
-            fill_unit(sector_token(start as u64, wseq), &mut block);
-            block
-        })
-    }
-
-    /// A write (or a newer trim) of `lba` ends the trim that was its newest operation: the
-    /// record that held it drops the block, and is invalid once it holds none.
-    fn untrim(&mut self, lba: u32) {
-        let record = std::mem::replace(&mut self.trim_of[lba as usize], NONE);
-        if record == NONE {
-            return;
-        }
-        let r = self
-            .trim_records
-            .get_mut(&record)
-            .expect("a trimmed block's record is live");
-        r.live -= 1;
-        if r.live == 0 {
-            self.trim_records.remove(&record);
-            self.invalidate(record);
-        }
-    }
-
-    /// Cleaning copied the trim record at `from` to `to`: the blocks it holds follow it.
-    fn move_trim_record(&mut self, from: u32, to: u32) {
-        let r = self
-            .trim_records
-            .remove(&from)
-            .expect("cleaning moves live trim records only");
-        for l in r.start as usize..r.start as usize + r.count as usize {
-            if self.trim_of[l] == from {
-                self.trim_of[l] = to;
-            }
-        }
-        self.trim_records.insert(to, r);
-        self.invalidate(from);
-        self.stats.trim_records_moved += 1;
     }
 
     /// Rebuilds the map as after a loss of the host's DRAM: the summary in the last block of
@@ -1687,7 +1551,7 @@ impl<D: BlockDevice> Swan<D> {
                     if rw == w && start as u64 + count as u64 <= logical =>
                 {
                     newest.fold_trim(p, w, seq, start, count);
-                    ranges.insert(p, (start, count));
+                    ranges.insert(p, (start, count, w));
                 }
                 _ => {
                     return Err(DeviceError::Medium(format!(
@@ -1705,25 +1569,10 @@ impl<D: BlockDevice> Swan<D> {
             self.segment_sectors,
         );
         // The trim records still holding a block's newest operation are live again.
-        self.trim_of = newest.trim_of();
-        self.trim_records.clear();
-        for &r in self.trim_of.iter().filter(|&&r| r != NONE) {
-            let (start, count) = ranges[&r];
-            self.trim_records
-                .entry(r)
-                .or_insert(TrimRecord {
-                    start,
-                    count,
-                    live: 0,
-                })
-                .live += 1;
-        }
-        for &(p, w, _) in &records {
-            if self.trim_records.contains_key(&p) {
-                self.p2l[p as usize] = TRIM_RECORD;
-                self.wseq[p as usize] = w;
-                self.valid[(p / self.segment_sectors) as usize] += 1;
-            }
+        for (p, w) in self.trims.rebuilt(&newest, &ranges) {
+            self.p2l[p as usize] = TRIM_RECORD;
+            self.wseq[p as usize] = w;
+            self.valid[(p / self.segment_sectors) as usize] += 1;
         }
         for (g, free) in self.free.iter_mut().enumerate() {
             let range = g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments;

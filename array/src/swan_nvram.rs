@@ -19,8 +19,9 @@
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
-use super::{SegmentState, Swan, NONE, TRIM_RECORD};
+use super::{SegmentState, Swan, NONE};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
+use crate::trims::TRIM_RECORD;
 
 impl<D: BlockDevice> Swan<D> {
     /// Keeps the host NVRAM's contents in `log` from now on. Attach it to a new, empty
