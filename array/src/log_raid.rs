@@ -200,6 +200,13 @@ impl<D: BlockDevice> LogRaid<D> {
             )));
         }
         let physical = segments as u64 * segment_sectors as u64;
+        // Sector addresses are 32 bits (the map, the summaries), and the highest two values
+        // mean "none" and "trim record" (`trims.rs`).
+        if physical >= NONE as u64 {
+            return Err(bad(format!(
+                "the array's {physical} sectors exceed log-raid's 2^32 sector addresses"
+            )));
+        }
         let usable = (segments - reserve) as u64 * data_sectors;
         let logical = (((segments as u64 * data_sectors) as f64 * (1.0 - config.spare_fraction))
             as u64)

@@ -286,11 +286,12 @@ mod tests {
                 let ok = v
                     .submit(now, &Command::trim(lba, len), ReadBuffers::none())
                     .is_ok();
-                for at in lba as usize..(lba + len as u64) as usize {
+                let range = lba as usize..(lba + len as u64) as usize;
+                for (at, token) in range.clone().zip(&mut oracle[range]) {
                     if ok {
-                        oracle[at] = 0;
+                        *token = 0;
                     } else {
-                        cut.push((at, oracle[at], 0));
+                        cut.push((at, *token, 0));
                     }
                 }
                 if !ok {

@@ -309,7 +309,7 @@ pub(crate) struct NewestMap {
     /// (write sequence number, segment sequence number, physical block) per logical block.
     best: Vec<(u64, u64, u32)>,
     /// Whether a logical block's newest operation is a trim (its physical block is then the
-    /// trim record's); SWAN's trims only.
+    /// trim record's, `trims.rs`).
     trimmed: Vec<bool>,
     /// One past the highest write sequence number seen.
     pub next_wseq: u64,

@@ -375,7 +375,7 @@ fn summaries_round_trip_and_reject_corruption() {
 fn a_trim_record_lives_while_a_block_it_trimmed_is_unwritten() {
     let mut v = swan(Level::Raid0, 2, 2, 2, 0.3);
     let unit = v.info().payload_unit_bytes as usize;
-    let mut op = |v: &mut Swan<Ssd>, cmd: Command<'_>| {
+    let op = |v: &mut Swan<Ssd>, cmd: Command<'_>| {
         v.submit(0, &cmd, ReadBuffers::none()).unwrap();
         v.check_invariants();
     };
