@@ -76,6 +76,8 @@ pub struct OxStats {
     /// MAP page loads: the sum of the time from the need to the page in DRAM (the write of
     /// a dirty page pushed out included).
     pub map_page_load_ns_total: u64,
+    /// Times an install waited for the MAP page of its next entry to be loaded.
+    pub install_map_waits: u64,
 }
 
 /// A write context (§4.2): the unit of the WAL protocol and of atomicity.
@@ -1162,7 +1164,14 @@ impl OxController {
         let lpid = c.lpids[idx as usize];
         let new = c.new[idx as usize];
         let n = c.lpids.len() as u32;
-        self.ensure_map_page(lpid, now);
+        let resident_ns = self.ensure_map_page(lpid, now);
+        if resident_ns > now {
+            // The entry's MAP page is being loaded: the install (one entry at a time, in
+            // order) waits for it and goes on from this entry.
+            self.stats.install_map_waits += 1;
+            self.events.push(resident_ns, Event::Install { ctx, idx });
+            return;
+        }
         let old = self
             .map
             .set(

@@ -264,6 +264,7 @@ impl OxController {
         let lsn = self.log_append(
             LogRecord::Gc {
                 victim: pass.victim,
+                erase_count: self.wear.get(pass.victim) + 1,
                 moves,
             },
             t,
@@ -335,7 +336,8 @@ impl OxController {
     pub(crate) fn reclaim_meta_block(&mut self, block: u32, ready_ns: TimeNs) {
         self.prov.blocks[block as usize].stream = None;
         let t = self.cpu(ready_ns, self.cfg.costs.log_record_cpu_ns);
-        let lsn = self.log_append(LogRecord::Erase { block }, t);
+        let erase_count = self.wear.get(block) + 1;
+        let lsn = self.log_append(LogRecord::Erase { block, erase_count }, t);
         self.wait_log(
             lsn,
             Waiter::EraseAfter {

@@ -44,7 +44,7 @@ use crate::tables::{TableId, TablePage};
 use crate::{OxConfig, OxError};
 
 const IMAGE_MAGIC: &[u8; 8] = b"AFAOXIMG";
-const IMAGE_VERSION: u32 = 1;
+const IMAGE_VERSION: u32 = 2;
 const IMAGE_HEADER_BYTES: u64 = 4096;
 const EBLOCK_RECORD_BYTES: u64 = 16;
 const SLOT_HEADER_BYTES: usize = 4096;
@@ -888,9 +888,14 @@ fn encode_record(w: &mut Writer, r: &LogRecord) -> Result<(), String> {
             w.u8(3);
             w.u64(*ctx);
         }
-        LogRecord::Gc { victim, moves } => {
+        LogRecord::Gc {
+            victim,
+            erase_count,
+            moves,
+        } => {
             w.u8(4);
             w.u32(*victim);
+            w.u32(*erase_count);
             w.len(moves.len())?;
             for m in moves {
                 w.u64(m.lpid);
@@ -898,9 +903,10 @@ fn encode_record(w: &mut Writer, r: &LogRecord) -> Result<(), String> {
                 w.u64(m.new.0);
             }
         }
-        LogRecord::Erase { block } => {
+        LogRecord::Erase { block, erase_count } => {
             w.u8(5);
             w.u32(*block);
+            w.u32(*erase_count);
         }
         LogRecord::CkptPages { ckpt, pages } => {
             w.u8(6);
@@ -943,6 +949,7 @@ fn decode_record(r: &mut Reader<'_>) -> Result<LogRecord, String> {
         3 => LogRecord::Done { ctx: r.u64()? },
         4 => {
             let victim = r.u32()?;
+            let erase_count = r.u32()?;
             let n = r.len(24)?;
             let moves = (0..n)
                 .map(|_| {
@@ -953,9 +960,16 @@ fn decode_record(r: &mut Reader<'_>) -> Result<LogRecord, String> {
                     })
                 })
                 .collect::<Result<_, String>>()?;
-            LogRecord::Gc { victim, moves }
+            LogRecord::Gc {
+                victim,
+                erase_count,
+                moves,
+            }
         }
-        5 => LogRecord::Erase { block: r.u32()? },
+        5 => LogRecord::Erase {
+            block: r.u32()?,
+            erase_count: r.u32()?,
+        },
         6 => {
             let ckpt = r.u64()?;
             let n = r.len(9)?;

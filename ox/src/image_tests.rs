@@ -68,6 +68,7 @@ fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
                 10,
                 LogRecord::Gc {
                     victim: 17,
+                    erase_count: 5,
                     moves: vec![GcMove {
                         lpid: 4,
                         prior: Ppa(70),
@@ -75,7 +76,13 @@ fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
                     }],
                 },
             ),
-            (11, LogRecord::Erase { block: 17 }),
+            (
+                11,
+                LogRecord::Erase {
+                    block: 17,
+                    erase_count: 6,
+                },
+            ),
             (
                 12,
                 LogRecord::CkptPages {

@@ -51,10 +51,18 @@ pub enum LogRecord {
     /// The context's MAP updates are installed.
     Done { ctx: u64 },
     /// A GC pass over one victim: the moves it installed. Durable before the victim is
-    /// erased, so that recovery never follows MAP into an erased EBLOCK.
-    Gc { victim: u32, moves: Vec<GcMove> },
-    /// A log or table EBLOCK reclaimed after a checkpoint truncated it (keeps WEAR exact).
-    Erase { block: u32 },
+    /// erased, so that recovery never follows MAP into an erased EBLOCK. `erase_count` is
+    /// the victim's erase count once erased (carried in the record header): recovery sets
+    /// WEAR to at least that, which is right however often it redoes the record, and also
+    /// when a fuzzy checkpoint's WEAR page already counted the erase.
+    Gc {
+        victim: u32,
+        erase_count: u32,
+        moves: Vec<GcMove>,
+    },
+    /// A log or table EBLOCK reclaimed after a checkpoint truncated it (keeps WEAR exact),
+    /// with its erase count once erased, as in `Gc`.
+    Erase { block: u32, erase_count: u32 },
     /// The table pages a checkpoint wrote, logged before the checkpoint record (§6.2).
     CkptPages {
         ckpt: u64,

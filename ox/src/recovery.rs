@@ -28,8 +28,9 @@ use crate::provision::Stream;
 use crate::tables::{MapEntry, TableId, NO_PPN};
 use crate::{OxController, OxError};
 
-/// An erase seen in the log: (block, record position, the page that proved it, if any).
-type EraseMark = (u32, usize, Option<(u64, Ppa)>);
+/// An erase seen in the log: (block, its erase count once erased, record position, the first
+/// page its GC pass moved out, if any).
+type EraseMark = (u32, u32, usize, Option<(u64, Ppa)>);
 
 /// What a recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -247,6 +248,11 @@ impl OxController {
             expected += 1;
         }
 
+        // Table pages the redo writes (MAP pages pushed out of the cache) are stamped with
+        // the log's next LSN, which must already lie past every record: the WEAR rule below
+        // takes a table EBLOCK whose first page is stamped after an erase record as erased.
+        c.log.next_lsn = last_lsn + 1;
+
         // Redo.
         let mut pending: BTreeMap<u64, Vec<RdescEntry>> = BTreeMap::new();
         let mut mentions: Vec<(Ppa, u64)> = Vec::new();
@@ -276,7 +282,11 @@ impl OxController {
                         c.redo_entries(&entries, &mut mentions, &mut t);
                     }
                 }
-                LogRecord::Gc { victim, moves } => {
+                LogRecord::Gc {
+                    victim,
+                    erase_count,
+                    moves,
+                } => {
                     gc_records += 1;
                     for m in moves {
                         let (end, cur) = c.map_lookup(m.lpid, t);
@@ -288,9 +298,12 @@ impl OxController {
                         mentions.push((m.prior, m.lpid));
                         mentions.push((m.new, m.lpid));
                     }
-                    erase_marks.push((*victim, pos, moves.first().map(|m| (m.lpid, m.prior))));
+                    let first_move = moves.first().map(|m| (m.lpid, m.prior));
+                    erase_marks.push((*victim, *erase_count, pos, first_move));
                 }
-                LogRecord::Erase { block } => erase_marks.push((*block, pos, None)),
+                LogRecord::Erase { block, erase_count } => {
+                    erase_marks.push((*block, *erase_count, pos, None))
+                }
                 LogRecord::CkptPages { .. } => {}
             }
         }
@@ -342,7 +355,7 @@ impl OxController {
             }
         }
         let mut erased_blocks = BTreeSet::new();
-        for (block, pos, first_move) in erase_marks {
+        for (block, erase_count, pos, first_move) in erase_marks {
             let free_now = c.media.write_pointer(block) == 0;
             let lsn = records[pos].0;
             let first_tag = c.media.tag_of(c.media.ppa(c.media.first_ppn(block), 0));
@@ -354,7 +367,9 @@ impl OxController {
                 !(matches!(tag.kind, TagKind::User | TagKind::Gc) && tag.lpid == lpid)
             });
             if free_now || rewritten || moved_gone {
-                c.wear.set(block, c.wear.get(block) + 1);
+                // The count the erase made, not one more than WEAR holds: the checkpointed
+                // WEAR page may have been written after the erase (checkpoints are fuzzy).
+                c.wear.set(block, c.wear.get(block).max(erase_count));
                 erased_blocks.insert(block);
             }
         }

@@ -592,6 +592,53 @@ fn a_reader_of_a_map_page_being_loaded_waits_for_the_load() {
     }
 }
 
+/// The install of a batch whose MAP page left the cache while its data was being written
+/// (the page was loaded when the batch's RDESC took the prior addresses) waits for the page
+/// to be loaded again: in OX the thread that upserts the entries reads the page first.
+#[test]
+fn an_install_waits_for_the_map_page_it_changes() {
+    let cfg = quiet_config();
+    let per_page = cfg.map_entries_per_page();
+    let write_with_reads = |reads: bool| {
+        let mut c = OxController::format(&cfg, 4).unwrap();
+        // One page in each of MAP pages 0, 1 and 2, so that each is on flash to be loaded.
+        let pages: Vec<(u64, u64)> = [3, per_page + 3, 2 * per_page + 3]
+            .map(|l| (l, sector_token(l, 1)))
+            .to_vec();
+        let id = c.submit(0, batch(&pages, &cfg)).unwrap();
+        let t = c.run_until_complete(id).unwrap().done_ns + 10_000_000;
+        c.advance_to(t);
+        let (loads, waits) = (c.stats().map_page_loads, c.stats().install_map_waits);
+        let id = c
+            .submit(t, batch(&[(3, sector_token(3, 2))], &cfg))
+            .unwrap();
+        if reads {
+            // Pages 1 and 2 (cached until the batch's RDESC loaded page 0) take the two-page
+            // cache back while the batch's data is programmed.
+            for lpid in [per_page + 3, 2 * per_page + 3] {
+                c.submit(t + 300_000, Request::ReadLpid(lpid)).unwrap();
+            }
+        }
+        let write_ns = c.run_until_complete(id).unwrap().done_ns - t;
+        let r = c.submit(t + 10_000_000, Request::ReadLpid(3)).unwrap();
+        assert_eq!(
+            c.run_until_complete(r).unwrap().result.unwrap(),
+            vec![sector_token(3, 2)]
+        );
+        let waits = c.stats().install_map_waits - waits;
+        (write_ns, c.stats().map_page_loads - loads, waits)
+    };
+    let (cached_ns, _, cached_waits) = write_with_reads(false);
+    assert_eq!(cached_waits, 0);
+    let (pushed_out_ns, loads, waits) = write_with_reads(true);
+    assert!(
+        loads >= 3,
+        "pages 1 and 2, then page 0 again: {loads} loads"
+    );
+    assert_eq!(waits, 1, "the install did not wait for page 0");
+    assert!(pushed_out_ns > cached_ns);
+}
+
 /// How long a read of a cached MAP page takes when it is queued right behind a read whose
 /// MAP page must be loaded, with `threads` read threads; and how long the same read takes
 /// on an idle controller with its page cached.
