@@ -409,19 +409,11 @@ impl<D: BlockDevice> LogRaid<D> {
         if self.unit > 0 {
             self.stripe_buf[offset * self.unit..(offset + 1) * self.unit].copy_from_slice(data);
         }
-        if lba == TRIM_RECORD {
-            // The caller maps the record's range (a trim, or cleaning when it moves one).
-            self.p2l[physical as usize] = TRIM_RECORD;
-        } else {
-            if let Some(record) = self.trims.untrim(lba) {
-                self.invalidate(record);
-            }
-            let old = self.l2p[lba as usize];
-            if old != NONE {
-                self.invalidate(old);
-            }
-            self.l2p[lba as usize] = physical;
-            self.p2l[physical as usize] = lba;
+        let invalid = self
+            .trims
+            .map_appended(&mut self.l2p, &mut self.p2l, lba, physical);
+        for p in invalid.into_iter().flatten() {
+            self.invalidate(p);
         }
         self.last_appended = physical;
         self.wseq[physical as usize] = wseq;

@@ -2,15 +2,12 @@
 //! full segments, and the open segment from the NVRAM log (`crate::nvram`), newest write
 //! sequence number first. The same steps as SWAN's (`swan_nvram.rs`) over one stream.
 
-use std::collections::BTreeMap;
-
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{LogRaid, SegmentState, NONE};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
 use crate::swan::{decode_summary, NewestMap};
-use crate::trims::{decode_trim_record, TRIM_RECORD};
 
 impl<D: BlockDevice> LogRaid<D> {
     /// Keeps the NVRAM's contents in `log` from now on. Attach it to a new, empty volume,
@@ -63,9 +60,6 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         let open = logged.as_ref().map(|l| l.segment);
         let mut newest = NewestMap::new(self.l2p.len());
-        // (physical sector, write sequence number, segment sequence number) of every trim
-        // record the summaries and the log list.
-        let mut records = Vec::new();
         let mut done = now_ns;
         let n = self.summary_sectors as usize;
         let mut summary = vec![0u8; n * unit];
@@ -102,21 +96,12 @@ impl<D: BlockDevice> LogRaid<D> {
                     }
                 }
             };
-            let seq = self.seq[seg as usize];
-            newest.fold(first, seq, &entries);
-            records.extend(
-                entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.0 == TRIM_RECORD)
-                    .map(|(i, e)| (first + i as u32, e.1, seq)),
-            );
+            newest.fold(first, self.seq[seg as usize], &entries);
         }
         // A record of the open segment is read from the log: its stripe may not have
         // reached the members.
-        let mut ranges = BTreeMap::new();
         let mut sector = vec![0u8; unit];
-        for &(p, w, seq) in &records {
+        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
             let logged_data = logged.as_ref().and_then(|l| {
                 let first = l.segment * self.segment_sectors;
                 let i = p.checked_sub(first)? as usize;
@@ -138,18 +123,10 @@ impl<D: BlockDevice> LogRaid<D> {
                     sector.clone()
                 }
             };
-            match decode_trim_record(&bytes) {
-                Some((start, count, rw))
-                    if rw == w && start as u64 + count as u64 <= self.l2p.len() as u64 =>
-                {
-                    newest.fold_trim(p, w, seq, start, count);
-                    ranges.insert(p, (start, count, w));
-                }
-                _ => {
-                    return Err(DeviceError::Medium(format!(
-                        "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
-                    )))
-                }
+            if !newest.fold_trim_record(p, w, seq, &bytes) {
+                return Err(DeviceError::Medium(format!(
+                    "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
+                )));
             }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
@@ -160,11 +137,13 @@ impl<D: BlockDevice> LogRaid<D> {
             &mut self.valid,
             self.segment_sectors,
         );
-        for (p, w) in self.trims.rebuilt(&newest, &ranges) {
-            self.p2l[p as usize] = TRIM_RECORD;
-            self.wseq[p as usize] = w;
-            self.valid[(p / self.segment_sectors) as usize] += 1;
-        }
+        self.trims.rebuilt(
+            &newest,
+            &mut self.p2l,
+            &mut self.wseq,
+            &mut self.valid,
+            self.segment_sectors,
+        );
         self.free = (0..self.segments)
             .filter(|&s| self.state[s as usize] == SegmentState::Free)
             .collect();

@@ -311,6 +311,11 @@ pub(crate) struct NewestMap {
     /// Whether a logical block's newest operation is a trim (its physical block is then the
     /// trim record's, `trims.rs`).
     trimmed: Vec<bool>,
+    /// (physical block, write sequence number, segment sequence number) of every trim record
+    /// the folded entries list, to be read and taken in by `fold_trim_record`.
+    pub trim_records: Vec<(u32, u64, u64)>,
+    /// The trim records taken in: physical block → (start, count, write sequence number).
+    pub trims_found: BTreeMap<u32, (u32, u32, u64)>,
     /// One past the highest write sequence number seen.
     pub next_wseq: u64,
 }
@@ -320,6 +325,8 @@ impl NewestMap {
         Self {
             best: vec![(0, 0, NONE); logical_blocks],
             trimmed: vec![false; logical_blocks],
+            trim_records: Vec::new(),
+            trims_found: BTreeMap::new(),
             next_wseq: 1,
         }
     }
@@ -328,6 +335,10 @@ impl NewestMap {
     /// is physical block `first`.
     pub fn fold(&mut self, first: u32, seq: u64, entries: &[(u32, u64)]) {
         for (i, &(lba, w)) in entries.iter().enumerate() {
+            if lba == TRIM_RECORD {
+                self.trim_records.push((first + i as u32, w, seq));
+                continue;
+            }
             if lba == NONE || lba as usize >= self.best.len() {
                 continue;
             }
@@ -341,9 +352,17 @@ impl NewestMap {
     }
 
     /// Takes in the trim record at physical block `record` (write sequence number `w`, in
-    /// the segment of sequence number `seq`) of logical blocks `start..start + count`: the
-    /// trim is the newest operation of every block no later write reached.
-    pub fn fold_trim(&mut self, record: u32, w: u64, seq: u64, start: u32, count: u32) {
+    /// the segment of sequence number `seq`), whose bytes are `block`: the trim is the newest
+    /// operation of every block of its range no later write reached. Returns false when the
+    /// block holds no trim record of that write within the volume.
+    pub fn fold_trim_record(&mut self, record: u32, w: u64, seq: u64, block: &[u8]) -> bool {
+        let Some((start, count, rw)) = decode_trim_record(block) else {
+            return false;
+        };
+        if rw != w || start as u64 + count as u64 > self.best.len() as u64 {
+            return false;
+        }
+        self.trims_found.insert(record, (start, count, w));
         for lba in start as usize..start as usize + count as usize {
             let (best_w, best_seq, _) = self.best[lba];
             if (w, seq) > (best_w, best_seq) {
@@ -352,6 +371,7 @@ impl NewestMap {
             }
         }
         self.next_wseq = self.next_wseq.max(w + 1);
+        true
     }
 
     /// The trim record each trimmed logical block's newest operation is in (NONE for the
@@ -410,6 +430,12 @@ pub fn encode_summary(
         out.extend_from_slice(&v.to_le_bytes()[..5]);
         out.extend_from_slice(&w.to_le_bytes());
     }
+    seal_block(out, unit)
+}
+
+/// Ends an encoded block with the FNV-1a checksum of what it holds and pads it to `unit`
+/// bytes; None if it does not fit.
+pub(crate) fn seal_block(mut out: Vec<u8>, unit: usize) -> Option<Vec<u8>> {
     let sum = fnv1a(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     if out.len() > unit {
@@ -1248,19 +1274,11 @@ impl<D: BlockDevice> Swan<D> {
         }
         s.lbas.push((lba, wseq));
         s.head += 1;
-        if lba == TRIM_RECORD {
-            // The caller maps the record's range (`trim`, or cleaning when it moves one).
-            self.p2l[physical as usize] = TRIM_RECORD;
-        } else {
-            if let Some(record) = self.trims.untrim(lba) {
-                self.invalidate(record);
-            }
-            let old = self.l2p[lba as usize];
-            if old != NONE {
-                self.invalidate(old);
-            }
-            self.l2p[lba as usize] = physical;
-            self.p2l[physical as usize] = lba;
+        let invalid = self
+            .trims
+            .map_appended(&mut self.l2p, &mut self.p2l, lba, physical);
+        for p in invalid.into_iter().flatten() {
+            self.invalidate(p);
         }
         self.last_appended = physical;
         self.wseq[physical as usize] = wseq;
@@ -1475,9 +1493,6 @@ impl<D: BlockDevice> Swan<D> {
         }
         let d = self.data_blocks();
         let mut newest = NewestMap::new(self.l2p.len());
-        // (physical block, write sequence number, segment sequence number) of every trim
-        // record the summaries list.
-        let mut records = Vec::new();
         let mut done = now_ns;
         let mut block = vec![0u8; self.unit];
         let open: Vec<(u32, Vec<(u32, u64)>)> = std::iter::once(&self.user)
@@ -1492,17 +1507,7 @@ impl<D: BlockDevice> Swan<D> {
                 lbas.clone()
             } else {
                 let last = first + self.segment_sectors - 1;
-                let g = self.group_of(last);
-                let at = self.group_lba(last);
-                let c = self.groups[g].submit(
-                    now_ns,
-                    &Command::read(at, 1),
-                    ReadBuffers {
-                        data: &mut block,
-                        tags: None,
-                    },
-                )?;
-                done = done.max(c.done_ns);
+                done = done.max(self.read_block(last, now_ns, &mut block)?);
                 match decode_summary(&block) {
                     Some((seq, id, entries)) if id == segment && entries.len() == d as usize => {
                         self.state[segment as usize] = SegmentState::Full;
@@ -1516,48 +1521,21 @@ impl<D: BlockDevice> Swan<D> {
                     }
                 }
             };
-            let seq = self.seq[segment as usize];
-            newest.fold(first, seq, &entries);
-            records.extend(
-                entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.0 == TRIM_RECORD)
-                    .map(|(i, e)| (first + i as u32, e.1, seq)),
-            );
+            newest.fold(first, self.seq[segment as usize], &entries);
         }
-        let mut ranges = BTreeMap::new();
-        for &(p, w, seq) in &records {
+        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
             let bytes = if let Some(b) = logged.get(&p) {
                 b.clone()
             } else if let Some(b) = self.buffered(p) {
                 b.to_vec()
             } else {
-                let (g, at) = (self.group_of(p), self.group_lba(p));
-                let c = self.groups[g].submit(
-                    now_ns,
-                    &Command::read(at, 1),
-                    ReadBuffers {
-                        data: &mut block,
-                        tags: None,
-                    },
-                )?;
-                done = done.max(c.done_ns);
+                done = done.max(self.read_block(p, now_ns, &mut block)?);
                 block.clone()
             };
-            let logical = self.l2p.len() as u64;
-            match decode_trim_record(&bytes) {
-                Some((start, count, rw))
-                    if rw == w && start as u64 + count as u64 <= logical =>
-                {
-                    newest.fold_trim(p, w, seq, start, count);
-                    ranges.insert(p, (start, count, w));
-                }
-                _ => {
-                    return Err(DeviceError::Medium(format!(
-                        "SWAN block {p} is listed as the trim record of write {w} but does not hold one"
-                    )))
-                }
+            if !newest.fold_trim_record(p, w, seq, &bytes) {
+                return Err(DeviceError::Medium(format!(
+                    "SWAN block {p} is listed as the trim record of write {w} but does not hold one"
+                )));
             }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
@@ -1569,11 +1547,13 @@ impl<D: BlockDevice> Swan<D> {
             self.segment_sectors,
         );
         // The trim records still holding a block's newest operation are live again.
-        for (p, w) in self.trims.rebuilt(&newest, &ranges) {
-            self.p2l[p as usize] = TRIM_RECORD;
-            self.wseq[p as usize] = w;
-            self.valid[(p / self.segment_sectors) as usize] += 1;
-        }
+        self.trims.rebuilt(
+            &newest,
+            &mut self.p2l,
+            &mut self.wseq,
+            &mut self.valid,
+            self.segment_sectors,
+        );
         for (g, free) in self.free.iter_mut().enumerate() {
             let range = g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments;
             *free = range
@@ -1581,6 +1561,23 @@ impl<D: BlockDevice> Swan<D> {
                 .collect();
         }
         Ok(done - self.epoch_ns)
+    }
+
+    /// Reads physical block `p` from its group into `out`; returns when it is there.
+    fn read_block(
+        &mut self,
+        p: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let (g, at) = (self.group_of(p), self.group_lba(p));
+        let buffers = ReadBuffers {
+            data: out,
+            tags: None,
+        };
+        Ok(self.groups[g]
+            .submit(now_ns, &Command::read(at, 1), buffers)?
+            .done_ns)
     }
 
     /// Trims every member's whole capacity (the paper's "clean" step before aging). Only

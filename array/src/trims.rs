@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use afa_nand::{fill_unit, sector_token};
 
-use crate::swan::{fnv1a, NewestMap};
+use crate::swan::{fnv1a, seal_block, NewestMap};
 
 const NONE: u32 = u32::MAX;
 
@@ -36,13 +36,7 @@ pub fn encode_trim_record(start: u32, count: u32, wseq: u64, unit: usize) -> Opt
     out.extend_from_slice(&start.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&wseq.to_le_bytes());
-    let sum = fnv1a(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    if out.len() > unit {
-        return None;
-    }
-    out.resize(unit, 0);
-    Some(out)
+    seal_block(out, unit)
 }
 
 /// Decodes a trim record written by [`encode_trim_record`]: (start, count, write sequence
@@ -130,6 +124,26 @@ impl Trims {
         invalid
     }
 
+    /// Maps the block appended at `physical` for `lba`; a trim record (`lba` is
+    /// [`TRIM_RECORD`]) is only marked, its caller maps the range (`record`, or `moved` when
+    /// cleaning copies it). Returns the blocks no longer valid: the record that held `lba`'s
+    /// newest operation if it now holds nothing, and `lba`'s older copy.
+    pub fn map_appended(
+        &mut self,
+        l2p: &mut [u32],
+        p2l: &mut [u32],
+        lba: u32,
+        physical: u32,
+    ) -> [Option<u32>; 2] {
+        p2l[physical as usize] = lba;
+        if lba == TRIM_RECORD {
+            return [None, None];
+        }
+        let record = self.untrim(lba);
+        let old = std::mem::replace(&mut l2p[lba as usize], physical);
+        [record, (old != NONE).then_some(old)]
+    }
+
     /// A write (or a newer trim) of `lba` ends the trim that was its newest operation.
     /// Returns that trim's record when it now holds nothing, and is no longer valid.
     pub fn untrim(&mut self, lba: u32) -> Option<u32> {
@@ -163,14 +177,18 @@ impl Trims {
         self.records.insert(to, r);
     }
 
-    /// After a map rebuild in which `newest` took in every record of `found` (physical
-    /// block → start, count and write sequence number): the records still holding a block's
-    /// newest operation are live again. Returns their physical blocks and numbers.
+    /// After a map rebuild in which `newest` took in every trim record and installed the
+    /// map: the records still holding a block's newest operation are live again, valid
+    /// blocks of their segments (of `segment_blocks`) with their write sequence numbers.
     pub fn rebuilt(
         &mut self,
         newest: &NewestMap,
-        found: &BTreeMap<u32, (u32, u32, u64)>,
-    ) -> Vec<(u32, u64)> {
+        p2l: &mut [u32],
+        wseq: &mut [u64],
+        valid: &mut [u32],
+        segment_blocks: u32,
+    ) {
+        let found = &newest.trims_found;
         self.trim_of = newest.trim_of();
         self.records.clear();
         for &r in self.trim_of.iter().filter(|&&r| r != NONE) {
@@ -184,7 +202,11 @@ impl Trims {
                 })
                 .live += 1;
         }
-        self.records.keys().map(|&r| (r, found[&r].2)).collect()
+        for &r in self.records.keys() {
+            p2l[r as usize] = TRIM_RECORD;
+            wseq[r as usize] = found[&r].2;
+            valid[(r / segment_blocks) as usize] += 1;
+        }
     }
 
     /// The live records' physical blocks.
