@@ -237,8 +237,9 @@ mod tests {
         v
     }
 
-    /// Writes 1..12 sectors at random addresses, trims some, with a flush now and then; returns false
-    /// when a write failed (the crash), after marking its sectors as either old or new.
+    /// Writes 1..12 sectors at random addresses, trims some, with a flush now and then;
+    /// returns false when a write or trim failed (the crash), after marking its sectors as
+    /// either old or new.
     fn write_ops<D: BlockDevice>(
         v: &mut LogRaid<D>,
         oracle: &mut [u64],
