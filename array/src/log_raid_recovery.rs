@@ -130,15 +130,9 @@ impl<D: BlockDevice> LogRaid<D> {
             }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
-        newest.install(
-            &mut self.l2p,
-            &mut self.p2l,
-            &mut self.wseq,
-            &mut self.valid,
-            self.segment_sectors,
-        );
-        self.trims.rebuilt(
+        self.trims.install_rebuilt(
             &newest,
+            &mut self.l2p,
             &mut self.p2l,
             &mut self.wseq,
             &mut self.valid,

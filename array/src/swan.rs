@@ -1539,16 +1539,9 @@ impl<D: BlockDevice> Swan<D> {
             }
         }
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
-        newest.install(
-            &mut self.l2p,
-            &mut self.p2l,
-            &mut self.wseq,
-            &mut self.valid,
-            self.segment_sectors,
-        );
-        // The trim records still holding a block's newest operation are live again.
-        self.trims.rebuilt(
+        self.trims.install_rebuilt(
             &newest,
+            &mut self.l2p,
             &mut self.p2l,
             &mut self.wseq,
             &mut self.valid,

@@ -177,17 +177,20 @@ impl Trims {
         self.records.insert(to, r);
     }
 
-    /// After a map rebuild in which `newest` took in every trim record and installed the
-    /// map: the records still holding a block's newest operation are live again, valid
-    /// blocks of their segments (of `segment_blocks`) with their write sequence numbers.
-    pub fn rebuilt(
+    /// Installs the map `newest` assembled, after it took in every trim record
+    /// ([`NewestMap::install`]); the records still holding a block's newest operation are
+    /// live again, valid blocks of their segments (of `segment_blocks`) with their write
+    /// sequence numbers.
+    pub fn install_rebuilt(
         &mut self,
         newest: &NewestMap,
+        l2p: &mut [u32],
         p2l: &mut [u32],
         wseq: &mut [u64],
         valid: &mut [u32],
         segment_blocks: u32,
     ) {
+        newest.install(l2p, p2l, wseq, valid, segment_blocks);
         let found = &newest.trims_found;
         self.trim_of = newest.trim_of();
         self.records.clear();
