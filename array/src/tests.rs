@@ -1,6 +1,8 @@
 //! Every level against an oracle: random reads, writes (aligned and not), trims and
 //! flushes, with members failing mid-run and rebuilding onto spares.
 
+use std::collections::BTreeMap;
+
 use afa_nand::{fill_unit, sector_token, unit_matches, Geometry, PayloadMode};
 use afa_sim::SimRng;
 use afa_ssd::{Ssd, SsdConfig};
@@ -103,6 +105,108 @@ impl BlockDevice for PowerCut {
         cmd: &afa_ssd::ConvertCommand,
     ) -> Result<Completion, DeviceError> {
         self.spend()?;
+        self.inner.convert(now_ns, cmd)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+    fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
+        self.inner.scan_tags(lba, sectors)
+    }
+}
+
+/// A member behind a host's page cache: the writes and trims it took since its last flush
+/// are volatile, and at a crash each one's data and its tags independently reach the medium
+/// or not (a member file and its tag sidecar are written back in any order). A `convert` is
+/// a parity write and a trim of its source, each volatile on its own, as a file member runs
+/// it.
+#[derive(Debug)]
+pub(crate) struct PageCache {
+    pub(crate) inner: Ssd,
+    /// (lba, sectors, data before, tags before) of each write or trim since the flush.
+    unsynced: Vec<(u64, u32, Vec<u8>, Vec<u8>)>,
+    now_ns: TimeNs,
+}
+
+impl PageCache {
+    pub(crate) fn new(inner: Ssd) -> Self {
+        Self {
+            inner,
+            unsynced: Vec::new(),
+            now_ns: 0,
+        }
+    }
+
+    fn read(&mut self, lba: u64, sectors: u32) -> (Vec<u8>, Vec<u8>) {
+        let unit = self.inner.info().payload_unit_bytes as usize;
+        let mut data = vec![0u8; sectors as usize * unit];
+        self.inner
+            .submit(
+                self.now_ns,
+                &Command::read(lba, sectors),
+                ReadBuffers {
+                    data: &mut data,
+                    tags: None,
+                },
+            )
+            .unwrap();
+        (data, self.inner.scan_tags(lba, sectors).unwrap())
+    }
+
+    /// Remembers what `lba..lba + sectors` holds before a command changes it.
+    fn remember(&mut self, lba: u64, sectors: u32) {
+        let (data, tags) = self.read(lba, sectors);
+        self.unsynced.push((lba, sectors, data, tags));
+    }
+
+    /// The host crashes: each unsynced command keeps or loses its data and its tags.
+    pub(crate) fn crash(mut self, rng: &mut SimRng) -> Ssd {
+        for (lba, sectors, data, tags) in std::mem::take(&mut self.unsynced).into_iter().rev() {
+            let (keep_data, keep_tags) = (rng.below(2) == 0, rng.below(2) == 0);
+            if keep_data && keep_tags {
+                continue;
+            }
+            let (now_data, now_tags) = self.read(lba, sectors);
+            let data = if keep_data { now_data } else { data };
+            let tags = if keep_tags { now_tags } else { tags };
+            let write = Command {
+                tags: Some(&tags),
+                ..Command::write(lba, sectors, &data)
+            };
+            self.inner
+                .submit(self.now_ns, &write, ReadBuffers::none())
+                .unwrap();
+        }
+        self.inner
+    }
+}
+
+impl BlockDevice for PageCache {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.now_ns = self.now_ns.max(now_ns);
+        match cmd.opcode {
+            Opcode::Write | Opcode::Trim => self.remember(cmd.lba, cmd.sectors),
+            Opcode::Flush => self.unsynced.clear(),
+            Opcode::Read => {}
+        }
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn convert(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &afa_ssd::ConvertCommand,
+    ) -> Result<Completion, DeviceError> {
+        self.now_ns = self.now_ns.max(now_ns);
+        self.remember(cmd.dst_lba, cmd.chunk_sectors);
+        self.remember(cmd.src_lba, cmd.k as u32 * cmd.chunk_sectors);
         self.inner.convert(now_ns, cmd)
     }
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
@@ -299,6 +403,58 @@ impl<V: BlockDevice> Harness<V> {
                 self.checked += 1;
             }
             lba += n as u64;
+        }
+    }
+
+    /// A write after the last flush, noted in `since` (every version each sector took since).
+    pub(crate) fn write_noting(
+        &mut self,
+        lba: u64,
+        sectors: u32,
+        since: &mut BTreeMap<usize, Vec<u64>>,
+    ) -> Result<(), DeviceError> {
+        self.write(lba, sectors)?;
+        for at in lba as usize..(lba + sectors as u64) as usize {
+            since.entry(at).or_default().push(self.tokens[at]);
+        }
+        Ok(())
+    }
+
+    /// The volume recovered from a host crash against the oracle: every sector reads back
+    /// as it was at the last flush (`flushed`) or as one of the writes after it (`since`),
+    /// never older, and the oracle adopts what it read.
+    pub(crate) fn adopt_flushed_or_later(
+        &mut self,
+        flushed: &[u64],
+        since: &BTreeMap<usize, Vec<u64>>,
+    ) {
+        let mut out = vec![0u8; self.unit];
+        for at in 0..self.tokens.len() {
+            self.volume
+                .submit(
+                    self.now_ns,
+                    &Command::read(at as u64, 1),
+                    ReadBuffers {
+                        data: &mut out,
+                        tags: None,
+                    },
+                )
+                .expect("read after recovery");
+            let allowed =
+                std::iter::once(flushed[at]).chain(since.get(&at).into_iter().flatten().copied());
+            let got = allowed
+                .clone()
+                .find(|&t| unit_matches(t, &out))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "sector {at}: neither the flushed {:#x} nor a later write {:x?} (read {:x?})",
+                        flushed[at],
+                        allowed.skip(1).collect::<Vec<_>>(),
+                        &out
+                    )
+                });
+            self.tokens[at] = got;
+            self.checked += 1;
         }
     }
 

@@ -490,13 +490,13 @@ impl<D: BlockDevice> TwoPhase<D> {
 
 #[cfg(test)]
 mod tests {
-    use afa_nand::{unit_matches, PayloadMode};
+    use afa_nand::PayloadMode;
     use afa_sim::SimRng;
-    use afa_ssd::{Completion, Opcode, Ssd};
+    use afa_ssd::Ssd;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::tests::{two_phase_config as config, Harness, PowerCut};
+    use crate::tests::{two_phase_config as config, Harness, PageCache, PowerCut};
 
     /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share (16 bytes) holds
     /// the engine's tag, keeping tokens.
@@ -787,85 +787,6 @@ mod tests {
         assert!(err.to_string().contains("OOB tag"), "{err}");
     }
 
-    /// A member behind a host's page cache: the writes and trims it took since its last
-    /// flush are volatile, and at a crash each one's data and its tags independently reach
-    /// the medium or not (a member file and its tag sidecar are written back in any order).
-    #[derive(Debug)]
-    struct PageCache {
-        inner: Ssd,
-        /// (lba, sectors, data before, tags before) of each write or trim since the flush.
-        unsynced: Vec<(u64, u32, Vec<u8>, Vec<u8>)>,
-        now_ns: TimeNs,
-    }
-
-    impl PageCache {
-        fn read(&mut self, lba: u64, sectors: u32) -> (Vec<u8>, Vec<u8>) {
-            let unit = self.inner.info().payload_unit_bytes as usize;
-            let mut data = vec![0u8; sectors as usize * unit];
-            self.inner
-                .submit(
-                    self.now_ns,
-                    &Command::read(lba, sectors),
-                    ReadBuffers {
-                        data: &mut data,
-                        tags: None,
-                    },
-                )
-                .unwrap();
-            (data, self.inner.scan_tags(lba, sectors).unwrap())
-        }
-
-        /// The host crashes: each unsynced command keeps or loses its data and its tags.
-        fn crash(mut self, rng: &mut SimRng) -> Ssd {
-            for (lba, sectors, data, tags) in std::mem::take(&mut self.unsynced).into_iter().rev() {
-                let (keep_data, keep_tags) = (rng.below(2) == 0, rng.below(2) == 0);
-                if keep_data && keep_tags {
-                    continue;
-                }
-                let (now_data, now_tags) = self.read(lba, sectors);
-                let data = if keep_data { now_data } else { data };
-                let tags = if keep_tags { now_tags } else { tags };
-                let write = Command {
-                    tags: Some(&tags),
-                    ..Command::write(lba, sectors, &data)
-                };
-                self.inner
-                    .submit(self.now_ns, &write, ReadBuffers::none())
-                    .unwrap();
-            }
-            self.inner
-        }
-    }
-
-    impl BlockDevice for PageCache {
-        fn info(&self) -> DeviceInfo {
-            self.inner.info()
-        }
-        fn submit(
-            &mut self,
-            now_ns: TimeNs,
-            cmd: &Command<'_>,
-            out: ReadBuffers<'_>,
-        ) -> Result<Completion, DeviceError> {
-            self.now_ns = self.now_ns.max(now_ns);
-            match cmd.opcode {
-                Opcode::Write | Opcode::Trim => {
-                    let (data, tags) = self.read(cmd.lba, cmd.sectors);
-                    self.unsynced.push((cmd.lba, cmd.sectors, data, tags));
-                }
-                Opcode::Flush => self.unsynced.clear(),
-                Opcode::Read => {}
-            }
-            self.inner.submit(now_ns, cmd, out)
-        }
-        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-            self.inner.background(now_ns)
-        }
-        fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
-            self.inner.scan_tags(lba, sectors)
-        }
-    }
-
     /// `before` random writes, a FLUSH, `after` more (acknowledged, not flushed), then a host
     /// crash. Every sector must read back as flushed or as one of the writes after the flush
     /// (never older), and the volume must keep working. Returns what recovery found.
@@ -876,13 +797,7 @@ mod tests {
         before: usize,
         after: usize,
     ) -> TwoPhaseRecovery {
-        let devs = (0..n as u64)
-            .map(|i| PageCache {
-                inner: ssd(i),
-                unsynced: Vec::new(),
-                now_ns: 0,
-            })
-            .collect();
+        let devs = (0..n as u64).map(|i| PageCache::new(ssd(i))).collect();
         let mut volume =
             TwoPhase::new(config(level, n), TwoPhaseConfig::default(), devs, vec![]).unwrap();
         volume.make_recoverable().unwrap();
@@ -898,14 +813,11 @@ mod tests {
         for _ in 0..after {
             let len = 1 + rng.below(6) as u32;
             let lba = rng.below(cap - len as u64);
-            h.write(lba, len).unwrap();
-            for at in lba as usize..(lba + len as u64) as usize {
-                since.entry(at).or_default().push(h.tokens[at]);
-            }
+            h.write_noting(lba, len, &mut since).unwrap();
         }
         let Harness {
             volume,
-            mut tokens,
+            tokens,
             now_ns,
             ..
         } = h;
@@ -918,37 +830,11 @@ mod tests {
             TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
                 .expect("recovery");
         let report = *recovered.recovery().unwrap();
-        let unit = recovered.info().payload_unit_bytes as usize;
         let mut h = Harness::new(recovered);
         h.now_ns = now_ns;
         h.version = 1 << 40;
-        let mut out = vec![0u8; unit];
-        for (at, token) in tokens.iter_mut().enumerate() {
-            h.volume
-                .submit(
-                    h.now_ns,
-                    &Command::read(at as u64, 1),
-                    ReadBuffers {
-                        data: &mut out,
-                        tags: None,
-                    },
-                )
-                .expect("read after recovery");
-            let allowed =
-                std::iter::once(flushed[at]).chain(since.get(&at).into_iter().flatten().copied());
-            let got = allowed
-                .clone()
-                .find(|&t| unit_matches(t, &out))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "sector {at}: neither the flushed {:#x} nor a later write {:x?}",
-                        flushed[at],
-                        allowed.skip(1).collect::<Vec<_>>()
-                    )
-                });
-            *token = got;
-        }
         h.tokens = tokens;
+        h.adopt_flushed_or_later(&flushed, &since);
         h.random_ops(&mut rng, 400);
         h.check_all();
         report

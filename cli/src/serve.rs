@@ -337,7 +337,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         engine.level, engine.members, spec.spares, engine.chunk_bytes
     );
     if let Some(scala) = &scala {
-        fingerprint.push_str(&format!(", {scala:?}, {tag_bytes} tag bytes per sector"));
+        // The tag format is part of the layout: tags written before the checksums existed
+        // would all read as torn.
+        fingerprint.push_str(&format!(
+            ", {scala:?}, {tag_bytes} tag bytes per sector holding {META_TAG_BYTES} of metadata"
+        ));
     }
     match &spec.choice {
         EngineChoice::Swan(swan) => fingerprint.push_str(&format!(", {swan:?}")),
@@ -394,12 +398,24 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         let engine_members = engine.members;
         // The AMT and HGMT live in host memory only, so every start but the first rebuilds
         // them from the members' OOB tags (§5.4), after an orderly stop as after a kill.
-        let volume = if state.fresh() {
+        // After an unclean stop every copy's data is checked against the checksums in its
+        // tags and every striped stripe's parity computed again: a host crash may have kept a
+        // sidecar's tags without the member file's data. The member files sit under the
+        // page cache, so the engine keeps every copy a flush has not yet made redundant.
+        let mut volume = if state.fresh() {
             ScalaAfa::new(engine, scala, members, spares)
         } else {
-            ScalaAfa::recover_without(engine, scala, members, spares, &lost)
+            ScalaAfa::recover_with(engine, scala, members, spares, &lost, state.unclean())
         }
         .map_err(|e| e.to_string())?;
+        volume.keep_flushed_writes();
+        if state.unclean() {
+            let st = volume.stats();
+            eprintln!(
+                "afa serve: ScalaAFA after an unclean stop: {} copies whose data missed their checksums dropped, {} torn chunks dropped, {} stripes' parity computed again",
+                st.recovery_unwhole_copies, st.recovery_torn_chunks, st.recovery_resynced_stripes
+            );
+        }
         if !state.fresh() {
             let st = volume.stats();
             match st.recovered_checkpoint_seq {

@@ -631,8 +631,7 @@ impl<D: afa_ssd::BlockDevice + Send + 'static> SharedVolume for afa_array::Threa
     /// Flushes the members and stops every thread. The single-owner engine the threads
     /// hand back is dropped: the next start rebuilds the tables from the OOB tags (§5.4).
     fn shutdown(&self) -> Result<(), DeviceError> {
-        afa_array::ThreadedScalaAfa::flush(self)?;
-        self.stop().map(drop)
+        self.stop_flushed().map(drop)
     }
     fn start_read(&self, offset: u64, length: usize) -> Option<Box<dyn Started>> {
         Some(Box::new(afa_array::ThreadedScalaAfa::start_read(

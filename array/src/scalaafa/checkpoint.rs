@@ -233,10 +233,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
     }
 
-    /// HH rows free, or freed and waiting for a checkpoint: array-level GC need not clean
-    /// while the next checkpoint will hand rows back anyway.
+    /// HH rows free, or freed and waiting for a checkpoint or a flush: array-level GC need
+    /// not clean while those will hand rows back anyway.
     pub(super) fn reclaimed_hhs(&self) -> usize {
         self.manager.free_hhs.len()
+            + self.unflushed.len()
+            + self.replaced.len()
             + self.checkpoints.quarantine_hhs.len()
             + self
                 .checkpoints

@@ -160,6 +160,11 @@ pub struct ScalaAfaStats {
     /// Chunks the last recovery found in only some of their copies (a write the power cut)
     /// and dropped, and conversions it found stopped between parity members and finished.
     pub recovery_torn_chunks: u64,
+    /// Copies the last verified recovery found whose data did not match the checksums in
+    /// their tags (a host crash kept their tags without their data), and striped stripes
+    /// whose parity it computed again.
+    pub recovery_unwhole_copies: u64,
+    pub recovery_resynced_stripes: u64,
     pub recovery_finished_conversions: u64,
     pub first_conversion_ns: Option<TimeNs>,
 }
@@ -195,6 +200,10 @@ struct Stripe {
     /// Parity rows that could not be written (their member was down at conversion).
     parity_missing: u32,
     convert_done_ns: TimeNs,
+    /// The oldest write timestamp of the copies in the row since its group opened (0 when
+    /// unknown, as after a recovery): with members behind a volatile cache, a dead row may
+    /// hold the last flushed version of a chunk only if this is not after the last flush.
+    first_ts: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,14 +278,36 @@ pub struct ScalaAfa<D: BlockDevice> {
     work: HostWork,
     messages_taken: u64,
     stats: ScalaAfaStats,
+    /// Members sit behind a volatile cache (a host's page cache): see
+    /// [`ScalaAfa::keep_flushed_writes`].
+    keep_flushed: bool,
+    /// With `keep_flushed`, the HH rows whose chunks all died since the last member flush
+    /// and which may hold a flushed version of one, each with the number of flushes started
+    /// when it died: their chunks stay on the members, and the rows away from the manager,
+    /// until a flush started after has made the chunks' newer copies durable.
+    unflushed: Vec<(u64, u32)>,
+    /// The write clock when the last member flush started (simulation; on threads the
+    /// shared `Remote::flush_clock`): a copy with a later timestamp was written after it.
+    flush_clock: u32,
+    /// Dead rows whose chunks' newer copies a flush has made durable: trimmed and handed out
+    /// at the next flush, before its members flush, so that the trims are durable when it
+    /// ends (an orderly stop's last flush leaves no trim in a volatile cache), or at once when
+    /// the manager runs short.
+    replaced: Vec<u32>,
     /// Set while the I/O threads run on OS threads of their own ([`ThreadedScalaAfa`]) and
     /// this engine is the daemon's state.
     remote: Option<threaded::Remote>,
 }
 
-/// Bytes of ScalaAFA metadata per sector tag: user chunk (4), slot (1), timestamp (4) and
-/// the copy's kind (1).
-pub const META_TAG_BYTES: usize = 10;
+/// Bytes of ScalaAFA metadata per sector tag: user chunk (4), slot (1), timestamp (4), the
+/// copy's kind (1), and a checksum of the sector's payload (4). The first 72 bits are §5.4's
+/// metadata; the kind tells recovery a primary from a backup; the checksum lets recovery
+/// tell a copy whose tags reached the medium without its data (a host crash over member
+/// files, whose page cache writes data and tag sidecar back in any order) from a whole one.
+pub const META_TAG_BYTES: usize = 14;
+/// Where the kind byte and the payload checksum sit in a sector's tag.
+const KIND_AT: usize = 9;
+const SUM_AT: usize = 10;
 const KIND_PRIMARY: u8 = 1;
 const KIND_BACKUP: u8 = 2;
 
@@ -475,6 +506,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     vhs: Vec::new(),
                     parity_missing: 0,
                     convert_done_ns: 0,
+                    first_ts: 0,
                 };
                 sh.rows as usize
             ],
@@ -501,12 +533,106 @@ impl<D: BlockDevice> ScalaAfa<D> {
             work: HostWork::default(),
             messages_taken: 0,
             stats: ScalaAfaStats::default(),
+            keep_flushed: false,
+            unflushed: Vec::new(),
+            replaced: Vec::new(),
+            flush_clock: 0,
             remote: None,
             k: sh.k,
             m: sh.m,
             config,
             scala,
         })
+    }
+
+    /// Keeps every flushed write across a host crash, for members behind a volatile cache
+    /// (member files under the host's page cache), whose commands since their last flush may
+    /// each reach the medium or not, data and tags independently. A row whose chunks all
+    /// died (overwritten, trimmed or moved by array-level GC) and which may hold the last
+    /// flushed version of one (a copy written before the last flush started) is then
+    /// neither trimmed nor handed out again until a member flush has made the chunks' newer
+    /// copies durable. A row written wholly since holds no version a flush promised, and is
+    /// freed at once. Recovery after such a crash is [`ScalaAfa::recover_with`] with
+    /// `verify`.
+    pub fn keep_flushed_writes(&mut self) {
+        self.keep_flushed = true;
+    }
+
+    /// How many member flushes have started (on threads, counted by every caller of
+    /// [`ThreadedScalaAfa::flush`]; the simulation releases everything at each flush).
+    fn flushes_started(&self) -> u64 {
+        self.remote.as_ref().map_or(0, |r| r.flushes_started())
+    }
+
+    /// The write clock when the latest member flush started.
+    fn flushed_clock(&self) -> u32 {
+        match &self.remote {
+            Some(r) => r.flush_clock(),
+            None => self.flush_clock,
+        }
+    }
+
+    /// Notes that a member flush starts now: every copy written so far may be durable once
+    /// it ends.
+    fn flush_starts(&mut self) {
+        let now = self.current_clock();
+        match &self.remote {
+            Some(r) => r.flush_starts(now),
+            None => self.flush_clock = now,
+        }
+    }
+
+    /// The rows that died before flush number `upto` started (every one with `u64::MAX`)
+    /// have their chunks' newer copies durable now: they may be trimmed.
+    fn mark_replaced(&mut self, upto: u64) {
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unflushed)
+            .into_iter()
+            .partition(|&(started, _)| started < upto);
+        self.unflushed = waiting;
+        self.replaced.extend(ready.into_iter().map(|(_, row)| row));
+    }
+
+    /// Trims the dead rows whose chunks' newer copies are durable and hands them back to
+    /// the manager. Returns when the trims are done.
+    fn release_replaced(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let mut done = now_ns;
+        self.background_depth += 1;
+        let mut result = Ok(());
+        let rows = std::mem::take(&mut self.replaced);
+        for (at, &row) in rows.iter().enumerate() {
+            let lba = self.hh_lba(row);
+            let trimmed = (0..self.members.len()).try_fold(now_ns, |t, i| {
+                Ok(t.max(self.member_trim(i, lba, self.chunk_sectors, now_ns)?))
+            });
+            match trimmed {
+                Ok(t) => done = done.max(t),
+                Err(e) => {
+                    // The rows not trimmed stay held: no row is handed out untrimmed.
+                    self.replaced.extend_from_slice(&rows[at..]);
+                    result = Err(e);
+                    break;
+                }
+            }
+            self.release_hh(row);
+        }
+        self.background_depth -= 1;
+        result.map(|()| done)
+    }
+
+    /// Trims and hands out the rows an earlier flush made redundant, flushes the serving
+    /// members (which makes those trims durable too), and marks every row that died before
+    /// it redundant now. Returns when the flush is done.
+    fn flush_and_release(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let trimmed = self.release_replaced(now_ns)?;
+        self.flush_starts();
+        let serving = self
+            .members
+            .iter_mut()
+            .filter(|m| m.state != MemberState::Failed)
+            .map(|m| &mut m.device);
+        let flushed = crate::flush_members(trimmed, serving, &mut self.work)?;
+        self.mark_replaced(u64::MAX);
+        Ok(flushed)
     }
 
     pub fn stats(&self) -> &ScalaAfaStats {
@@ -685,13 +811,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(c.done_ns)
     }
 
-    /// The OOB tags of one chunk copy: (user chunk, slot, timestamp, kind) in every sector.
-    fn meta_tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
+    /// The OOB tags of one chunk copy of `data`: (user chunk, slot, timestamp, kind) and
+    /// each sector's checksum.
+    fn meta_tags(
+        &self,
+        chunk: u32,
+        slot: usize,
+        ts: u32,
+        kind: u8,
+        data: &[u8],
+    ) -> Option<Vec<u8>> {
         meta_tags(
             self.tag_bytes,
             self.unit,
             self.chunk_sectors,
             encode_meta(chunk, slot as u8, ts, kind),
+            data,
         )
     }
 
@@ -815,6 +950,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 // §5.2 path 3: no more heroes to grant, so recall unused ones.
                 0 => self.recall(thread, at_ns)?,
                 1 => {
+                    // Rows that died since the last member flush wait for one: when rows
+                    // are what is short (not VHs, which conversion frees), flush now and
+                    // trim them at once.
+                    let rows_short = self.grantable_hhs(thread) == 0;
+                    if rows_short && (!self.unflushed.is_empty() || !self.replaced.is_empty()) {
+                        let flushed = self.flush_and_release(at_ns)?;
+                        ready = ready.max(self.release_replaced(flushed)?);
+                    }
                     // Heroes freed since the last snapshot wait for a checkpoint: write
                     // one now and wait for it.
                     if self.checkpointing() {
@@ -916,6 +1059,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
             ToManager::Unmapped { chunk } => self.unmap(chunk, now_ns)?,
             ToManager::Passed { thread, epoch } => self.passed(thread, epoch, now_ns)?,
             ToManager::Stop { orderly } => self.stop_requested(orderly),
+            ToManager::Flushed { upto } => {
+                self.mark_replaced(upto);
+                self.release_replaced(now_ns)?;
+            }
         }
         Ok(())
     }
@@ -1011,6 +1158,23 @@ impl<D: BlockDevice> ScalaAfa<D> {
         rows: u32,
     ) -> Result<TimeNs, DeviceError> {
         self.stats.host_conversions += 1;
+        let (done, missing) = self.write_parity(stripe, start, rows, true)?;
+        let s = &mut self.stripes[stripe as usize];
+        s.parity_missing = (s.parity_missing & !rows) | missing;
+        Ok(done)
+    }
+
+    /// Reads the k primaries of `stripe` (data, and tags as the backups carry them),
+    /// computes the parity rows in the mask `rows` on the daemon and writes them, each
+    /// followed by the trim of the VH it replaces if `trim_vhs` (a conversion). Returns when
+    /// they are written, and the mask of those whose member could not take them.
+    fn write_parity(
+        &mut self,
+        stripe: u32,
+        start: TimeNs,
+        rows: u32,
+        trim_vhs: bool,
+    ) -> Result<(TimeNs, u32), DeviceError> {
         let (k, m) = (self.k, self.m);
         let cu = self.chunk_units();
         let cs = self.chunk_sectors;
@@ -1060,13 +1224,13 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let lba = self.hh_lba(stripe);
             let tags_ref = (self.tag_bytes > 0).then_some(&ptags[..]);
             done = done.max(self.member_write(p, lba, issue, &parity, tags_ref, false)?);
-            let vh = self.stripes[stripe as usize].vhs[r];
-            let vlba = self.vh_lba(vh, 0);
-            self.member_trim(p, vlba, k as u32 * cs, done)?;
+            if trim_vhs {
+                let vh = self.stripes[stripe as usize].vhs[r];
+                let vlba = self.vh_lba(vh, 0);
+                self.member_trim(p, vlba, k as u32 * cs, done)?;
+            }
         }
-        let s = &mut self.stripes[stripe as usize];
-        s.parity_missing = (s.parity_missing & !rows) | missing;
-        Ok(done)
+        Ok((done, missing))
     }
 
     /// The OOB tags of slot j's copies as the parity members hold them (kind = backup):
@@ -1157,16 +1321,25 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 
     fn free_hh_now(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
-        let lba = self.hh_lba(stripe);
-        for i in 0..self.members.len() {
-            self.member_trim(i, lba, self.chunk_sectors, now_ns)?;
+        let hold =
+            self.keep_flushed && self.stripes[stripe as usize].first_ts <= self.flushed_clock();
+        if !hold {
+            let lba = self.hh_lba(stripe);
+            for i in 0..self.members.len() {
+                self.member_trim(i, lba, self.chunk_sectors, now_ns)?;
+            }
         }
         let s = &mut self.stripes[stripe as usize];
         s.state = HhState::Free;
         s.chunks.iter_mut().for_each(|c| *c = NONE);
         s.filled = 0;
         s.parity_missing = 0;
-        self.release_hh(stripe);
+        if hold {
+            let started = self.flushes_started();
+            self.unflushed.push((started, stripe));
+        } else {
+            self.release_hh(stripe);
+        }
         Ok(())
     }
 
@@ -1309,6 +1482,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.vhs = vhs;
         s.filled = 0;
         s.live = 0;
+        s.first_ts = u32::MAX;
         s.chunks.iter_mut().for_each(|c| *c = NONE);
     }
 
@@ -1350,13 +1524,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
         };
         let mut done = ready;
         let d = self.data_member(stripe, j);
+        let mut tags = self.meta_tags(chunk, j, ts, KIND_PRIMARY, data);
         if self.writable(d) {
-            let tags = self.meta_tags(chunk, j, ts, KIND_PRIMARY);
             let lba = self.hh_lba(stripe);
             done = done.max(self.member_write(d, lba, ready, data, tags.as_deref(), false)?);
         }
         let transient = self.scala.mode != ScalaMode::ScalaWr;
-        let tags = self.meta_tags(chunk, j, ts, KIND_BACKUP);
+        // The backups' tags are the primary's with another kind byte.
+        if let Some(t) = &mut tags {
+            set_kind(t, self.tag_bytes, KIND_BACKUP);
+        }
         for r in 0..self.m {
             let p = self.parity_member(stripe, r);
             if self.writable(p) {
@@ -1373,6 +1550,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.chunks[j] = chunk;
         s.live += 1;
         s.filled += 1;
+        s.first_ts = s.first_ts.min(ts);
         if s.filled as usize == self.k {
             s.state = HhState::Full;
             self.open[thread] = None;
@@ -1924,30 +2102,57 @@ impl<D: BlockDevice> ScalaAfa<D> {
     }
 }
 
-/// The OOB tags of one chunk copy: `meta` in every one of its `chunk_sectors` sectors.
+/// The OOB tags of one chunk copy: `meta` in every one of its `chunk_sectors` sectors, each
+/// with the checksum of its own payload unit in `data`.
 fn meta_tags(
     tag_bytes: usize,
     unit: usize,
     chunk_sectors: u32,
     meta: [u8; META_TAG_BYTES],
+    data: &[u8],
 ) -> Option<Vec<u8>> {
     // Timing-only runs (payload none) keep no bytes, so neither do they keep metadata: it
     // rides in the same program operations and costs no time.
     if tag_bytes < META_TAG_BYTES || unit == 0 {
         return None;
     }
-    let mut one = vec![0u8; tag_bytes];
-    one[..META_TAG_BYTES].copy_from_slice(&meta);
-    Some(one.repeat(chunk_sectors as usize))
+    let mut tags = vec![0u8; tag_bytes * chunk_sectors as usize];
+    for (tag, payload) in tags.chunks_mut(tag_bytes).zip(data.chunks(unit)) {
+        tag[..META_TAG_BYTES].copy_from_slice(&meta);
+        tag[SUM_AT..META_TAG_BYTES].copy_from_slice(&payload_sum(payload).to_le_bytes());
+    }
+    Some(tags)
 }
 
-/// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind.
+/// The checksum a sector's tag keeps of its payload unit: CRC-32, which `crc32fast` computes
+/// with the CPU's carry-less multiply. It runs over every sector of every chunk written, on
+/// serve mode's write path.
+fn payload_sum(payload: &[u8]) -> u32 {
+    crc32fast::hash(payload)
+}
+
+/// Whether a chunk copy is whole: every sector's tag carries the first one's metadata and
+/// the checksum of that sector's payload in `data` (units of `unit` bytes).
+fn copy_is_whole(tags: &[u8], data: &[u8], tag_bytes: usize, unit: usize) -> bool {
+    let Some(first) = tags.get(..SUM_AT).filter(|_| tag_bytes >= META_TAG_BYTES) else {
+        return false;
+    };
+    tags.chunks(tag_bytes)
+        .zip(data.chunks(unit))
+        .all(|(tag, payload)| {
+            &tag[..SUM_AT] == first
+                && tag[SUM_AT..META_TAG_BYTES] == payload_sum(payload).to_le_bytes()
+        })
+}
+
+/// Packs ScalaAFA's 72 bits of per-chunk metadata plus the copy's kind (the checksum bytes
+/// are filled per sector by [`meta_tags`]).
 fn encode_meta(chunk: u32, slot: u8, ts: u32, kind: u8) -> [u8; META_TAG_BYTES] {
     let mut b = [0u8; META_TAG_BYTES];
     b[..4].copy_from_slice(&chunk.to_le_bytes());
     b[4] = slot;
     b[5..9].copy_from_slice(&ts.to_le_bytes());
-    b[9] = kind;
+    b[KIND_AT] = kind;
     b
 }
 
@@ -1956,7 +2161,7 @@ fn encode_meta(chunk: u32, slot: u8, ts: u32, kind: u8) -> [u8; META_TAG_BYTES] 
 fn set_kind(tags: &mut [u8], tag_bytes: usize, kind: u8) {
     for sector in tags.chunks_mut(tag_bytes) {
         if sector.iter().any(|&b| b != 0) {
-            sector[META_TAG_BYTES - 1] = kind;
+            sector[KIND_AT] = kind;
         }
     }
 }
@@ -1996,6 +2201,7 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
             }
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
+            Opcode::Flush if self.keep_flushed => self.flush_and_release(now_ns)?,
             Opcode::Flush => {
                 let serving = self
                     .members

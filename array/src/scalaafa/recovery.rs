@@ -22,6 +22,16 @@
 //! lie elsewhere). A stripe that was full or converting at the snapshot is striped now if its
 //! parity members' tags are the parity of its data tags. A recovery that loses a member as
 //! well scans everything.
+//!
+//! After a host crash over members behind a volatile cache ([`ScalaAfa::recover_with`]),
+//! each command since the members' last flush may have kept its data, its tags, both or
+//! neither. Every copy the walk takes is then read whole and checked against the checksums
+//! in its tags: a copy whose tags outlived its data is dropped as a torn write would be, and
+//! the older copy it replaced (kept until a flush, see
+//! [`ScalaAfa::keep_flushed_writes`]) wins again. A stripe whose VHs were being trimmed
+//! after a flush has its parity but not all its backups, and is striped if the parity tags
+//! check. Every striped stripe's parity is then computed again from its data (md's resync
+//! after an unclean shutdown), since a parity chunk's tags may have outlived its data.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +86,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
         spares: Vec<D>,
         failed: &[usize],
     ) -> Result<Self, ArrayError> {
+        Self::recover_with(config, scala, members, spares, failed, false)
+    }
+
+    /// As [`recover_without`](Self::recover_without); with `verify`, after a host crash over
+    /// members behind a volatile cache, keeping every write the last member flush made
+    /// durable: each copy is checked against the checksums in its tags, and every striped
+    /// stripe's parity is computed again from its data (see the module documentation).
+    /// Stripes with a lost member keep the parity they have.
+    pub fn recover_with(
+        config: ArrayConfig,
+        scala: ScalaAfaConfig,
+        members: Vec<D>,
+        spares: Vec<D>,
+        failed: &[usize],
+        verify: bool,
+    ) -> Result<Self, ArrayError> {
         let mut v = Self::new(config, scala, members, spares)?;
         if v.tag_bytes < META_TAG_BYTES || v.unit == 0 {
             return Err(ArrayError::Config(
@@ -98,14 +124,30 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // records them whole.
             v.checkpoints.next_due_ns = TimeNs::MAX;
         }
-        let snap = newest.filter(|_| failed.is_empty());
+        // After a host crash a whole checkpoint may name copies whose data did not survive
+        // (its write reached the medium, theirs did not), and every copy is read anyway:
+        // the walk then scans everything, as it does with a member lost.
+        let snap = newest.filter(|_| failed.is_empty() && !verify);
         v.stats.recovered_checkpoint_seq = snap.as_ref().map(|s| s.seq);
         let failure = |e: DeviceError| ArrayError::Config(format!("recovery failed: {e}"));
-        let (orphans, stale) = v.rebuild_tables(failed, snap.as_ref()).map_err(failure)?;
+        let (orphans, stale) = v
+            .rebuild_tables(failed, snap.as_ref(), verify)
+            .map_err(failure)?;
         for &f in failed {
             v.take_spare(f, 0);
         }
         v.rewrite_orphans(orphans, stale).map_err(failure)?;
+        if verify {
+            v.resync_parity(failed).map_err(failure)?;
+            // What recovery rewrote and trimmed is made durable before the volume serves:
+            // another host crash must find the state recovered here.
+            let serving = v
+                .members
+                .iter_mut()
+                .filter(|m| m.state != MemberState::Failed)
+                .map(|m| &mut m.device);
+            crate::flush_members(0, serving, &mut v.work).map_err(failure)?;
+        }
         if v.checkpointing() {
             // The recovered tables are checkpointed before the volume serves: heroes freed
             // while they were rebuilt are then safe to grant, and the next recovery starts
@@ -124,6 +166,40 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .ok_or(DeviceError::Unsupported("scan_tags".into()))
     }
 
+    /// Whether the chunk copy at `lba` of `member` is whole: its data matches the checksums
+    /// its tags keep (a host crash may keep a copy's tags without its data, or part of it).
+    fn copy_whole(&mut self, member: usize, lba: u64) -> Result<bool, DeviceError> {
+        let cs = self.chunk_sectors;
+        let mut data = vec![0u8; self.chunk_units()];
+        self.member_read(member, lba, cs, 0, &mut data)?;
+        let tags = self.members[member]
+            .device
+            .scan_tags(lba, cs)
+            .ok_or(DeviceError::Unsupported("scan_tags".into()))?;
+        let whole = copy_is_whole(&tags, &data, self.tag_bytes, self.unit);
+        if !whole {
+            self.stats.recovery_unwhole_copies += 1;
+        }
+        Ok(whole)
+    }
+
+    /// Computes every striped stripe's parity again from its data slots (data and tags), as
+    /// md resyncs after an unclean shutdown: a host crash may have kept a parity chunk's tags
+    /// without its data. Stripes with a member in `failed` keep theirs.
+    fn resync_parity(&mut self, failed: &[usize]) -> Result<(), DeviceError> {
+        let all_rows = (1u32 << self.m) - 1;
+        for row in 0..self.rows {
+            let whole = (0..self.members.len()).all(|i| !failed.contains(&i));
+            if self.stripes[row as usize].state != HhState::Striped || !whole {
+                continue;
+            }
+            let (_, missing) = self.write_parity(row, 0, all_rows, false)?;
+            self.stripes[row as usize].parity_missing = missing;
+            self.stats.recovery_resynced_stripes += 1;
+        }
+        Ok(())
+    }
+
     /// The (chunk, timestamp) a tag names if it is copy `kind` of slot `j`.
     fn named(&self, tag: &[u8], j: usize, kind: u8) -> Option<(u32, u32)> {
         let (chunk, s, ts, k) = decode_meta(tag);
@@ -139,6 +215,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         &mut self,
         failed: &[usize],
         snap: Option<&Snapshot>,
+        verify: bool,
     ) -> Result<(Vec<(u32, usize, u64)>, Vec<(usize, u64)>), DeviceError> {
         let (k, m) = (self.k, self.m);
         let alive = |i: usize| !failed.contains(&i);
@@ -149,6 +226,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
         // live chunks, so a replicated row's primaries are read: its written slots, dead or
         // alive, tell how far the group was filled.
         let mut primaries: Vec<Vec<Option<(u32, u32)>>> = vec![vec![None; k]; self.rows as usize];
+        // Primaries whose data does not match their tags (`verify` only): taken as torn.
+        let mut unwhole = vec![vec![false; k]; self.rows as usize];
         if let Some(s) = snap {
             for (chunk, (&a, &ts)) in s.amt.iter().zip(&s.amt_ts).enumerate() {
                 if a != NONE && sealed(a / k as u32) == SNAP_STRIPED {
@@ -167,6 +246,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 if alive(d) {
                     let t = self.tags_of(d, self.hh_lba(row))?;
                     *slot = self.named(&t, j, KIND_PRIMARY);
+                    if verify && slot.is_some() && !self.copy_whole(d, self.hh_lba(row))? {
+                        unwhole[row as usize][j] = true;
+                    }
                 }
             }
         }
@@ -182,6 +264,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 }
             }
         }
+        // Copies to trim once the tables stand (member, lba): backups no group claims, and
+        // the copies of chunks a power cut left incomplete.
+        let mut stale = Vec::new();
         // Backups per member: (chunk, ts) → (vh, slot).
         let mut backups: Vec<Backups> = Vec::new();
         for (p, sealed_here) in sealed_vhs.iter().enumerate() {
@@ -192,9 +277,15 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         continue;
                     }
                     for j in 0..k {
-                        let t = self.tags_of(p, self.vh_lba(vh, j))?;
+                        let lba = self.vh_lba(vh, j);
+                        let t = self.tags_of(p, lba)?;
                         if let Some(key) = self.named(&t, j, KIND_BACKUP) {
-                            map.insert(key, (vh, j));
+                            if verify && !self.copy_whole(p, lba)? {
+                                // Trimmed, so that no later recovery takes it for data.
+                                stale.push((p, lba));
+                            } else {
+                                map.insert(key, (vh, j));
+                            }
                         }
                     }
                 }
@@ -229,9 +320,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         let mut used_vhs = vec![vec![false; self.vhs_per_member as usize]; self.members.len()];
-        // Copies to trim once the tables stand (member, lba): backups no group claims, and
-        // the copies of chunks a power cut left incomplete.
-        let mut stale = Vec::new();
         // Rows whose VH on a failed member is unknown: (row, parity row r).
         let mut lost_vhs = Vec::new();
         let mut half_converted = Vec::new();
@@ -384,12 +472,46 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 // whether or not it was converted, its primaries are its only copies now.
                 checked == 0 || matches
             };
-            if striped {
+            // After a host crash, a chunk copy whose data survived with its tags is kept
+            // even when its backups did not (a conversion's trim of them reached the
+            // medium, and its parity did not; or a group filled since the last flush lost
+            // a backup): the stripe is striped, and its parity computed again from its
+            // primaries once the tables stand. Its VHs, claimed by no group, are trimmed
+            // unless another group has taken them since.
+            let whole = |j: usize| {
+                primaries[row as usize][j]
+                    .filter(|_| !unwhole[row as usize][j])
+                    .map(|key| (j, key))
+            };
+            let primaries_kept = !striped
+                && verify
+                && failed_slots.is_empty()
+                && failed_parity == 0
+                && (0..k).any(|j| whole(j).is_some())
+                && (!replicated
+                    || (0..k)
+                        .filter_map(whole)
+                        .any(|(j, key)| !self.backed_up(row, j, key, &backups, alive)));
+            if striped || primaries_kept {
+                // A primary whose data did not survive with its tags is dropped, and its
+                // slot trimmed before the parity is computed again.
+                for j in 0..k {
+                    if unwhole[row as usize][j] {
+                        primaries[row as usize][j] = None;
+                        self.stats.recovery_torn_chunks += 1;
+                        stale.push((self.data_member(row, j), self.hh_lba(row)));
+                    }
+                }
                 let s = &mut self.stripes[row as usize];
                 s.state = HhState::Striped;
                 s.filled = k as u32;
                 s.parity_missing = failed_parity;
-                if replicated {
+                // After a host crash a stripe found between its parity rows is one whose VHs
+                // were being trimmed after the flush that made all its parity durable (a cut
+                // conversion keeps every VH until a flush): its parity is computed again
+                // below like every striped stripe's, and its VHs, which another group may
+                // have taken since, are not its own any more.
+                if replicated && !primaries_kept && !verify {
                     s.parity_missing = unconverted;
                     s.vhs = vhs;
                     half_converted.push(row);
@@ -399,11 +521,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // A chunk is written primary first, then each backup; a power cut in between
             // leaves a primary without every backup (never acknowledged). It is dropped with
             // its copies: kept, the group's parity, computed later from its VHs, would not
-            // match its HH.
+            // match its HH. So is a primary whose data did not survive with its tags.
             let mut torn = vec![false; k];
             for j in 0..k {
                 if let Some(key) = primaries[row as usize][j] {
-                    if !self.backed_up(row, j, key, &backups, alive) {
+                    if unwhole[row as usize][j] || !self.backed_up(row, j, key, &backups, alive) {
                         primaries[row as usize][j] = None;
                         torn[j] = true;
                         self.stats.recovery_torn_chunks += 1;
@@ -449,12 +571,19 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 self.members[p].vh_owner[vh as usize] = row;
             }
             // The group was filled up to its last whole chunk; closing it below trims the
-            // slots after that, and a torn slot before it is trimmed here.
+            // slots after that, and a slot before it holding no chunk is trimmed here, on the
+            // HH and the VHs alike, so that the parity the conversion computes from the VHs
+            // matches the HH: a torn chunk's slot, or one whose data a host crash kept
+            // without its tags.
             let filled = (0..k)
                 .rev()
                 .find(|&j| primaries[row as usize][j].is_some())
                 .map_or(0, |j| j + 1);
-            for j in (0..filled).filter(|&j| torn[j]) {
+            for j in (0..filled).filter(|&j| primaries[row as usize][j].is_none()) {
+                let d = self.data_member(row, j);
+                if !torn[j] && alive(d) {
+                    stale.push((d, self.hh_lba(row)));
+                }
                 for (r, &vh) in vhs.iter().enumerate() {
                     let p = self.parity_member(row, r);
                     if vh != NONE && alive(p) {

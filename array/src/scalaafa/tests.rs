@@ -1,12 +1,14 @@
 //! ScalaAFA against the oracle: random reads, writes and trims through replication,
 //! in-SSD (or host) conversion, array-level GC, recalls, member failures and rebuilds.
 
+use std::collections::BTreeMap;
+
 use afa_sim::SimRng;
 use afa_ssd::Ssd;
 use proptest::prelude::*;
 
 use super::*;
-use crate::tests::{two_phase_config as array_config, Harness, PowerCut};
+use crate::tests::{two_phase_config as array_config, Harness, PageCache, PowerCut};
 
 /// The engine tests' SSD with 4 KiB sectors, so each sector's OOB share holds ScalaAFA's
 /// metadata, keeping `payload` (`full` members keep a checkpoint's bytes, tokens do not).
@@ -215,7 +217,7 @@ fn metadata_rides_in_the_oob_and_parity_covers_it() {
             (want, j, j as u32 + 1, KIND_PRIMARY)
         );
         let mut as_backup = tags[..v.tag_bytes].to_vec();
-        as_backup[META_TAG_BYTES - 1] = KIND_BACKUP;
+        as_backup[KIND_AT] = KIND_BACKUP;
         for (x, t) in xor.iter_mut().zip(&as_backup) {
             *x ^= t;
         }
@@ -651,6 +653,110 @@ fn crash_inside_a_request_losing(
     *h.volume.stats()
 }
 
+/// One random request of the host-crash tests: a write (noted in `since` once a flush has
+/// been taken), a checked read, or idle time in which the daemon converts every full hero
+/// group.
+fn request_noting(
+    h: &mut Harness<ScalaAfa<PageCache>>,
+    rng: &mut SimRng,
+    since: Option<&mut BTreeMap<usize, Vec<u64>>>,
+) {
+    let cap = h.tokens.len() as u64;
+    let len = 1 + rng.below(40) as u32;
+    let lba = rng.below(cap - len as u64);
+    match rng.below(16) {
+        0..=3 => h.read_check(lba, len),
+        4 => {
+            h.now_ns += 2_000_000;
+            h.volume.background(h.now_ns);
+        }
+        _ => match since {
+            Some(since) => h.write_noting(lba, len, since).expect("write accepted"),
+            None => h.write(lba, len).expect("write accepted"),
+        },
+    }
+}
+
+/// `before` requests, a FLUSH, `after` more whose writes are acknowledged but not flushed
+/// (conversions and cleanings run among them), then a host crash: the members sit behind a
+/// page cache, so each command since the flush keeps or loses its data and its tags
+/// independently. Every sector must read back as flushed or as a later write, never older,
+/// also once a member has failed and reads are decoded from the parity, and the recovered
+/// volume must keep working.
+fn host_crash_and_recover(
+    level: Level,
+    n: u32,
+    seed: u64,
+    before: usize,
+    after: usize,
+    scala: ScalaAfaConfig,
+    payload: afa_nand::PayloadMode,
+) -> ScalaAfaStats {
+    let devs = (0..n as u64)
+        .map(|i| PageCache::new(ssd_keeping(payload, i)))
+        .collect();
+    let config = array_config(level, n);
+    let mut volume = ScalaAfa::new(config.clone(), scala.clone(), devs, vec![]).unwrap();
+    volume.keep_flushed_writes();
+    let mut h = Harness::new(volume);
+    let mut rng = SimRng::new(seed);
+    for _ in 0..before {
+        request_noting(&mut h, &mut rng, None);
+    }
+    h.volume
+        .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+        .unwrap();
+    let flushed = h.tokens.clone();
+    let mut since = BTreeMap::new();
+    for _ in 0..after {
+        request_noting(&mut h, &mut rng, Some(&mut since));
+    }
+    let mut h = h.after_crash(|v| {
+        let members = v
+            .into_members()
+            .into_iter()
+            .map(|d| d.crash(&mut rng))
+            .collect();
+        ScalaAfa::recover_with(config, scala, members, vec![], &[], true).expect("recovery")
+    });
+    h.adopt_flushed_or_later(&flushed, &since);
+    // Reads decoded from the parity recovery left must give the same data back.
+    h.volume
+        .fail_member((seed % n as u64) as usize, h.now_ns)
+        .unwrap();
+    h.check_all();
+    writes_and_reads(&mut h, &mut rng, 400);
+    h.now_ns += 1_000_000_000;
+    h.volume.background(h.now_ns);
+    h.check_all();
+    *h.volume.stats()
+}
+
+#[test]
+fn a_host_crash_keeps_every_flushed_write() {
+    let mut rng = SimRng::new(77);
+    let mut total = ScalaAfaStats::default();
+    for (level, n) in SHAPES {
+        for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
+            for _ in 0..6 {
+                let before = rng.below(3000) as usize;
+                let after = 1 + rng.below(600) as usize;
+                let seed = rng.next_u64();
+                let token = afa_nand::PayloadMode::Token;
+                let stats =
+                    host_crash_and_recover(level, n, seed, before, after, with_mode(mode), token);
+                total.recovery_torn_chunks += stats.recovery_torn_chunks;
+                total.recovery_unwhole_copies += stats.recovery_unwhole_copies;
+                total.recovery_resynced_stripes += stats.recovery_resynced_stripes;
+            }
+        }
+    }
+    // The crashes tore copies, and kept tags without their data, for recovery to drop.
+    assert!(total.recovery_torn_chunks > 0, "{total:?}");
+    assert!(total.recovery_unwhole_copies > 0, "{total:?}");
+    assert!(total.recovery_resynced_stripes > 0, "{total:?}");
+}
+
 #[test]
 fn power_loss_inside_a_request_loses_no_acknowledged_write() {
     let token = afa_nand::PayloadMode::Token;
@@ -808,19 +914,7 @@ proptest! {
         lost_at in (0usize..6, 0usize..5),
     ) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-        let mode = if host_conversion { ScalaMode::ScalaCo } else { ScalaMode::Scalaafa };
-        let scala = ScalaAfaConfig {
-            mode,
-            io_threads: threads,
-            checkpoint_interval_ms: checkpoint_ms,
-            ..ScalaAfaConfig::default()
-        };
-        // Checkpoints keep their bytes only on members that keep whole sectors.
-        let payload = if checkpoint_ms > 0.0 {
-            afa_nand::PayloadMode::Full
-        } else {
-            afa_nand::PayloadMode::Token
-        };
+        let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
         // Up to m distinct members lost with the power.
         let n = n as usize;
         let first = lost_at.0 % n;
@@ -973,8 +1067,71 @@ fn recovery_after_power_loss_loses_no_acknowledged_write() {
     }
 }
 
+/// The engine configuration and member payload of the power-loss property tests: in-SSD or
+/// host conversion, I/O threads, and checkpoints (0: none), which keep their bytes only on
+/// members that keep whole sectors.
+fn random_scala(
+    host_conversion: bool,
+    threads: u32,
+    checkpoint_ms: f64,
+) -> (ScalaAfaConfig, afa_nand::PayloadMode) {
+    let mode = if host_conversion {
+        ScalaMode::ScalaCo
+    } else {
+        ScalaMode::Scalaafa
+    };
+    let scala = ScalaAfaConfig {
+        mode,
+        io_threads: threads,
+        checkpoint_interval_ms: checkpoint_ms,
+        ..ScalaAfaConfig::default()
+    };
+    let payload = if checkpoint_ms > 0.0 {
+        afa_nand::PayloadMode::Full
+    } else {
+        afa_nand::PayloadMode::Token
+    };
+    (scala, payload)
+}
+
+/// A checkpoint whose write reached the medium names copies whose data did not: recovery
+/// after a host crash scans every OOB area instead of trusting it (cases the property test
+/// below found).
+#[test]
+fn a_host_crash_does_not_trust_a_checkpoint() {
+    let full = afa_nand::PayloadMode::Full;
+    for (seed, threads, interval_ms, before, after) in [
+        (13131311752833882961, 1, 0.5, 180, 32),
+        (14567323905509029903, 2, 0.9114854225525242, 185, 95),
+    ] {
+        let scala = ScalaAfaConfig {
+            io_threads: threads,
+            checkpoint_interval_ms: interval_ms,
+            ..ScalaAfaConfig::default()
+        };
+        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full);
+        assert_eq!(stats.recovered_checkpoint_seq, None);
+        assert!(stats.checkpoints > 0, "{stats:?}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
+    #[test]
+    fn a_host_crash_at_random_points_keeps_every_flushed_write(
+        seed in any::<u64>(),
+        raid6 in any::<bool>(),
+        host_conversion in any::<bool>(),
+        threads in 1u32..=3,
+        checkpoint_ms in prop_oneof![Just(0.0), 0.5f64..10.0],
+        before in 0usize..3000,
+        after in 1usize..600,
+    ) {
+        let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+        let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
+        host_crash_and_recover(level, n, seed, before, after, scala, payload);
+    }
+
     #[test]
     fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), crash_after in 0usize..3000) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };

@@ -46,7 +46,7 @@
 //! schedule).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -472,9 +472,42 @@ pub(super) struct Remote {
     stop: Option<bool>,
     /// The first error of the daemon's own work, reported when the engine stops.
     error: Option<DeviceError>,
+    /// Member flushes started (members behind a volatile cache): a row freed while this
+    /// read n waits for a flush that started after it; and the write clock when the latest
+    /// one started.
+    flushes: Arc<FlushCount>,
+}
+
+/// The member flushes of an engine on threads, counted where they start.
+#[derive(Debug, Default)]
+pub(super) struct FlushCount {
+    started: AtomicU64,
+    /// The write clock when the latest flush started.
+    clock: AtomicU32,
+}
+
+impl FlushCount {
+    /// A flush starts now, with the write clock at `clock`; returns its number.
+    fn start(&self, clock: u32) -> u64 {
+        self.clock.fetch_max(clock, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst) + 1
+    }
 }
 
 impl Remote {
+    pub(super) fn flushes_started(&self) -> u64 {
+        self.flushes.started.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn flush_clock(&self) -> u32 {
+        self.flushes.clock.load(Ordering::SeqCst)
+    }
+
+    /// The daemon flushes the members itself.
+    pub(super) fn flush_starts(&self, clock: u32) {
+        self.flushes.start(clock);
+    }
+
     /// Rows freed but waiting for a barrier.
     pub(super) fn waiting_hhs(&self) -> usize {
         self.dying.len() + self.barriers.iter().map(|b| b.rows.len()).sum::<usize>()
@@ -595,6 +628,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.chunks[j] = chunk;
         s.live += 1;
         s.filled += 1;
+        s.first_ts = s.first_ts.min(ts);
         if s.filled as usize == k {
             s.state = HhState::Full;
             // A thread batching its writes may have opened its next group already.
@@ -856,12 +890,13 @@ impl Geometry {
             && decode_meta(&tags[..self.tag_bytes]) == (chunk, slot as u8, ts, KIND_BACKUP)
     }
 
-    fn tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8) -> Option<Vec<u8>> {
+    fn tags(&self, chunk: u32, slot: usize, ts: u32, kind: u8, data: &[u8]) -> Option<Vec<u8>> {
         meta_tags(
             self.tag_bytes,
             self.sector_bytes,
             self.chunk_sectors,
             encode_meta(chunk, slot as u8, ts, kind),
+            data,
         )
     }
 }
@@ -1185,8 +1220,12 @@ impl IoThread {
             self.heroes.send(ToManager::Writing { chunk });
             let ts = self.clock.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
             let first_tag = batch.tags;
-            let primary = g.tags(chunk, j, ts, KIND_PRIMARY);
-            let backup = g.tags(chunk, j, ts, KIND_BACKUP);
+            let primary = g.tags(chunk, j, ts, KIND_PRIMARY, &data);
+            // The backups' tags are the primary's with another kind byte.
+            let backup = primary.clone().map(|mut t| {
+                set_kind(&mut t, g.tag_bytes, KIND_BACKUP);
+                t
+            });
             let (d, lba, cs) = (g.data_member(stripe, j), g.hh_lba(stripe), g.chunk_sectors);
             // A failed member takes no copy; the chunk keeps the others.
             if self.serving[d] {
@@ -1738,6 +1777,9 @@ pub struct ThreadedScalaAfa<D: BlockDevice + Send + 'static> {
     members: Vec<MemberQueue>,
     /// Whether each member serves: a flush leaves a failed one alone.
     serving: Vec<bool>,
+    /// With members behind a volatile cache: flushes started, the write clock, and the
+    /// daemon to tell when one is done (it then trims and hands out the rows it held for it).
+    flushes: Option<(Arc<FlushCount>, Arc<AtomicU32>, Sender<ToManager>)>,
     /// Taken by the stop; never touched on the request path.
     running: Mutex<Option<Running<D>>>,
 }
@@ -1868,6 +1910,11 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
         let info = self.info;
         let low_water = self.low_water;
         let ts_clock = Arc::new(AtomicU32::new(self.clock));
+        let flushes = Arc::new(FlushCount {
+            clock: AtomicU32::new(self.flush_clock),
+            ..FlushCount::default()
+        });
+        let keep_flushed = self.keep_flushed;
         let (v, devices, spares) = self.take_devices();
         let n = devices.len();
         let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info()).collect();
@@ -1916,6 +1963,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             next_epoch: 0,
             stop: None,
             error: None,
+            flushes: flushes.clone(),
         });
         let to_daemon = v.threads[0].to_manager.clone();
         let serving: Vec<bool> = v
@@ -1995,6 +2043,7 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             jobs,
             members: queues,
             serving,
+            flushes: keep_flushed.then(|| (flushes, ts_clock.clone(), to_daemon.clone())),
             running: Mutex::new(Some(Running {
                 io,
                 controls,
@@ -2094,6 +2143,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
             work: self.work,
             messages_taken: self.messages_taken,
             stats: self.stats,
+            keep_flushed: self.keep_flushed,
+            unflushed: self.unflushed,
+            replaced: self.replaced,
+            flush_clock: self.flush_clock,
             remote: self.remote,
         };
         (v, old, self.spares)
@@ -2259,8 +2312,24 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
     }
 
     /// Makes every write completed before the call durable: each member flushes. The AMT
-    /// and HGMT need nothing, since recovery rebuilds them from the OOB tags (§5.4).
+    /// and HGMT need nothing, since recovery rebuilds them from the OOB tags (§5.4). With
+    /// members behind a volatile cache the daemon then learns that the copies replaced
+    /// before this flush started are no longer needed.
     pub fn flush(&self) -> Result<TimeNs, DeviceError> {
+        let started = self
+            .flushes
+            .as_ref()
+            .map(|(count, clock, _)| count.start(clock.load(Ordering::SeqCst)));
+        let done = self.flush_members()?;
+        if let (Some(upto), Some((_, _, daemon))) = (started, &self.flushes) {
+            daemon
+                .send(ToManager::Flushed { upto })
+                .map_err(|_| stopped())?;
+        }
+        Ok(done)
+    }
+
+    fn flush_members(&self) -> Result<TimeNs, DeviceError> {
         let (tx, rx) = unbounded();
         let mut sent = 0;
         for (i, member) in self.members.iter().enumerate() {
@@ -2297,6 +2366,17 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or_else(stopped)
+    }
+
+    /// The orderly end of a served volume: flushes, stops every thread and flushes the
+    /// members once more, since the daemon may have trimmed copies the first flush made
+    /// redundant, and a recovery after an orderly stop does not check the copies. Hands back
+    /// the single-owner engine.
+    pub fn stop_flushed(&self) -> Result<ScalaAfa<D>, DeviceError> {
+        self.flush()?;
+        let mut v = self.stop()?;
+        v.submit(self.clock.now_ns(), &Command::flush(), ReadBuffers::none())?;
+        Ok(v)
     }
 
     /// Stops the engine once every request sent so far is done and hands back the single-
@@ -2352,6 +2432,7 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
         }
         if let Some(r) = &remote {
             v.clock = r.clock.load(Ordering::SeqCst);
+            v.flush_clock = r.flush_clock();
         }
         let (mut v, _, _) = v.swap_devices(devices);
         v.spares = run.spares;
