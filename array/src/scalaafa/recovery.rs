@@ -28,10 +28,12 @@
 //! neither. Every copy the walk takes is then read whole and checked against the checksums
 //! in its tags: a copy whose tags outlived its data is dropped as a torn write would be, and
 //! the older copy it replaced (kept until a flush, see
-//! [`ScalaAfa::keep_flushed_writes`]) wins again. A stripe whose VHs were being trimmed
-//! after a flush has its parity but not all its backups, and is striped if the parity tags
-//! check. Every striped stripe's parity is then computed again from its data (md's resync
-//! after an unclean shutdown), since a parity chunk's tags may have outlived its data.
+//! [`ScalaAfa::keep_flushed_writes`]) wins again. A whole primary is kept even when its
+//! backups are gone (a conversion's trim of them reached the medium, its parity did not):
+//! its stripe is taken as striped. Checkpoints are not used, since one may name copies that
+//! did not survive. Every striped stripe's parity is then computed again from its data
+//! (md's resync after an unclean shutdown), since a parity chunk's tags may have outlived
+//! its data.
 
 use std::collections::BTreeMap;
 
@@ -506,11 +508,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 s.state = HhState::Striped;
                 s.filled = k as u32;
                 s.parity_missing = failed_parity;
-                // After a host crash a stripe found between its parity rows is one whose VHs
-                // were being trimmed after the flush that made all its parity durable (a cut
-                // conversion keeps every VH until a flush): its parity is computed again
-                // below like every striped stripe's, and its VHs, which another group may
-                // have taken since, are not its own any more.
+                // After a host crash every striped stripe's parity is computed again once the
+                // tables stand, so a stripe found between its parity rows needs no finishing
+                // from its VHs; and those may have gone to another group since its
+                // conversion released them, whose writes the crash kept only in part.
                 if replicated && !primaries_kept && !verify {
                     s.parity_missing = unconverted;
                     s.vhs = vhs;

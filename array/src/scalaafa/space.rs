@@ -54,7 +54,8 @@ pub(crate) enum ToManager {
     /// it had given up before the barrier was sent.
     Passed { thread: usize, epoch: u64 },
     /// On real threads only, with members behind a volatile cache: member flush number
-    /// `upto` is done, so the heroes freed before it started may be trimmed and handed out.
+    /// `upto` is done, so the dead rows held since before it started may be trimmed and
+    /// handed out.
     Flushed { upto: u64 },
     /// On real threads only: the daemon stops once it has handled what came before
     /// (`orderly`), or at once, leaving the rest unhandled (a crash).

@@ -472,9 +472,9 @@ pub(super) struct Remote {
     stop: Option<bool>,
     /// The first error of the daemon's own work, reported when the engine stops.
     error: Option<DeviceError>,
-    /// Member flushes started (members behind a volatile cache): a row freed while this
-    /// read n waits for a flush that started after it; and the write clock when the latest
-    /// one started.
+    /// Member flushes started (members behind a volatile cache): a dead row held while this
+    /// read n waits for flush n + 1 or a later one; and the write clock when the latest one
+    /// started.
     flushes: Arc<FlushCount>,
 }
 
