@@ -428,8 +428,9 @@ impl<V: BlockDevice> Harness<V> {
         flushed: &[u64],
         since: &BTreeMap<usize, Vec<u64>>,
     ) {
+        assert_eq!(flushed.len(), self.tokens.len());
         let mut out = vec![0u8; self.unit];
-        for at in 0..self.tokens.len() {
+        for (at, &at_flush) in flushed.iter().enumerate() {
             self.volume
                 .submit(
                     self.now_ns,
@@ -441,14 +442,13 @@ impl<V: BlockDevice> Harness<V> {
                 )
                 .expect("read after recovery");
             let allowed =
-                std::iter::once(flushed[at]).chain(since.get(&at).into_iter().flatten().copied());
+                std::iter::once(at_flush).chain(since.get(&at).into_iter().flatten().copied());
             let got = allowed
                 .clone()
                 .find(|&t| unit_matches(t, &out))
                 .unwrap_or_else(|| {
                     panic!(
-                        "sector {at}: neither the flushed {:#x} nor a later write {:x?} (read {:x?})",
-                        flushed[at],
+                        "sector {at}: neither the flushed {at_flush:#x} nor a later write {:x?} (read {:x?})",
                         allowed.skip(1).collect::<Vec<_>>(),
                         &out
                     )
