@@ -1695,6 +1695,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             return self.member_read(p, lba + row as u64, rows, now_ns, out);
         }
         let (shards, t) = self.reconstruct_rows(stripe, row, rows, now_ns, j)?;
+        if !self.decoded_whole(stripe, j, row, rows, &shards[j])? {
+            return Err(DeviceError::Medium(format!(
+                "slot {j} of stripe {stripe} decodes to data its checksums do not match"
+            )));
+        }
         out.copy_from_slice(&shards[j]);
         Ok(t)
     }
@@ -1758,6 +1763,29 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// tags as its data is from theirs: the SSDs' conversion computed the parity chunks'
     /// tags over the backups' tags (§5.4), which are the primaries' but for the kind byte.
     /// None when the members keep no tags.
+    /// Whether sectors `row..row + rows` of slot `j`, decoded as `data`, match the checksums
+    /// in their tags decoded the same way. A parity whose tags outlived its data (a host
+    /// crash over member files, with a member lost before it) decodes to other bytes, and
+    /// the read fails rather than return them. An unwritten slot (zero tags) checks nothing.
+    fn decoded_whole(
+        &self,
+        stripe: u32,
+        j: usize,
+        row: u32,
+        rows: u32,
+        data: &[u8],
+    ) -> Result<bool, DeviceError> {
+        if self.tag_bytes < META_TAG_BYTES || self.unit == 0 {
+            return Ok(true);
+        }
+        let Some(tags) = self.reconstruct_tags(stripe, j)? else {
+            return Ok(true);
+        };
+        let tb = self.tag_bytes;
+        let tags = &tags[row as usize * tb..(row + rows) as usize * tb];
+        Ok(tags.iter().all(|&b| b == 0) || copy_is_whole(tags, data, tb, self.unit))
+    }
+
     fn reconstruct_tags(&self, stripe: u32, wanted: usize) -> Result<Option<Vec<u8>>, DeviceError> {
         let lba = self.hh_lba(stripe);
         let mut shards = Vec::with_capacity(self.k + self.m);

@@ -284,6 +284,55 @@ fn degraded_reads_and_rebuild_lose_nothing() {
     }
 }
 
+/// A parity chunk whose tags outlived its data (a host crash over member files) decodes a lost
+/// member's chunk to other bytes: the read fails instead of returning them.
+#[test]
+fn a_decode_that_misses_its_checksums_fails_the_read() {
+    let mut h = Harness::new(engine(Level::Raid5, 5, 0, with_mode(ScalaMode::Scalaafa)));
+    let cs = h.volume.chunk_sectors();
+    for c in 0..4u64 {
+        h.write(c * cs as u64, cs).unwrap();
+    }
+    h.now_ns += 1_000_000;
+    h.volume.background(h.now_ns);
+    assert_eq!(h.volume.stats().stripes_converted, 1);
+    let (stripe, j) = (h.volume.amt[2] / 4, (h.volume.amt[2] % 4) as usize);
+    let (d, p) = (
+        h.volume.data_member(stripe, j),
+        h.volume.parity_member(stripe, 0),
+    );
+    let lba = h.volume.hh_lba(stripe);
+    // The parity's data goes back to something else; its tags stay.
+    let tags = h.volume.members[p].device.scan_tags(lba, cs).unwrap();
+    let garbage = vec![0x5au8; cs as usize * h.volume.unit];
+    let stale = Command {
+        tags: Some(&tags),
+        ..Command::write(lba, cs, &garbage)
+    };
+    let now = h.now_ns;
+    h.volume.members[p]
+        .device
+        .submit(now, &stale, ReadBuffers::none())
+        .unwrap();
+    h.volume.fail_member(d, now).unwrap();
+    let mut out = vec![0u8; cs as usize * h.volume.unit];
+    let read = Command::read(2 * cs as u64, cs);
+    let err = h
+        .volume
+        .submit(
+            now,
+            &read,
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, DeviceError::Medium(_)), "{err:?}");
+    // The other chunks read from their own members.
+    h.read_check(0, cs);
+}
+
 /// A replacement rebuilt onto a spare carries the OOB metadata of every chunk it holds, so a
 /// power loss after the rebuild finds every acknowledged write by the OOB scan (§5.4), with
 /// one member and with two members rebuilt.

@@ -1553,6 +1553,13 @@ impl IoThread {
                 "chunk {chunk} does not decode from its stripe"
             )));
         }
+        // A parity whose tags outlived its data (a host crash, with a member lost before it)
+        // decodes to the chunk's tags but to other bytes.
+        if !copy_is_whole(&tags[j], &data[j], g.tag_bytes, g.sector_bytes) {
+            return Err(DeviceError::Medium(format!(
+                "chunk {chunk} decodes to data its checksums do not match"
+            )));
+        }
         Ok((
             done,
             std::mem::take(&mut data[j]),
