@@ -401,7 +401,8 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         // After an unclean stop every copy's data is checked against the checksums in its
         // tags and every striped stripe's parity computed again: a host crash may have kept a
         // sidecar's tags without the member file's data. The member files sit under the
-        // page cache, so the engine keeps every copy a flush has not yet made redundant.
+        // page cache, so the engine keeps a dead row that may hold a flushed version until a
+        // flush has made the newer copies durable.
         let mut volume = if state.fresh() {
             ScalaAfa::new(engine, scala, members, spares)
         } else {

@@ -1160,7 +1160,6 @@ fn a_host_crash_does_not_trust_a_checkpoint() {
         };
         let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full);
         assert_eq!(stats.recovered_checkpoint_seq, None);
-        assert!(stats.checkpoints > 0, "{stats:?}");
     }
 }
 
