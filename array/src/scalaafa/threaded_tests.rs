@@ -726,6 +726,56 @@ fn threads_serve_degraded_with_failed_members() {
     }
 }
 
+/// On threads too, a chunk of a lost member decoded from a parity whose tags outlived its
+/// data (a host crash) fails the read instead of returning other bytes.
+#[test]
+fn threads_fail_a_decode_that_misses_its_checksums() {
+    let mut engine = volume(Level::Raid5, 5, 2);
+    let cs = engine.chunk_sectors();
+    // Eight whole chunks fill the two I/O threads' hero groups, converted when idle.
+    for c in 0..8u64 {
+        let data: Vec<u8> = (0..cs as u64)
+            .flat_map(|i| pattern(c * cs as u64 + i, 1))
+            .collect();
+        engine
+            .submit(
+                0,
+                &Command::write(c * cs as u64, cs, &data),
+                ReadBuffers::none(),
+            )
+            .unwrap();
+    }
+    engine.background(1_000_000_000);
+    assert_eq!(engine.stats().stripes_converted, 2);
+    let a = engine.amt[4];
+    let (stripe, j) = (a / 4, (a % 4) as usize);
+    let (d, p) = (
+        engine.data_member(stripe, j),
+        engine.parity_member(stripe, 0),
+    );
+    let lba = engine.hh_lba(stripe);
+    // The parity's data goes back to something else; its tags stay.
+    let tags = engine.members[p].device.scan_tags(lba, cs).unwrap();
+    let garbage = vec![0x5au8; cs as usize * SECTOR];
+    let stale = Command {
+        tags: Some(&tags),
+        ..Command::write(lba, cs, &garbage)
+    };
+    engine.members[p]
+        .device
+        .submit(1_000_000_000, &stale, ReadBuffers::none())
+        .unwrap();
+    engine.fail_member(d, 1_000_000_000).unwrap();
+    let v = engine.into_threads().expect("threads start");
+    let mut out = vec![0u8; SECTOR];
+    let err = v.read(4 * cs as u64 * SECTOR as u64, &mut out).unwrap_err();
+    assert!(matches!(err, DeviceError::Medium(_)), "{err:?}");
+    // Chunks on members that serve read as written.
+    v.read(0, &mut out).unwrap();
+    assert_eq!(out, pattern(0, 1));
+    v.stop().expect("orderly stop");
+}
+
 #[test]
 fn threads_are_refused_while_a_member_is_rebuilt() {
     let scala = ScalaAfaConfig {
