@@ -346,9 +346,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     match &spec.choice {
         EngineChoice::Swan(swan) => fingerprint.push_str(&format!(", {swan:?}")),
         EngineChoice::Log(log) => fingerprint.push_str(&format!(", {log:?}")),
-        EngineChoice::TwoPhase(t) => {
-            fingerprint.push_str(&format!(", {t:?}, {tag_bytes} tag bytes per sector"))
-        }
+        // The tags' data checksum is CRC-32 (it was FNV-1a): a directory written before
+        // would read every copy as torn after an unclean stop.
+        EngineChoice::TwoPhase(t) => fingerprint.push_str(&format!(
+            ", {t:?}, {tag_bytes} tag bytes per sector with CRC-32 data checksums"
+        )),
         _ => {}
     }
     if !spec.failures.is_empty() {
