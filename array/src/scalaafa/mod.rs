@@ -625,14 +625,19 @@ impl<D: BlockDevice> ScalaAfa<D> {
     fn flush_and_release(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let trimmed = self.release_replaced(now_ns)?;
         self.flush_starts();
+        let flushed = self.flush_serving(trimmed)?;
+        self.mark_replaced(u64::MAX);
+        Ok(flushed)
+    }
+
+    /// Flushes every member that has not failed; returns when all are done.
+    fn flush_serving(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let serving = self
             .members
             .iter_mut()
             .filter(|m| m.state != MemberState::Failed)
             .map(|m| &mut m.device);
-        let flushed = crate::flush_members(trimmed, serving, &mut self.work)?;
-        self.mark_replaced(u64::MAX);
-        Ok(flushed)
+        crate::flush_members(now_ns, serving, &mut self.work)
     }
 
     pub fn stats(&self) -> &ScalaAfaStats {
@@ -2230,14 +2235,7 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
             Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
             Opcode::Flush if self.keep_flushed => self.flush_and_release(now_ns)?,
-            Opcode::Flush => {
-                let serving = self
-                    .members
-                    .iter_mut()
-                    .filter(|m| m.state != MemberState::Failed)
-                    .map(|m| &mut m.device);
-                crate::flush_members(now_ns, serving, &mut self.work)?
-            }
+            Opcode::Flush => self.flush_serving(now_ns)?,
         };
         Ok(Completion {
             done_ns,

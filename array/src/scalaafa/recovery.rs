@@ -143,12 +143,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             v.resync_parity(failed).map_err(failure)?;
             // What recovery rewrote and trimmed is made durable before the volume serves:
             // another host crash must find the state recovered here.
-            let serving = v
-                .members
-                .iter_mut()
-                .filter(|m| m.state != MemberState::Failed)
-                .map(|m| &mut m.device);
-            crate::flush_members(0, serving, &mut v.work).map_err(failure)?;
+            v.flush_serving(0).map_err(failure)?;
         }
         if v.checkpointing() {
             // The recovered tables are checkpointed before the volume serves: heroes freed
