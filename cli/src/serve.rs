@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use afa_array::{
@@ -22,6 +22,7 @@ use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
 };
+use afa_waflash::{WaflashConfig, WaflashSsd};
 use clap::{Args, ValueEnum};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -52,8 +53,9 @@ impl From<PaceArg> for Pace {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The volume's configuration (`[ssd]`, `[array]`, or `[ox]` for one OX SSD; other
-    /// tables are ignored). The embedded default volume when absent.
+    /// The volume's configuration (`[ssd]`, `[array]`, `[ox]` for one OX SSD, or
+    /// `[waflash]` for one WAFLASH SSD; other tables are ignored). The embedded default
+    /// volume when absent.
     pub config: Option<PathBuf>,
     /// `IP:PORT` or `unix:/path/to.sock`.
     #[arg(long, default_value = "127.0.0.1:10809")]
@@ -124,6 +126,19 @@ fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String
             ));
         }
     }
+    if let Some(waflash) = &config.waflash {
+        // One WAFLASH SSD is the whole volume, as with [ox]; serving [ssd] or an array
+        // instead would serve something else than asked.
+        if config.array.is_some() {
+            return Err(format!(
+                "configuration {source}: [waflash] serves one WAFLASH SSD and cannot be combined with [array]"
+            ));
+        }
+        waflash
+            .ssd
+            .validate()
+            .map_err(|e| format!("configuration {source}: waflash.ssd: {e}"))?;
+    }
     if config.precondition.fill_fraction > 0.0 {
         return Err(format!(
             "configuration {source}: [precondition] is not supported in serve mode (its fill carries no real bytes); set fill_fraction = 0"
@@ -170,6 +185,9 @@ pub struct Volume {
     pub served: Served,
     pub description: String,
     pub state: Option<StateDir>,
+    /// The device's own counters as of its last flush, printed when the server stops (the
+    /// engine flushes the device as it stops, so the line covers the whole run).
+    pub counters: Option<Arc<Mutex<String>>>,
 }
 
 /// How the server drives a volume.
@@ -235,6 +253,9 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     if let Some(ox) = &cfg.ox {
         return build_ox_volume(ox, seed, state_dir);
     }
+    if let Some(waflash) = &cfg.waflash {
+        return build_waflash_volume(&waflash.ssd, seed, state_dir);
+    }
     let Some(state_dir) = state_dir else {
         let mut ssd = cfg.ssd.clone();
         ssd.payload = PayloadMode::Full;
@@ -244,6 +265,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 served: Served::device(device),
                 description: "afa: one emulated SSD in memory".into(),
                 state: None,
+                counters: None,
             });
         };
         let spec = ArraySpec::from_config(array_cfg);
@@ -265,6 +287,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served,
             description,
             state: None,
+            counters: None,
         });
     };
     // File-backed members keep their bytes; the emulated SSD beside each keeps only the
@@ -289,6 +312,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served: Served::device(device),
             description: format!("afa: one emulated SSD kept in {}", state_dir.display()),
             state: Some(state),
+            counters: None,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
@@ -457,6 +481,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served,
             description,
             state: Some(state),
+            counters: None,
         });
     }
     if let Some(two_phase) = two_phase {
@@ -558,6 +583,7 @@ fn recorded<E: FailableEngine>(
         served: Served::device(RecordedFailures::new(volume, dir, record, failures)),
         description,
         state: Some(state),
+        counters: None,
     }
 }
 
@@ -576,6 +602,7 @@ fn build_ox_volume(
             served: Served::device(device),
             description: "afa: one OX SSD (OXBlock) in memory".into(),
             state: None,
+            counters: None,
         });
     };
     let t = &ox.terms;
@@ -634,7 +661,110 @@ fn build_ox_volume(
         served: Served::device(device),
         description,
         state: Some(state),
+        counters: None,
     })
+}
+
+/// A WAFLASH SSD served over NBD, which keeps a one-line summary of its counters up to date
+/// at every flush, so that the server can print what the clients' writes did inside the
+/// device (unaligned writes, partial pages, read-modify-write reads, versions, compaction)
+/// after the engine thread, which owns the device, has stopped.
+#[derive(Debug)]
+struct ServedWaflash {
+    ssd: WaflashSsd,
+    counters: Arc<Mutex<String>>,
+}
+
+impl ServedWaflash {
+    fn summary(&self) -> String {
+        let r = self.ssd.report();
+        format!(
+            "WAFLASH: {} commands, {} unaligned writes, {} partial pages to the FTL, {} read-modify-write reads, {} version writes, {} compacted pages, {} version merges (foreground, GC, idle); flash {} reads, {} programs, {} erases",
+            r.device.commands,
+            r.device.unaligned_writes,
+            r.ftl.partial_page_writes,
+            r.ftl.extra_reads,
+            r.ftl.version_writes,
+            r.ftl.compacted_pages,
+            r.ftl.forced_merges + r.ftl.gc_merges + r.ftl.idle_merges,
+            r.flash_reads,
+            r.flash_programs,
+            r.flash_erases
+        )
+    }
+}
+
+impl BlockDevice for ServedWaflash {
+    fn info(&self) -> DeviceInfo {
+        self.ssd.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &DeviceCommand<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let flush = cmd.opcode == afa_ssd::Opcode::Flush;
+        let done = self.ssd.submit(now_ns, cmd, out)?;
+        if flush {
+            let line = self.summary();
+            *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = line;
+        }
+        Ok(done)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.ssd.background(now_ns)
+    }
+}
+
+/// One WAFLASH SSD (`[waflash.ssd]`) in memory with real bytes: clients' unaligned writes go
+/// through its write buffer, MV-FTL and compaction as the simulation's do.
+fn build_waflash_volume(
+    config: &WaflashConfig,
+    seed: u64,
+    state_dir: Option<&Path>,
+) -> Result<Volume, String> {
+    if state_dir.is_some() {
+        // The FTL's map (every logical page's versions and compacted pieces) and the write
+        // buffer live in controller memory, and nothing rebuilds them from the medium, so
+        // files kept across restarts could not be read back.
+        return Err(
+            "--state cannot be used with [waflash]: the WAFLASH SSD keeps its map in controller memory and has no recovery from its flash, so it is served in memory only"
+                .into(),
+        );
+    }
+    let mut config = config.clone();
+    config.payload = PayloadMode::Full;
+    let description = format!(
+        "afa: one WAFLASH SSD ({} buffer, {} FTL{}) in memory",
+        serde_plain_name(&config.buffer_policy),
+        serde_plain_name(&config.ftl),
+        if config.compaction {
+            ", compaction"
+        } else {
+            ""
+        }
+    );
+    let ssd = WaflashSsd::new(config, seed).map_err(|e| format!("waflash: {e}"))?;
+    let counters = Arc::new(Mutex::new(String::new()));
+    let device = ServedWaflash {
+        ssd,
+        counters: Arc::clone(&counters),
+    };
+    Ok(Volume {
+        served: Served::device(device),
+        description,
+        state: None,
+        counters: Some(counters),
+    })
+}
+
+/// The name a configuration file uses for a unit enum variant (`"pc-lru"`, `"multi-version"`).
+fn serde_plain_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => serde_json::to_string(value).unwrap_or_default(),
+    }
 }
 
 /// A log-structured engine whose battery-backed host memory is kept in an NVRAM log.
@@ -744,6 +874,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "afa serve: stopped after {} requests ({} bytes read, {} written, {} errors)",
         stats.requests, stats.read_bytes, stats.write_bytes, stats.errors
     );
+    if let Some(counters) = &volume.counters {
+        let line = counters.lock().unwrap_or_else(|e| e.into_inner());
+        if !line.is_empty() {
+            eprintln!("afa serve: {line}");
+        }
+    }
     Ok(())
 }
 
@@ -1150,6 +1286,136 @@ mod tests {
             assert!(err.contains(named), "{err}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A small WAFLASH SSD: the default geometry (1 GiB raw) with a 2 MiB buffer.
+    const WAFLASH: &str = "seed = 5\n[waflash.ssd]\nbuffer_bytes = 2097152\n";
+
+    fn waflash_config(text: &str, name: &str) -> Result<RunConfig, String> {
+        let dir = std::env::temp_dir().join(format!("afa-serve-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = load_volume_config(Some(&path)).map(|(cfg, _)| cfg);
+        let _ = std::fs::remove_dir_all(&dir);
+        loaded
+    }
+
+    #[test]
+    fn a_waflash_volume_keeps_every_unaligned_write_and_counts_what_it_did() {
+        let cfg = waflash_config(WAFLASH, "waflash").unwrap();
+        let volume = build_volume(&cfg, None).unwrap();
+        assert!(
+            volume
+                .description
+                .contains("WAFLASH SSD (pc-lru buffer, multi-version FTL, compaction)"),
+            "{}",
+            volume.description
+        );
+        let Served::Device(device) = volume.served else {
+            panic!("a WAFLASH SSD is served as one device");
+        };
+        let info = device.info();
+        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
+        let mut executor = afa_serve::Executor::new(device).unwrap();
+        // Byte-granular writes anywhere in the first 4 MiB, most of them covering part of a
+        // 16 KiB page, with the expected bytes kept beside them; every read is compared.
+        let region = 4usize << 20;
+        let mut expected = vec![0u8; region];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut now_ns: TimeNs = 0;
+        for i in 0..3000u64 {
+            let offset = next(region as u64 - 20_000) as usize;
+            let length = 1 + next(20_000) as usize;
+            if i % 3 == 2 {
+                let (done, data) = executor
+                    .execute(
+                        now_ns,
+                        &afa_serve::proto::Request::Read {
+                            offset: offset as u64,
+                            length: length as u32,
+                        },
+                        &[],
+                    )
+                    .unwrap();
+                assert!(
+                    data == expected[offset..offset + length],
+                    "read of {length} bytes at {offset} differs (request {i})"
+                );
+                now_ns = done;
+                continue;
+            }
+            let fill = (i % 251) as u8 + 1;
+            expected[offset..offset + length].fill(fill);
+            let request = afa_serve::proto::Request::Write {
+                offset: offset as u64,
+                length: length as u32,
+                fua: false,
+            };
+            now_ns = executor
+                .execute(now_ns, &request, &expected[offset..offset + length])
+                .unwrap()
+                .0;
+            if i % 97 == 0 {
+                now_ns = executor
+                    .execute(now_ns, &afa_serve::proto::Request::Flush, &[])
+                    .unwrap()
+                    .0;
+            }
+        }
+        executor
+            .execute(now_ns, &afa_serve::proto::Request::Flush, &[])
+            .unwrap();
+        let line = volume.counters.unwrap().lock().unwrap().clone();
+        // The counters as of the last flush: unaligned writes reached the FTL as partial
+        // pages, and MV-FTL and compaction served some of them without reading.
+        let count = |what: &str| -> u64 {
+            let at = line
+                .find(what)
+                .unwrap_or_else(|| panic!("no {what:?} in {line}"));
+            line[..at]
+                .rsplit([' ', ','])
+                .find(|w| !w.is_empty())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("no count before {what:?} in {line}"))
+        };
+        assert!(count(" unaligned writes") > 1000, "{line}");
+        assert!(count(" partial pages to the FTL") > 0, "{line}");
+        assert!(count(" version writes") > 0, "{line}");
+        assert!(count(" compacted pages") > 0, "{line}");
+    }
+
+    #[test]
+    fn a_waflash_volume_refuses_state_and_an_array() {
+        let cfg = waflash_config(WAFLASH, "waflash-state").unwrap();
+        let dir = std::env::temp_dir().join(format!("afa-serve-wfs-{}", std::process::id()));
+        let err = build_volume(&cfg, Some(&dir)).err().unwrap();
+        assert!(
+            err.contains("--state cannot be used with [waflash]"),
+            "{err}"
+        );
+        assert!(!dir.exists(), "a refused volume leaves no state directory");
+        let err = waflash_config(
+            &format!("{WAFLASH}[array]\nlevel = \"raid5\"\nmembers = 3\n"),
+            "waflash-array",
+        )
+        .unwrap_err();
+        assert!(err.contains("[waflash] serves one WAFLASH SSD"), "{err}");
+        let err = waflash_config(
+            "[waflash.ssd]\nbuffer_bytes = 4096\n",
+            "waflash-small-buffer",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("waflash.ssd: ") && err.contains("buffer_bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -48,15 +48,19 @@ pub struct Afa {
 }
 
 impl Afa {
-    /// Starts `afa serve` and waits for its "serving ... at URI" line.
-    pub fn start(config: &Path, socket: &Path, state: &Path, extra: &[&str]) -> Afa {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_afa"))
+    /// Starts `afa serve` and waits for its "serving ... at URI" line; without a state
+    /// directory the volume is kept in memory.
+    pub fn start(config: &Path, socket: &Path, state: Option<&Path>, extra: &[&str]) -> Afa {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_afa"));
+        command
             .arg("serve")
             .arg(config)
             .arg("--listen")
-            .arg(format!("unix:{}", socket.display()))
-            .arg("--state")
-            .arg(state)
+            .arg(format!("unix:{}", socket.display()));
+        if let Some(state) = state {
+            command.arg("--state").arg(state);
+        }
+        let mut child = command
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -163,7 +167,12 @@ pub fn setup(name: &str, toml: &str) -> Setup {
 impl Setup {
     /// Starts a server on this volume with `extra` arguments.
     pub fn start(&self, extra: &[&str]) -> Afa {
-        Afa::start(&self.config, &self.socket, &self.state, extra)
+        Afa::start(&self.config, &self.socket, Some(&self.state), extra)
+    }
+
+    /// Starts a server on this volume kept in memory (no `--state`).
+    pub fn start_in_memory(&self, extra: &[&str]) -> Afa {
+        Afa::start(&self.config, &self.socket, None, extra)
     }
 }
 
