@@ -148,6 +148,12 @@ fn above(r: &Reproduction, label: &str, bound: f64, text: &str) -> Claim {
 }
 
 /// `label` in [`low`, `high`].
+/// The paper's read-heavy batch/block ratios at 80% and 20% host cache (§8.2, Fig. 13):
+/// 497 K / 366 K operations per second (1.358), and the 2.61 the paper's label gives for
+/// 240 K / 92 K (2.609), so that both its figures lie inside.
+const OX_READ_HEAVY_LOW: f64 = 497.0 / 366.0;
+const OX_READ_HEAVY_HIGH: f64 = 2.61;
+
 fn in_range(r: &Reproduction, label: &str, low: f64, high: f64, text: &str) -> Claim {
     let verdict =
         value(r, label).map(|m| ((low..=high).contains(&m), format!("{label} = {}", show(m))));
@@ -334,20 +340,23 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
             within(r, "done_per_mib_block", WHOLE),
             within(r, "done_per_mib_batch", WHOLE),
         ],
+        // The "1.4–2.6×" rounds the paper's own read-heavy ratios, 497/366 = 1.358
+        // at 80% cache and 240/92 = 2.61 at 20%, which the rounded band would reject; the
+        // band is the paper's, unrounded, so that the paper's figures meet their own claim.
         "ox-fig13" => vec![
             in_range(
                 r,
                 "read_heavy_20",
-                1.4,
-                2.6,
-                "read-heavy within the paper's 1.4–2.6×",
+                OX_READ_HEAVY_LOW,
+                OX_READ_HEAVY_HIGH,
+                "read-heavy within the paper's range, 1.4–2.6× unrounded",
             ),
             in_range(
                 r,
                 "read_heavy_80",
-                1.4,
-                2.6,
-                "read-heavy within the paper's 1.4–2.6×",
+                OX_READ_HEAVY_LOW,
+                OX_READ_HEAVY_HIGH,
+                "read-heavy within the paper's range, 1.4–2.6× unrounded",
             ),
             at_least(
                 r,
@@ -545,11 +554,20 @@ mod tests {
 
         let r = run(
             "ox-fig13",
-            &[("read_heavy_20", 2.61, 2.6), ("read_heavy_80", 1.36, 1.39)],
+            &[
+                ("read_heavy_20", 2.61, 2.61),
+                ("read_heavy_80", 1.36, 1.357),
+            ],
         );
         let claims = evaluate(&r);
         assert_eq!(claims[0].holds, Some(true));
         assert_eq!(claims[1].holds, Some(false));
+        // The paper's own figures meet the claim made of them.
+        let r = run(
+            "ox-fig13",
+            &[("read_heavy_20", 2.61, 2.61), ("read_heavy_80", 1.36, 1.36)],
+        );
+        assert!(evaluate(&r)[..2].iter().all(|c| c.holds == Some(true)));
 
         let r = run(
             "waflash-fig10",
