@@ -211,12 +211,16 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
         .precondition
         .validate()
         .map_err(|e| format!("configuration {source}: {e}"))?;
-    // `afa run` drives `[ssd]`, `[array]` or `[waflash]`; OX is measured by `afa reproduce`
-    // and served by `afa serve`, and running `[ssd]` instead would measure something else.
-    if config.ox.is_some() {
-        return Err(format!(
-            "configuration {source}: [ox] is a device for afa serve (and afa reproduce ox-*); afa run does not drive it"
-        ));
+    // `afa run` drives `[ssd]`, `[array]`, `[waflash]` or `[ox]`, one at a time: ignoring a
+    // device table would measure something else than asked.
+    if let Some(ox) = &config.ox {
+        if config.array.is_some() || config.waflash.is_some() {
+            return Err(format!(
+                "configuration {source}: [ox] runs one OX SSD and cannot be combined with [array] or [waflash]"
+            ));
+        }
+        ox.validate()
+            .map_err(|e| format!("configuration {source}: ox: {e}"))?;
     }
     let w = &config.workload;
     let filebench = config
@@ -289,17 +293,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn afa_run_refuses_an_ox_device_instead_of_running_another() {
+    fn afa_run_takes_one_ox_ssd_and_refuses_it_beside_another_device() {
         let dir = std::env::temp_dir().join(format!("afa-config-ox-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("run.toml");
-        std::fs::write(
-            &path,
-            "[ox]\nchannels = 4\n[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n",
-        )
-        .unwrap();
+        let job = "[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n";
+        std::fs::write(&path, format!("[ox]\n{job}")).unwrap();
+        assert!(load(Some(&path)).unwrap().config.ox.is_some());
+        for (extra, named) in [
+            (
+                "[array]\nlevel = \"raid5\"\nmembers = 3\n",
+                "cannot be combined",
+            ),
+            ("[waflash.ssd]\n", "cannot be combined"),
+        ] {
+            std::fs::write(&path, format!("[ox]\n{job}{extra}")).unwrap();
+            let err = load(Some(&path)).unwrap_err();
+            assert!(err.contains(named), "{err}");
+        }
+        std::fs::write(&path, format!("[ox]\nchannels = 0\n{job}")).unwrap();
         let err = load(Some(&path)).unwrap_err();
-        assert!(err.contains("[ox] is a device for afa serve"), "{err}");
+        assert!(err.contains("ox: ") && err.contains("channels"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod config;
+mod ox_run;
 mod plot;
 mod report;
 mod reproduce;
@@ -293,6 +294,14 @@ fn run(
         }
         return waflash::run(&cfg, w, &loaded.base_dir, json, quiet);
     }
+    if let Some(ox) = &cfg.ox {
+        if output_format == plot::OutputFormat::FioJson {
+            return Err(
+                "--output-format fio-json is not available for [ox] runs yet; use --json".into(),
+            );
+        }
+        return ox_run::run(&cfg, ox, &loaded.base_dir, json, quiet);
+    }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
     let build_ssd = |seed: u64| -> Result<Ssd, String> {
         Ssd::new(cfg.ssd.clone(), seed).map_err(|e| format!("configuration {}: {e}", loaded.source))
@@ -376,6 +385,38 @@ fn run(
         std::fs::write(path, report.to_json_pretty())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    integrity_verdict(&outcome)
+}
+
+/// Writes the JSON of a run on one device that has no report of its own kind (a WAFLASH or
+/// an OX SSD): the seed, the simulated time, reads, writes and integrity, then the entries
+/// of `device` (an object: the device's counters and configuration).
+pub fn write_device_json(
+    path: &Path,
+    seed: u64,
+    outcome: &afa_host::RunOutcome,
+    device: serde_json::Value,
+) -> Result<(), String> {
+    let m = &outcome.measurements;
+    let mut value = serde_json::json!({
+        "seed": seed,
+        "sim_time_ns": outcome.sim_time_ns,
+        "read": m.read,
+        "write": m.write,
+        "integrity": {
+            "reads_checked": outcome.reads_checked,
+            "mismatches": outcome.mismatches,
+        },
+    });
+    if let (Some(run), serde_json::Value::Object(entries)) = (value.as_object_mut(), device) {
+        run.extend(entries);
+    }
+    let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A run that read back any sector wrong fails, naming the first mismatches.
+pub fn integrity_verdict(outcome: &afa_host::RunOutcome) -> Result<(), String> {
     if outcome.mismatches > 0 {
         return Err(format!(
             "{} of {} checked sectors read back wrong; first: {:?}",
@@ -383,6 +424,37 @@ fn run(
         ));
     }
     Ok(())
+}
+
+/// The summary of a run on one device that has no report of its own kind (a WAFLASH or an
+/// OX SSD): simulated time, integrity (with `note` after it), and reads and writes.
+pub fn print_device_run(outcome: &afa_host::RunOutcome, note: &str) {
+    println!(
+        "simulated {:.3} ms, {} requests, {} reads checked, {} mismatches{note}",
+        outcome.sim_time_ns as f64 / 1e6,
+        outcome.requests,
+        outcome.reads_checked,
+        outcome.mismatches
+    );
+    let m = &outcome.measurements;
+    for (name, op) in [("read", &m.read), ("write", &m.write)] {
+        println!(
+            "{name:<5} {:>9} ios {:>9.1} MB/s  mean {:>9.1} µs  p99 {:>9.1} µs",
+            op.ios, op.bandwidth_mb_s, op.latency_us.mean, op.latency_us.p99
+        );
+    }
+}
+
+/// Host options of a run on one device from its configuration: the seed, the timeline, the
+/// workload's background work and the progress bar.
+pub fn device_run_options(cfg: &config::RunConfig, quiet: bool) -> RunOptions {
+    RunOptions {
+        seed: cfg.seed,
+        timeline_interval_ns: (cfg.report.timeline_interval_ms * 1e6) as u64,
+        preconditioned_sectors: 0,
+        background_work: cfg.workload.background_work.unwrap_or(true),
+        show_progress: !quiet,
+    }
 }
 
 /// Runs the workload on `device`, through the host CPU model when one is configured, and

@@ -22,7 +22,7 @@ use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
 };
-use afa_waflash::{WaflashConfig, WaflashSsd};
+use afa_waflash::{WaflashConfig, WaflashReport, WaflashSsd};
 use clap::{Args, ValueEnum};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -185,9 +185,9 @@ pub struct Volume {
     pub served: Served,
     pub description: String,
     pub state: Option<StateDir>,
-    /// The device's own counters as of its last flush, printed when the server stops (the
-    /// engine flushes the device as it stops, so the line covers the whole run).
-    pub counters: Option<Arc<Mutex<String>>>,
+    /// A WAFLASH SSD's report as of its last flush, printed when the server stops (the
+    /// engine flushes the device as it stops, so it covers the whole run).
+    pub waflash_report: Option<Arc<Mutex<Option<WaflashReport>>>>,
 }
 
 /// How the server drives a volume.
@@ -265,7 +265,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 served: Served::device(device),
                 description: "afa: one emulated SSD in memory".into(),
                 state: None,
-                counters: None,
+                waflash_report: None,
             });
         };
         let spec = ArraySpec::from_config(array_cfg);
@@ -287,7 +287,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served,
             description,
             state: None,
-            counters: None,
+            waflash_report: None,
         });
     };
     // File-backed members keep their bytes; the emulated SSD beside each keeps only the
@@ -312,7 +312,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served: Served::device(device),
             description: format!("afa: one emulated SSD kept in {}", state_dir.display()),
             state: Some(state),
-            counters: None,
+            waflash_report: None,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
@@ -481,7 +481,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             served,
             description,
             state: Some(state),
-            counters: None,
+            waflash_report: None,
         });
     }
     if let Some(two_phase) = two_phase {
@@ -583,7 +583,7 @@ fn recorded<E: FailableEngine>(
         served: Served::device(RecordedFailures::new(volume, dir, record, failures)),
         description,
         state: Some(state),
-        counters: None,
+        waflash_report: None,
     }
 }
 
@@ -602,7 +602,7 @@ fn build_ox_volume(
             served: Served::device(device),
             description: "afa: one OX SSD (OXBlock) in memory".into(),
             state: None,
-            counters: None,
+            waflash_report: None,
         });
     };
     let t = &ox.terms;
@@ -661,37 +661,18 @@ fn build_ox_volume(
         served: Served::device(device),
         description,
         state: Some(state),
-        counters: None,
+        waflash_report: None,
     })
 }
 
-/// A WAFLASH SSD served over NBD, which keeps a one-line summary of its counters up to date
-/// at every flush, so that the server can print what the clients' writes did inside the
-/// device (unaligned writes, partial pages, read-modify-write reads, versions, compaction)
-/// after the engine thread, which owns the device, has stopped.
+/// A WAFLASH SSD served over NBD, which keeps a copy of its report up to date at every
+/// flush, so that the server can print what the clients' writes did inside the device
+/// (unaligned writes, partial pages, read-modify-write reads, versions, compaction) after
+/// the engine thread, which owns the device, has stopped.
 #[derive(Debug)]
 struct ServedWaflash {
     ssd: WaflashSsd,
-    counters: Arc<Mutex<String>>,
-}
-
-impl ServedWaflash {
-    fn summary(&self) -> String {
-        let r = self.ssd.report();
-        format!(
-            "WAFLASH: {} commands, {} unaligned writes, {} partial pages to the FTL, {} read-modify-write reads, {} version writes, {} compacted pages, {} version merges (foreground, GC, idle); flash {} reads, {} programs, {} erases",
-            r.device.commands,
-            r.device.unaligned_writes,
-            r.ftl.partial_page_writes,
-            r.ftl.extra_reads,
-            r.ftl.version_writes,
-            r.ftl.compacted_pages,
-            r.ftl.forced_merges + r.ftl.gc_merges + r.ftl.idle_merges,
-            r.flash_reads,
-            r.flash_programs,
-            r.flash_erases
-        )
-    }
+    report: Arc<Mutex<Option<WaflashReport>>>,
 }
 
 impl BlockDevice for ServedWaflash {
@@ -707,8 +688,7 @@ impl BlockDevice for ServedWaflash {
         let flush = cmd.opcode == afa_ssd::Opcode::Flush;
         let done = self.ssd.submit(now_ns, cmd, out)?;
         if flush {
-            let line = self.summary();
-            *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = line;
+            *self.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.ssd.report());
         }
         Ok(done)
     }
@@ -746,16 +726,16 @@ fn build_waflash_volume(
         }
     );
     let ssd = WaflashSsd::new(config, seed).map_err(|e| format!("waflash: {e}"))?;
-    let counters = Arc::new(Mutex::new(String::new()));
+    let report = Arc::new(Mutex::new(None));
     let device = ServedWaflash {
         ssd,
-        counters: Arc::clone(&counters),
+        report: Arc::clone(&report),
     };
     Ok(Volume {
         served: Served::device(device),
         description,
         state: None,
-        counters: Some(counters),
+        waflash_report: Some(report),
     })
 }
 
@@ -874,10 +854,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "afa serve: stopped after {} requests ({} bytes read, {} written, {} errors)",
         stats.requests, stats.read_bytes, stats.write_bytes, stats.errors
     );
-    if let Some(counters) = &volume.counters {
-        let line = counters.lock().unwrap_or_else(|e| e.into_inner());
-        if !line.is_empty() {
-            eprintln!("afa serve: {line}");
+    if let Some(report) = &volume.waflash_report {
+        if let Some(report) = &*report.lock().unwrap_or_else(|e| e.into_inner()) {
+            eprintln!("afa serve: {}", crate::waflash::summary(report));
         }
     }
     Ok(())
@@ -1372,23 +1351,19 @@ mod tests {
         executor
             .execute(now_ns, &afa_serve::proto::Request::Flush, &[])
             .unwrap();
-        let line = volume.counters.unwrap().lock().unwrap().clone();
-        // The counters as of the last flush: unaligned writes reached the FTL as partial
+        let report = volume
+            .waflash_report
+            .unwrap()
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap();
+        // The report as of the last flush: unaligned writes reached the FTL as partial
         // pages, and MV-FTL and compaction served some of them without reading.
-        let count = |what: &str| -> u64 {
-            let at = line
-                .find(what)
-                .unwrap_or_else(|| panic!("no {what:?} in {line}"));
-            line[..at]
-                .rsplit([' ', ','])
-                .find(|w| !w.is_empty())
-                .and_then(|w| w.parse().ok())
-                .unwrap_or_else(|| panic!("no count before {what:?} in {line}"))
-        };
-        assert!(count(" unaligned writes") > 1000, "{line}");
-        assert!(count(" partial pages to the FTL") > 0, "{line}");
-        assert!(count(" version writes") > 0, "{line}");
-        assert!(count(" compacted pages") > 0, "{line}");
+        assert!(report.device.unaligned_writes > 1000, "{report:?}");
+        assert!(report.ftl.partial_page_writes > 0, "{report:?}");
+        assert!(report.ftl.version_writes > 0, "{report:?}");
+        assert!(report.ftl.compacted_pages > 0, "{report:?}");
     }
 
     #[test]

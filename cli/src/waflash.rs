@@ -6,11 +6,10 @@
 
 use std::path::Path;
 
-use afa_host::RunOptions;
 use afa_ssd::BlockDevice;
 use afa_waflash::experiment::run_filebench;
 use afa_waflash::filebench::FilebenchSpec;
-use afa_waflash::{WaflashConfig, WaflashSsd};
+use afa_waflash::{WaflashConfig, WaflashReport, WaflashSsd};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
@@ -22,6 +21,26 @@ pub struct WaflashRunConfig {
     pub ssd: WaflashConfig,
     /// A Filebench-like generator instead of `[workload]`.
     pub filebench: Option<FilebenchSpec>,
+}
+
+/// One line of what the device did with the writes it was given: how many were unaligned,
+/// how the FTL served the partial pages (read-modify-write reads, versions, compacted
+/// pages, merges) and what reached the flash. `afa run` prints it after a run, `afa serve`
+/// when it stops.
+pub fn summary(r: &WaflashReport) -> String {
+    format!(
+        "WAFLASH: {} commands, {} unaligned writes, {} partial pages to the FTL, {} read-modify-write reads, {} version writes, {} compacted pages, {} version merges (foreground, GC, idle); flash {} reads, {} programs, {} erases",
+        r.device.commands,
+        r.device.unaligned_writes,
+        r.ftl.partial_page_writes,
+        r.ftl.extra_reads,
+        r.ftl.version_writes,
+        r.ftl.compacted_pages,
+        r.ftl.forced_merges + r.ftl.gc_merges + r.ftl.idle_merges,
+        r.flash_reads,
+        r.flash_programs,
+        r.flash_erases
+    )
 }
 
 pub fn run(
@@ -42,68 +61,22 @@ pub fn run(
         None => {
             let workload = crate::load_workload(&cfg.workload, base_dir)?;
             let mut ssd = WaflashSsd::new(w.ssd.clone(), cfg.seed).map_err(|e| e.to_string())?;
-            let options = RunOptions {
-                seed: cfg.seed,
-                timeline_interval_ns: (cfg.report.timeline_interval_ms * 1e6) as u64,
-                preconditioned_sectors: 0,
-                background_work: cfg.workload.background_work.unwrap_or(true),
-                show_progress: !quiet,
-            };
+            let options = crate::device_run_options(cfg, quiet);
             let device: &mut dyn BlockDevice = &mut ssd;
             let (outcome, _) = crate::run_on(device, cfg.host.as_ref(), &workload, &options)?;
             (outcome, ssd.report())
         }
     };
-    let m = &outcome.measurements;
     if !quiet {
-        println!(
-            "simulated {:.3} ms, {} requests, {} reads checked, {} mismatches",
-            outcome.sim_time_ns as f64 / 1e6,
-            outcome.requests,
-            outcome.reads_checked,
-            outcome.mismatches
-        );
-        for (name, op) in [("read", &m.read), ("write", &m.write)] {
-            println!(
-                "{name:<5} {:>9} ios {:>9.1} MB/s  mean {:>9.1} µs  p99 {:>9.1} µs",
-                op.ios, op.bandwidth_mb_s, op.latency_us.mean, op.latency_us.p99
-            );
-        }
-        println!(
-            "flash: {} reads, {} programs, {} erases; unaligned writes {}, partial pages to FTL {}, \
-             extra reads {}, version writes {}, compacted pages {}",
-            report.flash_reads,
-            report.flash_programs,
-            report.flash_erases,
-            report.device.unaligned_writes,
-            report.ftl.partial_page_writes,
-            report.ftl.extra_reads,
-            report.ftl.version_writes,
-            report.ftl.compacted_pages
-        );
+        crate::print_device_run(&outcome, "");
+        println!("{}", summary(&report));
     }
     if let Some(path) = json {
-        let value = serde_json::json!({
-            "seed": cfg.seed,
-            "sim_time_ns": outcome.sim_time_ns,
-            "read": m.read,
-            "write": m.write,
-            "integrity": {
-                "reads_checked": outcome.reads_checked,
-                "mismatches": outcome.mismatches,
-            },
+        let device = serde_json::json!({
             "waflash": report,
             "config": w,
         });
-        let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        crate::write_device_json(path, cfg.seed, &outcome, device)?;
     }
-    if outcome.mismatches > 0 {
-        return Err(format!(
-            "{} of {} checked sectors read back wrong; first: {:?}",
-            outcome.mismatches, outcome.reads_checked, outcome.first_mismatches
-        ));
-    }
-    Ok(())
+    crate::integrity_verdict(&outcome)
 }

@@ -198,6 +198,7 @@ fn every_numeric_field_set_to_a_hostile_value_is_refused_or_run_never_panicked_o
             &["host", "precondition"],
         ),
         (waflash.display().to_string(), "waflash", &["waflash"]),
+        (fixture("ox_run.toml"), "ox_run", &["ox"]),
     ];
     let (mut runs, mut slow, mut broke) = (0, Vec::new(), Vec::new());
     for (config_path, name, sections) in &cases {

@@ -227,34 +227,14 @@ fn a_state_directory_refuses_another_configuration_and_a_second_server() {
     let afa = s.start(&[]);
     // A second server on the same directory.
     let other_socket = s.dir.join("other.sock");
-    let out = Command::new(AFA)
-        .arg("serve")
-        .arg(&s.config)
-        .arg("--listen")
-        .arg(format!("unix:{}", other_socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = s.refused_start(&s.config, &other_socket);
     assert!(err.contains("in use by another afa serve"), "{err}");
     afa.stop();
     // The same directory under a different layout.
     let raid6 = RAID5.replace("raid5\"\nmembers = 3", "raid6\"\nmembers = 4");
     let config = s.dir.join("raid6.toml");
     std::fs::write(&config, raid6).unwrap();
-    let out = Command::new(AFA)
-        .arg("serve")
-        .arg(&config)
-        .arg("--listen")
-        .arg(format!("unix:{}", s.socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = s.refused_start(&config, &s.socket);
     assert!(err.contains("Raid5") && err.contains("Raid6"), "{err}");
 }
 

@@ -3,13 +3,9 @@
 //! (the newest checkpoint, then redo of the WAL). Data is checked with qemu-io patterns
 //! (-P), which fail on any byte that differs.
 
-use std::process::Command;
-
 mod common;
 use common::have;
 use common::serve::{qemu_io, Setup};
-
-const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
 /// A small OX SSD: 4 channels × 2 LUNs × 80 EBLOCKs of 64 KiB (40 MiB of flash) exposing
 /// 4000 pages of 4 KiB (15.6 MiB), so that writing the volume three times over makes GC
@@ -208,16 +204,6 @@ fn ox_state_refuses_another_medium() {
         OX.replace("eblocks_per_lun = 80", "eblocks_per_lun = 96"),
     )
     .unwrap();
-    let out = Command::new(AFA)
-        .arg("serve")
-        .arg(&s.config)
-        .arg("--listen")
-        .arg(format!("unix:{}", s.socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("holds a volume made as"), "{stderr}");
+    let err = s.refused_start(&s.config, &s.socket);
+    assert!(err.contains("holds a volume made as"), "{err}");
 }

@@ -9,7 +9,6 @@
 //! helpers are in `common/serve.rs`.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -17,8 +16,6 @@ use common::have;
 use common::serve::{
     kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, setup, swan, RAID5,
 };
-
-const AFA: &str = env!("CARGO_BIN_EXE_afa");
 
 /// Two-phase over a RAID 5 of three small SSDs (16 MiB raw each, 64 KiB chunks): a 26 MiB
 /// volume whose conversion starts past about 1.3 MiB of replicated data, so writing a few
@@ -140,17 +137,7 @@ fn two_phase_with_state_refuses_ssds_with_too_little_oob() {
         "pages_per_block = 32\noob_bytes_per_page = 16\n",
     );
     let s = setup("small-oob", &toml);
-    let out = Command::new(AFA)
-        .arg("serve")
-        .arg(&s.config)
-        .arg("--listen")
-        .arg(format!("unix:{}", s.socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = s.refused_start(&s.config, &s.socket);
     assert!(
         err.contains("two-phase with --state needs 14 bytes of OOB tag per sector")
             && err.contains("oob_bytes_per_page"),

@@ -99,20 +99,10 @@ fn waflash_serves_unaligned_writes_and_reports_what_they_did() {
 #[test]
 fn waflash_refuses_a_state_directory_by_name() {
     let s = setup("waflash-state", WAFLASH);
-    let out = Command::new(env!("CARGO_BIN_EXE_afa"))
-        .arg("serve")
-        .arg(&s.config)
-        .arg("--listen")
-        .arg(format!("unix:{}", s.socket.display()))
-        .arg("--state")
-        .arg(&s.state)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = s.refused_start(&s.config, &s.socket);
     assert!(
-        stderr.contains("--state cannot be used with [waflash]"),
-        "{stderr}"
+        err.contains("--state cannot be used with [waflash]"),
+        "{err}"
     );
     assert!(
         !s.state.exists(),

@@ -28,7 +28,7 @@ use crate::tables::{Gbitv, Map, MapEntry, MapMiss, TableId, TablePage, Wear, NO_
 use crate::{CheckpointRecord, FlashImage, OxConfig, OxError};
 
 /// Counters of one controller, in the units of the paper's Table 3.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OxStats {
     /// RBLOCKs read for host read commands, in bytes.
     pub user_read_bytes: u64,

@@ -174,6 +174,23 @@ impl Setup {
     pub fn start_in_memory(&self, extra: &[&str]) -> Afa {
         Afa::start(&self.config, &self.socket, None, extra)
     }
+
+    /// Runs `afa serve CONFIG --listen unix:SOCKET --state DIR` with this volume's state
+    /// directory, expecting the start to be refused (exit status 2); returns its stderr.
+    pub fn refused_start(&self, config: &Path, socket: &Path) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_afa"))
+            .arg("serve")
+            .arg(config)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--state")
+            .arg(&self.state)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        stderr
+    }
 }
 
 /// Writes a pattern to the first 4 MiB and flushes, then kills the server (kill -9) while
