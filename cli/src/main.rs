@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use afa_host::{RunOptions, TraceReplay, Workload};
+use afa_report::RunReport;
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
 
@@ -285,22 +286,22 @@ fn run(
     } else {
         println!("seed: {}", cfg.seed);
     }
+    let delivery = Delivery {
+        config_path,
+        json,
+        quiet,
+        fio_to_stdout,
+        output_format,
+        output,
+    };
+    let config_json = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
     if let Some(w) = &cfg.waflash {
-        if output_format == plot::OutputFormat::FioJson {
-            return Err(
-                "--output-format fio-json is not available for [waflash] runs yet; use --json"
-                    .into(),
-            );
-        }
-        return waflash::run(&cfg, w, &loaded.base_dir, json, quiet);
+        let (report, outcome, line) = waflash::run(&cfg, w, &loaded.base_dir, config_json, quiet)?;
+        return delivery.deliver(&report, &outcome, Some(&line));
     }
     if let Some(ox) = &cfg.ox {
-        if output_format == plot::OutputFormat::FioJson {
-            return Err(
-                "--output-format fio-json is not available for [ox] runs yet; use --json".into(),
-            );
-        }
-        return ox_run::run(&cfg, ox, &loaded.base_dir, json, quiet);
+        let (report, outcome, line) = ox_run::run(&cfg, ox, &loaded.base_dir, config_json, quiet)?;
+        return delivery.deliver(&report, &outcome, Some(&line));
     }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
     let build_ssd = |seed: u64| -> Result<Ssd, String> {
@@ -313,7 +314,6 @@ fn run(
         background_work: cfg.workload.background_work.unwrap_or(true),
         show_progress: true,
     };
-    let config_json = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
     let (report, outcome) = if let Some(array_cfg) = &cfg.array {
         // Members are built from [ssd] with distinct seeds. Preconditioning writes the fill
         // through the engine, so the run starts where the fill left the simulated clock.
@@ -375,44 +375,44 @@ fn run(
         report.cpu = cpu;
         (report, outcome)
     };
-    if output_format == plot::OutputFormat::FioJson {
-        plot::write_fio_json(&report, config_path, output)?;
-    }
-    if !quiet && !fio_to_stdout {
-        print!("{}", report.human_summary());
-    }
-    if let Some(path) = json {
-        std::fs::write(path, report.to_json_pretty())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    integrity_verdict(&outcome)
+    delivery.deliver(&report, &outcome, None)
 }
 
-/// Writes the JSON of a run on one device that has no report of its own kind (a WAFLASH or
-/// an OX SSD): the seed, the simulated time, reads, writes and integrity, then the entries
-/// of `device` (an object: the device's counters and configuration).
-pub fn write_device_json(
-    path: &Path,
-    seed: u64,
-    outcome: &afa_host::RunOutcome,
-    device: serde_json::Value,
-) -> Result<(), String> {
-    let m = &outcome.measurements;
-    let mut value = serde_json::json!({
-        "seed": seed,
-        "sim_time_ns": outcome.sim_time_ns,
-        "read": m.read,
-        "write": m.write,
-        "integrity": {
-            "reads_checked": outcome.reads_checked,
-            "mismatches": outcome.mismatches,
-        },
-    });
-    if let (Some(run), serde_json::Value::Object(entries)) = (value.as_object_mut(), device) {
-        run.extend(entries);
+/// Where a run's report goes: the fio JSON document, the human summary, the JSON report.
+struct Delivery<'a> {
+    config_path: Option<&'a Path>,
+    json: Option<&'a Path>,
+    quiet: bool,
+    /// The fio JSON document goes to stdout, so nothing else may.
+    fio_to_stdout: bool,
+    output_format: plot::OutputFormat,
+    output: Option<&'a Path>,
+}
+
+impl Delivery<'_> {
+    /// Writes `report` where it was asked for, with `device_line` (a WAFLASH or an OX SSD's
+    /// own summary) after the human summary, and fails the run if any read came back wrong.
+    fn deliver(
+        &self,
+        report: &RunReport,
+        outcome: &afa_host::RunOutcome,
+        device_line: Option<&str>,
+    ) -> Result<(), String> {
+        if self.output_format == plot::OutputFormat::FioJson {
+            plot::write_fio_json(report, self.config_path, self.output)?;
+        }
+        if !self.quiet && !self.fio_to_stdout {
+            print!("{}", report.human_summary());
+            if let Some(line) = device_line {
+                println!("{line}");
+            }
+        }
+        if let Some(path) = self.json {
+            std::fs::write(path, report.to_json_pretty())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        integrity_verdict(outcome)
     }
-    let text = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// A run that read back any sector wrong fails, naming the first mismatches.
@@ -424,25 +424,6 @@ pub fn integrity_verdict(outcome: &afa_host::RunOutcome) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The summary of a run on one device that has no report of its own kind (a WAFLASH or an
-/// OX SSD): simulated time, integrity (with `note` after it), and reads and writes.
-pub fn print_device_run(outcome: &afa_host::RunOutcome, note: &str) {
-    println!(
-        "simulated {:.3} ms, {} requests, {} reads checked, {} mismatches{note}",
-        outcome.sim_time_ns as f64 / 1e6,
-        outcome.requests,
-        outcome.reads_checked,
-        outcome.mismatches
-    );
-    let m = &outcome.measurements;
-    for (name, op) in [("read", &m.read), ("write", &m.write)] {
-        println!(
-            "{name:<5} {:>9} ios {:>9.1} MB/s  mean {:>9.1} µs  p99 {:>9.1} µs",
-            op.ios, op.bandwidth_mb_s, op.latency_us.mean, op.latency_us.p99
-        );
-    }
 }
 
 /// Host options of a run on one device from its configuration: the seed, the timeline, the

@@ -8,67 +8,69 @@
 
 use std::path::Path;
 
-use afa_ox::{OxBlockDevice, OxController, OxStats};
+use afa_host::RunOutcome;
+use afa_ox::{OxBlockDevice, OxController};
+use afa_report::{GcReport, RunReport};
 use afa_ssd::BlockDevice;
 
 use crate::config::RunConfig;
 
-/// Write amplification inside the controller: every byte it programmed (user LPAGEs, WBLOCK
-/// padding, GC copies, log blocks and table pages, each of the latter a WBLOCK) per byte of
-/// LPAGEs the host wrote.
-fn write_amplification(s: &OxStats, wblock_bytes: u64) -> f64 {
-    if s.user_write_bytes == 0 {
-        return 0.0;
-    }
-    let programmed = s.user_write_bytes
-        + s.padding_bytes
-        + s.gc_write_bytes
-        + (s.log_blocks_written + s.table_pages_written) * wblock_bytes;
-    programmed as f64 / s.user_write_bytes as f64
-}
-
+/// Runs one OX SSD behind OXBlock and returns its run report (the controller's counters
+/// under `ox`, its GC in `gc`; `waf` counts every WBLOCK programmed, LPAGEs, padding, GC
+/// copies, log and table pages, per WBLOCK of LPAGEs the host wrote), the outcome and the
+/// controller's summary line.
 pub fn run(
     cfg: &RunConfig,
     ox: &afa_ox::OxConfig,
     base_dir: &Path,
-    json: Option<&Path>,
+    config_json: serde_json::Value,
     quiet: bool,
-) -> Result<(), String> {
+) -> Result<(RunReport, RunOutcome, String), String> {
     let workload = crate::load_workload(&cfg.workload, base_dir)?;
     let ctrl = OxController::format(ox, cfg.seed).map_err(|e| format!("ox: {e}"))?;
     let mut device = OxBlockDevice::new(ctrl);
     let options = crate::device_run_options(cfg, quiet);
+    let host_start = std::time::Instant::now();
     let (outcome, cpu) = {
         let dev: &mut dyn BlockDevice = &mut device;
         crate::run_on(dev, cfg.host.as_ref(), &workload, &options)?
     };
+    let host_time_s = host_start.elapsed().as_secs_f64();
     let stats = *device.controller().stats();
+    let nand = device.controller().media().nand();
     let wblock_bytes = ox.terms.wblock_bytes as u64;
-    let waf = write_amplification(&stats, wblock_bytes);
-    if !quiet {
-        crate::print_device_run(&outcome, " (OXBlock: one command outstanding)");
-        println!(
-            "ox: {} write contexts, {} done records, {} RDESC_A, {} checkpoints, {} GC victims \
-             ({:.1} MB moved, {:.1} MB reclaimed), {} MAP page loads, write amplification {:.3}",
-            stats.contexts,
-            stats.done_records,
-            stats.rdesc_a_records,
-            stats.checkpoints,
-            stats.gc_victims,
-            stats.gc_write_bytes as f64 / 1e6,
-            stats.gc_reclaimed_bytes as f64 / 1e6,
-            stats.map_page_loads,
-            waf
-        );
-    }
-    if let Some(path) = json {
-        let device = serde_json::json!({
-            "ox": stats,
-            "ox_write_amplification": waf,
-            "host_cpu": cpu,
-            "config": cfg,
-        });
-        crate::write_device_json(path, cfg.seed, &outcome, device)?;
-    }
-    crate::integrity_verdict(&outcome)
+    // The medium's counters include the format's few programs (bad-block tables and the
+    // first checkpoint), as a drive's own counters would.
+    let mut report = crate::report::build_from_media(
+        &[nand],
+        stats.user_write_bytes.div_ceil(wblock_bytes),
+        &outcome,
+        cfg.seed,
+        host_time_s,
+        config_json,
+    );
+    report.gc = GcReport {
+        runs: stats.gc_victims,
+        foreground_runs: stats.gc_victims,
+        pages_moved: stats.gc_write_bytes / ox.terms.rblock_bytes as u64,
+        ..GcReport::default()
+    };
+    report.cpu = cpu;
+    let line = format!(
+        "ox (OXBlock, one command outstanding): {} write contexts, {} done records, {} RDESC_A, \
+         {} checkpoints, {} GC victims ({:.1} MB moved, {:.1} MB reclaimed), {} MAP page loads",
+        stats.contexts,
+        stats.done_records,
+        stats.rdesc_a_records,
+        stats.checkpoints,
+        stats.gc_victims,
+        stats.gc_write_bytes as f64 / 1e6,
+        stats.gc_reclaimed_bytes as f64 / 1e6,
+        stats.map_page_loads,
+    );
+    report.device.insert(
+        "ox".into(),
+        serde_json::to_value(stats).map_err(|e| e.to_string())?,
+    );
+    Ok((report, outcome, line))
 }

@@ -2,7 +2,7 @@
 
 use afa_host::Monitored;
 use afa_host::RunOutcome;
-use afa_nand::NandCounters;
+use afa_nand::{Nand, NandCounters};
 use afa_report::{GcReport, IntegrityReport, MemberReport, NandReport, RunReport, WearReport};
 use afa_ssd::{FtlStats, Ssd};
 
@@ -16,17 +16,9 @@ pub fn build(
     host_time_s: f64,
     config: serde_json::Value,
 ) -> RunReport {
-    let mut n = NandCounters::default();
-    let mut static_wl_moves = 0;
     let mut gc = GcReport::default();
+    let mut static_wl_moves = 0;
     for d in devices {
-        let c = d.nand_counters();
-        for i in 0..3 {
-            n.reads[i] += c.reads[i];
-            n.programs[i] += c.programs[i];
-            n.erases[i] += c.erases[i];
-        }
-        n.read_suspends += c.read_suspends;
         let g = gc_report(d.ftl_stats());
         gc.runs += g.runs;
         gc.foreground_runs += g.foreground_runs;
@@ -36,6 +28,35 @@ pub fn build(
         gc.idle_erases += g.idle_erases;
         static_wl_moves += d.ftl_stats().static_wl_moves;
     }
+    let nands: Vec<&Nand> = devices.iter().map(|d| d.nand()).collect();
+    let mut report = build_from_media(&nands, host_page_writes, outcome, seed, host_time_s, config);
+    report.gc = gc;
+    report.wear.static_wl_moves = static_wl_moves;
+    report
+}
+
+/// The run report of a volume over the flash media `nands`, from what the media count
+/// (reads, programs, erases, wear, busy dies); GC and wear levelling, which only an FTL
+/// knows, are left empty for the caller to fill. A WAFLASH or an OX SSD reports through
+/// this with its own counters added under `device`.
+pub fn build_from_media(
+    nands: &[&Nand],
+    host_page_writes: u64,
+    outcome: &RunOutcome,
+    seed: u64,
+    host_time_s: f64,
+    config: serde_json::Value,
+) -> RunReport {
+    let mut n = NandCounters::default();
+    for nand in nands {
+        let c = nand.counters();
+        for i in 0..3 {
+            n.reads[i] += c.reads[i];
+            n.programs[i] += c.programs[i];
+            n.erases[i] += c.erases[i];
+        }
+        n.read_suspends += c.read_suspends;
+    }
     let programs: u64 = n.programs.iter().sum();
     let m = &outcome.measurements;
     let nand = nand_report(&n);
@@ -43,8 +64,7 @@ pub fn build(
     let mut erase_max = 0u64;
     let mut erase_sum = 0u64;
     let mut good = 0u64;
-    for d in devices {
-        let nand = d.nand();
+    for nand in nands {
         for block in 0..nand.geometry().blocks_total() {
             if nand.is_bad(block) {
                 continue;
@@ -56,9 +76,9 @@ pub fn build(
             good += 1;
         }
     }
-    let endurance = devices.first().map_or(1, |d| {
-        d.nand().timing().of(d.nand().dense_mode()).endurance_cycles
-    });
+    let endurance = nands
+        .first()
+        .map_or(1, |n| n.timing().of(n.dense_mode()).endurance_cycles);
     let sim = outcome.sim_time_ns.max(1) as f64;
     RunReport {
         seed,
@@ -76,7 +96,7 @@ pub fn build(
         },
         host_page_writes,
         nand,
-        gc,
+        gc: GcReport::default(),
         wear: WearReport {
             erase_count_min: if good == 0 { 0 } else { erase_min },
             erase_count_max: erase_max,
@@ -85,22 +105,23 @@ pub fn build(
             } else {
                 erase_sum as f64 / good as f64
             },
-            static_wl_moves,
+            static_wl_moves: 0,
             life_used_fraction: erase_max as f64 / endurance as f64,
         },
         integrity: IntegrityReport {
             reads_checked: outcome.reads_checked,
             mismatches: outcome.mismatches,
         },
-        die_busy_fraction: devices
+        die_busy_fraction: nands
             .iter()
-            .flat_map(|d| d.nand().die_busy_ns())
+            .flat_map(|n| n.die_busy_ns())
             .map(|b| b as f64 / sim)
             .collect(),
         array: None,
         members: Vec::new(),
         cpu: None,
         timeline: m.timeline.clone(),
+        device: serde_json::Map::new(),
     }
 }
 

@@ -6,8 +6,10 @@
 
 use std::path::Path;
 
+use afa_host::RunOutcome;
+use afa_report::{GcReport, RunReport};
 use afa_ssd::BlockDevice;
-use afa_waflash::experiment::run_filebench;
+use afa_waflash::experiment::run_filebench_on;
 use afa_waflash::filebench::FilebenchSpec;
 use afa_waflash::{WaflashConfig, WaflashReport, WaflashSsd};
 use serde::{Deserialize, Serialize};
@@ -43,40 +45,50 @@ pub fn summary(r: &WaflashReport) -> String {
     )
 }
 
+/// Runs one WAFLASH SSD and returns its run report (the device's own report under
+/// `waflash`, its GC in `gc`), the outcome and the device's summary line.
 pub fn run(
     cfg: &RunConfig,
     w: &WaflashRunConfig,
     base_dir: &Path,
-    json: Option<&Path>,
+    config_json: serde_json::Value,
     quiet: bool,
-) -> Result<(), String> {
+) -> Result<(RunReport, RunOutcome, String), String> {
     if cfg.array.is_some() {
         return Err("[waflash] and [array] are two devices; choose one".into());
     }
-    let (outcome, report) = match &w.filebench {
-        Some(spec) => {
-            let r = run_filebench(&w.ssd, spec, cfg.seed)?;
-            (r.outcome, r.report)
-        }
+    let mut ssd = WaflashSsd::new(w.ssd.clone(), cfg.seed).map_err(|e| e.to_string())?;
+    let options = crate::device_run_options(cfg, quiet);
+    let host_start = std::time::Instant::now();
+    let (outcome, cpu) = match &w.filebench {
+        Some(spec) => (run_filebench_on(&mut ssd, spec, options)?.outcome, None),
         None => {
             let workload = crate::load_workload(&cfg.workload, base_dir)?;
-            let mut ssd = WaflashSsd::new(w.ssd.clone(), cfg.seed).map_err(|e| e.to_string())?;
-            let options = crate::device_run_options(cfg, quiet);
             let device: &mut dyn BlockDevice = &mut ssd;
-            let (outcome, _) = crate::run_on(device, cfg.host.as_ref(), &workload, &options)?;
-            (outcome, ssd.report())
+            crate::run_on(device, cfg.host.as_ref(), &workload, &options)?
         }
     };
-    if !quiet {
-        crate::print_device_run(&outcome, "");
-        println!("{}", summary(&report));
-    }
-    if let Some(path) = json {
-        let device = serde_json::json!({
-            "waflash": report,
-            "config": w,
-        });
-        crate::write_device_json(path, cfg.seed, &outcome, device)?;
-    }
-    crate::integrity_verdict(&outcome)
+    let host_time_s = host_start.elapsed().as_secs_f64();
+    let device = ssd.report();
+    let mut report = crate::report::build_from_media(
+        &[ssd.nand()],
+        device.device.host_page_writes,
+        &outcome,
+        cfg.seed,
+        host_time_s,
+        config_json,
+    );
+    report.gc = GcReport {
+        runs: device.ftl.gc_runs,
+        foreground_runs: device.ftl.gc_runs,
+        pages_moved: device.ftl.gc_pages_moved,
+        ..GcReport::default()
+    };
+    report.cpu = cpu;
+    let line = summary(&device);
+    report.device.insert(
+        "waflash".into(),
+        serde_json::to_value(&device).map_err(|e| e.to_string())?,
+    );
+    Ok((report, outcome, line))
 }

@@ -48,16 +48,6 @@ fn reported_config(config_path: &str, name: &str) -> Value {
     let json = scratch(&format!("{name}.json"));
     let report = afa_json(&["run", config_path, "--quiet"], &json);
     let mut config = to_toml(&report["config"]).unwrap();
-    if report.get("waflash").is_some() && config.get("waflash").is_none() {
-        // A WAFLASH run reports its own table only.
-        let mut top = toml::map::Map::new();
-        top.insert(
-            "seed".into(),
-            Value::Integer(report["seed"].as_i64().unwrap()),
-        );
-        top.insert("waflash".into(), config);
-        config = Value::Table(top);
-    }
     let fixtures = PathBuf::from(fixture(""));
     if let Some(w) = config.get_mut("workload").and_then(Value::as_table_mut) {
         if let Some(Value::String(p)) = w.get_mut("job_file") {

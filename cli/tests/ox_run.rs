@@ -54,7 +54,43 @@ fn an_ox_run_checks_every_read_and_reports_the_controller() {
     // Three volumes' worth of writes on 40 MiB of flash: GC collects, and checkpoints run.
     assert!(ox["gc_victims"].as_u64().unwrap() > 0, "{ox}");
     assert!(ox["checkpoints"].as_u64().unwrap() > 0, "{ox}");
-    assert!(a["ox_write_amplification"].as_f64().unwrap() > 1.0);
+    // Every WBLOCK programmed (LPAGEs, padding, GC copies, log and tables) per WBLOCK of
+    // LPAGEs written.
+    assert!(a["waf"].as_f64().unwrap() > 1.0, "{}", a["waf"]);
+    assert_eq!(a["gc"]["runs"], ox["gc_victims"]);
+}
+
+/// The run report is the one every `afa run` writes, so the plotting and fio tools take it.
+#[test]
+fn an_ox_run_report_plots_and_speaks_fio_json() {
+    run("11", "plotted.json");
+    let dir = temp("plots");
+    let out = afa(&[
+        "plot",
+        temp("plotted.json").to_str().unwrap(),
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("timeline.svg").exists() && dir.join("nand.svg").exists());
+    let out = afa(&[
+        "run",
+        &fixture("ox_run.toml"),
+        "--output-format",
+        "fio-json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fio: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fio["jobs"][0]["error"], 0);
+    assert!(fio["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() > 0);
 }
 
 #[test]

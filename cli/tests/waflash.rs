@@ -68,6 +68,27 @@ fn run_with_a_waflash_table_checks_integrity_and_writes_json() {
     assert_eq!(v["integrity"]["mismatches"], 0);
     assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
     assert!(v["waflash"]["device"]["unaligned_writes"].as_u64().unwrap() > 0);
+    // The run report is the one every `afa run` writes: the flash counts are the WAFLASH
+    // SSD's, its GC is in `gc`, and the plotting tools take it.
+    assert_eq!(
+        v["nand"]["page_programs"], v["waflash"]["flash_programs"],
+        "{}",
+        v["nand"]
+    );
+    assert_eq!(v["gc"]["runs"], v["waflash"]["ftl"]["gc_runs"]);
+    let plots = temp("waflash-plots");
+    let out = afa(&[
+        "plot",
+        json.to_str().unwrap(),
+        "-o",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(plots.join("latency_cdf.svg").exists());
     // Bad input is a named error, not a panic.
     let bad = temp("bad.toml");
     std::fs::write(

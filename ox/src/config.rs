@@ -360,6 +360,21 @@ impl OxConfig {
                 "costs: cores, link_mb_s and packet_bytes must be positive".into(),
             ));
         }
+        // Every cost is a step of simulated time, and the link a bandwidth, under the
+        // workspace's bounds: beyond them the clock's sums overflow (a page cost of i64::MAX
+        // did, in a context's CPU time) or one command takes years of simulated time.
+        for (name, ns) in [
+            ("costs.command_cpu_ns", c.command_cpu_ns),
+            ("costs.context_cpu_ns", c.context_cpu_ns),
+            ("costs.log_record_cpu_ns", c.log_record_cpu_ns),
+            ("costs.page_cpu_ns", c.page_cpu_ns),
+            ("costs.map_update_ns", c.map_update_ns),
+            ("costs.transport_latency_ns", c.transport_latency_ns),
+            ("checkpoint.interval_ns", self.checkpoint.interval_ns),
+        ] {
+            afa_sim::check_step_ns(name, ns).map_err(OxError::Config)?;
+        }
+        afa_sim::check_bandwidth_mb_s("costs.link_mb_s", c.link_mb_s).map_err(OxError::Config)?;
         Ok(())
     }
 

@@ -859,7 +859,10 @@ impl OxController {
             });
         }
         let costs = &self.cfg.costs;
-        let cost = costs.context_cpu_ns + costs.page_cpu_ns * n as u64 + costs.log_record_cpu_ns;
+        let cost = costs
+            .context_cpu_ns
+            .saturating_add(costs.page_cpu_ns.saturating_mul(n as u64))
+            .saturating_add(costs.log_record_cpu_ns);
         let t = self.cpu(ready, cost);
         self.contexts.insert(
             ctx,

@@ -358,6 +358,25 @@ fn the_block_device_seam_serves_host_commands() {
         .is_err());
 }
 
+/// Costs are steps of simulated time and the link a bandwidth, under the workspace's
+/// bounds; a value past them is refused by name before any arithmetic can overflow.
+#[test]
+fn costs_beyond_an_hour_or_a_link_below_a_kilobyte_per_second_are_refused_by_name() {
+    let mut cfg = OxConfig::default();
+    cfg.costs.page_cpu_ns = i64::MAX as u64;
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("costs.page_cpu_ns"), "{err}");
+    let mut cfg = OxConfig::default();
+    cfg.costs.link_mb_s = 1e-9;
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("costs.link_mb_s"), "{err}");
+    let mut cfg = OxConfig::default();
+    cfg.checkpoint.interval_ns = u64::MAX;
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("checkpoint.interval_ns"), "{err}");
+    assert!(OxConfig::default().validate().is_ok());
+}
+
 // ----- GC, checkpoints, wear -------------------------------------------------------------
 
 /// Drives random batches of zipf-ish LPIDs with up to `qd` outstanding; returns the oracle

@@ -242,6 +242,7 @@ pub(crate) fn sample_report() -> RunReport {
         array: None,
         members: Vec::new(),
         cpu: None,
+        device: serde_json::Map::new(),
     }
 }
 

@@ -178,6 +178,11 @@ impl WaflashSsd {
         &self.config
     }
 
+    /// The flash medium, for the run report's reads, programs, erases and busy dies.
+    pub fn nand(&self) -> &Nand {
+        &self.nand
+    }
+
     pub fn nand_counters(&self) -> &NandCounters {
         self.nand.counters()
     }

@@ -52,19 +52,19 @@ pub fn run_filebench(
     seed: u64,
 ) -> Result<RunResult, String> {
     config.validate().map_err(|e| e.to_string())?;
-    let sector = config.geometry.sector_bytes as u64;
-    let capacity_bytes = config.logical_pages() as u64 * config.sectors_per_page() as u64 * sector;
-    let generated = generate(spec, capacity_bytes, sector).map_err(|e| e.to_string())?;
-    let replay = TraceReplay::Closed {
-        iodepth: generated.iodepth,
-    };
-    run_trace(
-        config,
-        generated.records,
-        replay,
-        generated.footprint_bytes,
+    let mut ssd = WaflashSsd::new(config.clone(), seed).map_err(|e| e.to_string())?;
+    run_filebench_on(&mut ssd, spec, quiet_options(seed))
+}
+
+/// A run's options without a timeline or a progress bar, as the reproductions run them.
+fn quiet_options(seed: u64) -> RunOptions {
+    RunOptions {
         seed,
-    )
+        timeline_interval_ns: 0,
+        preconditioned_sectors: 0,
+        background_work: true,
+        show_progress: false,
+    }
 }
 
 /// What the device holds before a trace is replayed.
@@ -114,6 +114,51 @@ pub fn run_trace_preconditioned(
     seed: u64,
 ) -> Result<RunResult, String> {
     let mut ssd = WaflashSsd::new(config.clone(), seed).map_err(|e| e.to_string())?;
+    run_trace_on(
+        &mut ssd,
+        records,
+        replay,
+        footprint_bytes,
+        precondition,
+        quiet_options(seed),
+    )
+}
+
+/// Runs `spec` as `run_filebench` does, on `ssd` (fresh from `WaflashSsd::new`), which the
+/// caller keeps to look at its flash afterwards; `options` gives the seed, the timeline and
+/// the progress bar (the preconditioned sectors are set here).
+pub fn run_filebench_on(
+    ssd: &mut WaflashSsd,
+    spec: &FilebenchSpec,
+    options: RunOptions,
+) -> Result<RunResult, String> {
+    let config = ssd.config();
+    let sector = config.geometry.sector_bytes as u64;
+    let capacity_bytes = config.logical_pages() as u64 * config.sectors_per_page() as u64 * sector;
+    let generated = generate(spec, capacity_bytes, sector).map_err(|e| e.to_string())?;
+    let replay = TraceReplay::Closed {
+        iodepth: generated.iodepth,
+    };
+    run_trace_on(
+        ssd,
+        generated.records,
+        replay,
+        generated.footprint_bytes,
+        Precondition::Footprint,
+        options,
+    )
+}
+
+/// The body of `run_trace_preconditioned` on a given SSD.
+fn run_trace_on(
+    ssd: &mut WaflashSsd,
+    records: Vec<TraceRecord>,
+    replay: TraceReplay,
+    footprint_bytes: u64,
+    precondition: Precondition,
+    mut options: RunOptions,
+) -> Result<RunResult, String> {
+    let config = ssd.config().clone();
     let sector = ssd.info().sector_bytes as u64;
     let preconditioned = footprint_bytes.div_ceil(sector);
     match precondition {
@@ -154,14 +199,8 @@ pub fn run_trace_preconditioned(
     .map_err(|e| e.to_string())?;
     ssd.reset_counters();
     let workload = Workload::Trace { records, replay };
-    let options = RunOptions {
-        seed,
-        timeline_interval_ns: 0,
-        preconditioned_sectors: preconditioned,
-        background_work: true,
-        show_progress: false,
-    };
-    let outcome = afa_host::run(&mut ssd, &workload, &options).map_err(|e| e.to_string())?;
+    options.preconditioned_sectors = preconditioned;
+    let outcome = afa_host::run(ssd, &workload, &options).map_err(|e| e.to_string())?;
     if outcome.mismatches > 0 {
         return Err(format!(
             "{} of {} checked sectors read back wrong; first: {:?}",
