@@ -416,7 +416,7 @@ impl Delivery<'_> {
 }
 
 /// A run that read back any sector wrong fails, naming the first mismatches.
-pub fn integrity_verdict(outcome: &afa_host::RunOutcome) -> Result<(), String> {
+fn integrity_verdict(outcome: &afa_host::RunOutcome) -> Result<(), String> {
     if outcome.mismatches > 0 {
         return Err(format!(
             "{} of {} checked sectors read back wrong; first: {:?}",

@@ -453,9 +453,9 @@ pub struct RunReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<serde_json::Value>,
     /// The counters of a device other than the emulated SSD of `afa-ssd`, each under its own
-    /// top-level key: a WAFLASH SSD's `waflash` report, an OX SSD's `ox` counters and
-    /// `ox_write_amplification`. `nand`, `wear` and `die_busy_fraction` then hold what that
-    /// device's flash counted, and `gc` stays empty (the device's own entries count its GC).
+    /// top-level key: a WAFLASH SSD's `waflash` report, an OX SSD's `ox` counters. `nand`,
+    /// `wear` and `die_busy_fraction` then hold what that device's flash counted, and `gc`
+    /// its GC as the device counts it (OX: collected EBLOCKs as runs, moved RBLOCKs as pages).
     #[serde(default, flatten)]
     pub device: serde_json::Map<String, serde_json::Value>,
 }

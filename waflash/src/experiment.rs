@@ -158,13 +158,12 @@ fn run_trace_on(
     precondition: Precondition,
     mut options: RunOptions,
 ) -> Result<RunResult, String> {
-    let config = ssd.config().clone();
     let sector = ssd.info().sector_bytes as u64;
     let preconditioned = footprint_bytes.div_ceil(sector);
     match precondition {
         Precondition::Footprint => ssd.precondition(preconditioned),
         Precondition::ReadSectors => {
-            let spp = config.sectors_per_page() as u64;
+            let spp = ssd.config().sectors_per_page() as u64;
             // One mask per page of the footprint, filled a page at a time: a trace's reads
             // cover most of it many times over.
             let mut masks = vec![0u64; preconditioned.div_ceil(spp) as usize];
