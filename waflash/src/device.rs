@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::buffer::WriteBuffer;
 use crate::config::{BufferPolicy, FifoDrain, WaflashConfig};
-use crate::ftl::{Ftl, FtlStats};
+use crate::ftl::{FlashMeta, Ftl, FtlRecovery, FtlStats};
 use crate::WaflashError;
 
 /// Controller-level counters.
@@ -102,6 +102,22 @@ fn spans(lba: u64, sectors: u32, spp: u32) -> Vec<Span> {
     out
 }
 
+/// What a WAFLASH SSD leaves when it loses power: its configuration, its flash medium and
+/// what the medium's OOB areas and compacted pages hold.
+#[derive(Debug)]
+pub struct WaflashMedium {
+    config: WaflashConfig,
+    nand: Nand,
+    meta: FlashMeta,
+}
+
+#[cfg(test)]
+impl WaflashMedium {
+    pub(crate) fn corrupt_oob_lpn(&mut self, ppn: u32, lpn: u32) {
+        self.meta.corrupt_oob_lpn(ppn, lpn);
+    }
+}
+
 /// One emulated WAFLASH SSD (or, configured so, its baselines).
 #[derive(Debug)]
 pub struct WaflashSsd {
@@ -137,9 +153,14 @@ impl WaflashSsd {
             afa_nand::FaultConfig::default(),
             seed,
         )?;
+        let ftl = Ftl::new(&config, nand.store().unit_bytes())?;
+        Ok(Self::assemble(config, nand, ftl))
+    }
+
+    /// A controller with an empty write buffer and zeroed counters over `nand` and `ftl`.
+    fn assemble(config: WaflashConfig, nand: Nand, ftl: Ftl) -> Self {
         let unit = nand.store().unit_bytes();
         let spp = config.sectors_per_page();
-        let ftl = Ftl::new(&config, unit)?;
         let logical = config.logical_pages();
         let buffer = WriteBuffer::new(
             config.buffer_policy,
@@ -156,7 +177,7 @@ impl WaflashSsd {
             max_queue_depth: config.host.queue_depth,
             max_transfer_sectors: config.host.max_transfer_sectors,
         };
-        Ok(Self {
+        Self {
             config,
             nand,
             ftl,
@@ -171,7 +192,55 @@ impl WaflashSsd {
             drain_next_ns: 0,
             present_ns: 0,
             last_done_ns: 0,
-        })
+        }
+    }
+
+    /// Arms an injected power loss: the power goes when the controller starts its
+    /// `flash_operations + 1`-th flash program or erase from now on. That program is torn;
+    /// the command it serves fails, and so does every command after it, until
+    /// [`WaflashSsd::power_loss`] and [`WaflashSsd::recover`].
+    pub fn cut_power_after(&mut self, flash_operations: u64) {
+        self.ftl.cut_power_after(flash_operations);
+    }
+
+    /// Whether an injected power loss has happened.
+    pub fn power_lost(&self) -> bool {
+        self.ftl.power_lost()
+    }
+
+    /// The power goes: the write buffer, the mapping table and every other structure in
+    /// controller DRAM are lost; the flash medium, its OOB areas and the compacted pages'
+    /// headers are what remains. The buffer has no power-loss protection, so writes are
+    /// durable once a FLUSH (or their own FUA) has completed, not when acknowledged.
+    pub fn power_loss(self) -> WaflashMedium {
+        WaflashMedium {
+            config: self.config,
+            nand: self.nand,
+            meta: self.ftl.into_flash_meta(),
+        }
+    }
+
+    /// Powers a device up on a medium that lost power: the FTL is rebuilt from the OOB
+    /// areas ([`FtlRecovery`] says what was found), the write buffer starts empty and the
+    /// counters at zero (the medium's own counters go on).
+    pub fn recover(
+        medium: WaflashMedium,
+        now_ns: TimeNs,
+    ) -> Result<(Self, FtlRecovery), WaflashError> {
+        let WaflashMedium {
+            config,
+            mut nand,
+            meta,
+        } = medium;
+        let unit = nand.store().unit_bytes();
+        let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, now_ns)?;
+        let mut ssd = Self::assemble(config, nand, ftl);
+        ssd.present_ns = now_ns;
+        ssd.last_done_ns = now_ns;
+        ssd.h2d_free_ns = now_ns;
+        ssd.d2h_free_ns = now_ns;
+        ssd.drain_next_ns = now_ns;
+        Ok((ssd, found))
     }
 
     pub fn config(&self) -> &WaflashConfig {
@@ -691,6 +760,9 @@ impl BlockDevice for WaflashSsd {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
+        if self.ftl.power_lost() {
+            return Err(DeviceError::Failed);
+        }
         validate_command(&self.info, cmd, &out)?;
         if cmd.tags.is_some_and(|t| !t.is_empty()) {
             return Err(DeviceError::Unsupported(
@@ -719,7 +791,7 @@ impl BlockDevice for WaflashSsd {
         // device asks to be called then. A failure means the device is out of space; the
         // next foreground write reports it, so idle work just stops.
         self.present_ns = now_ns;
-        if self.advance_drain(now_ns).is_err() {
+        if self.ftl.power_lost() || self.advance_drain(now_ns).is_err() {
             return None;
         }
         let next_step_ns = self.buffer.draining().then_some(self.drain_next_ns);

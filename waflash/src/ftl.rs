@@ -6,6 +6,11 @@
 //! written-sector pattern (a bitmask of sectors; Fig. 5's patterns are two of its values).
 //! A compacted page carries the marker `COMPACTED` in place of the logical page, and its
 //! page header (0xFFFF marker and ⟨LPN, offset, len⟩ index) in the page's metadata area.
+//!
+//! The OOB area also holds the page's write sequence number: a GC copy keeps its source's, a
+//! new write or merge takes the next one. That is what power-loss recovery orders versions
+//! by (see [`Ftl::recover`]): the mapping table, reference counts and free lists are
+//! controller DRAM, the medium and its OOB areas are all that survive.
 
 use std::collections::BTreeSet;
 
@@ -147,6 +152,45 @@ pub struct FtlStats {
     pub gc_pages_moved: u64,
 }
 
+/// The part of the FTL's state that is on flash: each page's OOB area (logical page,
+/// written-sector pattern, sequence number) and each compacted page's header.
+#[derive(Debug)]
+pub struct FlashMeta {
+    oob_lpn: Vec<u32>,
+    oob_mask: Vec<u64>,
+    oob_seq: Vec<u64>,
+    headers: Headers,
+}
+
+#[cfg(test)]
+impl FlashMeta {
+    /// Writes `lpn` into the OOB area of `ppn`, as a medium damaged outside the
+    /// controller's knowledge would hold (tests of recovery's errors).
+    pub(crate) fn corrupt_oob_lpn(&mut self, ppn: u32, lpn: u32) {
+        self.oob_lpn[ppn as usize] = lpn;
+    }
+}
+
+/// What recovery after a power loss found on the medium.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FtlRecovery {
+    /// Programmed pages whose OOB was read (compacted pages among them).
+    pub pages_scanned: u64,
+    pub compacted_pages_scanned: u64,
+    /// Pages consumed by a program the power loss interrupted: no OOB, nothing readable.
+    pub torn_pages: u64,
+    /// Pages holding a version of some logical page after recovery; the others scanned
+    /// are stale and wait for GC.
+    pub live_pages: u64,
+    /// Logical pages with data, and those of them with more than one version.
+    pub mapped_pages: u64,
+    pub multi_version_pages: u64,
+    /// Blocks a plane was writing, kept open at their write pointer.
+    pub open_blocks: u64,
+    /// Logical pages merged because recovery found more than `max_versions` versions.
+    pub merges: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct Ftl {
     geometry: Geometry,
@@ -159,9 +203,18 @@ pub(crate) struct Ftl {
     max_versions: usize,
     gc_threshold: usize,
     pub map: MappingTable,
+    /// The OOB areas and compacted-page headers: the part of the FTL's state that is on
+    /// flash and survives a power loss.
     oob_lpn: Vec<u32>,
     oob_mask: Vec<u64>,
+    oob_seq: Vec<u64>,
     headers: Headers,
+    /// The sequence number the next new page (a write or a merge) is stamped with.
+    next_seq: u64,
+    /// Flash programs and erases left before an injected power loss, and whether it has
+    /// happened (after which the FTL refuses everything).
+    power_budget: Option<u64>,
+    power_lost: bool,
     refs: Vec<u8>,
     block_valid: Vec<u32>,
     block_free: Vec<bool>,
@@ -181,7 +234,7 @@ pub(crate) struct Ftl {
 /// The headers of the compacted pages, by physical page: a slot per page that holds one,
 /// so that a read finds its page's index in one step (4 bytes per physical page).
 #[derive(Debug)]
-struct Headers {
+pub(crate) struct Headers {
     slot_of_ppn: Vec<u32>,
     slots: Vec<Vec<u8>>,
     free: Vec<u32>,
@@ -228,6 +281,16 @@ impl Headers {
     }
 }
 
+/// Whether a flash operation may start under an injected power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Power {
+    On,
+    /// This operation is the one the power loss interrupts.
+    Interrupted,
+    /// The power is gone: nothing starts.
+    Off,
+}
+
 fn nand_err(_: afa_nand::NandError) -> DeviceError {
     DeviceError::Failed
 }
@@ -271,7 +334,11 @@ impl Ftl {
             map,
             oob_lpn: vec![NONE; pages as usize],
             oob_mask: vec![0; pages as usize],
+            oob_seq: vec![0; pages as usize],
             headers: Headers::new(pages),
+            next_seq: 1,
+            power_budget: None,
+            power_lost: false,
             refs: vec![0; pages as usize],
             block_valid: vec![0; g.blocks_total() as usize],
             block_free: vec![true; g.blocks_total() as usize],
@@ -433,11 +500,12 @@ impl Ftl {
                 }
             }
             debug_assert_eq!(self.block_valid[victim as usize], 0);
-            nand.erase(victim, now_ns).map_err(nand_err)?;
+            self.erase(nand, victim, now_ns)?;
             for page in 0..ppb {
                 let ppn = (victim * ppb + page) as usize;
                 self.oob_lpn[ppn] = NONE;
                 self.oob_mask[ppn] = 0;
+                self.oob_seq[ppn] = 0;
                 self.headers.remove(ppn as u32);
             }
             self.next_page_hint[victim as usize] = 0;
@@ -458,10 +526,16 @@ impl Ftl {
         let new = self.alloc_in_plane(plane)?;
         let page_bytes = self.geometry.page_bytes;
         let read_done = nand.read(ppn, now_ns, page_bytes);
-        nand.program(new, read_done).map_err(nand_err)?;
+        self.program(nand, new, read_done)?;
         nand.store_mut().copy_page(ppn, new);
-        self.oob_lpn[new as usize] = lpn;
-        self.oob_mask[new as usize] = self.oob_mask[ppn as usize];
+        // The copy keeps its source's sequence number: it is the same version, from the same
+        // point in the page's history.
+        self.stamp(
+            new,
+            lpn,
+            self.oob_mask[ppn as usize],
+            self.oob_seq[ppn as usize],
+        );
         self.remap(lpn, &[new]);
         self.stats.gc_pages_moved += 1;
         Ok(())
@@ -482,7 +556,7 @@ impl Ftl {
             .collect();
         let new = self.alloc_in_plane(plane)?;
         let read_done = nand.read(ppn, now_ns, self.geometry.page_bytes);
-        nand.program(new, read_done).map_err(nand_err)?;
+        self.program(nand, new, read_done)?;
         let mut packed = Vec::with_capacity(live.len());
         let mut at = 0u8;
         for p in &live {
@@ -496,7 +570,7 @@ impl Ftl {
             packed.push(Piece { offset: at, ..*p });
             at += p.len;
         }
-        self.oob_lpn[new as usize] = COMPACTED;
+        self.stamp(new, COMPACTED, 0, self.oob_seq[ppn as usize]);
         self.headers.insert(new, encode_header(&packed));
         let mut lpns: Vec<u32> = live.iter().map(|p| p.lpn).collect();
         lpns.dedup();
@@ -510,6 +584,83 @@ impl Ftl {
             self.remap(lpn, &vs);
         }
         self.stats.gc_pages_moved += 1;
+        Ok(())
+    }
+
+    // ----- flash operations and power loss ---------------------------------------------
+
+    /// Records what a program writes into the page's OOB area (and so survives a power
+    /// loss): the logical page (or `COMPACTED`), the written-sector pattern and the sequence
+    /// number.
+    fn stamp(&mut self, ppn: u32, lpn: u32, mask: u64, seq: u64) {
+        self.oob_lpn[ppn as usize] = lpn;
+        self.oob_mask[ppn as usize] = mask;
+        self.oob_seq[ppn as usize] = seq;
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Arms an injected power loss: the controller loses power when it starts its
+    /// `operations + 1`-th flash program or erase from now on.
+    pub fn cut_power_after(&mut self, operations: u64) {
+        self.power_budget = Some(operations);
+    }
+
+    pub fn power_lost(&self) -> bool {
+        self.power_lost
+    }
+
+    /// Whether the next flash operation may start. The one that exhausts the budget is
+    /// the one the power loss interrupts (`Interrupted`); none starts after it (`Off`).
+    fn power_for_one_more(&mut self) -> Power {
+        if self.power_lost {
+            return Power::Off;
+        }
+        match &mut self.power_budget {
+            Some(0) => {
+                self.power_lost = true;
+                Power::Interrupted
+            }
+            Some(left) => {
+                *left -= 1;
+                Power::On
+            }
+            None => Power::On,
+        }
+    }
+
+    /// Programs `ppn` with data in controller memory at `ready_ns`. A program the power
+    /// loss interrupts is torn: the page is consumed, holding nothing readable and no OOB,
+    /// and the controller stops.
+    fn program(
+        &mut self,
+        nand: &mut Nand,
+        ppn: u32,
+        ready_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        match self.power_for_one_more() {
+            Power::On => nand.program(ppn, ready_ns).map_err(nand_err),
+            Power::Interrupted => {
+                nand.program_untimed(ppn).map_err(nand_err)?;
+                nand.store_mut().clear_page(ppn);
+                Err(DeviceError::Failed)
+            }
+            Power::Off => Err(DeviceError::Failed),
+        }
+    }
+
+    /// Erases `block`. An erase the power loss interrupts leaves the block as it was: every
+    /// live page it held has been copied first, so recovery sees both copies of them and
+    /// keeps one.
+    fn erase(&mut self, nand: &mut Nand, block: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+        if self.power_for_one_more() != Power::On {
+            return Err(DeviceError::Failed);
+        }
+        nand.erase(block, now_ns).map_err(nand_err)?;
         Ok(())
     }
 
@@ -691,11 +842,11 @@ impl Ftl {
         now_ns: TimeNs,
     ) -> Result<(TimeNs, u32), DeviceError> {
         let (read_done, reads) = self.gather(nand, lpn, self.full_mask & !have, now_ns, image);
-        let done = nand.program(new, read_done).map_err(nand_err)?;
+        let done = self.program(nand, new, read_done)?;
         let full = self.full_mask;
         self.store_image(nand, new, image, full);
-        self.oob_lpn[new as usize] = lpn;
-        self.oob_mask[new as usize] = full;
+        let seq = self.take_seq();
+        self.stamp(new, lpn, full, seq);
         self.remap(lpn, &[new]);
         Ok((done, reads))
     }
@@ -748,10 +899,10 @@ impl Ftl {
         // Allocation may run GC, which may move this page's versions: look at them after.
         let new = self.alloc(nand, now_ns)?;
         if full || !mapped {
-            let done = nand.program(new, now_ns).map_err(nand_err)?;
+            let done = self.program(nand, new, now_ns)?;
             self.store_image(nand, new, image, mask);
-            self.oob_lpn[new as usize] = lpn;
-            self.oob_mask[new as usize] = mask;
+            let seq = self.take_seq();
+            self.stamp(new, lpn, mask, seq);
             self.remap(lpn, &[new]);
             return Ok(done);
         }
@@ -763,10 +914,10 @@ impl Ftl {
             let vs = self.prune(lpn, &vs, mask);
             if vs.len() <= self.max_versions {
                 self.stats.version_writes += 1;
-                let done = nand.program(new, now_ns).map_err(nand_err)?;
+                let done = self.program(nand, new, now_ns)?;
                 self.store_image(nand, new, image, mask);
-                self.oob_lpn[new as usize] = lpn;
-                self.oob_mask[new as usize] = mask;
+                let seq = self.take_seq();
+                self.stamp(new, lpn, mask, seq);
                 self.remap(lpn, &vs);
                 return Ok(done);
             }
@@ -829,7 +980,7 @@ impl Ftl {
                 j += 1;
             }
             let new = self.alloc(nand, now_ns)?;
-            let t = nand.program(new, ready).map_err(nand_err)?;
+            let t = self.program(nand, new, ready)?;
             done = done.max(t);
             let mut pieces = Vec::new();
             let mut at = 0usize;
@@ -856,7 +1007,8 @@ impl Ftl {
             self.stats.compacted_pages += 1;
             self.stats.compacted_pieces += (j - i) as u64;
             self.stats.compaction_header_bytes += header.len() as u64;
-            self.oob_lpn[new as usize] = COMPACTED;
+            let seq = self.take_seq();
+            self.stamp(new, COMPACTED, 0, seq);
             self.headers.insert(new, header);
             for (lpn, mask, image) in &pack[i..j] {
                 let mut vs = vec![new];
@@ -941,9 +1093,165 @@ impl Ftl {
         let new = self.alloc_in_plane(plane)?;
         nand.program_untimed(new).map_err(nand_err)?;
         self.store_image(nand, new, image, mask);
-        self.oob_lpn[new as usize] = lpn;
-        self.oob_mask[new as usize] = mask;
+        let seq = self.take_seq();
+        self.stamp(new, lpn, mask, seq);
         self.remap(lpn, &[new]);
+        Ok(())
+    }
+
+    // ----- power loss and recovery ------------------------------------------------------
+
+    /// What survives a power loss: the OOB areas and the compacted pages' headers (the
+    /// medium itself is the caller's). Everything else is controller DRAM.
+    pub fn into_flash_meta(self) -> FlashMeta {
+        FlashMeta {
+            oob_lpn: self.oob_lpn,
+            oob_mask: self.oob_mask,
+            oob_seq: self.oob_seq,
+            headers: self.headers,
+        }
+    }
+
+    /// Rebuilds the FTL from the medium after a power loss, as the controller does when the
+    /// power comes back. Every programmed page's OOB is scanned (and a compacted page's
+    /// header read); a logical page's versions are its pages in descending sequence order,
+    /// keeping each one that holds a sector no newer page holds, until every sector is
+    /// covered. That is the rule the FTL keeps versions by while it runs (a full page
+    /// invalidates all older ones; a version whose sectors newer ones cover is dropped), so
+    /// the rebuilt versions are the ones the map held, GC copies (which keep their source's
+    /// sequence number) and copies an interrupted GC left twice included. Blocks never
+    /// programmed since their erase are free; the block a plane was writing stays open at
+    /// its write pointer. A logical page left with more versions than `max_versions` (data
+    /// a whole-page TRIM had dropped before the loss, which TRIM lets come back) is merged
+    /// into one page at `now_ns`.
+    pub fn recover(
+        config: &WaflashConfig,
+        unit: usize,
+        nand: &mut Nand,
+        meta: FlashMeta,
+        now_ns: TimeNs,
+    ) -> Result<(Self, FtlRecovery), WaflashError> {
+        let mut ftl = Ftl::new(config, unit)?;
+        let pages = ftl.geometry.pages_total() as usize;
+        if [meta.oob_lpn.len(), meta.oob_mask.len(), meta.oob_seq.len()] != [pages; 3]
+            || meta.headers.slot_of_ppn.len() != pages
+        {
+            return Err(WaflashError::Recovery(format!(
+                "the OOB areas describe {} pages but the medium has {pages}",
+                meta.oob_lpn.len()
+            )));
+        }
+        ftl.oob_lpn = meta.oob_lpn;
+        ftl.oob_mask = meta.oob_mask;
+        ftl.oob_seq = meta.oob_seq;
+        ftl.headers = meta.headers;
+        let g = ftl.geometry.clone();
+        let ppb = g.pages_per_block;
+        let logical = ftl.map.logical_pages();
+        let mut report = FtlRecovery::default();
+        // (logical page, sequence number, physical page) of every version found.
+        let mut found: Vec<(u32, u64, u32)> = Vec::new();
+        let mut max_seq = 0;
+        let mut open: Vec<Option<u32>> = vec![None; g.planes_total() as usize];
+        for block in 0..g.blocks_total() {
+            let written = nand.next_page(block);
+            ftl.next_page_hint[block as usize] = written;
+            if written == 0 && !nand.is_bad(block) {
+                continue;
+            }
+            ftl.block_free[block as usize] = false;
+            if written > 0 && written < ppb {
+                let plane = g.plane_of_block(block) as usize;
+                match open[plane] {
+                    // Only the block a plane was writing is partly programmed; should
+                    // there be another, its unwritten pages wait for its erase.
+                    Some(_) => ftl.next_page_hint[block as usize] = ppb,
+                    None => open[plane] = Some(block),
+                }
+            }
+            for ppn in block * ppb..block * ppb + written {
+                let lpn = ftl.oob_lpn[ppn as usize];
+                if lpn == NONE {
+                    report.torn_pages += 1;
+                    continue;
+                }
+                report.pages_scanned += 1;
+                max_seq = max_seq.max(ftl.oob_seq[ppn as usize]);
+                if lpn == COMPACTED {
+                    report.compacted_pages_scanned += 1;
+                    let pieces = decode_header(ftl.headers.get(ppn)).map_err(|e| {
+                        WaflashError::Recovery(format!("compacted page {ppn}: {e}"))
+                    })?;
+                    let at = found.len();
+                    for p in pieces {
+                        ftl.check_piece(ppn, &p, logical)?;
+                        if !found[at..].iter().any(|&(l, _, _)| l == p.lpn) {
+                            found.push((p.lpn, ftl.oob_seq[ppn as usize], ppn));
+                        }
+                    }
+                } else {
+                    let mask = ftl.oob_mask[ppn as usize];
+                    if lpn >= logical || mask == 0 || mask & !ftl.full_mask != 0 {
+                        return Err(WaflashError::Recovery(format!(
+                            "page {ppn}'s OOB names sectors {mask:#x} of logical page {lpn}, \
+                             not a page of this device's {logical}"
+                        )));
+                    }
+                    found.push((lpn, ftl.oob_seq[ppn as usize], ppn));
+                }
+            }
+        }
+        for plane in 0..g.planes_total() {
+            let free: Vec<u32> = g
+                .blocks_of_plane(plane)
+                .filter(|&b| ftl.block_free[b as usize])
+                .collect();
+            // Popped from the back: the lowest-numbered block is used first.
+            ftl.free_blocks[plane as usize] = free.into_iter().rev().collect();
+            ftl.active[plane as usize] = open[plane as usize].unwrap_or(NONE);
+        }
+        report.open_blocks = open.iter().flatten().count() as u64;
+        ftl.next_seq = max_seq + 1;
+        // Newest first within a logical page; equal sequence numbers are the two copies of
+        // one version an interrupted GC left, either of which will do.
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+        let mut crowded = Vec::new();
+        for group in found.chunk_by(|a, b| a.0 == b.0) {
+            let lpn = group[0].0;
+            let candidates: Vec<u32> = group.iter().map(|&(_, _, ppn)| ppn).collect();
+            let first_mask = ftl.version_mask(lpn, candidates[0]);
+            let versions = ftl.prune(lpn, &candidates, first_mask);
+            ftl.remap(lpn, &versions);
+            report.mapped_pages += 1;
+            if versions.len() > ftl.max_versions {
+                crowded.push(lpn);
+            }
+        }
+        for lpn in crowded {
+            ftl.merge_into(nand, lpn, now_ns, None)
+                .map_err(WaflashError::Device)?;
+            report.merges += 1;
+        }
+        report.live_pages = ftl.refs.iter().filter(|&&r| r > 0).count() as u64;
+        report.multi_version_pages = ftl.multi.len() as u64;
+        Ok((ftl, report))
+    }
+
+    /// Checks that a compacted page's index entry names a piece of a page of this device
+    /// that fits in both the logical and the physical page.
+    fn check_piece(&self, ppn: u32, p: &Piece, logical: u32) -> Result<(), WaflashError> {
+        let spp = self.spp;
+        if p.lpn >= logical
+            || p.len == 0
+            || p.first as u32 + p.len as u32 > spp
+            || p.offset as u32 + p.len as u32 > spp
+        {
+            return Err(WaflashError::Recovery(format!(
+                "compacted page {ppn} indexes {} sectors of logical page {} from sector {} \
+                 at offset {}, which do not fit this device's {logical} pages of {spp} sectors",
+                p.len, p.lpn, p.first, p.offset
+            )));
+        }
         Ok(())
     }
 

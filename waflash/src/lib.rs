@@ -19,8 +19,10 @@ mod ftl;
 mod mapping;
 
 pub use config::{BufferPolicy, FifoDrain, FtlKind, WaflashConfig};
-pub use device::{DeviceStats, WaflashReport, WaflashSsd};
-pub use ftl::{decode_header, encode_header, FtlStats, Piece, COMPACTED_MARKER};
+pub use device::{DeviceStats, WaflashMedium, WaflashReport, WaflashSsd};
+pub use ftl::{
+    decode_header, encode_header, FlashMeta, FtlRecovery, FtlStats, Piece, COMPACTED_MARKER,
+};
 
 /// Errors building or driving a WAFLASH SSD outside the command path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +31,9 @@ pub enum WaflashError {
     Config(String),
     #[error("invalid compacted page header: {0}")]
     Header(String),
+    /// The medium holds something recovery cannot make sense of (it names the page).
+    #[error("recovery after power loss failed: {0}")]
+    Recovery(String),
     #[error("invalid workload: {0}")]
     Workload(String),
     #[error(transparent)]
@@ -37,5 +42,7 @@ pub enum WaflashError {
     Device(#[from] afa_ssd::DeviceError),
 }
 
+#[cfg(test)]
+mod recovery_tests;
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use afa_workload::IoOp;
 
 /// Two channels of one die with two planes each: 48 blocks of 16 pages of 16 KiB, 4 KiB
 /// sectors. Small enough that a few hundred writes run GC.
-fn tiny(policy: BufferPolicy, ftl: FtlKind, compaction: bool) -> WaflashConfig {
+pub(crate) fn tiny(policy: BufferPolicy, ftl: FtlKind, compaction: bool) -> WaflashConfig {
     let mut c = WaflashConfig {
         geometry: Geometry {
             channels: 2,
@@ -42,7 +42,7 @@ fn tiny(policy: BufferPolicy, ftl: FtlKind, compaction: bool) -> WaflashConfig {
     c
 }
 
-fn units(lba: u64, sectors: u32, version: u64, unit: usize) -> Vec<u8> {
+pub(crate) fn units(lba: u64, sectors: u32, version: u64, unit: usize) -> Vec<u8> {
     let mut data = vec![0u8; sectors as usize * unit];
     for i in 0..sectors as usize {
         fill_unit(
@@ -53,7 +53,7 @@ fn units(lba: u64, sectors: u32, version: u64, unit: usize) -> Vec<u8> {
     data
 }
 
-fn write(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32, version: u64) -> u64 {
+pub(crate) fn write(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32, version: u64) -> u64 {
     let data = units(lba, sectors, version, 8);
     ssd.submit(
         now,
@@ -64,7 +64,7 @@ fn write(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32, version: u64) -
     .done_ns
 }
 
-fn read_tokens_match(ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]) -> bool {
+pub(crate) fn read_tokens_match(ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]) -> bool {
     let mut out = vec![0u8; expect.len() * 8];
     ssd.submit(
         now,
@@ -81,7 +81,7 @@ fn read_tokens_match(ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]) -
         .all(|(i, &t)| unit_matches(t, &out[i * 8..(i + 1) * 8]))
 }
 
-fn flush(ssd: &mut WaflashSsd, now: u64) -> u64 {
+pub(crate) fn flush(ssd: &mut WaflashSsd, now: u64) -> u64 {
     ssd.submit(now, &Command::flush(), ReadBuffers::none())
         .expect("flush")
         .done_ns
@@ -573,7 +573,7 @@ fn bad_configurations_are_named() {
 }
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(crate) enum Op {
     Write { lba: u64, sectors: u32 },
     Read { lba: u64, sectors: u32 },
     Trim { lba: u64, sectors: u32 },
@@ -581,7 +581,7 @@ enum Op {
     Idle,
 }
 
-fn op_strategy(max_lba: u64) -> impl Strategy<Value = (Op, u64)> {
+pub(crate) fn op_strategy(max_lba: u64) -> impl Strategy<Value = (Op, u64)> {
     let range =
         (0..max_lba, 1u32..=9).prop_map(move |(lba, n)| (lba, n.min((max_lba - lba) as u32)));
     (
@@ -596,7 +596,7 @@ fn op_strategy(max_lba: u64) -> impl Strategy<Value = (Op, u64)> {
     )
 }
 
-const COMBOS: [(BufferPolicy, FtlKind, bool); 12] = [
+pub(crate) const COMBOS: [(BufferPolicy, FtlKind, bool); 12] = [
     (BufferPolicy::Fifo, FtlKind::PageRmw, false),
     (BufferPolicy::Lru, FtlKind::PageRmw, false),
     (BufferPolicy::Mca, FtlKind::PageRmw, false),
@@ -621,7 +621,7 @@ fn run_model(
 }
 
 /// The FIFO buffer with VSSIM's whole-buffer drain, over `ftl`.
-fn whole_drain(ftl: FtlKind, compaction: bool) -> WaflashConfig {
+pub(crate) fn whole_drain(ftl: FtlKind, compaction: bool) -> WaflashConfig {
     WaflashConfig {
         fifo_drain: FifoDrain::Whole,
         ..tiny(BufferPolicy::Fifo, ftl, compaction)

@@ -1,0 +1,468 @@
+//! Power loss and recovery: the power goes at a chosen flash program or erase (inside a
+//! destage, a read-modify-write, a compaction, a GC copy or erase, an idle merge), the
+//! controller rebuilds its FTL from the OOB areas, and an oracle checks that every write a
+//! FLUSH or FUA made durable reads back, that every other sector holds a value it may hold,
+//! and that the recovered device goes on matching a flat model.
+
+use afa_nand::{sector_token, unit_matches};
+use afa_ssd::{BlockDevice, Command, CommandFlags, DeviceError, ReadBuffers};
+use proptest::prelude::*;
+
+use crate::tests::{flush, read_tokens_match, tiny, units, whole_drain, write, Op, COMBOS};
+use crate::{BufferPolicy, FtlKind, FtlRecovery, WaflashConfig, WaflashError, WaflashSsd};
+
+/// The configurations the crash tests run: every buffer × FTL combination, then the FIFO
+/// buffer with VSSIM's whole drain over each FTL.
+fn config(which: usize) -> WaflashConfig {
+    match which {
+        0..12 => {
+            let (policy, ftl, compaction) = COMBOS[which];
+            tiny(policy, ftl, compaction)
+        }
+        12 => whole_drain(FtlKind::PageRmw, false),
+        13 => whole_drain(FtlKind::MultiVersion, false),
+        _ => whole_drain(FtlKind::MultiVersion, true),
+    }
+}
+
+const CONFIGS: usize = 15;
+
+/// What each sector may hold after a power loss.
+struct Oracle {
+    /// The value a read returns now.
+    current: Vec<u64>,
+    /// The value the last completed FLUSH made durable, then every value written (or sent
+    /// and not acknowledged) since: a write-back buffer may have destaged any of them.
+    candidates: Vec<Vec<u64>>,
+    /// Sectors a TRIM has covered: TRIM promises no durability (`trim_is_durable` is
+    /// false), so after a power loss any value the sector ever held may come back.
+    trimmed: Vec<bool>,
+    history: Vec<Vec<u64>>,
+}
+
+impl Oracle {
+    fn new(capacity: u64, precondition: u64) -> Self {
+        let current: Vec<u64> = (0..capacity)
+            .map(|l| {
+                if l < precondition {
+                    sector_token(l, 0)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        Self {
+            candidates: current.iter().map(|&t| vec![t]).collect(),
+            history: current.iter().map(|&t| vec![t, 0]).collect(),
+            trimmed: vec![false; capacity as usize],
+            current,
+        }
+    }
+
+    /// A write is on its way: until a flush completes after it, its data may or may not be
+    /// durable. Called before the command is sent, so a write that fails stays possible.
+    fn sent(&mut self, lba: u64, sectors: u32, token: impl Fn(u64) -> u64) {
+        for l in lba..lba + sectors as u64 {
+            let t = token(l);
+            self.candidates[l as usize].push(t);
+            self.history[l as usize].push(t);
+        }
+    }
+
+    fn acknowledged(&mut self, lba: u64, sectors: u32, token: impl Fn(u64) -> u64) {
+        for l in lba..lba + sectors as u64 {
+            self.current[l as usize] = token(l);
+        }
+    }
+
+    /// Everything acknowledged before a completed FLUSH (or a FUA write's own sectors) is
+    /// durable: the sectors' only candidate is their current value.
+    fn durable(&mut self, sectors: std::ops::Range<u64>) {
+        for l in sectors {
+            let c = &mut self.candidates[l as usize];
+            c.clear();
+            c.push(self.current[l as usize]);
+        }
+    }
+
+    /// Checks the sector `lba` of the recovered device and adopts what it holds as its
+    /// current value.
+    fn check_after_loss(&mut self, ssd: &mut WaflashSsd, now: u64, lba: u64) -> Result<(), String> {
+        let mut out = [0u8; 8];
+        ssd.submit(
+            now,
+            &Command::read(lba, 1),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        )
+        .map_err(|e| format!("read of sector {lba} after recovery failed: {e}"))?;
+        let l = lba as usize;
+        let allowed = self.candidates[l].iter().copied().chain(
+            self.trimmed[l]
+                .then(|| self.history[l].iter().copied())
+                .into_iter()
+                .flatten(),
+        );
+        let Some(found) = allowed.into_iter().find(|&t| unit_matches(t, &out)) else {
+            return Err(format!(
+                "sector {lba} holds none of the {} values it may hold after the power loss \
+                 (the durable one: {:#x})",
+                self.candidates[l].len(),
+                self.candidates[l][0]
+            ));
+        };
+        self.current[l] = found;
+        self.candidates[l] = vec![found];
+        Ok(())
+    }
+}
+
+fn fua_write(
+    ssd: &mut WaflashSsd,
+    now: u64,
+    lba: u64,
+    sectors: u32,
+    version: u64,
+) -> Result<u64, DeviceError> {
+    let data = units(lba, sectors, version, 8);
+    let cmd = Command {
+        flags: CommandFlags {
+            fua: true,
+            ..CommandFlags::default()
+        },
+        ..Command::write(lba, sectors, &data)
+    };
+    ssd.submit(now, &cmd, ReadBuffers::none())
+        .map(|c| c.done_ns)
+}
+
+/// Runs `ops` (every fourth write with FUA) with the power cut after `budget` flash
+/// operations, recovers, checks every sector against the oracle, then runs `after` on the
+/// recovered device against a flat model. Returns what recovery found.
+fn crash_and_recover(
+    config: WaflashConfig,
+    precondition: u64,
+    ops: &[(Op, u64)],
+    budget: u64,
+    after: &[(Op, u64)],
+) -> Result<FtlRecovery, TestCaseError> {
+    let mut ssd = WaflashSsd::new(config, 7).unwrap();
+    ssd.precondition(precondition).unwrap();
+    let capacity = ssd.info().capacity_sectors;
+    let mut oracle = Oracle::new(capacity, precondition);
+    ssd.cut_power_after(budget);
+    let mut now = 0u64;
+    for (i, (op, dt)) in ops.iter().enumerate() {
+        now += dt;
+        let version = i as u64 + 1;
+        let outcome = match *op {
+            Op::Write { lba, sectors } => {
+                let token = |l| sector_token(l, version);
+                oracle.sent(lba, sectors, token);
+                let fua = i % 4 == 0;
+                let data = units(lba, sectors, version, 8);
+                let r = if fua {
+                    fua_write(&mut ssd, now, lba, sectors, version)
+                } else {
+                    ssd.submit(
+                        now,
+                        &Command::write(lba, sectors, &data),
+                        ReadBuffers::none(),
+                    )
+                    .map(|c| c.done_ns)
+                };
+                r.map(|_| {
+                    oracle.acknowledged(lba, sectors, token);
+                    if fua {
+                        oracle.durable(lba..lba + sectors as u64);
+                    }
+                })
+            }
+            Op::Read { lba, sectors } => {
+                let expect = oracle.current[lba as usize..(lba + sectors as u64) as usize].to_vec();
+                let mut out = vec![0u8; expect.len() * 8];
+                let r = ssd.submit(
+                    now,
+                    &Command::read(lba, sectors),
+                    ReadBuffers {
+                        data: &mut out,
+                        tags: None,
+                    },
+                );
+                if r.is_ok() {
+                    prop_assert!(
+                        expect
+                            .iter()
+                            .enumerate()
+                            .all(|(k, &t)| unit_matches(t, &out[k * 8..(k + 1) * 8])),
+                        "op {i}: read of {sectors} sectors at {lba} before the power loss"
+                    );
+                }
+                r.map(|_| ())
+            }
+            Op::Trim { lba, sectors } => {
+                oracle.sent(lba, sectors, |_| 0);
+                for l in lba..lba + sectors as u64 {
+                    oracle.trimmed[l as usize] = true;
+                }
+                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
+                    .map(|_| oracle.acknowledged(lba, sectors, |_| 0))
+            }
+            Op::Flush => ssd
+                .submit(now, &Command::flush(), ReadBuffers::none())
+                .map(|_| oracle.durable(0..capacity)),
+            Op::Idle => {
+                if let Some(t) = ssd.background(now) {
+                    now = now.max(t);
+                }
+                Ok(())
+            }
+        };
+        if let Err(e) = outcome {
+            prop_assert!(ssd.power_lost(), "op {i} failed without a power loss: {e}");
+            prop_assert_eq!(e, DeviceError::Failed);
+            break;
+        }
+    }
+    let lost_mid_run = ssd.power_lost();
+    let medium = ssd.power_loss();
+    now += 1_000_000;
+    let (mut ssd, found) = WaflashSsd::recover(medium, now).unwrap();
+    ssd.check_invariants();
+    prop_assert!(!lost_mid_run || found.pages_scanned > 0 || precondition == 0);
+    for lba in 0..capacity {
+        if let Err(e) = oracle.check_after_loss(&mut ssd, now, lba) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+    // The recovered device keeps working: writes, GC and merges over what recovery built.
+    let mut model = oracle.current;
+    for (i, (op, dt)) in after.iter().enumerate() {
+        now += dt;
+        let version = (1 << 32) + i as u64;
+        match *op {
+            Op::Write { lba, sectors } => {
+                for l in lba..lba + sectors as u64 {
+                    model[l as usize] = sector_token(l, version);
+                }
+                write(&mut ssd, now, lba, sectors, version);
+            }
+            Op::Read { lba, sectors } => prop_assert!(
+                read_tokens_match(
+                    &mut ssd,
+                    now,
+                    lba,
+                    &model[lba as usize..(lba + sectors as u64) as usize]
+                ),
+                "op {i} after recovery: read of {sectors} sectors at {lba}"
+            ),
+            Op::Trim { lba, sectors } => {
+                for l in lba..lba + sectors as u64 {
+                    model[l as usize] = 0;
+                }
+                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
+                    .expect("trim");
+            }
+            Op::Flush => {
+                flush(&mut ssd, now);
+            }
+            Op::Idle => {
+                if let Some(t) = ssd.background(now) {
+                    now = now.max(t);
+                }
+            }
+        }
+    }
+    flush(&mut ssd, now);
+    for lba in (0..capacity).step_by(8) {
+        let n = 8.min(capacity - lba) as usize;
+        prop_assert!(read_tokens_match(
+            &mut ssd,
+            now + 1_000_000_000,
+            lba,
+            &model[lba as usize..lba as usize + n]
+        ));
+    }
+    ssd.check_invariants();
+    Ok(found)
+}
+
+/// Random sector-granular operations over the first 600 sectors, as in the flat-model tests,
+/// with `trims` choosing whether TRIM is among them.
+fn random_ops(rng: &mut afa_sim::SimRng, n: usize, gap_ns: u64, trims: bool) -> Vec<(Op, u64)> {
+    (0..n)
+        .map(|_| {
+            let lba = rng.below(600);
+            let sectors = (1 + rng.below(9) as u32).min((600 - lba) as u32);
+            let op = match rng.below(20) {
+                0..=12 => Op::Write { lba, sectors },
+                13..=15 => Op::Read { lba, sectors },
+                16 if trims => Op::Trim { lba, sectors },
+                17 => Op::Flush,
+                _ => Op::Idle,
+            };
+            (op, rng.below(gap_ns))
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Power lost at a random flash operation of a random run on any configuration: every
+    /// durable write survives, nothing reads back that was never written there, and the
+    /// recovered device matches a flat model from then on.
+    #[test]
+    fn power_loss_at_any_flash_operation_keeps_every_durable_write(
+        which in 0..CONFIGS,
+        precondition in prop_oneof![Just(0u64), Just(600u64)],
+        seed in any::<u64>(),
+        len in 1usize..600,
+        budget in 0u64..1500,
+    ) {
+        let mut rng = afa_sim::SimRng::new(seed);
+        let ops = random_ops(&mut rng, len, 300_000, true);
+        let after = random_ops(&mut rng, 300, 300_000, true);
+        crash_and_recover(config(which), precondition, &ops, budget, &after)?;
+    }
+}
+
+#[test]
+fn power_loss_inside_gc_merges_and_compaction_keeps_every_durable_write() {
+    // Long runs that wrap the tiny device several times, cut at points spread over them, so
+    // that the power goes inside GC copies and erases, merges and compacted destages.
+    let mut total = FtlRecovery::default();
+    for which in 0..CONFIGS {
+        for (k, budget) in [40u64, 700, 1900, 3100].into_iter().enumerate() {
+            let mut rng = afa_sim::SimRng::new(which as u64 * 10 + k as u64);
+            let ops = random_ops(&mut rng, 4000, 200_000, false);
+            let after = random_ops(&mut rng, 1500, 200_000, false);
+            let found = crash_and_recover(config(which), 600, &ops, budget, &after)
+                .unwrap_or_else(|e| panic!("configuration {which}, budget {budget}: {e}"));
+            total.pages_scanned += found.pages_scanned;
+            total.torn_pages += found.torn_pages;
+            total.live_pages += found.live_pages;
+            total.multi_version_pages += found.multi_version_pages;
+            total.compacted_pages_scanned += found.compacted_pages_scanned;
+        }
+    }
+    // The cuts fell inside programs (a torn page each), and recovery met stale pages,
+    // several versions of a page and compacted pages.
+    assert!(total.torn_pages > 0, "{total:?}");
+    assert!(total.pages_scanned > total.live_pages, "{total:?}");
+    assert!(total.multi_version_pages > 0, "{total:?}");
+    assert!(total.compacted_pages_scanned > 0, "{total:?}");
+}
+
+#[test]
+fn a_flushed_write_survives_and_an_unflushed_one_in_the_buffer_does_not() {
+    let mut ssd =
+        WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true), 3).unwrap();
+    ssd.precondition(64).unwrap();
+    // Sectors 1..=3 of page 0 (a new version), then a flush; then page 1 whole, which stays
+    // in the buffer.
+    write(&mut ssd, 0, 1, 3, 7);
+    let t = flush(&mut ssd, 1_000);
+    let t = write(&mut ssd, t, 4, 4, 8);
+    assert_eq!(ssd.buffered_pages().0, 1);
+    let (mut ssd, found) = WaflashSsd::recover(ssd.power_loss(), t + 1_000).unwrap();
+    assert!(found.mapped_pages >= 16, "{found:?}");
+    assert_eq!(found.torn_pages, 0);
+    let page0 = [
+        sector_token(0, 0),
+        sector_token(1, 7),
+        sector_token(2, 7),
+        sector_token(3, 7),
+    ];
+    assert!(read_tokens_match(&mut ssd, t + 2_000, 0, &page0));
+    let page1: Vec<u64> = (4..8).map(|l| sector_token(l, 0)).collect();
+    assert!(
+        read_tokens_match(&mut ssd, t + 3_000, 4, &page1),
+        "the unflushed write of page 1 was in DRAM only"
+    );
+    ssd.check_invariants();
+}
+
+#[test]
+fn a_cut_command_fails_and_so_does_every_later_one() {
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::PageRmw, false), 1).unwrap();
+    ssd.cut_power_after(0);
+    // The buffer takes the write; the flush's first program meets the power loss.
+    write(&mut ssd, 0, 0, 4, 1);
+    let e = ssd
+        .submit(10, &Command::flush(), ReadBuffers::none())
+        .unwrap_err();
+    assert_eq!(e, DeviceError::Failed);
+    assert!(ssd.power_lost());
+    let mut out = [0u8; 8];
+    let read = ssd.submit(
+        20,
+        &Command::read(0, 1),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    );
+    assert_eq!(read.unwrap_err(), DeviceError::Failed);
+    assert_eq!(ssd.background(30), None);
+    let (mut ssd, found) = WaflashSsd::recover(ssd.power_loss(), 40).unwrap();
+    assert_eq!(found.torn_pages, 1, "{found:?}");
+    assert_eq!(found.mapped_pages, 0);
+    assert!(read_tokens_match(&mut ssd, 50, 0, &[0; 4]));
+    // The torn page's block stays open after it; the next write goes on from there.
+    write(&mut ssd, 60, 0, 4, 2);
+    flush(&mut ssd, 70);
+    ssd.check_invariants();
+}
+
+#[test]
+fn a_seed_and_a_cut_reproduce_the_recovery() {
+    let run = || {
+        let mut rng = afa_sim::SimRng::new(5);
+        let ops = random_ops(&mut rng, 3000, 200_000, true);
+        let mut ssd =
+            WaflashSsd::new(tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true), 9).unwrap();
+        ssd.precondition(600).unwrap();
+        ssd.cut_power_after(1_234);
+        let mut now = 0;
+        for (i, (op, dt)) in ops.iter().enumerate() {
+            now += dt;
+            let r = match *op {
+                Op::Write { lba, sectors } => {
+                    let data = units(lba, sectors, i as u64 + 1, 8);
+                    ssd.submit(
+                        now,
+                        &Command::write(lba, sectors, &data),
+                        ReadBuffers::none(),
+                    )
+                    .map(|_| ())
+                }
+                Op::Flush => ssd
+                    .submit(now, &Command::flush(), ReadBuffers::none())
+                    .map(|_| ()),
+                _ => Ok(()),
+            };
+            if r.is_err() {
+                break;
+            }
+        }
+        assert!(ssd.power_lost(), "the run never reached the cut");
+        let (ssd, found) = WaflashSsd::recover(ssd.power_loss(), now).unwrap();
+        let entries: Vec<u32> = (0..150).map(|l| ssd.mapping_entry(l)).collect();
+        (found, entries, ssd.report().flash_programs)
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn recovery_names_a_page_whose_oob_is_not_this_devices() {
+    let mut ssd = WaflashSsd::new(tiny(BufferPolicy::Lru, FtlKind::MultiVersion, true), 1).unwrap();
+    ssd.precondition(64).unwrap();
+    let mut medium = ssd.power_loss();
+    medium.corrupt_oob_lpn(0, 1 << 30);
+    let e = WaflashSsd::recover(medium, 0).unwrap_err();
+    assert!(matches!(e, WaflashError::Recovery(_)), "{e}");
+    assert!(e.to_string().contains("page 0's OOB names"), "{e}");
+}
