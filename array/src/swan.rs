@@ -290,13 +290,8 @@ pub struct Swan<D: BlockDevice> {
     nvram: Nvram,
 }
 
-/// A short, stable checksum (FNV-1a) for segment summaries, NVRAM log frames and ScalaAFA's
-/// checkpoints.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
-}
+/// Segment summaries, NVRAM log frames and ScalaAFA's checkpoints carry this checksum.
+pub(crate) use afa_sim::fnv1a;
 
 /// The map a rebuild is assembling from segment summaries and open segments' lists: for
 /// every logical block, the version with the highest write sequence number (a GC copy keeps

@@ -22,7 +22,7 @@ use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command as DeviceCommand, Completion, DeviceError, DeviceInfo, ReadBuffers, Ssd,
 };
-use afa_waflash::{WaflashConfig, WaflashReport, WaflashSsd};
+use afa_waflash::{WaflashConfig, WaflashImage, WaflashReport, WaflashSsd};
 use clap::{Args, ValueEnum};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -697,26 +697,19 @@ impl BlockDevice for ServedWaflash {
     }
 }
 
-/// One WAFLASH SSD (`[waflash.ssd]`) in memory with real bytes: clients' unaligned writes go
-/// through its write buffer, MV-FTL and compaction as the simulation's do.
+/// One WAFLASH SSD (`[waflash.ssd]`) with real bytes: clients' unaligned writes go through
+/// its write buffer, MV-FTL and compaction as the simulation's do. In memory, or with
+/// `--state` kept in a flash image that each completed FLUSH (or FUA write) brings up to
+/// date, from which a restart recovers the FTL as after a power loss.
 fn build_waflash_volume(
     config: &WaflashConfig,
     seed: u64,
     state_dir: Option<&Path>,
 ) -> Result<Volume, String> {
-    if state_dir.is_some() {
-        // The FTL's map (every logical page's versions and compacted pieces) and the write
-        // buffer live in controller memory, and nothing rebuilds them from the medium, so
-        // files kept across restarts could not be read back.
-        return Err(
-            "--state cannot be used with [waflash]: the WAFLASH SSD keeps its map in controller memory and has no recovery from its flash, so it is served in memory only"
-                .into(),
-        );
-    }
     let mut config = config.clone();
     config.payload = PayloadMode::Full;
-    let description = format!(
-        "afa: one WAFLASH SSD ({} buffer, {} FTL{}) in memory",
+    let kind = format!(
+        "one WAFLASH SSD ({} buffer, {} FTL{})",
         serde_plain_name(&config.buffer_policy),
         serde_plain_name(&config.ftl),
         if config.compaction {
@@ -725,16 +718,80 @@ fn build_waflash_volume(
             ""
         }
     );
-    let ssd = WaflashSsd::new(config, seed).map_err(|e| format!("waflash: {e}"))?;
     let report = Arc::new(Mutex::new(None));
-    let device = ServedWaflash {
-        ssd,
-        report: Arc::clone(&report),
+    let Some(state_dir) = state_dir else {
+        let ssd = WaflashSsd::new(config, seed).map_err(|e| format!("waflash: {e}"))?;
+        return Ok(Volume {
+            served: Served::device(ServedWaflash {
+                ssd,
+                report: Arc::clone(&report),
+            }),
+            description: format!("afa: {kind} in memory"),
+            state: None,
+            waflash_report: Some(report),
+        });
+    };
+    // The image only makes sense under the medium's shape and the logical space's size; the
+    // buffer, the FTL's policies and the timing may change between starts, since recovery
+    // reads versions and compacted pages whatever wrote them.
+    let g = &config.geometry;
+    let fingerprint = format!(
+        "afa volume: one WAFLASH SSD of {} channels x {} chips x {} dies x {} planes x {} blocks x {} pages of {} bytes, sectors of {} bytes, {} logical pages",
+        g.channels,
+        g.chips_per_channel,
+        g.dies_per_chip,
+        g.planes_per_die,
+        g.blocks_per_plane,
+        g.pages_per_block,
+        g.page_bytes,
+        g.sector_bytes,
+        config.logical_pages()
+    );
+    let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
+    let path = state.waflash_image_path();
+    let ssd = if path.exists() {
+        let (ssd, found) =
+            WaflashSsd::open_image(config, seed, &path).map_err(|e| format!("waflash: {e}"))?;
+        eprintln!(
+            "afa serve: WAFLASH recovered {} after {} stop from the OOB areas of {} pages ({} compacted, {} torn): {} logical pages mapped, {} with several versions, {} live pages, {} open blocks, {} pages merged",
+            path.display(),
+            if state.unclean() { "an unclean" } else { "an orderly" },
+            found.pages_scanned,
+            found.compacted_pages_scanned,
+            found.torn_pages,
+            found.mapped_pages,
+            found.multi_version_pages,
+            found.live_pages,
+            found.open_blocks,
+            found.merges
+        );
+        ssd
+    } else {
+        // Made under a temporary name and renamed once whole, so that an image under the
+        // real name always has its header and block table.
+        let tmp = path.with_extension("img.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let image = WaflashImage::create(&tmp, &config).map_err(|e| format!("waflash: {e}"))?;
+        let mut ssd =
+            WaflashSsd::create_in(config, seed, image).map_err(|e| format!("waflash: {e}"))?;
+        std::fs::rename(&tmp, &path)
+            .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
+            .map_err(|e| {
+                format!(
+                    "cannot put the WAFLASH flash image at {}: {e}",
+                    path.display()
+                )
+            })?;
+        ssd.image_moved_to(&path);
+        ssd
     };
     Ok(Volume {
-        served: Served::device(device),
-        description,
-        state: None,
+        served: Served::device(ServedWaflash {
+            ssd,
+            report: Arc::clone(&report),
+        }),
+        description: format!("afa: {kind} kept in {}", state_dir.display()),
+        state: Some(state),
         waflash_report: Some(report),
     })
 }
@@ -1280,36 +1337,25 @@ mod tests {
         loaded
     }
 
-    #[test]
-    fn a_waflash_volume_keeps_every_unaligned_write_and_counts_what_it_did() {
-        let cfg = waflash_config(WAFLASH, "waflash").unwrap();
-        let volume = build_volume(&cfg, None).unwrap();
-        assert!(
-            volume
-                .description
-                .contains("WAFLASH SSD (pc-lru buffer, multi-version FTL, compaction)"),
-            "{}",
-            volume.description
-        );
-        let Served::Device(device) = volume.served else {
-            panic!("a WAFLASH SSD is served as one device");
-        };
-        let info = device.info();
-        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
-        let mut executor = afa_serve::Executor::new(device).unwrap();
-        // Byte-granular writes anywhere in the first 4 MiB, most of them covering part of a
-        // 16 KiB page, with the expected bytes kept beside them; every read is compared.
-        let region = 4usize << 20;
-        let mut expected = vec![0u8; region];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    /// Byte-granular writes anywhere in the first `expected.len()` bytes, most of them
+    /// covering part of a 16 KiB page, with the expected bytes kept beside them; every
+    /// third request a read, compared; a flush every 97 requests and at the end. Returns the
+    /// time after the final flush.
+    fn drive_waflash(
+        executor: &mut afa_serve::Executor<dyn BlockDevice + Send>,
+        expected: &mut [u8],
+        requests: u64,
+        mut x: u64,
+        mut now_ns: TimeNs,
+    ) -> TimeNs {
+        let region = expected.len();
         let mut next = move |n: u64| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x % n
         };
-        let mut now_ns: TimeNs = 0;
-        for i in 0..3000u64 {
+        for i in 0..requests {
             let offset = next(region as u64 - 20_000) as usize;
             let length = 1 + next(20_000) as usize;
             if i % 3 == 2 {
@@ -1350,7 +1396,29 @@ mod tests {
         }
         executor
             .execute(now_ns, &afa_serve::proto::Request::Flush, &[])
-            .unwrap();
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn a_waflash_volume_keeps_every_unaligned_write_and_counts_what_it_did() {
+        let cfg = waflash_config(WAFLASH, "waflash").unwrap();
+        let volume = build_volume(&cfg, None).unwrap();
+        assert!(
+            volume
+                .description
+                .contains("WAFLASH SSD (pc-lru buffer, multi-version FTL, compaction) in memory"),
+            "{}",
+            volume.description
+        );
+        let Served::Device(device) = volume.served else {
+            panic!("a WAFLASH SSD is served as one device");
+        };
+        let info = device.info();
+        assert_eq!(info.payload_unit_bytes, info.sector_bytes);
+        let mut executor = afa_serve::Executor::new(device).unwrap();
+        let mut expected = vec![0u8; 4 << 20];
+        drive_waflash(&mut executor, &mut expected, 3000, 0x9e37_79b9_7f4a_7c15, 0);
         let report = volume
             .waflash_report
             .unwrap()
@@ -1366,16 +1434,65 @@ mod tests {
         assert!(report.ftl.compacted_pages > 0, "{report:?}");
     }
 
+    /// Reads the first `expected.len()` bytes back in 64 KiB requests and compares them.
+    fn check_waflash(
+        executor: &mut afa_serve::Executor<dyn BlockDevice + Send>,
+        expected: &[u8],
+        now_ns: TimeNs,
+    ) {
+        for offset in (0..expected.len()).step_by(1 << 16) {
+            let length = (1usize << 16).min(expected.len() - offset);
+            let (_, data) = executor
+                .execute(
+                    now_ns,
+                    &afa_serve::proto::Request::Read {
+                        offset: offset as u64,
+                        length: length as u32,
+                    },
+                    &[],
+                )
+                .unwrap();
+            assert!(
+                data == expected[offset..offset + length],
+                "{length} bytes at {offset} differ after the restart"
+            );
+        }
+    }
+
     #[test]
-    fn a_waflash_volume_refuses_state_and_an_array() {
+    fn a_waflash_volume_kept_in_state_recovers_every_flushed_write_after_a_kill() {
         let cfg = waflash_config(WAFLASH, "waflash-state").unwrap();
         let dir = std::env::temp_dir().join(format!("afa-serve-wfs-{}", std::process::id()));
-        let err = build_volume(&cfg, Some(&dir)).err().unwrap();
-        assert!(
-            err.contains("--state cannot be used with [waflash]"),
-            "{err}"
-        );
-        assert!(!dir.exists(), "a refused volume leaves no state directory");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut expected = vec![0u8; 4 << 20];
+        let mut now_ns = 0;
+        for round in 0..3u64 {
+            let volume = build_volume(&cfg, Some(&dir)).unwrap();
+            assert!(
+                volume.description.contains("kept in"),
+                "{}",
+                volume.description
+            );
+            let Served::Device(device) = volume.served else {
+                panic!("a WAFLASH SSD is served as one device");
+            };
+            let mut executor = afa_serve::Executor::new(device).unwrap();
+            // What the last round flushed is there, whether it stopped in order or not.
+            check_waflash(&mut executor, &expected, now_ns);
+            now_ns = drive_waflash(&mut executor, &mut expected, 1500, 17 + round, now_ns);
+            if round == 1 {
+                volume.state.as_ref().unwrap().mark_clean().unwrap();
+            }
+            // Round 0 and 2 end as a kill would: no orderly stop, the image as the last
+            // flush left it.
+            drop(executor);
+        }
+        assert!(dir.join("waflash-flash.img").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_waflash_volume_refuses_an_array_and_a_buffer_below_a_page() {
         let err = waflash_config(
             &format!("{WAFLASH}[array]\nlevel = \"raid5\"\nmembers = 3\n"),
             "waflash-array",

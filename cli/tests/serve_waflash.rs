@@ -1,7 +1,8 @@
 //! `afa serve` of one WAFLASH SSD (`[waflash]`) as a process: real clients' unaligned
 //! writes go through its write buffer, MV-FTL and compaction and read back byte for byte
 //! (qemu-io patterns, -P, and fio's own verification), and the server reports on stop what
-//! they did inside the device.
+//! they did inside the device. With `--state` the medium is kept in a file and recovered
+//! from its OOB areas after kill -9 or a stop.
 
 use std::process::Command;
 
@@ -96,16 +97,58 @@ fn waflash_serves_unaligned_writes_and_reports_what_they_did() {
     assert!(count(line, " version writes") > 0, "{line}");
 }
 
+/// With `--state` the medium is kept in a flash image that every completed FLUSH brings up
+/// to date; a restart rebuilds the FTL from the OOB areas, after kill -9 as after an
+/// orderly stop, and every flushed write reads back, unaligned pieces and compacted pages
+/// included.
 #[test]
-fn waflash_refuses_a_state_directory_by_name() {
-    let s = setup("waflash-state", WAFLASH);
-    let err = s.refused_start(&s.config, &s.socket);
-    assert!(
-        err.contains("--state cannot be used with [waflash]"),
-        "{err}"
+fn waflash_kept_in_state_recovers_every_flushed_write_after_kill_9_and_a_stop() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("waflash-kill9", WAFLASH);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "write -P 0x11 0 3M",
+            "write -P 0x22 5000 3000",
+            "write -P 0x33 20480 1024",
+            "write -P 0x44 65536 6144",
+            "flush",
+        ],
     );
-    assert!(
-        !s.state.exists(),
-        "a refused start leaves no state directory"
+    afa.kill_9();
+    let afa = s.start(&[]);
+    let reads = [
+        "read -P 0x11 0 5000",
+        "read -P 0x22 5000 3000",
+        "read -P 0x11 8000 12480",
+        "read -P 0x33 20480 1024",
+        "read -P 0x11 21504 44032",
+        "read -P 0x44 65536 6144",
+        "read -P 0x11 71680 3074048",
+    ];
+    qemu_io(&afa.uri, &reads);
+    qemu_io(&afa.uri, &["write -P 0x55 1M 10000", "flush"]);
+    let stderr = afa.stop();
+    assert!(stderr.contains("WAFLASH:"), "{stderr}");
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &["read -P 0x55 1M 10000", "read -P 0x44 65536 6144"],
     );
+    let stderr = afa.stop();
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("WAFLASH recovered"))
+        .unwrap_or_else(|| panic!("no recovery line: {stderr}"));
+    assert!(line.contains("after an orderly stop"), "{line}");
+    assert!(count(line, " logical pages mapped") >= 192, "{line}");
+}
+
+/// The kill lands among destages, GC and compaction while fio writes at random.
+#[test]
+fn waflash_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    common::serve::kill_9_under_load_keeps_the_flushed_region("waflash-kill9-load", WAFLASH, 24);
 }

@@ -142,6 +142,11 @@ impl StateDir {
         self.dir.join("ox-flash.img")
     }
 
+    /// The flash image of a served WAFLASH SSD: its medium's pages, OOB areas and blocks.
+    pub fn waflash_image_path(&self) -> PathBuf {
+        self.dir.join("waflash-flash.img")
+    }
+
     /// The file of member `index` (spares count after the members).
     pub fn member_path(&self, index: usize) -> PathBuf {
         self.dir.join(format!("member-{index}.img"))

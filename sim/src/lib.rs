@@ -35,6 +35,14 @@ pub const MAX_STEP_NS: u64 = 3_600 * NS_PER_S;
 /// [`MAX_STEP_NS`]; at 1e-9 MB/s it took 33 years, and the sums after it overflowed the clock.
 pub const MIN_BANDWIDTH_MB_S: f64 = 0.001;
 
+/// A short, stable checksum (FNV-1a 64) for what recovery must tell whole from torn:
+/// segment summaries, NVRAM log frames, checkpoints, flash-image journals.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Checks a configured duration against [`MAX_STEP_NS`]; the error names the field.
 pub fn check_step_ns(name: &str, ns: u64) -> Result<(), String> {
     if ns > MAX_STEP_NS {

@@ -1,7 +1,7 @@
 //! The WAFLASH SSD: host interface, the sector-granular write buffer and its four
 //! replacement policies, and the FTL, behind the `BlockDevice` seam.
 
-use afa_nand::{fill_unit, sector_token, Nand, NandCounters};
+use afa_nand::{fill_unit, sector_token, Nand, NandCounters, PayloadMode};
 use afa_sim::{transfer_ns, TimeNs};
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::buffer::WriteBuffer;
 use crate::config::{BufferPolicy, FifoDrain, WaflashConfig};
 use crate::ftl::{FlashMeta, Ftl, FtlRecovery, FtlStats};
-use crate::WaflashError;
+use crate::{WaflashError, WaflashImage};
 
 /// Controller-level counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -140,6 +140,8 @@ pub struct WaflashSsd {
     /// When the last command completed: the host has had nothing outstanding since, when
     /// the device is given idle time.
     last_done_ns: TimeNs,
+    /// The file the medium is kept in, when it must outlive the process (serve mode).
+    image: Option<WaflashImage>,
 }
 
 impl WaflashSsd {
@@ -192,6 +194,7 @@ impl WaflashSsd {
             drain_next_ns: 0,
             present_ns: 0,
             last_done_ns: 0,
+            image: None,
         }
     }
 
@@ -233,7 +236,7 @@ impl WaflashSsd {
             meta,
         } = medium;
         let unit = nand.store().unit_bytes();
-        let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, now_ns)?;
+        let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, now_ns, false)?;
         let mut ssd = Self::assemble(config, nand, ftl);
         ssd.present_ns = now_ns;
         ssd.last_done_ns = now_ns;
@@ -241,6 +244,66 @@ impl WaflashSsd {
         ssd.d2h_free_ns = now_ns;
         ssd.drain_next_ns = now_ns;
         Ok((ssd, found))
+    }
+
+    /// A blank device (payload full) whose medium is kept in `image`, a new image file.
+    pub fn create_in(
+        mut config: WaflashConfig,
+        seed: u64,
+        image: WaflashImage,
+    ) -> Result<Self, WaflashError> {
+        config.payload = PayloadMode::Full;
+        let mut ssd = Self::new(config, seed)?;
+        ssd.ftl.track_changes();
+        ssd.image = Some(image);
+        Ok(ssd)
+    }
+
+    /// Powers a device up on the medium kept in the image file at `path`, as after a power
+    /// loss: the FTL is rebuilt from the OOB areas the image holds ([`FtlRecovery`] says
+    /// what was found), and the image goes on keeping the medium.
+    pub fn open_image(
+        mut config: WaflashConfig,
+        seed: u64,
+        path: &std::path::Path,
+    ) -> Result<(Self, FtlRecovery), WaflashError> {
+        config.payload = PayloadMode::Full;
+        config.validate()?;
+        let mut nand = Nand::new(
+            config.geometry.clone(),
+            config.timing.clone(),
+            config.cell_mode,
+            config.payload,
+            afa_nand::FaultConfig::default(),
+            seed,
+        )?;
+        let (image, meta) = WaflashImage::open(path, &config, &mut nand)?;
+        let unit = nand.store().unit_bytes();
+        let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, 0, true)?;
+        let mut ssd = Self::assemble(config, nand, ftl);
+        ssd.image = Some(image);
+        Ok((ssd, found))
+    }
+
+    /// Records that the image file was renamed.
+    pub fn image_moved_to(&mut self, path: &std::path::Path) {
+        if let Some(image) = &mut self.image {
+            image.moved_to(path);
+        }
+    }
+
+    /// Makes the image (if the medium is kept in one) hold the medium as it is now: what a
+    /// completed FLUSH or FUA write promises.
+    fn commit_image(&mut self) -> Result<(), DeviceError> {
+        let Some(image) = &mut self.image else {
+            return Ok(());
+        };
+        let changes = self.ftl.take_changes();
+        if let Err(e) = image.commit(&self.nand, &changes, &self.ftl) {
+            self.ftl.restore_changes(changes);
+            return Err(DeviceError::Medium(e.to_string()));
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &WaflashConfig {
@@ -669,6 +732,7 @@ impl WaflashSsd {
         if cmd.flags.fua {
             let lpns: Vec<u32> = spans.iter().map(|s| s.lpn).collect();
             self.destage(&lpns, t)?;
+            self.commit_image()?;
             done = done.max(self.buffer.drained_at());
         }
         Ok(done)
@@ -744,6 +808,7 @@ impl WaflashSsd {
         let start = now_ns + self.config.host.command_overhead_ns;
         let all: Vec<u32> = self.buffer.bottom_up().map(|(lpn, _)| lpn).collect();
         self.destage(&all, start)?;
+        self.commit_image()?;
         self.buffer.clear_requests();
         Ok(self.buffer.drained_at().max(start))
     }

@@ -171,6 +171,37 @@ impl FlashMeta {
     }
 }
 
+/// Pages programmed and blocks erased over some stretch of time.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub pages: Vec<u32>,
+    pub blocks: Vec<u32>,
+}
+
+impl FlashMeta {
+    /// The OOB areas of a medium of `pages` pages none of which is programmed.
+    pub(crate) fn blank(pages: usize) -> Self {
+        Self {
+            oob_lpn: vec![NONE; pages],
+            oob_mask: vec![0; pages],
+            oob_seq: vec![0; pages],
+            headers: Headers::new(pages as u64),
+        }
+    }
+
+    /// Restores the OOB area of `ppn` (and its compaction header, when not empty) from a
+    /// flash image.
+    pub(crate) fn restore(&mut self, ppn: u32, lpn: u32, mask: u64, seq: u64, header: &[u8]) {
+        let i = ppn as usize;
+        self.oob_lpn[i] = lpn;
+        self.oob_mask[i] = mask;
+        self.oob_seq[i] = seq;
+        if !header.is_empty() {
+            self.headers.insert(ppn, header.to_vec());
+        }
+    }
+}
+
 /// What recovery after a power loss found on the medium.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct FtlRecovery {
@@ -215,6 +246,9 @@ pub(crate) struct Ftl {
     /// happened (after which the FTL refuses everything).
     power_budget: Option<u64>,
     power_lost: bool,
+    /// Pages programmed and blocks erased since the last [`Ftl::take_changes`], when a
+    /// flash image keeps the medium in a file.
+    changes: Option<Changes>,
     refs: Vec<u8>,
     block_valid: Vec<u32>,
     block_free: Vec<bool>,
@@ -339,6 +373,7 @@ impl Ftl {
             next_seq: 1,
             power_budget: None,
             power_lost: false,
+            changes: None,
             refs: vec![0; pages as usize],
             block_valid: vec![0; g.blocks_total() as usize],
             block_free: vec![true; g.blocks_total() as usize],
@@ -643,8 +678,16 @@ impl Ftl {
         ready_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
         match self.power_for_one_more() {
-            Power::On => nand.program(ppn, ready_ns).map_err(nand_err),
+            Power::On => {
+                if let Some(c) = &mut self.changes {
+                    c.pages.push(ppn);
+                }
+                nand.program(ppn, ready_ns).map_err(nand_err)
+            }
             Power::Interrupted => {
+                if let Some(c) = &mut self.changes {
+                    c.pages.push(ppn);
+                }
                 nand.program_untimed(ppn).map_err(nand_err)?;
                 nand.store_mut().clear_page(ppn);
                 Err(DeviceError::Failed)
@@ -659,6 +702,9 @@ impl Ftl {
     fn erase(&mut self, nand: &mut Nand, block: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         if self.power_for_one_more() != Power::On {
             return Err(DeviceError::Failed);
+        }
+        if let Some(c) = &mut self.changes {
+            c.blocks.push(block);
         }
         nand.erase(block, now_ns).map_err(nand_err)?;
         Ok(())
@@ -1092,11 +1138,57 @@ impl Ftl {
         self.cursor = (self.cursor + 1) % self.alloc_order.len();
         let new = self.alloc_in_plane(plane)?;
         nand.program_untimed(new).map_err(nand_err)?;
+        if let Some(c) = &mut self.changes {
+            c.pages.push(new);
+        }
         self.store_image(nand, new, image, mask);
         let seq = self.take_seq();
         self.stamp(new, lpn, mask, seq);
         self.remap(lpn, &[new]);
         Ok(())
+    }
+
+    // ----- the medium kept in a file ---------------------------------------------------
+
+    /// Starts recording which pages are programmed and which blocks erased, so that a
+    /// flash image can write what changed.
+    pub fn track_changes(&mut self) {
+        self.changes.get_or_insert_with(Changes::default);
+    }
+
+    /// The pages programmed and blocks erased since tracking began or the last call, each
+    /// once, in order; tracking goes on.
+    pub fn take_changes(&mut self) -> Changes {
+        let mut c = self
+            .changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        c.pages.sort_unstable();
+        c.pages.dedup();
+        c.blocks.sort_unstable();
+        c.blocks.dedup();
+        c
+    }
+
+    /// Puts back changes an image failed to take, so that the next attempt writes them.
+    pub fn restore_changes(&mut self, taken: Changes) {
+        if let Some(c) = &mut self.changes {
+            c.pages.extend(taken.pages);
+            c.blocks.extend(taken.blocks);
+        }
+    }
+
+    /// What the OOB area of `ppn` holds (logical page or `u32::MAX` for none, pattern,
+    /// sequence number) and the page's compaction header (empty for other pages).
+    pub fn page_meta(&self, ppn: u32) -> (u32, u64, u64, &[u8]) {
+        let i = ppn as usize;
+        (
+            self.oob_lpn[i],
+            self.oob_mask[i],
+            self.oob_seq[i],
+            self.headers.get(ppn),
+        )
     }
 
     // ----- power loss and recovery ------------------------------------------------------
@@ -1130,8 +1222,13 @@ impl Ftl {
         nand: &mut Nand,
         meta: FlashMeta,
         now_ns: TimeNs,
+        track_changes: bool,
     ) -> Result<(Self, FtlRecovery), WaflashError> {
         let mut ftl = Ftl::new(config, unit)?;
+        if track_changes {
+            // The merges below program pages an image must get.
+            ftl.track_changes();
+        }
         let pages = ftl.geometry.pages_total() as usize;
         if [meta.oob_lpn.len(), meta.oob_mask.len(), meta.oob_seq.len()] != [pages; 3]
             || meta.headers.slot_of_ppn.len() != pages

@@ -16,6 +16,7 @@ pub mod device;
 pub mod experiment;
 pub mod filebench;
 mod ftl;
+pub mod image;
 mod mapping;
 
 pub use config::{BufferPolicy, FifoDrain, FtlKind, WaflashConfig};
@@ -23,6 +24,7 @@ pub use device::{DeviceStats, WaflashMedium, WaflashReport, WaflashSsd};
 pub use ftl::{
     decode_header, encode_header, FlashMeta, FtlRecovery, FtlStats, Piece, COMPACTED_MARKER,
 };
+pub use image::WaflashImage;
 
 /// Errors building or driving a WAFLASH SSD outside the command path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +36,9 @@ pub enum WaflashError {
     /// The medium holds something recovery cannot make sense of (it names the page).
     #[error("recovery after power loss failed: {0}")]
     Recovery(String),
+    /// The file a served device keeps its medium in could not be made, read or written.
+    #[error("WAFLASH flash image: {0}")]
+    Image(String),
     #[error("invalid workload: {0}")]
     Workload(String),
     #[error(transparent)]

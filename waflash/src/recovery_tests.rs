@@ -466,3 +466,125 @@ fn recovery_names_a_page_whose_oob_is_not_this_devices() {
     assert!(matches!(e, WaflashError::Recovery(_)), "{e}");
     assert!(e.to_string().contains("page 0's OOB names"), "{e}");
 }
+
+/// A directory of its own under the system's temporary directory, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("afa-waflash-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn full_bytes(lba: u64, sectors: u32, version: u64) -> Vec<u8> {
+    units(lba, sectors, version, 4096)
+}
+
+fn read_bytes(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32) -> Vec<u8> {
+    let mut out = vec![0u8; sectors as usize * 4096];
+    ssd.submit(
+        now,
+        &Command::read(lba, sectors),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .expect("read");
+    out
+}
+
+#[test]
+fn a_medium_kept_in_an_image_holds_every_flushed_write_after_the_process_goes() {
+    let dir = Scratch::new("image");
+    let path = dir.0.join("waflash.img");
+    let config = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+    let image = crate::WaflashImage::create(&path, &config).unwrap();
+    let mut ssd = WaflashSsd::create_in(config.clone(), 1, image).unwrap();
+    let capacity = 600u64;
+    let mut model = vec![0u64; capacity as usize];
+    let mut rng = afa_sim::SimRng::new(21);
+    let mut now = 0;
+    // Enough sector-granular writes to run GC, merges and compaction, a flush every 50.
+    for i in 0..3000u64 {
+        now += 100_000;
+        let lba = rng.below(capacity - 9);
+        let n = 1 + rng.below(9) as u32;
+        let data = full_bytes(lba, n, i + 1);
+        ssd.submit(now, &Command::write(lba, n, &data), ReadBuffers::none())
+            .unwrap();
+        for l in lba..lba + n as u64 {
+            model[l as usize] = sector_token(l, i + 1);
+        }
+        if i % 50 == 49 {
+            flush(&mut ssd, now);
+        }
+    }
+    flush(&mut ssd, now);
+    assert!(ssd.ftl_stats().gc_runs > 0 && ssd.ftl_stats().compacted_pages > 0);
+    // Writes after the last flush are in DRAM (and maybe on pages not committed): the
+    // process going loses them, as a power loss would.
+    let late = full_bytes(0, 4, 99_999);
+    ssd.submit(now + 1, &Command::write(0, 4, &late), ReadBuffers::none())
+        .unwrap();
+    drop(ssd);
+    let (mut ssd, found) = WaflashSsd::open_image(config.clone(), 1, &path).unwrap();
+    assert!(found.pages_scanned > found.live_pages, "{found:?}");
+    assert_eq!(found.torn_pages, 0);
+    ssd.check_invariants();
+    for lba in (0..capacity).step_by(4) {
+        let got = read_bytes(&mut ssd, 1, lba, 4);
+        for k in 0..4 {
+            let t = model[(lba + k) as usize];
+            assert!(
+                unit_matches(t, &got[k as usize * 4096..(k as usize + 1) * 4096]),
+                "sector {} after reopening the image",
+                lba + k
+            );
+        }
+    }
+    // The reopened device goes on: more writes, a flush, and a second reopening.
+    let data = full_bytes(8, 4, 123_456);
+    ssd.submit(2, &Command::write(8, 4, &data), ReadBuffers::none())
+        .unwrap();
+    flush(&mut ssd, 3);
+    drop(ssd);
+    let (mut ssd, _) = WaflashSsd::open_image(config, 1, &path).unwrap();
+    assert_eq!(read_bytes(&mut ssd, 4, 8, 4), data);
+}
+
+#[test]
+fn an_image_refuses_another_shape_and_drops_a_torn_journal() {
+    let dir = Scratch::new("shape");
+    let path = dir.0.join("waflash.img");
+    let config = tiny(BufferPolicy::Lru, FtlKind::MultiVersion, false);
+    let image = crate::WaflashImage::create(&path, &config).unwrap();
+    let mut ssd = WaflashSsd::create_in(config.clone(), 1, image).unwrap();
+    let data = full_bytes(0, 4, 5);
+    ssd.submit(0, &Command::write(0, 4, &data), ReadBuffers::none())
+        .unwrap();
+    flush(&mut ssd, 10);
+    drop(ssd);
+    let mut other = config.clone();
+    other.geometry.blocks_per_plane += 1;
+    let e = WaflashSsd::open_image(other, 1, &path).unwrap_err();
+    assert!(e.to_string().contains("another shape"), "{e}");
+    let e = WaflashSsd::open_image(config.clone(), 1, &dir.0.join("missing.img")).unwrap_err();
+    assert!(e.to_string().contains("cannot open the flash image"), "{e}");
+    // A journal cut short (a commit the process did not finish) is dropped: the image
+    // keeps what the last whole commit left.
+    let journal = dir.0.join("waflash.img.journal");
+    std::fs::write(&journal, b"AFAWFJNL\x05\x00").unwrap();
+    let (mut ssd, _) = WaflashSsd::open_image(config, 1, &path).unwrap();
+    assert!(!journal.exists());
+    assert_eq!(read_bytes(&mut ssd, 20, 0, 4), data);
+}
