@@ -101,3 +101,34 @@ fn an_ox_run_is_the_same_for_the_same_seed_and_not_for_another() {
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
+
+#[test]
+fn an_ox_run_whose_checkpoints_overrun_their_interval_still_finishes() {
+    // Checkpoints every 10 ns: each runs for milliseconds, so the next waits for it. The run
+    // used to tick through every checkpoint and never find the device idle at a stonewall.
+    let text = std::fs::read_to_string(fixture("ox_run.toml"))
+        .unwrap()
+        .replace("interval_ns = 20000000", "interval_ns = 10");
+    assert!(text.contains("interval_ns = 10\n"));
+    let config = temp("storm.toml");
+    std::fs::write(&config, text).unwrap();
+    let json = temp("storm.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ox = &v["ox"];
+    assert!(ox["checkpoints"].as_u64().unwrap() > 100, "{ox}");
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert_eq!(v["integrity"]["reads_checked"], 3840);
+}

@@ -226,6 +226,8 @@ pub struct OxController {
     /// GC passes started per channel (paces static wear levelling).
     pub(crate) gc_passes: Vec<u64>,
     pub(crate) ckpt: Option<CkptInProgress>,
+    /// The checkpoint timer found a checkpoint running and waits for it to end.
+    pub(crate) ckpt_timer_parked: bool,
     pub(crate) ckpt_seq: u64,
     pub(crate) durable_ckpt: Option<CheckpointRecord>,
     pub(crate) ckpt_block: usize,
@@ -303,6 +305,7 @@ impl OxController {
             gc: BTreeMap::new(),
             gc_passes: vec![0; cfg.channels as usize],
             ckpt: None,
+            ckpt_timer_parked: false,
             ckpt_seq: 0,
             durable_ckpt: None,
             ckpt_block: 0,

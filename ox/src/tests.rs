@@ -1166,3 +1166,39 @@ proptest! {
         prop_assert!(c.check_invariants().is_ok(), "{:?}", c.check_invariants());
     }
 }
+
+#[test]
+fn checkpoints_that_overrun_their_interval_leave_the_device_idle_between_them() {
+    // A 10 ns interval: every checkpoint overruns it. The timer waits for each and gives
+    // the device a whole interval without one, so a host that waits for it to go idle (a
+    // job's stonewall) goes on, and the timer does not tick through the checkpoint.
+    let mut cfg = small_config();
+    cfg.checkpoint.interval_ns = 10;
+    let mut c = OxController::format(&cfg, 1).unwrap();
+    let mut t = 0;
+    let mut expect = vec![0u64; cfg.logical_pages as usize];
+    for round in 0..20u64 {
+        let pages: Vec<(u64, u64)> = (0..16)
+            .map(|l| {
+                let lpid = (round * 16 + l) % cfg.logical_pages;
+                (lpid, sector_token(lpid, round + 1))
+            })
+            .collect();
+        for &(lpid, token) in &pages {
+            expect[lpid as usize] = token;
+        }
+        let id = c.submit(t, batch(&pages, &cfg)).unwrap();
+        assert!(c.run_until_complete(id).unwrap().result.is_ok());
+        let mut events = 0;
+        while c.busy() {
+            let next = c.next_event_ns().expect("a busy device has an event");
+            c.advance_to(next);
+            events += 1;
+            assert!(events < 10_000, "round {round}: the device never went idle");
+        }
+        t = c.now_ns();
+    }
+    assert!(c.stats().checkpoints >= 20, "{}", c.stats().checkpoints);
+    let (_, tokens) = read_all(&mut c, t);
+    assert_eq!(tokens, expect);
+}
