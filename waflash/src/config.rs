@@ -1,7 +1,7 @@
 //! The configuration of a WAFLASH SSD: the medium, the write buffer, the FTL and the host
 //! interface. Every field has a default, so a TOML `[waflash]` table only names what differs.
 
-use afa_nand::{CellMode, Geometry, NandTiming, PayloadMode};
+use afa_nand::{CellMode, FaultConfig, Geometry, NandTiming, PayloadMode};
 use afa_ssd::HostInterfaceConfig;
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +96,10 @@ pub struct WaflashConfig {
     /// How many pages from the bottom of the stack MCA looks at when it passes over
     /// partial pages. PC-LRU looks for the full page nearest the bottom in the whole stack.
     pub scan_window_pages: u32,
+    /// Injected media faults: a failed program is retried on another page and its block
+    /// retired at its next GC, a failed erase makes its block bad, and a host read that
+    /// needs flash may fail as uncorrectable (docs/waflash.md, "Media faults").
+    pub faults: FaultConfig,
 }
 
 impl Default for WaflashConfig {
@@ -132,6 +136,7 @@ impl Default for WaflashConfig {
             idle_merge_batch: 16,
             idle_merge_after_ns: 1_000_000,
             scan_window_pages: 256,
+            faults: FaultConfig::default(),
         }
     }
 }
@@ -172,6 +177,7 @@ impl WaflashConfig {
     pub fn validate(&self) -> Result<(), WaflashError> {
         self.geometry.validate()?;
         self.timing.validate()?;
+        self.faults.validate()?;
         let bad = |m: String| Err(WaflashError::Config(m));
         if !(0.0..0.9).contains(&self.over_provisioning) || self.over_provisioning.is_nan() {
             return bad(format!(

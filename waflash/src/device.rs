@@ -2,7 +2,7 @@
 //! replacement policies, and the FTL, behind the `BlockDevice` seam.
 
 use afa_nand::{fill_unit, sector_token, Nand, NandCounters, PayloadMode};
-use afa_sim::{transfer_ns, TimeNs};
+use afa_sim::{transfer_ns, SimRng, TimeNs};
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
     ReadBuffers,
@@ -43,6 +43,8 @@ pub struct DeviceStats {
     pub drain_requests_ahead: u64,
     /// The sum over the requests issued ahead of how far ahead of the present they were.
     pub drain_lead_ns_sum: u64,
+    /// Host reads failed as uncorrectable (`faults.read_fail_probability`).
+    pub uncorrectable_reads: u64,
 }
 
 /// Everything a run reports about the device.
@@ -107,6 +109,7 @@ fn spans(lba: u64, sectors: u32, spp: u32) -> Vec<Span> {
 #[derive(Debug)]
 pub struct WaflashMedium {
     config: WaflashConfig,
+    seed: u64,
     nand: Nand,
     meta: FlashMeta,
 }
@@ -142,6 +145,12 @@ pub struct WaflashSsd {
     last_done_ns: TimeNs,
     /// The file the medium is kept in, when it must outlive the process (serve mode).
     image: Option<WaflashImage>,
+    /// Draws the uncorrectable host reads of `faults.read_fail_probability`, apart from the
+    /// medium's own fault stream so that turning read faults on moves no other fault.
+    read_fault_rng: SimRng,
+    /// The seed the device was made with: a device recovered after a power loss draws its
+    /// read faults from the same stream.
+    seed: u64,
 }
 
 impl WaflashSsd {
@@ -152,15 +161,16 @@ impl WaflashSsd {
             config.timing.clone(),
             config.cell_mode,
             config.payload,
-            afa_nand::FaultConfig::default(),
+            config.faults.clone(),
             seed,
         )?;
-        let ftl = Ftl::new(&config, nand.store().unit_bytes())?;
-        Ok(Self::assemble(config, nand, ftl))
+        let ftl = Ftl::new(&config, nand.store().unit_bytes(), &nand)?;
+        Ok(Self::assemble(config, seed, nand, ftl))
     }
 
     /// A controller with an empty write buffer and zeroed counters over `nand` and `ftl`.
-    fn assemble(config: WaflashConfig, nand: Nand, ftl: Ftl) -> Self {
+    fn assemble(config: WaflashConfig, seed: u64, nand: Nand, ftl: Ftl) -> Self {
+        let read_fault_rng = SimRng::fork(seed, 0x5245_4144); // "READ"
         let unit = nand.store().unit_bytes();
         let spp = config.sectors_per_page();
         let logical = config.logical_pages();
@@ -195,6 +205,8 @@ impl WaflashSsd {
             present_ns: 0,
             last_done_ns: 0,
             image: None,
+            read_fault_rng,
+            seed,
         }
     }
 
@@ -218,6 +230,7 @@ impl WaflashSsd {
     pub fn power_loss(self) -> WaflashMedium {
         WaflashMedium {
             config: self.config,
+            seed: self.seed,
             nand: self.nand,
             meta: self.ftl.into_flash_meta(),
         }
@@ -232,12 +245,13 @@ impl WaflashSsd {
     ) -> Result<(Self, FtlRecovery), WaflashError> {
         let WaflashMedium {
             config,
+            seed,
             mut nand,
             meta,
         } = medium;
         let unit = nand.store().unit_bytes();
         let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, now_ns, false)?;
-        let mut ssd = Self::assemble(config, nand, ftl);
+        let mut ssd = Self::assemble(config, seed, nand, ftl);
         ssd.present_ns = now_ns;
         ssd.last_done_ns = now_ns;
         ssd.h2d_free_ns = now_ns;
@@ -274,13 +288,13 @@ impl WaflashSsd {
             config.timing.clone(),
             config.cell_mode,
             config.payload,
-            afa_nand::FaultConfig::default(),
+            config.faults.clone(),
             seed,
         )?;
         let (image, meta) = WaflashImage::open(path, &config, &mut nand)?;
         let unit = nand.store().unit_bytes();
         let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, 0, true)?;
-        let mut ssd = Self::assemble(config, nand, ftl);
+        let mut ssd = Self::assemble(config, seed, nand, ftl);
         ssd.image = Some(image);
         Ok((ssd, found))
     }
@@ -748,15 +762,17 @@ impl WaflashSsd {
         let u = self.unit;
         let sector_bytes = self.info.sector_bytes as u64;
         let mut ready = start;
+        let mut flash_pages = 0;
         let mut image = vec![0u8; self.spp as usize * u];
         for s in spans(cmd.lba, cmd.sectors, self.spp) {
             let present = self.buffer.mask(s.lpn) & s.mask();
             let need = s.mask() & !present;
             if need != 0 {
-                let t = self
+                let (t, reads) = self
                     .ftl
                     .read(&mut self.nand, s.lpn, need, start, &mut image);
                 ready = ready.max(t);
+                flash_pages += reads;
             } else {
                 self.stats.buffer_read_hits += 1;
             }
@@ -778,6 +794,16 @@ impl WaflashSsd {
         }
         if let Some(tags) = out.tags {
             tags.fill(0);
+        }
+        let p = self.config.faults.read_fail_probability;
+        if p > 0.0 && (0..flash_pages).any(|_| self.read_fault_rng.chance(p)) {
+            // The ECC could not correct a page this time; the data stays as it was, so a
+            // retry may succeed.
+            self.stats.uncorrectable_reads += 1;
+            return Err(DeviceError::Uncorrectable {
+                lba: cmd.lba,
+                sectors: cmd.sectors,
+            });
         }
         Ok(self.device_to_host(ready, cmd.sectors as u64 * sector_bytes))
     }

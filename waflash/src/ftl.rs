@@ -150,6 +150,12 @@ pub struct FtlStats {
     pub multi_version_reads: u64,
     pub gc_runs: u64,
     pub gc_pages_moved: u64,
+    /// Programs that failed (`faults.program_fail_probability`): each was written again on
+    /// another page, and its block retired at its next GC.
+    pub program_failures: u64,
+    /// Blocks taken out of service: retired after a failed program, or bad after a failed
+    /// erase.
+    pub blocks_retired: u64,
 }
 
 /// The part of the FTL's state that is on flash: each page's OOB area (logical page,
@@ -218,6 +224,8 @@ pub struct FtlRecovery {
     pub multi_version_pages: u64,
     /// Blocks a plane was writing, kept open at their write pointer.
     pub open_blocks: u64,
+    /// Bad blocks (retired or failed to erase), skipped.
+    pub bad_blocks: u64,
     /// Logical pages merged because recovery found more than `max_versions` versions.
     pub merges: u64,
 }
@@ -252,6 +260,9 @@ pub(crate) struct Ftl {
     refs: Vec<u8>,
     block_valid: Vec<u32>,
     block_free: Vec<bool>,
+    /// Blocks where a program failed: no more pages are allocated in them, and their next
+    /// GC retires them instead of erasing them.
+    retire: Vec<bool>,
     free_blocks: Vec<Vec<u32>>,
     active: Vec<u32>,
     alloc_order: Vec<u32>,
@@ -330,7 +341,9 @@ fn nand_err(_: afa_nand::NandError) -> DeviceError {
 }
 
 impl Ftl {
-    pub fn new(config: &WaflashConfig, unit: usize) -> Result<Self, WaflashError> {
+    /// An FTL with nothing mapped over `nand`, whose bad blocks (factory bad, or found bad
+    /// before) it never allocates.
+    pub fn new(config: &WaflashConfig, unit: usize, nand: &Nand) -> Result<Self, WaflashError> {
         let g = config.geometry.clone();
         let spp = g.sectors_per_page();
         let pages = g.pages_total();
@@ -351,11 +364,12 @@ impl Ftl {
         let free_blocks = (0..planes)
             .map(|p| {
                 // Popped from the back: the lowest-numbered block is used first.
-                let mut v: Vec<u32> = g.blocks_of_plane(p).collect();
+                let mut v: Vec<u32> = g.blocks_of_plane(p).filter(|&b| !nand.is_bad(b)).collect();
                 v.reverse();
                 v
             })
             .collect();
+        let block_free = (0..g.blocks_total()).map(|b| !nand.is_bad(b)).collect();
         Ok(Self {
             kind: config.ftl,
             compaction: config.compaction,
@@ -376,7 +390,8 @@ impl Ftl {
             changes: None,
             refs: vec![0; pages as usize],
             block_valid: vec![0; g.blocks_total() as usize],
-            block_free: vec![true; g.blocks_total() as usize],
+            block_free,
+            retire: vec![false; g.blocks_total() as usize],
             free_blocks,
             active: vec![NONE; planes as usize],
             alloc_order,
@@ -507,7 +522,7 @@ impl Ftl {
             let victim = self
                 .geometry
                 .blocks_of_plane(plane)
-                .filter(|&b| !self.block_free[b as usize] && b != active)
+                .filter(|&b| !self.block_free[b as usize] && b != active && !nand.is_bad(b))
                 .min_by_key(|&b| (self.block_valid[b as usize], b));
             let Some(victim) = victim else {
                 return Ok(());
@@ -535,7 +550,7 @@ impl Ftl {
                 }
             }
             debug_assert_eq!(self.block_valid[victim as usize], 0);
-            self.erase(nand, victim, now_ns)?;
+            let erased = self.erase(nand, victim, now_ns)?;
             for page in 0..ppb {
                 let ppn = (victim * ppb + page) as usize;
                 self.oob_lpn[ppn] = NONE;
@@ -543,9 +558,11 @@ impl Ftl {
                 self.oob_seq[ppn] = 0;
                 self.headers.remove(ppn as u32);
             }
-            self.next_page_hint[victim as usize] = 0;
-            self.block_free[victim as usize] = true;
-            self.free_blocks[plane as usize].insert(0, victim);
+            if erased {
+                self.next_page_hint[victim as usize] = 0;
+                self.block_free[victim as usize] = true;
+                self.free_blocks[plane as usize].insert(0, victim);
+            }
         }
         Ok(())
     }
@@ -558,10 +575,10 @@ impl Ftl {
         plane: u32,
         now_ns: TimeNs,
     ) -> Result<(), DeviceError> {
-        let new = self.alloc_in_plane(plane)?;
+        let mut new = self.alloc_in_plane(plane)?;
         let page_bytes = self.geometry.page_bytes;
         let read_done = nand.read(ppn, now_ns, page_bytes);
-        self.program(nand, new, read_done)?;
+        self.program(nand, &mut new, read_done)?;
         nand.store_mut().copy_page(ppn, new);
         // The copy keeps its source's sequence number: it is the same version, from the same
         // point in the page's history.
@@ -589,9 +606,9 @@ impl Ftl {
             .into_iter()
             .filter(|p| self.map.iter_versions(p.lpn).any(|v| v == ppn))
             .collect();
-        let new = self.alloc_in_plane(plane)?;
+        let mut new = self.alloc_in_plane(plane)?;
         let read_done = nand.read(ppn, now_ns, self.geometry.page_bytes);
-        self.program(nand, new, read_done)?;
+        self.program(nand, &mut new, read_done)?;
         let mut packed = Vec::with_capacity(live.len());
         let mut at = 0u8;
         for p in &live {
@@ -668,46 +685,78 @@ impl Ftl {
         }
     }
 
-    /// Programs `ppn` with data in controller memory at `ready_ns`. A program the power
-    /// loss interrupts is torn: the page is consumed, holding nothing readable and no OOB,
-    /// and the controller stops.
+    /// Programs the newly allocated page `*ppn` with data in controller memory at
+    /// `ready_ns`. A program that fails (an injected fault) consumes its page holding
+    /// nothing; its block gets no more pages and is retired at its next GC, and the data is
+    /// programmed again on the next page of the same plane, `*ppn` following it. A program
+    /// the power loss interrupts is torn: the page is consumed, holding nothing readable and
+    /// no OOB, and the controller stops.
     fn program(
         &mut self,
         nand: &mut Nand,
-        ppn: u32,
+        ppn: &mut u32,
         ready_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
-        match self.power_for_one_more() {
-            Power::On => {
-                if let Some(c) = &mut self.changes {
-                    c.pages.push(ppn);
+        loop {
+            match self.power_for_one_more() {
+                Power::On => {}
+                Power::Interrupted => {
+                    if let Some(c) = &mut self.changes {
+                        c.pages.push(*ppn);
+                    }
+                    nand.program_untimed(*ppn).map_err(nand_err)?;
+                    nand.store_mut().clear_page(*ppn);
+                    return Err(DeviceError::Failed);
                 }
-                nand.program(ppn, ready_ns).map_err(nand_err)
+                Power::Off => return Err(DeviceError::Failed),
             }
-            Power::Interrupted => {
-                if let Some(c) = &mut self.changes {
-                    c.pages.push(ppn);
+            if let Some(c) = &mut self.changes {
+                c.pages.push(*ppn);
+            }
+            match nand.program(*ppn, ready_ns) {
+                Ok(done) => return Ok(done),
+                Err(afa_nand::NandError::ProgramFailed { block, .. }) => {
+                    self.stats.program_failures += 1;
+                    self.retire[block as usize] = true;
+                    let plane = self.geometry.plane_of_block(block);
+                    if self.active[plane as usize] == block {
+                        self.active[plane as usize] = NONE;
+                    }
+                    *ppn = self.alloc_in_plane(plane)?;
                 }
-                nand.program_untimed(ppn).map_err(nand_err)?;
-                nand.store_mut().clear_page(ppn);
-                Err(DeviceError::Failed)
+                Err(e) => return Err(nand_err(e)),
             }
-            Power::Off => Err(DeviceError::Failed),
         }
     }
 
-    /// Erases `block`. An erase the power loss interrupts leaves the block as it was: every
-    /// live page it held has been copied first, so recovery sees both copies of them and
-    /// keeps one.
-    fn erase(&mut self, nand: &mut Nand, block: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
+    /// Erases `block`, a GC victim whose live pages have all moved; returns whether it is
+    /// free again. A block where a program failed is retired instead (marked bad, with no
+    /// flash operation), and an erase that fails leaves its block bad. An erase the power
+    /// loss interrupts leaves the block as it was: every live page it held has been copied
+    /// first, so recovery sees both copies of them and keeps one.
+    fn erase(&mut self, nand: &mut Nand, block: u32, now_ns: TimeNs) -> Result<bool, DeviceError> {
+        if std::mem::take(&mut self.retire[block as usize]) {
+            nand.retire_block(block);
+            self.stats.blocks_retired += 1;
+            if let Some(c) = &mut self.changes {
+                c.blocks.push(block);
+            }
+            return Ok(false);
+        }
         if self.power_for_one_more() != Power::On {
             return Err(DeviceError::Failed);
         }
         if let Some(c) = &mut self.changes {
             c.blocks.push(block);
         }
-        nand.erase(block, now_ns).map_err(nand_err)?;
-        Ok(())
+        match nand.erase(block, now_ns) {
+            Ok(_) => Ok(true),
+            Err(afa_nand::NandError::EraseFailed { .. }) => {
+                self.stats.blocks_retired += 1;
+                Ok(false)
+            }
+            Err(e) => Err(nand_err(e)),
+        }
     }
 
     // ----- references and versions -------------------------------------------------------
@@ -882,13 +931,13 @@ impl Ftl {
         &mut self,
         nand: &mut Nand,
         lpn: u32,
-        new: u32,
+        mut new: u32,
         have: u64,
         image: &mut [u8],
         now_ns: TimeNs,
     ) -> Result<(TimeNs, u32), DeviceError> {
         let (read_done, reads) = self.gather(nand, lpn, self.full_mask & !have, now_ns, image);
-        let done = self.program(nand, new, read_done)?;
+        let done = self.program(nand, &mut new, read_done)?;
         let full = self.full_mask;
         self.store_image(nand, new, image, full);
         let seq = self.take_seq();
@@ -943,9 +992,9 @@ impl Ftl {
         // the read is tied to the old version's die. The program waits for the read's data;
         // the die it is booked on stays usable before it, as its calendar fills idle gaps.
         // Allocation may run GC, which may move this page's versions: look at them after.
-        let new = self.alloc(nand, now_ns)?;
+        let mut new = self.alloc(nand, now_ns)?;
         if full || !mapped {
-            let done = self.program(nand, new, now_ns)?;
+            let done = self.program(nand, &mut new, now_ns)?;
             self.store_image(nand, new, image, mask);
             let seq = self.take_seq();
             self.stamp(new, lpn, mask, seq);
@@ -957,10 +1006,11 @@ impl Ftl {
         if multi_version {
             let mut vs = vec![new];
             vs.extend(self.map.versions(lpn));
-            let vs = self.prune(lpn, &vs, mask);
+            let mut vs = self.prune(lpn, &vs, mask);
             if vs.len() <= self.max_versions {
                 self.stats.version_writes += 1;
-                let done = self.program(nand, new, now_ns)?;
+                let done = self.program(nand, &mut new, now_ns)?;
+                vs[0] = new;
                 self.store_image(nand, new, image, mask);
                 let seq = self.take_seq();
                 self.stamp(new, lpn, mask, seq);
@@ -1025,8 +1075,8 @@ impl Ftl {
                 used += pack[j].1.count_ones();
                 j += 1;
             }
-            let new = self.alloc(nand, now_ns)?;
-            let t = self.program(nand, new, ready)?;
+            let mut new = self.alloc(nand, now_ns)?;
+            let t = self.program(nand, &mut new, ready)?;
             done = done.max(t);
             let mut pieces = Vec::new();
             let mut at = 0usize;
@@ -1079,7 +1129,8 @@ impl Ftl {
         Ok(done)
     }
 
-    /// Reads sectors `need` of `lpn` into the page image, starting at `now_ns`.
+    /// Reads sectors `need` of `lpn` into the page image, starting at `now_ns`. Returns when
+    /// the data is in controller memory and how many flash pages were read.
     pub fn read(
         &mut self,
         nand: &mut Nand,
@@ -1087,12 +1138,12 @@ impl Ftl {
         need: u64,
         now_ns: TimeNs,
         image: &mut [u8],
-    ) -> TimeNs {
+    ) -> (TimeNs, u32) {
         let (done, reads) = self.gather(nand, lpn, need, now_ns, image);
         if reads > 1 {
             self.stats.multi_version_reads += 1;
         }
-        done
+        (done, reads)
     }
 
     /// Forgets a logical page (TRIM of the whole page).
@@ -1224,7 +1275,7 @@ impl Ftl {
         now_ns: TimeNs,
         track_changes: bool,
     ) -> Result<(Self, FtlRecovery), WaflashError> {
-        let mut ftl = Ftl::new(config, unit)?;
+        let mut ftl = Ftl::new(config, unit, nand)?;
         if track_changes {
             // The merges below program pages an image must get.
             ftl.track_changes();
@@ -1253,7 +1304,15 @@ impl Ftl {
         for block in 0..g.blocks_total() {
             let written = nand.next_page(block);
             ftl.next_page_hint[block as usize] = written;
-            if written == 0 && !nand.is_bad(block) {
+            if nand.is_bad(block) {
+                // Retired or failed to erase: every live page it held was moved before, and
+                // nothing on it is trusted.
+                ftl.block_free[block as usize] = false;
+                ftl.next_page_hint[block as usize] = ppb;
+                report.bad_blocks += 1;
+                continue;
+            }
+            if written == 0 {
                 continue;
             }
             ftl.block_free[block as usize] = false;

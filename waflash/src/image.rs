@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! offset 0                 header (4 KiB): magic, version, the shape of the medium
-//! 4 KiB                    block table: 8 bytes per block (write pointer, erase count)
+//! 4 KiB                    block table: 12 bytes per block (write pointer, erase count,
+//!                          bad flag)
 //! 4 KiB + table            page slots in PPN order, each 512 bytes of OOB (logical page,
 //!                          written-sector pattern, sequence number, compaction header) and
 //!                          the page's bytes
@@ -33,7 +34,7 @@ const IMAGE_MAGIC: &[u8; 8] = b"AFAWFIMG";
 const JOURNAL_MAGIC: &[u8; 8] = b"AFAWFJNL";
 const IMAGE_VERSION: u32 = 1;
 const HEADER_BYTES: u64 = 4096;
-const BLOCK_RECORD_BYTES: u64 = 8;
+const BLOCK_RECORD_BYTES: u64 = 12;
 /// The OOB part of a page slot: logical page (4), pattern (8), sequence number (8), header
 /// length (2) and the header, at most 3 + 7 bytes per sector of a 64-sector page.
 const SLOT_META_BYTES: usize = 512;
@@ -174,11 +175,11 @@ impl WaflashImage {
                 .file
                 .read_exact_at(&mut record, image.block_offset(block))
                 .map_err(|e| io_error("read the block table of", path, e))?;
-            let next_page = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
-            let erase_count = u32::from_le_bytes(record[4..].try_into().expect("4 bytes"));
-            nand.restore_block(block, next_page, erase_count, false)
+            let word = |i: usize| u32::from_le_bytes(record[i..i + 4].try_into().expect("4 bytes"));
+            let (next_page, erase_count, bad) = (word(0), word(4), word(8) != 0);
+            nand.restore_block(block, next_page, erase_count, bad)
                 .map_err(|e| WaflashError::Image(format!("block {block}: {e}")))?;
-            if next_page == 0 {
+            if next_page == 0 || bad {
                 continue;
             }
             let first = block * image.pages_per_block;
@@ -249,6 +250,7 @@ impl WaflashImage {
             let mut record = Vec::with_capacity(BLOCK_RECORD_BYTES as usize);
             record.extend_from_slice(&nand.next_page(b).to_le_bytes());
             record.extend_from_slice(&nand.erase_count(b).to_le_bytes());
+            record.extend_from_slice(&(nand.is_bad(b) as u32).to_le_bytes());
             entries.push((self.block_offset(b), record));
         }
         for &ppn in &changes.pages {
@@ -400,7 +402,12 @@ mod tests {
         // A commit that wrote its journal and was cut before it reached the image: here, one
         // that erases every block.
         let entries: Vec<(u64, Vec<u8>)> = (0..shape.blocks)
-            .map(|b| (shape.block_offset(b), vec![0u8; 8]))
+            .map(|b| {
+                (
+                    shape.block_offset(b),
+                    vec![0u8; BLOCK_RECORD_BYTES as usize],
+                )
+            })
             .collect();
         let journal = WaflashImage::journal_path(&path);
         std::fs::write(&journal, encode_journal(&entries)).unwrap();

@@ -1,8 +1,9 @@
-//! Power loss and recovery: the power goes at a chosen flash program or erase (inside a
-//! destage, a read-modify-write, a compaction, a GC copy or erase, an idle merge), the
-//! controller rebuilds its FTL from the OOB areas, and an oracle checks that every write a
-//! FLUSH or FUA made durable reads back, that every other sector holds a value it may hold,
-//! and that the recovered device goes on matching a flat model.
+//! Faults. Power loss and recovery: the power goes at a chosen flash program or erase
+//! (inside a destage, a read-modify-write, a compaction, a GC copy or erase, an idle merge),
+//! the controller rebuilds its FTL from the OOB areas, and an oracle checks that every write
+//! a FLUSH or FUA made durable reads back, that every other sector holds a value it may
+//! hold, and that the recovered device goes on matching a flat model. Media faults: failed
+//! programs, failed erases and uncorrectable reads, with and without a power loss.
 
 use afa_nand::{sector_token, unit_matches};
 use afa_ssd::{BlockDevice, Command, CommandFlags, DeviceError, ReadBuffers};
@@ -308,12 +309,24 @@ fn random_ops(rng: &mut afa_sim::SimRng, n: usize, gap_ns: u64, trims: bool) -> 
         .collect()
 }
 
+/// `config` with failing programs (0.05%) and erases (0.5%). A run of 4,000 operations on
+/// the tiny device programs about 5,000 pages and erases about 300 blocks, so it retires a
+/// few of its 19 spare blocks, not all: each retired block is a spare gone, and a plane
+/// without one refuses writes. No read faults: the crash oracle counts a failed command as
+/// the power loss.
+fn with_media_faults(mut config: WaflashConfig) -> WaflashConfig {
+    config.faults.program_fail_probability = 0.0005;
+    config.faults.erase_fail_probability = 0.005;
+    config
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
-    /// Power lost at a random flash operation of a random run on any configuration: every
-    /// durable write survives, nothing reads back that was never written there, and the
-    /// recovered device matches a flat model from then on.
+    /// Power lost at a random flash operation of a random run on any configuration, with
+    /// or without failing programs and erases: every durable write survives, nothing reads
+    /// back that was never written there, and the recovered device matches a flat model
+    /// from then on.
     #[test]
     fn power_loss_at_any_flash_operation_keeps_every_durable_write(
         which in 0..CONFIGS,
@@ -321,12 +334,169 @@ proptest! {
         seed in any::<u64>(),
         len in 1usize..600,
         budget in 0u64..1500,
+        faults in any::<bool>(),
     ) {
         let mut rng = afa_sim::SimRng::new(seed);
         let ops = random_ops(&mut rng, len, 300_000, true);
         let after = random_ops(&mut rng, 300, 300_000, true);
-        crash_and_recover(config(which), precondition, &ops, budget, &after)?;
+        let config = if faults { with_media_faults(config(which)) } else { config(which) };
+        crash_and_recover(config, precondition, &ops, budget, &after)?;
     }
+
+    /// Failing programs and erases and uncorrectable reads on any configuration: every
+    /// write is kept (a failed program is written again elsewhere), a read that fails
+    /// leaves the data as it was (a retry returns it), and the FTL stays consistent.
+    #[test]
+    fn media_faults_lose_nothing_on_any_configuration(
+        which in 0..CONFIGS,
+        seed in any::<u64>(),
+        len in 1usize..800,
+    ) {
+        let mut rng = afa_sim::SimRng::new(seed);
+        let ops = random_ops(&mut rng, len, 300_000, true);
+        run_with_media_faults(config(which), seed, &ops)?;
+    }
+}
+
+/// Runs `ops` against a flat model on `config` with failing programs and erases
+/// ([`with_media_faults`]), reads (10% per flash page read) and factory bad blocks (4%); a read that fails as uncorrectable is retried until it
+/// returns. Returns the report.
+fn run_with_media_faults(
+    config: WaflashConfig,
+    seed: u64,
+    ops: &[(Op, u64)],
+) -> Result<crate::WaflashReport, TestCaseError> {
+    let mut config = with_media_faults(config);
+    config.faults.read_fail_probability = 0.1;
+    config.faults.factory_bad_block_fraction = 0.04;
+    let mut ssd = WaflashSsd::new(config, seed).unwrap();
+    ssd.precondition(600).unwrap();
+    let capacity = ssd.info().capacity_sectors;
+    let mut model: Vec<u64> = (0..capacity)
+        .map(|l| if l < 600 { sector_token(l, 0) } else { 0 })
+        .collect();
+    let mut now = 0u64;
+    let checked_read = |ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]| {
+        let mut out = vec![0u8; expect.len() * 8];
+        for _ in 0..200 {
+            let r = ssd.submit(
+                now,
+                &Command::read(lba, expect.len() as u32),
+                ReadBuffers {
+                    data: &mut out,
+                    tags: None,
+                },
+            );
+            match r {
+                Ok(_) => {
+                    return expect
+                        .iter()
+                        .enumerate()
+                        .all(|(k, &t)| unit_matches(t, &out[k * 8..(k + 1) * 8]))
+                }
+                Err(DeviceError::Uncorrectable { .. }) => continue,
+                Err(e) => panic!("read of {} sectors at {lba}: {e}", expect.len()),
+            }
+        }
+        panic!("read at {lba} failed 200 times in a row");
+    };
+    for (i, (op, dt)) in ops.iter().enumerate() {
+        now += dt;
+        let version = i as u64 + 1;
+        match *op {
+            Op::Write { lba, sectors } => {
+                for l in lba..lba + sectors as u64 {
+                    model[l as usize] = sector_token(l, version);
+                }
+                write(&mut ssd, now, lba, sectors, version);
+            }
+            Op::Read { lba, sectors } => {
+                let expect = &model[lba as usize..(lba + sectors as u64) as usize];
+                prop_assert!(
+                    checked_read(&mut ssd, now, lba, expect),
+                    "op {i}: read of {sectors} sectors at {lba} differs from the model"
+                );
+            }
+            Op::Trim { lba, sectors } => {
+                for l in lba..lba + sectors as u64 {
+                    model[l as usize] = 0;
+                }
+                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
+                    .expect("trim");
+            }
+            Op::Flush => {
+                flush(&mut ssd, now);
+            }
+            Op::Idle => {
+                if let Some(t) = ssd.background(now) {
+                    now = now.max(t);
+                }
+            }
+        }
+    }
+    flush(&mut ssd, now);
+    for lba in (0..capacity.min(600)).step_by(8) {
+        let n = 8.min(capacity - lba) as usize;
+        prop_assert!(checked_read(
+            &mut ssd,
+            now + 1_000_000_000,
+            lba,
+            &model[lba as usize..lba as usize + n]
+        ));
+    }
+    ssd.check_invariants();
+    Ok(ssd.report())
+}
+
+#[test]
+fn failed_programs_and_erases_retire_blocks_and_lose_nothing() {
+    let mut total = crate::FtlStats::default();
+    let mut uncorrectable = 0;
+    for which in 0..CONFIGS {
+        let mut rng = afa_sim::SimRng::new(which as u64);
+        let ops = random_ops(&mut rng, 4000, 200_000, false);
+        let r = run_with_media_faults(config(which), which as u64, &ops)
+            .unwrap_or_else(|e| panic!("configuration {which}: {e}"));
+        total.program_failures += r.ftl.program_failures;
+        total.blocks_retired += r.ftl.blocks_retired;
+        uncorrectable += r.device.uncorrectable_reads;
+    }
+    assert!(total.program_failures > 0, "{total:?}");
+    assert!(total.blocks_retired > 0, "{total:?}");
+    assert!(uncorrectable > 0);
+}
+
+#[test]
+fn a_bad_block_stays_out_of_service_after_a_power_loss() {
+    let mut config = with_media_faults(tiny(BufferPolicy::Lru, FtlKind::MultiVersion, false));
+    config.faults.erase_fail_probability = 0.02;
+    let mut rng = afa_sim::SimRng::new(3);
+    let ops = random_ops(&mut rng, 3000, 200_000, false);
+    let mut ssd = WaflashSsd::new(config, 5).unwrap();
+    ssd.precondition(600).unwrap();
+    let mut now = 0;
+    for (i, (op, dt)) in ops.iter().enumerate() {
+        now += dt;
+        match *op {
+            Op::Write { lba, sectors } => {
+                write(&mut ssd, now, lba, sectors, i as u64 + 1);
+            }
+            Op::Flush => {
+                flush(&mut ssd, now);
+            }
+            _ => {}
+        }
+    }
+    flush(&mut ssd, now);
+    let retired = ssd.ftl_stats().blocks_retired;
+    assert!(retired > 0);
+    let bad_before = (0..ssd.nand().geometry().blocks_total())
+        .filter(|&b| ssd.nand().is_bad(b))
+        .count() as u64;
+    assert_eq!(bad_before, retired);
+    let (ssd, found) = WaflashSsd::recover(ssd.power_loss(), now).unwrap();
+    assert_eq!(found.bad_blocks, retired, "{found:?}");
+    ssd.check_invariants();
 }
 
 #[test]
