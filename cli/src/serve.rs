@@ -651,9 +651,7 @@ fn build_ox_volume(
         let _ = std::fs::remove_file(&tmp);
         let image = FlashImage::create(&tmp, ox).map_err(|e| format!("ox: {e}"))?;
         let mut device = OxServedDevice::format(ox, seed, image).map_err(|e| format!("ox: {e}"))?;
-        std::fs::rename(&tmp, &path)
-            .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
-            .map_err(|e| format!("cannot put the OX flash image at {}: {e}", path.display()))?;
+        publish_image(&tmp, &path, state_dir, "OX")?;
         device.image_moved_to(&path);
         device
     };
@@ -663,6 +661,19 @@ fn build_ox_volume(
         state: Some(state),
         waflash_report: None,
     })
+}
+
+/// Gives a flash image made under the temporary name `tmp` its name `path` and syncs the
+/// state directory, so that an image under the real name is always whole.
+fn publish_image(tmp: &Path, path: &Path, state_dir: &Path, what: &str) -> Result<(), String> {
+    std::fs::rename(tmp, path)
+        .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
+        .map_err(|e| {
+            format!(
+                "cannot put the {what} flash image at {}: {e}",
+                path.display()
+            )
+        })
 }
 
 /// A WAFLASH SSD served over NBD, which keeps a copy of its report up to date at every
@@ -734,19 +745,7 @@ fn build_waflash_volume(
     // The image only makes sense under the medium's shape and the logical space's size; the
     // buffer, the FTL's policies and the timing may change between starts, since recovery
     // reads versions and compacted pages whatever wrote them.
-    let g = &config.geometry;
-    let fingerprint = format!(
-        "afa volume: one WAFLASH SSD of {} channels x {} chips x {} dies x {} planes x {} blocks x {} pages of {} bytes, sectors of {} bytes, {} logical pages",
-        g.channels,
-        g.chips_per_channel,
-        g.dies_per_chip,
-        g.planes_per_die,
-        g.blocks_per_plane,
-        g.pages_per_block,
-        g.page_bytes,
-        g.sector_bytes,
-        config.logical_pages()
-    );
+    let fingerprint = format!("afa volume: one WAFLASH SSD of {}", config.medium_shape());
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
     let path = state.waflash_image_path();
     let ssd = if path.exists() {
@@ -774,14 +773,7 @@ fn build_waflash_volume(
         let image = WaflashImage::create(&tmp, &config).map_err(|e| format!("waflash: {e}"))?;
         let mut ssd =
             WaflashSsd::create_in(config, seed, image).map_err(|e| format!("waflash: {e}"))?;
-        std::fs::rename(&tmp, &path)
-            .and_then(|()| std::fs::File::open(state_dir)?.sync_all())
-            .map_err(|e| {
-                format!(
-                    "cannot put the WAFLASH flash image at {}: {e}",
-                    path.display()
-                )
-            })?;
+        publish_image(&tmp, &path, state_dir, "WAFLASH")?;
         ssd.image_moved_to(&path);
         ssd
     };
@@ -1359,21 +1351,7 @@ mod tests {
             let offset = next(region as u64 - 20_000) as usize;
             let length = 1 + next(20_000) as usize;
             if i % 3 == 2 {
-                let (done, data) = executor
-                    .execute(
-                        now_ns,
-                        &afa_serve::proto::Request::Read {
-                            offset: offset as u64,
-                            length: length as u32,
-                        },
-                        &[],
-                    )
-                    .unwrap();
-                assert!(
-                    data == expected[offset..offset + length],
-                    "read of {length} bytes at {offset} differs (request {i})"
-                );
-                now_ns = done;
+                now_ns = read_and_compare(executor, now_ns, offset, length, expected);
                 continue;
             }
             let fill = (i % 251) as u8 + 1;
@@ -1442,21 +1420,34 @@ mod tests {
     ) {
         for offset in (0..expected.len()).step_by(1 << 16) {
             let length = (1usize << 16).min(expected.len() - offset);
-            let (_, data) = executor
-                .execute(
-                    now_ns,
-                    &afa_serve::proto::Request::Read {
-                        offset: offset as u64,
-                        length: length as u32,
-                    },
-                    &[],
-                )
-                .unwrap();
-            assert!(
-                data == expected[offset..offset + length],
-                "{length} bytes at {offset} differ after the restart"
-            );
+            read_and_compare(executor, now_ns, offset, length, expected);
         }
+    }
+
+    /// Reads `length` bytes at `offset` and compares them with `expected`; returns when the
+    /// read completed.
+    fn read_and_compare(
+        executor: &mut afa_serve::Executor<dyn BlockDevice + Send>,
+        now_ns: TimeNs,
+        offset: usize,
+        length: usize,
+        expected: &[u8],
+    ) -> TimeNs {
+        let (done, data) = executor
+            .execute(
+                now_ns,
+                &afa_serve::proto::Request::Read {
+                    offset: offset as u64,
+                    length: length as u32,
+                },
+                &[],
+            )
+            .unwrap();
+        assert!(
+            data == expected[offset..offset + length],
+            "read of {length} bytes at {offset} differs"
+        );
+        done
     }
 
     #[test]

@@ -15,10 +15,15 @@ fn temp(name: &str) -> PathBuf {
 
 /// Runs the fixture with `seed` and returns its JSON without the host's own time.
 fn run(seed: &str, name: &str) -> serde_json::Value {
+    run_config(&fixture("ox_run.toml"), seed, name)
+}
+
+/// Runs `config` with `seed` and returns its JSON without the host's own time.
+fn run_config(config: &str, seed: &str, name: &str) -> serde_json::Value {
     let json = temp(name);
     let out = afa(&[
         "run",
-        &fixture("ox_run.toml"),
+        config,
         "--seed",
         seed,
         "--quiet",
@@ -112,21 +117,7 @@ fn an_ox_run_whose_checkpoints_overrun_their_interval_still_finishes() {
     assert!(text.contains("interval_ns = 10\n"));
     let config = temp("storm.toml");
     std::fs::write(&config, text).unwrap();
-    let json = temp("storm.json");
-    let out = afa(&[
-        "run",
-        config.to_str().unwrap(),
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = run_config(config.to_str().unwrap(), "11", "storm.json");
     let ox = &v["ox"];
     assert!(ox["checkpoints"].as_u64().unwrap() > 100, "{ox}");
     assert_eq!(v["integrity"]["mismatches"], 0);

@@ -252,6 +252,25 @@ impl WaflashConfig {
     }
 
     /// Logical pages the host sees.
+    /// The shape of the medium and the logical space, which a medium kept in a file must
+    /// be opened under: "4 channels x 2 chips x 1 dies x 2 planes x 64 blocks x 64 pages of
+    /// 16384 bytes, sectors of 4096 bytes, 57671 logical pages".
+    pub fn medium_shape(&self) -> String {
+        let g = &self.geometry;
+        format!(
+            "{} channels x {} chips x {} dies x {} planes x {} blocks x {} pages of {} bytes, sectors of {} bytes, {} logical pages",
+            g.channels,
+            g.chips_per_channel,
+            g.dies_per_chip,
+            g.planes_per_die,
+            g.blocks_per_plane,
+            g.pages_per_block,
+            g.page_bytes,
+            g.sector_bytes,
+            self.logical_pages()
+        )
+    }
+
     pub fn logical_pages(&self) -> u32 {
         (self.geometry.pages_total() as f64 * (1.0 - self.over_provisioning)) as u32
     }

@@ -155,17 +155,22 @@ pub struct WaflashSsd {
 
 impl WaflashSsd {
     pub fn new(config: WaflashConfig, seed: u64) -> Result<Self, WaflashError> {
+        let nand = Self::medium(&config, seed)?;
+        let ftl = Ftl::new(&config, nand.store().unit_bytes(), &nand)?;
+        Ok(Self::assemble(config, seed, nand, ftl))
+    }
+
+    /// A blank medium for a valid `config`: every block erased (factory bad blocks aside).
+    fn medium(config: &WaflashConfig, seed: u64) -> Result<Nand, WaflashError> {
         config.validate()?;
-        let nand = Nand::new(
+        Ok(Nand::new(
             config.geometry.clone(),
             config.timing.clone(),
             config.cell_mode,
             config.payload,
             config.faults.clone(),
             seed,
-        )?;
-        let ftl = Ftl::new(&config, nand.store().unit_bytes(), &nand)?;
-        Ok(Self::assemble(config, seed, nand, ftl))
+        )?)
     }
 
     /// A controller with an empty write buffer and zeroed counters over `nand` and `ftl`.
@@ -282,15 +287,7 @@ impl WaflashSsd {
         path: &std::path::Path,
     ) -> Result<(Self, FtlRecovery), WaflashError> {
         config.payload = PayloadMode::Full;
-        config.validate()?;
-        let mut nand = Nand::new(
-            config.geometry.clone(),
-            config.timing.clone(),
-            config.cell_mode,
-            config.payload,
-            config.faults.clone(),
-            seed,
-        )?;
+        let mut nand = Self::medium(&config, seed)?;
         let (image, meta) = WaflashImage::open(path, &config, &mut nand)?;
         let unit = nand.store().unit_bytes();
         let (ftl, found) = Ftl::recover(&config, unit, &mut nand, meta, 0, true)?;

@@ -2,7 +2,8 @@
 //! the process as a real SSD survives a power cycle.
 //!
 //! ```text
-//! offset 0                 header (4 KiB): magic, version, the shape of the medium
+//! offset 0                 header (4 KiB): magic, version, the shape of the medium and
+//!                          the logical space (`WaflashConfig::medium_shape`)
 //! 4 KiB                    block table: 12 bytes per block (write pointer, erase count,
 //!                          bad flag)
 //! 4 KiB + table            page slots in PPN order, each 512 bytes of OOB (logical page,
@@ -57,23 +58,10 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> WaflashError {
 /// The header that names the medium's shape, so that an image is only ever opened under
 /// the configuration it was made for.
 fn header(config: &WaflashConfig) -> Vec<u8> {
-    let g = &config.geometry;
     let mut h = Vec::with_capacity(HEADER_BYTES as usize);
     h.extend_from_slice(IMAGE_MAGIC);
     h.extend_from_slice(&IMAGE_VERSION.to_le_bytes());
-    for v in [
-        g.channels,
-        g.chips_per_channel,
-        g.dies_per_chip,
-        g.planes_per_die,
-        g.blocks_per_plane,
-        g.pages_per_block,
-        g.page_bytes,
-        g.sector_bytes,
-        config.logical_pages(),
-    ] {
-        h.extend_from_slice(&v.to_le_bytes());
-    }
+    h.extend_from_slice(config.medium_shape().as_bytes());
     h.resize(HEADER_BYTES as usize, 0);
     h
 }

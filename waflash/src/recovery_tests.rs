@@ -9,7 +9,10 @@ use afa_nand::{sector_token, unit_matches};
 use afa_ssd::{BlockDevice, Command, CommandFlags, DeviceError, ReadBuffers};
 use proptest::prelude::*;
 
-use crate::tests::{flush, read_tokens_match, tiny, units, whole_drain, write, Op, COMBOS};
+use crate::tests::{
+    drive_model, flush, flush_and_check_model, preconditioned_model, read_tokens_match, tiny,
+    units, whole_drain, write, Op, COMBOS,
+};
 use crate::{BufferPolicy, FtlKind, FtlRecovery, WaflashConfig, WaflashError, WaflashSsd};
 
 /// The configurations the crash tests run: every buffer × FTL combination, then the FIFO
@@ -43,15 +46,7 @@ struct Oracle {
 
 impl Oracle {
     fn new(capacity: u64, precondition: u64) -> Self {
-        let current: Vec<u64> = (0..capacity)
-            .map(|l| {
-                if l < precondition {
-                    sector_token(l, 0)
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let current = preconditioned_model(capacity, precondition);
         Self {
             candidates: current.iter().map(|&t| vec![t]).collect(),
             history: current.iter().map(|&t| vec![t, 0]).collect(),
@@ -240,53 +235,8 @@ fn crash_and_recover(
     }
     // The recovered device keeps working: writes, GC and merges over what recovery built.
     let mut model = oracle.current;
-    for (i, (op, dt)) in after.iter().enumerate() {
-        now += dt;
-        let version = (1 << 32) + i as u64;
-        match *op {
-            Op::Write { lba, sectors } => {
-                for l in lba..lba + sectors as u64 {
-                    model[l as usize] = sector_token(l, version);
-                }
-                write(&mut ssd, now, lba, sectors, version);
-            }
-            Op::Read { lba, sectors } => prop_assert!(
-                read_tokens_match(
-                    &mut ssd,
-                    now,
-                    lba,
-                    &model[lba as usize..(lba + sectors as u64) as usize]
-                ),
-                "op {i} after recovery: read of {sectors} sectors at {lba}"
-            ),
-            Op::Trim { lba, sectors } => {
-                for l in lba..lba + sectors as u64 {
-                    model[l as usize] = 0;
-                }
-                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
-                    .expect("trim");
-            }
-            Op::Flush => {
-                flush(&mut ssd, now);
-            }
-            Op::Idle => {
-                if let Some(t) = ssd.background(now) {
-                    now = now.max(t);
-                }
-            }
-        }
-    }
-    flush(&mut ssd, now);
-    for lba in (0..capacity).step_by(8) {
-        let n = 8.min(capacity - lba) as usize;
-        prop_assert!(read_tokens_match(
-            &mut ssd,
-            now + 1_000_000_000,
-            lba,
-            &model[lba as usize..lba as usize + n]
-        ));
-    }
-    ssd.check_invariants();
+    let now = drive_model(&mut ssd, &mut model, after, now, 1 << 32, read_tokens_match)?;
+    flush_and_check_model(&mut ssd, &model, capacity, now, read_tokens_match)?;
     Ok(found)
 }
 
@@ -372,80 +322,43 @@ fn run_with_media_faults(
     let mut ssd = WaflashSsd::new(config, seed).unwrap();
     ssd.precondition(600).unwrap();
     let capacity = ssd.info().capacity_sectors;
-    let mut model: Vec<u64> = (0..capacity)
-        .map(|l| if l < 600 { sector_token(l, 0) } else { 0 })
-        .collect();
-    let mut now = 0u64;
-    let checked_read = |ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]| {
-        let mut out = vec![0u8; expect.len() * 8];
-        for _ in 0..200 {
-            let r = ssd.submit(
-                now,
-                &Command::read(lba, expect.len() as u32),
-                ReadBuffers {
-                    data: &mut out,
-                    tags: None,
-                },
-            );
-            match r {
-                Ok(_) => {
-                    return expect
-                        .iter()
-                        .enumerate()
-                        .all(|(k, &t)| unit_matches(t, &out[k * 8..(k + 1) * 8]))
-                }
-                Err(DeviceError::Uncorrectable { .. }) => continue,
-                Err(e) => panic!("read of {} sectors at {lba}: {e}", expect.len()),
-            }
-        }
-        panic!("read at {lba} failed 200 times in a row");
-    };
-    for (i, (op, dt)) in ops.iter().enumerate() {
-        now += dt;
-        let version = i as u64 + 1;
-        match *op {
-            Op::Write { lba, sectors } => {
-                for l in lba..lba + sectors as u64 {
-                    model[l as usize] = sector_token(l, version);
-                }
-                write(&mut ssd, now, lba, sectors, version);
-            }
-            Op::Read { lba, sectors } => {
-                let expect = &model[lba as usize..(lba + sectors as u64) as usize];
-                prop_assert!(
-                    checked_read(&mut ssd, now, lba, expect),
-                    "op {i}: read of {sectors} sectors at {lba} differs from the model"
-                );
-            }
-            Op::Trim { lba, sectors } => {
-                for l in lba..lba + sectors as u64 {
-                    model[l as usize] = 0;
-                }
-                ssd.submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
-                    .expect("trim");
-            }
-            Op::Flush => {
-                flush(&mut ssd, now);
-            }
-            Op::Idle => {
-                if let Some(t) = ssd.background(now) {
-                    now = now.max(t);
-                }
-            }
-        }
-    }
-    flush(&mut ssd, now);
-    for lba in (0..capacity.min(600)).step_by(8) {
-        let n = 8.min(capacity - lba) as usize;
-        prop_assert!(checked_read(
-            &mut ssd,
-            now + 1_000_000_000,
-            lba,
-            &model[lba as usize..lba as usize + n]
-        ));
-    }
-    ssd.check_invariants();
+    let mut model = preconditioned_model(capacity, 600);
+    let now = drive_model(&mut ssd, &mut model, ops, 0, 1, read_until_it_returns)?;
+    flush_and_check_model(
+        &mut ssd,
+        &model,
+        capacity.min(600),
+        now,
+        read_until_it_returns,
+    )?;
     Ok(ssd.report())
+}
+
+/// Reads `expect.len()` sectors at `lba`, again as long as the read fails as uncorrectable
+/// (the data stays; a retry may succeed), and compares them with `expect`.
+fn read_until_it_returns(ssd: &mut WaflashSsd, now: u64, lba: u64, expect: &[u64]) -> bool {
+    let mut out = vec![0u8; expect.len() * 8];
+    for _ in 0..200 {
+        let r = ssd.submit(
+            now,
+            &Command::read(lba, expect.len() as u32),
+            ReadBuffers {
+                data: &mut out,
+                tags: None,
+            },
+        );
+        match r {
+            Ok(_) => {
+                return expect
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &t)| unit_matches(t, &out[k * 8..(k + 1) * 8]))
+            }
+            Err(DeviceError::Uncorrectable { .. }) => continue,
+            Err(e) => panic!("read of {} sectors at {lba}: {e}", expect.len()),
+        }
+    }
+    panic!("read at {lba} failed 200 times in a row");
 }
 
 #[test]

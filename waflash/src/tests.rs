@@ -628,15 +628,10 @@ pub(crate) fn whole_drain(ftl: FtlKind, compaction: bool) -> WaflashConfig {
     }
 }
 
-fn run_model_on(
-    config: WaflashConfig,
-    precondition: u64,
-    ops: &[(Op, u64)],
-) -> Result<crate::WaflashReport, TestCaseError> {
-    let mut ssd = WaflashSsd::new(config, 7).unwrap();
-    ssd.precondition(precondition).unwrap();
-    let capacity = ssd.info().capacity_sectors;
-    let mut model: Vec<u64> = (0..capacity)
+/// The flat model of a device preconditioned over its first `precondition` sectors: the
+/// token each sector holds.
+pub(crate) fn preconditioned_model(capacity: u64, precondition: u64) -> Vec<u64> {
+    (0..capacity)
         .map(|l| {
             if l < precondition {
                 sector_token(l, 0)
@@ -644,23 +639,35 @@ fn run_model_on(
                 0
             }
         })
-        .collect();
-    let mut now = 0u64;
+        .collect()
+}
+
+/// Applies `ops` to `ssd` and to `model`, from `now`; the `i`-th operation, if a write,
+/// writes version `first_version + i`. Every read is checked with `read_matches`. Returns
+/// the time after the last operation.
+pub(crate) fn drive_model(
+    ssd: &mut WaflashSsd,
+    model: &mut [u64],
+    ops: &[(Op, u64)],
+    mut now: u64,
+    first_version: u64,
+    read_matches: impl Fn(&mut WaflashSsd, u64, u64, &[u64]) -> bool,
+) -> Result<u64, TestCaseError> {
     for (i, (op, dt)) in ops.iter().enumerate() {
         now += dt;
-        let version = i as u64 + 1;
+        let version = first_version + i as u64;
         match *op {
             Op::Write { lba, sectors } => {
                 for s in 0..sectors as u64 {
                     model[(lba + s) as usize] = sector_token(lba + s, version);
                 }
-                let done = write(&mut ssd, now, lba, sectors, version);
+                let done = write(ssd, now, lba, sectors, version);
                 prop_assert!(done >= now);
             }
             Op::Read { lba, sectors } => {
                 let expect = &model[lba as usize..(lba + sectors as u64) as usize];
                 prop_assert!(
-                    read_tokens_match(&mut ssd, now, lba, expect),
+                    read_matches(ssd, now, lba, expect),
                     "op {i}: read of {sectors} sectors at {lba} differs from the model"
                 );
             }
@@ -672,7 +679,7 @@ fn run_model_on(
                     .expect("trim");
             }
             Op::Flush => {
-                flush(&mut ssd, now);
+                flush(ssd, now);
             }
             Op::Idle => {
                 if let Some(t) = ssd.background(now) {
@@ -681,18 +688,47 @@ fn run_model_on(
             }
         }
     }
-    // Everything reads back, from flash after a flush too.
-    flush(&mut ssd, now);
-    for lba in (0..capacity.min(600)).step_by(8) {
-        let n = 8.min(capacity - lba) as usize;
-        prop_assert!(read_tokens_match(
-            &mut ssd,
-            now + 1_000_000_000,
-            lba,
-            &model[lba as usize..lba as usize + n]
-        ));
+    Ok(now)
+}
+
+/// Flushes, then checks the first `sectors` of `ssd` against `model` (so that what the
+/// buffer held is read from flash too) and the FTL's invariants.
+pub(crate) fn flush_and_check_model(
+    ssd: &mut WaflashSsd,
+    model: &[u64],
+    sectors: u64,
+    now: u64,
+    read_matches: impl Fn(&mut WaflashSsd, u64, u64, &[u64]) -> bool,
+) -> Result<(), TestCaseError> {
+    flush(ssd, now);
+    for lba in (0..sectors).step_by(8) {
+        let n = 8.min(sectors - lba) as usize;
+        prop_assert!(
+            read_matches(
+                ssd,
+                now + 1_000_000_000,
+                lba,
+                &model[lba as usize..lba as usize + n]
+            ),
+            "{n} sectors at {lba} differ from the model after a flush"
+        );
     }
     ssd.check_invariants();
+    Ok(())
+}
+
+fn run_model_on(
+    config: WaflashConfig,
+    precondition: u64,
+    ops: &[(Op, u64)],
+) -> Result<crate::WaflashReport, TestCaseError> {
+    let mut ssd = WaflashSsd::new(config, 7).unwrap();
+    ssd.precondition(precondition).unwrap();
+    let capacity = ssd.info().capacity_sectors;
+    let mut model = preconditioned_model(capacity, precondition);
+    let now = drive_model(&mut ssd, &mut model, ops, 0, 1, read_tokens_match)?;
+    // Everything reads back, from flash after a flush too.
+    flush_and_check_model(&mut ssd, &model, capacity.min(600), now, read_tokens_match)?;
     Ok(ssd.report())
 }
 
