@@ -274,7 +274,15 @@ impl WaflashSsd {
         config.payload = PayloadMode::Full;
         let mut ssd = Self::new(config, seed)?;
         ssd.ftl.track_changes();
+        // The image's block records start out good; the factory bad blocks go in at once,
+        // or a restart would find them good.
+        let blocks = ssd.nand.geometry().blocks_total();
+        for block in (0..blocks).filter(|&b| ssd.nand.is_bad(b)) {
+            ssd.ftl.note_block_change(block);
+        }
         ssd.image = Some(image);
+        ssd.commit_image()
+            .map_err(|e| WaflashError::Image(e.to_string()))?;
         Ok(ssd)
     }
 

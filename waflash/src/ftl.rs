@@ -1222,6 +1222,14 @@ impl Ftl {
         c
     }
 
+    /// Records that `block`'s state changed other than by a program or an erase (a factory
+    /// bad block an image must learn of).
+    pub fn note_block_change(&mut self, block: u32) {
+        if let Some(c) = &mut self.changes {
+            c.blocks.push(block);
+        }
+    }
+
     /// Puts back changes an image failed to take, so that the next attempt writes them.
     pub fn restore_changes(&mut self, taken: Changes) {
         if let Some(c) = &mut self.changes {

@@ -590,7 +590,10 @@ fn read_bytes(ssd: &mut WaflashSsd, now: u64, lba: u64, sectors: u32) -> Vec<u8>
 fn a_medium_kept_in_an_image_holds_every_flushed_write_after_the_process_goes() {
     let dir = Scratch::new("image");
     let path = dir.0.join("waflash.img");
-    let config = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+    let mut config = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+    // Factory bad blocks and failing erases: the image keeps every bad block.
+    config.faults.factory_bad_block_fraction = 0.03;
+    config.faults.erase_fail_probability = 0.002;
     let image = crate::WaflashImage::create(&path, &config).unwrap();
     let mut ssd = WaflashSsd::create_in(config.clone(), 1, image).unwrap();
     let capacity = 600u64;
@@ -619,9 +622,18 @@ fn a_medium_kept_in_an_image_holds_every_flushed_write_after_the_process_goes() 
     let late = full_bytes(0, 4, 99_999);
     ssd.submit(now + 1, &Command::write(0, 4, &late), ReadBuffers::none())
         .unwrap();
+    let bad: Vec<u32> = (0..ssd.nand().geometry().blocks_total())
+        .filter(|&b| ssd.nand().is_bad(b))
+        .collect();
+    assert!(!bad.is_empty());
     drop(ssd);
-    let (mut ssd, found) = WaflashSsd::open_image(config.clone(), 1, &path).unwrap();
+    // Another seed draws other factory bad blocks: the image's are the ones that count.
+    let (mut ssd, found) = WaflashSsd::open_image(config.clone(), 2, &path).unwrap();
     assert!(found.pages_scanned > found.live_pages, "{found:?}");
+    assert_eq!(found.bad_blocks, bad.len() as u64);
+    for &b in &bad {
+        assert!(ssd.nand().is_bad(b), "block {b} came back good");
+    }
     assert_eq!(found.torn_pages, 0);
     ssd.check_invariants();
     for lba in (0..capacity).step_by(4) {
@@ -641,7 +653,7 @@ fn a_medium_kept_in_an_image_holds_every_flushed_write_after_the_process_goes() 
         .unwrap();
     flush(&mut ssd, 3);
     drop(ssd);
-    let (mut ssd, _) = WaflashSsd::open_image(config, 1, &path).unwrap();
+    let (mut ssd, _) = WaflashSsd::open_image(config, 2, &path).unwrap();
     assert_eq!(read_bytes(&mut ssd, 4, 8, 4), data);
 }
 
