@@ -316,4 +316,36 @@ mod tests {
         assert!(err.contains("ox: ") && err.contains("channels"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn a_partial_waflash_geometry_or_host_table_keeps_waflash_defaults_for_the_rest() {
+        let dir = std::env::temp_dir().join(format!("afa-config-wfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.toml");
+        let job = "[workload]\njob = \"[w]\\nrw=randwrite\\nbs=16k\\nsize=1m\\n\"\n";
+        std::fs::write(
+            &path,
+            format!("[waflash.ssd.geometry]\nblocks_per_plane = 48\n[waflash.ssd.host]\nqueue_depth = 8\n{job}"),
+        )
+        .unwrap();
+        let cfg = load(Some(&path)).unwrap().config;
+        let ssd = &cfg.waflash.expect("a [waflash] table").ssd;
+        let default = afa_waflash::WaflashConfig::default();
+        assert_eq!(ssd.geometry.blocks_per_plane, 48);
+        assert_eq!(ssd.geometry.page_bytes, 16_384, "WAFLASH's 16 KiB pages");
+        assert_eq!(ssd.geometry.channels, default.geometry.channels);
+        assert_eq!(ssd.host.queue_depth, 8);
+        assert_eq!(
+            ssd.host.max_transfer_sectors,
+            default.host.max_transfer_sectors
+        );
+        std::fs::write(
+            &path,
+            format!("[waflash.ssd.geometry]\npage_kib = 16\n{job}"),
+        )
+        .unwrap();
+        let err = load(Some(&path)).unwrap_err();
+        assert!(err.contains("page_kib"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

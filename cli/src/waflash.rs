@@ -30,7 +30,7 @@ pub struct WaflashRunConfig {
 /// pages, merges) and what reached the flash. `afa run` prints it after a run, `afa serve`
 /// when it stops.
 pub fn summary(r: &WaflashReport) -> String {
-    format!(
+    let mut line = format!(
         "WAFLASH: {} commands, {} unaligned writes, {} partial pages to the FTL, {} read-modify-write reads, {} version writes, {} compacted pages, {} version merges (foreground, GC, idle); flash {} reads, {} programs, {} erases",
         r.device.commands,
         r.device.unaligned_writes,
@@ -42,7 +42,22 @@ pub fn summary(r: &WaflashReport) -> String {
         r.flash_reads,
         r.flash_programs,
         r.flash_erases
-    )
+    );
+    // Media faults only when there were some, so that the line of a run without them reads
+    // as before.
+    let faults = [
+        (r.ftl.program_failures, "failed programs"),
+        (r.ftl.blocks_retired, "blocks retired"),
+        (r.device.uncorrectable_reads, "uncorrectable reads"),
+    ];
+    if faults.iter().any(|&(n, _)| n > 0) {
+        let parts: Vec<String> = faults
+            .iter()
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+        line.push_str(&format!("; media faults: {}", parts.join(", ")));
+    }
+    line
 }
 
 /// Runs one WAFLASH SSD and returns its run report (the device's own report under

@@ -30,6 +30,52 @@ scale = 0.005
 seed = 3
 "#;
 
+#[test]
+fn a_waflash_run_under_media_faults_keeps_every_write_and_counts_the_faults() {
+    // Failing programs and erases while 8 KiB random writes cover 800 MiB of the default
+    // 1 GiB medium, at rates far above a real drive's so that a short run meets some.
+    let config = temp("faults.toml");
+    std::fs::write(
+        &config,
+        r#"
+seed = 5
+[waflash.ssd]
+buffer_bytes = 2097152
+[waflash.ssd.faults]
+program_fail_probability = 0.001
+erase_fail_probability = 0.01
+[workload]
+job = """
+[w]
+rw=randrw
+rwmixread=30
+bs=8k
+size=800m
+"""
+"#,
+    )
+    .unwrap();
+    let json = temp("faults.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read_json(&json);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    let ftl = &v["waflash"]["ftl"];
+    assert!(ftl["program_failures"].as_u64().unwrap() > 0, "{ftl}");
+    assert!(ftl["blocks_retired"].as_u64().unwrap() > 0, "{ftl}");
+    assert!(stdout.contains("media faults: "), "{stdout}");
+}
+
 /// Runs `afa reproduce ID --quick --json` and returns the JSON, after checking that it has
 /// the same labels in its paper and measured maps.
 fn reproduce_quick(id: &str) -> serde_json::Value {

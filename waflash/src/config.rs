@@ -59,12 +59,17 @@ pub enum FtlKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WaflashConfig {
+    /// A partial `geometry` table is laid over WAFLASH's default geometry (16 KiB pages),
+    /// not the generic SSD's.
+    #[serde(deserialize_with = "geometry_over_default")]
     pub geometry: Geometry,
     pub timing: NandTiming,
     pub cell_mode: CellMode,
     pub payload: PayloadMode,
     /// (physical − logical) / physical.
     pub over_provisioning: f64,
+    /// Laid over WAFLASH's defaults as `geometry` is (up to 256 sectors per command).
+    #[serde(deserialize_with = "host_over_default")]
     pub host: HostInterfaceConfig,
     pub buffer_policy: BufferPolicy,
     /// How `buffer_policy = "fifo"` destages: one request at a time as the waiting write
@@ -140,6 +145,48 @@ impl Default for WaflashConfig {
         }
     }
 }
+
+/// Defines `$name`, which deserializes a table of some of `$ty`'s fields (unknown ones are
+/// refused by name) and takes the others from `WaflashConfig::default()`'s `$field`. A
+/// nested table would otherwise get the defaults of `$ty` itself, which for the geometry
+/// are the generic SSD's 4 KiB pages.
+macro_rules! over_waflash_default {
+    ($name:ident, $ty:ident, $field:ident, { $($f:ident: $fty:ty),* $(,)? }) => {
+        fn $name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Partial {
+                $($f: Option<$fty>,)*
+            }
+            let p = Partial::deserialize(d)?;
+            let base = WaflashConfig::default().$field;
+            Ok($ty {
+                $($f: p.$f.unwrap_or(base.$f),)*
+            })
+        }
+    };
+}
+
+over_waflash_default!(geometry_over_default, Geometry, geometry, {
+    channels: u32,
+    chips_per_channel: u32,
+    dies_per_chip: u32,
+    planes_per_die: u32,
+    blocks_per_plane: u32,
+    pages_per_block: u32,
+    page_bytes: u32,
+    sector_bytes: u32,
+    oob_bytes_per_page: u32,
+});
+
+over_waflash_default!(host_over_default, HostInterfaceConfig, host, {
+    queue_depth: u32,
+    bandwidth_mb_s: f64,
+    command_overhead_ns: u64,
+    max_transfer_sectors: u32,
+    dram_mb_s: f64,
+    duplex: afa_ssd::Duplex,
+});
 
 impl WaflashConfig {
     /// The baseline of the paper: VSSIM's FIFO request buffer over a page FTL that serves
