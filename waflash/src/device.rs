@@ -626,19 +626,47 @@ impl WaflashSsd {
                 small.push((lpn, mask, image));
                 continue;
             }
-            let done = self.ftl.write(&mut self.nand, lpn, mask, &image, now_ns)?;
-            self.buffer.hold(done, mask.count_ones() as u64);
-            last_ns = last_ns.max(done);
+            match self.ftl.write(&mut self.nand, lpn, mask, &image, now_ns) {
+                Ok(done) => {
+                    self.buffer.hold(done, mask.count_ones() as u64);
+                    last_ns = last_ns.max(done);
+                }
+                Err(e) => {
+                    small.push((lpn, mask, image));
+                    self.give_back(&small);
+                    return Err(e);
+                }
+            }
         }
         if !small.is_empty() {
             // Pieces of one region next to each other, so they share compacted pages.
             small.sort_by_key(|(lpn, _, _)| *lpn);
             let sectors: u64 = small.iter().map(|(_, m, _)| m.count_ones() as u64).sum();
-            let done = self.ftl.write_compacted(&mut self.nand, &small, now_ns)?;
-            self.buffer.hold(done, sectors);
-            last_ns = last_ns.max(done);
+            match self.ftl.write_compacted(&mut self.nand, &small, now_ns) {
+                Ok(done) => {
+                    self.buffer.hold(done, sectors);
+                    last_ns = last_ns.max(done);
+                }
+                Err(e) => {
+                    self.give_back(&small);
+                    return Err(e);
+                }
+            }
         }
         Ok(last_ns)
+    }
+
+    /// Puts pages a failed destage took back into the buffer. The FTL refused them (no
+    /// block left to write them to, or the power is gone); they were acknowledged, so they
+    /// stay readable from the buffer while the device refuses writes. A page some of whose
+    /// data did reach flash before the failure is written again later, as a newer version.
+    fn give_back(&mut self, pages: &[(u32, u64, Vec<u8>)]) {
+        let u = self.unit;
+        for (lpn, mask, image) in pages {
+            for s in (0..self.spp as usize).filter(|&s| mask >> s & 1 == 1) {
+                self.buffer.put(*lpn, s, 1, &image[s * u..(s + 1) * u]);
+            }
+        }
     }
 
     /// Whether the buffer destages by VSSIM's drain of every buffered request.

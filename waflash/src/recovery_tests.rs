@@ -683,3 +683,57 @@ fn an_image_refuses_another_shape_and_drops_a_torn_journal() {
     assert!(!journal.exists());
     assert_eq!(read_bytes(&mut ssd, 20, 0, 4), data);
 }
+
+#[test]
+fn a_device_out_of_spare_blocks_refuses_writes_and_keeps_what_it_acknowledged() {
+    // Programs fail so often that retired blocks use up every plane's spare ones: writes
+    // are then refused (NoSpace), and the pages a refused destage took from the buffer go
+    // back to it, so every acknowledged write still reads back.
+    for (which, seed) in [(3usize, 1u64), (7, 2), (11, 3), (12, 4)] {
+        let mut config = config(which);
+        config.faults.program_fail_probability = 0.05;
+        let mut ssd = WaflashSsd::new(config, seed).unwrap();
+        ssd.precondition(600).unwrap();
+        let capacity = ssd.info().capacity_sectors;
+        let mut model = preconditioned_model(capacity, 600);
+        let mut rng = afa_sim::SimRng::new(seed);
+        let mut now = 0;
+        let mut refused = 0;
+        for i in 0..20_000u64 {
+            now += 100_000;
+            let lba = rng.below(600 - 9);
+            let n = 1 + rng.below(9) as u32;
+            let data = units(lba, n, i + 1, 8);
+            match ssd.submit(now, &Command::write(lba, n, &data), ReadBuffers::none()) {
+                Ok(_) => {
+                    for l in lba..lba + n as u64 {
+                        model[l as usize] = sector_token(l, i + 1);
+                    }
+                }
+                Err(DeviceError::NoSpace { .. }) => {
+                    refused += 1;
+                    if refused == 20 {
+                        break;
+                    }
+                }
+                Err(e) => panic!("configuration {which}: write {i}: {e}"),
+            }
+        }
+        assert_eq!(
+            refused, 20,
+            "configuration {which} never ran out of spare blocks"
+        );
+        for lba in (0..600).step_by(4) {
+            assert!(
+                read_tokens_match(
+                    &mut ssd,
+                    now + 1,
+                    lba,
+                    &model[lba as usize..lba as usize + 4]
+                ),
+                "configuration {which}: sectors {lba}..{} after the device ran out",
+                lba + 4
+            );
+        }
+    }
+}
