@@ -89,6 +89,30 @@ impl FaultConfig {
     }
 }
 
+/// The uncorrectable host reads of `FaultConfig::read_fail_probability`, drawn from a stream
+/// of their own, apart from the medium's, so that turning read faults on moves no other
+/// fault. The controller draws them: a read fails this time, the stored data stays.
+#[derive(Debug, Clone)]
+pub struct HostReadFaults {
+    probability: f64,
+    rng: SimRng,
+}
+
+impl HostReadFaults {
+    pub fn new(faults: &FaultConfig, seed: u64) -> Self {
+        Self {
+            probability: faults.read_fail_probability,
+            rng: SimRng::fork(seed, 0x5245_4144), // "READ"
+        }
+    }
+
+    /// Whether a host read that needed `flash_pages` pages from flash fails as
+    /// uncorrectable (each page's ECC failing with the probability).
+    pub fn read_fails(&mut self, flash_pages: u32) -> bool {
+        self.probability > 0.0 && (0..flash_pages).any(|_| self.rng.chance(self.probability))
+    }
+}
+
 /// Operation counters, split by the cell mode the block was in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct NandCounters {

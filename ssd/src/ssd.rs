@@ -1,8 +1,8 @@
 //! The controller proper: command parsing, host-interface timing, the write buffer and the
 //! FTL wired together.
 
-use afa_nand::{Nand, NandCounters, PayloadMode};
-use afa_sim::{transfer_ns, Calendar, SimRng, TimeNs};
+use afa_nand::{HostReadFaults, Nand, NandCounters, PayloadMode};
+use afa_sim::{transfer_ns, Calendar, TimeNs};
 
 use crate::buffer::WriteBuffer;
 use crate::config::{Duplex, SsdConfig};
@@ -54,9 +54,8 @@ pub struct Ssd {
     /// When the last host command given to the device completes: from then on the host has
     /// nothing in flight, which idle-time work (`gc.idle_erase`) waits for.
     host_done_ns: TimeNs,
-    /// Draws the uncorrectable host reads of `faults.read_fail_probability`, apart from the
-    /// medium's own fault stream so that turning read faults on moves no other fault.
-    read_fault_rng: SimRng,
+    /// The uncorrectable host reads of `faults.read_fail_probability`.
+    read_faults: HostReadFaults,
 }
 
 /// The sectors of one logical page that a command touches.
@@ -147,6 +146,7 @@ impl Ssd {
             max_queue_depth: config.host.queue_depth,
             max_transfer_sectors: config.host.max_transfer_sectors,
         };
+        let read_faults = HostReadFaults::new(&config.faults, seed);
         Ok(Self {
             full_mask: if spp == 64 {
                 u64::MAX
@@ -167,7 +167,7 @@ impl Ssd {
             stats: SsdStats::default(),
             commands_taken: 0,
             host_done_ns: 0,
-            read_fault_rng: SimRng::fork(seed, 0x5245_4144), // "READ"
+            read_faults,
         })
     }
 
@@ -397,8 +397,7 @@ impl Ssd {
     ) -> Result<TimeNs, DeviceError> {
         let start = now_ns + self.config.host.command_overhead_ns;
         let (ready, flash_pages) = self.read_into_controller(start, cmd, out);
-        let p = self.config.faults.read_fail_probability;
-        if p > 0.0 && (0..flash_pages).any(|_| self.read_fault_rng.chance(p)) {
+        if self.read_faults.read_fails(flash_pages) {
             self.stats.uncorrectable_reads += 1;
             return Err(DeviceError::Uncorrectable {
                 lba: cmd.lba,

@@ -1,8 +1,8 @@
 //! The WAFLASH SSD: host interface, the sector-granular write buffer and its four
 //! replacement policies, and the FTL, behind the `BlockDevice` seam.
 
-use afa_nand::{fill_unit, sector_token, Nand, NandCounters, PayloadMode};
-use afa_sim::{transfer_ns, SimRng, TimeNs};
+use afa_nand::{fill_unit, sector_token, HostReadFaults, Nand, NandCounters, PayloadMode};
+use afa_sim::{transfer_ns, TimeNs};
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode,
     ReadBuffers,
@@ -145,9 +145,8 @@ pub struct WaflashSsd {
     last_done_ns: TimeNs,
     /// The file the medium is kept in, when it must outlive the process (serve mode).
     image: Option<WaflashImage>,
-    /// Draws the uncorrectable host reads of `faults.read_fail_probability`, apart from the
-    /// medium's own fault stream so that turning read faults on moves no other fault.
-    read_fault_rng: SimRng,
+    /// The uncorrectable host reads of `faults.read_fail_probability`.
+    read_faults: HostReadFaults,
     /// The seed the device was made with: a device recovered after a power loss draws its
     /// read faults from the same stream.
     seed: u64,
@@ -175,7 +174,7 @@ impl WaflashSsd {
 
     /// A controller with an empty write buffer and zeroed counters over `nand` and `ftl`.
     fn assemble(config: WaflashConfig, seed: u64, nand: Nand, ftl: Ftl) -> Self {
-        let read_fault_rng = SimRng::fork(seed, 0x5245_4144); // "READ"
+        let read_faults = HostReadFaults::new(&config.faults, seed);
         let unit = nand.store().unit_bytes();
         let spp = config.sectors_per_page();
         let logical = config.logical_pages();
@@ -210,7 +209,7 @@ impl WaflashSsd {
             present_ns: 0,
             last_done_ns: 0,
             image: None,
-            read_fault_rng,
+            read_faults,
             seed,
         }
     }
@@ -828,8 +827,7 @@ impl WaflashSsd {
         if let Some(tags) = out.tags {
             tags.fill(0);
         }
-        let p = self.config.faults.read_fail_probability;
-        if p > 0.0 && (0..flash_pages).any(|_| self.read_fault_rng.chance(p)) {
+        if self.read_faults.read_fails(flash_pages) {
             // The ECC could not correct a page this time; the data stays as it was, so a
             // retry may succeed.
             self.stats.uncorrectable_reads += 1;
