@@ -218,6 +218,10 @@ pub struct OxController {
     pub(crate) stalled: VecDeque<PendingContext>,
     /// The next context to install (contexts install in RDESC order).
     pub(crate) install_next: u64,
+    /// When the host-to-device direction of the link is free: one NVMe-oF/TCP connection
+    /// carries the commands' data in the order they were submitted, so a write's data
+    /// arrives after that of every write submitted before it.
+    pub(crate) link_in_free_ns: TimeNs,
     pub(crate) install_busy: bool,
     pub(crate) install_end_ns: TimeNs,
     pub(crate) completions: Vec<CompletionRecord>,
@@ -298,6 +302,7 @@ impl OxController {
             next_start: 1,
             stalled: VecDeque::new(),
             install_next: 1,
+            link_in_free_ns: 0,
             install_busy: false,
             install_end_ns: 0,
             completions: Vec::new(),
@@ -490,7 +495,9 @@ impl OxController {
                 let bytes = (buf.tokens.len() as u64 + 1) * rb;
                 self.stats.write_commands += 1;
                 self.stats.write_command_bytes += bytes;
-                let arrive = now_ns + c.transport_latency_ns + self.link_ns(bytes);
+                let start = now_ns.max(self.link_in_free_ns);
+                self.link_in_free_ns = start + self.link_ns(bytes);
+                let arrive = self.link_in_free_ns + c.transport_latency_ns;
                 self.events.push(arrive, Event::Arrive(id));
             }
             Request::WriteBlocks { tokens, .. } => {
@@ -655,10 +662,13 @@ impl OxController {
                 let packets = total.div_ceil(p);
                 let mut first = 0u64;
                 let mut queue = VecDeque::new();
+                // The packets follow the data of the writes submitted before this one.
+                let base = now.max(self.link_in_free_ns + c.transport_latency_ns);
+                self.link_in_free_ns = base - c.transport_latency_ns + self.link_ns(total);
                 for k in 0..packets {
                     let end_byte = ((k + 1) * p).min(total);
                     let last = end_byte / rb;
-                    let arrive = now + self.link_ns(end_byte);
+                    let arrive = base + self.link_ns(end_byte);
                     if last > first {
                         let range = first as usize..last as usize;
                         let lpids = range.clone().map(|i| lba + i as u64).collect();

@@ -269,6 +269,45 @@ fn figure3d_a_later_read_sees_a_prefix_at_least_as_long() {
 
 // ----- the block interface and Figure 12 ---------------------------------------------------
 
+/// One NVMe-oF/TCP connection carries the writes' data in the order they were submitted:
+/// a small write submitted right after a large one cannot overtake it, so two writes of the
+/// same page in flight land in the order the host sent them. Before the link was booked as
+/// one resource, each command's data crossed it independently, the small batch started its
+/// context first and the large one installed the older version over it (the host key-value
+/// store read back a stale page on a 100 MB/s link).
+#[test]
+fn writes_of_one_page_in_flight_land_in_the_order_they_were_submitted() {
+    for (mb_s, block) in [(100.0, false), (100.0, true), (12_500.0, false)] {
+        let mut cfg = small_config();
+        cfg.costs.link_mb_s = mb_s;
+        let mut c = OxController::format(&cfg, 3).unwrap();
+        let write = |pages: &[(u64, u64)]| {
+            if block {
+                Request::WriteBlocks {
+                    lba: pages[0].0,
+                    tokens: pages.iter().map(|p| p.1).collect(),
+                }
+            } else {
+                batch(pages, &cfg)
+            }
+        };
+        // A large write with page 7 at version 1, then a one-page write of version 2.
+        let large: Vec<(u64, u64)> = (0..200).map(|l| (l, sector_token(l, 1))).collect();
+        let a = c.submit(0, write(&large)).unwrap();
+        let b = c.submit(1_000, write(&[(7, sector_token(7, 2))])).unwrap();
+        let ta = c.run_until_complete(a).unwrap().done_ns;
+        let tb = c.run_until_complete(b).unwrap().done_ns;
+        assert!(
+            tb >= ta,
+            "{mb_s} MB/s block {block}: the later write completed first"
+        );
+        let r = c.submit(tb, Request::ReadLpid(7)).unwrap();
+        let got = c.run_until_complete(r).unwrap().result.unwrap();
+        assert_eq!(got, vec![sector_token(7, 2)], "{mb_s} MB/s block {block}");
+        c.check_invariants().unwrap();
+    }
+}
+
 #[test]
 fn a_1mib_block_write_is_17_contexts_and_a_batch_is_one() {
     let mut cfg = small_config();

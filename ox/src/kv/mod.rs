@@ -26,8 +26,16 @@ use afa_sim::{TimeNs, NS_PER_S};
 use serde::{Deserialize, Serialize};
 
 use crate::page_lru::PageLru;
+use images::{FlushHeader, PageImage, PageImages};
+
+mod images;
+mod recovery;
+#[cfg(test)]
+mod recovery_tests;
+
 use crate::ycsb::{Workload, Ycsb, YcsbOp, KEY_BYTES, VALUE_BYTES};
 use crate::{BatchBuffer, OxConfig, OxController, OxError, OxStats, Request, RequestId};
+pub use recovery::{KvPoweredOff, KvRecoveryReport};
 
 /// Which storage interface the host uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +113,12 @@ pub struct KvConfig {
     /// every change copies the page into the write buffer at once (write-through).
     #[serde(default)]
     pub write_back: bool,
+    /// Keep what every page written to the device holds (B-tree nodes with their flush
+    /// headers, map pages and checkpoint records of the block host) beside the tokens the
+    /// device stores, so that [`KvStore::recover`] can rebuild the store after a power loss.
+    /// It costs host memory, not simulated time: runs are the same with it on or off.
+    #[serde(default)]
+    pub page_images: bool,
     pub device: OxConfig,
 }
 
@@ -187,6 +201,7 @@ impl KvConfig {
             host_checkpoint_interval_ns: NS_PER_S / 2,
             host_trim: true,
             write_back: false,
+            page_images: false,
             device,
         }
     }
@@ -216,6 +231,14 @@ impl KvConfig {
         {
             return Err(OxError::KvConfig(
                 "host GC fractions must satisfy 0 < stop <= start < 1".into(),
+            ));
+        }
+        if self.page_images && self.write_back {
+            return Err(OxError::KvConfig(
+                "page_images needs the write-through cache: a write-back cache sends pages \
+                 to the device one eviction at a time, so the device never holds the B-tree \
+                 as one operation boundary left it"
+                    .into(),
             ));
         }
         self.device.validate()
@@ -339,6 +362,20 @@ struct InFlight {
     versions: Vec<u64>,
     /// The flush's number (`None` for trims and checkpoint writes).
     flush: Option<u64>,
+    /// Block interface: the LBA each page had before this flush, so a host checkpoint can
+    /// record the map as the acknowledged flushes left it.
+    old_lbas: Vec<u64>,
+}
+
+/// A block-host checkpoint whose map pages are on their way; its record is written once
+/// they are all acknowledged, so a record on the device always finds its map pages there.
+#[derive(Debug, Clone)]
+struct CheckpointInFlight {
+    record: images::CheckpointRecord,
+    /// Map page writes not yet acknowledged.
+    outstanding: BTreeSet<RequestId>,
+    /// The record's write, once submitted.
+    record_write: Option<RequestId>,
 }
 
 /// The store.
@@ -390,10 +427,29 @@ pub struct KvStore {
     /// segment, which may clean one): pages buffered meanwhile go in the flush after it.
     assembling_flush: bool,
     log_order: std::collections::VecDeque<u64>,
+    /// The flush each segment holds (`NONE` for a free or cleaned one).
+    seg_flush: Vec<u64>,
+    /// Pages host GC took out of a cleaned segment that wait in the write buffer for their
+    /// new place, with the LBA they had: still their durable copy.
+    relocating: BTreeMap<u64, u64>,
+    /// Pages of the flush being assembled: host GC leaves them to it.
+    assembling_lpids: BTreeSet<u64>,
+    /// The header of the newest flush every flush up to which is acknowledged.
+    acked_header: Option<FlushHeader>,
+    /// Headers of flushes in flight, by number.
+    inflight_headers: BTreeMap<u64, FlushHeader>,
+    /// Levels of the B-tree (a leaf root is one).
+    depth: u64,
     ckpt_base_lba: u64,
-    ckpt_pages: u64,
-    ckpt_cursor: u64,
+    map_pages: u64,
+    /// Number of the next host checkpoint, the halves of the checkpoint area the newest
+    /// submitted record points at, and the checkpoint under way.
+    ckpt_seq: u64,
+    ckpt_halves: Vec<Option<u8>>,
+    ckpt_in_flight: Option<CheckpointInFlight>,
     dirty_map_pages: BTreeSet<u64>,
+    /// What the device's pages hold (`KvConfig::page_images`).
+    images: Option<PageImages>,
     next_ckpt_ns: TimeNs,
     in_gc: bool,
     stats: KvStats,
@@ -404,12 +460,27 @@ impl KvStore {
     pub fn new(cfg: KvConfig, seed: u64) -> Result<KvStore, OxError> {
         cfg.validate()?;
         let dev = OxController::format(&cfg.device, seed)?;
+        let mut s = KvStore::on_device(cfg, dev)?;
+        s.new_page(Node::Leaf {
+            keys: Vec::new(),
+            vals: Vec::new(),
+        });
+        s.touch(0);
+        s.mark_modified(0)?;
+        Ok(s)
+    }
+
+    /// A store with no pages over `dev`, its clock at the device's.
+    fn on_device(cfg: KvConfig, dev: OxController) -> Result<KvStore, OxError> {
         let lp = cfg.device.logical_pages;
         let seg_pages = cfg.write_buffer_bytes / PAGE_BYTES;
-        // The host checkpoint area sits at the end of the LBA space: room for two copies of
-        // the map of every LPID the data set may use.
+        // The host checkpoint area sits at the end of the LBA space: two well-known LBAs
+        // for the checkpoint records and room for two copies of the map of every LPID the
+        // data set may use, so a checkpoint never overwrites a map page the newest record
+        // points at with another page.
         let max_lpids = lp / 4;
-        let ckpt_pages = (max_lpids * 8).div_ceil(PAGE_BYTES) * 2;
+        let map_pages = (max_lpids * 8).div_ceil(PAGE_BYTES);
+        let ckpt_pages = map_pages * 2 + 2;
         let log_lbas = lp.saturating_sub(ckpt_pages);
         let segments = log_lbas / seg_pages;
         if cfg.interface == Interface::Block && segments < 4 {
@@ -422,28 +493,25 @@ impl KvStore {
             Interface::Batch => (seg_pages as usize - 1).min(cfg.device.max_batch_pages as usize),
             Interface::Block => seg_pages as usize,
         };
-        let mut s = KvStore {
-            now_ns: 0,
-            nodes: vec![Node::Leaf {
-                keys: Vec::new(),
-                vals: Vec::new(),
-            }],
-            version: vec![1],
-            flushed_version: vec![0],
-            durable_version: vec![0],
+        Ok(KvStore {
+            now_ns: dev.now_ns(),
+            nodes: Vec::new(),
+            version: Vec::new(),
+            flushed_version: Vec::new(),
+            durable_version: Vec::new(),
             root: 0,
             records: BTreeMap::new(),
             cache_capacity: usize::MAX,
-            cache: PageLru::new(1),
+            cache: PageLru::new(0),
             buffer: Vec::new(),
             in_buffer: BTreeSet::new(),
             buffer_capacity,
-            dirty: vec![false],
+            dirty: Vec::new(),
             evicted_dirty: Vec::new(),
             inflight: BTreeMap::new(),
             inflight_pages: BTreeMap::new(),
             pending_reads: BTreeMap::new(),
-            lba_of: vec![NONE],
+            lba_of: Vec::new(),
             seg_pages,
             segments,
             seg_slots: vec![Vec::new(); segments as usize],
@@ -454,19 +522,25 @@ impl KvStore {
             flushes_in_flight: BTreeSet::new(),
             assembling_flush: false,
             log_order: std::collections::VecDeque::new(),
+            seg_flush: vec![NONE; segments as usize],
+            relocating: BTreeMap::new(),
+            assembling_lpids: BTreeSet::new(),
+            acked_header: None,
+            inflight_headers: BTreeMap::new(),
+            depth: 1,
             ckpt_base_lba: segments * seg_pages,
-            ckpt_pages,
-            ckpt_cursor: 0,
+            map_pages,
+            ckpt_seq: 0,
+            ckpt_halves: vec![None; map_pages as usize],
+            ckpt_in_flight: None,
             dirty_map_pages: BTreeSet::new(),
-            next_ckpt_ns: cfg.host_checkpoint_interval_ns,
+            images: cfg.page_images.then(|| PageImages::new(lp)),
+            next_ckpt_ns: dev.now_ns() + cfg.host_checkpoint_interval_ns,
             in_gc: false,
             stats: KvStats::default(),
             dev,
             cfg,
-        };
-        s.touch(0);
-        s.mark_modified(0)?;
-        Ok(s)
+        })
     }
 
     pub fn device(&self) -> &OxController {
@@ -501,7 +575,8 @@ impl KvStore {
         self.dev.submit(now, req)
     }
 
-    /// Handles completions that arrived: acknowledged flushes leave the in-flight set.
+    /// Handles completions that arrived: acknowledged flushes leave the in-flight set, and a
+    /// host checkpoint whose map pages are all acknowledged gets its record written.
     fn drain_completions(&mut self) -> Result<(), OxError> {
         for c in self.dev.take_completions() {
             if let Some(expect) = self.pending_reads.remove(&c.id) {
@@ -530,8 +605,32 @@ impl KvStore {
             } else {
                 c.result?;
             }
+            if let Some(ck) = self.ckpt_in_flight.as_mut() {
+                ck.outstanding.remove(&c.id);
+                if ck.record_write == Some(c.id) {
+                    self.ckpt_in_flight = None;
+                }
+            }
         }
+        // The header of the newest flush with every flush before it acknowledged.
+        let acked = self.acknowledged_flushes();
+        while let Some((&n, &h)) = self.inflight_headers.first_key_value() {
+            if n >= acked {
+                break;
+            }
+            self.inflight_headers.remove(&n);
+            self.acked_header = Some(h);
+        }
+        self.write_checkpoint_record()?;
         self.release_cleaned()
+    }
+
+    /// Flushes numbered below this one are all acknowledged.
+    fn acknowledged_flushes(&self) -> u64 {
+        self.flushes_in_flight
+            .first()
+            .copied()
+            .unwrap_or(self.next_flush)
     }
 
     /// Frees (and trims) the cleaned segments whose relocated pages are durable in their
@@ -718,8 +817,11 @@ impl KvStore {
         self.wait_flushes_below(self.cfg.max_outstanding_flushes)?;
         let lpids = std::mem::take(&mut self.buffer);
         self.in_buffer.clear();
-        // Nested when finding a segment cleans one whose pages fill the buffer again.
+        // Nested when finding a segment cleans one whose pages fill the buffer again; host
+        // GC leaves the pages of every flush being assembled to that flush.
         let outer_assembling = std::mem::replace(&mut self.assembling_flush, true);
+        let outer_lpids = self.assembling_lpids.clone();
+        self.assembling_lpids.extend(lpids.iter().copied());
         for &l in &lpids {
             self.flushed_version[l as usize] = self.version[l as usize];
             *self.inflight_pages.entry(l).or_insert(0) += 1;
@@ -730,6 +832,8 @@ impl KvStore {
             .map(|&l| (l, sector_token(l, self.version[l as usize])))
             .collect();
         self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Io);
+        let mut old_lbas = Vec::new();
+        let mut base = 0;
         let req = match self.cfg.interface {
             Interface::Batch => Request::FlushBatch(BatchBuffer::new(
                 &pages,
@@ -737,18 +841,23 @@ impl KvStore {
             )?),
             Interface::Block => {
                 let seg = self.take_segment()?;
-                let base = seg * self.seg_pages;
+                base = seg * self.seg_pages;
                 for (i, &l) in lpids.iter().enumerate() {
                     let lba = base + i as u64;
-                    let old = std::mem::replace(&mut self.lba_of[l as usize], lba);
+                    let mut old = std::mem::replace(&mut self.lba_of[l as usize], lba);
+                    let relocated_from = self.relocating.remove(&l);
                     if old != NONE {
                         let seg_old = (old / self.seg_pages) as usize;
                         self.seg_live[seg_old] = self.seg_live[seg_old].saturating_sub(1);
+                    } else if let Some(from) = relocated_from {
+                        old = from;
                     }
+                    old_lbas.push(old);
                     self.seg_live[seg as usize] += 1;
                     self.dirty_map_pages.insert(l * 8 / PAGE_BYTES);
                 }
                 self.seg_slots[seg as usize] = lpids.clone();
+                self.seg_flush[seg as usize] = self.next_flush;
                 self.log_order.push_back(seg);
                 let cost = self.cfg.costs.map_update_cpu_ns * lpids.len() as u64;
                 self.cpu(cost, Purpose::Io);
@@ -758,22 +867,63 @@ impl KvStore {
                 }
             }
         };
+        let flush = self.next_flush;
+        let header = FlushHeader {
+            flush,
+            pages_in_flush: lpids.len() as u32,
+            root: self.root,
+            pages: self.nodes.len() as u64,
+            log_head_flush: self
+                .log_order
+                .front()
+                .map_or(flush, |&seg| self.seg_flush[seg as usize]),
+        };
+        if let Some(images) = self.images.as_mut() {
+            for (i, (&l, &(_, token))) in lpids.iter().zip(&pages).enumerate() {
+                let address = match self.cfg.interface {
+                    Interface::Batch => l,
+                    Interface::Block => base + i as u64,
+                };
+                let image = PageImage::Node {
+                    lpid: l,
+                    version: self.version[l as usize],
+                    header,
+                    node: self.nodes[l as usize].clone(),
+                };
+                images.write(address, token, image);
+            }
+        }
         let id = self.submit(req)?;
         self.stats.flushes += 1;
-        let flush = self.next_flush;
         self.next_flush += 1;
         self.flushes_in_flight.insert(flush);
+        self.inflight_headers.insert(flush, header);
         self.assembling_flush = outer_assembling;
+        self.assembling_lpids = outer_lpids;
         self.inflight.insert(
             id,
             InFlight {
                 lpids,
                 versions,
                 flush: Some(flush),
+                old_lbas,
             },
         );
         if self.cfg.interface == Interface::Block && !self.in_gc {
             self.host_gc()?;
+        }
+        Ok(())
+    }
+
+    /// At an operation boundary: flushes the write buffer while the next operation might
+    /// not fit in it, so that no operation's pages are split between two flushes and every
+    /// flush leaves the device holding the B-tree as an operation boundary left it.
+    fn flush_at_boundary(&mut self) -> Result<(), OxError> {
+        // An insert changes at most its leaf and, splitting up to a new root, two pages per
+        // level and the new root.
+        let headroom = (2 * self.depth + 2) as usize;
+        while !self.buffer.is_empty() && self.buffer.len() + headroom > self.buffer_capacity {
+            self.flush()?;
         }
         Ok(())
     }
@@ -801,8 +951,10 @@ impl KvStore {
         if self.used_fraction() < self.cfg.host_gc_start_used_fraction {
             return Ok(());
         }
-        while self.used_fraction() > self.cfg.host_gc_stop_used_fraction {
-            if !self.host_gc_one()? {
+        // At most one pass over the log: when the live pages fill nearly as much as the stop
+        // fraction allows, each cleaning writes as much as it frees and would never end.
+        for _ in 0..self.segments {
+            if self.used_fraction() <= self.cfg.host_gc_stop_used_fraction || !self.host_gc_one()? {
                 break;
             }
         }
@@ -843,19 +995,30 @@ impl KvStore {
             Purpose::Gc,
         );
         let mut live = Vec::new();
+        let mut carried = 0;
         for (i, &l) in slots.iter().enumerate() {
-            if self.lba_of[l as usize] == base + i as u64 {
+            if l != NONE && self.lba_of[l as usize] == base + i as u64 {
+                if self.assembling_lpids.contains(&l) {
+                    // A flush being assembled carries the page's newer version; this copy
+                    // stays its durable one until that flush is acknowledged.
+                    carried += 1;
+                    continue;
+                }
                 // The device must hold the version the host last wrote for a live page.
                 if tokens.get(i) != Some(&sector_token(l, self.flushed_version[l as usize])) {
                     self.stats.mismatches += 1;
                 }
-                // Until the buffer takes it to its new place the page lives in host memory.
+                // Until the buffer takes it to its new place the page lives in host memory,
+                // and the copy here stays its durable one.
                 self.lba_of[l as usize] = NONE;
+                self.relocating.insert(l, base + i as u64);
                 live.push(l);
             }
         }
-        self.stats.host_gc_reclaimed_bytes += (slots.len() - live.len()) as u64 * PAGE_BYTES;
+        self.stats.host_gc_reclaimed_bytes +=
+            (slots.len() - live.len() - carried) as u64 * PAGE_BYTES;
         self.seg_live[seg as usize] = 0;
+        self.seg_flush[seg as usize] = NONE;
         for l in live {
             // Relocated pages keep their version: only their address changes.
             if self.in_buffer.insert(l) {
@@ -878,9 +1041,26 @@ impl KvStore {
         Ok(true)
     }
 
+    /// LBA of map page `index`'s copy in `half` of the checkpoint area, and of record slot
+    /// `slot`.
+    fn map_page_lba(&self, index: u64, half: u8) -> u64 {
+        self.ckpt_base_lba + 2 + half as u64 * self.map_pages + index
+    }
+    fn record_lba(&self, slot: u64) -> u64 {
+        self.ckpt_base_lba + slot
+    }
+
     /// Host checkpoint of the LPID → LBA map: the map pages changed since the last one are
-    /// written to the checkpoint area.
+    /// written to the checkpoint area, as the acknowledged flushes left them; once they are
+    /// all acknowledged, a checkpoint record naming them and the flush to replay from goes
+    /// to the well-known record slot (`write_checkpoint_record`). Checkpoint `n` writes its
+    /// pages into half `n % 2` of the area at each page's own place, so it overwrites only
+    /// an older copy of the same page, never one of another page a record points at.
     fn host_checkpoint(&mut self) -> Result<(), OxError> {
+        if self.ckpt_in_flight.is_some() {
+            // The previous checkpoint's record is not written yet; the next tick takes over.
+            return Ok(());
+        }
         let pages: Vec<u64> = std::mem::take(&mut self.dirty_map_pages)
             .into_iter()
             .collect();
@@ -890,22 +1070,118 @@ impl KvStore {
         self.stats.host_checkpoints += 1;
         let entries = pages.len() as u64 * PAGE_BYTES / 8;
         self.cpu(self.cfg.costs.ckpt_entry_cpu_ns * entries, Purpose::Ckpt);
-        for chunk in pages.chunks(256) {
-            let n = chunk.len() as u64;
-            if self.ckpt_cursor + n > self.ckpt_pages {
-                self.ckpt_cursor = 0;
+        let seq = self.ckpt_seq;
+        self.ckpt_seq += 1;
+        let half = (seq % 2) as u8;
+        // The map as the acknowledged flushes left it: a page in a flush in flight keeps the
+        // LBA it had before the oldest such flush, and its map page stays dirty for the next
+        // checkpoint.
+        let replay_from_flush = self.acknowledged_flushes();
+        let mut before_in_flight: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut in_flight: Vec<&InFlight> = self
+            .inflight
+            .values()
+            .filter(|f| f.flush.is_some())
+            .collect();
+        in_flight.sort_by_key(|f| std::cmp::Reverse(f.flush));
+        for f in in_flight {
+            for (&l, &old) in f.lpids.iter().zip(&f.old_lbas) {
+                before_in_flight.insert(l, old);
             }
-            let lba = self.ckpt_base_lba + self.ckpt_cursor;
-            self.ckpt_cursor += n;
+        }
+        let entries_per_page = PAGE_BYTES / 8;
+        let acked_lba = |s: &KvStore, l: u64| -> u64 {
+            if let Some(&old) = before_in_flight.get(&l) {
+                return old;
+            }
+            match s.lba_of[l as usize] {
+                NONE => s.relocating.get(&l).copied().unwrap_or(NONE),
+                lba => lba,
+            }
+        };
+        let mut halves = self.ckpt_halves.clone();
+        let mut outstanding = BTreeSet::new();
+        // Runs of consecutive map pages, at most 256 pages a write.
+        let mut runs: Vec<Vec<u64>> = Vec::new();
+        for &p in &pages {
+            match runs.last_mut() {
+                Some(run) if run.len() < 256 && run.last() == Some(&(p - 1)) => run.push(p),
+                _ => runs.push(vec![p]),
+            }
+        }
+        for run in runs {
+            let n = run.len() as u64;
+            let lba = self.map_page_lba(run[0], half);
             self.wait_flushes_below(self.cfg.max_outstanding_flushes)?;
             self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Ckpt);
-            let tokens = chunk
+            let tokens: Vec<u64> = run
                 .iter()
-                .map(|&p| sector_token(u64::MAX - p, self.stats.host_checkpoints))
+                .map(|&p| sector_token(u64::MAX - p, seq))
                 .collect();
+            if self.images.is_some() {
+                for (i, &p) in run.iter().enumerate() {
+                    let first = p * entries_per_page;
+                    let last = ((p + 1) * entries_per_page).min(self.nodes.len() as u64);
+                    let lbas = (first..last.max(first))
+                        .map(|l| acked_lba(self, l))
+                        .collect();
+                    let image = PageImage::MapPage { index: p, lbas };
+                    if let Some(images) = self.images.as_mut() {
+                        images.write(lba + i as u64, tokens[i], image);
+                    }
+                }
+            }
+            for &p in &run {
+                halves[p as usize] = Some(half);
+            }
             let id = self.submit(Request::WriteBlocks { lba, tokens })?;
             self.stats.host_checkpoint_bytes += n * PAGE_BYTES;
             self.inflight.insert(id, InFlight::default());
+            outstanding.insert(id);
+        }
+        for l in before_in_flight.keys() {
+            self.dirty_map_pages.insert(l * 8 / PAGE_BYTES);
+        }
+        let header = self.acked_header;
+        self.ckpt_in_flight = Some(CheckpointInFlight {
+            record: images::CheckpointRecord {
+                seq,
+                replay_from_flush,
+                root: header.map_or(NONE, |h| h.root),
+                pages: header.map_or(0, |h| h.pages),
+                log_head_flush: header.map_or(0, |h| h.log_head_flush),
+                halves,
+            },
+            outstanding,
+            record_write: None,
+        });
+        self.drain_completions()
+    }
+
+    /// Writes the record of the checkpoint under way once its map pages are acknowledged.
+    fn write_checkpoint_record(&mut self) -> Result<(), OxError> {
+        let Some(ck) = self.ckpt_in_flight.as_ref() else {
+            return Ok(());
+        };
+        if !ck.outstanding.is_empty() || ck.record_write.is_some() {
+            return Ok(());
+        }
+        let record = ck.record.clone();
+        self.cpu(self.cfg.costs.io_cpu_ns, Purpose::Ckpt);
+        let lba = self.record_lba(record.seq % 2);
+        let token = sector_token(u64::MAX - self.map_pages - 1, record.seq);
+        self.ckpt_halves = record.halves.clone();
+        if let Some(images) = self.images.as_mut() {
+            images.write(lba, token, PageImage::Record(record));
+        }
+        let id = self.submit(Request::WriteBlocks {
+            lba,
+            tokens: vec![token],
+        })?;
+        self.stats.host_checkpoint_bytes += PAGE_BYTES;
+        self.inflight.insert(id, InFlight::default());
+        if let Some(ck) = self.ckpt_in_flight.as_mut() {
+            ck.record_write = Some(id);
         }
         Ok(())
     }
@@ -1036,6 +1312,7 @@ impl KvStore {
                 self.touch(root);
                 self.mark_modified(root)?;
                 self.root = root;
+                self.depth += 1;
             } else {
                 let parent = path[depth - 1];
                 if let Node::Inner { keys, children } = &mut self.nodes[parent as usize] {
@@ -1059,6 +1336,7 @@ impl KvStore {
             self.cpu(self.cfg.costs.op_cpu_ns, Purpose::Op);
             self.insert(k)?;
             self.write_back_evicted()?;
+            self.flush_at_boundary()?;
         }
         self.write_back_all()?;
         self.flush()?;
@@ -1122,6 +1400,7 @@ impl KvStore {
             }
         }
         self.write_back_evicted()?;
+        self.flush_at_boundary()?;
         if self.cfg.interface == Interface::Block
             && self.cfg.host_checkpoint_interval_ns > 0
             && self.now_ns >= self.next_ckpt_ns
