@@ -303,6 +303,12 @@ impl WaflashSsd {
         Ok((ssd, found))
     }
 
+    /// The image the medium is kept in, for tests that cut a commit short.
+    #[cfg(test)]
+    pub(crate) fn image_mut(&mut self) -> Option<&mut WaflashImage> {
+        self.image.as_mut()
+    }
+
     /// Records that the image file was renamed.
     pub fn image_moved_to(&mut self, path: &std::path::Path) {
         if let Some(image) = &mut self.image {

@@ -5,6 +5,8 @@
 //! hold, and that the recovered device goes on matching a flat model. Media faults: failed
 //! programs, failed erases and uncorrectable reads, with and without a power loss.
 
+use std::os::unix::fs::FileExt;
+
 use afa_nand::{sector_token, unit_matches};
 use afa_ssd::{BlockDevice, Command, CommandFlags, DeviceError, ReadBuffers};
 use proptest::prelude::*;
@@ -649,7 +651,7 @@ fn a_medium_kept_in_an_image_holds_every_flushed_write_after_the_process_goes() 
 }
 
 #[test]
-fn an_image_refuses_another_shape_and_drops_a_torn_journal() {
+fn an_image_refuses_another_shape_or_version_and_drops_a_torn_commit() {
     let dir = Scratch::new("shape");
     let path = dir.0.join("waflash.img");
     let config = tiny(BufferPolicy::Lru, FtlKind::MultiVersion, false);
@@ -666,12 +668,27 @@ fn an_image_refuses_another_shape_and_drops_a_torn_journal() {
     assert!(e.to_string().contains("another shape"), "{e}");
     let e = WaflashSsd::open_image(config.clone(), 1, &dir.0.join("missing.img")).unwrap_err();
     assert!(e.to_string().contains("cannot open the flash image"), "{e}");
-    // A journal cut short (a commit the process did not finish) is dropped: the image
-    // keeps what the last whole commit left.
-    let journal = dir.0.join("waflash.img.journal");
-    std::fs::write(&journal, b"AFAWFJNL\x05\x00").unwrap();
+    // An image of the format before this one (its journal in a file of its own, its block
+    // table elsewhere) is refused by its version.
+    let header = std::fs::read(&path).unwrap()[..4096].to_vec();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&1u32.to_le_bytes(), 8).unwrap();
+    let e = WaflashSsd::open_image(config.clone(), 1, &path).unwrap_err();
+    assert!(
+        e.to_string().contains("version 1 WAFLASH flash image"),
+        "{e}"
+    );
+    file.write_all_at(&header, 0).unwrap();
+    // A commit pointer to a record cut short (a commit the process did not finish) is
+    // dropped: the image keeps what the last whole commit left.
+    let mut pointer = b"AFAWFPTR".to_vec();
+    for word in [99u64, 1 << 40, 4096] {
+        pointer.extend_from_slice(&word.to_le_bytes());
+    }
+    let sum = afa_sim::fnv1a(&pointer);
+    pointer.extend_from_slice(&sum.to_le_bytes());
+    file.write_all_at(&pointer, 4096).unwrap();
     let (mut ssd, _) = WaflashSsd::open_image(config, 1, &path).unwrap();
-    assert!(!journal.exists());
     assert_eq!(read_bytes(&mut ssd, 20, 0, 4), data);
 }
 

@@ -367,26 +367,12 @@ fn the_block_host_reads_its_map_and_log_back_and_the_batch_host_does_not() {
 #[test]
 fn recovery_is_deterministic() {
     for interface in [Interface::Batch, Interface::Block] {
-        let (a, ra) = cut_and_recover(
-            interface,
-            SMALL_BUFFER,
-            11,
-            Cut::After {
-                ops: 1_200,
-                delay_ns: 400_000,
-            },
-            300,
-        );
-        let (b, rb) = cut_and_recover(
-            interface,
-            SMALL_BUFFER,
-            11,
-            Cut::After {
-                ops: 1_200,
-                delay_ns: 400_000,
-            },
-            300,
-        );
+        let cut = Cut::After {
+            ops: 1_200,
+            delay_ns: 400_000,
+        };
+        let (a, ra) = cut_and_recover(interface, SMALL_BUFFER, 11, cut, 300);
+        let (b, rb) = cut_and_recover(interface, SMALL_BUFFER, 11, cut, 300);
         assert_eq!(ra, rb);
         assert_eq!(a.records, b.records);
         assert_eq!(a.now_ns, b.now_ns);
