@@ -1067,6 +1067,16 @@ impl KvStore {
         if pages.is_empty() {
             return Ok(());
         }
+        if let Some(&p) = pages.iter().find(|&&p| p >= self.map_pages) {
+            // The area holds the map of a quarter of the LBAs: a tree that outgrew it would
+            // have its map pages overwrite each other or the log.
+            return Err(OxError::KvConfig(format!(
+                "the B-tree's {} pages outgrew the host checkpoint area, which maps {} LPIDs                  (map page {p} of {})",
+                self.nodes.len(),
+                self.map_pages * PAGE_BYTES / 8,
+                self.map_pages
+            )));
+        }
         self.stats.host_checkpoints += 1;
         let entries = pages.len() as u64 * PAGE_BYTES / 8;
         self.cpu(self.cfg.costs.ckpt_entry_cpu_ns * entries, Purpose::Ckpt);

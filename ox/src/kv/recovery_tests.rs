@@ -441,3 +441,18 @@ proptest! {
         cut_and_recover(interface, SHAPES[shape], seed, Cut::AtAck { n }, 300);
     }
 }
+
+/// The checkpoint area maps a quarter of the LBAs; a tree that outgrows it is refused by
+/// name rather than let its map pages overwrite each other.
+#[test]
+fn a_tree_that_outgrows_the_host_checkpoint_area_is_refused_by_name() {
+    let mut cfg = KvConfig::scaled_with_ratio(30_000, Interface::Block, 0.2, 4.0);
+    cfg.host_checkpoint_interval_ns = 1_000_000;
+    let mut kv = KvStore::new(cfg, 1).unwrap();
+    kv.load().unwrap();
+    let err = kv.run(Workload::WriteHeavy, 5_000, 2).unwrap_err();
+    assert!(
+        err.to_string().contains("outgrew the host checkpoint area"),
+        "{err}"
+    );
+}
