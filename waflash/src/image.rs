@@ -759,24 +759,7 @@ mod tests {
     use crate::{BufferPolicy, FtlKind, WaflashSsd};
     use afa_ssd::{BlockDevice, Command, ReadBuffers};
 
-    /// A directory of its own for each test, removed when the test ends.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir()
-                .join(format!("afa-waflash-image-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Self(dir)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::recovery_tests::Scratch;
 
     type Trace = Vec<(Stage, u64, Vec<u8>)>;
 

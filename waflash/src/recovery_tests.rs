@@ -543,11 +543,12 @@ fn recovery_names_a_page_whose_oob_is_not_this_devices() {
     assert!(e.to_string().contains("page 0's OOB names"), "{e}");
 }
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct Scratch(std::path::PathBuf);
+/// A directory of its own under the system's temporary directory, removed when dropped
+/// (the image tests use it too: their names differ from these).
+pub(crate) struct Scratch(pub(crate) std::path::PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("afa-waflash-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
