@@ -1071,7 +1071,8 @@ impl KvStore {
             // The area holds the map of a quarter of the LBAs: a tree that outgrew it would
             // have its map pages overwrite each other or the log.
             return Err(OxError::KvConfig(format!(
-                "the B-tree's {} pages outgrew the host checkpoint area, which maps {} LPIDs                  (map page {p} of {})",
+                "the B-tree's {} pages outgrew the host checkpoint area, which maps {} LPIDs \
+                 (map page {p} of {})",
                 self.nodes.len(),
                 self.map_pages * PAGE_BYTES / 8,
                 self.map_pages
