@@ -460,7 +460,10 @@ impl KvStore {
     pub fn new(cfg: KvConfig, seed: u64) -> Result<KvStore, OxError> {
         cfg.validate()?;
         let dev = OxController::format(&cfg.device, seed)?;
-        let mut s = KvStore::on_device(cfg, dev)?;
+        let images = cfg
+            .page_images
+            .then(|| PageImages::new(cfg.device.logical_pages));
+        let mut s = KvStore::on_device(cfg, dev, images)?;
         s.new_page(Node::Leaf {
             keys: Vec::new(),
             vals: Vec::new(),
@@ -470,8 +473,13 @@ impl KvStore {
         Ok(s)
     }
 
-    /// A store with no pages over `dev`, its clock at the device's.
-    fn on_device(cfg: KvConfig, dev: OxController) -> Result<KvStore, OxError> {
+    /// A store with no pages over `dev`, its clock at the device's, keeping `images` of what
+    /// the device's pages hold.
+    fn on_device(
+        cfg: KvConfig,
+        dev: OxController,
+        images: Option<PageImages>,
+    ) -> Result<KvStore, OxError> {
         let lp = cfg.device.logical_pages;
         let seg_pages = cfg.write_buffer_bytes / PAGE_BYTES;
         // The host checkpoint area sits at the end of the LBA space: two well-known LBAs
@@ -534,7 +542,7 @@ impl KvStore {
             ckpt_halves: vec![None; map_pages as usize],
             ckpt_in_flight: None,
             dirty_map_pages: BTreeSet::new(),
-            images: cfg.page_images.then(|| PageImages::new(lp)),
+            images,
             next_ckpt_ns: dev.now_ns() + cfg.host_checkpoint_interval_ns,
             in_gc: false,
             stats: KvStats::default(),

@@ -107,8 +107,7 @@ impl KvStore {
             )
         })?;
         let (dev, device) = OxController::recover(off.device, now_ns)?;
-        let mut s = KvStore::on_device(off.cfg, dev)?;
-        s.images = Some(images);
+        let mut s = KvStore::on_device(off.cfg, dev, Some(images))?;
         let start = s.now_ns;
         let mut report = KvRecoveryReport {
             device_recovery_ns: device.recovery_ns,
