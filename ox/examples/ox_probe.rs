@@ -1,6 +1,6 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|mapcache=N|ratio=X|firstcome|readthreads=N]`,
-//! or `-- lat` for the mean 1 MiB flush latency of each interface.
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|devwriteback|mapcache=N|ratio=X|firstcome|readthreads=N]`,
+//! or `-- lat` for the 1 MiB flush latency of each interface, write-through and write-back.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
 use afa_ox::reproduce::{Scale, Table3Row};
@@ -9,11 +9,13 @@ use afa_ox::ycsb::Workload;
 fn flush_latency() {
     use afa_nand::sector_token;
     use afa_ox::{BatchBuffer, OxConfig, OxController, Request};
-    for block in [false, true] {
-        let cfg = OxConfig::default();
+    for (write_back, block) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut cfg = OxConfig::default();
+        cfg.write_cache.write_back = write_back;
         let mut c = OxController::format(&cfg, 1).unwrap();
         let mut t = 0;
         let mut total = 0;
+        let mut first = 0;
         for i in 0..64u64 {
             let req = if block {
                 Request::WriteBlocks {
@@ -28,11 +30,15 @@ fn flush_latency() {
             };
             let id = c.submit(t, req).unwrap();
             let d = c.run_until_complete(id).unwrap();
+            if i == 0 {
+                first = d.done_ns - t;
+            }
             total += d.done_ns - t;
             t = d.done_ns;
         }
         println!(
-            "block={block}: mean 1 MiB flush latency {} us, {:?}",
+            "write_back={write_back} block={block}: first 1 MiB flush {} us, mean of 64 back to back {} us, {:?}",
+            first / 1000,
             total / 64 / 1000,
             c.stats()
         );
@@ -72,6 +78,7 @@ fn main() {
                 "syncreads" => cfg.max_outstanding_reads = 1,
                 "oneflush" => cfg.max_outstanding_flushes = 1,
                 "writeback" => cfg.write_back = true,
+                "devwriteback" => cfg.device.write_cache.write_back = true,
                 f if f.starts_with("readthreads=") => {
                     cfg.device.costs.read_lookup_threads =
                         f["readthreads=".len()..].parse().unwrap_or(1)

@@ -104,12 +104,15 @@ impl BlockDevice for OxBlockDevice {
                 lba: cmd.lba,
                 count: cmd.sectors,
             },
-            // Writes complete only once durable, so a flush has nothing to drain.
+            // Without a write-back cache writes complete only once durable, so a flush has
+            // nothing to drain; with one, it waits until the cache is empty.
             Opcode::Flush => {
+                self.ctrl.advance_to(now);
+                let drained = self.ctrl.drain_write_cache().max(now);
                 return Ok(Completion {
-                    done_ns: now + self.ctrl.config().costs.transport_latency_ns,
+                    done_ns: drained + self.ctrl.config().costs.transport_latency_ns,
                     gc_active: self.ctrl.gc_active(),
-                })
+                });
             }
         };
         let id = self.ctrl.submit(now, request).map_err(device_error)?;

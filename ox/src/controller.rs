@@ -25,6 +25,7 @@ use crate::log::{FormingBlock, LogBlock, LogRecord, LogState, RdescEntry};
 use crate::media::{Media, MetaBlob, Ppa, Ppn, RblockWrite, Tag, TagKind};
 use crate::provision::{Provisioner, Stream, SystemBlocks};
 use crate::tables::{Gbitv, Map, MapEntry, MapMiss, TableId, TablePage, Wear, NO_PPN};
+use crate::write_cache::WriteCache;
 use crate::{CheckpointRecord, FlashImage, OxConfig, OxError};
 
 /// Counters of one controller, in the units of the paper's Table 3.
@@ -78,6 +79,12 @@ pub struct OxStats {
     pub map_page_load_ns_total: u64,
     /// Times an install waited for the MAP page of its next entry to be loaded.
     pub install_map_waits: u64,
+    /// Write-back cache: commands acknowledged before their install.
+    pub write_cache_acks: u64,
+    /// Write-back cache: RBLOCKs of host reads served from the cache's DRAM.
+    pub write_cache_read_rblocks: u64,
+    /// Write-back cache: contexts that waited for room in the cache.
+    pub write_cache_full_waits: u64,
 }
 
 /// A write context (§4.2): the unit of the WAL protocol and of atomicity.
@@ -95,6 +102,8 @@ pub(crate) struct Context {
     pub trim: bool,
     /// LSN of the context's RDESC: a checkpoint's RSSP may not pass it before it installs.
     pub rdesc_lsn: u64,
+    /// Its key in the write-back cache (0: not in the cache).
+    pub cache_key: u64,
 }
 
 /// A context waiting for WBLOCK addresses (every channel closed by GC or full).
@@ -106,6 +115,8 @@ pub(crate) struct PendingContext {
     pub trim: bool,
     /// WBLOCKs already handed out to this context while it waits for the rest.
     pub held: Vec<Ppn>,
+    /// Its key in the write-back cache (0: not in the cache).
+    pub cache_key: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +129,12 @@ pub(crate) struct PendingRequest {
     pub ready_ns: TimeNs,
     /// Block writes: packets whose contexts have not started (ready time, LPIDs, tokens).
     pub packets: VecDeque<(TimeNs, Vec<u64>, Vec<u64>)>,
+    /// Write-back cache: contexts of the command not yet admitted to the cache.
+    pub to_accept: u32,
+    /// Write-back cache: when the admitted contexts' MAP entries were flagged.
+    pub accept_ready_ns: TimeNs,
+    /// Write-back cache: the host has its acknowledgement; the completion is not sent again.
+    pub acked: bool,
 }
 
 /// What waits for the log to become durable up to an LSN.
@@ -146,6 +163,8 @@ pub(crate) enum Event {
     ForcedCheckpoint,
     CkptRecord(u64),
     CkptDone(u64),
+    Ack(RequestId),
+    AdmitWaiting,
 }
 
 impl Event {
@@ -166,6 +185,8 @@ impl Event {
             Event::ForcedCheckpoint => (15, 0),
             Event::CkptRecord(s) => (13, s),
             Event::CkptDone(s) => (14, s),
+            Event::Ack(r) => (16, r),
+            Event::AdmitWaiting => (17, 0),
         }
     }
 }
@@ -243,6 +264,7 @@ pub struct OxController {
     pub(crate) space_checkpoint_tried: bool,
     /// EBLOCKs whose erase record is logged but which are not erased yet, with its LSN.
     pub(crate) pending_erases: BTreeMap<u32, u64>,
+    pub(crate) wcache: WriteCache,
 }
 
 impl OxController {
@@ -320,6 +342,7 @@ impl OxController {
             fatal: None,
             space_checkpoint_tried: false,
             pending_erases: BTreeMap::new(),
+            wcache: WriteCache::default(),
             cfg,
             media,
             system,
@@ -412,6 +435,10 @@ impl OxController {
         let e = self.fatal.clone().expect("fatal is set");
         let now = self.now_ns;
         for (id, r) in std::mem::take(&mut self.requests) {
+            if r.acked {
+                // The host has its acknowledgement; the fatal error answers what comes next.
+                continue;
+            }
             self.completions.push(CompletionRecord {
                 id,
                 submitted_ns: r.submitted_ns,
@@ -528,6 +555,9 @@ impl OxController {
                 result: None,
                 ready_ns: now_ns,
                 packets: VecDeque::new(),
+                to_accept: 0,
+                accept_ready_ns: now_ns,
+                acked: false,
             },
         );
         Ok(id)
@@ -633,6 +663,8 @@ impl OxController {
             }
             Event::CkptRecord(seq) => self.on_ckpt_record(seq),
             Event::CkptDone(seq) => self.on_ckpt_done(seq),
+            Event::Ack(id) => self.on_ack(id),
+            Event::AdmitWaiting => self.on_admit_waiting(),
         }
     }
 
@@ -647,6 +679,7 @@ impl OxController {
         match request {
             Request::FlushBatch(buf) => {
                 let desc = Desc::parse(&buf.desc_block).expect("validated at submit");
+                self.set_contexts_to_accept(id, 1);
                 let t = self.cpu(now, c.command_cpu_ns);
                 self.add_context(t, id, desc.lpids, buf.tokens, false);
             }
@@ -687,6 +720,7 @@ impl OxController {
                         None => break,
                     }
                 }
+                self.set_contexts_to_accept(id, (started.len() + queue.len()) as u32);
                 if let Some(r) = self.requests.get_mut(&id) {
                     r.outstanding += queue.len() as u32;
                     r.packets = queue;
@@ -697,6 +731,7 @@ impl OxController {
                 }
             }
             Request::TrimBlocks { lba, count } => {
+                self.set_contexts_to_accept(id, 1);
                 let t = self.cpu(now, c.command_cpu_ns);
                 let lpids = (lba..lba + count as u64).collect::<Vec<_>>();
                 let zeros = vec![0; lpids.len()];
@@ -706,6 +741,12 @@ impl OxController {
                 let t = self.cpu(now, c.command_cpu_ns);
                 self.events.push(t, Event::ReadIssue(id));
             }
+        }
+    }
+
+    fn set_contexts_to_accept(&mut self, id: RequestId, n: u32) {
+        if let Some(r) = self.requests.get_mut(&id) {
+            r.to_accept = n;
         }
     }
 
@@ -730,12 +771,20 @@ impl OxController {
                 tokens,
                 trim,
                 held: Vec::new(),
+                cache_key: 0,
             },
         );
         self.events.push(t, Event::StartContext(k));
     }
 
     fn on_start_context(&mut self, k: u64) {
+        if self.admit_on_start(k) {
+            self.start_admitted(k);
+        }
+    }
+
+    /// Starts context `k` (admitted to the write-back cache, when there is one).
+    pub(crate) fn start_admitted(&mut self, k: u64) {
         let Some(p) = self.starting.remove(&k) else {
             return;
         };
@@ -798,6 +847,7 @@ impl OxController {
 
     /// A waiting context fails for lack of space.
     pub(crate) fn fail_context(&mut self, p: PendingContext) {
+        self.forget_failed(&p);
         // WBLOCKs it held are programmed as padding, so that the EBLOCKs' program order
         // stays intact for whoever writes after them.
         for ppn in p.held {
@@ -890,6 +940,7 @@ impl OxController {
                 data_done: false,
                 trim: p.trim,
                 rdesc_lsn: self.log.next_lsn,
+                cache_key: p.cache_key,
             },
         );
         self.stats.rdesc_records += 1;
@@ -947,6 +998,7 @@ impl OxController {
                     self.stats.map_page_evictions_written += 1;
                     self.write_table_page(TableId::Map, ev.page, ev.words, end);
                 }
+                self.reflag_loaded_page(page);
                 end
             }
         }
@@ -1180,6 +1232,7 @@ impl OxController {
         let lpid = c.lpids[idx as usize];
         let new = c.new[idx as usize];
         let n = c.lpids.len() as u32;
+        let key = c.cache_key;
         let resident_ns = self.ensure_map_page(lpid, now);
         if resident_ns > now {
             // The entry's MAP page is being loaded: the install (one entry at a time, in
@@ -1188,16 +1241,15 @@ impl OxController {
             self.events.push(resident_ns, Event::Install { ctx, idx });
             return;
         }
+        let newer_cached = self.release_installed(lpid, key);
+        let entry = if new.is_none() {
+            MapEntry::UNMAPPED
+        } else {
+            MapEntry::new(new)
+        };
         let old = self
             .map
-            .set(
-                lpid,
-                if new.is_none() {
-                    MapEntry::UNMAPPED
-                } else {
-                    MapEntry::new(new)
-                },
-            )
+            .set(lpid, entry.with_cached(newer_cached))
             .expect("page is cached")
             .ppa();
         if !old.is_none() && old != new {
@@ -1223,6 +1275,7 @@ impl OxController {
         self.install_busy = false;
         self.install_end_ns = now;
         self.install_next = ctx + 1;
+        self.release_context(c.cache_key, &c.lpids, c.trim);
         self.finish_part(c.request, None, t);
         self.try_install();
     }
@@ -1260,6 +1313,7 @@ impl OxController {
                     tokens,
                     trim: false,
                     held: Vec::new(),
+                    cache_key: 0,
                 },
             );
             self.events.push(start, Event::StartContext(k));
@@ -1287,6 +1341,13 @@ impl OxController {
 
     fn on_complete(&mut self, id: RequestId) {
         if let Some(r) = self.requests.remove(&id) {
+            if r.acked {
+                // The host was answered when the command entered the write-back cache.
+                if let Some(Err(e)) = &r.result {
+                    self.acknowledged_write_failed(id, e);
+                }
+                return;
+            }
             if matches!(
                 r.request,
                 Request::ReadLpid(_) | Request::ReadBatch(_) | Request::ReadBlocks { .. }
@@ -1325,7 +1386,7 @@ impl OxController {
             .enumerate()
             .min_by_key(|(i, &t)| (t, *i))
             .map(|(i, _)| i);
-        let mut addrs = Vec::with_capacity(lpids.len());
+        let mut entries = Vec::with_capacity(lpids.len());
         let mut ready = now;
         match thread {
             Some(i) => {
@@ -1333,7 +1394,7 @@ impl OxController {
                 for &l in &lpids {
                     let (end, e) = self.map_lookup(l, t);
                     t = end;
-                    addrs.push(e.ppa());
+                    entries.push(e);
                 }
                 self.read_threads_free_ns[i] = t;
                 ready = t;
@@ -1342,10 +1403,26 @@ impl OxController {
                 for &l in &lpids {
                     let (t, e) = self.map_lookup(l, now);
                     ready = ready.max(t);
-                    addrs.push(e.ppa());
+                    entries.push(e);
                 }
             }
         }
+        // An entry flagged as cached is read from the write-back cache's side table.
+        let mut cached = Vec::with_capacity(entries.len());
+        for (&l, e) in lpids.iter().zip(&entries) {
+            let token = if e.cached() {
+                self.wcache.newest(l)
+            } else {
+                None
+            };
+            if e.cached() && token.is_none() {
+                self.fatal = Some(OxError::Recovery(format!(
+                    "MAP entry of LPID {l} is flagged as cached but the write cache has no version of it"
+                )));
+            }
+            cached.push(token);
+        }
+        let addrs: Vec<Ppa> = entries.iter().map(|e| e.ppa()).collect();
         self.stats.read_map_wait_ns_total += ready - now;
         if ready > now {
             self.stats.read_map_miss_commands += 1;
@@ -1354,6 +1431,12 @@ impl OxController {
         let mut tokens = Vec::with_capacity(addrs.len());
         let mut i = 0;
         while i < addrs.len() {
+            if let Some(token) = cached[i] {
+                self.stats.write_cache_read_rblocks += 1;
+                tokens.push(token);
+                i += 1;
+                continue;
+            }
             if addrs[i].is_none() {
                 tokens.push(0);
                 i += 1;
@@ -1363,7 +1446,11 @@ impl OxController {
             // together) share one array read of that WBLOCK.
             let ppn = self.media.ppn_of(addrs[i]);
             let mut j = i + 1;
-            while j < addrs.len() && !addrs[j].is_none() && self.media.ppn_of(addrs[j]) == ppn {
+            while j < addrs.len()
+                && cached[j].is_none()
+                && !addrs[j].is_none()
+                && self.media.ppn_of(addrs[j]) == ppn
+            {
                 j += 1;
             }
             let (t, toks) = self.media.read_rblocks_of_wblock(&addrs[i..j], ready);

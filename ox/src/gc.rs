@@ -250,7 +250,9 @@ impl OxController {
             let b = self.media.block_of_ppa(new) as usize;
             self.prov.blocks[b].inflight -= 1;
             if seen.ppa() == prior {
-                self.map.set(lpid, crate::tables::MapEntry::new(new));
+                // A newer version waiting in the write-back cache keeps its flag.
+                let entry = crate::tables::MapEntry::new(new).with_cached(seen.cached());
+                self.map.set(lpid, entry);
                 self.set_live(prior, false);
                 self.set_live(new, true);
                 moves.push(GcMove { lpid, prior, new });

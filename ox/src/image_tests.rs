@@ -478,6 +478,7 @@ fn a_power_loss_tears_the_same_wblocks_in_the_image_as_in_the_medium() {
         media: restored,
         at_ns: at,
         torn_wblocks: 0,
+        drain_ns: 0,
     };
     let (b, _) = OxController::recover(restored, at).unwrap();
     let map = b.debug_map();

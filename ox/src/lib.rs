@@ -81,12 +81,15 @@ mod recovery;
 pub mod reproduce;
 mod served;
 mod tables;
+mod write_cache;
 pub mod ycsb;
 
 pub use batch::{BatchBuffer, CompletionRecord, Desc, Request, RequestId};
 pub use block::OxBlockDevice;
 pub use checkpoint::CheckpointRecord;
-pub use config::{ControllerCosts, FlashTerms, OxCheckpointConfig, OxConfig, OxGcConfig};
+pub use config::{
+    ControllerCosts, FlashTerms, OxCheckpointConfig, OxConfig, OxGcConfig, OxWriteCacheConfig,
+};
 pub use controller::{OxController, OxStats};
 pub use error::OxError;
 pub use image::{decode_meta, encode_meta, EblockRecord, FlashImage, SlotContent};
@@ -101,3 +104,5 @@ pub use tables::{MapEntry, TableId, TablePage};
 mod image_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_cache_tests;

@@ -55,20 +55,29 @@ pub struct RecoveryReport {
 #[derive(Debug)]
 pub struct PoweredOff {
     pub media: Media,
+    /// When the controller stopped: the power loss, or the end of the write-back cache's
+    /// drain on backup power.
     pub at_ns: TimeNs,
     pub torn_wblocks: u64,
+    /// How long the write-back cache's drain ran on backup power after the power failed.
+    pub drain_ns: u64,
 }
 
 impl OxController {
     /// Power fails at `at_ns`: events up to then happen, every program still running is torn,
     /// and all volatile state (DRAM tables, caches, contexts, queued commands) is gone.
+    ///
+    /// With a write-back cache the controller first drains it on backup power: it admits no
+    /// more commands and runs until every write the cache holds is installed.
     pub fn power_loss(mut self, at_ns: TimeNs) -> PoweredOff {
         self.advance_to(at_ns);
-        let torn = self.media.power_loss(at_ns);
+        let stop_ns = self.drain_on_power_loss().max(at_ns);
+        let torn = self.media.power_loss(stop_ns);
         PoweredOff {
             media: self.media,
-            at_ns,
+            at_ns: stop_ns,
             torn_wblocks: torn,
+            drain_ns: stop_ns - at_ns,
         }
     }
 
@@ -381,19 +390,28 @@ impl OxController {
                 c.gbitv.clear_block(b);
             }
         }
-        let mut last_owner: BTreeMap<Ppa, u64> = BTreeMap::new();
+        // An RBLOCK may be mentioned for several LPIDs (its EBLOCK was erased and written
+        // again within the redone log), and not in the order it held them: a context's RDESC
+        // names the prior address it saw when it started, and its `done` (or its
+        // verification) may come after GC moved that page away and wrote another LPID there.
+        // So it is live when any LPID mentioned with it maps to it now; MAP never maps two.
+        let mut owners: BTreeMap<Ppa, BTreeSet<u64>> = BTreeMap::new();
         for (ppa, lpid) in mentions {
             if !ppa.is_none() {
-                last_owner.insert(ppa, lpid);
+                owners.entry(ppa).or_default().insert(lpid);
             }
         }
-        for (ppa, lpid) in last_owner {
+        for (ppa, lpids) in owners {
             if c.media.block_of_ppa(ppa) >= c.media.eblocks_total() {
                 continue;
             }
-            let (end, cur) = c.map_lookup(lpid, t);
-            t = t.max(end);
-            c.set_live(ppa, cur.ppa() == ppa);
+            let mut live = false;
+            for lpid in lpids {
+                let (end, cur) = c.map_lookup(lpid, t);
+                t = t.max(end);
+                live |= cur.ppa() == ppa;
+            }
+            c.set_live(ppa, live);
         }
 
         // The log continues after its last block, in fresh EBLOCKs.

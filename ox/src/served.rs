@@ -63,6 +63,7 @@ impl OxServedDevice {
             media,
             at_ns: 0,
             torn_wblocks,
+            drain_ns: 0,
         };
         let (ctrl, report) = OxController::recover(off, 0)?;
         let mut device = OxServedDevice {
@@ -201,6 +202,11 @@ fn check_config(cfg: &OxConfig) -> Result<(), OxError> {
             "a served OX device needs payload = \"token\" (a version per RBLOCK that every read is checked against), not {:?}",
             cfg.payload
         )));
+    }
+    if cfg.write_cache.write_back {
+        return Err(OxError::Config(
+            "a served OX device needs write_cache.write_back = false: it stages a write's bytes in the flash image only while the command runs, so the write must be on flash when it completes".into(),
+        ));
     }
     cfg.validate()
 }

@@ -51,6 +51,19 @@ impl MapEntry {
     pub fn cached(self) -> bool {
         self.0 & Self::CACHED != 0
     }
+    /// The entry with its cached flag set or cleared.
+    pub fn with_cached(self, cached: bool) -> MapEntry {
+        if cached {
+            MapEntry(self.0 | Self::CACHED)
+        } else {
+            MapEntry(self.0 & !Self::CACHED)
+        }
+    }
+    /// The word the entry has on flash: the cached flag describes the controller's DRAM and
+    /// is never written (a page loaded again gets its flags back from the side table).
+    pub fn durable_word(self) -> u64 {
+        self.0 & !Self::CACHED
+    }
 }
 
 /// A small table indexing the pages of a larger one: the flash address of each page, and
@@ -198,7 +211,7 @@ impl Map {
         let v = self.cache.remove(&victim)?;
         v.dirty.then(|| EvictedMapPage {
             page: victim,
-            words: v.entries.iter().map(|e| e.0).collect(),
+            words: v.entries.iter().map(|e| e.durable_word()).collect(),
         })
     }
 
@@ -265,6 +278,16 @@ impl Map {
         Some(old)
     }
 
+    /// Sets or clears the cached flag of `lpid`'s entry; its page must be cached. The flag is
+    /// not durable state, so the page does not become dirty.
+    pub fn set_cached(&mut self, lpid: u64, cached: bool) -> Option<()> {
+        let page = self.page_of(lpid);
+        let i = (lpid % self.entries_per_page) as usize;
+        let c = self.cache.get_mut(&page)?;
+        c.entries[i] = c.entries[i].with_cached(cached);
+        Some(())
+    }
+
     /// Cached pages that changed since they were last written.
     pub fn dirty_cached_pages(&self) -> Vec<u32> {
         self.cache
@@ -274,19 +297,20 @@ impl Map {
             .collect()
     }
 
-    /// One entry of a cached page, if the page is cached (no LRU update: an inspection).
+    /// One entry of a cached page as flash would hold it, if the page is cached (no LRU
+    /// update: an inspection).
     pub fn cached_entry(&self, page: u32, index: usize) -> Option<u64> {
         self.cache
             .get(&page)
             .and_then(|c| c.entries.get(index))
-            .map(|e| e.0)
+            .map(|e| e.durable_word())
     }
 
-    /// The words of a cached page, if cached.
+    /// The words of a cached page as flash would hold them, if cached.
     pub fn cached_words(&self, page: u32) -> Option<Vec<u64>> {
         self.cache
             .get(&page)
-            .map(|c| c.entries.iter().map(|e| e.0).collect())
+            .map(|c| c.entries.iter().map(|e| e.durable_word()).collect())
     }
 
     /// Records that a page was written to `ppn` (by a checkpoint or an eviction) and returns

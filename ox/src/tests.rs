@@ -46,11 +46,11 @@ pub(crate) fn small_config() -> OxConfig {
     }
 }
 
-fn batch(pages: &[(u64, u64)], cfg: &OxConfig) -> Request {
+pub(crate) fn batch(pages: &[(u64, u64)], cfg: &OxConfig) -> Request {
     Request::FlushBatch(BatchBuffer::new(pages, cfg.terms.rblock_bytes).unwrap())
 }
 
-fn read_all(c: &mut OxController, now: TimeNs) -> (TimeNs, Vec<u64>) {
+pub(crate) fn read_all(c: &mut OxController, now: TimeNs) -> (TimeNs, Vec<u64>) {
     let n = c.logical_pages();
     let max = c.config().max_batch_pages as u64;
     let mut out = Vec::with_capacity(n as usize);
@@ -420,7 +420,7 @@ fn costs_beyond_an_hour_or_a_link_below_a_kilobyte_per_second_are_refused_by_nam
 
 /// Drives random batches of zipf-ish LPIDs with up to `qd` outstanding; returns the oracle
 /// (LPID → token of the newest acknowledged version) and the final time.
-fn drive(
+pub(crate) fn drive(
     c: &mut OxController,
     rng: &mut SimRng,
     batches: usize,
@@ -823,14 +823,14 @@ fn program_failures_are_amended_by_rdesc_a() {
 // ----- power loss and recovery ------------------------------------------------------------
 
 /// Batches submitted before a power loss: their pages, and whether the host got the ack.
-struct Submitted {
-    pages: Vec<(u64, u64)>,
-    acked: bool,
+pub(crate) struct Submitted {
+    pub pages: Vec<(u64, u64)>,
+    pub acked: bool,
 }
 
 /// Runs random batches and cuts power at `cut_ns`; returns what was submitted and the
 /// medium. `state_before` is the content written by an initial synchronous phase.
-fn run_and_cut(
+pub(crate) fn run_and_cut(
     cfg: &OxConfig,
     seed: u64,
     cut_ns: TimeNs,
@@ -876,7 +876,7 @@ fn run_and_cut(
 }
 
 /// Recovers and checks the rules of the fault model; returns the recovery report.
-fn recover_and_check(
+pub(crate) fn recover_and_check(
     cfg: &OxConfig,
     submitted: &[Submitted],
     base: &BTreeMap<u64, u64>,

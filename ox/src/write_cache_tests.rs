@@ -1,0 +1,483 @@
+//! Tests of the write-back cache: early acknowledgement, reads from the side table, the
+//! cached flag across MAP page evictions and GC moves, admission when the cache is full, the
+//! block interface's flush, power loss with the drain on backup power, determinism, and a
+//! property test of reads against the acknowledged writes.
+
+use std::collections::BTreeMap;
+
+use afa_nand::sector_token;
+use afa_sim::{SimRng, TimeNs};
+use afa_ssd::{BlockDevice, Command, ReadBuffers};
+use proptest::prelude::*;
+
+use crate::tests::{batch, drive, read_all, recover_and_check, run_and_cut, small_config};
+use crate::*;
+
+fn write_back_config() -> OxConfig {
+    let mut cfg = small_config();
+    cfg.write_cache.write_back = true;
+    cfg
+}
+
+/// Latency of one batch of 255 pages from submission to completion.
+fn batch_latency_ns(cfg: &OxConfig) -> u64 {
+    let mut c = OxController::format(cfg, 3).unwrap();
+    let pages: Vec<(u64, u64)> = (0..255).map(|l| (l, sector_token(l, 1))).collect();
+    let id = c.submit(0, batch(&pages, cfg)).unwrap();
+    let done = c.run_until_complete(id).unwrap();
+    assert!(done.result.is_ok());
+    done.done_ns - done.submitted_ns
+}
+
+#[test]
+fn a_write_back_batch_is_acknowledged_before_it_is_durable_and_read_from_the_cache() {
+    let through = batch_latency_ns(&small_config());
+    let back = batch_latency_ns(&write_back_config());
+    assert!(
+        back * 2 < through,
+        "write-back acknowledgement {back} ns is not well below write-through's {through} ns"
+    );
+
+    let cfg = write_back_config();
+    let mut c = OxController::format(&cfg, 3).unwrap();
+    let pages: Vec<(u64, u64)> = (0..255).map(|l| (l * 3, sector_token(l * 3, 7))).collect();
+    let id = c.submit(0, batch(&pages, &cfg)).unwrap();
+    let done = c.run_until_complete(id).unwrap();
+    assert!(
+        c.write_cache_bytes() > 0,
+        "the batch left the cache before its ack"
+    );
+    assert_eq!(
+        c.stats().done_records,
+        0,
+        "the batch was installed before its ack"
+    );
+    let lpids: Vec<u64> = pages.iter().map(|p| p.0).collect();
+    let id = c
+        .submit(done.done_ns, Request::ReadBatch(lpids.clone()))
+        .unwrap();
+    let read = c.run_until_complete(id).unwrap().result.unwrap();
+    let expect: Vec<u64> = pages.iter().map(|p| p.1).collect();
+    assert_eq!(read, expect);
+    assert!(c.stats().write_cache_read_rblocks > 0);
+    assert_eq!(
+        c.stats().user_read_bytes,
+        0,
+        "a cached page was read from flash"
+    );
+
+    c.quiesce();
+    assert_eq!(c.write_cache_bytes(), 0);
+    assert_eq!(c.stats().done_records, 1);
+    let id = c.submit(c.now_ns(), Request::ReadBatch(lpids)).unwrap();
+    assert_eq!(c.run_until_complete(id).unwrap().result.unwrap(), expect);
+    assert!(c.stats().user_read_bytes > 0);
+    c.check_invariants().unwrap();
+}
+
+/// Batches spread over every MAP page of a device that caches two of them: admitting one
+/// evicts the pages that carry the flags of another, and the loads must bring them back.
+#[test]
+fn cached_flags_come_back_with_a_map_page_loaded_again() {
+    let cfg = write_back_config();
+    let mut c = OxController::format(&cfg, 5).unwrap();
+    // Every MAP page is written once first, so that the pages the batches evict are loaded
+    // from flash again.
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    for first in (0..cfg.logical_pages).step_by(1024) {
+        version += 1;
+        let id = c
+            .submit(
+                c.now_ns(),
+                batch(&[(first, sector_token(first, version))], &cfg),
+            )
+            .unwrap();
+        c.run_until_complete(id).unwrap();
+        oracle.insert(first, sector_token(first, version));
+    }
+    c.quiesce();
+    let loads_before = c.stats().map_page_loads;
+    let mut ids = Vec::new();
+    for b in 0..12u64 {
+        let pages: Vec<(u64, u64)> = (0..40)
+            .map(|i| {
+                let l = (i * 97 + b * 13) % cfg.logical_pages;
+                version += 1;
+                (l, sector_token(l, version))
+            })
+            .collect();
+        for &(l, t) in &pages {
+            oracle.insert(l, t);
+        }
+        ids.push(c.submit(c.now_ns(), batch(&pages, &cfg)).unwrap());
+    }
+    let last = *ids.last().unwrap();
+    let done = c.run_until_complete(last).unwrap();
+    assert!(c.write_cache_bytes() > 0);
+    let (_, all) = read_all(&mut c, done.done_ns);
+    for (l, t) in &oracle {
+        assert_eq!(all[*l as usize], *t, "LPID {l}");
+    }
+    assert!(c.stats().write_cache_read_rblocks > 0);
+    assert!(c.stats().map_page_loads > loads_before);
+    c.quiesce();
+    c.check_invariants().unwrap();
+}
+
+/// GC moves pages whose newer versions wait in the cache: the moved entry keeps its flag.
+#[test]
+fn gc_and_checkpoints_under_a_write_back_cache_keep_every_page() {
+    let cfg = write_back_config();
+    let mut c = OxController::format(&cfg, 9).unwrap();
+    let mut rng = SimRng::new(9);
+    let (oracle, t) = drive(&mut c, &mut rng, 500, 6, 0);
+    let (_, all) = read_all(&mut c, t);
+    for (l, tok) in &oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+    c.quiesce();
+    let s = *c.stats();
+    assert!(s.gc_victims > 0, "no GC ran: {s:?}");
+    assert!(s.checkpoints > 0, "no checkpoint ran: {s:?}");
+    assert!(
+        s.write_cache_read_rblocks > 0,
+        "no read hit the cache: {s:?}"
+    );
+    let now = c.now_ns();
+    let (_, all) = read_all(&mut c, now);
+    for (l, tok) in &oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l} after the cache drained");
+    }
+    c.check_invariants().unwrap();
+}
+
+/// Uniform writes over a full device keep GC moving pages whose newer versions wait in the
+/// cache: GC's MAP update passes the optimistic check (the newer version is not installed)
+/// and must keep the entry's cached flag, or a read right after the acknowledgement returns
+/// the page GC moved.
+#[test]
+fn a_page_gc_moves_keeps_its_newer_cached_version_visible() {
+    let cfg = write_back_config();
+    let mut c = OxController::format(&cfg, 21).unwrap();
+    let mut rng = SimRng::new(21);
+    let mut oracle = BTreeMap::new();
+    let mut t = 0;
+    for first in (0..cfg.logical_pages).step_by(200) {
+        let pages: Vec<(u64, u64)> = (first..(first + 200).min(cfg.logical_pages))
+            .map(|l| (l, sector_token(l, 1)))
+            .collect();
+        let id = c.submit(t, batch(&pages, &cfg)).unwrap();
+        c.run_until_complete(id).unwrap();
+        t = c.now_ns();
+        oracle.extend(pages);
+    }
+    let mut version = 1;
+    let mut checked_while_gc = 0;
+    for _ in 0..150 {
+        // Eight batches in the cache at once, then a read of all they wrote.
+        let mut last = 0;
+        let mut lpids = Vec::new();
+        for _ in 0..8 {
+            let pages: Vec<(u64, u64)> = (0..32)
+                .map(|_| {
+                    let l = rng.below(cfg.logical_pages);
+                    version += 1;
+                    (l, sector_token(l, version))
+                })
+                .collect();
+            last = c.submit(t, batch(&pages, &cfg)).unwrap();
+            oracle.extend(pages.iter().copied());
+            lpids.extend(pages.iter().map(|p| p.0));
+        }
+        c.run_until_complete(last).unwrap();
+        c.take_completions();
+        t = c.now_ns();
+        lpids.sort_unstable();
+        lpids.dedup();
+        let gc = c.gc_active();
+        let id = c.submit(t, Request::ReadBatch(lpids.clone())).unwrap();
+        let read = c.run_until_complete(id).unwrap().result.unwrap();
+        t = c.now_ns();
+        let expect: Vec<u64> = lpids.iter().map(|l| oracle[l]).collect();
+        assert_eq!(read, expect, "read right after the acknowledgements");
+        checked_while_gc += gc as u32;
+    }
+    assert!(
+        checked_while_gc > 0,
+        "GC never ran while the cache held writes"
+    );
+    c.quiesce();
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_full_write_cache_holds_acknowledgements_back_in_order() {
+    let mut cfg = write_back_config();
+    cfg.write_cache.capacity_bytes = 255 * 4096;
+    let mut c = OxController::format(&cfg, 4).unwrap();
+    let mut ids = Vec::new();
+    let mut oracle = BTreeMap::new();
+    for b in 0..6u64 {
+        let pages: Vec<(u64, u64)> = (0..200)
+            .map(|i| (i * 7 % cfg.logical_pages, sector_token(i, b + 1)))
+            .collect();
+        for &(l, t) in &pages {
+            oracle.insert(l, t);
+        }
+        ids.push(c.submit(0, batch(&pages, &cfg)).unwrap());
+    }
+    let mut acks = Vec::new();
+    while acks.len() < ids.len() {
+        let next = c.next_event_ns().expect("work is under way");
+        c.advance_to(next);
+        assert!(c.write_cache_bytes() <= cfg.write_cache_capacity_bytes());
+        for done in c.take_completions() {
+            assert!(done.result.is_ok());
+            acks.push((done.id, done.done_ns));
+        }
+    }
+    assert_eq!(acks.iter().map(|a| a.0).collect::<Vec<_>>(), ids);
+    assert!(c.stats().write_cache_full_waits > 0);
+    // A batch waited for room, so it was acknowledged only once an earlier one installed.
+    assert!(c.stats().done_records > 0);
+    c.quiesce();
+    let now = c.now_ns();
+    let (_, all) = read_all(&mut c, now);
+    for (l, t) in &oracle {
+        assert_eq!(all[*l as usize], *t);
+    }
+}
+
+#[test]
+fn a_flush_of_the_block_interface_drains_the_write_back_cache() {
+    let cfg = write_back_config();
+    let mut d = OxBlockDevice::new(OxController::format(&cfg, 6).unwrap());
+    let tokens: Vec<u8> = (0..64u64)
+        .flat_map(|i| sector_token(100 + i, 1).to_le_bytes())
+        .collect();
+    let w = d
+        .submit(0, &Command::write(100, 64, &tokens), ReadBuffers::none())
+        .unwrap();
+    assert!(d.controller().write_cache_bytes() > 0);
+    let f = d
+        .submit(w.done_ns, &Command::flush(), ReadBuffers::none())
+        .unwrap();
+    assert_eq!(d.controller().write_cache_bytes(), 0);
+    assert!(f.done_ns > w.done_ns);
+    // Power fails right after the flush: nothing is left to drain.
+    let ctrl = d.into_controller();
+    let off = ctrl.power_loss(f.done_ns);
+    assert_eq!(off.drain_ns, 0);
+    let (mut c, _) = OxController::recover(off, f.done_ns + 1).unwrap();
+    let id = c
+        .submit(
+            c.now_ns(),
+            Request::ReadBlocks {
+                lba: 100,
+                count: 64,
+            },
+        )
+        .unwrap();
+    let read = c.run_until_complete(id).unwrap().result.unwrap();
+    let expect: Vec<u64> = (0..64).map(|i| sector_token(100 + i, 1)).collect();
+    assert_eq!(read, expect);
+}
+
+#[test]
+fn power_loss_drains_the_write_back_cache_and_keeps_every_acknowledged_batch() {
+    let cfg = write_back_config();
+    let mut drained_ns = 0;
+    let mut dropped = 0;
+    for seed in 0..10u64 {
+        let mut rng = SimRng::new(2000 + seed);
+        let cut = 1_000_000 + rng.below(30_000_000);
+        let (submitted, base, off) = run_and_cut(&cfg, 2000 + seed, cut, 120 + 20 * seed as usize);
+        drained_ns += off.drain_ns;
+        let r = recover_and_check(&cfg, &submitted, &base, off);
+        dropped += r.contexts_dropped;
+    }
+    assert!(drained_ns > 0, "no power loss found anything in the cache");
+    // The drain installs every admitted context, so recovery has no partial one to drop.
+    assert_eq!(dropped, 0);
+}
+
+#[test]
+fn write_back_runs_are_deterministic() {
+    let run = || {
+        let cfg = write_back_config();
+        let mut c = OxController::format(&cfg, 12).unwrap();
+        let mut rng = SimRng::new(12);
+        drive(&mut c, &mut rng, 200, 4, 0);
+        c.quiesce();
+        (c.event_hash(), *c.stats())
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn a_write_cache_smaller_than_a_batch_is_refused_by_name() {
+    let mut cfg = write_back_config();
+    cfg.write_cache.capacity_bytes = 4096;
+    let e = OxController::format(&cfg, 1).unwrap_err().to_string();
+    assert!(e.contains("write_cache.capacity_bytes"), "{e}");
+    // The capacity does not matter with the write-through cache.
+    cfg.write_cache.write_back = false;
+    OxController::format(&cfg, 1).unwrap();
+}
+
+/// One step of the property test's workload.
+fn random_pages(
+    rng: &mut SimRng,
+    cfg: &OxConfig,
+    avoid: &BTreeMap<u64, u32>,
+    version: &mut u64,
+) -> Vec<(u64, u64)> {
+    let n = 1 + rng.below(48);
+    (0..n)
+        .filter_map(|_| {
+            let l = if rng.chance(0.8) {
+                rng.below(300)
+            } else {
+                rng.below(cfg.logical_pages)
+            };
+            *version += 1;
+            (!avoid.contains_key(&l)).then(|| (l, sector_token(l, *version)))
+        })
+        .collect()
+}
+
+fn count(map: &mut BTreeMap<u64, u32>, lpids: impl Iterator<Item = u64>, up: bool) {
+    for l in lpids {
+        let e = map.entry(l).or_insert(0);
+        if up {
+            *e += 1;
+        } else {
+            *e -= 1;
+            if *e == 0 {
+                map.remove(&l);
+            }
+        }
+    }
+}
+
+/// Writes, trims and reads at random times against the write-back cache: a read of LPIDs
+/// with no write in flight returns what the acknowledged writes left, whether the newest
+/// version is in the cache, on flash, or moved by GC.
+fn check_reads_against_acknowledged_writes(seed: u64, capacity_batches: u64, steps: usize) {
+    let mut cfg = write_back_config();
+    cfg.write_cache.capacity_bytes = capacity_batches * 255 * 4096;
+    let mut c = OxController::format(&cfg, seed).unwrap();
+    let mut rng = SimRng::new(seed);
+    let mut oracle: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut writing: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut reading: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut writes: BTreeMap<RequestId, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut reads: BTreeMap<RequestId, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    let mut version = 0;
+    let mut t: TimeNs = 0;
+    for _ in 0..steps {
+        let roll = rng.below(100);
+        if roll < 60 {
+            let pages = random_pages(&mut rng, &cfg, &reading, &mut version);
+            if !pages.is_empty() {
+                let id = c.submit(t, batch(&pages, &cfg)).unwrap();
+                count(&mut writing, pages.iter().map(|p| p.0), true);
+                writes.insert(id, pages);
+            }
+        } else if roll < 70 {
+            let lba = rng.below(300);
+            let n = 1 + rng.below(8);
+            if (lba..lba + n).all(|l| !reading.contains_key(&l)) {
+                let id = c
+                    .submit(
+                        t,
+                        Request::TrimBlocks {
+                            lba,
+                            count: n as u32,
+                        },
+                    )
+                    .unwrap();
+                count(&mut writing, lba..lba + n, true);
+                writes.insert(id, (lba..lba + n).map(|l| (l, 0)).collect());
+            }
+        } else {
+            let lpids: Vec<u64> = (0..1 + rng.below(24))
+                .map(|_| rng.below(300))
+                .filter(|l| !writing.contains_key(l))
+                .collect();
+            if !lpids.is_empty() {
+                let expect = lpids
+                    .iter()
+                    .map(|l| oracle.get(l).copied().unwrap_or(0))
+                    .collect();
+                let id = c.submit(t, Request::ReadBatch(lpids.clone())).unwrap();
+                count(&mut reading, lpids.iter().copied(), true);
+                reads.insert(id, (lpids, expect));
+            }
+        }
+        t += rng.below(150_000);
+        c.advance_to(t);
+        assert!(c.write_cache_bytes() <= cfg.write_cache_capacity_bytes());
+        for done in c.take_completions() {
+            if let Some(pages) = writes.remove(&done.id) {
+                assert!(done.result.is_ok(), "{:?}", done.result);
+                count(&mut writing, pages.iter().map(|p| p.0), false);
+                for (l, tok) in pages {
+                    oracle.insert(l, tok);
+                }
+            } else if let Some((lpids, expect)) = reads.remove(&done.id) {
+                let got = done.result.unwrap();
+                assert_eq!(got, expect, "seed {seed}: read of {lpids:?}");
+                count(&mut reading, lpids.into_iter(), false);
+            }
+        }
+    }
+    c.quiesce();
+    for done in c.take_completions() {
+        if let Some(pages) = writes.remove(&done.id) {
+            for (l, tok) in pages {
+                oracle.insert(l, tok);
+            }
+        }
+    }
+    assert_eq!(c.write_cache_bytes(), 0);
+    let now = c.now_ns();
+    let (_, all) = read_all(&mut c, now);
+    for l in 0..cfg.logical_pages {
+        assert_eq!(
+            all[l as usize],
+            oracle.get(&l).copied().unwrap_or(0),
+            "seed {seed}: LPID {l} at the end"
+        );
+    }
+    c.check_invariants().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    #[test]
+    fn reads_see_every_acknowledged_write_through_a_write_back_cache(
+        seed in 0u64..10_000,
+        capacity_batches in 1u64..4,
+        steps in 100usize..600,
+    ) {
+        check_reads_against_acknowledged_writes(seed, capacity_batches, steps);
+    }
+}
+
+/// Recovery's GBITV rule: an RBLOCK is live when any LPID the redone log mentions with it
+/// maps to it. It used to take only the LPID mentioned last, but a context's RDESC names
+/// the prior address it saw when it started, and with many contexts in the cache its `done`
+/// came after GC had moved that page away, erased the EBLOCK and copied another LPID into the
+/// same RBLOCK: the stale mention came last, and the live copy lost its GBITV bit. This run
+/// (found by searching seeds with the old rule) cuts power in such a state.
+#[test]
+fn an_rblock_gc_reused_stays_live_when_a_later_done_names_it_as_a_prior() {
+    let cfg = write_back_config();
+    let seed = 5028;
+    let mut rng = SimRng::new(seed);
+    let cut = 1_000_000 + rng.below(30_000_000);
+    let (submitted, base, off) = run_and_cut(&cfg, seed, cut, 380);
+    recover_and_check(&cfg, &submitted, &base, off);
+}
