@@ -215,8 +215,8 @@ pub struct OxWriteCacheConfig {
     /// power-loss protected: on a power loss the controller finishes writing every write the
     /// cache holds before it stops (`PoweredOff::drain_ns` says how long that took).
     pub write_back: bool,
-    /// Bytes of write data the cache holds between a write's acknowledgement and its MAP
-    /// install; a write that does not fit waits, unacknowledged, for room. 0 takes the
+    /// Bytes of write data the cache holds from a context's start to its MAP install, in
+    /// either mode; a write that does not fit waits, unacknowledged, for room. 0 takes the
     /// largest allowed: a quarter of the over-provisioned flash, and at least one batch.
     pub capacity_bytes: u64,
 }
@@ -375,7 +375,7 @@ impl OxConfig {
         }
         let batch_bytes = self.max_batch_bytes();
         let wc = &self.write_cache;
-        if wc.write_back && wc.capacity_bytes != 0 {
+        if wc.capacity_bytes != 0 {
             if wc.capacity_bytes < batch_bytes {
                 return Err(OxError::Config(format!(
                     "write_cache.capacity_bytes = {} must hold the largest batch ({} pages of {} bytes = {batch_bytes} bytes)",
@@ -420,7 +420,7 @@ impl OxConfig {
         self.max_batch_pages as u64 * self.terms.rblock_bytes as u64
     }
 
-    /// The largest write-back cache allowed: a quarter of the flash that is neither reserved
+    /// The largest write cache allowed: a quarter of the flash that is neither reserved
     /// nor needed for the logical pages. Admitted writes hold WBLOCKs that GC cannot collect
     /// until they install, and a cache holding a large share of the spare flash leaves GC and
     /// the log without free EBLOCKs: on the tests' 40 MiB device (21 MiB spare), writing at a
@@ -434,7 +434,7 @@ impl OxConfig {
         spare / 4
     }
 
-    /// The write-back cache's capacity in effect (`capacity_bytes`, or the limit when 0).
+    /// The write cache's capacity in effect (`capacity_bytes`, or the limit when 0).
     pub fn write_cache_capacity_bytes(&self) -> u64 {
         match self.write_cache.capacity_bytes {
             0 => self.write_cache_limit_bytes().max(self.max_batch_bytes()),

@@ -83,7 +83,7 @@ pub struct OxStats {
     pub write_cache_acks: u64,
     /// Write-back cache: RBLOCKs of host reads served from the cache's DRAM.
     pub write_cache_read_rblocks: u64,
-    /// Write-back cache: contexts that waited for room in the cache.
+    /// Write cache: contexts that waited for room in the cache.
     pub write_cache_full_waits: u64,
 }
 

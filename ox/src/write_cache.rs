@@ -1,15 +1,19 @@
-//! The controller's write-back cache (§7.2.9, §9).
+//! The controller's write cache (§7.2.9), write-through or write-back (§9).
 //!
-//! With `write_cache.write_back` a write is acknowledged once every one of its contexts is in
-//! the controller's DRAM, not once it is installed: the WAL protocol (RDESC, program, MAP
-//! install, `done`) runs after the acknowledgement exactly as it runs before one with the
-//! write-through cache. What changes:
+//! Every write context enters the cache when its start event comes, in arrival order, if its
+//! pages fit in the cache's capacity (a context always fits an empty cache); otherwise it and
+//! every context behind it wait for an install to free room. The cache is DRAM, so it is
+//! finite in either mode, and the bound keeps the device from handing more WBLOCKs to
+//! contexts under way than GC and the log can live with, whatever the host's queue depth.
 //!
-//! - **Admission.** A context enters the cache when its start event comes, in arrival order,
-//!   if its pages fit in `capacity_bytes` (a context always fits an empty cache); otherwise it
-//!   and every context behind it wait for an install to free room. Admission marks each of its
-//!   LPIDs in MAP with the cached flag (the entry's MAP page is loaded for it) and puts the
-//!   page's token in the side table, the small associative table §3.2.2 describes.
+//! With `write_cache.write_back` a write is also acknowledged once every one of its contexts
+//! is in the cache, not once it is installed: the WAL protocol (RDESC, program, MAP install,
+//! `done`) runs after the acknowledgement exactly as it runs before one with the write-through
+//! cache. What changes:
+//!
+//! - **Admission** marks each of the context's LPIDs in MAP with the cached flag (the entry's
+//!   MAP page is loaded for it) and puts the page's token in the side table, the small
+//!   associative table §3.2.2 describes.
 //! - **Acknowledgement.** A command is acknowledged once all its contexts are admitted and
 //!   their MAP pages are in DRAM, and never before a command acknowledged earlier, so the host
 //!   sees acknowledgements in arrival order as it does without the cache.
@@ -37,7 +41,7 @@ use afa_sim::TimeNs;
 use crate::controller::{Event, PendingContext};
 use crate::{OxController, OxError};
 
-/// The write-back cache's state in controller DRAM.
+/// The write cache's state in controller DRAM.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WriteCache {
     /// LPID → versions admitted but not installed, oldest first: (context key, token).
@@ -75,12 +79,9 @@ impl OxController {
         }
     }
 
-    /// Start event `k` with the write-back cache: admits the context, or queues it for room.
-    /// Returns whether it was admitted and may start.
+    /// Start event `k`: admits the context to the cache, or queues it for room. Returns
+    /// whether it was admitted and may start.
     pub(crate) fn admit_on_start(&mut self, k: u64) -> bool {
-        if !self.write_back() {
-            return true;
-        }
         if self.wcache.powering_down {
             // The host interface is down: what was not admitted is lost, unacknowledged.
             self.starting.remove(&k);
@@ -103,8 +104,8 @@ impl OxController {
             || self.wcache.bytes + self.cached_bytes(p) <= self.cfg.write_cache_capacity_bytes()
     }
 
-    /// Puts context `k`'s pages in the cache, flags them in MAP and acknowledges its command
-    /// once all the command's contexts are in.
+    /// Puts context `k`'s pages in the cache and, write-back, flags them in MAP and
+    /// acknowledges its command once all the command's contexts are in.
     fn admit(&mut self, k: u64) {
         let now = self.now_ns;
         let Some(p) = self.starting.get_mut(&k) else {
@@ -115,6 +116,11 @@ impl OxController {
         let bytes = self.cached_bytes(self.starting.get(&k).expect("present"));
         self.wcache.bytes += bytes;
         self.wcache.contexts += 1;
+        if !self.write_back() {
+            // Write-through: the cache only bounds the write data under way; the command is
+            // answered once its contexts are installed.
+            return;
+        }
         for (&lpid, &token) in lpids.iter().zip(&tokens) {
             let token = if trim { 0 } else { token };
             self.wcache
@@ -187,7 +193,7 @@ impl OxController {
     /// Context `key` left the cache (installed or failed): its room frees, and contexts that
     /// waited for room are admitted and started in order.
     pub(crate) fn release_context(&mut self, key: u64, lpids: &[u64], trim: bool) {
-        if !self.write_back() || key == 0 {
+        if key == 0 {
             return;
         }
         let bytes = if trim {
@@ -222,7 +228,7 @@ impl OxController {
     /// An admitted context failed: its versions leave the side table (a read sees the version
     /// before it again) and its room frees.
     pub(crate) fn forget_failed(&mut self, p: &PendingContext) {
-        if !self.write_back() || p.cache_key == 0 {
+        if p.cache_key == 0 {
             return;
         }
         for &lpid in &p.lpids {
@@ -267,6 +273,10 @@ impl OxController {
     /// Runs the controller until the write cache holds nothing (a flush of the block
     /// interface); returns when it is empty.
     pub fn drain_write_cache(&mut self) -> TimeNs {
+        if !self.write_back() {
+            // Write-through: whatever the cache holds has not been acknowledged.
+            return self.now_ns;
+        }
         while (self.wcache.contexts > 0 || !self.wcache.waiting.is_empty()) && self.fatal.is_none()
         {
             match self.events.peek_time() {

@@ -316,14 +316,42 @@ fn write_back_runs_are_deterministic() {
 }
 
 #[test]
-fn a_write_cache_smaller_than_a_batch_is_refused_by_name() {
-    let mut cfg = write_back_config();
-    cfg.write_cache.capacity_bytes = 4096;
-    let e = OxController::format(&cfg, 1).unwrap_err().to_string();
-    assert!(e.contains("write_cache.capacity_bytes"), "{e}");
-    // The capacity does not matter with the write-through cache.
-    cfg.write_cache.write_back = false;
-    OxController::format(&cfg, 1).unwrap();
+fn a_write_cache_smaller_than_a_batch_or_beyond_its_limit_is_refused_by_name() {
+    for write_back in [false, true] {
+        let mut cfg = small_config();
+        cfg.write_cache.write_back = write_back;
+        cfg.write_cache.capacity_bytes = 4096;
+        let e = OxController::format(&cfg, 1).unwrap_err().to_string();
+        assert!(e.contains("write_cache.capacity_bytes"), "{e}");
+        cfg.write_cache.capacity_bytes = cfg.write_cache_limit_bytes() + 1;
+        let e = OxController::format(&cfg, 1).unwrap_err().to_string();
+        assert!(e.contains("a quarter of the over-provisioned flash"), "{e}");
+        cfg.write_cache.capacity_bytes = cfg.write_cache_limit_bytes();
+        OxController::format(&cfg, 1).unwrap();
+    }
+}
+
+/// A host that keeps 128 batches in flight on the tests' 40 MiB device (the logical space
+/// about once over) used to run every channel out of free EBLOCKs: each context under way
+/// holds WBLOCKs that GC cannot collect, and the log, which only a checkpoint truncates,
+/// and the checkpoints' table pages took the last ones, so the controller stopped with
+/// `NoSpace`. The write-through cache now bounds the write data under way as the write-back
+/// one does; the contexts beyond it wait for room.
+#[test]
+fn a_deep_host_queue_waits_for_room_in_the_write_cache_instead_of_running_out_of_space() {
+    let cfg = small_config();
+    let mut c = OxController::format(&cfg, 9).unwrap();
+    let mut rng = SimRng::new(9);
+    let (oracle, t) = drive(&mut c, &mut rng, 500, 128, 0);
+    let (_, all) = read_all(&mut c, t);
+    c.quiesce();
+    assert!(c.fatal_error().is_none(), "{:?}", c.fatal_error());
+    for (l, tok) in &oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+    assert!(c.stats().write_cache_full_waits > 0);
+    assert_eq!(c.stats().write_cache_acks, 0);
+    c.check_invariants().unwrap();
 }
 
 /// One step of the property test's workload.
