@@ -23,31 +23,45 @@ struct Shape {
     /// and the contexts of the next flush, of host checkpoint writes and of trims start
     /// among them.
     link_mb_s: Option<f64>,
+    /// The device acknowledges flushes from its write-back cache and drains it on backup
+    /// power when the power fails.
+    device_write_back: bool,
 }
 
 const SMALL_BUFFER: Shape = Shape {
     buffer_pages: 16,
     gc_used_fraction: (0.2, 0.15),
     link_mb_s: None,
+    device_write_back: false,
 };
-const SHAPES: [Shape; 4] = [
+const SHAPES: [Shape; 5] = [
     SMALL_BUFFER,
     Shape {
         buffer_pages: 256,
         gc_used_fraction: (0.2, 0.15),
         link_mb_s: None,
+        device_write_back: false,
     },
     Shape {
         buffer_pages: 16,
         gc_used_fraction: (0.99, 0.99),
         link_mb_s: None,
+        device_write_back: false,
     },
     Shape {
         buffer_pages: 256,
         gc_used_fraction: (0.2, 0.15),
         link_mb_s: Some(100.0),
+        device_write_back: false,
     },
+    WRITE_BACK_DEVICE,
 ];
+const WRITE_BACK_DEVICE: Shape = Shape {
+    buffer_pages: 256,
+    gc_used_fraction: (0.2, 0.15),
+    link_mb_s: None,
+    device_write_back: true,
+};
 
 fn config(interface: Interface, shape: Shape) -> KvConfig {
     let mut cfg = KvConfig::scaled(30_000, interface, 0.2);
@@ -62,6 +76,7 @@ fn config(interface: Interface, shape: Shape) -> KvConfig {
     if let Some(mb_s) = shape.link_mb_s {
         cfg.device.costs.link_mb_s = mb_s;
     }
+    cfg.device.write_cache.write_back = shape.device_write_back;
     cfg
 }
 
@@ -302,6 +317,18 @@ fn the_block_host_comes_back_to_an_operation_boundary_at_every_cut() {
         replayed > 0 && from_checkpoint > 0,
         "{replayed} {from_checkpoint}"
     );
+}
+
+/// On a device that acknowledges flushes from its write-back cache, both hosts come back to
+/// an operation boundary no older than the newest acknowledged flush: the drain on backup
+/// power keeps what the cache acknowledged.
+#[test]
+fn both_hosts_recover_on_a_device_with_a_write_back_cache() {
+    for interface in [Interface::Batch, Interface::Block] {
+        for (seed, cut) in CUTS {
+            cut_and_recover(interface, WRITE_BACK_DEVICE, seed, cut, 300);
+        }
+    }
 }
 
 /// A second power loss after a recovery finds the checkpoint the recovery wrote, and the
