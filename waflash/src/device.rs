@@ -351,6 +351,13 @@ impl WaflashSsd {
         &self.ftl.stats
     }
 
+    /// Blocks where a program failed that GC has not retired yet.
+    pub fn retiring_blocks(&self) -> Vec<u32> {
+        (0..self.nand.geometry().blocks_total())
+            .filter(|&b| self.ftl.retiring(b))
+            .collect()
+    }
+
     /// Pages and partial pages now in the buffer.
     pub fn buffered_pages(&self) -> (u64, u64) {
         (self.buffer.pages(), self.buffer.partial_pages())

@@ -166,6 +166,10 @@ pub struct FlashMeta {
     oob_mask: Vec<u64>,
     oob_seq: Vec<u64>,
     headers: Headers,
+    /// Blocks where a program failed and which GC has not retired yet, by block (empty:
+    /// none). The controller records the mark on flash when the program fails, as it
+    /// records a bad block, so that a power loss does not put the block back in service.
+    retiring: Vec<bool>,
 }
 
 #[cfg(test)]
@@ -192,7 +196,17 @@ impl FlashMeta {
             oob_mask: vec![0; pages],
             oob_seq: vec![0; pages],
             headers: Headers::new(pages as u64),
+            retiring: Vec::new(),
         }
+    }
+
+    /// Records that a program failed in `block` of a medium of `blocks` blocks (from a
+    /// flash image's block table).
+    pub(crate) fn mark_retiring(&mut self, block: u32, blocks: u32) {
+        if self.retiring.is_empty() {
+            self.retiring = vec![false; blocks as usize];
+        }
+        self.retiring[block as usize] = true;
     }
 
     /// Restores the OOB area of `ppn` (and its compaction header, when not empty) from a
@@ -226,6 +240,8 @@ pub struct FtlRecovery {
     pub open_blocks: u64,
     /// Bad blocks (retired or failed to erase), skipped.
     pub bad_blocks: u64,
+    /// Blocks a failed program marked for retirement that GC had not retired yet.
+    pub retiring_blocks: u64,
     /// Logical pages merged because recovery found more than `max_versions` versions.
     pub merges: u64,
 }
@@ -1260,7 +1276,13 @@ impl Ftl {
             oob_mask: self.oob_mask,
             oob_seq: self.oob_seq,
             headers: self.headers,
+            retiring: self.retire,
         }
+    }
+
+    /// Whether a program failed in `block` and GC has not retired it yet.
+    pub fn retiring(&self, block: u32) -> bool {
+        self.retire[block as usize]
     }
 
     /// Rebuilds the FTL from the medium after a power loss, as the controller does when the
@@ -1301,6 +1323,16 @@ impl Ftl {
         ftl.oob_mask = meta.oob_mask;
         ftl.oob_seq = meta.oob_seq;
         ftl.headers = meta.headers;
+        if !meta.retiring.is_empty() {
+            if meta.retiring.len() != ftl.retire.len() {
+                return Err(WaflashError::Recovery(format!(
+                    "the retirement marks describe {} blocks but the medium has {}",
+                    meta.retiring.len(),
+                    ftl.retire.len()
+                )));
+            }
+            ftl.retire = meta.retiring;
+        }
         let g = ftl.geometry.clone();
         let ppb = g.pages_per_block;
         let logical = ftl.map.logical_pages();
@@ -1324,7 +1356,12 @@ impl Ftl {
                 continue;
             }
             ftl.block_free[block as usize] = false;
-            if written > 0 && written < ppb {
+            if ftl.retire[block as usize] {
+                // A program failed here: its pages are read as any others', it gets no
+                // more, and its next GC retires it.
+                ftl.next_page_hint[block as usize] = ppb;
+                report.retiring_blocks += 1;
+            } else if written > 0 && written < ppb {
                 let plane = g.plane_of_block(block) as usize;
                 match open[plane] {
                     // Only the block a plane was writing is partly programmed; should

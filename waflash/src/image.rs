@@ -8,7 +8,8 @@
 //!                          last two commits lies in the journal area, its sequence number,
 //!                          its length and a checksum
 //! 12 KiB                   block table: 12 bytes per block (write pointer, erase count,
-//!                          bad flag)
+//!                          state: 0 in service, 1 bad, 2 a program failed and GC has not
+//!                          retired it yet)
 //! 12 KiB + table           page slots in PPN order, each 512 bytes of OOB (logical page,
 //!                          written-sector pattern, sequence number, compaction header) and
 //!                          the page's bytes
@@ -59,8 +60,14 @@ const IMAGE_MAGIC: &[u8; 8] = b"AFAWFIMG";
 const POINTER_MAGIC: &[u8; 8] = b"AFAWFPTR";
 const RECORD_MAGIC: &[u8; 8] = b"AFAWFREC";
 /// Version 1 kept its journal in a file of its own and wrote every page twice; its block
-/// table starts elsewhere, so this version cannot read it.
-const IMAGE_VERSION: u32 = 2;
+/// table starts elsewhere, so this version cannot read it. Version 2 had no block state 2
+/// (retiring); it reads as version 3 and is marked version 3 when opened, so that an afa
+/// reading only version 2 does not take a retiring block for a bad one.
+const IMAGE_VERSION: u32 = 3;
+const IMAGE_VERSION_WITHOUT_RETIRING: u32 = 2;
+const BLOCK_IN_SERVICE: u32 = 0;
+const BLOCK_BAD: u32 = 1;
+const BLOCK_RETIRING: u32 = 2;
 const HEADER_BYTES: u64 = 4096;
 /// Each commit pointer has a 4 KiB page of its own, so that writing one never rewrites the
 /// other's sectors.
@@ -274,20 +281,28 @@ impl WaflashImage {
             )));
         }
         let version = u32::from_le_bytes([found[8], found[9], found[10], found[11]]);
-        if version != IMAGE_VERSION {
+        if version != IMAGE_VERSION && version != IMAGE_VERSION_WITHOUT_RETIRING {
             return Err(WaflashError::Image(format!(
-                "{} is a version {version} WAFLASH flash image; this afa reads version \
-                 {IMAGE_VERSION} only: serve it with the afa that made it, or start from a \
-                 new state directory",
+                "{} is a version {version} WAFLASH flash image; this afa reads versions \
+                 {IMAGE_VERSION_WITHOUT_RETIRING} and {IMAGE_VERSION} only: serve it with the afa \
+                 that made it, or start from a new state directory",
                 path.display()
             )));
         }
+        found[8..12].copy_from_slice(&IMAGE_VERSION.to_le_bytes());
         if found != header(config) {
             return Err(WaflashError::Image(format!(
                 "{} holds a WAFLASH medium of another shape (geometry or logical size) than \
                  the configuration gives",
                 path.display()
             )));
+        }
+        if version == IMAGE_VERSION_WITHOUT_RETIRING {
+            image
+                .file
+                .write_all_at(&found, 0)
+                .and_then(|()| image.file.sync_data())
+                .map_err(|e| io_error("mark version 3 in the header of", path, e))?;
         }
         image.redo_commits()?;
         let table = image.read_block_table()?;
@@ -297,7 +312,22 @@ impl WaflashImage {
         for (block, record) in
             (0..image.blocks).zip(table.chunks_exact(BLOCK_RECORD_BYTES as usize))
         {
-            let (next_page, erase_count, bad) = decode_block_record(record);
+            let (next_page, erase_count, state) = decode_block_record(record);
+            let bad = match state {
+                BLOCK_IN_SERVICE => false,
+                BLOCK_BAD => true,
+                BLOCK_RETIRING => {
+                    meta.mark_retiring(block, image.blocks);
+                    false
+                }
+                other => {
+                    return Err(WaflashError::Image(format!(
+                        "block {block}'s record in {} has state {other}, not 0 (in service), \
+                         1 (bad) or 2 (retiring)",
+                        path.display()
+                    )))
+                }
+            };
             nand.restore_block(block, next_page, erase_count, bad)
                 .map_err(|e| WaflashError::Image(format!("block {block}: {e}")))?;
             image.committed_next_page[block as usize] = next_page;
@@ -546,7 +576,14 @@ impl WaflashImage {
             let mut record = Vec::with_capacity(BLOCK_RECORD_BYTES as usize);
             record.extend_from_slice(&nand.next_page(b).to_le_bytes());
             record.extend_from_slice(&nand.erase_count(b).to_le_bytes());
-            record.extend_from_slice(&(nand.is_bad(b) as u32).to_le_bytes());
+            let state = if nand.is_bad(b) {
+                BLOCK_BAD
+            } else if ftl.retiring(b) {
+                BLOCK_RETIRING
+            } else {
+                BLOCK_IN_SERVICE
+            };
+            record.extend_from_slice(&state.to_le_bytes());
             apply.push((self.block_offset(b), record));
             next_pages.push((b, nand.next_page(b)));
         }
@@ -628,9 +665,9 @@ fn checksum(bytes: &[u8]) -> u64 {
     fnv1a(&tail)
 }
 
-fn decode_block_record(r: &[u8]) -> (u32, u32, bool) {
+fn decode_block_record(r: &[u8]) -> (u32, u32, u32) {
     let word = |i: usize| u32::from_le_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
-    (word(0), word(4), word(8) != 0)
+    (word(0), word(4), word(8))
 }
 
 fn encode_slot(lpn: u32, mask: u64, seq: u64, header: &[u8]) -> Result<Vec<u8>, WaflashError> {
@@ -875,6 +912,76 @@ mod tests {
 
     fn count(trace: &[(Stage, u64, Vec<u8>)], stage: Stage) -> usize {
         trace.iter().filter(|(s, _, _)| *s == stage).count()
+    }
+
+    /// A block where a program failed keeps its mark in the image's block table until GC
+    /// retires it, so that a restart does not put it back in service.
+    #[test]
+    fn a_retiring_block_keeps_its_mark_across_a_restart() {
+        let dir = Scratch::new("retiring");
+        let path = dir.0.join("waflash.img");
+        let mut cfg = config();
+        cfg.faults.program_fail_probability = 0.02;
+        let image = WaflashImage::create(&path, &cfg).unwrap();
+        let mut ssd = WaflashSsd::create_in(cfg.clone(), 1, image).unwrap();
+        let mut round = 0;
+        while ssd.retiring_blocks().is_empty() {
+            round += 1;
+            assert!(round < 50, "no program failed");
+            write_all(&mut ssd, 0, 256, round);
+        }
+        flush(&mut ssd, 10);
+        let retiring = ssd.retiring_blocks();
+        let pointers: Vec<u32> = retiring.iter().map(|&b| ssd.nand().next_page(b)).collect();
+        drop(ssd);
+        let (back, _) = WaflashSsd::open_image(cfg, 1, &path).unwrap();
+        assert_eq!(back.retiring_blocks(), retiring);
+        for (&b, &p) in retiring.iter().zip(&pointers) {
+            assert_eq!(back.nand().next_page(b), p, "block {b}");
+            assert!(
+                !back.nand().is_bad(b),
+                "block {b}: its pages are still read"
+            );
+        }
+    }
+
+    /// A version 2 image (no retiring state) is read, and marked version 3 so that an afa
+    /// that reads version 2 only refuses it once it may hold a retiring block.
+    #[test]
+    fn a_version_2_image_is_read_and_marked_version_3() {
+        let dir = Scratch::new("version-2");
+        let path = dir.0.join("waflash.img");
+        let mut ssd = create(&path);
+        write_all(&mut ssd, 0, 64, 1);
+        flush(&mut ssd, 10);
+        drop(ssd);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        file.write_all_at(&2u32.to_le_bytes(), 8).unwrap();
+        drop(file);
+        let mut ssd = reopen(&path);
+        assert!(holds(&mut ssd, 0, 64, 1));
+        let mut version = [0u8; 4];
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_exact_at(&mut version, 8)
+            .unwrap();
+        assert_eq!(u32::from_le_bytes(version), IMAGE_VERSION);
+        drop(ssd);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        file.write_all_at(&1u32.to_le_bytes(), 8).unwrap();
+        drop(file);
+        let e = WaflashSsd::open_image(config(), 1, &path)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version 1"), "{e}");
     }
 
     #[test]

@@ -381,6 +381,50 @@ fn failed_programs_and_erases_retire_blocks_and_lose_nothing() {
     assert!(uncorrectable > 0);
 }
 
+/// A block where a program failed gets no more pages and is retired by its next GC. The
+/// mark used to live in controller DRAM only, so a power loss before that GC put the block
+/// back in service: recovery could reopen it at its write pointer, or GC erase it and reuse
+/// it. The mark is now on flash with the block's state, and the block stays out of service.
+#[test]
+fn a_block_whose_program_failed_stays_out_of_service_after_a_power_loss() {
+    let mut config = tiny(BufferPolicy::Lru, FtlKind::MultiVersion, false);
+    config.faults.program_fail_probability = 0.002;
+    let mut checked = 0;
+    for seed in 0..8u64 {
+        let mut rng = afa_sim::SimRng::new(seed);
+        let ops = random_ops(&mut rng, 1500, 200_000, false);
+        let after = random_ops(&mut rng, 1500, 200_000, false);
+        let mut ssd = WaflashSsd::new(config.clone(), seed).unwrap();
+        ssd.precondition(600).unwrap();
+        let capacity = ssd.info().capacity_sectors;
+        let mut model = preconditioned_model(capacity, 600);
+        let now = drive_model(&mut ssd, &mut model, &ops, 0, 1, read_tokens_match).unwrap();
+        flush_and_check_model(&mut ssd, &model, 600, now, read_tokens_match).unwrap();
+        let retiring = ssd.retiring_blocks();
+        let pointers: Vec<u32> = retiring.iter().map(|&b| ssd.nand().next_page(b)).collect();
+        let (mut ssd, found) = WaflashSsd::recover(ssd.power_loss(), now).unwrap();
+        assert_eq!(found.retiring_blocks, retiring.len() as u64, "{found:?}");
+        assert_eq!(ssd.retiring_blocks(), retiring);
+        let now = drive_model(&mut ssd, &mut model, &after, now + 1, 1, read_tokens_match).unwrap();
+        flush_and_check_model(&mut ssd, &model, 600, now, read_tokens_match).unwrap();
+        for (&b, &p) in retiring.iter().zip(&pointers) {
+            // Retired by GC since (bad, never erased), or still waiting for it; never
+            // written again.
+            assert_eq!(
+                ssd.nand().next_page(b),
+                p,
+                "seed {seed}: block {b} was written again"
+            );
+            assert!(
+                ssd.nand().is_bad(b) || ssd.retiring_blocks().contains(&b),
+                "seed {seed}: block {b} went back into service"
+            );
+        }
+        checked += retiring.len();
+    }
+    assert!(checked > 0, "no run left a block waiting for retirement");
+}
+
 #[test]
 fn a_bad_block_stays_out_of_service_after_a_power_loss() {
     let mut config = with_media_faults(tiny(BufferPolicy::Lru, FtlKind::MultiVersion, false));
