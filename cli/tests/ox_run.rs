@@ -139,18 +139,3 @@ fn an_ox_run_with_a_write_back_cache_checks_every_read() {
     assert_eq!(ox["write_cache_acks"], ox["write_commands"], "{ox}");
     assert_eq!(ox["write_commands"], 240 + 1920, "{ox}");
 }
-
-/// A served OX device keeps its write cache write-through: it refuses write-back by name
-/// before it listens.
-#[test]
-fn a_served_ox_device_refuses_a_write_back_cache_by_name() {
-    let text = std::fs::read_to_string(fixture("ox_serve.toml")).unwrap()
-        + "[ox.write_cache]\nwrite_back = true\n";
-    let config = temp("serve-write-back.toml");
-    std::fs::write(&config, text).unwrap();
-    let listen = format!("unix:{}", temp("no-such-dir/ox.sock").display());
-    let out = afa(&["serve", config.to_str().unwrap(), "--listen", &listen]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("write_cache.write_back"), "{stderr}");
-}

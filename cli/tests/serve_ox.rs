@@ -116,6 +116,47 @@ fn ox_kill_9_keeps_every_flushed_and_every_acknowledged_write() {
     );
 }
 
+/// With the write-back cache a write is answered from the controller's DRAM: it reads back
+/// at once, a FLUSH (or an orderly stop) drains the cache into the image, and a kill -9
+/// after the flush keeps every write.
+#[test]
+fn ox_with_a_write_back_cache_serves_its_cache_and_keeps_what_a_flush_drained() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let config = format!("{OX}[ox.write_cache]\nwrite_back = true\n");
+    let s = common::serve::setup("ox-write-back", &config);
+    let afa = s.start(&["--pace", "model"]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&[
+            "write -P 0x61 0 2M",
+            "write -P 0x62 64k 8k",
+            "read -P 0x62 64k 8k",
+            "read -P 0x61 72k 1976k",
+            "flush",
+            "write -P 0x63 3M 256k",
+            "flush",
+        ]),
+    );
+    afa.kill_9();
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&[
+            "read -P 0x61 0 64k",
+            "read -P 0x62 64k 8k",
+            "read -P 0x61 72k 1976k",
+            "read -P 0x63 3M 256k",
+            "write -P 0x64 5M 64k",
+        ]),
+    );
+    // The orderly stop flushes: the write above survives it.
+    afa.stop();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &cmds(&["read -P 0x64 5M 64k"]));
+}
+
 /// A deterministic stream of offsets for the random writes.
 struct Lcg(u64);
 

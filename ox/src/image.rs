@@ -346,6 +346,11 @@ impl FlashImage {
         self.staged.remove(&token);
     }
 
+    /// The staged bytes of `token`, if they are staged (a write the write-back cache holds).
+    pub fn staged(&self, token: u64) -> Option<&[u8]> {
+        self.staged.get(&token).map(|b| &b[..])
+    }
+
     fn fail(&mut self, message: String) {
         if self.error.is_none() {
             self.error = Some(message);

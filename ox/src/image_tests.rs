@@ -314,6 +314,73 @@ fn recovery_from_the_image_of_a_dropped_controller_keeps_every_acknowledged_writ
     check_oracle(&mut d, &oracle, span);
 }
 
+/// Served with the write-back cache, a read of a version the cache still holds takes its
+/// bytes from the stage, a trimmed one reads zeroes, and a flush drains the cache into the
+/// image, so a kill after it keeps every write.
+#[test]
+fn a_served_device_with_a_write_back_cache_reads_its_cache_and_a_flush_makes_it_durable() {
+    let dir = TempDir::new("write-back");
+    let mut cfg = small_config();
+    cfg.write_cache.write_back = true;
+    let span = 3000;
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut d = OxServedDevice::format(&cfg, 9, image).unwrap();
+    let mut rng = SimRng::new(9);
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    write_random(&mut d, &mut rng, 2500, span, &mut oracle, &mut version);
+    assert!(d.controller().write_cache_bytes() > 0);
+    let t = d.controller().now_ns();
+    d.submit(t, &Command::trim(100, 8), ReadBuffers::none())
+        .unwrap();
+    for lba in 100..108 {
+        oracle.remove(&lba);
+    }
+    write_random(&mut d, &mut rng, 20, span, &mut oracle, &mut version);
+    // Read right after it is acknowledged, a write is still in the cache.
+    version += 1;
+    let data: Vec<u8> = (0..8)
+        .flat_map(|i| sector_bytes(2000 + i, version))
+        .collect();
+    let t = d.controller().now_ns();
+    let w = d
+        .submit(t, &Command::write(2000, 8, &data), ReadBuffers::none())
+        .unwrap();
+    for i in 0..8 {
+        oracle.insert(2000 + i, sector_bytes(2000 + i, version));
+    }
+    let mut out = vec![0u8; 8 * 4096];
+    d.submit(
+        w.done_ns,
+        &Command::read(2000, 8),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .unwrap();
+    assert!(
+        out == data,
+        "a read right after the write returned other bytes"
+    );
+    check_oracle(&mut d, &oracle, span);
+    let stats = *d.controller().stats();
+    assert!(
+        stats.write_cache_read_rblocks > 0,
+        "no read hit the cache: {stats:?}"
+    );
+    assert!(stats.gc_victims > 0, "GC never ran: {stats:?}");
+    let t = d.controller().now_ns();
+    d.submit(t, &Command::flush(), ReadBuffers::none()).unwrap();
+    assert_eq!(d.controller().write_cache_bytes(), 0);
+    // Killed after the flush: the image holds every write.
+    drop(d);
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (mut d, _) = OxServedDevice::recover(&cfg, 9, image).unwrap();
+    check_oracle(&mut d, &oracle, span);
+    d.controller().check_invariants().unwrap();
+}
+
 #[test]
 fn an_in_memory_device_returns_the_bytes_written() {
     let cfg = small_config();

@@ -4,10 +4,12 @@
 //! A write gets a fresh token per RBLOCK (a version number no earlier write used); its
 //! bytes are staged in the image under that token before the command is submitted, reach
 //! the image when the controller programs the RBLOCK (a GC move copies them from the source
-//! RBLOCK), and are dropped from the stage once the command completes. A read returns the
-//! tokens the controller read; the device then fetches the bytes at the RBLOCK MAP points
-//! at and checks that the image's token and TAG there are the ones the controller returned,
-//! so a mismatch is an error, never wrong data.
+//! RBLOCK), and are dropped from the stage once the command completes — or, with the
+//! write-back cache, once the version has left the cache (it is installed, so programmed).
+//! A read returns the tokens the controller read; the device then fetches the bytes at the
+//! RBLOCK MAP points at and checks that the image's token and TAG there are the ones the
+//! controller returned, so a mismatch is an error, never wrong data. A token the write-back
+//! cache returned is still staged and its bytes come from the stage.
 
 use afa_nand::PayloadMode;
 use afa_sim::TimeNs;
@@ -27,6 +29,9 @@ pub struct OxServedDevice {
     block: OxBlockDevice,
     /// The last token handed out; tokens identify versions, so none is ever reused.
     last_token: u64,
+    /// Write-back cache: (LPID, token) of acknowledged writes whose bytes stay staged until
+    /// the version leaves the cache.
+    cached: Vec<(u64, u64)>,
 }
 
 fn image_error(e: String) -> DeviceError {
@@ -42,6 +47,7 @@ impl OxServedDevice {
         let mut device = OxServedDevice {
             block: OxBlockDevice::new(ctrl),
             last_token: 0,
+            cached: Vec::new(),
         };
         // The format's bad-block tables and first checkpoint are durable before anything
         // is served, so that a start that finds the image always finds a checkpoint.
@@ -69,6 +75,7 @@ impl OxServedDevice {
         let mut device = OxServedDevice {
             block: OxBlockDevice::new(ctrl),
             last_token,
+            cached: Vec::new(),
         };
         device.sync().map_err(|e| OxError::Image(e.to_string()))?;
         Ok((device, report))
@@ -133,13 +140,36 @@ impl OxServedDevice {
             flags: cmd.flags,
         };
         let result = self.block.submit(now_ns, &token_cmd, ReadBuffers::none());
-        let image = self.image()?;
-        for &t in &tokens {
-            image.unstage(t);
+        if result.is_ok() && self.block.controller().config().write_cache.write_back {
+            self.cached.extend((cmd.lba..).zip(tokens.iter().copied()));
+        } else {
+            let image = self.image()?;
+            for &t in &tokens {
+                image.unstage(t);
+            }
         }
+        self.unstage_installed()?;
         // The completion goes out only if the image took every program it depends on.
         self.check()?;
         result
+    }
+
+    /// Drops the staged bytes of versions that have left the write-back cache: installed,
+    /// so their RBLOCKs were programmed (the image has their bytes), or failed.
+    fn unstage_installed(&mut self) -> Result<(), DeviceError> {
+        if self.cached.is_empty() {
+            return Ok(());
+        }
+        let ctrl = self.block.controller();
+        let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cached)
+            .into_iter()
+            .partition(|&(lpid, token)| ctrl.write_cache_holds(lpid, token));
+        self.cached = keep;
+        let image = self.image()?;
+        for (_, t) in gone {
+            image.unstage(t);
+        }
+        Ok(())
     }
 
     fn read(
@@ -169,6 +199,16 @@ impl OxServedDevice {
             let token =
                 u64::from_le_bytes(words[i * 8..(i + 1) * 8].try_into().unwrap_or_default());
             let dst = &mut out.data[i * sector_bytes..(i + 1) * sector_bytes];
+            if token != 0 && ctrl.write_cache_holds(lpid, token) {
+                // The newest version waits in the write-back cache: its bytes are staged.
+                let staged = image.staged(token).ok_or_else(|| {
+                    DeviceError::Medium(format!(
+                        "LPID {lpid}: the write cache returned token {token:#x}, whose bytes are not staged"
+                    ))
+                })?;
+                dst.copy_from_slice(staged);
+                continue;
+            }
             let ppa = ctrl.peek_mapping(lpid);
             if ppa.is_none() {
                 if token != 0 {
@@ -203,11 +243,6 @@ fn check_config(cfg: &OxConfig) -> Result<(), OxError> {
             cfg.payload
         )));
     }
-    if cfg.write_cache.write_back {
-        return Err(OxError::Config(
-            "a served OX device needs write_cache.write_back = false: it stages a write's bytes in the flash image only while the command runs, so the write must be on flash when it completes".into(),
-        ));
-    }
     cfg.validate()
 }
 
@@ -235,13 +270,16 @@ impl BlockDevice for OxServedDevice {
             Opcode::Read => self.read(now_ns, cmd, out, sector_bytes),
             Opcode::Trim => {
                 let r = self.block.submit(now_ns, cmd, ReadBuffers::none());
+                self.unstage_installed()?;
                 self.check()?;
                 r
             }
             Opcode::Flush => {
+                // With the write-back cache the flush drains it first; then every
+                // acknowledged write is in the image, and the sync makes the image durable
+                // against a host crash.
                 let c = self.block.submit(now_ns, cmd, ReadBuffers::none())?;
-                // Every acknowledged write is already in the image; a flush makes the image
-                // durable against a host crash.
+                self.unstage_installed()?;
                 self.sync()?;
                 Ok(c)
             }
@@ -249,6 +287,9 @@ impl BlockDevice for OxServedDevice {
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        self.block.background(now_ns)
+        let next = self.block.background(now_ns);
+        // A failure to reach the image shows at the next command (`check`).
+        let _ = self.unstage_installed();
+        next
     }
 }

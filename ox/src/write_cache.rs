@@ -303,6 +303,15 @@ impl OxController {
         self.now_ns
     }
 
+    /// Whether version `token` of `lpid` waits in the write-back cache (admitted, not yet
+    /// installed, so its RBLOCK may not be programmed yet).
+    pub fn write_cache_holds(&self, lpid: u64, token: u64) -> bool {
+        self.wcache
+            .side
+            .get(&lpid)
+            .is_some_and(|v| v.iter().any(|&(_, t)| t == token))
+    }
+
     /// Bytes of write data the cache holds now.
     pub fn write_cache_bytes(&self) -> u64 {
         self.wcache.bytes
