@@ -102,7 +102,7 @@ pub(crate) struct Context {
     pub trim: bool,
     /// LSN of the context's RDESC: a checkpoint's RSSP may not pass it before it installs.
     pub rdesc_lsn: u64,
-    /// Its key in the write-back cache (0: not in the cache).
+    /// Its key in the write cache (its start key; 0 before it is admitted).
     pub cache_key: u64,
 }
 
@@ -115,7 +115,7 @@ pub(crate) struct PendingContext {
     pub trim: bool,
     /// WBLOCKs already handed out to this context while it waits for the rest.
     pub held: Vec<Ppn>,
-    /// Its key in the write-back cache (0: not in the cache).
+    /// Its key in the write cache (its start key; 0 before it is admitted).
     pub cache_key: u64,
 }
 
@@ -783,7 +783,7 @@ impl OxController {
         }
     }
 
-    /// Starts context `k` (admitted to the write-back cache, when there is one).
+    /// Starts context `k`, admitted to the write cache.
     pub(crate) fn start_admitted(&mut self, k: u64) {
         let Some(p) = self.starting.remove(&k) else {
             return;
@@ -1416,9 +1416,7 @@ impl OxController {
                 None
             };
             if e.cached() && token.is_none() {
-                self.fatal = Some(OxError::Recovery(format!(
-                    "MAP entry of LPID {l} is flagged as cached but the write cache has no version of it"
-                )));
+                self.fatal = Some(OxError::WriteCacheInconsistent { lpid: l });
             }
             cached.push(token);
         }

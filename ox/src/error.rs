@@ -40,6 +40,8 @@ pub enum OxError {
     KvConfig(String),
     #[error("flash image: {0}")]
     Image(String),
+    #[error("the MAP entry of LPID {lpid} is flagged as cached but the write cache holds no version of it")]
+    WriteCacheInconsistent { lpid: u64 },
     #[error("write {request} failed after the write-back cache acknowledged it ({reason}); the controller stopped")]
     AcknowledgedWriteFailed { request: u64, reason: String },
     #[error("unknown experiment {0:?}")]

@@ -363,6 +363,28 @@ fn a_served_device_with_a_write_back_cache_reads_its_cache_and_a_flush_makes_it_
         out == data,
         "a read right after the write returned other bytes"
     );
+    // A trim right after: the cache holds it, and the sectors read as zeroes.
+    let t = d.controller().now_ns();
+    let trim = d
+        .submit(t, &Command::trim(2000, 4), ReadBuffers::none())
+        .unwrap();
+    for lba in 2000..2004 {
+        oracle.remove(&lba);
+    }
+    d.submit(
+        trim.done_ns,
+        &Command::read(2000, 8),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .unwrap();
+    assert!(
+        out[..4 * 4096].iter().all(|&b| b == 0),
+        "a cached trim read data"
+    );
+    assert!(out[4 * 4096..] == data[4 * 4096..]);
     check_oracle(&mut d, &oracle, span);
     let stats = *d.controller().stats();
     assert!(

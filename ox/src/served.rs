@@ -199,7 +199,12 @@ impl OxServedDevice {
             let token =
                 u64::from_le_bytes(words[i * 8..(i + 1) * 8].try_into().unwrap_or_default());
             let dst = &mut out.data[i * sector_bytes..(i + 1) * sector_bytes];
-            if token != 0 && ctrl.write_cache_holds(lpid, token) {
+            if ctrl.write_cache_holds(lpid, token) {
+                if token == 0 {
+                    // A trim waits in the write-back cache; MAP still points at the data.
+                    dst.fill(0);
+                    continue;
+                }
                 // The newest version waits in the write-back cache: its bytes are staged.
                 let staged = image.staged(token).ok_or_else(|| {
                     DeviceError::Medium(format!(

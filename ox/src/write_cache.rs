@@ -112,7 +112,6 @@ impl OxController {
             return;
         };
         p.cache_key = k;
-        let (lpids, tokens, request, trim) = (p.lpids.clone(), p.tokens.clone(), p.request, p.trim);
         let bytes = self.cached_bytes(self.starting.get(&k).expect("present"));
         self.wcache.bytes += bytes;
         self.wcache.contexts += 1;
@@ -121,6 +120,8 @@ impl OxController {
             // answered once its contexts are installed.
             return;
         }
+        let p = self.starting.get(&k).expect("present");
+        let (lpids, tokens, request, trim) = (p.lpids.clone(), p.tokens.clone(), p.request, p.trim);
         for (&lpid, &token) in lpids.iter().zip(&tokens) {
             let token = if trim { 0 } else { token };
             self.wcache
