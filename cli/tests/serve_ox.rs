@@ -124,7 +124,11 @@ fn ox_with_a_write_back_cache_serves_its_cache_and_keeps_what_a_flush_drained() 
     if !have("qemu-io", "command -v qemu-io") {
         return;
     }
-    let config = format!("{OX}[ox.write_cache]\nwrite_back = true\n");
+    let config = OX.replace(
+        "[ox.write_cache]\n",
+        "[ox.write_cache]\nwrite_back = true\n",
+    );
+    assert_ne!(config, OX);
     let s = common::serve::setup("ox-write-back", &config);
     let afa = s.start(&["--pace", "model"]);
     qemu_io(
