@@ -830,7 +830,9 @@ impl OxController {
         if self.stalled.is_empty() {
             return;
         }
-        let any_victim = (0..self.cfg.channels).any(|ch| self.pick_victim(ch).is_some());
+        // With GC off a victim frees nothing: waiting for one would wait for ever.
+        let any_victim =
+            self.cfg.gc.enabled && (0..self.cfg.channels).any(|ch| self.pick_victim(ch).is_some());
         if any_victim || !self.waiters.is_empty() || self.ckpt.is_some() {
             return;
         }

@@ -354,6 +354,55 @@ fn a_deep_host_queue_waits_for_room_in_the_write_cache_instead_of_running_out_of
     c.check_invariants().unwrap();
 }
 
+/// With GC off the device runs out of space under overwrites. A write the cache had
+/// already acknowledged then cannot be made durable: the controller stops with an error
+/// naming it, and every later command gets that error, rather than the write being
+/// forgotten.
+#[test]
+fn an_acknowledged_write_that_cannot_be_stored_stops_the_controller_by_name() {
+    let mut cfg = write_back_config();
+    cfg.gc.enabled = false;
+    let mut c = OxController::format(&cfg, 3).unwrap();
+    let mut t = 0;
+    let mut acked = 0;
+    let mut version = 0;
+    let stopped = loop {
+        version += 1;
+        assert!(version < 10_000, "the device never ran out of space");
+        let pages: Vec<(u64, u64)> = (0..200)
+            .map(|i| {
+                let l = (version * 200 + i) % cfg.logical_pages;
+                (l, sector_token(l, version))
+            })
+            .collect();
+        match c.submit(t, batch(&pages, &cfg)) {
+            Ok(id) => match c.run_until_complete(id) {
+                Ok(done) => {
+                    if done.result.is_ok() {
+                        acked += 1;
+                    }
+                    t = c.now_ns();
+                }
+                Err(_) => break c.fatal_error().cloned(),
+            },
+            Err(e) => break Some(e),
+        }
+        if let Some(e) = c.fatal_error() {
+            break Some(e.clone());
+        }
+    };
+    assert!(acked > 0);
+    let e = stopped.expect("the controller stopped");
+    assert!(
+        matches!(e, OxError::AcknowledgedWriteFailed { .. }),
+        "{e:?}"
+    );
+    assert!(e
+        .to_string()
+        .contains("after the write-back cache acknowledged it"));
+    assert_eq!(c.submit(c.now_ns(), Request::ReadLpid(0)), Err(e));
+}
+
 /// One step of the property test's workload.
 fn random_pages(
     rng: &mut SimRng,
