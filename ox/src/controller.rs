@@ -1409,19 +1409,6 @@ impl OxController {
                 }
             }
         }
-        // An entry flagged as cached is read from the write-back cache's side table.
-        let mut cached = Vec::with_capacity(entries.len());
-        for (&l, e) in lpids.iter().zip(&entries) {
-            let token = if e.cached() {
-                self.wcache.newest(l)
-            } else {
-                None
-            };
-            if e.cached() && token.is_none() {
-                self.fatal = Some(OxError::WriteCacheInconsistent { lpid: l });
-            }
-            cached.push(token);
-        }
         let addrs: Vec<Ppa> = entries.iter().map(|e| e.ppa()).collect();
         self.stats.read_map_wait_ns_total += ready - now;
         if ready > now {
@@ -1431,7 +1418,12 @@ impl OxController {
         let mut tokens = Vec::with_capacity(addrs.len());
         let mut i = 0;
         while i < addrs.len() {
-            if let Some(token) = cached[i] {
+            if entries[i].cached() {
+                // A newer version waits in the write-back cache: its side table answers.
+                let Some(token) = self.wcache.newest(lpids[i]) else {
+                    self.fatal = Some(OxError::WriteCacheInconsistent { lpid: lpids[i] });
+                    return;
+                };
                 self.stats.write_cache_read_rblocks += 1;
                 tokens.push(token);
                 i += 1;
@@ -1447,7 +1439,7 @@ impl OxController {
             let ppn = self.media.ppn_of(addrs[i]);
             let mut j = i + 1;
             while j < addrs.len()
-                && cached[j].is_none()
+                && !entries[j].cached()
                 && !addrs[j].is_none()
                 && self.media.ppn_of(addrs[j]) == ppn
             {

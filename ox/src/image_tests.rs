@@ -198,19 +198,25 @@ fn write_random(
     }
 }
 
+/// The bytes of `sectors` sectors from `lba`, read at `t`.
+fn read_sectors(d: &mut OxServedDevice, t: u64, lba: u64, sectors: u32) -> Vec<u8> {
+    let mut out = vec![0u8; sectors as usize * 4096];
+    d.submit(
+        t,
+        &Command::read(lba, sectors),
+        ReadBuffers {
+            data: &mut out,
+            tags: None,
+        },
+    )
+    .unwrap();
+    out
+}
+
 fn check_oracle(d: &mut OxServedDevice, oracle: &BTreeMap<u64, Vec<u8>>, span: u64) {
     let t = d.controller().now_ns();
-    let mut out = vec![0u8; 4096];
     for lba in 0..span {
-        d.submit(
-            t,
-            &Command::read(lba, 1),
-            ReadBuffers {
-                data: &mut out,
-                tags: None,
-            },
-        )
-        .unwrap();
+        let out = read_sectors(d, t, lba, 1);
         match oracle.get(&lba) {
             Some(want) => assert!(out == *want, "LBA {lba} reads other bytes"),
             None => assert!(out.iter().all(|&b| b == 0), "LBA {lba} never written"),
@@ -349,16 +355,7 @@ fn a_served_device_with_a_write_back_cache_reads_its_cache_and_a_flush_makes_it_
     for i in 0..8 {
         oracle.insert(2000 + i, sector_bytes(2000 + i, version));
     }
-    let mut out = vec![0u8; 8 * 4096];
-    d.submit(
-        w.done_ns,
-        &Command::read(2000, 8),
-        ReadBuffers {
-            data: &mut out,
-            tags: None,
-        },
-    )
-    .unwrap();
+    let out = read_sectors(&mut d, w.done_ns, 2000, 8);
     assert!(
         out == data,
         "a read right after the write returned other bytes"
@@ -371,15 +368,7 @@ fn a_served_device_with_a_write_back_cache_reads_its_cache_and_a_flush_makes_it_
     for lba in 2000..2004 {
         oracle.remove(&lba);
     }
-    d.submit(
-        trim.done_ns,
-        &Command::read(2000, 8),
-        ReadBuffers {
-            data: &mut out,
-            tags: None,
-        },
-    )
-    .unwrap();
+    let out = read_sectors(&mut d, trim.done_ns, 2000, 8);
     assert!(
         out[..4 * 4096].iter().all(|&b| b == 0),
         "a cached trim read data"

@@ -13,6 +13,14 @@ use proptest::prelude::*;
 use crate::tests::{batch, drive, read_all, recover_and_check, run_and_cut, small_config};
 use crate::*;
 
+/// Reads every LPID at `t` and checks those in `oracle` (LPID → token).
+fn reads_match(c: &mut OxController, t: TimeNs, oracle: &BTreeMap<u64, u64>) {
+    let (_, all) = read_all(c, t);
+    for (l, tok) in oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+}
+
 fn write_back_config() -> OxConfig {
     let mut cfg = small_config();
     cfg.write_cache.write_back = true;
@@ -115,27 +123,22 @@ fn cached_flags_come_back_with_a_map_page_loaded_again() {
     let last = *ids.last().unwrap();
     let done = c.run_until_complete(last).unwrap();
     assert!(c.write_cache_bytes() > 0);
-    let (_, all) = read_all(&mut c, done.done_ns);
-    for (l, t) in &oracle {
-        assert_eq!(all[*l as usize], *t, "LPID {l}");
-    }
+    reads_match(&mut c, done.done_ns, &oracle);
     assert!(c.stats().write_cache_read_rblocks > 0);
     assert!(c.stats().map_page_loads > loads_before);
     c.quiesce();
     c.check_invariants().unwrap();
 }
 
-/// GC moves pages whose newer versions wait in the cache: the moved entry keeps its flag.
+/// GC and checkpoints run while the cache holds writes; every page reads back before and
+/// after the cache drains.
 #[test]
 fn gc_and_checkpoints_under_a_write_back_cache_keep_every_page() {
     let cfg = write_back_config();
     let mut c = OxController::format(&cfg, 9).unwrap();
     let mut rng = SimRng::new(9);
     let (oracle, t) = drive(&mut c, &mut rng, 500, 6, 0);
-    let (_, all) = read_all(&mut c, t);
-    for (l, tok) in &oracle {
-        assert_eq!(all[*l as usize], *tok, "LPID {l}");
-    }
+    reads_match(&mut c, t, &oracle);
     c.quiesce();
     let s = *c.stats();
     assert!(s.gc_victims > 0, "no GC ran: {s:?}");
@@ -145,10 +148,7 @@ fn gc_and_checkpoints_under_a_write_back_cache_keep_every_page() {
         "no read hit the cache: {s:?}"
     );
     let now = c.now_ns();
-    let (_, all) = read_all(&mut c, now);
-    for (l, tok) in &oracle {
-        assert_eq!(all[*l as usize], *tok, "LPID {l} after the cache drained");
-    }
+    reads_match(&mut c, now, &oracle);
     c.check_invariants().unwrap();
 }
 
@@ -243,10 +243,7 @@ fn a_full_write_cache_holds_acknowledgements_back_in_order() {
     assert!(c.stats().done_records > 0);
     c.quiesce();
     let now = c.now_ns();
-    let (_, all) = read_all(&mut c, now);
-    for (l, t) in &oracle {
-        assert_eq!(all[*l as usize], *t);
-    }
+    reads_match(&mut c, now, &oracle);
 }
 
 #[test]
@@ -343,12 +340,9 @@ fn a_deep_host_queue_waits_for_room_in_the_write_cache_instead_of_running_out_of
     let mut c = OxController::format(&cfg, 9).unwrap();
     let mut rng = SimRng::new(9);
     let (oracle, t) = drive(&mut c, &mut rng, 500, 128, 0);
-    let (_, all) = read_all(&mut c, t);
+    reads_match(&mut c, t, &oracle);
     c.quiesce();
     assert!(c.fatal_error().is_none(), "{:?}", c.fatal_error());
-    for (l, tok) in &oracle {
-        assert_eq!(all[*l as usize], *tok, "LPID {l}");
-    }
     assert!(c.stats().write_cache_full_waits > 0);
     assert_eq!(c.stats().write_cache_acks, 0);
     c.check_invariants().unwrap();
