@@ -1,5 +1,5 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nockpt|serial|syncreads|oneflush|writeback|devwriteback|mapcache=N|ratio=X|firstcome|readthreads=N]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nondurable|nockpt|serial|syncreads|oneflush|writeback|devwriteback|timeline|gcpage=NS|mapcache=N|ratio=X|firstcome|readthreads=N]`,
 //! or `-- lat` for the 1 MiB flush latency of each interface, write-through and write-back.
 
 use afa_ox::kv::{Interface, KvConfig, KvStore};
@@ -66,7 +66,11 @@ fn main() {
             .skip(5)
             .find_map(|f| f.strip_prefix("ratio=").and_then(|r| r.parse().ok()))
             .unwrap_or(afa_ox::kv::DEVICE_TO_DATA_SET_RATIO);
-        let mut cfg = KvConfig::scaled_with_ratio(scale.records, i, cache, ratio);
+        let mut cfg = if i == Interface::Block && args.iter().any(|a| a == "nondurable") {
+            KvConfig::non_durable(scale.records, cache, scale.ops)
+        } else {
+            KvConfig::scaled_with_ratio(scale.records, i, cache, ratio)
+        };
         for flag in args.iter().skip(5) {
             match flag.as_str() {
                 "nodevgc" => cfg.device.gc.enabled = false,
@@ -83,6 +87,9 @@ fn main() {
                     cfg.device.costs.read_lookup_threads =
                         f["readthreads=".len()..].parse().unwrap_or(1)
                 }
+                f if f.starts_with("gcpage=") => {
+                    cfg.costs.gc_page_cpu_ns = f["gcpage=".len()..].parse().unwrap_or(1_200)
+                }
                 f if f.starts_with("mapcache=") => {
                     cfg.device.map_cache_pages = f["mapcache=".len()..].parse().unwrap_or(4)
                 }
@@ -98,13 +105,15 @@ fn main() {
             kv.load()?;
             kv.run(w, scale.ops, 42 ^ 0x5eed)
         });
-        match run {
+        match &run {
             Ok(r) => {
                 let t = Table3Row::of(&r, i);
                 println!(
-                    "{i:?}: {:.0} ops/s in {:.1} s host; mismatches {}; read amp {:.3} write amp {:.3} GC overhead {:.3}; {t:?}\n  host {:?}\n  device {:?}",
+                    "{i:?}: {:.0} ops/s in {:.1} s host; GC {:.3} of host CPU, throughput variation {:.3}; mismatches {}; read amp {:.3} write amp {:.3} GC overhead {:.3}; {t:?}\n  host {:?}\n  device {:?}",
                     r.ops_per_s,
                     start.elapsed().as_secs_f64(),
+                    r.gc_cpu_share(),
+                    r.throughput_variation().unwrap_or(0.0),
                     r.host.mismatches,
                     t.read_amplification(),
                     t.write_amplification(),
@@ -114,6 +123,9 @@ fn main() {
                 );
             }
             Err(e) => println!("{i:?}: error {e}"),
+        }
+        if let (Ok(r), true) = (&run, args.iter().any(|a| a == "timeline")) {
+            println!("  ops per 100 ms: {:?}", r.ops_per_interval);
         }
     }
 }

@@ -40,6 +40,12 @@ fn ox_table4() {
     show("ox-table4");
 }
 
+#[test]
+#[ignore]
+fn ox_fig15() {
+    show("ox-fig15");
+}
+
 /// Throughput and Table 3 rows for every cache size and both workloads.
 #[test]
 #[ignore]

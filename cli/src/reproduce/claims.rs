@@ -387,6 +387,38 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
                 "the batch configuration reads no more per user read",
             ),
         ],
+        // §8.3.1 reads Figure 15 in words: the durable host runs at "2/3 of the
+        // non-durable configuration", "approximately 10%" of its CPU is cleaning, and the
+        // non-durable throughput "is constant" while the durable one "fluctuates".
+        "ox-fig15" => vec![
+            in_range(
+                r,
+                "durable_over_non_durable_block_50",
+                0.5,
+                0.833,
+                "with checkpoints and cleaning the block host runs at about 2/3 of its non-durable throughput (within 25%)",
+            ),
+            in_range(
+                r,
+                "gc_cpu_share_block_50",
+                0.05,
+                0.15,
+                "about 10% of the block host's CPU goes to cleaning",
+            ),
+            at_most(
+                r,
+                "gc_cpu_share_batch_50",
+                0.0,
+                "the batch host spends no CPU on cleaning: the device does it",
+            ),
+            times(
+                r,
+                "throughput_variation_durable_block_50",
+                1.5,
+                "throughput_variation_non_durable_block_50",
+                "the durable host's throughput fluctuates, the non-durable one's is steady",
+            ),
+        ],
         "waflash-fig7" => {
             let mut claims = vec![at_least(
                 r,
@@ -587,6 +619,39 @@ mod tests {
         assert_eq!(evaluate(&r)[2].holds, Some(true), "{:?}", evaluate(&r)[2]);
         r.context.insert("waflash".into(), 0.029);
         assert_eq!(evaluate(&r)[2].holds, Some(false));
+    }
+
+    /// Figure 15's claims: the paper's own figures meet them; a durable host as fast as the
+    /// non-durable one, a batch host that cleans, or a durable run as steady as the
+    /// non-durable one each miss.
+    #[test]
+    fn figure15_claims_need_a_cost_an_offload_and_a_fluctuation() {
+        let judge = |ratio: f64, share: f64, batch_share: f64, durable_variation: f64| {
+            let mut r = run(
+                "ox-fig15",
+                &[
+                    ("durable_over_non_durable_block_50", 2.0 / 3.0, ratio),
+                    ("gc_cpu_share_block_50", 0.1, share),
+                ],
+            );
+            r.context
+                .insert("gc_cpu_share_batch_50".into(), batch_share);
+            r.context.insert(
+                "throughput_variation_durable_block_50".into(),
+                durable_variation,
+            );
+            r.context
+                .insert("throughput_variation_non_durable_block_50".into(), 0.05);
+            evaluate(&r)
+                .iter()
+                .map(|c| c.holds.expect("every label is measured"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(judge(2.0 / 3.0, 0.1, 0.0, 0.2), [true; 4]);
+        assert_eq!(judge(1.0, 0.1, 0.0, 0.2), [false, true, true, true]);
+        assert_eq!(judge(2.0 / 3.0, 0.22, 0.0, 0.2), [true, false, true, true]);
+        assert_eq!(judge(2.0 / 3.0, 0.1, 0.01, 0.2), [true, true, false, true]);
+        assert_eq!(judge(2.0 / 3.0, 0.1, 0.0, 0.05), [true, true, true, false]);
     }
 
     #[test]

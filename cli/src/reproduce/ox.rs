@@ -19,6 +19,11 @@ pub const EXPERIMENTS: &[Entry] = &[
         "OX Table 4: GC overhead and read amplification, block vs batch, host cache 20%",
         |q, s| ox("ox-table4", q, s),
     ),
+    (
+        "ox-fig15",
+        "OX Fig. 15: the block host's durability work, write-heavy at 50% cache: throughput with checkpoints and LLAMA's cleaning over the non-durable configuration, the share of host CPU spent cleaning, and how steady each run's throughput is",
+        |q, s| ox("ox-fig15", q, s),
+    ),
 ];
 
 fn ox(id: &str, quick: bool, seed: u64) -> Result<Reproduction, String> {
