@@ -1,8 +1,8 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [nodevgc|nohostgc|nondurable|nockpt|serial|syncreads|oneflush|writeback|devwriteback|timeline|gcpage=NS|mapcache=N|ratio=X|firstcome|readthreads=N]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [conventional|convbuffer=MIB|nodevgc|nohostgc|nondurable|nockpt|serial|syncreads|oneflush|writeback|devwriteback|timeline|gcpage=NS|mapcache=N|ratio=X|firstcome|readthreads=N]`,
 //! or `-- lat` for the 1 MiB flush latency of each interface, write-through and write-back.
 
-use afa_ox::kv::{Interface, KvConfig, KvStore};
+use afa_ox::kv::{ConventionalSsd, Interface, KvConfig, KvStore};
 use afa_ox::reproduce::{Scale, Table3Row};
 use afa_ox::ycsb::Workload;
 
@@ -101,10 +101,25 @@ fn main() {
                 _ => {}
             }
         }
-        let run = KvStore::new(cfg, 42).and_then(|mut kv| {
-            kv.load()?;
-            kv.run(w, scale.ops, 42 ^ 0x5eed)
-        });
+        let conventional = i == Interface::Block && args.iter().any(|a| a == "conventional");
+        let run = if conventional {
+            let mut ssd = ConventionalSsd::config_like(&cfg.device);
+            if let Some(mib) = args.iter().find_map(|f| {
+                f.strip_prefix("convbuffer=")
+                    .and_then(|m| m.parse::<u64>().ok())
+            }) {
+                ssd.write_buffer.capacity_bytes = mib << 20;
+            }
+            KvStore::on_conventional(cfg, ssd, 42).and_then(|mut kv| {
+                kv.load()?;
+                kv.run(w, scale.ops, 42 ^ 0x5eed)
+            })
+        } else {
+            KvStore::new(cfg, 42).and_then(|mut kv| {
+                kv.load()?;
+                kv.run(w, scale.ops, 42 ^ 0x5eed)
+            })
+        };
         match &run {
             Ok(r) => {
                 let t = Table3Row::of(&r, i);

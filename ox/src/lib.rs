@@ -21,7 +21,7 @@
 //! | `served` | OXBlock with real bytes over the flash image, for `afa serve` |
 //! | `kv` | the host key-value store (B-tree, page cache, write buffer, LLAMA on block) |
 //! | `ycsb` | YCSB workloads with a scrambled zipfian key choice |
-//! | `reproduce` | the paper's measurements (`ox-fig12`, `ox-fig13`, `ox-table4`, `ox-fig15`) |
+//! | `reproduce` | the paper's measurements (`ox-fig12`, `ox-fig13`, `ox-table4`, `ox-fig14`, `ox-fig15`) |
 //!
 //! # Fault model
 //!

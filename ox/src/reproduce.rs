@@ -2,7 +2,8 @@
 //! (YCSB throughput, batch over block, with checkpoints and GC on), `ox-table4` (GC
 //! overhead and read amplification, write-heavy, 20% cache) and `ox-fig15` (what the block
 //! host's checkpoints and log cleaning cost it: throughput against the non-durable
-//! configuration, and the share of its CPU spent cleaning).
+//! configuration, and the share of its CPU spent cleaning) and `ox-fig14` (both hosts on OX
+//! against the block host on a conventional SSD).
 //!
 //! The scale (records loaded, operations measured) is in [`Scale`]; the device is sized by
 //! [`KvConfig::scaled`] as in §8.2.3 (logical capacity ten times the data set, 30%
@@ -15,7 +16,7 @@ use afa_nand::sector_token;
 use afa_sim::parallel::map_in_parallel;
 use serde::Serialize;
 
-use crate::kv::{Interface, KvConfig, KvRun, KvStore};
+use crate::kv::{ConventionalSsd, Interface, KvConfig, KvRun, KvStore};
 use crate::ycsb::Workload;
 use crate::{BatchBuffer, OxConfig, OxController, OxError, Request};
 
@@ -51,6 +52,36 @@ impl Scale {
             Scale::QUICK
         } else {
             Scale::FULL
+        }
+    }
+}
+
+/// The host and device of a run: the key-value store on OX's batch or block interface, or
+/// its block host on a conventional SSD (Figure 14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Host {
+    Batch,
+    Block,
+    Conventional,
+}
+
+/// Loads the store and runs one measured phase on `host`.
+pub fn measure_on(
+    host: Host,
+    cache_fraction: f64,
+    workload: Workload,
+    scale: Scale,
+    seed: u64,
+) -> Result<KvRun, OxError> {
+    match host {
+        Host::Batch => measure(Interface::Batch, cache_fraction, workload, scale, seed),
+        Host::Block => measure(Interface::Block, cache_fraction, workload, scale, seed),
+        Host::Conventional => {
+            let cfg = KvConfig::scaled(scale.records, Interface::Block, cache_fraction);
+            let ssd = ConventionalSsd::config_like(&cfg.device);
+            let mut kv = KvStore::on_conventional(cfg, ssd, seed)?;
+            kv.load()?;
+            kv.run(workload, scale.ops, seed ^ 0x5eed)
         }
     }
 }
@@ -146,6 +177,49 @@ pub fn reproduce(id: &str, quick: bool, seed: u64) -> Result<Reproduction, Strin
                     ("read_amp_block_20", t_block.read_amplification()),
                     ("read_amp_batch_20", t_batch.read_amplification()),
                 ]),
+            })
+        }
+        "ox-fig14" => {
+            // §8.3.1's sanity check: the block host on a conventional SSD (the same medium,
+            // its FTL in firmware, on PCIe) against BwTree_Block and BwTree_Batch on OX, both
+            // workloads at 50% cache (the cache of Figure 15, which §8.3.1 discusses beside
+            // it; the paper does not say Figure 14's). Six independent runs.
+            let points: Vec<(Workload, Host)> = [Workload::ReadHeavy, Workload::WriteHeavy]
+                .into_iter()
+                .flat_map(|w| [Host::Batch, Host::Block, Host::Conventional].map(|h| (w, h)))
+                .collect();
+            let runs = map_in_parallel(&points, |&(w, host)| measure_on(host, 0.5, w, scale, seed));
+            let mut ops = BTreeMap::new();
+            for (&(w, host), run) in points.iter().zip(runs) {
+                let run = run.map_err(err)?;
+                check_integrity(&run)?;
+                ops.insert((w == Workload::WriteHeavy, host), run.ops_per_s);
+            }
+            let ratio = |write: bool, a: Host, b: Host| ops[&(write, a)] / ops[&(write, b)];
+            let mut measured = BTreeMap::new();
+            for (write, name) in [(false, "read_heavy"), (true, "write_heavy")] {
+                measured.insert(
+                    format!("batch_over_conventional_{name}_50"),
+                    ratio(write, Host::Batch, Host::Conventional),
+                );
+                measured.insert(
+                    format!("batch_over_block_{name}_50"),
+                    ratio(write, Host::Batch, Host::Block),
+                );
+                measured.insert(
+                    format!("conventional_over_block_{name}_50"),
+                    ratio(write, Host::Conventional, Host::Block),
+                );
+            }
+            Ok(Reproduction {
+                unit: "YCSB throughput ratio".into(),
+                // "the performance of BwTree_Batch … is similar to the performance of the
+                // conventional SSD …, i.e, 2X faster than BwTree_Block" (write-heavy).
+                paper: labels(&[
+                    ("batch_over_conventional_write_heavy_50", 1.0),
+                    ("batch_over_block_write_heavy_50", 2.0),
+                ]),
+                measured,
             })
         }
         "ox-fig15" => {

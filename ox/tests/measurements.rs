@@ -42,6 +42,12 @@ fn ox_table4() {
 
 #[test]
 #[ignore]
+fn ox_fig14() {
+    show("ox-fig14");
+}
+
+#[test]
+#[ignore]
 fn ox_fig15() {
     show("ox-fig15");
 }

@@ -387,6 +387,26 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
                 "the batch configuration reads no more per user read",
             ),
         ],
+        // §8.3.1 reads Figure 14 in words: "the conventional SSD is significantly faster
+        // than our computational SSD" on the same block interface, and under the
+        // write-heavy workload BwTree_Batch "is similar to the performance of the
+        // conventional SSD …, i.e, 2X faster than BwTree_Block".
+        "ox-fig14" => vec![
+            at_least(
+                r,
+                "conventional_over_block_read_heavy_50",
+                1.25,
+                "the conventional SSD is significantly faster than OX on the block interface",
+            ),
+            at_least(
+                r,
+                "conventional_over_block_write_heavy_50",
+                1.25,
+                "the conventional SSD is significantly faster than OX on the block interface",
+            ),
+            within(r, "batch_over_conventional_write_heavy_50", 0.25),
+            within(r, "batch_over_block_write_heavy_50", 0.25),
+        ],
         // §8.3.1 reads Figure 15 in words: the durable host runs at "2/3 of the
         // non-durable configuration", "approximately 10%" of its CPU is cleaning, and the
         // non-durable throughput "is constant" while the durable one "fluctuates".
@@ -619,6 +639,42 @@ mod tests {
         assert_eq!(evaluate(&r)[2].holds, Some(true), "{:?}", evaluate(&r)[2]);
         r.context.insert("waflash".into(), 0.029);
         assert_eq!(evaluate(&r)[2].holds, Some(false));
+    }
+
+    /// Figure 14's claims: a conventional SSD no faster than OX's block interface misses,
+    /// and so does a batch host far from the conventional SSD or from twice the block one.
+    #[test]
+    fn figure14_claims_need_a_faster_conventional_ssd_and_a_batch_host_beside_it() {
+        let judge = |conventional_over_block: f64, batch_over_conventional: f64| {
+            let mut r = run(
+                "ox-fig14",
+                &[
+                    (
+                        "batch_over_conventional_write_heavy_50",
+                        1.0,
+                        batch_over_conventional,
+                    ),
+                    (
+                        "batch_over_block_write_heavy_50",
+                        2.0,
+                        batch_over_conventional * conventional_over_block,
+                    ),
+                ],
+            );
+            for workload in ["read", "write"] {
+                r.context.insert(
+                    format!("conventional_over_block_{workload}_heavy_50"),
+                    conventional_over_block,
+                );
+            }
+            evaluate(&r)
+                .iter()
+                .map(|c| c.holds.expect("every label is measured"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(judge(2.0, 1.0), [true; 4]);
+        assert_eq!(judge(1.2, 1.0), [false, false, true, false]);
+        assert_eq!(judge(2.0, 0.7), [true, true, false, false]);
     }
 
     /// Figure 15's claims: the paper's own figures meet them; a durable host as fast as the

@@ -20,6 +20,11 @@ pub const EXPERIMENTS: &[Entry] = &[
         |q, s| ox("ox-table4", q, s),
     ),
     (
+        "ox-fig14",
+        "OX Fig. 14: YCSB throughput of the block host on a conventional SSD (the same flash, its FTL in firmware, on PCIe) against BwTree_Block and BwTree_Batch on OX, read- and write-heavy at 50% cache",
+        |q, s| ox("ox-fig14", q, s),
+    ),
+    (
         "ox-fig15",
         "OX Fig. 15: the block host's durability work, write-heavy at 50% cache: throughput with checkpoints and LLAMA's cleaning over the non-durable configuration, the share of host CPU spent cleaning, and how steady each run's throughput is",
         |q, s| ox("ox-fig15", q, s),

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::page_lru::PageLru;
 use images::{FlushHeader, PageImage, PageImages};
 
+mod device;
 mod images;
 mod recovery;
 #[cfg(test)]
@@ -35,6 +36,7 @@ mod recovery_tests;
 
 use crate::ycsb::{Workload, Ycsb, YcsbOp, KEY_BYTES, VALUE_BYTES};
 use crate::{BatchBuffer, OxConfig, OxController, OxError, OxStats, Request, RequestId};
+pub use device::{ConventionalSsd, KvDevice};
 pub use recovery::{KvPoweredOff, KvRecoveryReport};
 
 /// Which storage interface the host uses.
@@ -453,11 +455,11 @@ struct CheckpointInFlight {
     record_write: Option<RequestId>,
 }
 
-/// The store.
+/// The store, on an OX controller unless said otherwise.
 #[derive(Debug)]
-pub struct KvStore {
+pub struct KvStore<D: KvDevice = OxController> {
     cfg: KvConfig,
-    dev: OxController,
+    dev: D,
     now_ns: TimeNs,
     nodes: Vec<Node>,
     /// Version of every page as last modified, and as last handed to the device.
@@ -538,23 +540,45 @@ impl KvStore {
         let images = cfg
             .page_images
             .then(|| PageImages::new(cfg.device.logical_pages));
-        let mut s = KvStore::on_device(cfg, dev, images)?;
-        s.new_page(Node::Leaf {
+        KvStore::on_device(cfg, dev, images)?.with_root()
+    }
+}
+
+impl KvStore<ConventionalSsd> {
+    /// The block host on a conventional SSD of `ssd` (Figure 14's sanity check): the same
+    /// host, its LLAMA log over the SSD's LBAs, `cfg.device` giving only the LBA space's
+    /// size. Recovery is OX's, so `page_images` is refused.
+    pub fn on_conventional(
+        cfg: KvConfig,
+        ssd: afa_ssd::SsdConfig,
+        seed: u64,
+    ) -> Result<KvStore<ConventionalSsd>, OxError> {
+        cfg.validate()?;
+        if cfg.interface != Interface::Block || cfg.page_images {
+            return Err(OxError::KvConfig(
+                "a conventional SSD serves the block interface, without page images".into(),
+            ));
+        }
+        let dev = ConventionalSsd::new(ssd, cfg.device.logical_pages, seed)?;
+        KvStore::on_device(cfg, dev, None)?.with_root()
+    }
+}
+
+impl<D: KvDevice> KvStore<D> {
+    /// The empty B-tree: one leaf, the root.
+    fn with_root(mut self) -> Result<Self, OxError> {
+        self.new_page(Node::Leaf {
             keys: Vec::new(),
             vals: Vec::new(),
         });
-        s.touch(0);
-        s.mark_modified(0)?;
-        Ok(s)
+        self.touch(0);
+        self.mark_modified(0)?;
+        Ok(self)
     }
 
     /// A store with no pages over `dev`, its clock at the device's, keeping `images` of what
     /// the device's pages hold.
-    fn on_device(
-        cfg: KvConfig,
-        dev: OxController,
-        images: Option<PageImages>,
-    ) -> Result<KvStore, OxError> {
+    fn on_device(cfg: KvConfig, dev: D, images: Option<PageImages>) -> Result<KvStore<D>, OxError> {
         let lp = cfg.device.logical_pages;
         let seg_pages = cfg.write_buffer_bytes / PAGE_BYTES;
         // The host checkpoint area sits at the end of the LBA space: two well-known LBAs
@@ -626,7 +650,7 @@ impl KvStore {
         })
     }
 
-    pub fn device(&self) -> &OxController {
+    pub fn device(&self) -> &D {
         &self.dev
     }
     pub fn stats(&self) -> &KvStats {
@@ -1184,7 +1208,7 @@ impl KvStore {
             }
         }
         let entries_per_page = PAGE_BYTES / 8;
-        let acked_lba = |s: &KvStore, l: u64| -> u64 {
+        let acked_lba = |s: &KvStore<D>, l: u64| -> u64 {
             if let Some(&old) = before_in_flight.get(&l) {
                 return old;
             }
@@ -1451,7 +1475,7 @@ impl KvStore {
     pub fn run(&mut self, workload: Workload, ops: u64, seed: u64) -> Result<KvRun, OxError> {
         let mut y = Ycsb::new(workload, self.cfg.records, seed);
         let start_ns = self.now_ns;
-        let dev_before = *self.dev.stats();
+        let dev_before = self.dev.stats();
         self.next_ckpt_ns = start_ns + self.cfg.host_checkpoint_interval_ns;
         let mut ops_per_interval = Vec::new();
         for _ in 0..ops {
@@ -1467,7 +1491,7 @@ impl KvStore {
         }
         let elapsed = self.now_ns - start_ns;
         self.stats.elapsed_ns = elapsed;
-        let device = OxStatsSummary::delta(&dev_before, self.dev.stats());
+        let device = OxStatsSummary::delta(&dev_before, &self.dev.stats());
         Ok(KvRun {
             ops_per_s: ops as f64 * NS_PER_S as f64 / elapsed.max(1) as f64,
             host: self.stats,
@@ -1652,6 +1676,90 @@ mod tests {
         assert_eq!(r.ops_per_interval.iter().sum::<u64>(), ops);
         let whole_intervals = r.host.elapsed_ns / TIMELINE_INTERVAL_NS;
         assert!(r.ops_per_interval.len() as u64 >= whole_intervals);
+    }
+
+    fn on_conventional(cache: f64, seed: u64) -> KvStore<ConventionalSsd> {
+        let cfg = small(Interface::Block, cache);
+        let ssd = ConventionalSsd::config_like(&cfg.device);
+        KvStore::on_conventional(cfg, ssd, seed).unwrap()
+    }
+
+    /// Figure 14's conventional SSD: the block host runs on it with every read checked, and
+    /// the SSD's own FTL collects under the host's log.
+    #[test]
+    fn the_block_host_runs_on_a_conventional_ssd_without_a_mismatch() {
+        let mut kv = on_conventional(0.2, 7);
+        kv.load().unwrap();
+        let r = kv.run(Workload::WriteHeavy, 20_000, 8).unwrap();
+        assert_eq!(r.host.mismatches, 0);
+        assert!(r.host.host_gc_segments > 0, "{:?}", r.host);
+        assert!(r.host.cache_misses > 0 && r.device.read_commands > 0);
+        assert!(r.device.user_write_bytes >= r.host.user_write_bytes);
+        assert!(r.device.gc_victims > 0, "{:?}", r.device);
+        let mut kv = on_conventional(0.5, 7);
+        kv.load().unwrap();
+        let again = kv.run(Workload::ReadHeavy, 20_000, 8).unwrap();
+        assert_eq!(again.host.mismatches, 0);
+        // A seed gives the same run.
+        let mut kv = on_conventional(0.5, 7);
+        kv.load().unwrap();
+        assert_eq!(kv.run(Workload::ReadHeavy, 20_000, 8).unwrap(), again);
+    }
+
+    #[test]
+    fn a_conventional_ssd_refuses_the_batch_interface_and_page_images() {
+        let batch = small(Interface::Batch, 0.2);
+        let ssd = ConventionalSsd::config_like(&batch.device);
+        let err = KvStore::on_conventional(batch, ssd.clone(), 1).unwrap_err();
+        assert!(err.to_string().contains("block interface"), "{err}");
+        let mut images = small(Interface::Block, 0.2);
+        images.page_images = true;
+        assert!(KvStore::on_conventional(images, ssd.clone(), 1).is_err());
+        // An SSD too small for the store's LBA space is refused by name.
+        let mut big = small(Interface::Block, 0.2);
+        big.device.logical_pages *= 2;
+        let err = KvStore::on_conventional(big, ssd, 1).unwrap_err();
+        assert!(err.to_string().contains("fewer than"), "{err}");
+        // A batch request never reaches the SSD.
+        let cfg = small(Interface::Block, 0.2);
+        let mut dev =
+            ConventionalSsd::new(ConventionalSsd::config_like(&cfg.device), 1_000, 1).unwrap();
+        let err = dev.submit(0, Request::ReadLpid(3)).unwrap_err();
+        assert!(err.to_string().contains("batch interface"), "{err}");
+    }
+
+    /// The adapter delivers completions in time order and only once the clock reaches them.
+    #[test]
+    fn a_conventional_ssd_delivers_completions_when_the_clock_reaches_them() {
+        let cfg = small(Interface::Block, 0.2);
+        let mut dev =
+            ConventionalSsd::new(ConventionalSsd::config_like(&cfg.device), 1_000, 1).unwrap();
+        let tokens: Vec<u64> = (0..256).map(|l| sector_token(l, 1)).collect();
+        let write = dev
+            .submit(0, Request::WriteBlocks { lba: 0, tokens })
+            .unwrap();
+        let read = dev
+            .submit(0, Request::ReadBlocks { lba: 300, count: 1 })
+            .unwrap();
+        assert!(dev.take_completions().is_empty());
+        let t = dev.next_event_ns().unwrap();
+        dev.advance_to(t);
+        let first = dev.take_completions();
+        assert_eq!(first.len(), 1);
+        // The unwritten sector reads as zero and is done long before the 1 MiB write.
+        assert_eq!((first[0].id, first[0].result.clone()), (read, Ok(vec![0])));
+        let done = dev.run_until_complete(write).unwrap();
+        assert!(done.done_ns > first[0].done_ns);
+        let id = dev
+            .submit(0, Request::ReadBlocks { lba: 255, count: 1 })
+            .unwrap();
+        let back = dev.run_until_complete(id).unwrap();
+        assert!(
+            back.submitted_ns >= done.done_ns,
+            "submitted at the device's clock"
+        );
+        assert_eq!(back.result, Ok(vec![sector_token(255, 1)]));
+        assert!(dev.run_until_complete(id).is_err());
     }
 
     /// Without cleaning, a log that fills stops the run by name instead of overwriting a
