@@ -122,7 +122,7 @@ fn main() {
         };
         match &run {
             Ok(r) => {
-                let t = Table3Row::of(&r, i);
+                let t = Table3Row::of(r, i);
                 println!(
                     "{i:?}: {:.0} ops/s in {:.1} s host; GC {:.3} of host CPU, throughput variation {:.3}; mismatches {}; read amp {:.3} write amp {:.3} GC overhead {:.3}; {t:?}\n  host {:?}\n  device {:?}",
                     r.ops_per_s,
