@@ -139,3 +139,33 @@ fn an_ox_run_with_a_write_back_cache_checks_every_read() {
     assert_eq!(ox["write_cache_acks"], ox["write_commands"], "{ox}");
     assert_eq!(ox["write_commands"], 240 + 1920, "{ox}");
 }
+
+/// With the write-through cache the host keeps the job's iodepth in flight through
+/// OXBlock's queued interface: the controller serves reads side by side, every read is still
+/// checked, and the run is the same for the same seed.
+#[test]
+fn an_ox_run_keeps_the_jobs_queue_depth_in_flight() {
+    let fixture_text = std::fs::read_to_string(fixture("ox_run.toml")).unwrap();
+    assert!(fixture_text.contains("[global]\n"));
+    let deep = temp("ox_run_iodepth8.toml");
+    std::fs::write(
+        &deep,
+        fixture_text.replace("[global]\n", "[global]\niodepth=8\n"),
+    )
+    .unwrap();
+    let one = run("11", "qd1.json");
+    let eight = run_config(deep.to_str().unwrap(), "11", "qd8.json");
+    assert_eq!(eight["integrity"]["mismatches"], 0);
+    assert_eq!(eight["integrity"]["reads_checked"], 3840);
+    let iops = |v: &serde_json::Value| v["read"]["iops"].as_f64().unwrap();
+    assert!(
+        iops(&eight) > 2.0 * iops(&one),
+        "{} vs {} read IOPS",
+        iops(&eight),
+        iops(&one)
+    );
+    assert_eq!(
+        run_config(deep.to_str().unwrap(), "11", "qd8-again.json"),
+        eight
+    );
+}

@@ -39,6 +39,8 @@ pub enum RunError {
         len_bytes: u64,
         sector_bytes: u32,
     },
+    #[error("the device stopped with {outstanding} commands outstanding and nothing left to do")]
+    Stalled { outstanding: u32 },
 }
 
 /// How a trace is replayed.
@@ -121,6 +123,7 @@ struct Stream {
 struct Inflight {
     stream: u32,
     op: IoOp,
+    offset_bytes: u64,
     bytes: u64,
     submit_ns: TimeNs,
     /// The device failed it and the job goes on: it counts as an error, not as I/O.
@@ -183,6 +186,15 @@ struct Host<'d> {
     progress: Option<(Progress, u64)>,
     inflight: Vec<Inflight>,
     free_slots: Vec<u32>,
+    /// The device takes commands through its queued interface (`BlockDevice::queued`).
+    queued: bool,
+    /// Queued device: the sectors each command under way covers, by slot, and whether it
+    /// changes them (a write or trim).
+    queued_ranges: std::collections::BTreeMap<u32, (u64, u64, bool)>,
+    /// Queued device: requests held back because they overlap a command under way, in
+    /// arrival order (fio's `serialize_overlap`): a device may complete overlapping
+    /// commands in any order, so only serialized ones leave every sector's content known.
+    parked: std::collections::VecDeque<(u32, IoRequest)>,
 }
 
 impl<'d> Host<'d> {
@@ -192,6 +204,7 @@ impl<'d> Host<'d> {
         options: &RunOptions,
     ) -> Result<Self, RunError> {
         let info = device.info();
+        let queued = device.queued().is_some();
         let sector_bytes = info.sector_bytes as u64;
         let capacity_bytes = info.capacity_sectors * sector_bytes;
         let mut streams = Vec::new();
@@ -299,6 +312,9 @@ impl<'d> Host<'d> {
             progress,
             inflight: Vec::new(),
             free_slots: Vec::new(),
+            queued,
+            queued_ranges: std::collections::BTreeMap::new(),
+            parked: std::collections::VecDeque::new(),
         })
     }
 
@@ -307,7 +323,27 @@ impl<'d> Host<'d> {
             return Ok(());
         }
         self.start_group(0)?;
-        while let Some((t, event)) = self.queue.pop() {
+        loop {
+            // A queued device's completions come back as its clock passes them: it runs up
+            // to its next event whenever that comes before the host's next one.
+            if self.queued && self.device_outstanding > 0 {
+                let device_t = self.device.queued().and_then(|q| q.next_event_ns());
+                match (device_t, self.queue.peek_time()) {
+                    (Some(d), host) if host.is_none_or(|h| d <= h) => {
+                        self.collect_queued(d)?;
+                        continue;
+                    }
+                    (None, None) => {
+                        return Err(RunError::Stalled {
+                            outstanding: self.device_outstanding,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            let Some((t, event)) = self.queue.pop() else {
+                break;
+            };
             self.now_ns = t;
             match event {
                 Event::Complete { slot } => {
@@ -317,6 +353,7 @@ impl<'d> Host<'d> {
                         bytes,
                         submit_ns,
                         failed,
+                        ..
                     } = self.inflight[slot as usize];
                     self.free_slots.push(slot);
                     self.hash.record(t, 1, stream as u64);
@@ -356,6 +393,52 @@ impl<'d> Host<'d> {
             self.maybe_background();
         }
         Ok(())
+    }
+
+    /// Runs a queued device up to `t_ns` and turns what completed into completion events;
+    /// reads are checked here (nothing that overlaps a read runs beside it, so its sectors
+    /// hold now what they held when it started), and held-back requests that no longer
+    /// overlap anything under way start.
+    fn collect_queued(&mut self, t_ns: TimeNs) -> Result<(), RunError> {
+        let completions = self
+            .device
+            .queued()
+            .expect("a queued device")
+            .advance_to(t_ns);
+        for c in completions {
+            let slot = c.tag as u32;
+            let record = self.inflight[slot as usize];
+            self.queued_ranges.remove(&slot);
+            match c.result {
+                Ok(data) => {
+                    if let (Some(oracle), IoOp::Read) = (self.oracle.as_mut(), record.op) {
+                        let lba = record.offset_bytes / self.sector_bytes;
+                        oracle.check(lba, &data, self.unit_bytes, c.done_ns);
+                    }
+                }
+                Err(_)
+                    if record.op == IoOp::Read
+                        && self.streams[record.stream as usize].continue_on_read_error =>
+                {
+                    self.inflight[slot as usize].failed = true;
+                }
+                Err(source) => {
+                    return Err(RunError::Device {
+                        op: record.op,
+                        offset_bytes: record.offset_bytes,
+                        len_bytes: record.bytes,
+                        source,
+                    })
+                }
+            }
+            let done = c.done_ns.max(self.now_ns);
+            self.hash
+                .record(done, 3, record.offset_bytes / self.sector_bytes.max(1));
+            self.queue.push(done, Event::Complete { slot });
+        }
+        // What was held back behind the commands that completed starts when they did.
+        self.now_ns = self.now_ns.max(t_ns);
+        self.start_parked()
     }
 
     /// Gives the device idle time when nothing is outstanding.
@@ -512,6 +595,9 @@ impl<'d> Host<'d> {
         }
         let lba = request.offset_bytes / sector;
         let sectors = (request.len_bytes / sector) as u32;
+        if self.queued {
+            return self.submit_queued(stream, request, lba, sectors);
+        }
         let unit = self.unit_bytes;
         let now = self.now_ns;
         let device_error = |source| RunError::Device {
@@ -586,14 +672,22 @@ impl<'d> Host<'d> {
         self.requests += 1;
         self.device_outstanding += 1;
         self.streams[stream as usize].outstanding += 1;
-        let record = Inflight {
+        let slot = self.take_slot(Inflight {
             stream,
             op: request.op,
+            offset_bytes: request.offset_bytes,
             bytes: request.len_bytes,
             submit_ns: now,
             failed,
-        };
-        let slot = match self.free_slots.pop() {
+        });
+        self.queue
+            .push(completion.done_ns.max(now), Event::Complete { slot });
+        Ok(())
+    }
+
+    /// A slot of the in-flight table for `record`.
+    fn take_slot(&mut self, record: Inflight) -> u32 {
+        match self.free_slots.pop() {
             Some(slot) => {
                 self.inflight[slot as usize] = record;
                 slot
@@ -602,9 +696,124 @@ impl<'d> Host<'d> {
                 self.inflight.push(record);
                 self.inflight.len() as u32 - 1
             }
+        }
+    }
+
+    /// Whether a request on `lba..lba + sectors` (changing them or not) overlaps a command
+    /// under way on a queued device in a way whose outcome depends on their order.
+    fn overlaps_queued(&self, lba: u64, sectors: u64, changes: bool) -> bool {
+        self.queued_ranges.values().any(|&(l, n, c)| {
+            (changes || c) && lba < l + n && l < lba + sectors && sectors > 0 && n > 0
+        })
+    }
+
+    /// Takes a request for a queued device: started at once, or held back while it overlaps
+    /// a command under way. Either way it counts against its stream's queue depth.
+    fn submit_queued(
+        &mut self,
+        stream: u32,
+        request: IoRequest,
+        lba: u64,
+        sectors: u32,
+    ) -> Result<(), RunError> {
+        self.streams[stream as usize].outstanding += 1;
+        let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
+        if !self.parked.is_empty() || self.overlaps_queued(lba, sectors as u64, changes) {
+            self.parked.push_back((stream, request));
+            return self.start_parked();
+        }
+        self.start_queued(stream, request, lba, sectors)
+    }
+
+    /// Starts the held-back requests that no longer overlap a command under way, in order;
+    /// one that still does holds back those behind it that overlap it too.
+    fn start_parked(&mut self) -> Result<(), RunError> {
+        let sector = self.sector_bytes;
+        let mut i = 0;
+        while i < self.parked.len() {
+            let (stream, request) = self.parked[i];
+            let lba = request.offset_bytes / sector;
+            let sectors = request.len_bytes / sector;
+            let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
+            let behind = self.parked.iter().take(i).any(|(_, r)| {
+                let (l, n) = (r.offset_bytes / sector, r.len_bytes / sector);
+                let c = matches!(r.op, IoOp::Write | IoOp::Trim);
+                (changes || c) && lba < l + n && l < lba + sectors
+            });
+            if behind || self.overlaps_queued(lba, sectors, changes) {
+                i += 1;
+                continue;
+            }
+            self.parked.remove(i);
+            self.start_queued(stream, request, lba, sectors as u32)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a request on a queued device; it completes in [`Host::collect_queued`].
+    fn start_queued(
+        &mut self,
+        stream: u32,
+        request: IoRequest,
+        lba: u64,
+        sectors: u32,
+    ) -> Result<(), RunError> {
+        let unit = self.unit_bytes;
+        let now = self.now_ns;
+        let slot = self.take_slot(Inflight {
+            stream,
+            op: request.op,
+            offset_bytes: request.offset_bytes,
+            bytes: request.len_bytes,
+            submit_ns: now,
+            failed: false,
+        });
+        let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
+        let covered = if request.op == IoOp::Flush {
+            0
+        } else {
+            sectors as u64
         };
-        self.queue
-            .push(completion.done_ns.max(now), Event::Complete { slot });
+        self.queued_ranges.insert(slot, (lba, covered, changes));
+        let cmd = match request.op {
+            IoOp::Write => {
+                self.write_buf.resize(sectors as usize * unit, 0);
+                if let Some(oracle) = self.oracle.as_mut() {
+                    let version = oracle.next_version();
+                    for i in 0..sectors as usize {
+                        let token = sector_token(lba + i as u64, version);
+                        oracle.set(lba + i as u64, token);
+                        fill_unit(token, &mut self.write_buf[i * unit..(i + 1) * unit]);
+                    }
+                }
+                Command::write(lba, sectors, &self.write_buf)
+            }
+            IoOp::Read => Command::read(lba, sectors),
+            IoOp::Trim => {
+                if let Some(oracle) = self.oracle.as_mut() {
+                    for i in 0..sectors as u64 {
+                        oracle.set(lba + i, 0);
+                    }
+                }
+                Command::trim(lba, sectors)
+            }
+            IoOp::Flush => Command::flush(),
+        };
+        let started = self
+            .device
+            .queued()
+            .expect("a queued device")
+            .start(now, &cmd, slot as u64);
+        if let Err(source) = started {
+            return Err(RunError::Device {
+                op: request.op,
+                offset_bytes: request.offset_bytes,
+                len_bytes: request.len_bytes,
+                source,
+            });
+        }
+        self.requests += 1;
+        self.device_outstanding += 1;
         Ok(())
     }
 

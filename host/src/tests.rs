@@ -1,4 +1,5 @@
 use afa_nand::{Geometry, PayloadMode};
+use afa_ssd::Opcode;
 use afa_ssd::{Ssd, SsdConfig};
 use afa_workload::fio::parse_job_file;
 use afa_workload::trace::{read_trace, TraceFormat};
@@ -229,4 +230,170 @@ fn continue_on_error_counts_failed_reads_and_goes_on() {
     let mut dev = faulty();
     let err = run(&mut dev, &Workload::Jobs(job("")), &options()).unwrap_err();
     assert!(err.to_string().contains("could not be read"), "{err}");
+}
+
+/// A device that learns when a command completes only by running (the shape of OX's
+/// controller): a command takes `latency_ns` plus 1 µs per sector, several run at once, and
+/// a write changes the medium only when it completes, so a read that overlaps a write may
+/// return either version. `stall` never completes anything.
+struct SlowQueue {
+    sectors: Vec<u64>,
+    now_ns: TimeNs,
+    latency_ns: u64,
+    running: std::collections::BTreeMap<(TimeNs, u64), (Opcode, u64, Vec<u64>)>,
+    most_in_flight: usize,
+    stall: bool,
+    /// Reads return every token with its lowest bit flipped.
+    corrupt_reads: bool,
+}
+
+impl SlowQueue {
+    fn new(capacity: u64) -> Self {
+        SlowQueue {
+            sectors: vec![0; capacity as usize],
+            now_ns: 0,
+            latency_ns: 50_000,
+            running: std::collections::BTreeMap::new(),
+            most_in_flight: 0,
+            stall: false,
+            corrupt_reads: false,
+        }
+    }
+}
+
+impl BlockDevice for SlowQueue {
+    fn info(&self) -> afa_ssd::DeviceInfo {
+        afa_ssd::DeviceInfo {
+            sector_bytes: 4096,
+            capacity_sectors: self.sectors.len() as u64,
+            payload_unit_bytes: 8,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 64,
+            max_transfer_sectors: 64,
+        }
+    }
+    fn submit(
+        &mut self,
+        _now_ns: TimeNs,
+        _cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<afa_ssd::Completion, DeviceError> {
+        panic!("a queued device is driven through its queued interface");
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+    fn queued(&mut self) -> Option<&mut dyn afa_ssd::QueuedDevice> {
+        Some(self)
+    }
+}
+
+impl afa_ssd::QueuedDevice for SlowQueue {
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
+        assert!(
+            now_ns >= self.now_ns,
+            "started at {now_ns} in the device's past {}",
+            self.now_ns
+        );
+        let tokens = cmd
+            .data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let done = now_ns + self.latency_ns + cmd.sectors as u64 * 1_000 + tag % 7 * 3_000;
+        self.running
+            .insert((done, tag), (cmd.opcode, cmd.lba, tokens));
+        self.most_in_flight = self.most_in_flight.max(self.running.len());
+        Ok(())
+    }
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        if self.stall {
+            return None;
+        }
+        self.running.keys().next().map(|&(t, _)| t)
+    }
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<afa_ssd::QueuedCompletion> {
+        self.now_ns = self.now_ns.max(t_ns);
+        let mut done = Vec::new();
+        while let Some(entry) = self.running.first_entry() {
+            if entry.key().0 > t_ns {
+                break;
+            }
+            let ((t, tag), (op, lba, tokens)) = entry.remove_entry();
+            let sectors = |n: usize| lba as usize..lba as usize + n;
+            let data = match op {
+                Opcode::Write => {
+                    self.sectors[sectors(tokens.len())].copy_from_slice(&tokens);
+                    Vec::new()
+                }
+                // A read of this toy device always covers 4 KiB per request sector: the
+                // job below reads 4 KiB at a time.
+                Opcode::Read => self.sectors[sectors(1)]
+                    .iter()
+                    .flat_map(|&t| (t ^ u64::from(self.corrupt_reads)).to_le_bytes())
+                    .collect(),
+                Opcode::Trim | Opcode::Flush => Vec::new(),
+            };
+            done.push(afa_ssd::QueuedCompletion {
+                tag,
+                done_ns: t,
+                result: Ok(data),
+            });
+        }
+        done
+    }
+}
+
+const QUEUED_JOB: &str = "
+[global]
+size=1m
+iodepth=16
+[fill]
+rw=write
+bs=16k
+[mixed]
+stonewall
+rw=randrw
+bs=4k
+io_size=2m
+";
+
+/// A queued device gets the job's whole queue depth, every read is checked against the
+/// version its sectors held when it started or a write that completed since, and a seed
+/// gives the same run.
+#[test]
+fn a_queued_device_keeps_the_queue_full_and_every_read_is_checked() {
+    let jobs = parse_job_file(QUEUED_JOB).unwrap();
+    let mut dev = SlowQueue::new(256);
+    let a = run(&mut dev, &Workload::Jobs(jobs.clone()), &options()).unwrap();
+    assert_eq!(a.mismatches, 0, "{:?}", a.first_mismatches);
+    assert!(a.reads_checked > 100, "{}", a.reads_checked);
+    assert_eq!(dev.most_in_flight, 16);
+    assert!(dev.running.is_empty());
+    let b = run(
+        &mut SlowQueue::new(256),
+        &Workload::Jobs(jobs.clone()),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(
+        (a.event_hash, a.sim_time_ns, a.measurements),
+        (b.event_hash, b.sim_time_ns, b.measurements)
+    );
+    // A device that returns the wrong data is caught.
+    let mut liar = SlowQueue::new(256);
+    liar.corrupt_reads = true;
+    let caught = run(&mut liar, &Workload::Jobs(jobs), &options()).unwrap();
+    assert!(caught.mismatches > 0);
+}
+
+/// A queued device that stops completing what it was given ends the run with an error
+/// naming the commands left, instead of ending as if the job were done.
+#[test]
+fn a_queued_device_that_never_completes_fails_the_run() {
+    let mut dev = SlowQueue::new(256);
+    dev.stall = true;
+    let jobs = parse_job_file("[w]\nrw=write\nbs=4k\nsize=64k\niodepth=4\n").unwrap();
+    let err = run(&mut dev, &Workload::Jobs(jobs), &options()).unwrap_err();
+    assert!(matches!(err, RunError::Stalled { outstanding: 4 }), "{err}");
 }

@@ -7,23 +7,32 @@
 //! host layer's jobs and oracle can drive it.
 
 use afa_sim::TimeNs;
+use std::collections::{BTreeMap, BTreeSet};
+
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
-    ReadBuffers,
+    QueuedCompletion, QueuedDevice, ReadBuffers,
 };
 
-use crate::{OxController, OxError, Request};
+use crate::{OxController, OxError, Request, RequestId};
 
 /// The OX controller as a `BlockDevice` with 4 KiB sectors (one RBLOCK each) and 8-byte
 /// token payloads.
 ///
 /// `submit` runs the controller until the command completes, so commands are served one at
 /// a time in the order submitted; a command submitted at a time the controller has already
-/// passed starts at the controller's clock.
+/// passed starts at the controller's clock. A host that keeps several commands in flight
+/// uses the queued interface instead (`BlockDevice::queued`), offered while the controller's
+/// write cache is write-through: a block FLUSH then has nothing to drain.
 #[derive(Debug)]
 pub struct OxBlockDevice {
     ctrl: OxController,
     max_transfer_sectors: u32,
+    /// Queued interface: the caller's tag of every request under way.
+    tags: BTreeMap<RequestId, u64>,
+    /// Queued interface: flushes, which complete after the transport's latency, by (time,
+    /// tag).
+    flushes: BTreeSet<(TimeNs, u64)>,
 }
 
 impl OxBlockDevice {
@@ -31,55 +40,16 @@ impl OxBlockDevice {
         OxBlockDevice {
             ctrl,
             max_transfer_sectors: 256,
-        }
-    }
-    pub fn controller(&self) -> &OxController {
-        &self.ctrl
-    }
-    pub fn controller_mut(&mut self) -> &mut OxController {
-        &mut self.ctrl
-    }
-    pub fn into_controller(self) -> OxController {
-        self.ctrl
-    }
-}
-
-fn device_error(e: OxError) -> DeviceError {
-    match e {
-        OxError::NoSpace => DeviceError::NoSpace { plane: 0 },
-        OxError::LpidOutOfRange { lpid, capacity } => DeviceError::OutOfRange {
-            lba: lpid,
-            sectors: 1,
-            capacity,
-        },
-        other => DeviceError::Unsupported(other.to_string()),
-    }
-}
-
-impl BlockDevice for OxBlockDevice {
-    fn info(&self) -> DeviceInfo {
-        let cfg = self.ctrl.config();
-        DeviceInfo {
-            sector_bytes: cfg.terms.rblock_bytes,
-            capacity_sectors: cfg.logical_pages,
-            payload_unit_bytes: cfg.payload.unit_bytes(cfg.terms.rblock_bytes).min(8),
-            tag_bytes_per_sector: 0,
-            max_queue_depth: 1,
-            max_transfer_sectors: self.max_transfer_sectors,
+            tags: BTreeMap::new(),
+            flushes: BTreeSet::new(),
         }
     }
 
-    fn submit(
-        &mut self,
-        now_ns: TimeNs,
-        cmd: &Command<'_>,
-        out: ReadBuffers<'_>,
-    ) -> Result<Completion, DeviceError> {
-        let info = self.info();
-        validate_command(&info, cmd, &out)?;
-        let now = now_ns.max(self.ctrl.now_ns());
-        let unit = info.payload_unit_bytes as usize;
-        let request = match cmd.opcode {
+    /// The controller's request for a read, write or trim, its tokens taken from the
+    /// command's payload.
+    fn request(&self, cmd: &Command<'_>) -> Request {
+        let unit = self.info().payload_unit_bytes as usize;
+        match cmd.opcode {
             Opcode::Read => Request::ReadBlocks {
                 lba: cmd.lba,
                 count: cmd.sectors,
@@ -104,29 +74,100 @@ impl BlockDevice for OxBlockDevice {
                 lba: cmd.lba,
                 count: cmd.sectors,
             },
-            // Without a write-back cache writes complete only once durable, so a flush has
-            // nothing to drain; with one, it waits until the cache is empty.
-            Opcode::Flush => {
-                self.ctrl.advance_to(now);
-                let drained = self.ctrl.drain_write_cache().max(now);
-                return Ok(Completion {
-                    done_ns: drained + self.ctrl.config().costs.transport_latency_ns,
-                    gc_active: self.ctrl.gc_active(),
-                });
-            }
-        };
-        let id = self.ctrl.submit(now, request).map_err(device_error)?;
+            Opcode::Flush => unreachable!("a flush is no controller request"),
+        }
+    }
+
+    /// The payload units of the tokens a read returned.
+    fn read_units(&self, tokens: &[u64]) -> Vec<u8> {
+        let unit = self.info().payload_unit_bytes as usize;
+        tokens
+            .iter()
+            .flat_map(|t| t.to_le_bytes().into_iter().take(unit))
+            .collect()
+    }
+    pub fn controller(&self) -> &OxController {
+        &self.ctrl
+    }
+    pub fn controller_mut(&mut self) -> &mut OxController {
+        &mut self.ctrl
+    }
+    pub fn into_controller(self) -> OxController {
+        self.ctrl
+    }
+}
+
+/// Commands a host keeps in flight on the queued interface: the Linux NVMe-oF host's
+/// default queue size.
+const QUEUE_DEPTH: u32 = 128;
+
+fn device_error(e: OxError) -> DeviceError {
+    match e {
+        OxError::NoSpace => DeviceError::NoSpace { plane: 0 },
+        OxError::LpidOutOfRange { lpid, capacity } => DeviceError::OutOfRange {
+            lba: lpid,
+            sectors: 1,
+            capacity,
+        },
+        other => DeviceError::Unsupported(other.to_string()),
+    }
+}
+
+impl BlockDevice for OxBlockDevice {
+    fn info(&self) -> DeviceInfo {
+        let cfg = self.ctrl.config();
+        DeviceInfo {
+            sector_bytes: cfg.terms.rblock_bytes,
+            capacity_sectors: cfg.logical_pages,
+            payload_unit_bytes: cfg.payload.unit_bytes(cfg.terms.rblock_bytes).min(8),
+            tag_bytes_per_sector: 0,
+            // Queued (write-through), the host keeps as many commands in flight as an
+            // NVMe-oF queue takes; through `submit`, one at a time.
+            max_queue_depth: if cfg.write_cache.write_back {
+                1
+            } else {
+                QUEUE_DEPTH
+            },
+            max_transfer_sectors: self.max_transfer_sectors,
+        }
+    }
+
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let info = self.info();
+        validate_command(&info, cmd, &out)?;
+        let now = now_ns.max(self.ctrl.now_ns());
+        // Without a write-back cache writes complete only once durable, so a flush has
+        // nothing to drain; with one, it waits until the cache is empty.
+        if cmd.opcode == Opcode::Flush {
+            self.ctrl.advance_to(now);
+            let drained = self.ctrl.drain_write_cache().max(now);
+            return Ok(Completion {
+                done_ns: drained + self.ctrl.config().costs.transport_latency_ns,
+                gc_active: self.ctrl.gc_active(),
+            });
+        }
+        let id = self
+            .ctrl
+            .submit(now, self.request(cmd))
+            .map_err(device_error)?;
         let c = self.ctrl.run_until_complete(id).map_err(device_error)?;
         let tokens = c.result.map_err(device_error)?;
-        if cmd.opcode == Opcode::Read && unit > 0 {
-            for (i, t) in tokens.iter().enumerate() {
-                out.data[i * unit..(i + 1) * unit].copy_from_slice(&t.to_le_bytes()[..unit]);
-            }
+        if cmd.opcode == Opcode::Read && info.payload_unit_bytes > 0 {
+            out.data.copy_from_slice(&self.read_units(&tokens));
         }
         Ok(Completion {
             done_ns: c.done_ns,
             gc_active: self.ctrl.gc_active(),
         })
+    }
+
+    fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+        (!self.ctrl.config().write_cache.write_back).then_some(self as &mut dyn QueuedDevice)
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
@@ -139,5 +180,85 @@ impl BlockDevice for OxBlockDevice {
         } else {
             None
         }
+    }
+}
+
+/// The queued interface: commands run side by side in the controller as its own host
+/// interface would take them, so a host with many commands in flight sees the controller's
+/// parallelism. Only while the write cache is write-through (`BlockDevice::queued`).
+impl QueuedDevice for OxBlockDevice {
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
+        let info = self.info();
+        // The read's data comes back in its completion; validation sees a buffer of the
+        // length it will have.
+        let units = match cmd.opcode {
+            Opcode::Read => cmd.sectors as usize * info.payload_unit_bytes as usize,
+            _ => 0,
+        };
+        let mut room = vec![0u8; units];
+        validate_command(
+            &info,
+            cmd,
+            &ReadBuffers {
+                data: &mut room,
+                tags: None,
+            },
+        )?;
+        let now = now_ns.max(self.ctrl.now_ns());
+        // Whatever the controller has to do before the command arrives comes first.
+        self.ctrl.advance_to(now);
+        if cmd.opcode == Opcode::Flush {
+            // Write-through: every acknowledged write is durable already.
+            let done = now + self.ctrl.config().costs.transport_latency_ns;
+            self.flushes.insert((done, tag));
+            return Ok(());
+        }
+        let id = self
+            .ctrl
+            .submit(now, self.request(cmd))
+            .map_err(device_error)?;
+        self.tags.insert(id, tag);
+        Ok(())
+    }
+
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        let flush = self.flushes.first().map(|&(t, _)| t);
+        match (self.ctrl.next_event_ns(), flush) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
+        self.ctrl.advance_to(t_ns);
+        let mut done: Vec<QueuedCompletion> = Vec::new();
+        for c in self.ctrl.take_completions() {
+            let Some(tag) = self.tags.remove(&c.id) else {
+                continue;
+            };
+            let result = c
+                .result
+                .map(|tokens| self.read_units(&tokens))
+                .map_err(device_error);
+            done.push(QueuedCompletion {
+                tag,
+                done_ns: c.done_ns,
+                result,
+            });
+        }
+        while let Some(&(t, tag)) = self.flushes.first() {
+            if t > t_ns {
+                break;
+            }
+            self.flushes.pop_first();
+            done.push(QueuedCompletion {
+                tag,
+                done_ns: t,
+                result: Ok(Vec::new()),
+            });
+        }
+        // In completion order; ties keep the controller's order before flushes'.
+        done.sort_by_key(|c| c.done_ns);
+        done
     }
 }

@@ -397,6 +397,77 @@ fn the_block_device_seam_serves_host_commands() {
         .is_err());
 }
 
+/// The queued interface runs commands side by side: reads started together finish sooner
+/// than one after another, each returns its data, a flush completes after the transport's
+/// latency, bad input is refused at once, and a write-back device offers no queued interface.
+#[test]
+fn the_queued_interface_runs_host_commands_side_by_side() {
+    use afa_ssd::{BlockDevice, Command};
+    let cfg = small_config();
+    let mut d = OxBlockDevice::new(OxController::format(&cfg, 9).unwrap());
+    assert!(d.info().max_queue_depth > 1);
+    let q = d
+        .queued()
+        .expect("write-through offers the queued interface");
+    let data: Vec<u8> = (0..64u64)
+        .flat_map(|l| sector_token(l, 1).to_le_bytes())
+        .collect();
+    q.start(0, &Command::write(0, 64, &data), 1).unwrap();
+    let mut done = Vec::new();
+    while let Some(t) = q.next_event_ns() {
+        done.extend(q.advance_to(t));
+        if !done.is_empty() {
+            break;
+        }
+    }
+    let written = done[0].done_ns;
+    assert_eq!((done[0].tag, done[0].result.clone()), (1, Ok(Vec::new())));
+    // Eight reads of different WBLOCKs at once, then the same eight one at a time.
+    for i in 0..8u64 {
+        q.start(written, &Command::read(i * 8, 1), 10 + i).unwrap();
+    }
+    q.start(written, &Command::flush(), 99).unwrap();
+    let mut reads = Vec::new();
+    while reads.len() < 9 {
+        let t = q.next_event_ns().expect("commands under way");
+        reads.extend(q.advance_to(t));
+    }
+    let flush = reads.iter().find(|c| c.tag == 99).unwrap();
+    assert_eq!(
+        flush.done_ns,
+        written + cfg.costs.transport_latency_ns,
+        "write-through: nothing to drain"
+    );
+    for c in reads.iter().filter(|c| c.tag != 99) {
+        let lba = (c.tag - 10) * 8;
+        assert_eq!(c.result, Ok(sector_token(lba, 1).to_le_bytes().to_vec()));
+    }
+    let together = reads.iter().map(|c| c.done_ns).max().unwrap() - written;
+    let mut t = written + together;
+    let start = t;
+    for i in 0..8u64 {
+        q.start(t, &Command::read(i * 8, 1), 20 + i).unwrap();
+        loop {
+            let next = q.next_event_ns().unwrap();
+            if let Some(c) = q.advance_to(next).pop() {
+                t = c.done_ns;
+                break;
+            }
+        }
+    }
+    assert!(
+        together < t - start,
+        "{together} ns side by side, {} ns one by one",
+        t - start
+    );
+    assert!(q.start(t, &Command::read(cfg.logical_pages, 1), 5).is_err());
+    let mut back = cfg.clone();
+    back.write_cache.write_back = true;
+    let mut wb = OxBlockDevice::new(OxController::format(&back, 9).unwrap());
+    assert!(wb.queued().is_none());
+    assert_eq!(wb.info().max_queue_depth, 1);
+}
+
 /// Costs are steps of simulated time and the link a bandwidth, under the workspace's
 /// bounds; a value past them is refused by name before any arithmetic can overflow.
 #[test]

@@ -266,6 +266,38 @@ pub trait BlockDevice {
     fn scan_tags(&self, _lba: u64, _sectors: u32) -> Option<Vec<u8>> {
         None
     }
+
+    /// The device's queued interface, for a device that cannot say when a command completes
+    /// as it takes it ([`QueuedDevice`]); `None` for the devices that can. A host that gets
+    /// one starts its commands through it instead of `submit`.
+    fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+        None
+    }
+}
+
+/// A command a [`QueuedDevice`] completed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedCompletion {
+    /// The caller's tag of the command.
+    pub tag: u64,
+    pub done_ns: TimeNs,
+    /// The payload units read (empty for other commands), or why the command failed.
+    pub result: Result<Vec<u8>, DeviceError>,
+}
+
+/// A device whose completion times depend on what is submitted after a command: an
+/// event-driven controller (OX's write contexts, log writer and GC share its cores, dies and
+/// link), which learns when a command completes only by running. The host starts commands
+/// at its clock and moves the device's clock forward; completions come back as the device's
+/// clock passes them, so the host can keep many commands in flight.
+pub trait QueuedDevice {
+    /// Starts `cmd` at `now_ns`, at or after every time the device has been moved to. Bad
+    /// input is refused at once; a failure found later comes back in the completion.
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError>;
+    /// When the device next has something to do or to deliver, if anything.
+    fn next_event_ns(&self) -> Option<TimeNs>;
+    /// Runs the device up to `t_ns` and returns the commands completed by then, in order.
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion>;
 }
 
 /// A borrowed device is a device, so wrappers (the host CPU model, monitors) can sit in front
@@ -299,6 +331,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn trim_is_durable(&self) -> bool {
         (**self).trim_is_durable()
+    }
+    fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+        (**self).queued()
     }
 }
 

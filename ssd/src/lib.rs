@@ -16,7 +16,8 @@ pub use config::{
 };
 pub use device::{
     validate_command, validate_convert, BlockDevice, Command, CommandFlags, Completion,
-    ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ParityType, ReadBuffers,
+    ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ParityType, QueuedCompletion,
+    QueuedDevice, ReadBuffers,
 };
 pub use ftl::FtlStats;
 pub use precondition::{Precondition, PreconditionPattern};
