@@ -342,6 +342,13 @@ impl<'d> Host<'d> {
                 }
             }
             let Some((t, event)) = self.queue.pop() else {
+                // A held-back request waits for a command under way, so none can be left
+                // once nothing is.
+                if !self.parked.is_empty() {
+                    return Err(RunError::Stalled {
+                        outstanding: self.parked.len() as u32,
+                    });
+                }
                 break;
             };
             self.now_ns = t;
@@ -609,15 +616,7 @@ impl<'d> Host<'d> {
         let mut failed = false;
         let completion = match request.op {
             IoOp::Write => {
-                self.write_buf.resize(sectors as usize * unit, 0);
-                if let Some(oracle) = self.oracle.as_mut() {
-                    let version = oracle.next_version();
-                    for i in 0..sectors as usize {
-                        let token = sector_token(lba + i as u64, version);
-                        oracle.set(lba + i as u64, token);
-                        fill_unit(token, &mut self.write_buf[i * unit..(i + 1) * unit]);
-                    }
-                }
+                self.stage_write(lba, sectors);
                 let cmd = Command::write(lba, sectors, &self.write_buf);
                 self.device
                     .submit(now, &cmd, ReadBuffers::none())
@@ -653,11 +652,7 @@ impl<'d> Host<'d> {
                 }
             }
             IoOp::Trim => {
-                if let Some(oracle) = self.oracle.as_mut() {
-                    for i in 0..sectors as u64 {
-                        oracle.set(lba + i, 0);
-                    }
-                }
+                self.forget(lba, sectors);
                 self.device
                     .submit(now, &Command::trim(lba, sectors), ReadBuffers::none())
                     .map_err(device_error)?
@@ -683,6 +678,30 @@ impl<'d> Host<'d> {
         self.queue
             .push(completion.done_ns.max(now), Event::Complete { slot });
         Ok(())
+    }
+
+    /// Fills the write buffer with a fresh version of `sectors` sectors from `lba`, which
+    /// the oracle now expects there.
+    fn stage_write(&mut self, lba: u64, sectors: u32) {
+        let unit = self.unit_bytes;
+        self.write_buf.resize(sectors as usize * unit, 0);
+        if let Some(oracle) = self.oracle.as_mut() {
+            let version = oracle.next_version();
+            for i in 0..sectors as usize {
+                let token = sector_token(lba + i as u64, version);
+                oracle.set(lba + i as u64, token);
+                fill_unit(token, &mut self.write_buf[i * unit..(i + 1) * unit]);
+            }
+        }
+    }
+
+    /// The oracle expects zeroes in trimmed sectors.
+    fn forget(&mut self, lba: u64, sectors: u32) {
+        if let Some(oracle) = self.oracle.as_mut() {
+            for i in 0..sectors as u64 {
+                oracle.set(lba + i, 0);
+            }
+        }
     }
 
     /// A slot of the in-flight table for `record`.
@@ -758,7 +777,6 @@ impl<'d> Host<'d> {
         lba: u64,
         sectors: u32,
     ) -> Result<(), RunError> {
-        let unit = self.unit_bytes;
         let now = self.now_ns;
         let slot = self.take_slot(Inflight {
             stream,
@@ -777,24 +795,12 @@ impl<'d> Host<'d> {
         self.queued_ranges.insert(slot, (lba, covered, changes));
         let cmd = match request.op {
             IoOp::Write => {
-                self.write_buf.resize(sectors as usize * unit, 0);
-                if let Some(oracle) = self.oracle.as_mut() {
-                    let version = oracle.next_version();
-                    for i in 0..sectors as usize {
-                        let token = sector_token(lba + i as u64, version);
-                        oracle.set(lba + i as u64, token);
-                        fill_unit(token, &mut self.write_buf[i * unit..(i + 1) * unit]);
-                    }
-                }
+                self.stage_write(lba, sectors);
                 Command::write(lba, sectors, &self.write_buf)
             }
             IoOp::Read => Command::read(lba, sectors),
             IoOp::Trim => {
-                if let Some(oracle) = self.oracle.as_mut() {
-                    for i in 0..sectors as u64 {
-                        oracle.set(lba + i, 0);
-                    }
-                }
+                self.forget(lba, sectors);
                 Command::trim(lba, sectors)
             }
             IoOp::Flush => Command::flush(),

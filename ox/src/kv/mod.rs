@@ -67,7 +67,7 @@ pub struct HostCosts {
     /// Block interface: host GC work per page of a cleaned segment (parse, liveness check).
     /// The paper gives no figure for it but the share of host CPU it adds up to (Figure
     /// 15(b): about 10% in write-heavy at 50% cache), so it is calibrated to that: 400 ns
-    /// measures 9.7% (`ox-fig15`). It hardly moves throughput, which waits on the device:
+    /// measures 9.7–9.8% at the quick scale (`ox-fig15`). It hardly moves throughput, which waits on the device:
     /// 1,200 ns measured 22% of the CPU at 1% lower throughput.
     pub gc_page_cpu_ns: u64,
     /// Block interface: host checkpoint work per map entry written.
