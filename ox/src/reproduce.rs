@@ -1,9 +1,9 @@
 //! The paper's measurements, scaled: `ox-fig12` (done records per MiB flushed), `ox-fig13`
 //! (YCSB throughput, batch over block, with checkpoints and GC on), `ox-table4` (GC
-//! overhead and read amplification, write-heavy, 20% cache) and `ox-fig15` (what the block
-//! host's checkpoints and log cleaning cost it: throughput against the non-durable
-//! configuration, and the share of its CPU spent cleaning) and `ox-fig14` (both hosts on OX
-//! against the block host on a conventional SSD).
+//! overhead and read amplification, write-heavy, 20% cache), `ox-fig14` (both hosts on OX
+//! against the block host on a conventional SSD) and `ox-fig15` (what the block host's
+//! checkpoints and log cleaning cost it: throughput against the non-durable configuration,
+//! and the share of its CPU spent cleaning).
 //!
 //! The scale (records loaded, operations measured) is in [`Scale`]; the device is sized by
 //! [`KvConfig::scaled`] as in §8.2.3 (logical capacity ten times the data set, 30%
