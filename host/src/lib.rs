@@ -39,7 +39,7 @@ pub enum RunError {
         len_bytes: u64,
         sector_bytes: u32,
     },
-    #[error("the device stopped with {outstanding} commands outstanding and nothing left to do")]
+    #[error("the device stopped with {outstanding} requests unfinished and nothing left to do")]
     Stalled { outstanding: u32 },
 }
 
@@ -188,9 +188,8 @@ struct Host<'d> {
     free_slots: Vec<u32>,
     /// The device takes commands through its queued interface (`BlockDevice::queued`).
     queued: bool,
-    /// Queued device: the sectors each command under way covers, by slot, and whether it
-    /// changes them (a write or trim).
-    queued_ranges: std::collections::BTreeMap<u32, (u64, u64, bool)>,
+    /// Queued device: the slots of the commands under way.
+    queued_slots: std::collections::BTreeSet<u32>,
     /// Queued device: requests held back because they overlap a command under way, in
     /// arrival order (fio's `serialize_overlap`): a device may complete overlapping
     /// commands in any order, so only serialized ones leave every sector's content known.
@@ -313,7 +312,7 @@ impl<'d> Host<'d> {
             inflight: Vec::new(),
             free_slots: Vec::new(),
             queued,
-            queued_ranges: std::collections::BTreeMap::new(),
+            queued_slots: std::collections::BTreeSet::new(),
             parked: std::collections::VecDeque::new(),
         })
     }
@@ -415,7 +414,7 @@ impl<'d> Host<'d> {
         for c in completions {
             let slot = c.tag as u32;
             let record = self.inflight[slot as usize];
-            self.queued_ranges.remove(&slot);
+            self.queued_slots.remove(&slot);
             match c.result {
                 Ok(data) => {
                     if let (Some(oracle), IoOp::Read) = (self.oracle.as_mut(), record.op) {
@@ -718,11 +717,12 @@ impl<'d> Host<'d> {
         }
     }
 
-    /// Whether a request on `lba..lba + sectors` (changing them or not) overlaps a command
-    /// under way on a queued device in a way whose outcome depends on their order.
-    fn overlaps_queued(&self, lba: u64, sectors: u64, changes: bool) -> bool {
-        self.queued_ranges.values().any(|&(l, n, c)| {
-            (changes || c) && lba < l + n && l < lba + sectors && sectors > 0 && n > 0
+    /// Whether `request` overlaps a command under way on a queued device in a way whose
+    /// outcome depends on their order.
+    fn overlaps_queued(&self, request: &IoRequest) -> bool {
+        self.queued_slots.iter().any(|&slot| {
+            let r = &self.inflight[slot as usize];
+            order_matters(request, r.op, r.offset_bytes, r.bytes)
         })
     }
 
@@ -736,8 +736,7 @@ impl<'d> Host<'d> {
         sectors: u32,
     ) -> Result<(), RunError> {
         self.streams[stream as usize].outstanding += 1;
-        let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
-        if !self.parked.is_empty() || self.overlaps_queued(lba, sectors as u64, changes) {
+        if !self.parked.is_empty() || self.overlaps_queued(&request) {
             self.parked.push_back((stream, request));
             return self.start_parked();
         }
@@ -751,19 +750,17 @@ impl<'d> Host<'d> {
         let mut i = 0;
         while i < self.parked.len() {
             let (stream, request) = self.parked[i];
-            let lba = request.offset_bytes / sector;
-            let sectors = request.len_bytes / sector;
-            let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
-            let behind = self.parked.iter().take(i).any(|(_, r)| {
-                let (l, n) = (r.offset_bytes / sector, r.len_bytes / sector);
-                let c = matches!(r.op, IoOp::Write | IoOp::Trim);
-                (changes || c) && lba < l + n && l < lba + sectors
-            });
-            if behind || self.overlaps_queued(lba, sectors, changes) {
+            let behind = self
+                .parked
+                .iter()
+                .take(i)
+                .any(|(_, r)| order_matters(&request, r.op, r.offset_bytes, r.len_bytes));
+            if behind || self.overlaps_queued(&request) {
                 i += 1;
                 continue;
             }
             self.parked.remove(i);
+            let (lba, sectors) = (request.offset_bytes / sector, request.len_bytes / sector);
             self.start_queued(stream, request, lba, sectors as u32)?;
         }
         Ok(())
@@ -786,13 +783,7 @@ impl<'d> Host<'d> {
             submit_ns: now,
             failed: false,
         });
-        let changes = matches!(request.op, IoOp::Write | IoOp::Trim);
-        let covered = if request.op == IoOp::Flush {
-            0
-        } else {
-            sectors as u64
-        };
-        self.queued_ranges.insert(slot, (lba, covered, changes));
+        self.queued_slots.insert(slot);
         let cmd = match request.op {
             IoOp::Write => {
                 self.stage_write(lba, sectors);
@@ -844,6 +835,19 @@ impl<'d> Host<'d> {
             event_hash: self.hash.value(),
         }
     }
+}
+
+/// Whether `request` and a request `op` on `len_bytes` bytes from `offset_bytes` must not run
+/// side by side: their ranges overlap and at least one changes what it covers (a write or a
+/// trim). A flush covers no range.
+fn order_matters(request: &IoRequest, op: IoOp, offset_bytes: u64, len_bytes: u64) -> bool {
+    let changes = |op| matches!(op, IoOp::Write | IoOp::Trim);
+    let covers = |op, len| op != IoOp::Flush && len > 0;
+    (changes(request.op) || changes(op))
+        && covers(request.op, request.len_bytes)
+        && covers(op, len_bytes)
+        && request.offset_bytes < offset_bytes + len_bytes
+        && offset_bytes < request.offset_bytes + request.len_bytes
 }
 
 /// Maps a trace request into the device: offsets wrap around the capacity and both ends are

@@ -3,7 +3,7 @@
 //! or `-- lat` for the 1 MiB flush latency of each interface, write-through and write-back.
 
 use afa_ox::kv::{ConventionalSsd, Interface, KvConfig, KvStore};
-use afa_ox::reproduce::{Scale, Table3Row};
+use afa_ox::reproduce::{load_and_run, Scale, Table3Row};
 use afa_ox::ycsb::Workload;
 
 fn flush_latency() {
@@ -110,15 +110,9 @@ fn main() {
             }) {
                 ssd.write_buffer.capacity_bytes = mib << 20;
             }
-            KvStore::on_conventional(cfg, ssd, 42).and_then(|mut kv| {
-                kv.load()?;
-                kv.run(w, scale.ops, 42 ^ 0x5eed)
-            })
+            KvStore::on_conventional(cfg, ssd, 42).and_then(|kv| load_and_run(kv, w, scale.ops, 42))
         } else {
-            KvStore::new(cfg, 42).and_then(|mut kv| {
-                kv.load()?;
-                kv.run(w, scale.ops, 42 ^ 0x5eed)
-            })
+            KvStore::new(cfg, 42).and_then(|kv| load_and_run(kv, w, scale.ops, 42))
         };
         match &run {
             Ok(r) => {

@@ -16,7 +16,7 @@ use afa_nand::sector_token;
 use afa_sim::parallel::map_in_parallel;
 use serde::Serialize;
 
-use crate::kv::{ConventionalSsd, Interface, KvConfig, KvRun, KvStore};
+use crate::kv::{ConventionalSsd, Interface, KvConfig, KvDevice, KvRun, KvStore};
 use crate::ycsb::Workload;
 use crate::{BatchBuffer, OxConfig, OxController, OxError, Request};
 
@@ -79,9 +79,12 @@ pub fn measure_on(
         Host::Conventional => {
             let cfg = KvConfig::scaled(scale.records, Interface::Block, cache_fraction);
             let ssd = ConventionalSsd::config_like(&cfg.device);
-            let mut kv = KvStore::on_conventional(cfg, ssd, seed)?;
-            kv.load()?;
-            kv.run(workload, scale.ops, seed ^ 0x5eed)
+            load_and_run(
+                KvStore::on_conventional(cfg, ssd, seed)?,
+                workload,
+                scale.ops,
+                seed,
+            )
         }
     }
 }
@@ -95,9 +98,19 @@ pub fn measure(
     seed: u64,
 ) -> Result<KvRun, OxError> {
     let cfg = KvConfig::scaled(scale.records, interface, cache_fraction);
-    let mut kv = KvStore::new(cfg, seed)?;
+    load_and_run(KvStore::new(cfg, seed)?, workload, scale.ops, seed)
+}
+
+/// Loads a fresh store and runs one measured phase of `ops` operations, its stream seeded
+/// from `seed` apart from the load's.
+pub fn load_and_run<D: KvDevice>(
+    mut kv: KvStore<D>,
+    workload: Workload,
+    ops: u64,
+    seed: u64,
+) -> Result<KvRun, OxError> {
     kv.load()?;
-    kv.run(workload, scale.ops, seed ^ 0x5eed)
+    kv.run(workload, ops, seed ^ 0x5eed)
 }
 
 fn labels(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
@@ -233,9 +246,8 @@ pub fn reproduce(id: &str, quick: bool, seed: u64) -> Result<Reproduction, Strin
                 KvConfig::scaled(scale.records, Interface::Batch, 0.5),
             ];
             let mut runs = map_in_parallel(&configs, |cfg| {
-                let mut kv = KvStore::new(cfg.clone(), seed)?;
-                kv.load()?;
-                kv.run(Workload::WriteHeavy, scale.ops, seed ^ 0x5eed)
+                let kv = KvStore::new(cfg.clone(), seed)?;
+                load_and_run(kv, Workload::WriteHeavy, scale.ops, seed)
             })
             .into_iter();
             let mut next = || runs.next().expect("one run per configuration").map_err(err);

@@ -78,9 +78,10 @@ pub struct ConventionalSsd {
     /// Delivered and not yet taken, in order.
     delivered: Vec<CompletionRecord>,
     stats: OxStats,
-    /// Payload bytes per sector the device stores (8: the token).
-    unit_bytes: usize,
 }
+
+/// Payload bytes per sector the store checks: the 8-byte token.
+const TOKEN_BYTES: usize = 8;
 
 fn device_error(e: DeviceError) -> OxError {
     OxError::Config(format!("conventional SSD: {e}"))
@@ -98,7 +99,7 @@ impl ConventionalSsd {
                 info.capacity_sectors
             )));
         }
-        if info.payload_unit_bytes != 8 {
+        if info.payload_unit_bytes as usize != TOKEN_BYTES {
             return Err(OxError::Config(format!(
                 "conventional SSD: the store checks 8-byte tokens; the device stores {} bytes per sector (payload must be token)",
                 info.payload_unit_bytes
@@ -111,7 +112,6 @@ impl ConventionalSsd {
             pending: BTreeMap::new(),
             delivered: Vec::new(),
             stats: OxStats::default(),
-            unit_bytes: info.payload_unit_bytes as usize,
         })
     }
 
@@ -164,7 +164,7 @@ impl ConventionalSsd {
         request: &Request,
     ) -> Result<(TimeNs, Vec<u64>), OxError> {
         let sector = afa_ssd::BlockDevice::info(&self.ssd).sector_bytes as u64;
-        let unit = self.unit_bytes;
+        let unit = TOKEN_BYTES;
         match request {
             Request::ReadBlocks { lba, count } => {
                 let mut data = vec![0u8; *count as usize * unit];
