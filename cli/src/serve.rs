@@ -361,10 +361,11 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         engine.level, engine.members, spec.spares, engine.chunk_bytes
     );
     if let Some(scala) = &scala {
-        // The tag format is part of the layout: tags written before the checksums existed
-        // would all read as torn.
+        // The tag format is part of the layout: tags written before the checksums existed,
+        // or with another checksum, would all read as torn.
         fingerprint.push_str(&format!(
-            ", {scala:?}, {tag_bytes} tag bytes per sector holding {META_TAG_BYTES} of metadata"
+            ", {scala:?}, {tag_bytes} tag bytes per sector holding {META_TAG_BYTES} of metadata, data checksums {}",
+            afa_array::scalaafa::PAYLOAD_CHECKSUM
         ));
     }
     match &spec.choice {

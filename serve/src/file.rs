@@ -361,10 +361,12 @@ impl BlockDevice for FileDevice {
             ..Command::write(cmd.dst_lba, cs, &parity)
         };
         self.file_io(&write, &mut ReadBuffers::none())?;
-        self.file_io(
-            &Command::trim(cmd.src_lba, source),
-            &mut ReadBuffers::none(),
-        )?;
+        if cmd.trim_source {
+            self.file_io(
+                &Command::trim(cmd.src_lba, source),
+                &mut ReadBuffers::none(),
+            )?;
+        }
         match &mut self.timing {
             Some(model) => model.convert(now_ns, cmd),
             None => Ok(Completion {
@@ -499,6 +501,7 @@ mod tests {
                 chunk_sectors: cs,
                 k: k as u8,
                 parity: ParityType { row, of: 2 },
+                trim_source: true,
             };
             d.convert(5, &cmd).unwrap();
             let data: Vec<Vec<u8>> = (0..k).map(chunk).collect();
@@ -523,6 +526,7 @@ mod tests {
             chunk_sectors: cs,
             k: k as u8,
             parity: ParityType { row: 0, of: 1 },
+            trim_source: true,
         };
         assert!(matches!(
             d.convert(0, &beyond),

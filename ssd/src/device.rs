@@ -147,7 +147,7 @@ pub struct ParityType {
 /// ScalaAFA's extended NVMe command (§5.3): the device reads `k` chunks of `chunk_sectors`
 /// each, laid out back to back from `src_lba` (a vertical hero), into its DRAM, computes one
 /// parity chunk over their data and OOB tags with its XOR/RS engine, writes it (data and
-/// tags) at `dst_lba`, and deallocates the source chunks.
+/// tags) at `dst_lba`, and deallocates the source chunks if `trim_source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvertCommand {
     pub src_lba: u64,
@@ -155,6 +155,11 @@ pub struct ConvertCommand {
     pub chunk_sectors: u32,
     pub k: u8,
     pub parity: ParityType,
+    /// Deallocate the source once the parity is written (§5.3). An array whose members sit
+    /// behind a volatile cache clears it for a stripe that may hold flushed data: there the
+    /// deallocation could reach the medium before the parity does, and a host crash would
+    /// leave neither, so the array trims the source itself after a flush.
+    pub trim_source: bool,
 }
 
 /// Static facts about a device.

@@ -555,7 +555,9 @@ impl Ssd {
         let written = self.write_arrived(computed, &write)?;
         // The replicas are dead now: deallocating them lets the SLC evictor and GC drop them
         // without migration.
-        self.trim(written, &Command::trim(cmd.src_lba, k * cs))?;
+        if cmd.trim_source {
+            self.trim(written, &Command::trim(cmd.src_lba, k * cs))?;
+        }
         Ok(written)
     }
 

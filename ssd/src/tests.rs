@@ -711,6 +711,7 @@ fn convert_computes_parity_over_data_and_tags_in_place() {
         chunk_sectors: cs,
         k: k as u8,
         parity: ParityType { row: 0, of: 2 },
+        trim_source: true,
     };
     let c = ssd.convert(1_000_000, &cmd).unwrap();
     assert!(c.done_ns > 1_000_000 + ssd.config().convert.engine_ns(3, 8192));
@@ -742,6 +743,32 @@ fn convert_computes_parity_over_data_and_tags_in_place() {
     )
     .unwrap();
     assert!(src.iter().all(|&b| b == 0));
+    // Without `trim_source` the source stays readable: an array behind a volatile cache
+    // trims it itself once the parity is durable.
+    let keep = ConvertCommand {
+        src_lba: 10 + cs as u64,
+        dst_lba: 40,
+        k: 1,
+        trim_source: false,
+        ..cmd
+    };
+    ssd.submit(
+        c.done_ns,
+        &Command::write(keep.src_lba, cs, &xor),
+        ReadBuffers::none(),
+    )
+    .unwrap();
+    let kept = ssd.convert(c.done_ns, &keep).unwrap();
+    ssd.submit(
+        kept.done_ns,
+        &Command::read(keep.src_lba, cs),
+        ReadBuffers {
+            data: &mut src,
+            tags: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(src, xor, "source kept");
     let bad = ConvertCommand {
         parity: ParityType { row: 2, of: 2 },
         ..cmd

@@ -237,8 +237,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// not clean while those will hand rows back anyway.
     pub(super) fn reclaimed_hhs(&self) -> usize {
         self.manager.free_hhs.len()
-            + self.unflushed.len()
-            + self.replaced.len()
+            + (self.unflushed.iter().map(|(_, h)| h))
+                .chain(&self.replaced)
+                .filter(|h| matches!(h, Held::Row(_)))
+                .count()
             + self.checkpoints.quarantine_hhs.len()
             + self
                 .checkpoints

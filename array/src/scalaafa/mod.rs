@@ -206,6 +206,18 @@ struct Stripe {
     first_ts: u32,
 }
 
+/// A dead hero kept from the manager until a member flush (see `ScalaAfa::unflushed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// An HH row whose chunks all died: it may hold the last flushed version of one.
+    Row(u32),
+    /// VH `.1` on member `.0`, of a stripe converted since the last flush: with a member
+    /// lost, its backups are the only copies of that member's chunks until the parity that
+    /// replaced them is durable (a host crash may keep the trim of the backups and lose the
+    /// parity, or hand the VH to a group whose writes overwrite them).
+    Vh(usize, u32),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MemberState {
     Alive,
@@ -281,19 +293,20 @@ pub struct ScalaAfa<D: BlockDevice> {
     /// Members sit behind a volatile cache (a host's page cache): see
     /// [`ScalaAfa::keep_flushed_writes`].
     keep_flushed: bool,
-    /// With `keep_flushed`, the HH rows whose chunks all died since the last member flush
-    /// and which may hold a flushed version of one, each with the number of flushes started
-    /// when it died: their chunks stay on the members, and the rows away from the manager,
-    /// until a flush started after has made the chunks' newer copies durable.
-    unflushed: Vec<(u64, u32)>,
+    /// With `keep_flushed`, the heroes that died since the last member flush and may hold
+    /// the only durable copy of a flushed chunk, each with the number of flushes started
+    /// when it died: HH rows whose chunks all died, and converted stripes' VHs. Their
+    /// copies stay on the members, and the heroes away from the manager, until a flush
+    /// started after has made the newer copies (or the parity) durable.
+    unflushed: Vec<(u64, Held)>,
     /// The write clock when the last member flush started (simulation; on threads the
     /// shared `Remote::flush_clock`): a copy with a later timestamp was written after it.
     flush_clock: u32,
-    /// Dead rows whose chunks' newer copies a flush has made durable: trimmed and handed out
-    /// at the next flush, before its members flush, so that the trims are durable when it
-    /// ends (an orderly stop's last flush leaves no trim in a volatile cache), or at once when
-    /// the manager runs short.
-    replaced: Vec<u32>,
+    /// Dead heroes whose copies' replacements a flush has made durable: trimmed and handed
+    /// out at the next flush, before its members flush, so that the trims are durable when
+    /// it ends (an orderly stop's last flush leaves no trim in a volatile cache), or at once
+    /// when the manager runs short.
+    replaced: Vec<Held>,
     /// Set while the I/O threads run on OS threads of their own ([`ThreadedScalaAfa`]) and
     /// this engine is the daemon's state.
     remote: Option<threaded::Remote>,
@@ -589,31 +602,52 @@ impl<D: BlockDevice> ScalaAfa<D> {
             .into_iter()
             .partition(|&(started, _)| started < upto);
         self.unflushed = waiting;
-        self.replaced.extend(ready.into_iter().map(|(_, row)| row));
+        self.replaced
+            .extend(ready.into_iter().map(|(_, held)| held));
     }
 
-    /// Trims the dead rows whose chunks' newer copies are durable and hands them back to
+    /// Whether any hero waits for a member flush.
+    fn holds_any(&self) -> bool {
+        !self.unflushed.is_empty() || !self.replaced.is_empty()
+    }
+
+    /// Whether a VH of a converted stripe waits for a member flush.
+    fn holds_vhs(&self) -> bool {
+        let mut held = self.unflushed.iter().map(|(_, h)| h).chain(&self.replaced);
+        held.any(|h| matches!(h, Held::Vh(..)))
+    }
+
+    /// Trims the dead heroes whose copies' replacements are durable and hands them back to
     /// the manager. Returns when the trims are done.
     fn release_replaced(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let mut done = now_ns;
         self.background_depth += 1;
         let mut result = Ok(());
-        let rows = std::mem::take(&mut self.replaced);
-        for (at, &row) in rows.iter().enumerate() {
-            let lba = self.hh_lba(row);
-            let trimmed = (0..self.members.len()).try_fold(now_ns, |t, i| {
-                Ok(t.max(self.member_trim(i, lba, self.chunk_sectors, now_ns)?))
-            });
+        let heroes = std::mem::take(&mut self.replaced);
+        let vh_sectors = self.k as u32 * self.chunk_sectors;
+        for (at, &held) in heroes.iter().enumerate() {
+            let trimmed = match held {
+                Held::Row(row) => {
+                    let lba = self.hh_lba(row);
+                    (0..self.members.len()).try_fold(now_ns, |t, i| {
+                        Ok(t.max(self.member_trim(i, lba, self.chunk_sectors, now_ns)?))
+                    })
+                }
+                Held::Vh(p, vh) => self.member_trim(p, self.vh_lba(vh, 0), vh_sectors, now_ns),
+            };
             match trimmed {
                 Ok(t) => done = done.max(t),
                 Err(e) => {
-                    // The rows not trimmed stay held: no row is handed out untrimmed.
-                    self.replaced.extend_from_slice(&rows[at..]);
+                    // The heroes not trimmed stay held: none is handed out untrimmed.
+                    self.replaced.extend_from_slice(&heroes[at..]);
                     result = Err(e);
                     break;
                 }
             }
-            self.release_hh(row);
+            match held {
+                Held::Row(row) => self.release_hh(row),
+                Held::Vh(p, vh) => self.release_vh(p, vh),
+            }
         }
         self.background_depth -= 1;
         result.map(|()| done)
@@ -959,7 +993,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     // are what is short (not VHs, which conversion frees), flush now and
                     // trim them at once.
                     let rows_short = self.grantable_hhs(thread) == 0;
-                    if rows_short && (!self.unflushed.is_empty() || !self.replaced.is_empty()) {
+                    if (rows_short || self.holds_vhs()) && self.holds_any() {
                         let flushed = self.flush_and_release(at_ns)?;
                         ready = ready.max(self.release_replaced(flushed)?);
                     }
@@ -991,6 +1025,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     self.convert_all_full(ready)?;
                     while let Some(t) = self.recycle_earliest()? {
                         ready = ready.max(t);
+                    }
+                    // The conversions' VHs may wait for a flush: take it now.
+                    if self.holds_any() {
+                        let flushed = self.flush_and_release(ready)?;
+                        ready = ready.max(self.release_replaced(flushed)?);
                     }
                 }
                 _ => {}
@@ -1144,6 +1183,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     row: r as u8,
                     of: self.m as u8,
                 },
+                trim_source: !self.holds_backups(stripe),
             };
             self.stats.convert_commands += 1;
             let c = self.members[p].device.convert(issue, &cmd)?;
@@ -1229,7 +1269,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let lba = self.hh_lba(stripe);
             let tags_ref = (self.tag_bytes > 0).then_some(&ptags[..]);
             done = done.max(self.member_write(p, lba, issue, &parity, tags_ref, false)?);
-            if trim_vhs {
+            if trim_vhs && !self.holds_backups(stripe) {
                 let vh = self.stripes[stripe as usize].vhs[r];
                 let vlba = self.vh_lba(vh, 0);
                 self.member_trim(p, vlba, k as u32 * cs, done)?;
@@ -1298,10 +1338,18 @@ impl<D: BlockDevice> ScalaAfa<D> {
 
     fn finish_conversion(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         let vhs = std::mem::take(&mut self.stripes[stripe as usize].vhs);
+        // On a degraded volume a stripe that may hold flushed chunks keeps its backups (the
+        // conversion did not trim them) until a flush has made its parity durable.
+        let hold = self.holds_backups(stripe);
+        let started = self.flushes_started();
         for (r, vh) in vhs.into_iter().enumerate() {
             let p = self.parity_member(stripe, r);
             self.members[p].vh_owner[vh as usize] = NONE;
-            self.release_vh(p, vh);
+            if hold {
+                self.unflushed.push((started, Held::Vh(p, vh)));
+            } else {
+                self.release_vh(p, vh);
+            }
         }
         let s = &mut self.stripes[stripe as usize];
         s.state = HhState::Striped;
@@ -1325,9 +1373,23 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.free_hh_now(stripe, now_ns)
     }
 
+    /// Whether `stripe` may hold a chunk copy written before the last member flush started,
+    /// which a host crash must not take (members behind a volatile cache only).
+    fn holds_flushed(&self, stripe: u32) -> bool {
+        self.keep_flushed && self.stripes[stripe as usize].first_ts <= self.flushed_clock()
+    }
+
+    /// Whether a conversion of `stripe` must keep its backups until a member flush: it may
+    /// hold flushed chunks, and a member is lost, so a host crash that kept the backups'
+    /// trim and lost the parity would lose that member's chunks. On a whole volume recovery
+    /// computes the parity again from the primaries, and a member that fails first has the
+    /// others flushed (`fail_member`), so the backups are needed only while degraded.
+    fn holds_backups(&self, stripe: u32) -> bool {
+        self.holds_flushed(stripe) && self.members.iter().any(|m| m.state != MemberState::Alive)
+    }
+
     fn free_hh_now(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
-        let hold =
-            self.keep_flushed && self.stripes[stripe as usize].first_ts <= self.flushed_clock();
+        let hold = self.holds_flushed(stripe);
         if !hold {
             let lba = self.hh_lba(stripe);
             for i in 0..self.members.len() {
@@ -1341,7 +1403,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         s.parity_missing = 0;
         if hold {
             let started = self.flushes_started();
-            self.unflushed.push((started, stripe));
+            self.unflushed.push((started, Held::Row(stripe)));
         } else {
             self.release_hh(stripe);
         }
@@ -1958,6 +2020,13 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
         self.members[i].state = MemberState::Failed;
         self.take_spare(i, now_ns);
+        if self.keep_flushed {
+            // Conversions issued while the volume was whole trimmed their backups: their
+            // parity must be durable before a host crash can find the member gone.
+            self.flush_and_release(now_ns).map_err(|e| {
+                ArrayError::Fail(i, format!("flushing the other members failed: {e}"))
+            })?;
+        }
         Ok(())
     }
 
@@ -2158,11 +2227,25 @@ fn meta_tags(
 }
 
 /// The checksum a sector's tag keeps of its payload unit: CRC-32, which `crc32fast` computes
-/// with the CPU's carry-less multiply. It runs over every sector of every chunk written, on
-/// serve mode's write path.
+/// with the CPU's carry-less multiply (it runs over every sector of every chunk written, on
+/// serve mode's write path), passed through MurmurHash3's 32-bit finalizer.
+///
+/// CRC-32 alone is affine over XOR: the XOR of an odd number of whole copies (data and
+/// tags alike) is whole again. A lost member's slot decoded from a parity chunk that a host
+/// crash left from another generation of its stripe is exactly such an XOR, so with CRC-32
+/// alone it passed the check and a read returned other bytes; the finalizer's multiplies
+/// make the checksum nonlinear, and such a decode fails it.
 fn payload_sum(payload: &[u8]) -> u32 {
-    crc32fast::hash(payload)
+    let mut h = crc32fast::hash(payload);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
 }
+
+/// Names the tags' payload checksum, for what a volume's state directory records.
+pub const PAYLOAD_CHECKSUM: &str = "CRC-32 through murmur3's fmix32";
 
 /// Whether a chunk copy is whole: every sector's tag carries the first one's metadata and
 /// the checksum of that sector's payload in `data` (units of `unit` bytes).

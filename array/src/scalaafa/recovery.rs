@@ -33,7 +33,11 @@
 //! its stripe is taken as striped. Checkpoints are not used, since one may name copies that
 //! did not survive. Every striped stripe's parity is then computed again from its data
 //! (md's resync after an unclean shutdown), since a parity chunk's tags may have outlived
-//! its data.
+//! its data. A stripe with a lost member cannot be resynced: each lost slot is decoded and
+//! checked against its decoded checksums instead, kept only if whole, and the parity written
+//! again over what is kept (`settle_lost_slots`). A stripe converted since the last flush
+//! that may hold flushed chunks kept its backups through the crash (the engine trims them
+//! only after a flush), so it is found replicated again.
 
 use std::collections::BTreeMap;
 
@@ -95,7 +99,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// members behind a volatile cache, keeping every write the last member flush made
     /// durable: each copy is checked against the checksums in its tags, and every striped
     /// stripe's parity is computed again from its data (see the module documentation).
-    /// Stripes with a lost member keep the parity they have.
+    /// Stripes with a lost member have their lost slots checked and their parity settled.
     pub fn recover_with(
         config: ArrayConfig,
         scala: ScalaAfaConfig,
@@ -180,9 +184,92 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(whole)
     }
 
+    /// A striped stripe's lost slots after a host crash are only as good as the parity they
+    /// are decoded from, whose data may not have survived with its tags (a conversion or a
+    /// cleaning since the last flush). Each lost slot's chunk is decoded and checked against
+    /// the checksums in its decoded tags; one that misses them is taken as unwritten (the
+    /// chunk's older copy, which the flush protocol kept, wins again), and the stripe's
+    /// parity is written again over what recovery keeps: the surviving primaries that are
+    /// whole, the lost slots that decoded whole, zeroes for the rest (as a trimmed slot
+    /// reads). A later decode, or a rebuild onto a spare, then gives back exactly that.
+    /// `slots` are the row's primaries as recovery names them; `unwhole` marks the
+    /// surviving ones whose data did not survive with their tags (trimmed once the tables
+    /// stand).
+    fn settle_lost_slots(
+        &mut self,
+        row: u32,
+        failed: &[usize],
+        slots: &mut [Option<(u32, u32)>],
+        unwhole: &[bool],
+    ) -> Result<(), DeviceError> {
+        let (k, m) = (self.k, self.m);
+        let (cs, tb) = (self.chunk_sectors, self.tag_bytes);
+        let lba = self.hh_lba(row);
+        let members: Vec<usize> = (0..k)
+            .map(|j| self.data_member(row, j))
+            .chain((0..m).map(|r| self.parity_member(row, r)))
+            .collect();
+        let present: Vec<bool> = members.iter().map(|i| !failed.contains(i)).collect();
+        let mut data = vec![vec![0u8; self.chunk_units()]; k + m];
+        let mut tags = vec![vec![0u8; cs as usize * tb]; k + m];
+        for (s, &i) in members.iter().enumerate() {
+            if present[s] {
+                self.member_read(i, lba, cs, 0, &mut data[s])?;
+                tags[s] = (self.members[i].device)
+                    .scan_tags(lba, cs)
+                    .ok_or(DeviceError::Unsupported("scan_tags".into()))?;
+                if s < k {
+                    // Parity covers the backups' tags (kind = backup).
+                    set_kind(&mut tags[s], tb, KIND_BACKUP);
+                }
+            }
+        }
+        let decoded = {
+            let mut d: Vec<&mut [u8]> = data.iter_mut().map(|v| v.as_mut_slice()).collect();
+            let mut t: Vec<&mut [u8]> = tags.iter_mut().map(|v| v.as_mut_slice()).collect();
+            self.codec.reconstruct(&mut d, &present).is_ok()
+                && self.codec.reconstruct(&mut t, &present).is_ok()
+        };
+        for j in 0..k {
+            let lost = !present[j];
+            let keep = if lost {
+                decoded && slots[j].is_some() && copy_is_whole(&tags[j], &data[j], tb, self.unit)
+            } else {
+                !unwhole[j]
+            };
+            if lost && slots[j].is_some() && !keep {
+                slots[j] = None;
+                self.stats.recovery_torn_chunks += 1;
+                self.stats.recovery_unwhole_copies += 1;
+            }
+            if !keep {
+                data[j].iter_mut().for_each(|b| *b = 0);
+                tags[j].iter_mut().for_each(|b| *b = 0);
+            }
+        }
+        let refs: Vec<&[u8]> = data[..k].iter().map(|v| v.as_slice()).collect();
+        let trefs: Vec<&[u8]> = tags[..k].iter().map(|v| v.as_slice()).collect();
+        for r in (0..m).filter(|&r| present[k + r]) {
+            let mut parity = vec![0u8; self.chunk_units()];
+            let mut ptags = vec![0u8; cs as usize * tb];
+            self.codec
+                .encode_row(r, &refs, &mut parity)
+                .map_err(|_| DeviceError::Failed)?;
+            self.codec
+                .encode_row(r, &trefs, &mut ptags)
+                .map_err(|_| DeviceError::Failed)?;
+            if parity != data[k + r] || ptags != tags[k + r] {
+                self.member_write(members[k + r], lba, 0, &parity, Some(&ptags), false)?;
+            }
+        }
+        self.stats.recovery_resynced_stripes += 1;
+        Ok(())
+    }
+
     /// Computes every striped stripe's parity again from its data slots (data and tags), as
     /// md resyncs after an unclean shutdown: a host crash may have kept a parity chunk's tags
-    /// without its data. Stripes with a member in `failed` keep theirs.
+    /// without its data. Stripes with a member in `failed` had theirs settled while the
+    /// tables were rebuilt (`settle_lost_slots`).
     fn resync_parity(&mut self, failed: &[usize]) -> Result<(), DeviceError> {
         let all_rows = (1u32 << self.m) - 1;
         for row in 0..self.rows {
@@ -498,6 +585,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         self.stats.recovery_torn_chunks += 1;
                         stale.push((self.data_member(row, j), self.hh_lba(row)));
                     }
+                }
+                if verify && !failed_slots.is_empty() {
+                    self.settle_lost_slots(
+                        row,
+                        failed,
+                        &mut primaries[row as usize],
+                        &unwhole[row as usize],
+                    )?;
                 }
                 let s = &mut self.stripes[row as usize];
                 s.state = HhState::Striped;

@@ -741,6 +741,23 @@ fn host_crash_and_recover(
     scala: ScalaAfaConfig,
     payload: afa_nand::PayloadMode,
 ) -> ScalaAfaStats {
+    host_crash_degraded(level, n, seed, before, after, scala, payload, None)
+}
+
+/// As [`host_crash_and_recover`], with member `lost.0` failed before request `lost.1` (of
+/// `before + after`): the crash then hits a dirty degraded volume, and the lost member's
+/// chunks must still read back as flushed or later, from backups or parity.
+#[allow(clippy::too_many_arguments)]
+fn host_crash_degraded(
+    level: Level,
+    n: u32,
+    seed: u64,
+    before: usize,
+    after: usize,
+    scala: ScalaAfaConfig,
+    payload: afa_nand::PayloadMode,
+    lost: Option<(usize, usize)>,
+) -> ScalaAfaStats {
     let devs = (0..n as u64)
         .map(|i| PageCache::new(ssd_keeping(payload, i)))
         .collect();
@@ -749,7 +766,13 @@ fn host_crash_and_recover(
     volume.keep_flushed_writes();
     let mut h = Harness::new(volume);
     let mut rng = SimRng::new(seed);
-    for _ in 0..before {
+    let fail_here = |h: &mut Harness<ScalaAfa<PageCache>>, i: usize| {
+        if let Some((member, _)) = lost.filter(|&(_, at)| at == i) {
+            h.volume.fail_member(member, h.now_ns).unwrap();
+        }
+    };
+    for i in 0..before {
+        fail_here(&mut h, i);
         request_noting(&mut h, &mut rng, None);
     }
     h.volume
@@ -757,22 +780,26 @@ fn host_crash_and_recover(
         .unwrap();
     let flushed = h.tokens.clone();
     let mut since = BTreeMap::new();
-    for _ in 0..after {
+    for i in before..before + after {
+        fail_here(&mut h, i);
         request_noting(&mut h, &mut rng, Some(&mut since));
     }
+    let failed: Vec<usize> = lost.map(|(member, _)| member).into_iter().collect();
     let mut h = h.after_crash(|v| {
         let members = v
             .into_members()
             .into_iter()
             .map(|d| d.crash(&mut rng))
             .collect();
-        ScalaAfa::recover_with(config, scala, members, vec![], &[], true).expect("recovery")
+        ScalaAfa::recover_with(config, scala, members, vec![], &failed, true).expect("recovery")
     });
     h.adopt_flushed_or_later(&flushed, &since);
     // Reads decoded from the parity recovery left must give the same data back.
-    h.volume
-        .fail_member((seed % n as u64) as usize, h.now_ns)
-        .unwrap();
+    if lost.is_none() {
+        h.volume
+            .fail_member((seed % n as u64) as usize, h.now_ns)
+            .unwrap();
+    }
     h.check_all();
     writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
@@ -804,6 +831,42 @@ fn a_host_crash_keeps_every_flushed_write() {
     assert!(total.recovery_torn_chunks > 0, "{total:?}");
     assert!(total.recovery_unwhole_copies > 0, "{total:?}");
     assert!(total.recovery_resynced_stripes > 0, "{total:?}");
+}
+
+/// A host crash over a volume that had already lost a member (md's "dirty degraded"
+/// array): every flushed write of the lost member is still found, from its backups when the
+/// parity that replaced them did not survive the crash.
+#[test]
+fn a_host_crash_on_a_degraded_volume_keeps_every_flushed_write() {
+    let mut rng = SimRng::new(78);
+    let mut torn = 0;
+    for (level, n) in SHAPES {
+        for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
+            for _ in 0..16 {
+                let before = rng.below(3000) as usize;
+                let after = 1 + rng.below(600) as usize;
+                let seed = rng.next_u64();
+                let lost = (
+                    rng.below(n as u64) as usize,
+                    rng.below((before + after) as u64) as usize,
+                );
+                let token = afa_nand::PayloadMode::Token;
+                let stats = host_crash_degraded(
+                    level,
+                    n,
+                    seed,
+                    before,
+                    after,
+                    with_mode(mode),
+                    token,
+                    Some(lost),
+                );
+                torn += stats.recovery_torn_chunks;
+            }
+        }
+    }
+    // The crashes tore copies, lost slots among them, for recovery to drop.
+    assert!(torn > 0);
 }
 
 #[test]

@@ -446,12 +446,34 @@ fn client_writes(
 /// Recovery must give back every sector as the last flush left it or as a later write.
 #[test]
 fn a_host_crash_under_threads_keeps_every_flushed_write() {
+    let total = host_crash_under_threads(false);
+    // The crashes kept tags without their data, and stripes were resynced.
+    assert!(total.recovery_unwhole_copies > 0, "{total:?}");
+    assert!(total.recovery_resynced_stripes > 0, "{total:?}");
+}
+
+/// The same on a volume that lost a member before the clients started (a dirty degraded
+/// array after the crash): the lost member's flushed chunks come back from their backups
+/// or their parity.
+#[test]
+fn a_host_crash_under_threads_on_a_degraded_volume_keeps_every_flushed_write() {
+    let total = host_crash_under_threads(true);
+    assert!(total.recovery_resynced_stripes > 0, "{total:?}");
+}
+
+/// Runs the host-crash rounds over both shapes and three seeds each, with a member failed
+/// first if `degraded`; returns the recoveries' counters summed.
+fn host_crash_under_threads(degraded: bool) -> ScalaAfaStats {
     let shapes = [(Level::Raid5, 5, 2), (Level::Raid6, 6, 3)];
     let mut total = ScalaAfaStats::default();
     for ((level, n, threads), seed) in shapes
         .into_iter()
         .flat_map(|shape| (1..=3u64).map(move |seed| (shape, seed)))
     {
+        let lost: Vec<usize> = degraded
+            .then_some((seed % n as u64) as usize)
+            .into_iter()
+            .collect();
         let engine = volume(level, n, threads);
         let (config, scala) = (engine.config.clone(), engine.scala.clone());
         let members = engine
@@ -461,6 +483,9 @@ fn a_host_crash_under_threads_keeps_every_flushed_write() {
             .collect();
         let mut engine = ScalaAfa::new(config.clone(), scala.clone(), members, vec![]).unwrap();
         engine.keep_flushed_writes();
+        for &f in &lost {
+            engine.fail_member(f, 0).unwrap();
+        }
         let v = engine.into_threads().expect("threads start");
         let mut rngs: Vec<SimRng> = (0..CLIENTS)
             .map(|id| SimRng::new(seed * 100 + id))
@@ -503,7 +528,7 @@ fn a_host_crash_under_threads_keeps_every_flushed_write() {
         let members = v.crash().expect("crash");
         let members = members.into_iter().map(|m| m.crash(&mut rng)).collect();
         let mut recovered =
-            ScalaAfa::recover_with(config, scala, members, vec![], &[], true).expect("recovery");
+            ScalaAfa::recover_with(config, scala, members, vec![], &lost, true).expect("recovery");
         let mut sectors: Vec<u64> = flushed.keys().chain(since.keys()).copied().collect();
         sectors.sort_unstable();
         sectors.dedup();
@@ -520,9 +545,7 @@ fn a_host_crash_under_threads_keeps_every_flushed_write() {
         total.recovery_unwhole_copies += st.recovery_unwhole_copies;
         total.recovery_resynced_stripes += st.recovery_resynced_stripes;
     }
-    // The crashes kept tags without their data, and stripes were resynced.
-    assert!(total.recovery_unwhole_copies > 0, "{total:?}");
-    assert!(total.recovery_resynced_stripes > 0, "{total:?}");
+    total
 }
 
 /// A member that reports garbage collection in every completion when `gc` is set, whose
