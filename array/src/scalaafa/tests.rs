@@ -732,23 +732,12 @@ fn request_noting(
 /// independently. Every sector must read back as flushed or as a later write, never older,
 /// also once a member has failed and reads are decoded from the parity, and the recovered
 /// volume must keep working.
-fn host_crash_and_recover(
-    level: Level,
-    n: u32,
-    seed: u64,
-    before: usize,
-    after: usize,
-    scala: ScalaAfaConfig,
-    payload: afa_nand::PayloadMode,
-) -> ScalaAfaStats {
-    host_crash_degraded(level, n, seed, before, after, scala, payload, None)
-}
-
-/// As [`host_crash_and_recover`], with member `lost.0` failed before request `lost.1` (of
-/// `before + after`): the crash then hits a dirty degraded volume, and the lost member's
-/// chunks must still read back as flushed or later, from backups or parity.
+///
+/// With `lost` = (member, request), that member fails before that request (of `before +
+/// after`): the crash then hits a dirty degraded volume, and the lost member's chunks must
+/// still read back as flushed or later, from backups or parity.
 #[allow(clippy::too_many_arguments)]
-fn host_crash_degraded(
+fn host_crash_and_recover(
     level: Level,
     n: u32,
     seed: u64,
@@ -808,25 +797,40 @@ fn host_crash_degraded(
     *h.volume.stats()
 }
 
-#[test]
-fn a_host_crash_keeps_every_flushed_write() {
-    let mut rng = SimRng::new(77);
+/// `per_shape` host crashes on each of `SHAPES` with in-SSD and host conversion, random
+/// lengths and seeds from `seed`, and a random member lost at a random request if
+/// `degraded`; returns the recoveries' counters summed.
+fn host_crash_sweep(seed: u64, per_shape: usize, degraded: bool) -> ScalaAfaStats {
+    let mut rng = SimRng::new(seed);
     let mut total = ScalaAfaStats::default();
     for (level, n) in SHAPES {
         for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
-            for _ in 0..6 {
+            for _ in 0..per_shape {
                 let before = rng.below(3000) as usize;
                 let after = 1 + rng.below(600) as usize;
                 let seed = rng.next_u64();
+                let lost = degraded.then(|| {
+                    (
+                        rng.below(n as u64) as usize,
+                        rng.below((before + after) as u64) as usize,
+                    )
+                });
                 let token = afa_nand::PayloadMode::Token;
+                let scala = with_mode(mode);
                 let stats =
-                    host_crash_and_recover(level, n, seed, before, after, with_mode(mode), token);
+                    host_crash_and_recover(level, n, seed, before, after, scala, token, lost);
                 total.recovery_torn_chunks += stats.recovery_torn_chunks;
                 total.recovery_unwhole_copies += stats.recovery_unwhole_copies;
                 total.recovery_resynced_stripes += stats.recovery_resynced_stripes;
             }
         }
     }
+    total
+}
+
+#[test]
+fn a_host_crash_keeps_every_flushed_write() {
+    let total = host_crash_sweep(77, 6, false);
     // The crashes tore copies, and kept tags without their data, for recovery to drop.
     assert!(total.recovery_torn_chunks > 0, "{total:?}");
     assert!(total.recovery_unwhole_copies > 0, "{total:?}");
@@ -838,35 +842,9 @@ fn a_host_crash_keeps_every_flushed_write() {
 /// parity that replaced them did not survive the crash.
 #[test]
 fn a_host_crash_on_a_degraded_volume_keeps_every_flushed_write() {
-    let mut rng = SimRng::new(78);
-    let mut torn = 0;
-    for (level, n) in SHAPES {
-        for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
-            for _ in 0..16 {
-                let before = rng.below(3000) as usize;
-                let after = 1 + rng.below(600) as usize;
-                let seed = rng.next_u64();
-                let lost = (
-                    rng.below(n as u64) as usize,
-                    rng.below((before + after) as u64) as usize,
-                );
-                let token = afa_nand::PayloadMode::Token;
-                let stats = host_crash_degraded(
-                    level,
-                    n,
-                    seed,
-                    before,
-                    after,
-                    with_mode(mode),
-                    token,
-                    Some(lost),
-                );
-                torn += stats.recovery_torn_chunks;
-            }
-        }
-    }
+    let total = host_crash_sweep(78, 16, true);
     // The crashes tore copies, lost slots among them, for recovery to drop.
-    assert!(torn > 0);
+    assert!(total.recovery_torn_chunks > 0, "{total:?}");
 }
 
 #[test]
@@ -1221,7 +1199,7 @@ fn a_host_crash_does_not_trust_a_checkpoint() {
             checkpoint_interval_ms: interval_ms,
             ..ScalaAfaConfig::default()
         };
-        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full);
+        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full, None);
         assert_eq!(stats.recovered_checkpoint_seq, None);
     }
 }
@@ -1240,7 +1218,7 @@ proptest! {
     ) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
         let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
-        host_crash_and_recover(level, n, seed, before, after, scala, payload);
+        host_crash_and_recover(level, n, seed, before, after, scala, payload, None);
     }
 
     #[test]
