@@ -789,13 +789,16 @@ mod tests {
 
     /// `before` random writes, a FLUSH, `after` more (acknowledged, not flushed), then a host
     /// crash. Every sector must read back as flushed or as one of the writes after the flush
-    /// (never older), and the volume must keep working. Returns what recovery found.
+    /// (never older), and the volume must keep working. Returns what recovery found. With
+    /// `lost` = Some((member, when)), that member fails after `when` writes of the `after`
+    /// (a dirty degraded volume at the crash).
     fn host_crash_and_recover(
         level: Level,
         n: u32,
         seed: u64,
         before: usize,
         after: usize,
+        lost: Option<(usize, usize)>,
     ) -> TwoPhaseRecovery {
         let devs = (0..n as u64).map(|i| PageCache::new(ssd(i))).collect();
         let mut volume =
@@ -810,7 +813,10 @@ mod tests {
         let flushed = h.tokens.clone();
         let mut since: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         let cap = h.tokens.len() as u64;
-        for _ in 0..after {
+        for i in 0..after {
+            if let Some((member, _)) = lost.filter(|&(_, when)| when == i) {
+                h.volume.fail_member(member, h.now_ns).unwrap();
+            }
             let len = 1 + rng.below(6) as u32;
             let lba = rng.below(cap - len as u64);
             h.write_noting(lba, len, &mut since).unwrap();
@@ -826,9 +832,10 @@ mod tests {
             .into_iter()
             .map(|d| d.crash(&mut rng))
             .collect();
+        let failed: Vec<usize> = lost.map(|(member, _)| member).into_iter().collect();
+        let (config, tp) = (config(level, n), TwoPhaseConfig::default());
         let recovered =
-            TwoPhase::recover(config(level, n), TwoPhaseConfig::default(), members, vec![])
-                .expect("recovery");
+            TwoPhase::recover_with(config, tp, members, vec![], &failed, true).expect("recovery");
         let report = *recovered.recovery().unwrap();
         let mut h = Harness::new(recovered);
         h.now_ns = now_ns;
@@ -848,7 +855,7 @@ mod tests {
             for _ in 0..8 {
                 let before = rng.below(1500) as usize;
                 let after = 1 + rng.below(300) as usize;
-                let r = host_crash_and_recover(level, n, rng.next_u64(), before, after);
+                let r = host_crash_and_recover(level, n, rng.next_u64(), before, after, None);
                 total.torn_copies += r.torn_copies;
                 total.stripes += r.stripes;
                 total.incomplete_stripes += r.incomplete_stripes;
@@ -876,7 +883,21 @@ mod tests {
             after in 1usize..400,
         ) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-            host_crash_and_recover(level, n, seed, before, after);
+            host_crash_and_recover(level, n, seed, before, after, None);
+        }
+
+        /// The same on a volume that loses a member after the flush.
+        #[test]
+        fn a_host_crash_on_a_degraded_volume_keeps_every_flushed_write(
+            seed in any::<u64>(),
+            raid6 in any::<bool>(),
+            before in 0usize..2000,
+            after in 1usize..400,
+            when in 0usize..400,
+        ) {
+            let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
+            let lost = ((seed % n as u64) as usize, when % after);
+            host_crash_and_recover(level, n, seed, before, after, Some(lost));
         }
 
         #[test]
