@@ -733,8 +733,8 @@ fn request_noting(
 /// also once a member has failed and reads are decoded from the parity, and the recovered
 /// volume must keep working.
 ///
-/// With `lost` = (member, request), that member fails before that request (of `before +
-/// after`): the crash then hits a dirty degraded volume, and the lost member's chunks must
+/// Each (member, request) in `lost` fails that member before that request (of `before +
+/// after`): the crash then hits a dirty degraded volume, and the lost members' chunks must
 /// still read back as flushed or later, from backups or parity.
 #[allow(clippy::too_many_arguments)]
 fn host_crash_and_recover(
@@ -745,7 +745,7 @@ fn host_crash_and_recover(
     after: usize,
     scala: ScalaAfaConfig,
     payload: afa_nand::PayloadMode,
-    lost: Option<(usize, usize)>,
+    lost: &[(usize, usize)],
 ) -> ScalaAfaStats {
     let devs = (0..n as u64)
         .map(|i| PageCache::new(ssd_keeping(payload, i)))
@@ -756,7 +756,7 @@ fn host_crash_and_recover(
     let mut h = Harness::new(volume);
     let mut rng = SimRng::new(seed);
     let fail_here = |h: &mut Harness<ScalaAfa<PageCache>>, i: usize| {
-        if let Some((member, _)) = lost.filter(|&(_, at)| at == i) {
+        for &(member, _) in lost.iter().filter(|&&(_, at)| at == i) {
             h.volume.fail_member(member, h.now_ns).unwrap();
         }
     };
@@ -773,7 +773,7 @@ fn host_crash_and_recover(
         fail_here(&mut h, i);
         request_noting(&mut h, &mut rng, Some(&mut since));
     }
-    let failed: Vec<usize> = lost.map(|(member, _)| member).into_iter().collect();
+    let failed: Vec<usize> = lost.iter().map(|&(member, _)| member).collect();
     let mut h = h.after_crash(|v| {
         let members = v
             .into_members()
@@ -784,7 +784,7 @@ fn host_crash_and_recover(
     });
     h.adopt_flushed_or_later(&flushed, &since);
     // Reads decoded from the parity recovery left must give the same data back.
-    if lost.is_none() {
+    if lost.is_empty() {
         h.volume
             .fail_member((seed % n as u64) as usize, h.now_ns)
             .unwrap();
@@ -798,27 +798,34 @@ fn host_crash_and_recover(
 }
 
 /// `per_shape` host crashes on each of `SHAPES` with in-SSD and host conversion, random
-/// lengths and seeds from `seed`, and a random member lost at a random request if
-/// `degraded`; returns the recoveries' counters summed.
-fn host_crash_sweep(seed: u64, per_shape: usize, degraded: bool) -> ScalaAfaStats {
+/// lengths and seeds from `seed`, and `lost` distinct random members failed at random
+/// requests (shapes with fewer parity rows are skipped); returns the recoveries' counters
+/// summed.
+fn host_crash_sweep(seed: u64, per_shape: usize, lost: usize) -> ScalaAfaStats {
     let mut rng = SimRng::new(seed);
     let mut total = ScalaAfaStats::default();
     for (level, n) in SHAPES {
+        let m = if level == Level::Raid6 { 2 } else { 1 };
+        if lost > m {
+            continue;
+        }
         for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
             for _ in 0..per_shape {
                 let before = rng.below(3000) as usize;
                 let after = 1 + rng.below(600) as usize;
                 let seed = rng.next_u64();
-                let lost = degraded.then(|| {
-                    (
-                        rng.below(n as u64) as usize,
-                        rng.below((before + after) as u64) as usize,
-                    )
-                });
+                let mut failing: Vec<(usize, usize)> = Vec::new();
+                while failing.len() < lost {
+                    let member = rng.below(n as u64) as usize;
+                    let at = rng.below((before + after) as u64) as usize;
+                    if failing.iter().all(|&(f, _)| f != member) {
+                        failing.push((member, at));
+                    }
+                }
                 let token = afa_nand::PayloadMode::Token;
                 let scala = with_mode(mode);
                 let stats =
-                    host_crash_and_recover(level, n, seed, before, after, scala, token, lost);
+                    host_crash_and_recover(level, n, seed, before, after, scala, token, &failing);
                 total.recovery_torn_chunks += stats.recovery_torn_chunks;
                 total.recovery_unwhole_copies += stats.recovery_unwhole_copies;
                 total.recovery_resynced_stripes += stats.recovery_resynced_stripes;
@@ -830,7 +837,7 @@ fn host_crash_sweep(seed: u64, per_shape: usize, degraded: bool) -> ScalaAfaStat
 
 #[test]
 fn a_host_crash_keeps_every_flushed_write() {
-    let total = host_crash_sweep(77, 6, false);
+    let total = host_crash_sweep(77, 6, 0);
     // The crashes tore copies, and kept tags without their data, for recovery to drop.
     assert!(total.recovery_torn_chunks > 0, "{total:?}");
     assert!(total.recovery_unwhole_copies > 0, "{total:?}");
@@ -842,8 +849,15 @@ fn a_host_crash_keeps_every_flushed_write() {
 /// parity that replaced them did not survive the crash.
 #[test]
 fn a_host_crash_on_a_degraded_volume_keeps_every_flushed_write() {
-    let total = host_crash_sweep(78, 16, true);
+    let total = host_crash_sweep(78, 16, 1);
     // The crashes tore copies, lost slots among them, for recovery to drop.
+    assert!(total.recovery_torn_chunks > 0, "{total:?}");
+}
+
+/// The same with m = 2 and two members lost (4+2 only).
+#[test]
+fn a_host_crash_with_two_members_lost_keeps_every_flushed_write() {
+    let total = host_crash_sweep(79, 16, 2);
     assert!(total.recovery_torn_chunks > 0, "{total:?}");
 }
 
@@ -1199,7 +1213,7 @@ fn a_host_crash_does_not_trust_a_checkpoint() {
             checkpoint_interval_ms: interval_ms,
             ..ScalaAfaConfig::default()
         };
-        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full, None);
+        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full, &[]);
         assert_eq!(stats.recovered_checkpoint_seq, None);
     }
 }
@@ -1218,7 +1232,7 @@ proptest! {
     ) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
         let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
-        host_crash_and_recover(level, n, seed, before, after, scala, payload, None);
+        host_crash_and_recover(level, n, seed, before, after, scala, payload, &[]);
     }
 
     #[test]
