@@ -156,9 +156,10 @@ pub struct ConvertCommand {
     pub k: u8,
     pub parity: ParityType,
     /// Deallocate the source once the parity is written (§5.3). An array whose members sit
-    /// behind a volatile cache clears it for a stripe that may hold flushed data: there the
-    /// deallocation could reach the medium before the parity does, and a host crash would
-    /// leave neither, so the array trims the source itself after a flush.
+    /// behind a volatile cache, with a member lost, clears it for a stripe that may hold
+    /// flushed data: the deallocation could reach the medium before the parity does, and a
+    /// host crash would then leave the lost member's chunks in neither, so the array trims
+    /// the source itself after a flush.
     pub trim_source: bool,
 }
 

@@ -989,9 +989,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 // §5.2 path 3: no more heroes to grant, so recall unused ones.
                 0 => self.recall(thread, at_ns)?,
                 1 => {
-                    // Rows that died since the last member flush wait for one: when rows
-                    // are what is short (not VHs, which conversion frees), flush now and
-                    // trim them at once.
+                    // Heroes that died since the last member flush wait for one: when rows
+                    // are what is short, or VHs wait too (a degraded volume's conversions
+                    // keep theirs until a flush; otherwise conversion frees VHs), flush now
+                    // and trim them at once.
                     let rows_short = self.grantable_hhs(thread) == 0;
                     if (rows_short || self.holds_vhs()) && self.holds_any() {
                         let flushed = self.flush_and_release(at_ns)?;
@@ -1026,8 +1027,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     while let Some(t) = self.recycle_earliest()? {
                         ready = ready.max(t);
                     }
-                    // The conversions' VHs may wait for a flush: take it now.
-                    if self.holds_any() {
+                    // The conversions' VHs may wait for a flush (degraded): take it now.
+                    if self.holds_vhs() {
                         let flushed = self.flush_and_release(ready)?;
                         ready = ready.max(self.release_replaced(flushed)?);
                     }
