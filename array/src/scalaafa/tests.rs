@@ -333,6 +333,40 @@ fn a_decode_that_misses_its_checksums_fails_the_read() {
     h.read_check(0, cs);
 }
 
+/// The XOR of three whole copies (data and tags), which is what a decode from a parity of
+/// another generation gives, is not whole under the tags' checksum, though it would be
+/// under plain CRC-32, which is affine over XOR.
+#[test]
+fn an_xor_of_whole_copies_is_not_whole() {
+    let (tag_bytes, unit, sectors) = (16usize, 8usize, 4u32);
+    let copy = |i: u8| -> (Vec<u8>, Vec<u8>) {
+        let data: Vec<u8> = (0..unit * sectors as usize)
+            .map(|b| (b as u8).wrapping_mul(31).wrapping_add(i.wrapping_mul(97)))
+            .collect();
+        let meta = encode_meta(7, 0, 100, KIND_BACKUP);
+        let tags = meta_tags(tag_bytes, unit, sectors, meta, &data).unwrap();
+        (data, tags)
+    };
+    let copies: Vec<(Vec<u8>, Vec<u8>)> = (1..=3).map(copy).collect();
+    for (data, tags) in &copies {
+        assert!(copy_is_whole(tags, data, tag_bytes, unit));
+    }
+    let xor = |f: fn(&(Vec<u8>, Vec<u8>)) -> &Vec<u8>| -> Vec<u8> {
+        let mut out = f(&copies[0]).clone();
+        for c in &copies[1..] {
+            out.iter_mut().zip(f(c)).for_each(|(o, b)| *o ^= b);
+        }
+        out
+    };
+    let (data, tags) = (xor(|c| &c.0), xor(|c| &c.1));
+    assert!(!copy_is_whole(&tags, &data, tag_bytes, unit));
+    // The premise: plain CRC-32 of the XOR is the XOR of the CRC-32s.
+    let crc = |d: &[u8]| crc32fast::hash(d);
+    let sector = |d: &[u8]| d[..unit].to_vec();
+    let parts: Vec<u32> = copies.iter().map(|c| crc(&sector(&c.0))).collect();
+    assert_eq!(crc(&sector(&data)), parts[0] ^ parts[1] ^ parts[2]);
+}
+
 /// A replacement rebuilt onto a spare carries the OOB metadata of every chunk it holds, so a
 /// power loss after the rebuild finds every acknowledged write by the OOB scan (§5.4), with
 /// one member and with two members rebuilt.
