@@ -347,24 +347,22 @@ fn an_xor_of_whole_copies_is_not_whole() {
         let tags = meta_tags(tag_bytes, unit, sectors, meta, &data).unwrap();
         (data, tags)
     };
-    let copies: Vec<(Vec<u8>, Vec<u8>)> = (1..=3).map(copy).collect();
-    for (data, tags) in &copies {
+    let (datas, tagss): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (1..=3).map(copy).unzip();
+    for (data, tags) in datas.iter().zip(&tagss) {
         assert!(copy_is_whole(tags, data, tag_bytes, unit));
     }
-    let xor = |f: fn(&(Vec<u8>, Vec<u8>)) -> &Vec<u8>| -> Vec<u8> {
-        let mut out = f(&copies[0]).clone();
-        for c in &copies[1..] {
-            out.iter_mut().zip(f(c)).for_each(|(o, b)| *o ^= b);
+    let xor = |all: &[Vec<u8>]| -> Vec<u8> {
+        let mut out = all[0].clone();
+        for c in &all[1..] {
+            out.iter_mut().zip(c).for_each(|(o, b)| *o ^= b);
         }
         out
     };
-    let (data, tags) = (xor(|c| &c.0), xor(|c| &c.1));
+    let (data, tags) = (xor(&datas), xor(&tagss));
     assert!(!copy_is_whole(&tags, &data, tag_bytes, unit));
     // The premise: plain CRC-32 of the XOR is the XOR of the CRC-32s.
-    let crc = |d: &[u8]| crc32fast::hash(d);
-    let sector = |d: &[u8]| d[..unit].to_vec();
-    let parts: Vec<u32> = copies.iter().map(|c| crc(&sector(&c.0))).collect();
-    assert_eq!(crc(&sector(&data)), parts[0] ^ parts[1] ^ parts[2]);
+    let crc = |d: &[u8]| crc32fast::hash(&d[..unit]);
+    assert_eq!(crc(&data), crc(&datas[0]) ^ crc(&datas[1]) ^ crc(&datas[2]));
 }
 
 /// A replacement rebuilt onto a spare carries the OOB metadata of every chunk it holds, so a
