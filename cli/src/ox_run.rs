@@ -64,10 +64,6 @@ pub fn run(
          {} checkpoints, {} GC victims ({:.1} MB moved, {:.1} MB reclaimed), {} MAP page loads",
         if ox.write_cache.write_back {
             "one command at a time: write-back cache".to_owned()
-        } else if cfg.host.is_some() {
-            // The host CPU model times each command it passes on, which the queued
-            // interface's deferred completions would bypass.
-            "one command at a time: behind the host CPU model".to_owned()
         } else {
             format!(
                 "up to {} commands outstanding",

@@ -169,3 +169,35 @@ fn an_ox_run_keeps_the_jobs_queue_depth_in_flight() {
         eight
     );
 }
+
+/// Behind the host CPU model (`[host]`) the queued interface is passed on: the host still
+/// keeps the job's iodepth in flight, every read is still checked, and the threads' CPU time
+/// is reported.
+#[test]
+fn an_ox_run_behind_the_host_cpu_model_keeps_the_jobs_queue_depth_in_flight() {
+    let fixture_text = std::fs::read_to_string(fixture("ox_run.toml")).unwrap();
+    let with_host = |iodepth: u32, name: &str| {
+        let path = temp(name);
+        let text = fixture_text
+            .replace("[global]\n", &format!("[global]\niodepth={iodepth}\n"))
+            .replace("[workload]\n", "[host]\nthreads = 1\n[workload]\n");
+        assert!(text.contains("[host]") && text.contains("iodepth="));
+        std::fs::write(&path, text).unwrap();
+        run_config(path.to_str().unwrap(), "11", &format!("{name}.json"))
+    };
+    let one = with_host(1, "ox_run_host_qd1.toml");
+    let eight = with_host(8, "ox_run_host_qd8.toml");
+    for v in [&one, &eight] {
+        assert_eq!(v["integrity"]["mismatches"], 0);
+        assert_eq!(v["integrity"]["reads_checked"], 3840);
+        let busy = v["cpu"]["threads"][0]["stack_ns"].as_u64().unwrap();
+        assert!(busy > 0, "{}", v["cpu"]);
+    }
+    let iops = |v: &serde_json::Value| v["read"]["iops"].as_f64().unwrap();
+    assert!(
+        iops(&eight) > 2.0 * iops(&one),
+        "{} vs {} read IOPS",
+        iops(&eight),
+        iops(&one)
+    );
+}

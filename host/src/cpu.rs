@@ -27,8 +27,12 @@
 //! approximation that keeps total CPU per request exact, which is what bounds throughput.
 
 use afa_sim::{transfer_ns, TimeNs};
-use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, ReadBuffers};
+use afa_ssd::{
+    BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, QueuedCompletion,
+    QueuedDevice, ReadBuffers,
+};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The software stack between the application and the devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,6 +248,45 @@ pub struct CpuFront<D> {
     profile: StackProfile,
     costs: CpuCosts,
     threads: Vec<Thread>,
+    queued: QueuedTiming,
+}
+
+/// What the model keeps for a device driven through its queued interface
+/// ([`QueuedDevice`]), whose completions come back only as its clock passes them.
+#[derive(Debug, Default)]
+struct QueuedTiming {
+    /// The latest time a command was started at on the device: the model starts a command
+    /// once its thread has spent the submission path on it, ahead of the host's clock, and
+    /// the device may not be moved back behind it.
+    device_ns: TimeNs,
+    /// Per tag of a command under way: the time its completion is delayed by on the way
+    /// back (the engine's work and the completion path) and when its thread's work on it
+    /// ends.
+    under_way: BTreeMap<u64, Charged>,
+    /// Completions the device delivered whose host-side completion lies ahead, by (time,
+    /// arrival order).
+    held: BTreeMap<(TimeNs, u64), QueuedCompletion>,
+    arrivals: u64,
+    /// The device's next event as it said after the last call that could change it:
+    /// `next_event_ns` takes `&self`, and the device's queued interface needs `&mut`.
+    device_next_ns: Option<TimeNs>,
+}
+
+/// The CPU time one request was charged, as it bears on its completion.
+#[derive(Debug, Clone, Copy)]
+struct Charged {
+    /// Added to the devices' completion time: the engine's work delays its member commands,
+    /// and the completion path follows them.
+    after_devices_ns: u64,
+    /// When the thread has finished all of the request's CPU work.
+    cpu_end_ns: TimeNs,
+}
+
+impl Charged {
+    /// When the host sees the request complete whose devices were done at `devices_ns`.
+    fn finish(&self, devices_ns: TimeNs) -> TimeNs {
+        (devices_ns + self.after_devices_ns).max(self.cpu_end_ns)
+    }
 }
 
 impl<D: BlockDevice> CpuFront<D> {
@@ -254,6 +297,7 @@ impl<D: BlockDevice> CpuFront<D> {
             profile: config.profile,
             costs: config.costs(),
             threads: vec![Thread::default(); config.threads as usize],
+            queued: QueuedTiming::default(),
         })
     }
 
@@ -309,6 +353,62 @@ impl<D: BlockDevice> CpuFront<D> {
         }
     }
 
+    /// Records the device's next event after a call that may have changed it.
+    fn note_device_next(&mut self) {
+        self.queued.device_next_ns = self.inner.queued().and_then(|q| q.next_event_ns());
+    }
+
+    /// Takes the thread that is free first for a request that arrives at `now_ns`, charges
+    /// it the submission path and its share of synchronisation, and returns it with the
+    /// time the request reaches the engine.
+    ///
+    /// The time returned never decreases from one call to the next while `now_ns` does
+    /// not: the thread taken is the earliest free, and taking it only moves its free time
+    /// later, so the earliest free time of all threads never goes back.
+    fn take_thread(&mut self, now_ns: TimeNs) -> (usize, TimeNs) {
+        let c = self.costs;
+        let extra_threads = self.threads.len() as u64 - 1;
+        let sync_ns = c.sync_ns + c.contention_ns_per_thread * extra_threads;
+        let i = self.pick_thread();
+        let start = now_ns.max(self.threads[i].free_ns);
+        let thread = &mut self.threads[i];
+        thread.busy.stack_ns += c.request_ns;
+        thread.busy.sync_ns += sync_ns;
+        thread.free_ns = start + c.request_ns + sync_ns;
+        (i, thread.free_ns)
+    }
+
+    /// Charges thread `i` the work the engine reported for the request that reached it at
+    /// `issue_ns`: its logic, parity, background work, the driver's work per member command
+    /// and the completion path.
+    fn charge(&mut self, i: usize, issue_ns: TimeNs) -> Charged {
+        let c = self.costs;
+        let work: HostWork = self.inner.take_host_work();
+        // Messages to and from the space manager are sent while the engine works, so they
+        // delay the member commands like the engine's own logic.
+        let messages_ns = c.message_ns * work.messages;
+        let array_ns = c.array_request_ns + c.chunk_ns * work.chunks + messages_ns;
+        let parity_ns = transfer_ns(work.parity_bytes, c.parity_mb_s);
+        let background_ns = (c.request_ns + c.completion_ns + c.member_command_ns)
+            * work.background_commands
+            + transfer_ns(work.background_bytes, c.copy_mb_s)
+            + transfer_ns(work.background_parity_bytes, c.parity_mb_s);
+        // The driver's work for the member commands and the completion path follow the
+        // engine's work; the submission path (`request_ns`) came before it.
+        let post_ns = c.member_command_ns * work.member_commands + c.completion_ns;
+        let thread = &mut self.threads[i];
+        thread.busy.stack_ns += post_ns;
+        thread.busy.array_ns += array_ns;
+        thread.busy.parity_ns += parity_ns;
+        thread.busy.background_ns += background_ns;
+        let cpu_end_ns = issue_ns + array_ns + parity_ns + background_ns + post_ns;
+        thread.free_ns = cpu_end_ns;
+        Charged {
+            after_devices_ns: array_ns + background_ns + c.completion_ns,
+            cpu_end_ns,
+        }
+    }
+
     /// The thread that is free first (the lowest index among equals, for determinism).
     fn pick_thread(&self) -> usize {
         let mut best = 0;
@@ -332,44 +432,24 @@ impl<D: BlockDevice> BlockDevice for CpuFront<D> {
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
-        let c = self.costs;
-        let extra_threads = self.threads.len() as u64 - 1;
-        let sync_ns = c.sync_ns + c.contention_ns_per_thread * extra_threads;
-        let i = self.pick_thread();
-        let start = now_ns.max(self.threads[i].free_ns);
-        let issue = start + c.request_ns + sync_ns;
+        let (thread, issue) = self.take_thread(now_ns);
         // Work left over from idle-time calls belongs to no request; drop it so it is not
         // charged to this one.
         self.inner.take_host_work();
         let result = self.inner.submit(issue, cmd, out);
-        let work: HostWork = self.inner.take_host_work();
-        // Messages to and from the space manager are sent while the engine works, so they
-        // delay the member commands like the engine's own logic.
-        let messages_ns = c.message_ns * work.messages;
-        let array_ns = c.array_request_ns + c.chunk_ns * work.chunks + messages_ns;
-        let parity_ns = transfer_ns(work.parity_bytes, c.parity_mb_s);
-        let background_ns = (c.request_ns + c.completion_ns + c.member_command_ns)
-            * work.background_commands
-            + transfer_ns(work.background_bytes, c.copy_mb_s)
-            + transfer_ns(work.background_parity_bytes, c.parity_mb_s);
-        // The driver's work for the member commands and the completion path follow the
-        // engine's work; the submission path (`request_ns`) came before it.
-        let post_ns = c.member_command_ns * work.member_commands + c.completion_ns;
-        let stack_ns = c.request_ns + post_ns;
-        let thread = &mut self.threads[i];
-        thread.busy.stack_ns += stack_ns;
-        thread.busy.array_ns += array_ns;
-        thread.busy.parity_ns += parity_ns;
-        thread.busy.sync_ns += sync_ns;
-        thread.busy.background_ns += background_ns;
-        let cpu_end = issue + array_ns + parity_ns + background_ns + post_ns;
-        thread.free_ns = cpu_end;
+        let charged = self.charge(thread, issue);
         let completion = result?;
-        let devices_done = completion.done_ns + array_ns + background_ns + c.completion_ns;
         Ok(Completion {
-            done_ns: devices_done.max(cpu_end),
+            done_ns: charged.finish(completion.done_ns),
             gc_active: completion.gc_active,
         })
+    }
+
+    fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+        // The model passes the queued interface on when the device has one, so a queued
+        // device keeps its queue depth behind the host's threads too.
+        self.inner.queued()?;
+        Some(self)
     }
 
     fn prefetch(&self, lba: u64, stage: u8) {
@@ -377,12 +457,77 @@ impl<D: BlockDevice> BlockDevice for CpuFront<D> {
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        self.inner.background(now_ns)
+        let next = self.inner.background(now_ns);
+        self.note_device_next();
+        next
     }
 
     fn take_host_work(&mut self) -> HostWork {
         // The host model consumes the engine's work itself; nothing is left for a caller.
         HostWork::default()
+    }
+}
+
+/// The queued interface behind the host's threads: a command is started on the device once
+/// its thread has spent the submission path on it, and its completion is held until the
+/// thread has done the rest of its work and the completion path, as `submit` times it.
+impl<D: BlockDevice> QueuedDevice for CpuFront<D> {
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
+        let (thread, issue) = self.take_thread(now_ns);
+        // `take_thread` never goes back in time, but a caller's clock may be behind a
+        // command started earlier; the device is never moved back.
+        let issue = issue.max(self.queued.device_ns);
+        self.inner.take_host_work();
+        let device = self
+            .inner
+            .queued()
+            .expect("a device whose queued interface the model passed on");
+        let started = device.start(issue, cmd, tag);
+        self.queued.device_ns = issue;
+        self.note_device_next();
+        started?;
+        let charged = self.charge(thread, issue);
+        self.queued.under_way.insert(tag, charged);
+        Ok(())
+    }
+
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        let held = self.queued.held.keys().next().map(|&(t, _)| t);
+        match (held, self.queued.device_next_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
+        // The device may already be past `t_ns` (it was moved to the last start); running it
+        // to where it is delivers what it finished there, which waits here like the rest.
+        let device_t = t_ns.max(self.queued.device_ns);
+        let device = self
+            .inner
+            .queued()
+            .expect("a device whose queued interface the model passed on");
+        let finished = device.advance_to(device_t);
+        self.queued.device_ns = device_t;
+        for mut c in finished {
+            // A tag the model did not start is passed on as the device timed it.
+            if let Some(charged) = self.queued.under_way.remove(&c.tag) {
+                c.done_ns = charged.finish(c.done_ns);
+            }
+            self.queued
+                .held
+                .insert((c.done_ns, self.queued.arrivals), c);
+            self.queued.arrivals += 1;
+        }
+        self.note_device_next();
+        let mut done = Vec::new();
+        while let Some(entry) = self.queued.held.first_entry() {
+            if entry.key().0 > t_ns {
+                break;
+            }
+            done.push(entry.remove());
+        }
+        done
     }
 }
 
@@ -460,6 +605,125 @@ mod tests {
             last = last.max(c.done_ns);
         }
         (n * 65_536) as f64 / last as f64
+    }
+
+    /// `Fixed`'s timing and work behind the queued interface: a command completes
+    /// `latency_ns` after it starts, whatever else is under way.
+    #[derive(Debug)]
+    struct FixedQueue {
+        fixed: Fixed,
+        now_ns: TimeNs,
+        running: BTreeMap<(TimeNs, u64), ()>,
+    }
+
+    impl BlockDevice for FixedQueue {
+        fn info(&self) -> DeviceInfo {
+            self.fixed.info()
+        }
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            out: ReadBuffers<'_>,
+        ) -> Result<Completion, DeviceError> {
+            self.fixed.submit(now_ns, cmd, out)
+        }
+        fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+            None
+        }
+        fn take_host_work(&mut self) -> HostWork {
+            self.fixed.take_host_work()
+        }
+        fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+            Some(self)
+        }
+    }
+
+    impl QueuedDevice for FixedQueue {
+        fn start(
+            &mut self,
+            now_ns: TimeNs,
+            _cmd: &Command<'_>,
+            tag: u64,
+        ) -> Result<(), DeviceError> {
+            assert!(now_ns >= self.now_ns, "started in the device's past");
+            self.fixed.pending.add(&self.fixed.work);
+            self.running
+                .insert((now_ns + self.fixed.latency_ns, tag), ());
+            Ok(())
+        }
+        fn next_event_ns(&self) -> Option<TimeNs> {
+            self.running.keys().next().map(|&(t, _)| t)
+        }
+        fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
+            assert!(
+                t_ns >= self.now_ns,
+                "moved back from {} to {t_ns}",
+                self.now_ns
+            );
+            self.now_ns = t_ns;
+            let mut done = Vec::new();
+            while let Some(entry) = self.running.first_entry() {
+                if entry.key().0 > t_ns {
+                    break;
+                }
+                let (done_ns, tag) = *entry.key();
+                entry.remove();
+                done.push(QueuedCompletion {
+                    tag,
+                    done_ns,
+                    result: Ok(Vec::new()),
+                });
+            }
+            done
+        }
+    }
+
+    /// The queued interface times a request as `submit` does: a burst of requests all
+    /// arriving at 0, on two threads, completes at the same times and charges the threads
+    /// the same work either way, and each completion is held until then.
+    #[test]
+    fn the_queued_interface_times_requests_as_submit_does() {
+        let config = CpuConfig {
+            threads: 2,
+            ..CpuConfig::default()
+        };
+        let fixed = || Fixed {
+            latency_ns: 30_000,
+            work: replicated_write(),
+            pending: HostWork::default(),
+        };
+        let mut direct = CpuFront::new(fixed(), &config).unwrap();
+        let submitted: Vec<TimeNs> = (0..8)
+            .map(|_| {
+                direct
+                    .submit(0, &Command::write(0, 16, &[]), ReadBuffers::none())
+                    .unwrap()
+                    .done_ns
+            })
+            .collect();
+        let dev = FixedQueue {
+            fixed: fixed(),
+            now_ns: 0,
+            running: BTreeMap::new(),
+        };
+        let mut queued = CpuFront::new(dev, &config).unwrap();
+        for tag in 0..8 {
+            queued.start(0, &Command::write(0, 16, &[]), tag).unwrap();
+        }
+        let mut completed = vec![0; 8];
+        let mut seen = 0;
+        while let Some(t) = queued.next_event_ns() {
+            for c in queued.advance_to(t) {
+                assert_eq!(c.done_ns, t, "a completion comes back at its time");
+                completed[c.tag as usize] = c.done_ns;
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 8);
+        assert_eq!(completed, submitted);
+        let end = *submitted.iter().max().unwrap();
+        assert_eq!(queued.report(end).threads, direct.report(end).threads);
     }
 
     #[test]

@@ -397,3 +397,64 @@ fn a_queued_device_that_never_completes_fails_the_run() {
     let err = run(&mut dev, &Workload::Jobs(jobs), &options()).unwrap_err();
     assert!(matches!(err, RunError::Stalled { outstanding: 4 }), "{err}");
 }
+
+/// Behind the host CPU model a queued device still gets the job's whole queue depth, every
+/// read is still checked, and the host's threads bound the throughput: with a submission
+/// path of 40 µs, one thread takes at least 40 µs per request and two threads finish the
+/// same job in about half the time, while the device, which takes 50 µs per command with
+/// 16 in flight, would allow far more.
+#[test]
+fn a_queued_device_behind_the_host_cpu_model_keeps_its_queue_and_pays_the_threads() {
+    let jobs = parse_job_file(QUEUED_JOB).unwrap();
+    let run_with = |threads: u32| {
+        let config = CpuConfig {
+            threads,
+            request_ns: Some(40_000),
+            ..CpuConfig::default()
+        };
+        let mut dev = SlowQueue::new(256);
+        let mut front = CpuFront::new(&mut dev, &config).unwrap();
+        let outcome = run(&mut front, &Workload::Jobs(jobs.clone()), &options()).unwrap();
+        let report = front.report(outcome.sim_time_ns);
+        assert!(dev.running.is_empty());
+        (outcome, report, dev.most_in_flight)
+    };
+    let (one, one_cpu, one_depth) = run_with(1);
+    assert_eq!(one.mismatches, 0, "{:?}", one.first_mismatches);
+    assert!(one.reads_checked > 100, "{}", one.reads_checked);
+    assert!(
+        one_depth > 1,
+        "one thread still overlaps device time: {one_depth}"
+    );
+    assert!(
+        one.sim_time_ns >= one.requests * 40_000,
+        "{} requests in {} ns",
+        one.requests,
+        one.sim_time_ns
+    );
+    let busy = one_cpu.threads[0].busy;
+    assert_eq!(busy.stack_ns % 1_000, 0);
+    assert!(busy.stack_ns >= one.requests * 40_000, "{busy:?}");
+    let (two, _, two_depth) = run_with(2);
+    assert_eq!(two.mismatches, 0, "{:?}", two.first_mismatches);
+    assert!(two_depth >= one_depth, "{two_depth} < {one_depth}");
+    let speedup = one.sim_time_ns as f64 / two.sim_time_ns as f64;
+    assert!((1.7..2.3).contains(&speedup), "two threads: {speedup}×");
+    // A seed gives the same run behind the model too.
+    let (again, _, _) = run_with(2);
+    assert_eq!(
+        (again.event_hash, again.sim_time_ns),
+        (two.event_hash, two.sim_time_ns)
+    );
+}
+
+/// The model offers the queued interface exactly when the device behind it has one.
+#[test]
+fn the_host_cpu_model_passes_the_queued_interface_on() {
+    let mut dev = SlowQueue::new(256);
+    let mut front = CpuFront::new(&mut dev, &CpuConfig::default()).unwrap();
+    assert!(front.queued().is_some());
+    let mut ssd = ssd(PayloadMode::Token);
+    let mut plain = CpuFront::new(&mut ssd, &CpuConfig::default()).unwrap();
+    assert!(plain.queued().is_none());
+}
