@@ -59,17 +59,16 @@ pub fn run(
         ..GcReport::default()
     };
     report.cpu = cpu;
+    let cache = if ox.write_cache.write_back {
+        "write-back cache, "
+    } else {
+        ""
+    };
     let line = format!(
-        "ox (OXBlock, {}): {} write contexts, {} done records, {} RDESC_A, \
-         {} checkpoints, {} GC victims ({:.1} MB moved, {:.1} MB reclaimed), {} MAP page loads",
-        if ox.write_cache.write_back {
-            "one command at a time: write-back cache".to_owned()
-        } else {
-            format!(
-                "up to {} commands outstanding",
-                device.info().max_queue_depth
-            )
-        },
+        "ox (OXBlock, {cache}up to {} commands outstanding): {} write contexts, {} done records, \
+         {} RDESC_A, {} checkpoints, {} GC victims ({:.1} MB moved, {:.1} MB reclaimed), \
+         {} MAP page loads",
+        device.info().max_queue_depth,
         stats.contexts,
         stats.done_records,
         stats.rdesc_a_records,

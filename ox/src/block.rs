@@ -22,17 +22,27 @@ use crate::{OxController, OxError, Request, RequestId};
 /// `submit` runs the controller until the command completes, so commands are served one at
 /// a time in the order submitted; a command submitted at a time the controller has already
 /// passed starts at the controller's clock. A host that keeps several commands in flight
-/// uses the queued interface instead (`BlockDevice::queued`), offered while the controller's
-/// write cache is write-through: a block FLUSH then has nothing to drain.
+/// uses the queued interface instead (`BlockDevice::queued`): a block FLUSH there completes
+/// once every write the write-back cache acknowledged before it is installed (at once with
+/// the write-through cache, which acknowledges only installed writes).
 #[derive(Debug)]
 pub struct OxBlockDevice {
     ctrl: OxController,
     max_transfer_sectors: u32,
     /// Queued interface: the caller's tag of every request under way.
     tags: BTreeMap<RequestId, u64>,
-    /// Queued interface: flushes, which complete after the transport's latency, by (time,
-    /// tag).
+    /// Queued interface: flushes whose completion time is known, by (time, tag).
     flushes: BTreeSet<(TimeNs, u64)>,
+    /// Queued interface, write-back cache: flushes waiting for the commands the cache had
+    /// acknowledged when they started, in start order.
+    draining: Vec<DrainingFlush>,
+}
+
+/// A FLUSH on the queued interface that waits for acknowledged writes to be installed.
+#[derive(Debug)]
+struct DrainingFlush {
+    tag: u64,
+    waiting_for: Vec<RequestId>,
 }
 
 impl OxBlockDevice {
@@ -42,6 +52,7 @@ impl OxBlockDevice {
             max_transfer_sectors: 256,
             tags: BTreeMap::new(),
             flushes: BTreeSet::new(),
+            draining: Vec::new(),
         }
     }
 
@@ -86,6 +97,34 @@ impl OxBlockDevice {
             .flat_map(|t| t.to_le_bytes().into_iter().take(unit))
             .collect()
     }
+    /// Flushes whose writes have all completed by `now_ns` complete now; if the controller
+    /// stopped, every waiting flush fails with its error.
+    fn settle_draining(&mut self, now_ns: TimeNs, failed: &mut Vec<QueuedCompletion>) {
+        if let Some(e) = self.ctrl.fatal_error() {
+            for f in self.draining.drain(..) {
+                failed.push(QueuedCompletion {
+                    tag: f.tag,
+                    done_ns: now_ns,
+                    result: Err(device_error(e.clone())),
+                });
+            }
+            return;
+        }
+        let ctrl = &self.ctrl;
+        let flushes = &mut self.flushes;
+        self.draining.retain_mut(|f| {
+            f.waiting_for.retain(|&id| ctrl.under_way(id));
+            if f.waiting_for.is_empty() {
+                // An acknowledged command completes in the controller the transport's
+                // latency after its last context was installed, which is when the flush's
+                // answer, sent as that install ends, reaches the host.
+                flushes.insert((now_ns, f.tag));
+                return false;
+            }
+            true
+        });
+    }
+
     pub fn controller(&self) -> &OxController {
         &self.ctrl
     }
@@ -121,13 +160,8 @@ impl BlockDevice for OxBlockDevice {
             capacity_sectors: cfg.logical_pages,
             payload_unit_bytes: cfg.payload.unit_bytes(cfg.terms.rblock_bytes).min(8),
             tag_bytes_per_sector: 0,
-            // Queued (write-through), the host keeps as many commands in flight as an
-            // NVMe-oF queue takes; through `submit`, one at a time.
-            max_queue_depth: if cfg.write_cache.write_back {
-                1
-            } else {
-                QUEUE_DEPTH
-            },
+            // Queued, the host keeps as many commands in flight as an NVMe-oF queue takes.
+            max_queue_depth: QUEUE_DEPTH,
             max_transfer_sectors: self.max_transfer_sectors,
         }
     }
@@ -167,7 +201,7 @@ impl BlockDevice for OxBlockDevice {
     }
 
     fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
-        (!self.ctrl.config().write_cache.write_back).then_some(self as &mut dyn QueuedDevice)
+        Some(self)
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
@@ -185,7 +219,7 @@ impl BlockDevice for OxBlockDevice {
 
 /// The queued interface: commands run side by side in the controller as its own host
 /// interface would take them, so a host with many commands in flight sees the controller's
-/// parallelism. Only while the write cache is write-through (`BlockDevice::queued`).
+/// parallelism.
 impl QueuedDevice for OxBlockDevice {
     fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
         let info = self.info();
@@ -208,9 +242,17 @@ impl QueuedDevice for OxBlockDevice {
         // Whatever the controller has to do before the command arrives comes first.
         self.ctrl.advance_to(now);
         if cmd.opcode == Opcode::Flush {
-            // Write-through: every acknowledged write is durable already.
-            let done = now + self.ctrl.config().costs.transport_latency_ns;
-            self.flushes.insert((done, tag));
+            // Every write acknowledged before the flush must be durable when it completes:
+            // write-through, they are already; write-back, the flush waits for those the
+            // cache acknowledged and has not installed yet, and for nothing acknowledged
+            // after it (NVMe's FLUSH covers the commands completed before it).
+            let waiting_for = self.ctrl.acknowledged_not_durable();
+            if waiting_for.is_empty() {
+                let done = now + self.ctrl.config().costs.transport_latency_ns;
+                self.flushes.insert((done, tag));
+            } else {
+                self.draining.push(DrainingFlush { tag, waiting_for });
+            }
             return Ok(());
         }
         let id = self
@@ -230,8 +272,20 @@ impl QueuedDevice for OxBlockDevice {
     }
 
     fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
-        self.ctrl.advance_to(t_ns);
         let mut done: Vec<QueuedCompletion> = Vec::new();
+        // With flushes waiting for installs the controller runs one event time at a time,
+        // so that each flush completes at the time its last write was installed.
+        while !self.draining.is_empty() {
+            match self.ctrl.next_event_ns() {
+                Some(t) if t <= t_ns => {
+                    self.ctrl.advance_to(t);
+                    self.settle_draining(t, &mut done);
+                }
+                _ => break,
+            }
+        }
+        self.ctrl.advance_to(t_ns);
+        self.settle_draining(t_ns, &mut done);
         for c in self.ctrl.take_completions() {
             let Some(tag) = self.tags.remove(&c.id) else {
                 continue;

@@ -399,7 +399,7 @@ fn the_block_device_seam_serves_host_commands() {
 
 /// The queued interface runs commands side by side: reads started together finish sooner
 /// than one after another, each returns its data, a flush completes after the transport's
-/// latency, bad input is refused at once, and a write-back device offers no queued interface.
+/// latency, and bad input is refused at once.
 #[test]
 fn the_queued_interface_runs_host_commands_side_by_side() {
     use afa_ssd::{BlockDevice, Command};
@@ -461,11 +461,6 @@ fn the_queued_interface_runs_host_commands_side_by_side() {
         t - start
     );
     assert!(q.start(t, &Command::read(cfg.logical_pages, 1), 5).is_err());
-    let mut back = cfg.clone();
-    back.write_cache.write_back = true;
-    let mut wb = OxBlockDevice::new(OxController::format(&back, 9).unwrap());
-    assert!(wb.queued().is_none());
-    assert_eq!(wb.info().max_queue_depth, 1);
 }
 
 /// Costs are steps of simulated time and the link a bandwidth, under the workspace's

@@ -317,4 +317,20 @@ impl OxController {
     pub fn write_cache_bytes(&self) -> u64 {
         self.wcache.bytes
     }
+
+    /// Commands the write-back cache acknowledged whose contexts are not all installed yet:
+    /// what a flush started now must wait for.
+    pub fn acknowledged_not_durable(&self) -> Vec<crate::RequestId> {
+        self.requests
+            .iter()
+            .filter(|(_, r)| r.acked)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Whether command `id` is still under way (not yet completed, or, acknowledged by the
+    /// write-back cache, not yet installed).
+    pub fn under_way(&self, id: crate::RequestId) -> bool {
+        self.requests.contains_key(&id)
+    }
 }

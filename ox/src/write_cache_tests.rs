@@ -281,6 +281,79 @@ fn a_flush_of_the_block_interface_drains_the_write_back_cache() {
     assert_eq!(read, expect);
 }
 
+/// On the queued interface of a write-back device a FLUSH completes once every write the
+/// cache acknowledged before it is installed, and waits for none acknowledged after it; a
+/// power loss right then has nothing of the earlier writes to drain, and they read back
+/// after recovery.
+#[test]
+fn a_queued_flush_waits_for_the_writes_acknowledged_before_it_and_no_others() {
+    let cfg = write_back_config();
+    let mut d = OxBlockDevice::new(OxController::format(&cfg, 6).unwrap());
+    assert!(d.info().max_queue_depth > 1);
+    let write = |lba: u64, version: u64| -> Vec<u8> {
+        (0..64u64)
+            .flat_map(|i| sector_token(lba + i, version).to_le_bytes())
+            .collect()
+    };
+    let q = d.queued().expect("write-back offers the queued interface");
+    let before = [0u64, 256, 512, 768];
+    for (tag, &lba) in before.iter().enumerate() {
+        q.start(0, &Command::write(lba, 64, &write(lba, 1)), tag as u64)
+            .unwrap();
+    }
+    let mut acked = 0;
+    let mut t = 0;
+    while acked < before.len() {
+        t = q.next_event_ns().expect("writes under way");
+        acked += q.advance_to(t).len();
+    }
+    assert!(
+        d.controller().write_cache_bytes() > 0,
+        "acknowledged before they were installed"
+    );
+    let q = d.queued().unwrap();
+    q.start(t, &Command::flush(), 99).unwrap();
+    // Written after the flush started: the flush does not wait for it.
+    q.start(t, &Command::write(1024, 64, &write(1024, 1)), 7)
+        .unwrap();
+    let flushed = loop {
+        let next = q.next_event_ns().expect("the flush is under way");
+        if let Some(f) = q.advance_to(next).into_iter().find(|c| c.tag == 99) {
+            break f;
+        }
+    };
+    assert_eq!(flushed.result, Ok(Vec::new()));
+    assert!(flushed.done_ns > t);
+    let ctrl = d.controller();
+    for &lba in &before {
+        for i in 0..64 {
+            assert!(!ctrl.write_cache_holds(lba + i, sector_token(lba + i, 1)));
+        }
+    }
+    assert!(
+        (0..64).any(|i| ctrl.write_cache_holds(1024 + i, sector_token(1024 + i, 1))),
+        "the flush waited for a write that came after it"
+    );
+    // A flush with nothing acknowledged waiting completes after the transport's latency.
+    let mut idle = OxBlockDevice::new(OxController::format(&cfg, 6).unwrap());
+    let q = idle.queued().unwrap();
+    q.start(5_000, &Command::flush(), 1).unwrap();
+    let done = q.advance_to(5_000 + cfg.costs.transport_latency_ns);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].done_ns, 5_000 + cfg.costs.transport_latency_ns);
+    // Power fails as the flush completes: the writes before it are all on flash.
+    let off = d.into_controller().power_loss(flushed.done_ns);
+    let (mut c, _) = OxController::recover(off, flushed.done_ns + 1).unwrap();
+    for &lba in &before {
+        let id = c
+            .submit(c.now_ns(), Request::ReadBlocks { lba, count: 64 })
+            .unwrap();
+        let read = c.run_until_complete(id).unwrap().result.unwrap();
+        let expect: Vec<u64> = (0..64).map(|i| sector_token(lba + i, 1)).collect();
+        assert_eq!(read, expect, "LBA {lba}");
+    }
+}
+
 #[test]
 fn power_loss_drains_the_write_back_cache_and_keeps_every_acknowledged_batch() {
     let cfg = write_back_config();
