@@ -458,3 +458,26 @@ fn the_host_cpu_model_passes_the_queued_interface_on() {
     let mut plain = CpuFront::new(&mut ssd, &CpuConfig::default()).unwrap();
     assert!(plain.queued().is_none());
 }
+
+/// A job's `fsync=N` reaches the device as a FLUSH after every Nth write, counted under
+/// `flush` in the measurements, on a device that answers at once and on a queued one that
+/// keeps the job's queue depth; every read is still checked.
+#[test]
+fn a_jobs_fsync_sends_a_flush_after_every_nth_write() {
+    let text = "[global]\nsize=1m\nfsync=8\nend_fsync\n[w]\nrw=randwrite\nbs=4k\nnumber_ios=100\n\
+                [r]\nstonewall\nrw=randread\nbs=4k\nnumber_ios=50\n";
+    let jobs = parse_job_file(text).unwrap();
+    let mut ssd = ssd(PayloadMode::Token);
+    let direct = run(&mut ssd, &Workload::Jobs(jobs.clone()), &options()).unwrap();
+    // 100 writes: 12 periodic flushes and one at the end for the last 4 writes.
+    assert_eq!(direct.measurements.flush.ios, 13);
+    assert_eq!(direct.measurements.write.ios, 100);
+    assert_eq!(direct.mismatches, 0);
+    let deep = parse_job_file(&text.replace("[global]\n", "[global]\niodepth=16\n")).unwrap();
+    let mut dev = SlowQueue::new(256);
+    let queued = run(&mut dev, &Workload::Jobs(deep), &options()).unwrap();
+    assert_eq!(queued.measurements.flush.ios, 13);
+    assert_eq!(queued.mismatches, 0);
+    assert!(queued.reads_checked >= 50);
+    assert_eq!(dev.most_in_flight, 16);
+}

@@ -188,6 +188,12 @@ pub struct JobSpec {
     /// Count a read the device fails and go on, rather than end the run
     /// (`continue_on_error=read`).
     pub continue_on_read_error: bool,
+    /// Issue a FLUSH after every this many writes (`fsync=`, `fdatasync=`; at the block layer
+    /// both are a FLUSH of the device's volatile cache); `None` never does.
+    pub flush_every_writes: Option<u64>,
+    /// Issue a FLUSH when the job has issued its last write (`end_fsync`), unless the last
+    /// request was one already.
+    pub end_flush: bool,
 }
 
 impl JobSpec {
@@ -219,6 +225,8 @@ impl JobSpec {
             thinktime_ns: 0,
             stonewall: false,
             continue_on_read_error: false,
+            flush_every_writes: None,
+            end_flush: false,
         }
     }
 }
@@ -296,6 +304,8 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
     let mut global = JobBuilder {
         spec: JobSpec::default_named("global"),
         name_from_option: false,
+        fsync: None,
+        fdatasync: None,
     };
     let mut current = Section::None;
     let mut jobs = Vec::new();
@@ -393,6 +403,10 @@ struct JobBuilder {
     /// Whether `name=` was given, so that a global `name=` is not overwritten by the
     /// section name of each job.
     name_from_option: bool,
+    /// The periods `fsync=` and `fdatasync=` gave, kept apart so that a job may repeat the
+    /// global one's option or set the other to the same period.
+    fsync: Option<u64>,
+    fdatasync: Option<u64>,
 }
 
 /// Removes a comment from a line: the whole line if it starts with `#` or `;`, otherwise
@@ -559,6 +573,32 @@ fn apply_option(
                 Some(parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?)
         }
         "stonewall" | "wait_for_previous" => spec.stonewall = parse_bool(&context, value)?,
+        "fsync" | "fdatasync" => {
+            let every = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            let every = (every > 0).then_some(every);
+            // Both are a FLUSH at the block layer, so two different periods would be one
+            // stream of flushes that neither option describes.
+            let other = if key == "fsync" {
+                &mut builder.fdatasync
+            } else {
+                &mut builder.fsync
+            };
+            if let (Some(a), Some(b)) = (every, *other) {
+                if a != b {
+                    return Err(context.bad(format!(
+                        "fsync and fdatasync are both a FLUSH of the device here; give one of \
+                         them, or the same period ({b} was given to the other)"
+                    )));
+                }
+            }
+            if key == "fsync" {
+                builder.fsync = every;
+            } else {
+                builder.fdatasync = every;
+            }
+            spec.flush_every_writes = builder.fsync.or(builder.fdatasync);
+        }
+        "end_fsync" => spec.end_flush = parse_bool(&context, value)?,
         "name" => {
             spec.name = context.required(value)?.to_string();
             builder.name_from_option = true;

@@ -52,6 +52,11 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// the region size when `io_size` is unset) or the number of I/Os reaches `number_ios`.
 /// The last I/O is not shortened to fit the budget, so a budget that is not a multiple of
 /// the block size is overshot by less than one block, as in fio.
+///
+/// Flushes: with `fsync=N` (or `fdatasync=N`) every Nth write is followed by a FLUSH, and
+/// with `end_fsync` the stream ends with one if a write came after the last; a FLUSH takes
+/// a place in the job's queue like any other request and does not wait for the writes in
+/// flight (the device's FLUSH covers the writes completed before it).
 #[derive(Debug, Clone)]
 pub struct JobGenerator {
     rng: ChaCha8Rng,
@@ -70,6 +75,14 @@ pub struct JobGenerator {
     issued_ios: u64,
     /// The second value of the last Box–Muller pair, saved for the next normal draw.
     spare_normal: Option<f64>,
+    /// `fsync=` / `fdatasync=`: a FLUSH after every this many writes; 0 never.
+    flush_every_writes: u64,
+    /// `end_fsync`: a FLUSH once the budget is spent, if a write came after the last one.
+    end_flush: bool,
+    /// Writes issued since the last FLUSH.
+    writes_since_flush: u64,
+    /// The next request is a FLUSH (the period's last write was just issued).
+    flush_due: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -270,6 +283,10 @@ impl JobGenerator {
             issued_bytes: 0,
             issued_ios: 0,
             spare_normal: None,
+            flush_every_writes: spec.flush_every_writes.unwrap_or(0),
+            end_flush: spec.end_flush,
+            writes_since_flush: 0,
+            flush_due: false,
         })
     }
 
@@ -277,9 +294,15 @@ impl JobGenerator {
     /// size) is spent or `number_ios` requests have been issued. With `time_based` set the
     /// stream never ends; the caller stops it when the runtime is over.
     pub fn next_io(&mut self) -> Option<IoRequest> {
+        if self.flush_due {
+            return Some(self.flush());
+        }
         if !self.time_based
             && (self.issued_bytes >= self.budget_bytes || self.issued_ios >= self.max_ios)
         {
+            if self.end_flush && self.writes_since_flush > 0 {
+                return Some(self.flush());
+            }
             return None;
         }
         let direction = match self.rw {
@@ -324,11 +347,28 @@ impl JobGenerator {
 
         self.issued_bytes = self.issued_bytes.saturating_add(len_bytes);
         self.issued_ios += 1;
+        if direction == WRITE {
+            self.writes_since_flush += 1;
+            self.flush_due = self.flush_every_writes > 0
+                && self.writes_since_flush % self.flush_every_writes == 0;
+        }
         Some(IoRequest {
             op: DIRECTION_OPS[direction],
             offset_bytes: self.region_start_bytes + relative_offset_bytes,
             len_bytes,
         })
+    }
+
+    /// A FLUSH of the device's volatile cache (fio's `fsync`: like fio, it does not count
+    /// against the job's byte or I/O budget).
+    fn flush(&mut self) -> IoRequest {
+        self.flush_due = false;
+        self.writes_since_flush = 0;
+        IoRequest {
+            op: IoOp::Flush,
+            offset_bytes: 0,
+            len_bytes: 0,
+        }
     }
 
     /// The region the job addresses, as `(start_bytes, len_bytes)`.

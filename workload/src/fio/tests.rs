@@ -603,3 +603,36 @@ fn continue_on_error_goes_on_past_failed_reads_only() {
         "{error}"
     );
 }
+
+/// `fsync=` and `fdatasync=` give the period of the job's flushes (0 none), `end_fsync` a
+/// last one; a job inherits them from `[global]`, and two different periods are refused by
+/// name, since both options are the same FLUSH at the block layer.
+#[test]
+fn fsync_options_give_the_flush_period() {
+    assert_eq!(with_option("fsync=32").flush_every_writes, Some(32));
+    assert_eq!(with_option("fdatasync=8").flush_every_writes, Some(8));
+    assert_eq!(with_option("fsync=0").flush_every_writes, None);
+    assert_eq!(with_option("").flush_every_writes, None);
+    assert!(with_option("end_fsync=1").end_flush);
+    assert!(!with_option("").end_flush);
+    let same = one_job("[job]\nfsync=4\nfdatasync=4\n");
+    assert_eq!(same.flush_every_writes, Some(4));
+    let inherited = one_job("[global]\nfsync=16\nend_fsync\n[job]\nrw=write\n");
+    assert_eq!(
+        (inherited.flush_every_writes, inherited.end_flush),
+        (Some(16), true)
+    );
+    // A job repeats the global option with another period: its own wins.
+    let own = one_job("[global]\nfsync=16\n[job]\nfsync=2\n");
+    assert_eq!(own.flush_every_writes, Some(2));
+    match parse_job_file("[job]\nfsync=8\nfdatasync=16\n") {
+        Err(WorkloadError::BadValue { option, reason, .. }) => {
+            assert_eq!(option, "fdatasync");
+            assert!(reason.contains("fsync"), "{reason}");
+        }
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+    assert_bad_value("fsync=-1", "fsync");
+    assert_bad_value("fsync", "fsync");
+    assert_bad_value("end_fsync=maybe", "end_fsync");
+}

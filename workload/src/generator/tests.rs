@@ -594,3 +594,56 @@ proptest! {
         prop_assert!((share - f64::from(rwmixread) / 100.0).abs() < 0.04, "share {}", share);
     }
 }
+
+/// `fsync=N` puts a FLUSH after every Nth write (reads do not count), `end_fsync` one after
+/// the last write unless a FLUSH just came, and neither counts against the I/O budget.
+#[test]
+fn flushes_follow_every_nth_write_and_the_last_one() {
+    let ops = |spec: &JobSpec| -> String {
+        let mut generator = JobGenerator::new(spec, MIB, 512, 3, 0).unwrap();
+        collect(&mut generator, 100)
+            .iter()
+            .map(|r| match r.op {
+                IoOp::Read => 'R',
+                IoOp::Write => 'W',
+                IoOp::Trim => 'T',
+                IoOp::Flush => {
+                    assert_eq!((r.offset_bytes, r.len_bytes), (0, 0));
+                    'F'
+                }
+            })
+            .collect()
+    };
+    let mut spec = job(RwMode::RandWrite);
+    spec.number_ios = Some(10);
+    spec.flush_every_writes = Some(4);
+    assert_eq!(ops(&spec), "WWWWFWWWWFWW");
+    spec.end_flush = true;
+    assert_eq!(ops(&spec), "WWWWFWWWWFWWF");
+    spec.number_ios = Some(8);
+    assert_eq!(
+        ops(&spec),
+        "WWWWFWWWWF",
+        "no second flush after the last write's"
+    );
+    spec.flush_every_writes = None;
+    assert_eq!(ops(&spec), "WWWWWWWWF");
+    // Mixed: only writes count towards the period, and the requests drawn are the same as
+    // without flushes.
+    let mut mixed = job(RwMode::RandRw);
+    mixed.number_ios = Some(40);
+    let plain = ops(&mixed);
+    mixed.flush_every_writes = Some(3);
+    let flushed = ops(&mixed);
+    assert_eq!(flushed.replace('F', ""), plain);
+    for (i, _) in flushed.match_indices('F') {
+        let writes = flushed[..i].replace('F', "").matches('W').count();
+        assert_eq!(writes % 3, 0, "{flushed}");
+    }
+    assert_eq!(flushed.matches('F').count(), plain.matches('W').count() / 3);
+    // A read-only job with end_fsync issues no flush: nothing was written.
+    let mut reads = job(RwMode::RandRead);
+    reads.number_ios = Some(5);
+    reads.end_flush = true;
+    assert_eq!(ops(&reads), "RRRRR");
+}
