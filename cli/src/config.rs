@@ -187,7 +187,44 @@ pub struct LoadedConfig {
     pub source: String,
 }
 
-pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
+/// One `--set KEY=VALUE` of the command line: a dotted key of the configuration (tables
+/// created on the way) or `job.OPTION`, a fio option appended to every job section of the
+/// workload (so it wins over what the section and `[global]` say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    pub key: String,
+    pub value: toml::Value,
+}
+
+impl std::str::FromStr for Override {
+    type Err = String;
+
+    /// Parses `KEY=VALUE`; VALUE is a TOML value (`0.2`, `true`, `"raid6"`, `[1, 2]`) or,
+    /// if it is none, the text itself as a string, so that `--set array.level=raid6` needs
+    /// no quotes.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let Some((key, value)) = text.split_once('=') else {
+            return Err(format!("--set {text}: expected KEY=VALUE"));
+        };
+        let key = key.trim();
+        crate::sweep::check_key(key).map_err(|e| format!("--set {text}: {e}"))?;
+        let value = value.trim();
+        let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"));
+        Ok(Override {
+            key: key.to_string(),
+            value: parsed.unwrap_or_else(|| toml::Value::String(value.to_string())),
+        })
+    }
+}
+
+/// The configuration at `path` (or the embedded default) with `overrides` applied, the
+/// directory its relative paths are resolved against, and how errors name it.
+pub fn read_config(
+    path: Option<&Path>,
+    overrides: &[Override],
+) -> Result<(RunConfig, PathBuf, String), String> {
     let (text, base_dir, source) = match path {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -201,8 +238,61 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
             "embedded default".to_string(),
         ),
     };
-    let config: RunConfig =
+    if overrides.is_empty() {
+        // Straight from the text, so that an error names its line.
+        let config: RunConfig =
+            toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+        return Ok((config, base_dir, source));
+    }
+    let mut table: toml::Table =
         toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+    let mut job_options = Vec::new();
+    for o in overrides {
+        match o.key.strip_prefix(crate::sweep::JOB_PREFIX) {
+            Some(option) => {
+                job_options.push((option.to_string(), crate::sweep::fio_value(&o.value)))
+            }
+            None => crate::sweep::set_dotted(&mut table, &o.key, o.value.clone())
+                .map_err(|e| format!("--set {}: {e}", o.key))?,
+        }
+    }
+    if !job_options.is_empty() {
+        let workload = table.get("workload").and_then(toml::Value::as_table);
+        let job = match (
+            workload
+                .and_then(|w| w.get("job"))
+                .and_then(toml::Value::as_str),
+            workload
+                .and_then(|w| w.get("job_file"))
+                .and_then(toml::Value::as_str),
+        ) {
+            (Some(text), _) => text.to_string(),
+            (None, Some(file)) => {
+                let file = base_dir.join(file);
+                std::fs::read_to_string(&file)
+                    .map_err(|e| format!("cannot read job file {}: {e}", file.display()))?
+            }
+            (None, None) => {
+                return Err(format!(
+                    "--set job.*: configuration {source} has no fio workload \
+                     (workload.job or workload.job_file)"
+                ))
+            }
+        };
+        let job = crate::sweep::override_job_options(&job, &job_options);
+        if let Some(toml::Value::Table(w)) = table.get_mut("workload") {
+            w.remove("job_file");
+            w.insert("job".to_string(), toml::Value::String(job));
+        }
+    }
+    let config: RunConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e| format!("configuration {source} with --set: {e}"))?;
+    Ok((config, base_dir, source))
+}
+
+pub fn load(path: Option<&Path>, overrides: &[Override]) -> Result<LoadedConfig, String> {
+    let (config, base_dir, source) = read_config(path, overrides)?;
     config
         .ssd
         .validate()
@@ -292,6 +382,23 @@ pub fn load(path: Option<&Path>) -> Result<LoadedConfig, String> {
 mod tests {
     use super::*;
 
+    /// A `--set` value is TOML where it parses as TOML and the bare text otherwise.
+    #[test]
+    fn an_override_value_is_toml_or_else_text() {
+        let value = |text: &str| text.parse::<Override>().unwrap().value;
+        assert_eq!(value("a.b=0.2"), toml::Value::Float(0.2));
+        assert_eq!(value("a=7"), toml::Value::Integer(7));
+        assert_eq!(value("a=true"), toml::Value::Boolean(true));
+        assert_eq!(value("a=raid6"), toml::Value::String("raid6".into()));
+        assert_eq!(value("a=\"x y\""), toml::Value::String("x y".into()));
+        assert_eq!(value("a = [1, 2]").as_array().map(Vec::len), Some(2));
+        let o: Override = " job.iodepth = 32 ".parse().unwrap();
+        assert_eq!(o.key, "job.iodepth");
+        for bad in ["novalue", "=1", ".a=1", "a..b=1"] {
+            assert!(bad.parse::<Override>().is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn afa_run_takes_one_ox_ssd_and_refuses_it_beside_another_device() {
         let dir = std::env::temp_dir().join(format!("afa-config-ox-{}", std::process::id()));
@@ -299,7 +406,7 @@ mod tests {
         let path = dir.join("run.toml");
         let job = "[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n";
         std::fs::write(&path, format!("[ox]\n{job}")).unwrap();
-        assert!(load(Some(&path)).unwrap().config.ox.is_some());
+        assert!(load(Some(&path), &[]).unwrap().config.ox.is_some());
         for (extra, named) in [
             (
                 "[array]\nlevel = \"raid5\"\nmembers = 3\n",
@@ -308,11 +415,11 @@ mod tests {
             ("[waflash.ssd]\n", "cannot be combined"),
         ] {
             std::fs::write(&path, format!("[ox]\n{job}{extra}")).unwrap();
-            let err = load(Some(&path)).unwrap_err();
+            let err = load(Some(&path), &[]).unwrap_err();
             assert!(err.contains(named), "{err}");
         }
         std::fs::write(&path, format!("[ox]\nchannels = 0\n{job}")).unwrap();
-        let err = load(Some(&path)).unwrap_err();
+        let err = load(Some(&path), &[]).unwrap_err();
         assert!(err.contains("ox: ") && err.contains("channels"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -328,7 +435,7 @@ mod tests {
             format!("[waflash.ssd.geometry]\nblocks_per_plane = 48\n[waflash.ssd.host]\nqueue_depth = 8\n{job}"),
         )
         .unwrap();
-        let cfg = load(Some(&path)).unwrap().config;
+        let cfg = load(Some(&path), &[]).unwrap().config;
         let ssd = &cfg.waflash.expect("a [waflash] table").ssd;
         let default = afa_waflash::WaflashConfig::default();
         assert_eq!(ssd.geometry.blocks_per_plane, 48);
@@ -344,7 +451,7 @@ mod tests {
             format!("[waflash.ssd.geometry]\npage_kib = 16\n{job}"),
         )
         .unwrap();
-        let err = load(Some(&path)).unwrap_err();
+        let err = load(Some(&path), &[]).unwrap_err();
         assert!(err.contains("page_kib"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

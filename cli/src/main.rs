@@ -55,6 +55,10 @@ enum Command {
         /// Where `--output-format fio-json` writes (default: stdout, with the seed on stderr).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Overrides one key of the configuration, `ssd.over_provisioning=0.2`, or with
+        /// `job.` one fio option of every job, `job.iodepth=32`; repeatable, applied in order.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<config::Override>,
     },
     /// Analytic models.
     Model {
@@ -152,8 +156,9 @@ fn main() -> ExitCode {
             quiet,
             output_format,
             output,
+            set,
         } => run(
-            config.as_deref(),
+            (config.as_deref(), &set),
             seed,
             json.as_deref(),
             quiet,
@@ -267,13 +272,13 @@ fn model_swan(a: &SwanModelArgs) -> Result<(), String> {
 }
 
 fn run(
-    config_path: Option<&Path>,
+    (config_path, overrides): (Option<&Path>, &[config::Override]),
     seed: Option<u64>,
     json: Option<&Path>,
     quiet: bool,
     (output_format, output): (plot::OutputFormat, Option<&Path>),
 ) -> Result<(), String> {
-    let loaded = config::load(config_path)?;
+    let loaded = config::load(config_path, overrides)?;
     let mut cfg = loaded.config;
     if let Some(seed) = seed {
         cfg.seed = seed;

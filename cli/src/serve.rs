@@ -27,7 +27,7 @@ use clap::{Args, ValueEnum};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::config::{RunConfig, DEFAULT_CONFIG};
+use crate::config::RunConfig;
 use crate::serve_members::{
     engine_files, positions_to_fail, swan_spare_files, FailableEngine, RecordedFailures,
 };
@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// The largest read or write request in bytes.
     #[arg(long, default_value_t = 32 << 20)]
     pub max_request_bytes: u32,
+    /// Overrides one key of the configuration, `array.level=raid6`; repeatable, applied in
+    /// order.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<crate::config::Override>,
     /// Log every connection, not only errors.
     #[arg(long)]
     pub verbose: bool,
@@ -83,17 +87,11 @@ pub struct ServeArgs {
 
 /// Reads the volume tables of a run configuration. Unlike `afa run`, serve mode needs no
 /// `[workload]`: the clients are the workload.
-fn load_volume_config(path: Option<&Path>) -> Result<(RunConfig, String), String> {
-    let (text, source) = match path {
-        Some(p) => (
-            std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read configuration {}: {e}", p.display()))?,
-            p.display().to_string(),
-        ),
-        None => (DEFAULT_CONFIG.to_string(), "embedded default".to_string()),
-    };
-    let config: RunConfig =
-        toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+fn load_volume_config(
+    path: Option<&Path>,
+    overrides: &[crate::config::Override],
+) -> Result<(RunConfig, String), String> {
+    let (config, _, source) = crate::config::read_config(path, overrides)?;
     config
         .ssd
         .validate()
@@ -845,7 +843,7 @@ fn attach_nvram<E: NvramEngine>(
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
-    let (cfg, source) = load_volume_config(args.config.as_deref())?;
+    let (cfg, source) = load_volume_config(args.config.as_deref(), &args.set)?;
     let listen: ListenAddr = args
         .listen
         .parse()
@@ -1145,7 +1143,7 @@ pub mod bench_serve {
         // For information: the embedded default volume, one emulated SSD holding full bytes
         // in memory, whose FTL writes out of place and so touches fresh memory on every
         // write.
-        let (cfg, _) = load_volume_config(None)?;
+        let (cfg, _) = load_volume_config(None, &[])?;
         let volume = build_volume(&cfg, None)?;
         let Served::Device(device) = volume.served else {
             return Err("the embedded default volume is one emulated SSD".into());
@@ -1251,7 +1249,7 @@ mod tests {
 
     #[test]
     fn the_embedded_default_volume_builds_with_full_bytes() {
-        let (cfg, _) = load_volume_config(None).unwrap();
+        let (cfg, _) = load_volume_config(None, &[]).unwrap();
         let volume = build_volume(&cfg, None).unwrap();
         let info = volume.served.info();
         assert_eq!(info.payload_unit_bytes, info.sector_bytes);
@@ -1289,6 +1287,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `afa serve --set` changes the volume as `afa run --set` does, and a key serve mode
+    /// does not know is refused by name.
+    #[test]
+    fn set_overrides_the_served_volume() {
+        let set = |text: &str| text.parse::<crate::config::Override>().unwrap();
+        let (cfg, _) = load_volume_config(
+            None,
+            &[
+                set("ssd.over_provisioning=0.3"),
+                set("array.level=raid6"),
+                set("array.members=5"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.ssd.over_provisioning, 0.3);
+        assert_eq!(cfg.array.expect("an array").members, 5);
+        let err = load_volume_config(None, &[set("array.bogus=1")]).unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
     #[test]
     fn an_ox_volume_serves_full_bytes_and_refuses_an_array_or_tokenless_payload() {
         let dir = std::env::temp_dir().join(format!("afa-serve-ox-{}", std::process::id()));
@@ -1296,7 +1314,7 @@ mod tests {
         let path = dir.join("v.toml");
         let small = "[ox]\nchannels = 2\nluns_per_channel = 1\neblocks_per_lun = 32\nlogical_pages = 1000\nlog_forward_links = 1\n[ox.terms]\neblock_bytes = 262144\n";
         std::fs::write(&path, small).unwrap();
-        let (cfg, _) = load_volume_config(Some(&path)).unwrap();
+        let (cfg, _) = load_volume_config(Some(&path), &[]).unwrap();
         let volume = build_volume(&cfg, None).unwrap();
         let info = volume.served.info();
         assert_eq!(info.payload_unit_bytes, info.sector_bytes);
@@ -1311,7 +1329,7 @@ mod tests {
                 None => small.replace("[ox]\n", &format!("[ox]\n{extra}")),
             };
             std::fs::write(&path, text).unwrap();
-            let err = load_volume_config(Some(&path)).unwrap_err();
+            let err = load_volume_config(Some(&path), &[]).unwrap_err();
             assert!(err.contains(named), "{err}");
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -1325,7 +1343,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("v.toml");
         std::fs::write(&path, text).unwrap();
-        let loaded = load_volume_config(Some(&path)).map(|(cfg, _)| cfg);
+        let loaded = load_volume_config(Some(&path), &[]).map(|(cfg, _)| cfg);
         let _ = std::fs::remove_dir_all(&dir);
         loaded
     }
@@ -1508,9 +1526,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("v.toml");
         std::fs::write(&path, "seed = 3\n[ssd]\nover_provisioning = 0.1\n").unwrap();
-        assert!(load_volume_config(Some(&path)).is_ok());
+        assert!(load_volume_config(Some(&path), &[]).is_ok());
         std::fs::write(&path, "[precondition]\nfill_fraction = 0.5\n").unwrap();
-        let err = load_volume_config(Some(&path)).unwrap_err();
+        let err = load_volume_config(Some(&path), &[]).unwrap_err();
         assert!(err.contains("precondition"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -106,7 +106,7 @@ pub struct Point {
 /// The key that chooses the base configuration itself rather than a key inside it.
 const BASE_KEY: &str = "base";
 /// Keys under this prefix are fio options, written into every job section of the workload.
-const JOB_PREFIX: &str = "job.";
+pub const JOB_PREFIX: &str = "job.";
 
 pub fn load_grid(path: &Path) -> Result<Grid, String> {
     let source = path.display().to_string();
@@ -174,7 +174,7 @@ pub fn load_grid(path: &Path) -> Result<Grid, String> {
     })
 }
 
-fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), String> {
     if key.is_empty() || key.split('.').any(str::is_empty) {
         return Err(format!("'{key}' is not a dotted key"));
     }
@@ -291,7 +291,7 @@ fn make_paths_absolute(config: &mut toml::Table, base_dir: &Path) {
 }
 
 /// Sets `a.b.c = value`, creating tables on the way.
-fn set_dotted(config: &mut toml::Table, key: &str, value: Value) -> Result<(), String> {
+pub fn set_dotted(config: &mut toml::Table, key: &str, value: Value) -> Result<(), String> {
     let mut parts: Vec<&str> = key.split('.').collect();
     let last = parts.pop().unwrap_or(key);
     let mut table = config;
@@ -314,7 +314,7 @@ fn set_dotted(config: &mut toml::Table, key: &str, value: Value) -> Result<(), S
 }
 
 /// A TOML value as a fio option value: strings bare, numbers and booleans as written.
-fn fio_value(value: &Value) -> String {
+pub fn fio_value(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
         Value::Boolean(flag) => u8::from(*flag).to_string(),
@@ -397,7 +397,7 @@ fn prepare_point(grid: &Grid, point: &Point, scratch: &Path) -> Result<PathBuf, 
     let path = scratch.join(format!("point-{}.toml", point.index));
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let loaded =
-        crate::config::load(Some(&path)).map_err(|e| format!("point {}: {e}", point.index))?;
+        crate::config::load(Some(&path), &[]).map_err(|e| format!("point {}: {e}", point.index))?;
     // The job is parsed too, since fio options written by `job.*` axes are not TOML keys
     // that loading the configuration would check.
     if let Some(job) = &loaded.config.workload.job {

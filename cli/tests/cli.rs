@@ -2,7 +2,7 @@
 //! and job-file errors, traces, models.
 
 mod common;
-use common::{afa, fixture};
+use common::{afa, afa_json, fixture};
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -497,4 +497,63 @@ fn reproduce_on_worker_processes_prints_and_measures_what_one_process_does() {
     assert!(text.contains("claims over 1 experiment:"), "{text}");
     let zero = afa(&["reproduce", "swan-model", "--jobs", "0"]);
     assert!(stderr(&zero).contains("--jobs must be at least 1"));
+}
+
+/// `--set` overrides configuration keys and, with `job.`, fio options of every job, in the
+/// order given; the report's configuration shows the result. A key the configuration does
+/// not have, a path through a value and an argument without `=` are refused by name.
+#[test]
+fn set_overrides_configuration_keys_and_job_options() {
+    let json = temp("set.json");
+    let v = afa_json(
+        &[
+            "run",
+            "--quiet",
+            "--set",
+            "ssd.over_provisioning=0.25",
+            "--set",
+            "job.number_ios=2000",
+            "--set",
+            "job.fsync=100",
+            "--set",
+            "seed=9",
+        ],
+        &json,
+    );
+    assert_eq!(v["seed"], 9);
+    assert_eq!(v["config"]["ssd"]["over_provisioning"], 0.25);
+    assert_eq!(v["write"]["ios"], 2000);
+    assert_eq!(v["read"]["ios"], 2000);
+    assert_eq!(v["flush"]["ios"], 20);
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    // A string value needs no quotes, and a later --set wins.
+    let json = temp("set-policy.json");
+    let v = afa_json(
+        &[
+            "run",
+            "--quiet",
+            "--set",
+            "ssd.write_buffer.policy=fifo",
+            "--set",
+            "job.number_ios=100",
+            "--set",
+            "job.number_ios=200",
+        ],
+        &json,
+    );
+    assert_eq!(v["config"]["ssd"]["write_buffer"]["policy"], "fifo");
+    assert_eq!(v["write"]["ios"], 200);
+    for (arg, named) in [
+        ("ssd.no_such_key=1", "no_such_key"),
+        ("ssd.over_provisioning.x=1", "over_provisioning"),
+        ("ssd.over_provisioning", "KEY=VALUE"),
+        ("ssd..x=1", "dotted key"),
+        ("job.fsync=-2", "fsync"),
+    ] {
+        let out = afa(&["run", "--quiet", "--set", arg]);
+        assert!(!out.status.success(), "--set {arg} was taken");
+        let err = stderr(&out);
+        assert!(err.contains(named), "--set {arg}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
