@@ -164,6 +164,7 @@ fn random_writes(
         preconditioned_sectors: 0,
         background_work: false,
         show_progress: false,
+        record_requests: false,
     };
     let start = Instant::now();
     let outcome = afa_host::run(ssd, &Workload::Jobs(jobs), &options).map_err(|e| e.to_string())?;

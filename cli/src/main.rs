@@ -23,6 +23,7 @@ use afa_host::{RunOptions, TraceReplay, Workload};
 use afa_report::RunReport;
 use afa_ssd::{BlockDevice, Ssd};
 use afa_workload::fio::parse_job_file;
+use afa_workload::trace::TraceRecord;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,6 +60,13 @@ enum Command {
         /// `job.` one fio option of every job, `job.iodepth=32`; repeatable, applied in order.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<config::Override>,
+        /// Writes every request the workload issued, at the simulated time it issued it, as
+        /// a trace (replayable by `afa run`, fio's `read_iolog`, SSDSim/MQSim).
+        #[arg(long, value_name = "PATH")]
+        record: Option<PathBuf>,
+        /// The recorded trace's format: `iolog` (fio v3), `msr`, `blkparse`, `fiu` or `ascii`.
+        #[arg(long, default_value = "iolog", requires = "record")]
+        record_format: String,
     },
     /// Analytic models.
     Model {
@@ -157,12 +165,15 @@ fn main() -> ExitCode {
             output_format,
             output,
             set,
+            record,
+            record_format,
         } => run(
             (config.as_deref(), &set),
             seed,
             json.as_deref(),
             quiet,
             (output_format, output.as_deref()),
+            (record.as_deref(), &record_format),
         ),
         Command::Model {
             model:
@@ -277,7 +288,13 @@ fn run(
     json: Option<&Path>,
     quiet: bool,
     (output_format, output): (plot::OutputFormat, Option<&Path>),
+    (record, record_format): (Option<&Path>, &str),
 ) -> Result<(), String> {
+    // Checked before the run, so that a typo does not cost a whole run.
+    let record = match record {
+        Some(path) => Some((path, trace::parse_format(record_format)?)),
+        None => None,
+    };
     let loaded = config::load(config_path, overrides)?;
     let mut cfg = loaded.config;
     if let Some(seed) = seed {
@@ -298,14 +315,19 @@ fn run(
         fio_to_stdout,
         output_format,
         output,
+        record,
     };
     let config_json = serde_json::to_value(&cfg).map_err(|e| e.to_string())?;
+    let mut device_options = device_run_options(&cfg, quiet);
+    device_options.record_requests = record.is_some();
     if let Some(w) = &cfg.waflash {
-        let (report, outcome, line) = waflash::run(&cfg, w, &loaded.base_dir, config_json, quiet)?;
+        let (report, outcome, line) =
+            waflash::run(&cfg, w, &loaded.base_dir, config_json, &device_options)?;
         return delivery.deliver(&report, &outcome, Some(&line));
     }
     if let Some(ox) = &cfg.ox {
-        let (report, outcome, line) = ox_run::run(&cfg, ox, &loaded.base_dir, config_json, quiet)?;
+        let (report, outcome, line) =
+            ox_run::run(&cfg, ox, &loaded.base_dir, config_json, &device_options)?;
         return delivery.deliver(&report, &outcome, Some(&line));
     }
     let workload = load_workload(&cfg.workload, &loaded.base_dir)?;
@@ -318,6 +340,7 @@ fn run(
         preconditioned_sectors: 0,
         background_work: cfg.workload.background_work.unwrap_or(true),
         show_progress: true,
+        record_requests: record.is_some(),
     };
     let (report, outcome) = if let Some(array_cfg) = &cfg.array {
         // Members are built from [ssd] with distinct seeds. Preconditioning writes the fill
@@ -392,6 +415,8 @@ struct Delivery<'a> {
     fio_to_stdout: bool,
     output_format: plot::OutputFormat,
     output: Option<&'a Path>,
+    /// Where the workload's requests go as a trace, and in which format.
+    record: Option<(&'a Path, afa_workload::trace::TraceFormat)>,
 }
 
 impl Delivery<'_> {
@@ -415,6 +440,28 @@ impl Delivery<'_> {
         if let Some(path) = self.json {
             std::fs::write(path, report.to_json_pretty())
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        if let Some((path, format)) = self.record {
+            // A format without trims or flushes (MSR, FIU, ASCII) gets the rest, and the
+            // user is told what it left out rather than losing the whole trace.
+            let (kept, left_out): (Vec<&TraceRecord>, Vec<&TraceRecord>) =
+                outcome.issued.iter().partition(|r| format.holds(r.op));
+            for op in [afa_workload::IoOp::Trim, afa_workload::IoOp::Flush] {
+                let n = left_out.iter().filter(|r| r.op == op).count();
+                if n > 0 {
+                    eprintln!(
+                        "note: the {format:?} trace {} leaves out {n} {op:?} requests, which \
+                         the format cannot hold (iolog and blkparse can)",
+                        path.display()
+                    );
+                }
+            }
+            let file = std::fs::File::create(path)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            afa_workload::trace::write_trace(kept, format, &mut out)
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .map_err(|e| format!("cannot write trace {}: {e}", path.display()))?;
         }
         integrity_verdict(outcome)
     }
@@ -440,6 +487,7 @@ pub fn device_run_options(cfg: &config::RunConfig, quiet: bool) -> RunOptions {
         preconditioned_sectors: 0,
         background_work: cfg.workload.background_work.unwrap_or(true),
         show_progress: !quiet,
+        record_requests: false,
     }
 }
 

@@ -27,16 +27,15 @@ pub fn run(
     ox: &afa_ox::OxConfig,
     base_dir: &Path,
     config_json: serde_json::Value,
-    quiet: bool,
+    options: &afa_host::RunOptions,
 ) -> Result<(RunReport, RunOutcome, String), String> {
     let workload = crate::load_workload(&cfg.workload, base_dir)?;
     let ctrl = OxController::format(ox, cfg.seed).map_err(|e| format!("ox: {e}"))?;
     let mut device = OxBlockDevice::new(ctrl);
-    let options = crate::device_run_options(cfg, quiet);
     let host_start = std::time::Instant::now();
     let (outcome, cpu) = {
         let dev: &mut dyn BlockDevice = &mut device;
-        crate::run_on(dev, cfg.host.as_ref(), &workload, &options)?
+        crate::run_on(dev, cfg.host.as_ref(), &workload, options)?
     };
     let host_time_s = host_start.elapsed().as_secs_f64();
     let stats = *device.controller().stats();

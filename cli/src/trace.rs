@@ -114,7 +114,7 @@ pub fn run(command: TraceCommand) -> Result<(), String> {
     }
 }
 
-fn parse_format(name: &str) -> Result<TraceFormat, String> {
+pub fn parse_format(name: &str) -> Result<TraceFormat, String> {
     name.parse()
         .map_err(|e: afa_workload::WorkloadError| e.to_string())
 }

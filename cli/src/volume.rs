@@ -449,6 +449,7 @@ pub fn age(device: &mut dyn BlockDevice, fraction: f64, seed: u64) -> Result<Tim
         preconditioned_sectors: 0,
         background_work: false,
         show_progress: false,
+        record_requests: false,
     };
     let mut shifted = Shifted {
         device,
@@ -544,6 +545,7 @@ mod tests {
             preconditioned_sectors: pre.sectors,
             background_work: true,
             show_progress: false,
+            record_requests: false,
         };
         let mut device = Shifted {
             device: volume.device(),

@@ -67,20 +67,22 @@ pub fn run(
     w: &WaflashRunConfig,
     base_dir: &Path,
     config_json: serde_json::Value,
-    quiet: bool,
+    options: &afa_host::RunOptions,
 ) -> Result<(RunReport, RunOutcome, String), String> {
     if cfg.array.is_some() {
         return Err("[waflash] and [array] are two devices; choose one".into());
     }
     let mut ssd = WaflashSsd::new(w.ssd.clone(), cfg.seed).map_err(|e| e.to_string())?;
-    let options = crate::device_run_options(cfg, quiet);
     let host_start = std::time::Instant::now();
     let (outcome, cpu) = match &w.filebench {
-        Some(spec) => (run_filebench_on(&mut ssd, spec, options)?.outcome, None),
+        Some(spec) => (
+            run_filebench_on(&mut ssd, spec, options.clone())?.outcome,
+            None,
+        ),
         None => {
             let workload = crate::load_workload(&cfg.workload, base_dir)?;
             let device: &mut dyn BlockDevice = &mut ssd;
-            crate::run_on(device, cfg.host.as_ref(), &workload, &options)?
+            crate::run_on(device, cfg.host.as_ref(), &workload, options)?
         }
     };
     let host_time_s = host_start.elapsed().as_secs_f64();

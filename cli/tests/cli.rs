@@ -557,3 +557,77 @@ fn set_overrides_configuration_keys_and_job_options() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `--record` writes the requests the workload issued as a trace, at the simulated times
+/// it issued them; replayed with `timed` on the same configuration it issues the same
+/// requests. A format without flushes (ASCII) leaves them out and says so.
+#[test]
+fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
+    let small = ["--set", "job.number_ios=300", "--set", "job.fsync=64"];
+    for format in ["iolog", "ascii"] {
+        let trace = temp(&format!("recorded.{format}"));
+        let json = temp(&format!("recorded-{format}.json"));
+        let mut args = vec!["run", "--quiet"];
+        args.extend(small);
+        args.extend([
+            "--record",
+            trace.to_str().unwrap(),
+            "--record-format",
+            format,
+        ]);
+        let out = afa(&[args.as_slice(), &["--json", json.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let original = read_json(&json);
+        let flushes = if format == "ascii" {
+            assert!(
+                stderr(&out).contains("leaves out 4 Flush"),
+                "{}",
+                stderr(&out)
+            );
+            0
+        } else {
+            4
+        };
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let records =
+            afa_workload::trace::read_trace(text.as_bytes(), format.parse().unwrap(), format)
+                .unwrap();
+        assert_eq!(
+            records.len(),
+            600 + flushes,
+            "{format}: writes, reads, flushes"
+        );
+        assert!(records
+            .windows(2)
+            .all(|w| w[0].timestamp_ns <= w[1].timestamp_ns));
+        // Replayed open loop at the recorded times, the same requests reach the device.
+        let config = temp(&format!("replay-{format}.toml"));
+        let default = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/default.toml"),
+        )
+        .unwrap();
+        let head = &default[..default.find("[workload]").unwrap()];
+        std::fs::write(
+            &config,
+            format!(
+                "{head}[workload.trace]\npath = {:?}\nformat = \"{format}\"\nreplay = \"timed\"\n",
+                trace.to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let replay_json = temp(&format!("replay-{format}.json"));
+        let replayed = afa_json(&["run", config.to_str().unwrap(), "--quiet"], &replay_json);
+        for op in ["read", "write"] {
+            assert_eq!(replayed[op]["ios"], original[op]["ios"], "{format} {op}");
+            assert_eq!(
+                replayed[op]["bytes"], original[op]["bytes"],
+                "{format} {op}"
+            );
+        }
+        assert_eq!(replayed["flush"]["ios"], flushes);
+        assert_eq!(replayed["integrity"]["mismatches"], 0);
+    }
+    let out = afa(&["run", "--record", "x", "--record-format", "nonsense"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("nonsense"), "{}", stderr(&out));
+}

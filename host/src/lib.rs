@@ -71,6 +71,9 @@ pub struct RunOptions {
     /// Give the device idle time for background work.
     pub background_work: bool,
     pub show_progress: bool,
+    /// Keep every request the workload issues, at the time it issues it
+    /// ([`RunOutcome::issued`]), so that the run's workload can be written as a trace.
+    pub record_requests: bool,
 }
 
 /// What a run produced, before it is joined with the device's counters into a report.
@@ -83,6 +86,9 @@ pub struct RunOutcome {
     pub mismatches: u64,
     pub first_mismatches: Vec<Mismatch>,
     pub event_hash: u64,
+    /// Every request the workload issued, in order, stamped with the simulated time it was
+    /// issued at (with `RunOptions::record_requests`; empty otherwise).
+    pub issued: Vec<TraceRecord>,
 }
 
 enum Source {
@@ -194,6 +200,8 @@ struct Host<'d> {
     /// arrival order (fio's `serialize_overlap`): a device may complete overlapping
     /// commands in any order, so only serialized ones leave every sector's content known.
     parked: std::collections::VecDeque<(u32, IoRequest)>,
+    /// The requests issued so far, when the run records them.
+    issued: Option<Vec<TraceRecord>>,
 }
 
 impl<'d> Host<'d> {
@@ -313,6 +321,7 @@ impl<'d> Host<'d> {
             free_slots: Vec::new(),
             queued,
             queued_slots: std::collections::BTreeSet::new(),
+            issued: options.record_requests.then(Vec::new),
             parked: std::collections::VecDeque::new(),
         })
     }
@@ -589,6 +598,15 @@ impl<'d> Host<'d> {
     }
 
     fn submit(&mut self, stream: u32, request: IoRequest) -> Result<(), RunError> {
+        if let Some(issued) = self.issued.as_mut() {
+            issued.push(TraceRecord {
+                timestamp_ns: self.now_ns,
+                op: request.op,
+                offset_bytes: request.offset_bytes,
+                len_bytes: request.len_bytes,
+                volume: 0,
+            });
+        }
         let sector = self.sector_bytes;
         if request.op != IoOp::Flush
             && (request.offset_bytes % sector != 0 || request.len_bytes % sector != 0)
@@ -833,6 +851,7 @@ impl<'d> Host<'d> {
             mismatches,
             first_mismatches: first,
             event_hash: self.hash.value(),
+            issued: self.issued.unwrap_or_default(),
         }
     }
 }

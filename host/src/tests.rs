@@ -33,6 +33,7 @@ fn options() -> RunOptions {
         preconditioned_sectors: 0,
         background_work: true,
         show_progress: false,
+        record_requests: false,
     }
 }
 

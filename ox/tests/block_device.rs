@@ -52,6 +52,7 @@ fn fio_jobs_read_back_every_write(cfg: &OxConfig, jobs: &str) {
         preconditioned_sectors: 0,
         background_work: true,
         show_progress: false,
+        record_requests: false,
     };
     let out = run(&mut dev, &Workload::Jobs(jobs), &options).unwrap();
     assert_eq!(out.mismatches, 0, "{:?}", out.first_mismatches);

@@ -64,6 +64,7 @@ fn quiet_options(seed: u64) -> RunOptions {
         preconditioned_sectors: 0,
         background_work: true,
         show_progress: false,
+        record_requests: false,
     }
 }
 

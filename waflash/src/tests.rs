@@ -958,6 +958,7 @@ fn filebench_run(
         preconditioned_sectors: pre,
         background_work: true,
         show_progress: false,
+        record_requests: false,
     };
     let outcome = afa_host::run(&mut ssd, &workload, &options).unwrap();
     ssd.check_invariants();

@@ -65,6 +65,15 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
+    /// Whether the format can hold requests of `op`: every format holds reads and writes;
+    /// only fio's iolog and blkparse hold trims and flushes.
+    pub fn holds(self, op: IoOp) -> bool {
+        match op {
+            IoOp::Read | IoOp::Write => true,
+            IoOp::Trim | IoOp::Flush => matches!(self, TraceFormat::Iolog | TraceFormat::Blkparse),
+        }
+    }
+
     /// Every format, in the order the documentation lists them.
     pub const ALL: [TraceFormat; 5] = [
         TraceFormat::MsrCsv,

@@ -340,6 +340,7 @@ pub(crate) fn run_jobs(
         preconditioned_sectors: 0,
         background_work: true,
         show_progress: false,
+        record_requests: false,
     };
     let (outcome, cpu) = crate::run_on(device, Some(host), &Workload::Jobs(jobs), &options)?;
     if outcome.mismatches > 0 {

@@ -609,6 +609,7 @@ mod tests {
             preconditioned_sectors: 0,
             background_work: true,
             show_progress: false,
+            record_requests: false,
         };
         let jobs = parse_job_file(job).unwrap();
         let out = afa_host::run(&mut ssd, &Workload::Jobs(jobs), &options).unwrap();

@@ -126,6 +126,7 @@ fn randwrite(
         preconditioned_sectors: 0,
         background_work,
         show_progress: false,
+        record_requests: false,
     };
     afa_host::run(device, &Workload::Jobs(jobs), &options).map_err(|e| e.to_string())
 }
@@ -804,6 +805,7 @@ fn ycsb_engine(
             preconditioned_sectors: 0,
             background_work: false,
             show_progress: false,
+            record_requests: false,
         };
         let outcome = afa_host::run(
             &mut Shifted {
