@@ -482,3 +482,46 @@ fn a_jobs_fsync_sends_a_flush_after_every_nth_write() {
     assert!(queued.reads_checked >= 50);
     assert_eq!(dev.most_in_flight, 16);
 }
+
+/// Recording the requests changes nothing of the run, and keeps one record per request
+/// issued, in issue order.
+#[test]
+fn recording_the_requests_keeps_each_one_and_changes_nothing() {
+    let jobs = parse_job_file(MIXED).unwrap();
+    let plain = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs.clone()),
+        &options(),
+    )
+    .unwrap();
+    assert!(plain.issued.is_empty());
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let recorded = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &recording,
+    )
+    .unwrap();
+    assert_eq!(
+        (recorded.event_hash, recorded.sim_time_ns),
+        (plain.event_hash, plain.sim_time_ns)
+    );
+    assert_eq!(recorded.issued.len() as u64, recorded.requests);
+    assert!(recorded
+        .issued
+        .windows(2)
+        .all(|w| w[0].timestamp_ns <= w[1].timestamp_ns));
+    let bytes = |op: IoOp| -> u64 {
+        recorded
+            .issued
+            .iter()
+            .filter(|r| r.op == op)
+            .map(|r| r.len_bytes)
+            .sum()
+    };
+    assert_eq!(bytes(IoOp::Write), recorded.measurements.write.bytes);
+    assert_eq!(bytes(IoOp::Read), recorded.measurements.read.bytes);
+}
