@@ -536,14 +536,18 @@ impl OxController {
                 self.events
                     .push(now_ns + c.transport_latency_ns, Event::Arrive(id));
             }
+            // A command capsule is a few dozen bytes, but on the one connection it follows
+            // the data of every write sent before it, so it arrives only after that data.
             Request::TrimBlocks { .. } => {
+                let start = now_ns.max(self.link_in_free_ns);
                 self.events
-                    .push(now_ns + c.transport_latency_ns, Event::Arrive(id));
+                    .push(start + c.transport_latency_ns, Event::Arrive(id));
             }
             Request::ReadLpid(_) | Request::ReadBatch(_) | Request::ReadBlocks { .. } => {
                 self.stats.read_commands += 1;
+                let start = now_ns.max(self.link_in_free_ns);
                 self.events
-                    .push(now_ns + c.transport_latency_ns, Event::Arrive(id));
+                    .push(start + c.transport_latency_ns, Event::Arrive(id));
             }
         }
         self.requests.insert(

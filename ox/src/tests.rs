@@ -1307,3 +1307,36 @@ fn checkpoints_that_overrun_their_interval_leave_the_device_idle_between_them() 
     let (_, tokens) = read_all(&mut c, t);
     assert_eq!(tokens, expect);
 }
+
+/// The host-to-device direction of the link is one NVMe-oF/TCP connection, a byte stream:
+/// a read or trim command sent after a batch arrives only after the batch's data, so it
+/// waits for that transfer, while one sent on an idle link arrives after the latency alone.
+#[test]
+fn a_read_sent_after_a_batch_arrives_after_the_batchs_data() {
+    let cfg = small_config();
+    let rb = cfg.terms.rblock_bytes as u64;
+    let pages: Vec<(u64, u64)> = (0..200).map(|l| (l, sector_token(l, 1))).collect();
+    let transfer_ns = afa_sim::transfer_ns((pages.len() as u64 + 1) * rb, cfg.costs.link_mb_s);
+    let read_latency = |after_batch: bool| -> u64 {
+        let mut c = OxController::format(&cfg, 5).unwrap();
+        // The page read is written first, and everything settles, so that the read finds
+        // it on flash either way.
+        let w = c.submit(0, batch(&[(3999, 7)], &cfg)).unwrap();
+        c.run_until_complete(w).unwrap();
+        c.quiesce();
+        let t = c.now_ns();
+        if after_batch {
+            c.submit(t, batch(&pages, &cfg)).unwrap();
+        }
+        let r = c.submit(t, Request::ReadLpid(3999)).unwrap();
+        let done = c.run_until_complete(r).unwrap();
+        assert_eq!(done.result.clone().unwrap(), vec![7]);
+        done.done_ns - t
+    };
+    let idle = read_latency(false);
+    let behind = read_latency(true);
+    assert!(
+        behind >= idle + transfer_ns,
+        "a read behind {transfer_ns} ns of batch data took {behind} ns, {idle} ns on an idle link"
+    );
+}
