@@ -42,7 +42,10 @@ pub struct OxBlockDevice {
 #[derive(Debug)]
 struct DrainingFlush {
     tag: u64,
-    waiting_for: Vec<RequestId>,
+    /// The commands it waits for, oldest first. Only the oldest is looked at until it
+    /// completes: the flush cannot complete before it, and checking every one at every
+    /// event made a deep queue of flushes quadratic.
+    waiting_for: std::collections::VecDeque<RequestId>,
 }
 
 impl OxBlockDevice {
@@ -113,7 +116,9 @@ impl OxBlockDevice {
         let ctrl = &self.ctrl;
         let flushes = &mut self.flushes;
         self.draining.retain_mut(|f| {
-            f.waiting_for.retain(|&id| ctrl.under_way(id));
+            while f.waiting_for.front().is_some_and(|&id| !ctrl.under_way(id)) {
+                f.waiting_for.pop_front();
+            }
             if f.waiting_for.is_empty() {
                 // An acknowledged command completes in the controller the transport's
                 // latency after its last context was installed, which is when the flush's
@@ -246,7 +251,8 @@ impl QueuedDevice for OxBlockDevice {
             // write-through, they are already; write-back, the flush waits for those the
             // cache acknowledged and has not installed yet, and for nothing acknowledged
             // after it (NVMe's FLUSH covers the commands completed before it).
-            let waiting_for = self.ctrl.acknowledged_not_durable();
+            let waiting_for: std::collections::VecDeque<RequestId> =
+                self.ctrl.acknowledged_not_durable().into();
             if waiting_for.is_empty() {
                 let done = now + self.ctrl.config().costs.transport_latency_ns;
                 self.flushes.insert((done, tag));

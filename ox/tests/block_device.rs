@@ -18,6 +18,7 @@ io_size=24m
 stonewall
 rw=randrw
 io_size=8m
+fsync=32
 [seq]
 stonewall
 rw=write
@@ -30,7 +31,9 @@ bs=64k
 ";
 
 /// The jobs at queue depth 1 and 16 through the queued interface (where the host holds back
-/// requests that overlap one in flight), write-through and write-back.
+/// requests that overlap one in flight), write-through and write-back; the mixed job sends a
+/// FLUSH after every 32 writes, which on the write-back device waits for the writes its
+/// cache acknowledged.
 #[test]
 fn fio_jobs_on_oxblock_read_back_every_write() {
     for (iodepth, write_back) in [(1, false), (16, false), (1, true), (16, true)] {
@@ -57,6 +60,7 @@ fn fio_jobs_read_back_every_write(cfg: &OxConfig, jobs: &str) {
     let out = run(&mut dev, &Workload::Jobs(jobs), &options).unwrap();
     assert_eq!(out.mismatches, 0, "{:?}", out.first_mismatches);
     assert!(out.reads_checked > 0);
+    assert!(out.measurements.flush.ios > 0);
     let c = dev.controller();
     c.check_invariants().unwrap();
     // 1 MiB sequential writes arrive as 17 packets: 17 contexts and `done` records each.
