@@ -525,3 +525,44 @@ fn recording_the_requests_keeps_each_one_and_changes_nothing() {
     assert_eq!(bytes(IoOp::Write), recorded.measurements.write.bytes);
     assert_eq!(bytes(IoOp::Read), recorded.measurements.read.bytes);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Any number of threads, submission cost and queue depth behind the host CPU model, on
+    /// a queued device that completes out of order, with flushes mixed in: every read is
+    /// checked and right, every request completes, the device never sees more than the job's
+    /// queue depth, and the same inputs give the same run.
+    #[test]
+    fn the_host_cpu_model_over_a_queued_device_loses_nothing(
+        threads in 1u32..5,
+        request_ns in 0u64..60_000,
+        iodepth in 1u32..25,
+        fsync in 0u32..12,
+        seed in 0u64..1_000,
+    ) {
+        let text = format!(
+            "[global]\nsize=1m\niodepth={iodepth}\nfsync={fsync}\n\
+             [mixed]\nrw=randrw\nbs=4k\nnumber_ios=400\nio_size=100m\n"
+        );
+        let jobs = parse_job_file(&text).unwrap();
+        let config = CpuConfig { threads, request_ns: Some(request_ns), ..CpuConfig::default() };
+        let once = || {
+            let mut dev = SlowQueue::new(256);
+            let mut front = CpuFront::new(&mut dev, &config).unwrap();
+            let options = RunOptions { seed, ..options() };
+            let out = run(&mut front, &Workload::Jobs(jobs.clone()), &options).unwrap();
+            assert!(dev.running.is_empty());
+            (out, dev.most_in_flight)
+        };
+        let (a, depth) = once();
+        proptest::prop_assert_eq!(a.mismatches, 0, "{:?}", a.first_mismatches);
+        proptest::prop_assert!(depth <= iodepth as usize);
+        let writes = a.measurements.write.ios;
+        let flushes = if fsync == 0 { 0 } else { writes / fsync as u64 };
+        proptest::prop_assert_eq!(a.measurements.flush.ios, flushes);
+        proptest::prop_assert_eq!(a.requests, 400 + flushes);
+        let (b, _) = once();
+        proptest::prop_assert_eq!((a.event_hash, a.sim_time_ns), (b.event_hash, b.sim_time_ns));
+    }
+}
