@@ -157,13 +157,7 @@ fn an_ox_run_keeps_the_jobs_queue_depth_in_flight() {
     let eight = run_config(deep.to_str().unwrap(), "11", "qd8.json");
     assert_eq!(eight["integrity"]["mismatches"], 0);
     assert_eq!(eight["integrity"]["reads_checked"], 3840);
-    let iops = |v: &serde_json::Value| v["read"]["iops"].as_f64().unwrap();
-    assert!(
-        iops(&eight) > 2.0 * iops(&one),
-        "{} vs {} read IOPS",
-        iops(&eight),
-        iops(&one)
-    );
+    assert_reads_run_side_by_side(&one, &eight);
     assert_eq!(
         run_config(deep.to_str().unwrap(), "11", "qd8-again.json"),
         eight
@@ -193,11 +187,17 @@ fn an_ox_run_behind_the_host_cpu_model_keeps_the_jobs_queue_depth_in_flight() {
         let busy = v["cpu"]["threads"][0]["stack_ns"].as_u64().unwrap();
         assert!(busy > 0, "{}", v["cpu"]);
     }
+    assert_reads_run_side_by_side(&one, &eight);
+}
+
+/// A run at iodepth 8 reads more than twice as fast as the same run at iodepth 1: the
+/// controller serves the reads side by side.
+fn assert_reads_run_side_by_side(one: &serde_json::Value, eight: &serde_json::Value) {
     let iops = |v: &serde_json::Value| v["read"]["iops"].as_f64().unwrap();
     assert!(
-        iops(&eight) > 2.0 * iops(&one),
+        iops(eight) > 2.0 * iops(one),
         "{} vs {} read IOPS",
-        iops(&eight),
-        iops(&one)
+        iops(eight),
+        iops(one)
     );
 }
