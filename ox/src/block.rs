@@ -36,6 +36,12 @@ pub struct OxBlockDevice {
     /// Queued interface, write-back cache: flushes waiting for the commands the cache had
     /// acknowledged when they started, in start order.
     draining: Vec<DrainingFlush>,
+    /// Queued interface, write-back cache: writes and trims sent with FUA that the cache has
+    /// not acknowledged yet.
+    fua: BTreeSet<RequestId>,
+    /// Queued interface, write-back cache: FUA commands the cache acknowledged, whose
+    /// completion is held until they are installed.
+    fua_held: Vec<(RequestId, QueuedCompletion)>,
 }
 
 /// A FLUSH on the queued interface that waits for acknowledged writes to be installed.
@@ -56,6 +62,8 @@ impl OxBlockDevice {
             tags: BTreeMap::new(),
             flushes: BTreeSet::new(),
             draining: Vec::new(),
+            fua: BTreeSet::new(),
+            fua_held: Vec::new(),
         }
     }
 
@@ -100,6 +108,45 @@ impl OxBlockDevice {
             .flat_map(|t| t.to_le_bytes().into_iter().take(unit))
             .collect()
     }
+    /// Runs the controller to `t_ns` and collects what completed: the controller's
+    /// completions (a FUA command the write-back cache acknowledged is held until it is
+    /// installed), then flushes and held FUA commands whose writes are installed by then.
+    fn step_to(&mut self, t_ns: TimeNs, done: &mut Vec<QueuedCompletion>) {
+        self.ctrl.advance_to(t_ns);
+        for c in self.ctrl.take_completions() {
+            let Some(tag) = self.tags.remove(&c.id) else {
+                continue;
+            };
+            let result = c
+                .result
+                .map(|tokens| self.read_units(&tokens))
+                .map_err(device_error);
+            let completion = QueuedCompletion {
+                tag,
+                done_ns: c.done_ns,
+                result,
+            };
+            if self.fua.remove(&c.id) && completion.result.is_ok() && self.ctrl.under_way(c.id) {
+                self.fua_held.push((c.id, completion));
+                continue;
+            }
+            done.push(completion);
+        }
+        self.settle_draining(t_ns, done);
+        let fatal = self.ctrl.fatal_error().cloned();
+        let ctrl = &self.ctrl;
+        self.fua_held.retain_mut(|(id, c)| {
+            if let Some(e) = &fatal {
+                c.result = Err(device_error(e.clone()));
+            } else if ctrl.under_way(*id) {
+                return true;
+            }
+            c.done_ns = t_ns;
+            done.push(c.clone());
+            false
+        });
+    }
+
     /// Flushes whose writes have all completed by `now_ns` complete now; if the controller
     /// stopped, every waiting flush fails with its error.
     fn settle_draining(&mut self, now_ns: TimeNs, failed: &mut Vec<QueuedCompletion>) {
@@ -199,8 +246,21 @@ impl BlockDevice for OxBlockDevice {
         if cmd.opcode == Opcode::Read && info.payload_unit_bytes > 0 {
             out.data.copy_from_slice(&self.read_units(&tokens));
         }
+        let mut done_ns = c.done_ns;
+        // Force unit access: a write the write-back cache acknowledged completes only once
+        // it is installed (its `done` record is on flash), when the controller completes it.
+        while cmd.flags.fua && self.ctrl.under_way(id) {
+            let Some(t) = self.ctrl.next_event_ns() else {
+                break;
+            };
+            self.ctrl.advance_to(t);
+            done_ns = t;
+            if let Some(e) = self.ctrl.fatal_error() {
+                return Err(device_error(e.clone()));
+            }
+        }
         Ok(Completion {
-            done_ns: c.done_ns,
+            done_ns,
             gc_active: self.ctrl.gc_active(),
         })
     }
@@ -266,6 +326,11 @@ impl QueuedDevice for OxBlockDevice {
             .submit(now, self.request(cmd))
             .map_err(device_error)?;
         self.tags.insert(id, tag);
+        // Write-through, a command completes once installed, FUA or not; write-back, a FUA
+        // command's early acknowledgement is held back (`step_to`).
+        if cmd.flags.fua && self.ctrl.config().write_cache.write_back {
+            self.fua.insert(id);
+        }
         Ok(())
     }
 
@@ -279,33 +344,15 @@ impl QueuedDevice for OxBlockDevice {
 
     fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
         let mut done: Vec<QueuedCompletion> = Vec::new();
-        // With flushes waiting for installs the controller runs one event time at a time,
-        // so that each flush completes at the time its last write was installed.
-        while !self.draining.is_empty() {
+        // With flushes or FUA writes waiting for installs the controller runs one event time
+        // at a time, so that each completes at the time its last write was installed.
+        while !self.draining.is_empty() || !self.fua.is_empty() || !self.fua_held.is_empty() {
             match self.ctrl.next_event_ns() {
-                Some(t) if t <= t_ns => {
-                    self.ctrl.advance_to(t);
-                    self.settle_draining(t, &mut done);
-                }
+                Some(t) if t <= t_ns => self.step_to(t, &mut done),
                 _ => break,
             }
         }
-        self.ctrl.advance_to(t_ns);
-        self.settle_draining(t_ns, &mut done);
-        for c in self.ctrl.take_completions() {
-            let Some(tag) = self.tags.remove(&c.id) else {
-                continue;
-            };
-            let result = c
-                .result
-                .map(|tokens| self.read_units(&tokens))
-                .map_err(device_error);
-            done.push(QueuedCompletion {
-                tag,
-                done_ns: c.done_ns,
-                result,
-            });
-        }
+        self.step_to(t_ns, &mut done);
         while let Some(&(t, tag)) = self.flushes.first() {
             if t > t_ns {
                 break;

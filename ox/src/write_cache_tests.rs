@@ -354,6 +354,62 @@ fn a_queued_flush_waits_for_the_writes_acknowledged_before_it_and_no_others() {
     }
 }
 
+/// A FUA write on a write-back device completes only once it is installed, on the queued
+/// interface and through `submit`, while a plain write beside it is acknowledged from the
+/// cache first.
+#[test]
+fn a_fua_write_completes_only_once_it_is_installed() {
+    let cfg = write_back_config();
+    let tokens = |lba: u64| -> Vec<u8> {
+        (0..64u64)
+            .flat_map(|i| sector_token(lba + i, 1).to_le_bytes())
+            .collect()
+    };
+    let installed = |d: &OxBlockDevice, lba: u64| {
+        (0..64).all(|i| {
+            !d.controller()
+                .write_cache_holds(lba + i, sector_token(lba + i, 1))
+        })
+    };
+    let mut d = OxBlockDevice::new(OxController::format(&cfg, 6).unwrap());
+    let (plain_data, fua_data) = (tokens(0), tokens(512));
+    let mut fua = Command::write(512, 64, &fua_data);
+    fua.flags.fua = true;
+    let q = d.queued().unwrap();
+    q.start(0, &Command::write(0, 64, &plain_data), 1).unwrap();
+    q.start(0, &fua, 2).unwrap();
+    let mut times = BTreeMap::new();
+    while times.len() < 2 {
+        let t = q.next_event_ns().expect("both writes under way");
+        for c in q.advance_to(t) {
+            assert_eq!(c.result, Ok(Vec::new()));
+            assert_eq!(c.done_ns, t);
+            times.insert(c.tag, c.done_ns);
+        }
+    }
+    assert!(
+        times[&1] < times[&2],
+        "the plain write is acknowledged first: {times:?}"
+    );
+    // The loop stopped at the FUA write's completion: its pages have left the cache.
+    assert!(installed(&d, 512));
+    // Through `submit` too.
+    let mut d = OxBlockDevice::new(OxController::format(&cfg, 6).unwrap());
+    let mut fua = Command::write(512, 64, &fua_data);
+    fua.flags.fua = true;
+    let plain = d
+        .submit(0, &Command::write(0, 64, &plain_data), ReadBuffers::none())
+        .unwrap();
+    assert!(
+        !installed(&d, 0),
+        "a plain write is acknowledged from the cache"
+    );
+    let durable = d.submit(plain.done_ns, &fua, ReadBuffers::none()).unwrap();
+    assert!(installed(&d, 512));
+    let (plain_ns, fua_ns) = (plain.done_ns, durable.done_ns - plain.done_ns);
+    assert!(fua_ns > plain_ns, "FUA {fua_ns} ns, plain {plain_ns} ns");
+}
+
 #[test]
 fn power_loss_drains_the_write_back_cache_and_keeps_every_acknowledged_batch() {
     let cfg = write_back_config();
