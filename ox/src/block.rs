@@ -108,6 +108,7 @@ impl OxBlockDevice {
             .flat_map(|t| t.to_le_bytes().into_iter().take(unit))
             .collect()
     }
+
     /// Runs the controller to `t_ns` and collects what completed: the controller's
     /// completions (a FUA command the write-back cache acknowledged is held until it is
     /// installed), then flushes and held FUA commands whose writes are installed by then.
