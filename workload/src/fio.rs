@@ -579,11 +579,11 @@ fn apply_option(
             // Both are a FLUSH at the block layer, so two different periods would be one
             // stream of flushes that neither option describes.
             let other = if key == "fsync" {
-                &mut builder.fdatasync
+                builder.fdatasync
             } else {
-                &mut builder.fsync
+                builder.fsync
             };
-            if let (Some(a), Some(b)) = (every, *other) {
+            if let (Some(a), Some(b)) = (every, other) {
                 if a != b {
                     return Err(context.bad(format!(
                         "fsync and fdatasync are both a FLUSH of the device here; give one of \
