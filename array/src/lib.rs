@@ -213,6 +213,9 @@ pub struct Array<D: BlockDevice> {
     work: HostWork,
     /// Whether the commands being issued are background work (rebuild).
     in_background: bool,
+    /// The write being applied asked for force unit access: every member write it makes
+    /// carries the flag too, so its data and parity are durable when it completes.
+    member_fua: bool,
     cache: Vec<CachedStripe>,
     /// Completion times of stripe writes the cache started, which hold a cache slot until
     /// they are done.
@@ -389,6 +392,7 @@ impl<D: BlockDevice> Array<D> {
             stats: ArrayStats::default(),
             work: HostWork::default(),
             in_background: false,
+            member_fua: false,
             cache: Vec::new(),
             cache_inflight: std::collections::BinaryHeap::new(),
             cache_clock: 0,
@@ -410,6 +414,11 @@ impl<D: BlockDevice> Array<D> {
     }
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.members.iter().map(|m| &m.device)
+    }
+    /// Hands the member devices back in order (the array, and what its stripe cache held,
+    /// is gone), as a host crash or an orderly stop leaves them.
+    pub fn into_members(self) -> Vec<D> {
+        self.members.into_iter().map(|m| m.device).collect()
     }
 
     /// Zeroes the engine's counters and hands every member and spare to `member` to zero
@@ -880,11 +889,11 @@ impl<D: BlockDevice> Array<D> {
         let lba = self.member_lba(stripe, row);
         self.stats.member_write_sectors += rows as u64;
         self.count_command(rows);
-        let c = self.members[m].device.submit(
-            now_ns,
-            &Command::write(lba, rows, data),
-            ReadBuffers::none(),
-        )?;
+        let mut cmd = Command::write(lba, rows, data);
+        cmd.flags.fua = self.member_fua;
+        let c = self.members[m]
+            .device
+            .submit(now_ns, &cmd, ReadBuffers::none())?;
         Ok(c.done_ns)
     }
 
@@ -1510,7 +1519,12 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
                 self.overlay_cache(cmd, out.data);
                 t
             }
-            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Write => {
+                self.member_fua = cmd.flags.fua;
+                let written = self.write(now_ns, cmd);
+                self.member_fua = false;
+                written?
+            }
             Opcode::Trim => self.trim(now_ns, cmd)?,
             Opcode::Flush => {
                 let drained = self.drain_cache(now_ns)?;

@@ -468,6 +468,17 @@ impl<D: BlockDevice> LogRaid<D> {
 
     /// Writes the open stripe to the array as one full-stripe write. Returns when NVRAM has
     /// room for the next stripe (the oldest in-flight stripe write may have to finish).
+    /// A FLUSH of the volume. NVRAM is durable, so it needs only the members' own
+    /// flushes, and the NVRAM log's when that memory is kept in one.
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        self.nvram.sync()?;
+        let flush = Command::flush();
+        Ok(self
+            .array
+            .submit(now_ns, &flush, ReadBuffers::none())?
+            .done_ns)
+    }
+
     fn flush_stripe(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let start = self.head - self.stripe_sectors;
         let c = self.array.submit(
@@ -590,15 +601,19 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
     ) -> Result<Completion, DeviceError> {
         validate_command(&self.info, cmd, &out)?;
         let done_ns = match cmd.opcode {
-            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Write => {
+                let written = self.write(now_ns, cmd)?;
+                // The stripes the write filled went to members that may cache them: a FUA
+                // write waits for the same flush as a FLUSH.
+                if cmd.flags.fua {
+                    written.max(self.flush(now_ns)?)
+                } else {
+                    written
+                }
+            }
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,
-            // NVRAM is durable, so a flush needs only the members' own flushes, and the
-            // NVRAM log's when that memory is kept in one.
-            Opcode::Flush => {
-                self.nvram.sync()?;
-                self.array.submit(now_ns, cmd, out)?.done_ns
-            }
+            Opcode::Flush => self.flush(now_ns)?,
         };
         Ok(Completion {
             done_ns,

@@ -1327,6 +1327,21 @@ impl<D: BlockDevice> Swan<D> {
 
     /// Writes the stream's full stripe (the one just before its head) to its group as one
     /// full-stripe write. Returns when the buffer has room for the next stripe.
+    /// A FLUSH of the volume. The open stripes live in battery-backed host memory (the
+    /// paper's §4.1 assumption), so it needs only the members' own flushes, and the NVRAM
+    /// log's when that memory is kept in one.
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        self.nvram.sync()?;
+        let mut done = now_ns;
+        for g in &mut self.groups {
+            done = done.max(
+                g.submit(now_ns, &Command::flush(), ReadBuffers::none())?
+                    .done_ns,
+            );
+        }
+        Ok(done)
+    }
+
     fn flush_stripe(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let capacity = self.config.buffer_stripes as usize;
         let stripe_sectors = self.stripe_sectors;
@@ -1613,20 +1628,19 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         self.advance_gc(now_ns)?;
         self.idle_back_end(now_ns);
         let done_ns = match cmd.opcode {
-            Opcode::Write => self.write(now_ns, cmd)?,
+            Opcode::Write => {
+                let written = self.write(now_ns, cmd)?;
+                // The stripes the write filled went to members that may cache them: a FUA
+                // write waits for the same flush as a FLUSH.
+                if cmd.flags.fua {
+                    written.max(self.flush(now_ns)?)
+                } else {
+                    written
+                }
+            }
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,
-            // The open stripes live in battery-backed host memory (the paper's §4.1
-            // assumption), so a flush needs only the members' own flushes, and the NVRAM
-            // log's when that memory is kept in one.
-            Opcode::Flush => {
-                self.nvram.sync()?;
-                let mut done = now_ns;
-                for g in &mut self.groups {
-                    done = done.max(g.submit(now_ns, cmd, ReadBuffers::none())?.done_ns);
-                }
-                done
-            }
+            Opcode::Flush => self.flush(now_ns)?,
         };
         Ok(Completion {
             done_ns: done_ns - self.epoch_ns,

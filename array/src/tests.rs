@@ -119,7 +119,8 @@ impl BlockDevice for PowerCut {
 /// are volatile, and at a crash each one's data and its tags independently reach the medium
 /// or not (a member file and its tag sidecar are written back in any order). A `convert` is
 /// a parity write and a trim of its source, each volatile on its own, as a file member runs
-/// it.
+/// it. A FUA write goes straight to the medium (`O_DSYNC`): its sectors are durable at once,
+/// and no earlier volatile command may take them back.
 #[derive(Debug)]
 pub(crate) struct PageCache {
     pub(crate) inner: Ssd,
@@ -159,6 +160,37 @@ impl PageCache {
         self.unsynced.push((lba, sectors, data, tags));
     }
 
+    /// A FUA write of `lba..lba + sectors` is durable: what the earlier volatile commands
+    /// would restore there at a crash is forgotten, the rest of their ranges kept.
+    fn make_durable(&mut self, lba: u64, sectors: u32) {
+        let end = lba + sectors as u64;
+        let mut kept = Vec::with_capacity(self.unsynced.len());
+        for (at, n, data, tags) in std::mem::take(&mut self.unsynced) {
+            let stop = at + n as u64;
+            if stop <= lba || end <= at {
+                kept.push((at, n, data, tags));
+                continue;
+            }
+            let (unit, tag) = (data.len() / n as usize, tags.len() / n as usize);
+            let piece = |from: u64, to: u64| {
+                let (a, b) = ((from - at) as usize, (to - at) as usize);
+                (
+                    from,
+                    (to - from) as u32,
+                    data[a * unit..b * unit].to_vec(),
+                    tags[a * tag..b * tag].to_vec(),
+                )
+            };
+            if at < lba {
+                kept.push(piece(at, lba));
+            }
+            if end < stop {
+                kept.push(piece(end, stop));
+            }
+        }
+        self.unsynced = kept;
+    }
+
     /// The host crashes: each unsynced command keeps or loses its data and its tags.
     pub(crate) fn crash(mut self, rng: &mut SimRng) -> Ssd {
         for (lba, sectors, data, tags) in std::mem::take(&mut self.unsynced).into_iter().rev() {
@@ -193,6 +225,7 @@ impl BlockDevice for PageCache {
     ) -> Result<Completion, DeviceError> {
         self.now_ns = self.now_ns.max(now_ns);
         match cmd.opcode {
+            Opcode::Write if cmd.flags.fua => self.make_durable(cmd.lba, cmd.sectors),
             Opcode::Write | Opcode::Trim => self.remember(cmd.lba, cmd.sectors),
             Opcode::Flush => self.unsynced.clear(),
             Opcode::Read => {}
@@ -287,6 +320,34 @@ impl<V: BlockDevice> Harness<V> {
     }
 
     pub(crate) fn write(&mut self, lba: u64, sectors: u32) -> Result<(), DeviceError> {
+        self.write_flagged(lba, sectors, false)
+    }
+
+    /// A write with force unit access, after which a crash must leave its sectors as it
+    /// wrote them or as a later write did: it becomes those sectors' floor in `flushed`,
+    /// and what `since` noted of them before is forgotten.
+    pub(crate) fn write_fua_noting(
+        &mut self,
+        lba: u64,
+        sectors: u32,
+        flushed: &mut [u64],
+        since: &mut BTreeMap<usize, Vec<u64>>,
+    ) -> Result<(), DeviceError> {
+        self.write_flagged(lba, sectors, true)?;
+        let range = lba as usize..(lba + sectors as u64) as usize;
+        flushed[range.clone()].copy_from_slice(&self.tokens[range.clone()]);
+        range.for_each(|at| {
+            since.remove(&at);
+        });
+        Ok(())
+    }
+
+    pub(crate) fn write_flagged(
+        &mut self,
+        lba: u64,
+        sectors: u32,
+        fua: bool,
+    ) -> Result<(), DeviceError> {
         self.version += 1;
         let u = self.unit;
         let mut data = vec![0u8; sectors as usize * u];
@@ -296,11 +357,9 @@ impl<V: BlockDevice> Harness<V> {
             fill_unit(t, &mut data[i * u..(i + 1) * u]);
             tokens.push(t);
         }
-        let c = self.volume.submit(
-            self.now_ns,
-            &Command::write(lba, sectors, &data),
-            ReadBuffers::none(),
-        )?;
+        let mut cmd = Command::write(lba, sectors, &data);
+        cmd.flags.fua = fua;
+        let c = self.volume.submit(self.now_ns, &cmd, ReadBuffers::none())?;
         self.tokens[lba as usize..lba as usize + sectors as usize].copy_from_slice(&tokens);
         self.advance(c.done_ns);
         Ok(())
@@ -478,6 +537,128 @@ const LEVELS: [(Level, u32); 7] = [
     (Level::Raid6, 6),
     (Level::Raid5, 3),
 ];
+
+/// A FUA write is durable when it completes, on every level, with and without the stripe
+/// cache: the members sit behind a page cache, the writes after the last flush (some of them
+/// FUA) are acknowledged, and at a host crash each volatile member command keeps or loses
+/// its data. Every sector must then read back as the flush or its last FUA write left it,
+/// or as a later write.
+#[test]
+fn a_fua_write_survives_a_host_crash_on_every_level() {
+    for (level, n) in LEVELS {
+        for (seed, stripes) in [(1, 0), (2, 0), (3, 4), (4, 4)] {
+            let config = ArrayConfig {
+                level,
+                members: n,
+                chunk_bytes: 8 * 1024,
+                stripe_cache_stripes: stripes,
+                ..ArrayConfig::default()
+            };
+            let devs = (0..n as u64).map(|i| PageCache::new(ssd(i))).collect();
+            let mut h = Harness::new(Array::new(config.clone(), devs, vec![]).unwrap());
+            let mut rng = SimRng::new(seed * 31 + n as u64);
+            h.random_ops(&mut rng, 200);
+            h.volume
+                .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+                .unwrap();
+            let mut flushed = h.tokens.clone();
+            let mut since = BTreeMap::new();
+            let cap = h.tokens.len() as u64;
+            let mut fua_writes = 0;
+            for _ in 0..300 {
+                let len = 1 + rng.below(80) as u32;
+                let lba = rng.below(cap - len as u64);
+                match rng.below(4) {
+                    0 => {
+                        fua_writes += 1;
+                        h.write_fua_noting(lba, len, &mut flushed, &mut since)
+                            .expect("write accepted");
+                    }
+                    1 => h.read_check(lba, len),
+                    _ => h
+                        .write_noting(lba, len, &mut since)
+                        .expect("write accepted"),
+                }
+            }
+            assert!(fua_writes > 0);
+            let mut h = h.after_crash(|v| {
+                let members = v
+                    .into_members()
+                    .into_iter()
+                    .map(|d| PageCache::new(d.crash(&mut rng)))
+                    .collect();
+                Array::new(config, members, vec![]).unwrap()
+            });
+            h.adopt_flushed_or_later(&flushed, &since);
+        }
+    }
+}
+
+/// Writes random data until some member's write buffer holds a page, then one FUA write,
+/// after which none may: the engines that make a FUA write durable with a flush of the whole
+/// volume leave nothing volatile behind it.
+fn a_fua_write_drains<V: BlockDevice>(name: &str, volume: V, buffered_pages: impl Fn(&V) -> usize) {
+    let mut h = Harness::new(volume);
+    let mut rng = SimRng::new(9);
+    let cap = h.tokens.len() as u64;
+    let mut writes = 0;
+    while buffered_pages(&h.volume) == 0 {
+        assert!(
+            writes < 1000,
+            "{name}: no write stayed in a member's buffer"
+        );
+        let len = 1 + rng.below(16) as u32;
+        h.write(rng.below(cap - len as u64), len).unwrap();
+        writes += 1;
+    }
+    h.write_flagged(rng.below(cap - 8), 8, true).unwrap();
+    assert_eq!(buffered_pages(&h.volume), 0, "{name}");
+    h.check_all();
+}
+
+#[test]
+fn a_fua_write_leaves_no_member_write_buffered_on_the_flushing_engines() {
+    let buffered = |sector_bytes: u32, oob_bytes_per_page: u32, seed: u64| {
+        let mut config = ssd_config();
+        config.geometry.sector_bytes = sector_bytes;
+        config.geometry.oob_bytes_per_page = oob_bytes_per_page;
+        config.write_buffer.capacity_bytes = 64 * 1024;
+        Ssd::new(config, seed).unwrap()
+    };
+    let pages = |members: &mut dyn Iterator<Item = &Ssd>| -> usize {
+        members.map(Ssd::buffered_pages).sum()
+    };
+    let devs = |n: u64| (0..n).map(|i| buffered(512, 64, i)).collect::<Vec<_>>();
+    let raid5 = two_phase_config(Level::Raid5, 4);
+
+    let log_raid = LogRaid::new(
+        Array::new(raid5.clone(), devs(4), vec![]).unwrap(),
+        LogRaidConfig::default(),
+    )
+    .unwrap();
+    a_fua_write_drains("log-raid", log_raid, |v| pages(&mut v.array().members()));
+
+    let swan_array = ArrayConfig {
+        level: Level::Raid0,
+        members: 4,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let swan_config = SwanConfig {
+        groups: 2,
+        segment_bytes: 4096 * 2 * 4,
+        ..SwanConfig::default()
+    };
+    let swan = Swan::new(swan_array, swan_config, devs(4), vec![]).unwrap();
+    a_fua_write_drains("swan", swan, |v| pages(&mut v.members()));
+
+    let two_phase = TwoPhase::new(raid5.clone(), TwoPhaseConfig::default(), devs(4), vec![]);
+    a_fua_write_drains("two-phase", two_phase.unwrap(), |v| pages(&mut v.members()));
+
+    let scala_devs = (0..4).map(|i| buffered(4096, 24, i)).collect();
+    let scala = ScalaAfa::new(raid5, ScalaAfaConfig::default(), scala_devs, vec![]).unwrap();
+    a_fua_write_drains("scalaafa", scala, |v| pages(&mut v.members()));
+}
 
 #[test]
 fn every_level_keeps_data() {

@@ -680,6 +680,20 @@ impl<D: BlockDevice> TwoPhase<D> {
         Ok(c.done_ns)
     }
 
+    /// A FLUSH of the volume: the serving members' flushes, and in recoverable mode the
+    /// trims of the slots it makes redundant.
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        if self.recoverable {
+            return self.flush_and_reclaim(now_ns);
+        }
+        let serving = self
+            .members
+            .iter_mut()
+            .filter(|m| m.state != MemberState::Failed)
+            .map(|m| &mut m.device);
+        crate::flush_members(now_ns, serving, &mut self.work)
+    }
+
     /// Flushes the serving members, then trims the slots released before the flush and
     /// hands them out again. Returns when the flush and the trims are done.
     fn flush_and_reclaim(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
@@ -1314,17 +1328,19 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
                 }
                 t
             }
-            Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
-            Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
-            Opcode::Flush if self.recoverable => self.flush_and_reclaim(now_ns)?,
-            Opcode::Flush => {
-                let serving = self
-                    .members
-                    .iter_mut()
-                    .filter(|m| m.state != MemberState::Failed)
-                    .map(|m| &mut m.device);
-                crate::flush_members(now_ns, serving, &mut self.work)?
+            Opcode::Write => {
+                let written = self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?;
+                // A FUA write is made durable by a flush of the whole volume, as Linux
+                // does for a device without FUA: which replicas, superseded copies and
+                // trims the write's durability rests on is the flush's business.
+                if cmd.flags.fua {
+                    written.max(self.flush(now_ns)?)
+                } else {
+                    written
+                }
             }
+            Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
+            Opcode::Flush => self.flush(now_ns)?,
         };
         Ok(Completion {
             done_ns,

@@ -791,7 +791,8 @@ mod tests {
     /// crash. Every sector must read back as flushed or as one of the writes after the flush
     /// (never older), and the volume must keep working. Returns what recovery found. With
     /// `lost` = Some((member, when)), that member fails after `when` writes of the `after`
-    /// (a dirty degraded volume at the crash).
+    /// (a dirty degraded volume at the crash). With `fua_one_in` > 0, one write in that many
+    /// after the flush asks for force unit access, and must then survive the crash too.
     fn host_crash_and_recover(
         level: Level,
         n: u32,
@@ -799,6 +800,7 @@ mod tests {
         before: usize,
         after: usize,
         lost: Option<(usize, usize)>,
+        fua_one_in: u64,
     ) -> TwoPhaseRecovery {
         let devs = (0..n as u64).map(|i| PageCache::new(ssd(i))).collect();
         let mut volume =
@@ -810,7 +812,7 @@ mod tests {
         h.volume
             .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
             .unwrap();
-        let flushed = h.tokens.clone();
+        let mut flushed = h.tokens.clone();
         let mut since: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         let cap = h.tokens.len() as u64;
         for i in 0..after {
@@ -819,7 +821,12 @@ mod tests {
             }
             let len = 1 + rng.below(6) as u32;
             let lba = rng.below(cap - len as u64);
-            h.write_noting(lba, len, &mut since).unwrap();
+            if fua_one_in > 0 && rng.below(fua_one_in) == 0 {
+                h.write_fua_noting(lba, len, &mut flushed, &mut since)
+                    .unwrap();
+            } else {
+                h.write_noting(lba, len, &mut since).unwrap();
+            }
         }
         let Harness {
             volume,
@@ -855,7 +862,7 @@ mod tests {
             for _ in 0..8 {
                 let before = rng.below(1500) as usize;
                 let after = 1 + rng.below(300) as usize;
-                let r = host_crash_and_recover(level, n, rng.next_u64(), before, after, None);
+                let r = host_crash_and_recover(level, n, rng.next_u64(), before, after, None, 0);
                 total.torn_copies += r.torn_copies;
                 total.stripes += r.stripes;
                 total.incomplete_stripes += r.incomplete_stripes;
@@ -865,6 +872,30 @@ mod tests {
         assert!(total.torn_copies > 0, "{total:?}");
         assert!(total.stripes > 0, "{total:?}");
         assert!(total.incomplete_stripes > 0, "{total:?}");
+    }
+
+    /// A FUA write is durable when it completes, also on a volume that loses a member after
+    /// the flush: one write in four after the flush is FUA, and the crash must leave each of
+    /// them (or a later write) in place.
+    #[test]
+    fn a_fua_write_survives_a_host_crash() {
+        let mut rng = SimRng::new(22);
+        for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6), (Level::Raid5, 3)] {
+            for degraded in [false, true] {
+                for _ in 0..4 {
+                    let before = rng.below(1500) as usize;
+                    let after = 1 + rng.below(300) as usize;
+                    let lost = degraded.then(|| {
+                        (
+                            rng.below(n as u64) as usize,
+                            rng.below(after as u64) as usize,
+                        )
+                    });
+                    let seed = rng.next_u64();
+                    host_crash_and_recover(level, n, seed, before, after, lost, 4);
+                }
+            }
+        }
     }
 
     proptest! {
@@ -883,7 +914,7 @@ mod tests {
             after in 1usize..400,
         ) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-            host_crash_and_recover(level, n, seed, before, after, None);
+            host_crash_and_recover(level, n, seed, before, after, None, 0);
         }
 
         /// The same on a volume that loses a member after the flush.
@@ -897,7 +928,7 @@ mod tests {
         ) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
             let lost = ((seed % n as u64) as usize, when % after);
-            host_crash_and_recover(level, n, seed, before, after, Some(lost));
+            host_crash_and_recover(level, n, seed, before, after, Some(lost), 0);
         }
 
         #[test]

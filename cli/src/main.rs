@@ -456,6 +456,14 @@ impl Delivery<'_> {
                     );
                 }
             }
+            let fua = kept.iter().filter(|r| r.fua).count();
+            if fua > 0 && !format.holds_fua() {
+                eprintln!(
+                    "note: the {format:?} trace {} records {fua} FUA writes as plain writes; \
+                     only blkparse holds the flag",
+                    path.display()
+                );
+            }
             let file = std::fs::File::create(path)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);

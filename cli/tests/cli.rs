@@ -558,6 +558,71 @@ fn set_overrides_configuration_keys_and_job_options() {
     }
 }
 
+/// A job with `sync=1` records its writes as FUA writes (`WFS`) in blkparse, and replaying
+/// that trace sends them as FUA again; a format without the flag says what it dropped.
+#[test]
+fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
+    let small = ["--set", "job.number_ios=200", "--set", "job.sync=1"];
+    let trace = temp("synced.blkparse");
+    let mut args = vec!["run", "--quiet"];
+    args.extend(small);
+    args.extend([
+        "--record",
+        trace.to_str().unwrap(),
+        "--record-format",
+        "blkparse",
+    ]);
+    let out = afa(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let fua_lines = |text: &str| text.lines().filter(|l| l.contains(" WFS ")).count();
+    assert_eq!(fua_lines(&text), 200, "the random-write job's writes");
+
+    let config = temp("replay-synced.toml");
+    let default = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/default.toml"),
+    )
+    .unwrap();
+    let head = &default[..default.find("[workload]").unwrap()];
+    std::fs::write(
+        &config,
+        format!(
+            "{head}[workload.trace]\npath = {:?}\nformat = \"blkparse\"\nreplay = \"timed\"\n",
+            trace.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let again = temp("replayed-synced.blkparse");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--quiet",
+        "--record",
+        again.to_str().unwrap(),
+        "--record-format",
+        "blkparse",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(fua_lines(&std::fs::read_to_string(&again).unwrap()), 200);
+
+    let iolog = temp("synced.iolog");
+    let mut args = vec!["run", "--quiet"];
+    args.extend(small);
+    args.extend([
+        "--record",
+        iolog.to_str().unwrap(),
+        "--record-format",
+        "iolog",
+    ]);
+    let out = afa(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("records 200 FUA writes as plain writes"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// `--record` writes the requests the workload issued as a trace, at the simulated times
 /// it issued them; replayed with `timed` on the same configuration it issues the same
 /// requests. A format without flushes (ASCII) leaves them out and says so.

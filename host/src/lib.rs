@@ -605,6 +605,7 @@ impl<'d> Host<'d> {
                 offset_bytes: request.offset_bytes,
                 len_bytes: request.len_bytes,
                 volume: 0,
+                fua: request.fua,
             });
         }
         let sector = self.sector_bytes;
@@ -634,7 +635,7 @@ impl<'d> Host<'d> {
         let completion = match request.op {
             IoOp::Write => {
                 self.stage_write(lba, sectors);
-                let cmd = Command::write(lba, sectors, &self.write_buf);
+                let cmd = write_command(lba, sectors, &self.write_buf, request.fua);
                 self.device
                     .submit(now, &cmd, ReadBuffers::none())
                     .map_err(device_error)?
@@ -805,7 +806,7 @@ impl<'d> Host<'d> {
         let cmd = match request.op {
             IoOp::Write => {
                 self.stage_write(lba, sectors);
-                Command::write(lba, sectors, &self.write_buf)
+                write_command(lba, sectors, &self.write_buf, request.fua)
             }
             IoOp::Read => Command::read(lba, sectors),
             IoOp::Trim => {
@@ -856,6 +857,13 @@ impl<'d> Host<'d> {
     }
 }
 
+/// A write of `sectors` sectors from `lba`, with force unit access when the request asks.
+fn write_command(lba: u64, sectors: u32, data: &[u8], fua: bool) -> Command<'_> {
+    let mut cmd = Command::write(lba, sectors, data);
+    cmd.flags.fua = fua;
+    cmd
+}
+
 /// Whether `request` and a request `op` on `len_bytes` bytes from `offset_bytes` must not run
 /// side by side: their ranges overlap and at least one changes what it covers (a write or a
 /// trim). A flush covers no range.
@@ -877,6 +885,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
             op: IoOp::Flush,
             offset_bytes: 0,
             len_bytes: 0,
+            fua: false,
         };
     }
     let start = r.offset_bytes / sector_bytes * sector_bytes;
@@ -892,6 +901,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
         op: r.op,
         offset_bytes: offset,
         len_bytes: len,
+        fua: r.fua,
     }
 }
 

@@ -243,6 +243,8 @@ struct SlowQueue {
     latency_ns: u64,
     running: std::collections::BTreeMap<(TimeNs, u64), (Opcode, u64, Vec<u64>)>,
     most_in_flight: usize,
+    /// Writes started with force unit access.
+    fua_writes: u64,
     stall: bool,
     /// Reads return every token with its lowest bit flipped.
     corrupt_reads: bool,
@@ -256,6 +258,7 @@ impl SlowQueue {
             latency_ns: 50_000,
             running: std::collections::BTreeMap::new(),
             most_in_flight: 0,
+            fua_writes: 0,
             stall: false,
             corrupt_reads: false,
         }
@@ -301,6 +304,7 @@ impl afa_ssd::QueuedDevice for SlowQueue {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect();
+        self.fua_writes += u64::from(cmd.opcode == Opcode::Write && cmd.flags.fua);
         let done = now_ns + self.latency_ns + cmd.sectors as u64 * 1_000 + tag % 7 * 3_000;
         self.running
             .insert((done, tag), (cmd.opcode, cmd.lba, tokens));
@@ -481,6 +485,49 @@ fn a_jobs_fsync_sends_a_flush_after_every_nth_write() {
     assert_eq!(queued.mismatches, 0);
     assert!(queued.reads_checked >= 50);
     assert_eq!(dev.most_in_flight, 16);
+}
+
+/// A job's `sync=1` reaches the device as FUA writes, on the queued interface and on a device
+/// that answers at once: an SSD with a DRAM write buffer then answers each write only once it
+/// is on flash, so writes take longer than the buffer would make them. The recorded requests
+/// keep the flag.
+#[test]
+fn a_sync_job_sends_every_write_with_force_unit_access() {
+    let text = "[w]\nsize=1m\nrw=randwrite\nbs=4k\nnumber_ios=200\niodepth=8\n";
+    let synced = text.replace("[w]\n", "[w]\nsync=1\n");
+    let buffered = || {
+        let mut config = ssd(PayloadMode::Token).config().clone();
+        config.write_buffer.capacity_bytes = 256 * 1024;
+        Ssd::new(config, 1).unwrap()
+    };
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let mean_write_us = |job: &str| {
+        let jobs = parse_job_file(job).unwrap();
+        let out = run(&mut buffered(), &Workload::Jobs(jobs), &recording).unwrap();
+        assert_eq!(out.mismatches, 0);
+        assert_eq!(out.measurements.write.ios, 200);
+        let fua = out.issued.iter().filter(|r| r.fua).count();
+        (out.measurements.write.latency_us.mean, fua)
+    };
+    let (plain_us, plain_fua) = mean_write_us(text);
+    let (fua_us, fua) = mean_write_us(&synced);
+    assert_eq!((plain_fua, fua), (0, 200));
+    assert!(
+        fua_us > 2.0 * plain_us,
+        "FUA {fua_us} µs, buffered {plain_us} µs"
+    );
+
+    let mut dev = SlowQueue::new(256);
+    let out = run(
+        &mut dev,
+        &Workload::Jobs(parse_job_file(&synced).unwrap()),
+        &options(),
+    );
+    assert_eq!(out.unwrap().mismatches, 0);
+    assert_eq!(dev.fua_writes, 200);
 }
 
 /// Recording the requests changes nothing of the run, and keeps one record per request

@@ -306,6 +306,7 @@ pub fn generate(
             offset_bytes: start,
             len_bytes: end - start,
             volume: 0,
+            fua: false,
         });
     }
     Ok(Generated {

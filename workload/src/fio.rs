@@ -194,6 +194,10 @@ pub struct JobSpec {
     /// Issue a FLUSH when the job has issued its last write (`end_fsync`), unless the last
     /// request was one already.
     pub end_flush: bool,
+    /// Every write asks for force unit access (`sync=1`, `sync=sync`, `sync=dsync`): Linux
+    /// sends a direct write on a file opened `O_SYNC` or `O_DSYNC` to a block device with
+    /// the FUA flag, and it completes only once the data is durable.
+    pub fua_writes: bool,
 }
 
 impl JobSpec {
@@ -227,6 +231,7 @@ impl JobSpec {
             continue_on_read_error: false,
             flush_every_writes: None,
             end_flush: false,
+            fua_writes: false,
         }
     }
 }
@@ -599,6 +604,15 @@ fn apply_option(
             spec.flush_every_writes = builder.fsync.or(builder.fdatasync);
         }
         "end_fsync" => spec.end_flush = parse_bool(&context, value)?,
+        "sync" => {
+            spec.fua_writes = match value.map(str::to_ascii_lowercase).as_deref() {
+                Some("sync") | Some("dsync") => true,
+                Some("none") => false,
+                _ => parse_bool(&context, value).map_err(|_| {
+                    context.bad("expected none, sync, dsync or a boolean (1/0, true/false)")
+                })?,
+            }
+        }
         "name" => {
             spec.name = context.required(value)?.to_string();
             builder.name_from_option = true;

@@ -79,6 +79,8 @@ pub struct JobGenerator {
     flush_every_writes: u64,
     /// `end_fsync`: a FLUSH once the budget is spent, if a write came after the last one.
     end_flush: bool,
+    /// fio's `sync=`: every write asks for force unit access.
+    fua_writes: bool,
     /// Writes issued since the last FLUSH.
     writes_since_flush: u64,
     /// The next request is a FLUSH (the period's last write was just issued).
@@ -285,6 +287,7 @@ impl JobGenerator {
             spare_normal: None,
             flush_every_writes: spec.flush_every_writes.unwrap_or(0),
             end_flush: spec.end_flush,
+            fua_writes: spec.fua_writes,
             writes_since_flush: 0,
             flush_due: false,
         })
@@ -356,6 +359,7 @@ impl JobGenerator {
             op: DIRECTION_OPS[direction],
             offset_bytes: self.region_start_bytes + relative_offset_bytes,
             len_bytes,
+            fua: direction == WRITE && self.fua_writes,
         })
     }
 
@@ -368,6 +372,7 @@ impl JobGenerator {
             op: IoOp::Flush,
             offset_bytes: 0,
             len_bytes: 0,
+            fua: false,
         }
     }
 

@@ -42,4 +42,7 @@ pub struct IoRequest {
     pub offset_bytes: u64,
     /// Number of bytes addressed.
     pub len_bytes: u64,
+    /// Force unit access (writes only): the write completes only once it is durable, as
+    /// fio's `sync=1` and a traced write's FUA flag ask.
+    pub fua: bool,
 }

@@ -47,6 +47,9 @@ pub struct TraceRecord {
     /// number, `(major << 20) | minor` for blkparse and FIU, the device column of the ASCII
     /// format, and the order of first appearance of the file name in an iolog.
     pub volume: u32,
+    /// The write asked for force unit access (blkparse's `F` after the `W`); only blkparse
+    /// records it.
+    pub fua: bool,
 }
 
 /// The supported trace formats.
@@ -72,6 +75,12 @@ impl TraceFormat {
             IoOp::Read | IoOp::Write => true,
             IoOp::Trim | IoOp::Flush => matches!(self, TraceFormat::Iolog | TraceFormat::Blkparse),
         }
+    }
+
+    /// Whether the format can say that a write asked for force unit access: only
+    /// blkparse's RWBS field can.
+    pub fn holds_fua(self) -> bool {
+        self == TraceFormat::Blkparse
     }
 
     /// Every format, in the order the documentation lists them.
@@ -229,6 +238,7 @@ where
                 }
                 let rwbs = match record.op {
                     IoOp::Read => "R",
+                    IoOp::Write if record.fua => "WFS",
                     IoOp::Write => "W",
                     IoOp::Trim => "D",
                     IoOp::Flush => "FN",
@@ -396,6 +406,7 @@ pub fn read_msr_csv(
             offset_bytes,
             len_bytes,
             volume,
+            fua: false,
         });
         Ok(())
     })?;
@@ -468,6 +479,12 @@ pub fn read_blkparse(
             return Ok(());
         }
         let rwbs = field("RWBS")?;
+        // blktrace spells a request's flags around its direction: a leading `F` is a
+        // preflush (flush the cache before the request), an `F` after the direction is
+        // force unit access (the data is durable when the request completes).
+        let direction = rwbs.find(['D', 'W', 'R']);
+        let preflush = direction.is_some_and(|at| rwbs[..at].contains('F'));
+        let fua = direction.is_some_and(|at| rwbs[at + 1..].contains('F'));
         let op = if rwbs.contains('D') {
             IoOp::Trim
         } else if rwbs.contains('W') {
@@ -481,8 +498,9 @@ pub fn read_blkparse(
             return Ok(());
         };
         let sector_text = tokens.next();
-        // blkparse prints no range for a flush that carries no data.
-        let flush_without_range = op == IoOp::Flush
+        // blkparse prints no range for a flush that carries no data, whether on its own or
+        // as the preflush of an empty write.
+        let flush_without_range = (op == IoOp::Flush || preflush)
             && match sector_text {
                 None => true,
                 Some(text) => text.starts_with('['),
@@ -515,12 +533,27 @@ pub fn read_blkparse(
                 (offset_bytes, len_bytes)
             }
         };
+        if preflush {
+            records.push(TraceRecord {
+                timestamp_ns,
+                op: IoOp::Flush,
+                offset_bytes: 0,
+                len_bytes: 0,
+                volume,
+                fua: false,
+            });
+            if len_bytes == 0 {
+                // An empty write that carries a preflush is how the kernel sends a flush.
+                return Ok(());
+            }
+        }
         records.push(TraceRecord {
             timestamp_ns,
             op,
             offset_bytes,
             len_bytes,
             volume,
+            fua: fua && op == IoOp::Write,
         });
         Ok(())
     })?;

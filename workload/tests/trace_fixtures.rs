@@ -50,6 +50,7 @@ fn msr_fixture_parses() {
             offset_bytes: 7014609920,
             len_bytes: 24576,
             volume: 0,
+            fua: false,
         }
     );
     // 128166372016382155 - 128166372003061629 ticks of 100 ns.
@@ -106,6 +107,8 @@ fn blkparse_fixture_parses_queue_events_and_skips_the_summary() {
             (IoOp::Write, 4096, 256),
             (IoOp::Read, 8192, 32),
             (IoOp::Flush, 0, 0),
+            // jbd2's commit block, `FWS`: its preflush, then the write.
+            (IoOp::Flush, 0, 0),
             (IoOp::Write, 500000, 8),
             (IoOp::Trim, 1048576, 2048),
             (IoOp::Read, 123456, 1),
@@ -113,7 +116,8 @@ fn blkparse_fixture_parses_queue_events_and_skips_the_summary() {
     );
     assert_eq!(records[0].timestamp_ns, 0);
     assert_eq!(records[2].timestamp_ns, 512_004);
-    assert_eq!(records[8].timestamp_ns, 5_123_456);
+    assert_eq!(records[6].timestamp_ns, records[7].timestamp_ns);
+    assert_eq!(records[9].timestamp_ns, 5_123_456);
 }
 
 #[test]
@@ -169,6 +173,7 @@ fn synthetic_traces_round_trip_in_both_formats() {
             offset_bytes: (index * 7919 % 1000) * 4096,
             len_bytes: (1 + index % 8) * 512,
             volume: 0,
+            fua: false,
         })
         .collect();
     assert_eq!(round_trip(&records, TraceFormat::MsrCsv), records);
@@ -217,6 +222,7 @@ fn fiu_fixture_parses_round_trips_and_reports_bad_lines() {
             offset_bytes: 110246360 * 512,
             len_bytes: 8 * 512,
             volume: 6 << 20,
+            fua: false,
         }
     );
     assert_eq!(records[2].op, IoOp::Read);
@@ -305,6 +311,7 @@ fn ascii_fixture_parses_round_trips_and_reports_bad_lines() {
             offset_bytes: 2048 * 512,
             len_bytes: 16 * 512,
             volume: 0,
+            fua: false,
         }
     );
     assert_eq!(records[3].volume, 1);
@@ -333,6 +340,7 @@ fn every_format_round_trips_what_it_can_hold() {
             offset_bytes: (index * 7919 % 1000) * 4096,
             len_bytes: (1 + index % 8) * 512,
             volume: 0,
+            fua: false,
         })
         .collect();
     for format in TraceFormat::ALL {

@@ -664,6 +664,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(flushed)
     }
 
+    /// A FLUSH of the volume: with `keep_flushed`, the release of the rows it makes
+    /// redundant too.
+    fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        if self.keep_flushed {
+            self.flush_and_release(now_ns)
+        } else {
+            self.flush_serving(now_ns)
+        }
+    }
+
     /// Flushes every member that has not failed; returns when all are done.
     fn flush_serving(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let serving = self
@@ -2316,10 +2326,19 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
                 }
                 t
             }
-            Opcode::Write => self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?,
+            Opcode::Write => {
+                let written = self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?;
+                // A FUA write is made durable by a flush of the whole volume, as Linux
+                // does for a device without FUA: the rows held for the last flushed
+                // version of a chunk then count the FUA write's copies too.
+                if cmd.flags.fua {
+                    written.max(self.flush(now_ns)?)
+                } else {
+                    written
+                }
+            }
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
-            Opcode::Flush if self.keep_flushed => self.flush_and_release(now_ns)?,
-            Opcode::Flush => self.flush_serving(now_ns)?,
+            Opcode::Flush => self.flush(now_ns)?,
         };
         Ok(Completion {
             done_ns,

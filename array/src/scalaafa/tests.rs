@@ -867,6 +867,55 @@ fn host_crash_sweep(seed: u64, per_shape: usize, lost: usize) -> ScalaAfaStats {
     total
 }
 
+/// A FUA write is durable when it completes: after a flush, random requests with one write
+/// in four FUA (conversions among them), then a host crash behind the members' page cache.
+/// Every sector must read back as the flush or its last FUA write left it, or later.
+#[test]
+fn a_fua_write_survives_a_host_crash() {
+    let mut rng = SimRng::new(80);
+    for (level, n) in SHAPES {
+        for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
+            let token = afa_nand::PayloadMode::Token;
+            let devs = (0..n as u64)
+                .map(|i| PageCache::new(ssd_keeping(token, i)))
+                .collect();
+            let (config, scala) = (array_config(level, n), with_mode(mode));
+            let mut volume = ScalaAfa::new(config.clone(), scala.clone(), devs, vec![]).unwrap();
+            volume.keep_flushed_writes();
+            let mut h = Harness::new(volume);
+            for _ in 0..rng.below(2000) {
+                request_noting(&mut h, &mut rng, None);
+            }
+            h.volume
+                .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
+                .unwrap();
+            let mut flushed = h.tokens.clone();
+            let mut since = BTreeMap::new();
+            let cap = h.tokens.len() as u64;
+            for _ in 0..1 + rng.below(400) {
+                if rng.below(4) == 0 {
+                    let len = 1 + rng.below(40) as u32;
+                    let lba = rng.below(cap - len as u64);
+                    h.write_fua_noting(lba, len, &mut flushed, &mut since)
+                        .expect("write accepted");
+                } else {
+                    request_noting(&mut h, &mut rng, Some(&mut since));
+                }
+            }
+            let mut h = h.after_crash(|v| {
+                let members = v
+                    .into_members()
+                    .into_iter()
+                    .map(|d| d.crash(&mut rng))
+                    .collect();
+                ScalaAfa::recover_with(config, scala, members, vec![], &[], true).expect("recovery")
+            });
+            h.adopt_flushed_or_later(&flushed, &since);
+            h.check_all();
+        }
+    }
+}
+
 #[test]
 fn a_host_crash_keeps_every_flushed_write() {
     let total = host_crash_sweep(77, 6, 0);

@@ -604,6 +604,29 @@ fn continue_on_error_goes_on_past_failed_reads_only() {
     );
 }
 
+/// `sync=` makes every write FUA, as Linux sends an `O_SYNC` or `O_DSYNC` direct write to a
+/// block device; fio's spellings of "no" leave them alone.
+#[test]
+fn sync_makes_every_write_fua() {
+    for on in [
+        "sync=1",
+        "sync=sync",
+        "sync=dsync",
+        "sync=DSYNC",
+        "sync=true",
+        "sync",
+    ] {
+        assert!(with_option(on).fua_writes, "{on}");
+    }
+    for off in ["sync=0", "sync=none", "sync=false", "sync=off"] {
+        assert!(!with_option(off).fua_writes, "{off}");
+    }
+    assert!(!with_option("").fua_writes);
+    assert!(one_job("[global]\nsync=1\n[job]\nrw=write\n").fua_writes);
+    assert_bad_value("sync=osync", "sync");
+    assert_bad_value("sync=2", "sync");
+}
+
 /// `fsync=` and `fdatasync=` give the period of the job's flushes (0 none), `end_fsync` a
 /// last one; a job inherits them from `[global]`, and two different periods are refused by
 /// name, since both options are the same FLUSH at the block layer.

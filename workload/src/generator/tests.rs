@@ -597,6 +597,25 @@ proptest! {
 
 /// `fsync=N` puts a FLUSH after every Nth write (reads do not count), `end_fsync` one after
 /// the last write unless a FLUSH just came, and neither counts against the I/O budget.
+/// `sync=1` marks every write FUA and nothing else, and draws the same requests as without.
+#[test]
+fn sync_jobs_mark_every_write_fua() {
+    let mut spec = job(RwMode::RandRw);
+    spec.number_ios = Some(200);
+    spec.flush_every_writes = Some(5);
+    let plain = collect(&mut JobGenerator::new(&spec, MIB, 512, 3, 0).unwrap(), 400);
+    spec.fua_writes = true;
+    let synced = collect(&mut JobGenerator::new(&spec, MIB, 512, 3, 0).unwrap(), 400);
+    assert_eq!(plain.len(), synced.len());
+    assert!(plain.iter().all(|r| !r.fua));
+    for (p, s) in plain.iter().zip(&synced) {
+        assert_eq!(s.fua, s.op == IoOp::Write, "{s:?}");
+        assert_eq!(IoRequest { fua: false, ..*s }, *p);
+    }
+    assert!(synced.iter().any(|r| r.op == IoOp::Read));
+    assert!(synced.iter().any(|r| r.op == IoOp::Flush));
+}
+
 #[test]
 fn flushes_follow_every_nth_write_and_the_last_one() {
     let ops = |spec: &JobSpec| -> String {

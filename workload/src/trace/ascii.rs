@@ -66,6 +66,7 @@ pub fn read_ascii(
             offset_bytes,
             len_bytes,
             volume,
+            fua: false,
         });
         Ok(())
     })?;

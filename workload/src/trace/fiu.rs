@@ -72,6 +72,7 @@ pub fn read_fiu(
             offset_bytes,
             len_bytes,
             volume,
+            fua: false,
         });
         Ok(())
     })?;

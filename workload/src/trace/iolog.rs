@@ -146,6 +146,7 @@ pub fn read_iolog(
             offset_bytes,
             len_bytes,
             volume,
+            fua: false,
         });
         Ok(())
     })?;

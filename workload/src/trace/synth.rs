@@ -329,6 +329,7 @@ impl Iterator for Synthesizer {
             offset_bytes,
             len_bytes,
             volume: 0,
+            fua: false,
         })
     }
 

@@ -47,6 +47,7 @@ fn msr_timestamps_are_relative_and_in_nanoseconds() {
                 offset_bytes: 4096,
                 len_bytes: 512,
                 volume: 0,
+                fua: false,
             },
             TraceRecord {
                 timestamp_ns: 1000,
@@ -54,6 +55,7 @@ fn msr_timestamps_are_relative_and_in_nanoseconds() {
                 offset_bytes: 0,
                 len_bytes: 8192,
                 volume: 0,
+                fua: false,
             },
         ]
     );
@@ -103,6 +105,7 @@ fn blkparse_basic_queue_event() {
             offset_bytes: 223490 * 512,
             len_bytes: 8 * 512,
             volume: 8 << 20,
+            fua: false,
         }]
     );
 }
@@ -116,7 +119,7 @@ fn blkparse_rwbs_mapping() {
     assert_eq!(op("RM"), Some(IoOp::Read));
     assert_eq!(op("W"), Some(IoOp::Write));
     assert_eq!(op("WS"), Some(IoOp::Write));
-    assert_eq!(op("FWFS"), Some(IoOp::Write));
+    assert_eq!(op("FWFS"), Some(IoOp::Flush), "the preflush comes first");
     assert_eq!(op("D"), Some(IoOp::Trim));
     assert_eq!(op("DS"), Some(IoOp::Trim));
     assert_eq!(op("F"), Some(IoOp::Flush));
@@ -130,8 +133,54 @@ fn blkparse_rwbs_mapping() {
             offset_bytes: 0,
             len_bytes: 0,
             volume: 8 << 20,
+            fua: false,
         }]
     );
+}
+
+/// blktrace's flags around the direction: a leading `F` is a preflush, read as a FLUSH
+/// before the request; an `F` after a write's `W` is FUA. An empty write with a preflush is
+/// only the flush.
+#[test]
+fn blkparse_reads_preflush_and_fua() {
+    let ops = |line: &str| -> Vec<(IoOp, bool, u64)> {
+        blkparse(line)
+            .unwrap()
+            .iter()
+            .map(|r| (r.op, r.fua, r.len_bytes))
+            .collect()
+    };
+    let q = |rwbs: &str| format!("8,0 0 1 1.5 1 Q {rwbs} 8 + 8 [p]\n");
+    assert_eq!(ops(&q("W")), [(IoOp::Write, false, 4096)]);
+    assert_eq!(ops(&q("WS")), [(IoOp::Write, false, 4096)]);
+    assert_eq!(ops(&q("WFS")), [(IoOp::Write, true, 4096)]);
+    assert_eq!(
+        ops(&q("FWFS")),
+        [(IoOp::Flush, false, 0), (IoOp::Write, true, 4096)]
+    );
+    assert_eq!(
+        ops(&q("FWS")),
+        [(IoOp::Flush, false, 0), (IoOp::Write, false, 4096)]
+    );
+    assert_eq!(
+        ops(&q("RF")),
+        [(IoOp::Read, false, 4096)],
+        "FUA is a write's"
+    );
+    assert_eq!(
+        ops(&q("FD")),
+        [(IoOp::Flush, false, 0), (IoOp::Trim, false, 4096)]
+    );
+    assert_eq!(
+        ops("8,0 0 1 1.5 1 Q FWS 0 + 0 [p]\n"),
+        [(IoOp::Flush, false, 0)]
+    );
+    assert_eq!(ops("8,0 0 1 1.5 1 Q FWS [p]\n"), [(IoOp::Flush, false, 0)]);
+    // A FUA write is written back as one, and read again the same.
+    let fua = blkparse(&q("WFS")).unwrap();
+    let mut text = Vec::new();
+    write_trace(&fua, TraceFormat::Blkparse, &mut text).unwrap();
+    assert_eq!(blkparse(std::str::from_utf8(&text).unwrap()).unwrap(), fua);
 }
 
 #[test]
@@ -181,6 +230,7 @@ fn write_refuses_what_the_format_cannot_hold() {
         offset_bytes: 0,
         len_bytes: 512,
         volume: 0,
+        fua: false,
     };
     let error = write_trace([trim], TraceFormat::MsrCsv, Vec::new()).unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
@@ -216,6 +266,7 @@ fn record(
         offset_bytes,
         len_bytes,
         volume,
+        fua: false,
     }
 }
 
