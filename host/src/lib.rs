@@ -121,6 +121,10 @@ struct Stream {
     ramp_time_ns: u64,
     /// A timed trace's wake-up is already in the queue.
     wakeup_pending: bool,
+    /// fio's `end_fsync`: a job its runtime stops ends with a FLUSH too.
+    end_flush: bool,
+    /// A write was issued after the last FLUSH.
+    unflushed_writes: bool,
 }
 
 /// A request in flight, kept in a slab so that queue entries stay small (the heap moves
@@ -255,6 +259,8 @@ impl<'d> Host<'d> {
                             runtime_ns: job.runtime_ns,
                             ramp_time_ns: job.ramp_time_ns,
                             wakeup_pending: false,
+                            end_flush: job.end_flush,
+                            unflushed_writes: false,
                         });
                     }
                 }
@@ -283,6 +289,8 @@ impl<'d> Host<'d> {
                     runtime_ns: None,
                     ramp_time_ns: 0,
                     wakeup_pending: false,
+                    end_flush: false,
+                    unflushed_writes: false,
                 });
             }
         }
@@ -525,6 +533,17 @@ impl<'d> Host<'d> {
         }
         if s.deadline_ns.is_some_and(|d| now >= d) {
             s.exhausted = true;
+            // fio's `end_fsync` ends a job its runtime stops as it ends one that ran out of
+            // bytes (the generator issues that one).
+            if s.end_flush && s.unflushed_writes {
+                s.unflushed_writes = false;
+                return Some(IoRequest {
+                    op: IoOp::Flush,
+                    offset_bytes: 0,
+                    len_bytes: 0,
+                    fua: false,
+                });
+            }
             return None;
         }
         let request = match &mut s.source {
@@ -565,8 +584,11 @@ impl<'d> Host<'d> {
                 r.map(|r| wrap_trace_request(r, capacity, sector))
             }
         };
-        if request.is_none() {
-            s.exhausted = true;
+        match request.map(|r| r.op) {
+            None => s.exhausted = true,
+            Some(IoOp::Write) => s.unflushed_writes = true,
+            Some(IoOp::Flush) => s.unflushed_writes = false,
+            Some(_) => {}
         }
         request
     }

@@ -530,6 +530,38 @@ fn a_sync_job_sends_every_write_with_force_unit_access() {
     assert_eq!(dev.fua_writes, 200);
 }
 
+/// `end_fsync` also ends a job that its runtime stops with a FLUSH, once, after its last
+/// write; a time-based job without it, or one that wrote nothing, ends without one.
+#[test]
+fn end_fsync_flushes_a_job_its_runtime_stops() {
+    let flushes = |job: &str| {
+        let jobs = parse_job_file(job).unwrap();
+        let out = run(
+            &mut ssd(PayloadMode::Token),
+            &Workload::Jobs(jobs),
+            &options(),
+        )
+        .unwrap();
+        assert_eq!(out.mismatches, 0);
+        (out.measurements.flush.ios, out.measurements.write.ios)
+    };
+    let timed = "[w]\nsize=1m\nrw=randwrite\nbs=4k\niodepth=16\ntime_based\nruntime=100ms\n";
+    assert_eq!(flushes(timed).0, 0);
+    assert_eq!(flushes(&format!("{timed}end_fsync\n")).0, 1);
+    // With a period as well, the last writes get their flush whether or not a period ended.
+    for period in [7u64, 8] {
+        let (f, writes) = flushes(&format!("{timed}end_fsync\nfsync={period}\n"));
+        assert!(writes > 10 * period, "{writes} writes");
+        assert_eq!(
+            f,
+            writes.div_ceil(period),
+            "fsync={period}, {writes} writes"
+        );
+    }
+    let reads = timed.replace("randwrite", "randread");
+    assert_eq!(flushes(&format!("{reads}end_fsync\n")).0, 0);
+}
+
 /// Recording the requests changes nothing of the run, and keeps one record per request
 /// issued, in issue order.
 #[test]

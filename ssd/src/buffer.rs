@@ -155,6 +155,12 @@ impl WriteBuffer {
         }
     }
 
+    /// Programs of evicted pages still running at `now_ns` (their slots are not free yet).
+    pub fn programs_in_flight(&mut self, now_ns: TimeNs) -> usize {
+        self.release_until(now_ns);
+        self.inflight.len()
+    }
+
     /// Whether inserting a page needs an eviction first.
     pub fn is_full(&mut self, now_ns: TimeNs) -> bool {
         self.release_until(now_ns);

@@ -108,6 +108,11 @@ pub enum BufferPolicy {
 pub struct WriteBufferConfig {
     pub capacity_bytes: u64,
     pub policy: BufferPolicy,
+    /// Write-behind: once more than this fraction of the buffer's pages is dirty, each write
+    /// that arrives starts programming the coldest pages (at most one program per plane in
+    /// flight), so a buffer whose writes the flash keeps up with has room when they come.
+    /// 1 programs a page only when a write needs its slot; 0 programs every page at once.
+    pub destage_fraction: f64,
 }
 
 impl Default for WriteBufferConfig {
@@ -115,6 +120,7 @@ impl Default for WriteBufferConfig {
         Self {
             capacity_bytes: 0,
             policy: BufferPolicy::Lru,
+            destage_fraction: 0.5,
         }
     }
 }

@@ -36,6 +36,11 @@ pub struct Ssd {
     nand: Nand,
     ftl: Ftl,
     buffer: Option<WriteBuffer>,
+    /// Dirty pages above which arriving writes start programming the coldest ones
+    /// (`write_buffer.destage_fraction` of its capacity), and how many programs of
+    /// theirs may be in flight at once (one per plane).
+    destage_above_pages: usize,
+    destage_in_flight_max: usize,
     info: DeviceInfo,
     sectors_per_page: u32,
     full_mask: u64,
@@ -129,9 +134,19 @@ impl Ssd {
                 config.write_buffer.capacity_bytes
             )));
         }
+        let destage = config.write_buffer.destage_fraction;
+        if !(0.0..=1.0).contains(&destage) {
+            return Err(SsdError::Config(format!(
+                "write_buffer.destage_fraction = {destage} must be between 0 and 1"
+            )));
+        }
+        let buffer_pages = (config.write_buffer.capacity_bytes / g.page_bytes as u64) as usize;
+        let destage_above_pages = (buffer_pages as f64 * destage).floor() as usize;
+        let destage_in_flight_max =
+            (g.channels * g.chips_per_channel * g.dies_per_chip * g.planes_per_die) as usize;
         let buffer = (config.write_buffer.capacity_bytes > 0).then(|| {
             WriteBuffer::new(
-                (config.write_buffer.capacity_bytes / g.page_bytes as u64) as usize,
+                buffer_pages,
                 config.write_buffer.policy,
                 ftl.logical_pages(),
                 unit_bytes * spp as usize,
@@ -160,6 +175,8 @@ impl Ssd {
             nand,
             ftl,
             buffer,
+            destage_above_pages,
+            destage_in_flight_max,
             info,
             h2d_free_ns: 0,
             d2h_free_ns: 0,
@@ -276,6 +293,9 @@ impl Ssd {
             };
             done = done.max(page_done);
         }
+        if self.buffer.is_some() {
+            self.destage(arrived)?;
+        }
         if cmd.flags.fua && self.buffer.is_some() {
             for span in spans(cmd.lba, cmd.sectors, spp) {
                 let buffer = self.buffer.as_ref().expect("buffer checked above");
@@ -363,6 +383,26 @@ impl Ssd {
         buffer.mark(slot, span.mask(), cmd.flags.transient);
         let copy = self.dram_ns(n as u64 * self.info.sector_bytes as u64);
         Ok(slot_ready + copy)
+    }
+
+    /// Write-behind: while more pages are dirty than `destage_above_pages`, programs the
+    /// coldest ones from `now_ns`, keeping at most one program per plane in flight. A real
+    /// controller does not wait for its buffer to fill before it programs; without this, a
+    /// full buffer made every write wait for a whole program even at queue depth 1, with the
+    /// flash idle between writes.
+    fn destage(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        loop {
+            let buffer = self.buffer.as_mut().expect("destage without a buffer");
+            if buffer.dirty_pages() <= self.destage_above_pages
+                || buffer.programs_in_flight(now_ns) >= self.destage_in_flight_max
+            {
+                return Ok(());
+            }
+            let Some(victim) = buffer.eviction_candidate() else {
+                return Ok(());
+            };
+            self.evict_slot(victim, now_ns)?;
+        }
     }
 
     /// Programs a buffered page to flash, starting at `now_ns`; returns when the program ends.

@@ -254,6 +254,50 @@ fn write_buffer_absorbs_rewrites_and_flush_drains_it() {
     h.read_and_check(0, 4);
 }
 
+/// Writes that come slower than the flash can program them find room in the buffer, so they
+/// complete at DRAM speed however many have been written: the buffer programs its coldest
+/// pages once half of it is dirty. Without write-behind (`destage_fraction = 1`) a full
+/// buffer makes each of them wait for a program, with the flash idle in between.
+#[test]
+fn write_behind_keeps_room_for_writes_the_flash_keeps_up_with() {
+    let mut cfg = small_config(4096, PayloadMode::None);
+    cfg.write_buffer.capacity_bytes = 16 * 4096;
+    let slowest_write_ns = |destage_fraction: f64| {
+        let mut cfg = cfg.clone();
+        cfg.write_buffer.destage_fraction = destage_fraction;
+        let mut ssd = Ssd::new(cfg.clone(), 1).unwrap();
+        let pages = ssd.info().capacity_sectors;
+        let program_ns = cfg.timing.mlc.program_ns.max(cfg.timing.slc.program_ns);
+        let mut slowest = 0;
+        // One page every two programs, over pages never rewritten, four buffers' worth.
+        for i in 0..64u64 {
+            let at = i * 2 * program_ns;
+            let c = ssd
+                .submit(
+                    at,
+                    &Command::write(i * 7 % pages, 1, &[]),
+                    ReadBuffers::none(),
+                )
+                .unwrap();
+            slowest = slowest.max(c.done_ns - at);
+        }
+        assert!(ssd.buffered_pages() <= 16);
+        (slowest, program_ns)
+    };
+    let (behind_ns, program_ns) = slowest_write_ns(0.5);
+    assert!(
+        behind_ns * 10 < program_ns,
+        "{behind_ns} ns against a {program_ns} ns program"
+    );
+    let (on_demand_ns, _) = slowest_write_ns(1.0);
+    assert!(on_demand_ns >= program_ns, "{on_demand_ns} ns");
+    for bad in [-0.1, 1.5, f64::NAN] {
+        cfg.write_buffer.destage_fraction = bad;
+        let err = Ssd::new(cfg.clone(), 1).unwrap_err().to_string();
+        assert!(err.contains("write_buffer.destage_fraction"), "{err}");
+    }
+}
+
 #[test]
 fn buffered_writes_complete_faster_than_programs() {
     let mut cfg = small_config(4096, PayloadMode::None);
