@@ -11,9 +11,9 @@ mod oracle;
 
 use afa_nand::{fill_unit, sector_token};
 use afa_report::{Measurements, OpClass, Progress, Recorder};
-use afa_sim::{EventLogHash, EventQueue, TimeNs};
+use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
-use afa_workload::fio::JobSpec;
+use afa_workload::fio::{JobSpec, RateLimit, RwMode};
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
@@ -98,12 +98,104 @@ enum Source {
     Job {
         generator: Box<JobGenerator>,
         ahead: std::collections::VecDeque<IoRequest>,
+        /// fio's `rate=` / `rate_iops=`, when the job caps any direction.
+        rate: Option<Box<RateGate>>,
     },
     Trace {
         records: Vec<TraceRecord>,
         next: usize,
         timed: Option<f64>,
     },
+}
+
+/// When a rate-capped job may issue its next request of each direction. As in fio, the
+/// schedule runs from the job's start and is not moved when the job falls behind it (the
+/// device was slower than the cap), so the job then issues at once until it has caught up.
+struct RateGate {
+    limits: [Option<RateLimit>; 3],
+    /// The earliest time of each direction's next request, in ns (fractional so that rates
+    /// that do not divide a second do not drift).
+    next_ns: [f64; 3],
+    /// `rate_process=poisson`: exponential gaps with the rate's mean, drawn from `rng`.
+    poisson: bool,
+    rng: SimRng,
+    /// The job mixes reads and writes (both with a share), so a request drawn for a
+    /// direction ahead of its rate may go to the other one instead, as fio's do.
+    switches: bool,
+}
+
+impl RateGate {
+    fn new(spec: &JobSpec, seed: u64) -> Option<Box<Self>> {
+        spec.rate_limits.iter().any(Option::is_some).then(|| {
+            Box::new(RateGate {
+                limits: spec.rate_limits,
+                next_ns: [0.0; 3],
+                poisson: spec.rate_poisson,
+                rng: SimRng::new(seed),
+                switches: matches!(spec.rw, RwMode::ReadWrite | RwMode::RandRw)
+                    && (1..100).contains(&spec.rwmixread_percent),
+            })
+        })
+    }
+
+    fn direction(op: IoOp) -> Option<usize> {
+        match op {
+            IoOp::Read => Some(0),
+            IoOp::Write => Some(1),
+            IoOp::Trim => Some(2),
+            // fio's rates cap data directions; a flush is never held back.
+            IoOp::Flush => None,
+        }
+    }
+
+    /// The direction a request drawn for `drawn` goes to at `now_ns` (fio's `rate_ddir`):
+    /// its own when it is due; in a read/write mix, the other one when that is due, or,
+    /// with both ahead of their rates, whichever is due first.
+    fn choose(&self, drawn: IoOp, now_ns: TimeNs) -> IoOp {
+        let due = |d: usize| self.limits[d].map_or(0.0, |_| self.next_ns[d]);
+        let now = now_ns as f64;
+        match Self::direction(drawn) {
+            Some(d @ (0 | 1)) if self.switches && due(d) > now => {
+                let other = 1 - d;
+                if due(other) <= now || due(other) < due(d) {
+                    [IoOp::Read, IoOp::Write][other]
+                } else {
+                    drawn
+                }
+            }
+            _ => drawn,
+        }
+    }
+
+    /// The job starts at `now_ns`: every direction may issue at once.
+    fn start(&mut self, now_ns: TimeNs) {
+        self.next_ns = [now_ns as f64; 3];
+    }
+
+    /// When `request` may be issued.
+    fn due_ns(&self, request: &IoRequest) -> TimeNs {
+        match Self::direction(request.op) {
+            Some(d) if self.limits[d].is_some() => self.next_ns[d].ceil() as TimeNs,
+            _ => 0,
+        }
+    }
+
+    /// `request` is issued: its direction's next request comes one interval later.
+    fn issued(&mut self, request: &IoRequest) {
+        let Some(d) = Self::direction(request.op) else {
+            return;
+        };
+        if let Some(limit) = self.limits[d] {
+            let mean_ns = limit.interval_ns(request.len_bytes);
+            let gap_ns = if self.poisson {
+                // Inverse transform of a uniform draw in (0, 1].
+                -(1.0 - self.rng.unit_f64()).ln() * mean_ns
+            } else {
+                mean_ns
+            };
+            self.next_ns[d] += gap_ns;
+        }
+    }
 }
 
 struct Stream {
@@ -126,6 +218,10 @@ struct Stream {
     /// A write was issued after the last FLUSH.
     unflushed_writes: bool,
 }
+
+/// Mixed into a job's seed for its rate process, so the gaps are not the draws its
+/// generator makes.
+const RATE_SEED: u64 = 0x7261_7465_5f67_6170;
 
 /// A request in flight, kept in a slab so that queue entries stay small (the heap moves
 /// them on every push and pop).
@@ -247,6 +343,7 @@ impl<'d> Host<'d> {
                             source: Source::Job {
                                 generator: Box::new(generator),
                                 ahead: std::collections::VecDeque::with_capacity(3),
+                                rate: RateGate::new(job, seed ^ (clone as u64) << 16 ^ RATE_SEED),
                             },
                             group: groups - 1,
                             iodepth: job.iodepth,
@@ -488,6 +585,12 @@ impl<'d> Host<'d> {
                 continue;
             }
             s.deadline_ns = s.runtime_ns.map(|r| now + s.ramp_time_ns + r);
+            if let Source::Job {
+                rate: Some(rate), ..
+            } = &mut s.source
+            {
+                rate.start(now);
+            }
             s.ramp_end_ns = now + s.ramp_time_ns;
             max_ramp_end = max_ramp_end.max(s.ramp_end_ns);
             let depth = s.iodepth;
@@ -547,12 +650,35 @@ impl<'d> Host<'d> {
             return None;
         }
         let request = match &mut s.source {
-            Source::Job { generator, ahead } => {
-                while ahead.len() < 3 {
-                    match generator.next_io() {
+            Source::Job {
+                generator,
+                ahead,
+                rate,
+            } => {
+                // A rate-capped job draws each request when a slot is free for it, so that
+                // its direction can follow the rates at that moment.
+                let lookahead = if rate.is_some() { 1 } else { 3 };
+                while ahead.len() < lookahead {
+                    let drawn = match rate.as_deref() {
+                        Some(gate) => generator.next_io_choosing(|op| gate.choose(op, now)),
+                        None => generator.next_io(),
+                    };
+                    match drawn {
                         Some(r) => ahead.push_back(r),
                         None => break,
                     }
+                }
+                if let (Some(rate), Some(next)) = (rate.as_mut(), ahead.front()) {
+                    let due = rate.due_ns(next);
+                    if due > now {
+                        // Not yet: come back when the cap allows it (once).
+                        if !s.wakeup_pending {
+                            s.wakeup_pending = true;
+                            self.queue.push(due, Event::Issue { stream });
+                        }
+                        return None;
+                    }
+                    rate.issued(next);
                 }
                 let request = ahead.pop_front();
                 for (stage, r) in ahead.iter().enumerate() {
@@ -607,11 +733,12 @@ impl<'d> Host<'d> {
                 return Ok(());
             };
             self.submit(stream, request)?;
-            // A timed trace issues every record that is due; a job issues one request per
-            // free slot, and its slots are refilled one by one as completions arrive.
+            // A timed trace issues every record that is due, and so does a rate-capped job
+            // when its wake-up comes; any other job issues one request per free slot, and its
+            // slots are refilled one by one as completions arrive.
             let timed = matches!(
                 self.streams[stream as usize].source,
-                Source::Trace { timed: Some(_), .. }
+                Source::Trace { timed: Some(_), .. } | Source::Job { rate: Some(_), .. }
             );
             if !timed {
                 return Ok(());

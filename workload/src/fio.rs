@@ -107,6 +107,25 @@ impl BlockSizeSpec {
     }
 }
 
+/// A cap on how fast a job issues one direction's requests (`rate=`, `rate_iops=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RateLimit {
+    /// Bytes per second (`rate=`; fio's units, so `1m` is 1 MiB per second).
+    BytesPerSecond(u64),
+    /// Requests per second (`rate_iops=`).
+    IosPerSecond(u64),
+}
+
+impl RateLimit {
+    /// The time a request of `len_bytes` takes from the direction's budget.
+    pub fn interval_ns(self, len_bytes: u64) -> f64 {
+        match self {
+            RateLimit::BytesPerSecond(rate) => len_bytes as f64 * 1e9 / rate as f64,
+            RateLimit::IosPerSecond(iops) => 1e9 / iops as f64,
+        }
+    }
+}
+
 /// A size or offset given either in bytes or as a percentage of the device.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum SizeSpec {
@@ -158,6 +177,9 @@ pub struct JobSpec {
     pub size: Option<SizeSpec>,
     /// Where the job's region starts (`offset=`).
     pub offset: SizeSpec,
+    /// Added to `offset` once per clone of a `numjobs` job (`offset_increment=`): clone `i`
+    /// starts at `offset + i × offset_increment`.
+    pub offset_increment_bytes: u64,
     /// Bytes to transfer before the job ends (`io_size=`); `None` means `size`.
     pub io_size_bytes: Option<u64>,
     /// Maximum number of I/Os (`number_ios=`); `None` means unlimited.
@@ -198,6 +220,14 @@ pub struct JobSpec {
     /// sends a direct write on a file opened `O_SYNC` or `O_DSYNC` to a block device with
     /// the FUA flag, and it completes only once the data is durable.
     pub fua_writes: bool,
+    /// Caps on the rate each direction (read, write, trim) is issued at (`rate=`,
+    /// `rate_iops=`); `None` issues as fast as the queue depth allows. Like fio, a job that
+    /// fell behind its schedule (the device was slower) issues at once until it has caught
+    /// up.
+    pub rate_limits: [Option<RateLimit>; 3],
+    /// `rate_process=poisson`: the gaps between a direction's requests are exponentially
+    /// distributed with the rate's mean, rather than all equal (`linear`).
+    pub rate_poisson: bool,
 }
 
 impl JobSpec {
@@ -215,6 +245,7 @@ impl JobSpec {
             block_align_bytes: None,
             size: None,
             offset: SizeSpec::Bytes(0),
+            offset_increment_bytes: 0,
             io_size_bytes: None,
             number_ios: None,
             iodepth: 1,
@@ -232,6 +263,8 @@ impl JobSpec {
             flush_every_writes: None,
             end_flush: false,
             fua_writes: false,
+            rate_limits: [None; 3],
+            rate_poisson: false,
         }
     }
 }
@@ -604,6 +637,45 @@ fn apply_option(
             spec.flush_every_writes = builder.fsync.or(builder.fdatasync);
         }
         "end_fsync" => spec.end_flush = parse_bool(&context, value)?,
+        "rate" | "rate_iops" => {
+            let mut limits: [Option<RateLimit>; 3] = [None; 3];
+            let bytes = key == "rate";
+            parse_per_direction(&context, context.required(value)?, &mut limits, |text| {
+                let number = if bytes {
+                    parse_size(text)?
+                } else {
+                    parse_unsigned(text)?
+                };
+                match number {
+                    // fio reads 0 as "no cap" for that direction.
+                    0 => Ok(None),
+                    n if bytes => Ok(Some(RateLimit::BytesPerSecond(n))),
+                    n => Ok(Some(RateLimit::IosPerSecond(n))),
+                }
+            })?;
+            for (slot, limit) in spec.rate_limits.iter_mut().zip(limits) {
+                let Some(limit) = limit else { continue };
+                if let Some(other) =
+                    slot.filter(|o| std::mem::discriminant(o) != std::mem::discriminant(&limit))
+                {
+                    return Err(context.bad(format!(
+                        "a direction is capped by rate or by rate_iops, not both (it has {other:?})"
+                    )));
+                }
+                *slot = Some(limit);
+            }
+        }
+        "rate_process" => {
+            spec.rate_poisson = match context.required(value)?.to_ascii_lowercase().as_str() {
+                "linear" => false,
+                "poisson" => true,
+                _ => return Err(context.bad("expected linear or poisson")),
+            }
+        }
+        "offset_increment" => {
+            spec.offset_increment_bytes =
+                parse_size(context.required(value)?).map_err(|r| context.bad(r))?
+        }
         "sync" => {
             spec.fua_writes = match value.map(str::to_ascii_lowercase).as_deref() {
                 Some("sync") | Some("dsync") => true,

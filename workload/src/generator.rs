@@ -216,6 +216,17 @@ impl JobGenerator {
                 bytes - bytes % smallest_align_bytes
             }
         };
+        if spec.offset_increment_bytes % sector_bytes != 0 {
+            return Err(invalid(format!(
+                "offset_increment {} is not a multiple of the {sector_bytes}-byte sector",
+                spec.offset_increment_bytes
+            )));
+        }
+        let region_start_bytes = spec
+            .offset_increment_bytes
+            .checked_mul(clone_index as u64)
+            .and_then(|step| step.checked_add(region_start_bytes))
+            .unwrap_or(u64::MAX);
         if region_start_bytes >= device_bytes {
             return Err(invalid(format!(
                 "offset {region_start_bytes} is at or beyond the end of the {device_bytes}-byte \
@@ -297,6 +308,14 @@ impl JobGenerator {
     /// size) is spent or `number_ios` requests have been issued. With `time_based` set the
     /// stream never ends; the caller stops it when the runtime is over.
     pub fn next_io(&mut self) -> Option<IoRequest> {
+        self.next_io_choosing(|op| op)
+    }
+
+    /// [`Self::next_io`], with the drawn direction handed to `choose`, which may swap it
+    /// for another direction the job's mode issues (fio does so when the drawn direction is
+    /// ahead of its `rate` and the other one is not). The draws are the same either way;
+    /// only the request's direction, and the offset and length drawn for it, change.
+    pub fn next_io_choosing(&mut self, choose: impl FnOnce(IoOp) -> IoOp) -> Option<IoRequest> {
         if self.flush_due {
             return Some(self.flush());
         }
@@ -308,7 +327,7 @@ impl JobGenerator {
             }
             return None;
         }
-        let direction = match self.rw {
+        let drawn = match self.rw {
             RwMode::Read | RwMode::RandRead => READ,
             RwMode::Write | RwMode::RandWrite => WRITE,
             RwMode::Trim | RwMode::RandTrim => TRIM,
@@ -320,6 +339,12 @@ impl JobGenerator {
                 }
             }
         };
+        let wanted = choose(DIRECTION_OPS[drawn]);
+        let chosen = DIRECTION_OPS
+            .iter()
+            .position(|&op| op == wanted)
+            .filter(|&d| self.directions[d].is_some());
+        let direction = chosen.unwrap_or(drawn);
         let random = match self.random_percent {
             0 => false,
             100 => true,

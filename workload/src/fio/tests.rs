@@ -604,6 +604,56 @@ fn continue_on_error_goes_on_past_failed_reads_only() {
     );
 }
 
+/// `rate=` caps bytes and `rate_iops=` requests per second, per direction as fio spells it
+/// (one value for all, `a,b` for reads and writes with trims inheriting the last value
+/// unless a trailing comma ends the list, an empty or zero entry for none);
+/// `rate_process` picks linear or Poisson gaps; `offset_increment` is a size.
+#[test]
+fn rate_options_cap_each_direction() {
+    use RateLimit::{BytesPerSecond as B, IosPerSecond as I};
+    assert_eq!(with_option("rate=1m").rate_limits, [Some(B(1 << 20)); 3]);
+    assert_eq!(
+        with_option("rate=,500k").rate_limits,
+        [None, Some(B(500 << 10)), Some(B(500 << 10))]
+    );
+    assert_eq!(
+        with_option("rate=500k,").rate_limits,
+        [Some(B(500 << 10)), None, None]
+    );
+    assert_eq!(
+        with_option("rate_iops=100,0").rate_limits,
+        [Some(I(100)), None, None]
+    );
+    assert_eq!(
+        one_job("[job]\nrate_iops=,200\nrate=1k,\n").rate_limits,
+        [Some(B(1024)), Some(I(200)), Some(I(200))],
+        "a byte rate for the direction rate_iops left alone"
+    );
+    assert_eq!(
+        one_job("[global]\nrate=1m\n[job]\nrate=2m\n").rate_limits,
+        [Some(B(2 << 20)); 3]
+    );
+    assert_eq!(JobSpec::default_named("j").rate_limits, [None; 3]);
+    assert!(!with_option("rate_process=linear").rate_poisson);
+    assert!(with_option("rate_process=Poisson").rate_poisson);
+    assert_eq!(
+        with_option("offset_increment=16m").offset_increment_bytes,
+        16 << 20
+    );
+    assert_bad_value("rate=fast", "rate");
+    assert_bad_value("rate_iops=1k", "rate_iops");
+    assert_bad_value("rate_iops=-5", "rate_iops");
+    assert_bad_value("rate_process=bursty", "rate_process");
+    assert_bad_value("offset_increment=x", "offset_increment");
+    match parse_job_file("[job]\nrate=1m\nrate_iops=100\n") {
+        Err(WorkloadError::BadValue { option, reason, .. }) => {
+            assert_eq!(option, "rate_iops");
+            assert!(reason.contains("not both"), "{reason}");
+        }
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+}
+
 /// `sync=` makes every write FUA, as Linux sends an `O_SYNC` or `O_DSYNC` direct write to a
 /// block device; fio's spellings of "no" leave them alone.
 #[test]

@@ -597,6 +597,38 @@ proptest! {
 
 /// `fsync=N` puts a FLUSH after every Nth write (reads do not count), `end_fsync` one after
 /// the last write unless a FLUSH just came, and neither counts against the I/O budget.
+/// `offset_increment` moves each clone's region by that much: clone `i` addresses
+/// `[offset + i × increment, … + size)`; one that would start past the device is an error.
+#[test]
+fn offset_increment_moves_each_clones_region() {
+    let mut spec = job(RwMode::RandWrite);
+    spec.offset = SizeSpec::Bytes(4096);
+    spec.size = Some(SizeSpec::Bytes(64 << 10));
+    spec.offset_increment_bytes = 128 << 10;
+    for clone in 0..4u32 {
+        let mut g = JobGenerator::new(&spec, MIB, 512, 3, clone).unwrap();
+        let start = 4096 + clone as u64 * (128 << 10);
+        assert_eq!(g.region(), (start, 64 << 10));
+        assert!(
+            collect(&mut g, 200)
+                .iter()
+                .all(|r| r.offset_bytes >= start
+                    && r.offset_bytes + r.len_bytes <= start + (64 << 10))
+        );
+    }
+    assert!(JobGenerator::new(&spec, MIB, 512, 3, 8).is_err());
+    spec.offset_increment_bytes = 1000;
+    assert!(
+        JobGenerator::new(&spec, MIB, 512, 3, 1).is_err(),
+        "not a whole sector"
+    );
+    spec.offset_increment_bytes = u64::MAX / 2;
+    assert!(
+        JobGenerator::new(&spec, MIB, 512, 3, 3).is_err(),
+        "overflow"
+    );
+}
+
 /// `sync=1` marks every write FUA and nothing else, and draws the same requests as without.
 #[test]
 fn sync_jobs_mark_every_write_fua() {
