@@ -261,6 +261,19 @@ pub(crate) fn check_lost_members(
     Ok(())
 }
 
+/// When a write that `written` completes may be answered, for an engine that makes a FUA
+/// write durable with a flush of the whole volume (`flush`, run only when `fua`), as Linux
+/// does for a device without FUA: what such an engine's durability rests on (open stripes,
+/// replicas, rows held for the last flushed copy of a chunk) is its flush's business, so a
+/// FUA write that skipped it could be lost even with every member write it made on flash.
+pub(crate) fn answer_fua_after_flush(
+    written: TimeNs,
+    fua: bool,
+    flush: impl FnOnce() -> Result<TimeNs, DeviceError>,
+) -> Result<TimeNs, DeviceError> {
+    Ok(if fua { written.max(flush()?) } else { written })
+}
+
 /// Flushes every given member device, counting one member command each in `work`; returns
 /// when the last flush completes. Every engine's FLUSH ends here, over its serving members.
 pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(

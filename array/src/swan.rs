@@ -1629,14 +1629,9 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         self.idle_back_end(now_ns);
         let done_ns = match cmd.opcode {
             Opcode::Write => {
+                // The stripes the write filled went to members that may cache them.
                 let written = self.write(now_ns, cmd)?;
-                // The stripes the write filled went to members that may cache them: a FUA
-                // write waits for the same flush as a FLUSH.
-                if cmd.flags.fua {
-                    written.max(self.flush(now_ns)?)
-                } else {
-                    written
-                }
+                crate::answer_fua_after_flush(written, cmd.flags.fua, || self.flush(now_ns))?
             }
             Opcode::Read => self.read(now_ns, cmd, out.data)?,
             Opcode::Trim => self.trim(now_ns, cmd)?,

@@ -1330,14 +1330,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
             }
             Opcode::Write => {
                 let written = self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?;
-                // A FUA write is made durable by a flush of the whole volume, as Linux
-                // does for a device without FUA: which replicas, superseded copies and
-                // trims the write's durability rests on is the flush's business.
-                if cmd.flags.fua {
-                    written.max(self.flush(now_ns)?)
-                } else {
-                    written
-                }
+                crate::answer_fua_after_flush(written, cmd.flags.fua, || self.flush(now_ns))?
             }
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
             Opcode::Flush => self.flush(now_ns)?,

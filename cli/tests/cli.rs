@@ -558,27 +558,10 @@ fn set_overrides_configuration_keys_and_job_options() {
     }
 }
 
-/// A job with `sync=1` records its writes as FUA writes (`WFS`) in blkparse, and replaying
-/// that trace sends them as FUA again; a format without the flag says what it dropped.
-#[test]
-fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
-    let small = ["--set", "job.number_ios=200", "--set", "job.sync=1"];
-    let trace = temp("synced.blkparse");
-    let mut args = vec!["run", "--quiet"];
-    args.extend(small);
-    args.extend([
-        "--record",
-        trace.to_str().unwrap(),
-        "--record-format",
-        "blkparse",
-    ]);
-    let out = afa(&args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = std::fs::read_to_string(&trace).unwrap();
-    let fua_lines = |text: &str| text.lines().filter(|l| l.contains(" WFS ")).count();
-    assert_eq!(fua_lines(&text), 200, "the random-write job's writes");
-
-    let config = temp("replay-synced.toml");
+/// A configuration (written to the temporary file `name`) that replays `trace` in `format`
+/// at its recorded times on the embedded default SSD.
+fn timed_replay_config(trace: &std::path::Path, format: &str, name: &str) -> std::path::PathBuf {
+    let config = temp(name);
     let default = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/default.toml"),
     )
@@ -587,11 +570,42 @@ fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
     std::fs::write(
         &config,
         format!(
-            "{head}[workload.trace]\npath = {:?}\nformat = \"blkparse\"\nreplay = \"timed\"\n",
+            "{head}[workload.trace]\npath = {:?}\nformat = \"{format}\"\nreplay = \"timed\"\n",
             trace.to_str().unwrap()
         ),
     )
     .unwrap();
+    config
+}
+
+/// A job with `sync=1` records its writes as FUA writes (`WFS`) in blkparse, and replaying
+/// that trace sends them as FUA again; a format without the flag says what it dropped.
+#[test]
+fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
+    // Runs the 200-request sync job recording into `path` in `format`; returns its stderr.
+    let record_synced = |path: &std::path::Path, format: &str| {
+        let out = afa(&[
+            "run",
+            "--quiet",
+            "--set",
+            "job.number_ios=200",
+            "--set",
+            "job.sync=1",
+            "--record",
+            path.to_str().unwrap(),
+            "--record-format",
+            format,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let trace = temp("synced.blkparse");
+    record_synced(&trace, "blkparse");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let fua_lines = |text: &str| text.lines().filter(|l| l.contains(" WFS ")).count();
+    assert_eq!(fua_lines(&text), 200, "the random-write job's writes");
+
+    let config = timed_replay_config(&trace, "blkparse", "replay-synced.toml");
     let again = temp("replayed-synced.blkparse");
     let out = afa(&[
         "run",
@@ -605,21 +619,10 @@ fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(fua_lines(&std::fs::read_to_string(&again).unwrap()), 200);
 
-    let iolog = temp("synced.iolog");
-    let mut args = vec!["run", "--quiet"];
-    args.extend(small);
-    args.extend([
-        "--record",
-        iolog.to_str().unwrap(),
-        "--record-format",
-        "iolog",
-    ]);
-    let out = afa(&args);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let note = record_synced(&temp("synced.iolog"), "iolog");
     assert!(
-        stderr(&out).contains("records 200 FUA writes as plain writes"),
-        "{}",
-        stderr(&out)
+        note.contains("records 200 FUA writes as plain writes"),
+        "{note}"
     );
 }
 
@@ -666,20 +669,7 @@ fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
             .windows(2)
             .all(|w| w[0].timestamp_ns <= w[1].timestamp_ns));
         // Replayed open loop at the recorded times, the same requests reach the device.
-        let config = temp(&format!("replay-{format}.toml"));
-        let default = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/default.toml"),
-        )
-        .unwrap();
-        let head = &default[..default.find("[workload]").unwrap()];
-        std::fs::write(
-            &config,
-            format!(
-                "{head}[workload.trace]\npath = {:?}\nformat = \"{format}\"\nreplay = \"timed\"\n",
-                trace.to_str().unwrap()
-            ),
-        )
-        .unwrap();
+        let config = timed_replay_config(&trace, format, &format!("replay-{format}.toml"));
         let replay_json = temp(&format!("replay-{format}.json"));
         let replayed = afa_json(&["run", config.to_str().unwrap(), "--quiet"], &replay_json);
         for op in ["read", "write"] {

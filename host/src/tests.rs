@@ -530,6 +530,19 @@ fn a_sync_job_sends_every_write_with_force_unit_access() {
     assert_eq!(dev.fua_writes, 200);
 }
 
+/// Runs a job file on the test SSD and checks that every read was right.
+fn run_job_text(text: &str) -> RunOutcome {
+    let jobs = parse_job_file(text).unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(out.mismatches, 0, "{:?}", out.first_mismatches);
+    out
+}
+
 /// `rate_iops` holds a job to its rate when the device could go faster: equal gaps give the
 /// rate exactly, Poisson gaps on average; a cap on reads leaves a mixed job's writes alone;
 /// a cap above what the device can do changes little, since a job behind its schedule
@@ -537,18 +550,9 @@ fn a_sync_job_sends_every_write_with_force_unit_access() {
 #[test]
 fn a_rate_cap_holds_the_job_to_its_rate() {
     let run_job = |extra: &str| {
-        let text = format!(
+        run_job_text(&format!(
             "[j]\nsize=1m\nrw=randwrite\nbs=4k\niodepth=8\ntime_based\nruntime=500ms\n{extra}"
-        );
-        let jobs = parse_job_file(&text).unwrap();
-        let out = run(
-            &mut ssd(PayloadMode::Token),
-            &Workload::Jobs(jobs),
-            &options(),
-        )
-        .unwrap();
-        assert_eq!(out.mismatches, 0);
-        out
+        ))
     };
     let writes = |extra: &str| run_job(extra).measurements.write.ios as i64;
     assert!((writes("rate_iops=2000\n") - 1000).abs() <= 2);
@@ -582,14 +586,7 @@ fn a_rate_cap_holds_the_job_to_its_rate() {
 #[test]
 fn end_fsync_flushes_a_job_its_runtime_stops() {
     let flushes = |job: &str| {
-        let jobs = parse_job_file(job).unwrap();
-        let out = run(
-            &mut ssd(PayloadMode::Token),
-            &Workload::Jobs(jobs),
-            &options(),
-        )
-        .unwrap();
-        assert_eq!(out.mismatches, 0);
+        let out = run_job_text(job);
         (out.measurements.flush.ios, out.measurements.write.ios)
     };
     let timed = "[w]\nsize=1m\nrw=randwrite\nbs=4k\niodepth=16\ntime_based\nruntime=100ms\n";

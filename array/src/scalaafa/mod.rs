@@ -2327,15 +2327,10 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
                 t
             }
             Opcode::Write => {
+                // The flush after a FUA write makes the rows held for the last flushed
+                // version of a chunk count the FUA write's copies too.
                 let written = self.write(now_ns, cmd.lba, cmd.sectors, cmd.data)?;
-                // A FUA write is made durable by a flush of the whole volume, as Linux
-                // does for a device without FUA: the rows held for the last flushed
-                // version of a chunk then count the FUA write's copies too.
-                if cmd.flags.fua {
-                    written.max(self.flush(now_ns)?)
-                } else {
-                    written
-                }
+                crate::answer_fua_after_flush(written, cmd.flags.fua, || self.flush(now_ns))?
             }
             Opcode::Trim => self.trim(now_ns, cmd.lba, cmd.sectors)?,
             Opcode::Flush => self.flush(now_ns)?,

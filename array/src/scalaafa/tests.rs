@@ -768,6 +768,9 @@ fn request_noting(
 /// Each (member, request) in `lost` fails that member before that request (of `before +
 /// after`): the crash then hits a dirty degraded volume, and the lost members' chunks must
 /// still read back as flushed or later, from backups or parity.
+///
+/// With `fua_one_in` > 0, about one request in that many after the flush is a FUA write,
+/// whose sectors must then read back as it wrote them or later.
 #[allow(clippy::too_many_arguments)]
 fn host_crash_and_recover(
     level: Level,
@@ -778,6 +781,7 @@ fn host_crash_and_recover(
     scala: ScalaAfaConfig,
     payload: afa_nand::PayloadMode,
     lost: &[(usize, usize)],
+    fua_one_in: u64,
 ) -> ScalaAfaStats {
     let devs = (0..n as u64)
         .map(|i| PageCache::new(ssd_keeping(payload, i)))
@@ -799,11 +803,19 @@ fn host_crash_and_recover(
     h.volume
         .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
         .unwrap();
-    let flushed = h.tokens.clone();
+    let mut flushed = h.tokens.clone();
     let mut since = BTreeMap::new();
+    let cap = h.tokens.len() as u64;
     for i in before..before + after {
         fail_here(&mut h, i);
-        request_noting(&mut h, &mut rng, Some(&mut since));
+        if fua_one_in > 0 && rng.below(fua_one_in) == 0 {
+            let len = 1 + rng.below(40) as u32;
+            let lba = rng.below(cap - len as u64);
+            h.write_fua_noting(lba, len, &mut flushed, &mut since)
+                .expect("write accepted");
+        } else {
+            request_noting(&mut h, &mut rng, Some(&mut since));
+        }
     }
     let failed: Vec<usize> = lost.iter().map(|&(member, _)| member).collect();
     let mut h = h.after_crash(|v| {
@@ -856,8 +868,9 @@ fn host_crash_sweep(seed: u64, per_shape: usize, lost: usize) -> ScalaAfaStats {
                 }
                 let token = afa_nand::PayloadMode::Token;
                 let scala = with_mode(mode);
-                let stats =
-                    host_crash_and_recover(level, n, seed, before, after, scala, token, &failing);
+                let stats = host_crash_and_recover(
+                    level, n, seed, before, after, scala, token, &failing, 0,
+                );
                 total.recovery_torn_chunks += stats.recovery_torn_chunks;
                 total.recovery_unwhole_copies += stats.recovery_unwhole_copies;
                 total.recovery_resynced_stripes += stats.recovery_resynced_stripes;
@@ -867,51 +880,25 @@ fn host_crash_sweep(seed: u64, per_shape: usize, lost: usize) -> ScalaAfaStats {
     total
 }
 
-/// A FUA write is durable when it completes: after a flush, random requests with one write
-/// in four FUA (conversions among them), then a host crash behind the members' page cache.
-/// Every sector must read back as the flush or its last FUA write left it, or later.
+/// A FUA write is durable when it completes: after a flush, random requests with one in
+/// four a FUA write (conversions among them), then a host crash behind the members' page
+/// cache, on a whole volume and on one that loses a member.
 #[test]
 fn a_fua_write_survives_a_host_crash() {
     let mut rng = SimRng::new(80);
     for (level, n) in SHAPES {
         for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
-            let token = afa_nand::PayloadMode::Token;
-            let devs = (0..n as u64)
-                .map(|i| PageCache::new(ssd_keeping(token, i)))
-                .collect();
-            let (config, scala) = (array_config(level, n), with_mode(mode));
-            let mut volume = ScalaAfa::new(config.clone(), scala.clone(), devs, vec![]).unwrap();
-            volume.keep_flushed_writes();
-            let mut h = Harness::new(volume);
-            for _ in 0..rng.below(2000) {
-                request_noting(&mut h, &mut rng, None);
+            for lose in [false, true] {
+                let (before, after) = (rng.below(2000) as usize, 1 + rng.below(400) as usize);
+                let lost = [(
+                    rng.below(n as u64) as usize,
+                    rng.below(after as u64) as usize,
+                )];
+                let lost: &[(usize, usize)] = if lose { &lost } else { &[] };
+                let (seed, token) = (rng.next_u64(), afa_nand::PayloadMode::Token);
+                let scala = with_mode(mode);
+                host_crash_and_recover(level, n, seed, before, after, scala, token, lost, 4);
             }
-            h.volume
-                .submit(h.now_ns, &Command::flush(), ReadBuffers::none())
-                .unwrap();
-            let mut flushed = h.tokens.clone();
-            let mut since = BTreeMap::new();
-            let cap = h.tokens.len() as u64;
-            for _ in 0..1 + rng.below(400) {
-                if rng.below(4) == 0 {
-                    let len = 1 + rng.below(40) as u32;
-                    let lba = rng.below(cap - len as u64);
-                    h.write_fua_noting(lba, len, &mut flushed, &mut since)
-                        .expect("write accepted");
-                } else {
-                    request_noting(&mut h, &mut rng, Some(&mut since));
-                }
-            }
-            let mut h = h.after_crash(|v| {
-                let members = v
-                    .into_members()
-                    .into_iter()
-                    .map(|d| d.crash(&mut rng))
-                    .collect();
-                ScalaAfa::recover_with(config, scala, members, vec![], &[], true).expect("recovery")
-            });
-            h.adopt_flushed_or_later(&flushed, &since);
-            h.check_all();
         }
     }
 }
@@ -1294,7 +1281,8 @@ fn a_host_crash_does_not_trust_a_checkpoint() {
             checkpoint_interval_ms: interval_ms,
             ..ScalaAfaConfig::default()
         };
-        let stats = host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full, &[]);
+        let stats =
+            host_crash_and_recover(Level::Raid5, 4, seed, before, after, scala, full, &[], 0);
         assert_eq!(stats.recovered_checkpoint_seq, None);
     }
 }
@@ -1313,7 +1301,7 @@ proptest! {
     ) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
         let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
-        host_crash_and_recover(level, n, seed, before, after, scala, payload, &[]);
+        host_crash_and_recover(level, n, seed, before, after, scala, payload, &[], 0);
     }
 
     #[test]
