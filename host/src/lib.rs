@@ -671,10 +671,12 @@ impl<'d> Host<'d> {
                 if let (Some(rate), Some(next)) = (rate.as_mut(), ahead.front()) {
                     let due = rate.due_ns(next);
                     if due > now {
-                        // Not yet: come back when the cap allows it (once).
+                        // Not yet: come back when the cap allows it (once), or when the
+                        // runtime ends if that comes first, so the job ends on time.
                         if !s.wakeup_pending {
                             s.wakeup_pending = true;
-                            self.queue.push(due, Event::Issue { stream });
+                            let wake = s.deadline_ns.map_or(due, |d| d.min(due));
+                            self.queue.push(wake, Event::Issue { stream });
                         }
                         return None;
                     }

@@ -574,6 +574,10 @@ fn a_rate_cap_holds_the_job_to_its_rate() {
     let (reads, mixed_writes) = (mixed.measurements.read.ios, mixed.measurements.write.ios);
     assert!(reads.abs_diff(250) <= 2, "{reads} reads");
     assert!(mixed_writes > 1000, "{mixed_writes} writes");
+    // A cap whose next request would come after the runtime ends the job at the runtime.
+    let sparse = run_job("rate_iops=3\n");
+    assert_eq!(sparse.measurements.write.ios, 2);
+    assert_eq!(sparse.sim_time_ns, 500_000_000);
     let again = run_job("rate_iops=2000\nrate_process=poisson\n");
     assert_eq!(
         again.event_hash,

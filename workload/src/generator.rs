@@ -226,7 +226,13 @@ impl JobGenerator {
             .offset_increment_bytes
             .checked_mul(clone_index as u64)
             .and_then(|step| step.checked_add(region_start_bytes))
-            .unwrap_or(u64::MAX);
+            .ok_or_else(|| {
+                invalid(format!(
+                    "clone {clone_index} would start at offset {region_start_bytes} + \
+                     {clone_index} × offset_increment {}, past any device",
+                    spec.offset_increment_bytes
+                ))
+            })?;
         if region_start_bytes >= device_bytes {
             return Err(invalid(format!(
                 "offset {region_start_bytes} is at or beyond the end of the {device_bytes}-byte \
