@@ -466,8 +466,6 @@ impl<D: BlockDevice> LogRaid<D> {
         Ok(t)
     }
 
-    /// Writes the open stripe to the array as one full-stripe write. Returns when NVRAM has
-    /// room for the next stripe (the oldest in-flight stripe write may have to finish).
     /// A FLUSH of the volume. NVRAM is durable, so it needs only the members' own
     /// flushes, and the NVRAM log's when that memory is kept in one.
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
@@ -479,6 +477,8 @@ impl<D: BlockDevice> LogRaid<D> {
             .done_ns)
     }
 
+    /// Writes the open stripe to the array as one full-stripe write. Returns when NVRAM has
+    /// room for the next stripe (the oldest in-flight stripe write may have to finish).
     fn flush_stripe(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let start = self.head - self.stripe_sectors;
         let c = self.array.submit(

@@ -1325,8 +1325,6 @@ impl<D: BlockDevice> Swan<D> {
         self.compact_nvram()
     }
 
-    /// Writes the stream's full stripe (the one just before its head) to its group as one
-    /// full-stripe write. Returns when the buffer has room for the next stripe.
     /// A FLUSH of the volume. The open stripes live in battery-backed host memory (the
     /// paper's §4.1 assumption), so it needs only the members' own flushes, and the NVRAM
     /// log's when that memory is kept in one.
@@ -1342,6 +1340,8 @@ impl<D: BlockDevice> Swan<D> {
         Ok(done)
     }
 
+    /// Writes the stream's full stripe (the one just before its head) to its group as one
+    /// full-stripe write. Returns when the buffer has room for the next stripe.
     fn flush_stripe(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let capacity = self.config.buffer_stripes as usize;
         let stripe_sectors = self.stripe_sectors;
