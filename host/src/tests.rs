@@ -692,4 +692,52 @@ proptest::proptest! {
         let (b, _) = once();
         proptest::prop_assert_eq!((a.event_hash, a.sim_time_ns), (b.event_hash, b.sim_time_ns));
     }
+
+    /// Rate caps on any mix of reads and writes, linear or Poisson, at any queue depth, on a
+    /// queued device: every read is right, the device never sees more than the queue depth,
+    /// the job ends with its runtime, a linear cap is never exceeded (at most one request
+    /// per gap, the first at the start), and the same inputs give the same run.
+    #[test]
+    fn rate_capped_jobs_keep_their_caps_and_lose_nothing(
+        read_iops in proptest::option::of(1u64..50_000),
+        write_iops in proptest::option::of(1u64..50_000),
+        rwmixread in 0u32..101,
+        poisson in proptest::bool::ANY,
+        iodepth in 1u32..17,
+        seed in 0u64..1_000,
+    ) {
+        let cap = |c: Option<u64>| c.unwrap_or(0).to_string();
+        let text = format!(
+            "[r]\nsize=1m\nrw=randrw\nrwmixread={rwmixread}\nbs=4k\niodepth={iodepth}\n\
+             time_based\nruntime=50ms\nrate_iops={},{},\nrate_process={}\n",
+            cap(read_iops),
+            cap(write_iops),
+            if poisson { "poisson" } else { "linear" },
+        );
+        let jobs = parse_job_file(&text).unwrap();
+        let once = || {
+            let mut dev = SlowQueue::new(256);
+            let options = RunOptions { seed, ..options() };
+            let out = run(&mut dev, &Workload::Jobs(jobs.clone()), &options).unwrap();
+            assert!(dev.running.is_empty());
+            (out, dev.most_in_flight)
+        };
+        let (a, depth) = once();
+        proptest::prop_assert_eq!(a.mismatches, 0, "{:?}", a.first_mismatches);
+        proptest::prop_assert!(depth <= iodepth as usize);
+        proptest::prop_assert!(a.sim_time_ns <= 51_000_000, "{} ns", a.sim_time_ns);
+        if !poisson {
+            for (capped, ios) in [
+                (read_iops, a.measurements.read.ios),
+                (write_iops, a.measurements.write.ios),
+            ] {
+                if let Some(iops) = capped {
+                    // Requests at 0, 1/iops, 2/iops, … before the 50 ms runtime ends.
+                    proptest::prop_assert!(ios <= (iops * 50).div_ceil(1000), "{ios} > {iops}/s");
+                }
+            }
+        }
+        let (b, _) = once();
+        proptest::prop_assert_eq!((a.event_hash, a.sim_time_ns), (b.event_hash, b.sim_time_ns));
+    }
 }
