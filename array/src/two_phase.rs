@@ -684,8 +684,14 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// trims of the slots it makes redundant.
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         if self.recoverable {
-            return self.flush_and_reclaim(now_ns);
+            self.flush_and_reclaim(now_ns)
+        } else {
+            self.flush_serving(now_ns)
         }
+    }
+
+    /// Flushes every member that has not failed; returns when all are done.
+    fn flush_serving(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let serving = self
             .members
             .iter_mut()
@@ -697,12 +703,7 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// Flushes the serving members, then trims the slots released before the flush and
     /// hands them out again. Returns when the flush and the trims are done.
     fn flush_and_reclaim(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let serving = self
-            .members
-            .iter_mut()
-            .filter(|m| m.state != MemberState::Failed)
-            .map(|m| &mut m.device);
-        let mut done = crate::flush_members(now_ns, serving, &mut self.work)?;
+        let mut done = self.flush_serving(now_ns)?;
         for s in std::mem::take(&mut self.released) {
             self.members[s.member].free.push(s.slot);
             done = done.max(self.trim_slot(s, now_ns)?);
