@@ -1195,6 +1195,7 @@ proptest! {
         h.volume.fail_member(victim, h.now_ns).unwrap();
         h.random_ops(&mut rng, 3000 - fail_at);
         h.check_all();
+        h.volume.check_slot_accounting();
         prop_assert!(h.checked > 0);
     }
 }

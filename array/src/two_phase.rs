@@ -481,6 +481,62 @@ impl<D: BlockDevice> TwoPhase<D> {
         Ok(())
     }
 
+    /// Checks the slot accounting: every slot of every member is exactly one of free, held
+    /// back until the next flush, a copy of a live replica set that lists it, or a place of
+    /// a live stripe that lists it. A slot in none of these is lost to the volume for good.
+    /// Panics with the first slot that breaks the rule.
+    pub fn check_slot_accounting(&self) {
+        let mut seen: Vec<Vec<u32>> = self
+            .members
+            .iter()
+            .map(|m| vec![0; m.owner.len()])
+            .collect();
+        for (member, m) in self.members.iter().enumerate() {
+            for &slot in &m.free {
+                assert_eq!(
+                    m.owner[slot as usize], FREE,
+                    "free slot {member}:{slot} has an owner"
+                );
+                seen[member][slot as usize] += 1;
+            }
+        }
+        for s in &self.released {
+            let owner = self.members[s.member].owner[s.slot as usize];
+            assert_eq!(owner, FREE, "held-back slot {s:?} has owner {owner:#x}");
+            seen[s.member][s.slot as usize] += 1;
+        }
+        for (id, set) in self.rsets.iter().enumerate() {
+            for s in &set.slots {
+                let owner = self.members[s.member].owner[s.slot as usize];
+                assert_eq!(
+                    owner, id as u32,
+                    "replica set {id} lists {s:?} owned by {owner:#x}"
+                );
+                seen[s.member][s.slot as usize] += 1;
+            }
+        }
+        for (sid, rec) in self.stripes.iter().enumerate() {
+            for s in &rec.slots {
+                let owner = self.members[s.member].owner[s.slot as usize];
+                assert_eq!(
+                    owner,
+                    STRIPE_BIT | sid as u32,
+                    "stripe {sid} lists {s:?} owned by {owner:#x}"
+                );
+                seen[s.member][s.slot as usize] += 1;
+            }
+        }
+        for (member, counts) in seen.iter().enumerate() {
+            for (slot, &c) in counts.iter().enumerate() {
+                let owner = self.members[member].owner[slot];
+                assert_eq!(
+                    c, 1,
+                    "slot {member}:{slot} (owner {owner:#x}) is accounted {c} times"
+                );
+            }
+        }
+    }
+
     pub fn rebuilding(&self) -> bool {
         self.members
             .iter()
@@ -711,13 +767,19 @@ impl<D: BlockDevice> TwoPhase<D> {
         Ok(done)
     }
 
-    /// Reclaims the released slots (with a member flush) when a serving member has fewer
-    /// than `need` free slots and some are held back.
-    fn reclaim_if_short(&mut self, now_ns: TimeNs, need: usize) -> Result<TimeNs, DeviceError> {
+    /// Reclaims the released slots (with a member flush) when a member that will take a
+    /// slot has fewer than `need` free and some are held back. A new stripe takes a slot on
+    /// every member, failed ones included (`all_members`); a replica only on alive ones.
+    fn reclaim_if_short(
+        &mut self,
+        now_ns: TimeNs,
+        need: usize,
+        all_members: bool,
+    ) -> Result<TimeNs, DeviceError> {
         let short = self
             .members
             .iter()
-            .any(|m| m.state != MemberState::Failed && m.free.len() < need);
+            .any(|m| (all_members || m.state != MemberState::Failed) && m.free.len() < need);
         if short && !self.released.is_empty() {
             return self.flush_and_reclaim(now_ns);
         }
@@ -879,7 +941,7 @@ impl<D: BlockDevice> TwoPhase<D> {
                 (self.rsets.len() - 1) as u32
             }
         };
-        let now_ns = self.reclaim_if_short(now_ns, 1)?;
+        let now_ns = self.reclaim_if_short(now_ns, 1, false)?;
         let mut slots = Vec::with_capacity(self.m + 1);
         for &i in &order[..self.m + 1] {
             slots.push(self.take_slot(i, id)?);
@@ -912,15 +974,36 @@ impl<D: BlockDevice> TwoPhase<D> {
     }
 
     /// Converts the k oldest replicated chunks into one stripe. Returns when its writes
-    /// are done.
-    fn convert_one(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+    /// are done; converts nothing when a member has no slot for the stripe, even with the
+    /// held-back slots back.
+    ///
+    /// `short` names a member that is short of free slots. A conversion takes a slot on
+    /// every member and gives back the slots of the replicas it converts, so it costs a
+    /// member that holds no copy of the k oldest chunks. After a member has been
+    /// away (a rebuild places no replicas on it), the oldest replicas can all sit on the
+    /// others, and converting them in order would drain that member slot by slot until no
+    /// stripe fits. For a short member the conversion therefore takes the oldest replica
+    /// sets with a copy on it first.
+    fn convert_one(&mut self, now_ns: TimeNs, short: Option<usize>) -> Result<TimeNs, DeviceError> {
         let start = now_ns.max(self.conversion_free_ns);
+        if !self.stripe_fits() {
+            return Ok(start);
+        }
         self.stats.first_conversion_ns.get_or_insert(start);
         let mut picked = Vec::with_capacity(self.k);
         while picked.len() < self.k {
             match self.pop_replicated() {
                 Some(p) => picked.push(p),
                 None => break,
+            }
+        }
+        if let Some(member) = short.filter(|_| picked.len() == self.k) {
+            let held: usize = picked
+                .iter()
+                .map(|&(id, _)| self.copies_on(id, member))
+                .sum();
+            if held == 0 {
+                picked = self.pick_for(member, picked);
             }
         }
         if picked.len() < self.k {
@@ -937,6 +1020,54 @@ impl<D: BlockDevice> TwoPhase<D> {
         self.conversion_free_ns = done;
         self.stats.stripes_converted += 1;
         Ok(done)
+    }
+
+    /// Whether every member has a slot for a new stripe, counting the held-back slots that
+    /// `reclaim_if_short` brings back when one has none.
+    fn stripe_fits(&self) -> bool {
+        let mut held = vec![0usize; self.members.len()];
+        for s in &self.released {
+            held[s.member] += 1;
+        }
+        self.members
+            .iter()
+            .zip(held)
+            .all(|(m, h)| m.free.len() + h > 0)
+    }
+
+    /// How many copies of replica set `id` sit on `member`.
+    fn copies_on(&self, id: u32, member: usize) -> usize {
+        let slots = &self.rsets[id as usize].slots;
+        slots.iter().filter(|s| s.member == member).count()
+    }
+
+    /// Replaces `fifo`, the k oldest live replica sets (already taken off the queue), with
+    /// the oldest sets that hold a copy on `member`, topped up with the oldest of the rest.
+    /// The sets not picked go back to the queue in their order.
+    fn pick_for(&mut self, member: usize, fifo: Vec<(u32, u64)>) -> Vec<(u32, u64)> {
+        let k = self.k;
+        let mut live: Vec<(u32, u64)> = fifo;
+        while let Some(p) = self.pop_replicated() {
+            live.push(p);
+        }
+        let mut picked: Vec<(u32, u64)> = live
+            .iter()
+            .copied()
+            .filter(|&(id, _)| self.copies_on(id, member) > 0)
+            .take(k)
+            .collect();
+        for &p in &live {
+            if picked.len() == k {
+                break;
+            }
+            if !picked.contains(&p) {
+                picked.push(p);
+            }
+        }
+        for &(id, _) in live.iter().filter(|p| !picked.contains(p)) {
+            self.queue.push_back((id, self.rsets[id as usize].seq));
+        }
+        picked
     }
 
     fn convert_picked(
@@ -979,7 +1110,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             .filter(|i| !parity_members.contains(i))
             .take(k)
             .collect();
-        let t_par = self.reclaim_if_short(t_par, 1)?;
+        let t_par = self.reclaim_if_short(t_par, 1, true)?;
         let mut slots = Vec::with_capacity(k + m);
         for &i in data_members.iter().chain(&parity_members) {
             slots.push(self.take_slot(i, STRIPE_BIT | sid)?);
@@ -1092,7 +1223,10 @@ impl<D: BlockDevice> TwoPhase<D> {
             // cleaning pays off only once its re-replicated chunks are converted.
             if self.stats.replicated_chunks >= self.k as u64 {
                 let converted = self.stats.stripes_converted;
-                t = t.max(self.convert_one(t)?);
+                let shortest = (0..self.members.len())
+                    .filter(|&i| self.members[i].state != MemberState::Failed)
+                    .min_by_key(|&i| self.members[i].free.len());
+                t = t.max(self.convert_one(t, shortest)?);
                 if self.stats.stripes_converted > converted {
                     continue;
                 }
@@ -1131,7 +1265,7 @@ impl<D: BlockDevice> TwoPhase<D> {
             && self.stats.replicated_chunks >= self.k as u64
         {
             let converted = self.stats.stripes_converted;
-            t0 = t0.max(self.convert_one(now_ns)?);
+            t0 = t0.max(self.convert_one(now_ns, None)?);
             if self.stats.stripes_converted == converted {
                 break;
             }
