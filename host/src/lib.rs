@@ -113,6 +113,8 @@ enum Source {
 /// device was slower than the cap), so the job then issues at once until it has caught up.
 struct RateGate {
     limits: [Option<RateLimit>; 3],
+    /// Each direction's smallest block size, in bytes: `rate_iops` counts requests of it.
+    min_bs_bytes: [u64; 3],
     /// The earliest time of each direction's next request, in ns (fractional so that rates
     /// that do not divide a second do not drift).
     next_ns: [f64; 3],
@@ -129,6 +131,7 @@ impl RateGate {
         spec.rate_limits.iter().any(Option::is_some).then(|| {
             Box::new(RateGate {
                 limits: spec.rate_limits,
+                min_bs_bytes: std::array::from_fn(|d| spec.block_sizes[d].min_bytes()),
                 next_ns: [0.0; 3],
                 poisson: spec.rate_poisson,
                 rng: SimRng::new(seed),
@@ -186,7 +189,7 @@ impl RateGate {
             return;
         };
         if let Some(limit) = self.limits[d] {
-            let mean_ns = limit.interval_ns(request.len_bytes);
+            let mean_ns = limit.interval_ns(request.len_bytes, self.min_bs_bytes[d]);
             let gap_ns = if self.poisson {
                 // Inverse transform of a uniform draw in (0, 1].
                 -(1.0 - self.rng.unit_f64()).ln() * mean_ns

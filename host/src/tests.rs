@@ -574,6 +574,16 @@ fn a_rate_cap_holds_the_job_to_its_rate() {
     let (reads, mixed_writes) = (mixed.measurements.read.ios, mixed.measurements.write.ios);
     assert!(reads.abs_diff(250) <= 2, "{reads} reads");
     assert!(mixed_writes > 1000, "{mixed_writes} writes");
+    // fio counts `rate_iops` at the smallest block size (a byte rate of 2,000 × 4 KiB a
+    // second): with lengths of 4, 8 and 12 KiB, 8 KiB on average, half as many writes.
+    let ranged = run_job("bsrange=4k-12k\nblockalign=4k\nrate_iops=2000\n");
+    let w = &ranged.measurements.write;
+    assert!(w.ios.abs_diff(500) <= 20, "{} writes", w.ios);
+    assert!(
+        w.bytes.abs_diff(4_096_000) <= 12 * 1024,
+        "{} bytes",
+        w.bytes
+    );
     // A cap whose next request would come after the runtime ends the job at the runtime.
     let sparse = run_job("rate_iops=3\n");
     assert_eq!(sparse.measurements.write.ios, 2);

@@ -117,11 +117,22 @@ pub enum RateLimit {
 }
 
 impl RateLimit {
-    /// The time a request of `len_bytes` takes from the direction's budget.
-    pub fn interval_ns(self, len_bytes: u64) -> f64 {
+    /// The time a request of `len_bytes` takes from the direction's budget, when the
+    /// direction's smallest block size is `min_bs_bytes`. fio turns `rate_iops` into a byte
+    /// rate at the smallest block size (`__setup_rate`: `rate_iops × min_bs`), so with a
+    /// range of sizes a larger request takes more of the budget, and the cap holds the
+    /// IOPS only of requests of the smallest size.
+    pub fn interval_ns(self, len_bytes: u64, min_bs_bytes: u64) -> f64 {
         match self {
             RateLimit::BytesPerSecond(rate) => len_bytes as f64 * 1e9 / rate as f64,
-            RateLimit::IosPerSecond(iops) => 1e9 / iops as f64,
+            RateLimit::IosPerSecond(iops) => {
+                let per_request_ns = 1e9 / iops as f64;
+                if min_bs_bytes == 0 {
+                    per_request_ns
+                } else {
+                    per_request_ns * len_bytes as f64 / min_bs_bytes as f64
+                }
+            }
         }
     }
 }
