@@ -751,3 +751,105 @@ proptest::proptest! {
         proptest::prop_assert_eq!((a.event_hash, a.sim_time_ns), (b.event_hash, b.sim_time_ns));
     }
 }
+
+/// Values each option may take in `any_accepted_job_runs_or_is_refused_never_panics`:
+/// ordinary ones and the edges (sizes below a sector, unaligned sizes, zero, 100%, one
+/// I/O, rates far above and below what the device does).
+const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
+    (
+        "rw",
+        &[
+            "read",
+            "write",
+            "randread",
+            "randwrite",
+            "rw",
+            "randrw",
+            "trim",
+            "randtrim",
+        ],
+    ),
+    (
+        "bs",
+        &[
+            "512",
+            "1k",
+            "3k",
+            "4k",
+            "4097",
+            "64k",
+            "1m",
+            "4k,8k",
+            "512,64k,4k",
+        ],
+    ),
+    ("bsrange", &["512-8k", "4k-4k", "1k-3k", "4k-1m"]),
+    (
+        "bssplit",
+        &["4k/50:64k/50", "512/10:4k/90", "4k/100", "8k/0:4k/100"],
+    ),
+    ("blockalign", &["512", "4k", "3k", "64k"]),
+    ("size", &["0", "512", "4k", "1m", "50%", "100%", "1g"]),
+    ("offset", &["0", "4k", "3k", "50%", "99%", "2m"]),
+    ("offset_increment", &["0", "4k", "1m"]),
+    ("io_size", &["4k", "1m", "3k"]),
+    ("number_ios", &["1", "7", "1000"]),
+    ("iodepth", &["1", "7", "64", "1024"]),
+    ("numjobs", &["1", "3"]),
+    ("time_based", &["1", "0"]),
+    ("ramp_time", &["0", "1ms", "5ms"]),
+    ("thinktime", &["0", "10", "1000"]),
+    ("rwmixread", &["0", "30", "100"]),
+    ("rwmixwrite", &["0", "70", "100"]),
+    (
+        "random_distribution",
+        &["random", "zipf:1.2", "zipf:0.5", "pareto:0.3", "normal:10"],
+    ),
+    ("percentage_random", &["0", "50", "100"]),
+    ("randseed", &["1", "12345"]),
+    ("stonewall", &["1"]),
+    ("fsync", &["0", "1", "5"]),
+    ("fdatasync", &["3"]),
+    ("sync", &["0", "1", "dsync"]),
+    ("end_fsync", &["0", "1"]),
+    ("rate", &["1k", "1m", "100m", ",1m", "1m,"]),
+    ("rate_iops", &["1", "100", "1000000", ",50", "50,"]),
+    ("rate_process", &["linear", "poisson"]),
+    ("continue_on_error", &["none", "read"]),
+];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Any job file the parser accepts, of options with ordinary and edge values, either
+    /// runs with every read right or fails with an error that says something; it never
+    /// panics. Each job is held to 20 ms of simulated time so that a slow one stays cheap.
+    #[test]
+    fn any_accepted_job_runs_or_is_refused_never_panics(
+        picks in proptest::collection::vec(
+            (0..JOB_OPTION_VALUES.len(), 0usize..16),
+            1..10,
+        ),
+        two_jobs in proptest::bool::ANY,
+        seed in 0u64..1_000,
+    ) {
+        let mut text = String::from("[a]\n");
+        for (i, &(option, choice)) in picks.iter().enumerate() {
+            if two_jobs && i == picks.len() / 2 {
+                text.push_str("[b]\n");
+            }
+            let (name, values) = JOB_OPTION_VALUES[option];
+            text.push_str(&format!("{name}={}\n", values[choice % values.len()]));
+        }
+        text.push_str("runtime=20ms\n");
+        let Ok(jobs) = parse_job_file(&text) else {
+            return Ok(());
+        };
+        let options = RunOptions { seed, ..options() };
+        match run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs), &options) {
+            Ok(out) => proptest::prop_assert_eq!(
+                out.mismatches, 0, "{}: {:?}", text, out.first_mismatches
+            ),
+            Err(e) => proptest::prop_assert!(!e.to_string().is_empty(), "{}", text),
+        }
+    }
+}
