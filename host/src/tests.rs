@@ -853,3 +853,52 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Any trace records, in or out of order, inside the device or past its end, of any
+    /// length (zero, unaligned, larger than the device), replayed open or closed loop,
+    /// either run with every read right or fail with an error that says something.
+    #[test]
+    fn any_trace_replays_or_is_refused_never_panics(
+        records in proptest::collection::vec(
+            (0u64..50_000_000, 0usize..4, 0u64..(40 << 20), 0u64..(1 << 20), proptest::bool::ANY),
+            0..200,
+        ),
+        closed in proptest::option::of(1u32..64),
+        scale in 0.0f64..4.0,
+        aligned in proptest::bool::ANY,
+    ) {
+        let records: Vec<TraceRecord> = records
+            .into_iter()
+            .map(|(timestamp_ns, op, offset, len, fua)| {
+                let op = [IoOp::Read, IoOp::Write, IoOp::Trim, IoOp::Flush][op];
+                let (offset_bytes, len_bytes) = if aligned {
+                    (offset / 512 * 512, len / 512 * 512)
+                } else {
+                    (offset, len)
+                };
+                TraceRecord {
+                    timestamp_ns,
+                    op,
+                    offset_bytes,
+                    len_bytes: if op == IoOp::Flush { 0 } else { len_bytes },
+                    volume: 0,
+                    fua: fua && op == IoOp::Write,
+                }
+            })
+            .collect();
+        let replay = match closed {
+            Some(iodepth) => TraceReplay::Closed { iodepth },
+            None => TraceReplay::Timed { time_scale: scale },
+        };
+        let text = format!("{replay:?} over {} records", records.len());
+        let workload = Workload::Trace { records, replay };
+        match run(&mut ssd(PayloadMode::Token), &workload, &options()) {
+            Ok(out) => proptest::prop_assert_eq!(
+                out.mismatches, 0, "{}: {:?}", text, out.first_mismatches
+            ),
+            Err(e) => proptest::prop_assert!(!e.to_string().is_empty(), "{}", text),
+        }
+    }
+}
