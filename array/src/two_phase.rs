@@ -13,7 +13,11 @@
 //! set or to its place in a stripe; a per-slot owner table lets a rebuild find what a slot
 //! held. Overwriting a striped chunk leaves a hole; when a member runs short of free slots,
 //! the stripe with the fewest live chunks is cleaned (its live chunks are replicated again
-//! and the stripe freed).
+//! and the stripe freed). A member short of slots is first helped by a conversion, which
+//! takes a slot on every member and frees the converted replicas' slots; when the oldest
+//! replicas hold no copy on the short member (after a rebuild, which places no replicas on
+//! the member being rebuilt, they can all sit on the others) it converts the oldest sets
+//! that do, so the conversion gives that member space instead of taking its last slots.
 //!
 //! Failures: a replicated chunk is read from any serving copy; a striped chunk on a failed
 //! member is reconstructed from the rest of its stripe. New replicas go only to alive
