@@ -336,3 +336,77 @@ fn a_kill_makes_the_restart_resync_parity_and_an_orderly_stop_does_not() {
         .count();
     assert_eq!(bad, 0, "{bad} bytes where the RAID 5 parity does not match");
 }
+
+/// One small emulated SSD, no array.
+const ONE_SSD: &str = r#"
+seed = 5
+[ssd.geometry]
+channels = 2
+chips_per_channel = 1
+dies_per_chip = 1
+planes_per_die = 1
+blocks_per_plane = 64
+pages_per_block = 32
+"#;
+
+/// `nbdinfo --map` of `uri`: the `base:allocation` extents as (offset, length, type), with
+/// neighbours of the same type merged (a client may ask in pieces).
+fn allocation_map(uri: &str) -> Vec<(u64, u64, u32)> {
+    let out = Command::new("nbdinfo")
+        .args(["--map=base:allocation", uri])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nbdinfo --map failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut map: Vec<(u64, u64, u32)> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (offset, length, kind) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        );
+        match map.last_mut() {
+            Some((o, l, k)) if *k == kind && *o + *l == offset => *l += length,
+            _ => map.push((offset, length, kind)),
+        }
+    }
+    map
+}
+
+/// NBD block status (`base:allocation`) as a client sees it, on one SSD in memory and one
+/// kept in a file: data only where qemu-io wrote, holes (type 3: hole and zero) elsewhere,
+/// and a hole again once the written range is discarded.
+#[test]
+fn nbdinfo_maps_written_data_and_holes() {
+    if !(have("nbdinfo", "command -v nbdinfo") && have("qemu-io", "command -v qemu-io")) {
+        return;
+    }
+    for in_memory in [true, false] {
+        let s = setup(&format!("block-status-{in_memory}"), ONE_SSD);
+        let afa = if in_memory {
+            s.start_in_memory(&[])
+        } else {
+            s.start(&[])
+        };
+        let fresh = allocation_map(&afa.uri);
+        assert_eq!(fresh.len(), 1, "{fresh:?}");
+        let size = fresh[0].1;
+        assert_eq!(fresh[0], (0, size, 3));
+        qemu_io(&afa.uri, &["write -P 0x5a 1M 64k", "flush"]);
+        let written = allocation_map(&afa.uri);
+        let expected = vec![
+            (0, 1 << 20, 3),
+            (1 << 20, 64 << 10, 0),
+            ((1 << 20) + (64 << 10), size - (1 << 20) - (64 << 10), 3),
+        ];
+        assert_eq!(written, expected, "in memory: {in_memory}");
+        qemu_io(&afa.uri, &["discard 1M 64k", "flush", "read -P 0 1M 64k"]);
+        assert_eq!(allocation_map(&afa.uri), fresh, "in memory: {in_memory}");
+        afa.stop();
+    }
+}

@@ -73,6 +73,8 @@ pub struct Reply {
     pub handle: u64,
     /// For a read: its offset, so a structured reply can say where the data belongs.
     pub read_offset: Option<u64>,
+    /// A block status reply: `data` holds its descriptors in wire order.
+    pub block_status: bool,
     pub result: Result<(), Failure>,
     /// A successful read's data. Otherwise the request's buffer, handed back so the
     /// connection can reuse it (it is never sent).
@@ -162,7 +164,7 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
     ) -> Result<(TimeNs, Vec<u8>), Failure> {
         let mut buf = Vec::new();
         let done = self.execute_into(now_ns, request, &mut buf, Some(data))?;
-        if !matches!(request, Request::Read { .. }) {
+        if !matches!(request, Request::Read { .. } | Request::BlockStatus { .. }) {
             buf.clear();
         }
         Ok((done, buf))
@@ -223,6 +225,18 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                     done = done.max(self.flush(now_ns)?);
                 }
                 Ok(done)
+            }
+            Request::BlockStatus {
+                offset,
+                length,
+                req_one,
+            } => {
+                let sector = self.sector();
+                let first = offset / sector;
+                let end = (offset + length as u64).div_ceil(sector);
+                let runs = self.device.allocation(first, (end - first) as u32);
+                *buf = block_status_descriptors(runs.as_deref(), offset, length, sector, req_one);
+                Ok(now_ns)
             }
             // `check_request` has refused it already; answering again keeps a server
             // thread from ever panicking over a request.
@@ -429,6 +443,7 @@ pub(crate) fn check_request(
         Request::Write { offset, length, .. } => ("write", offset, length),
         Request::Trim { offset, length, .. } => ("trim", offset, length),
         Request::WriteZeroes { offset, length, .. } => ("write-zeroes", offset, length),
+        Request::BlockStatus { offset, length, .. } => ("block status", offset, length),
         Request::Flush => return Ok(()),
         Request::Disconnect => return Err(disconnect_failure()),
     };
@@ -442,6 +457,57 @@ pub(crate) fn check_request(
         });
     }
     Ok(())
+}
+
+/// The descriptors of a `base:allocation` block status reply for `length` bytes from
+/// `offset`: each a length in bytes and the flags (0 for data; HOLE and ZERO for a range
+/// the device holds nothing for), in wire order. `runs` are the device's allocation runs
+/// in sectors of `sector_bytes`, from the sector holding `offset`; `None` (a device that
+/// cannot tell) reports the whole range as data. With `req_one`, only the first extent.
+pub(crate) fn block_status_descriptors(
+    runs: Option<&[(u32, bool)]>,
+    offset: u64,
+    length: u32,
+    sector_bytes: u64,
+    req_one: bool,
+) -> Vec<u8> {
+    let end = offset + length as u64;
+    let mut extents: Vec<(u64, u32)> = Vec::new();
+    let mut at = offset / sector_bytes * sector_bytes;
+    for &(sectors, allocated) in runs.unwrap_or(&[]) {
+        let run_end = (at + sectors as u64 * sector_bytes).min(end);
+        let from = at.max(offset);
+        at = run_end;
+        if run_end <= from {
+            continue;
+        }
+        let flags = if allocated {
+            0
+        } else {
+            crate::proto::STATE_HOLE | crate::proto::STATE_ZERO
+        };
+        match extents.last_mut() {
+            Some((len, f)) if *f == flags => *len += run_end - from,
+            _ => extents.push((run_end - from, flags)),
+        }
+    }
+    // Whatever the device did not describe counts as data.
+    let described: u64 = extents.iter().map(|&(len, _)| len).sum();
+    if described < length as u64 {
+        match extents.last_mut() {
+            Some((len, 0)) => *len += length as u64 - described,
+            _ => extents.push((length as u64 - described, 0)),
+        }
+    }
+    if req_one {
+        extents.truncate(1);
+    }
+    let mut out = Vec::with_capacity(extents.len() * 8);
+    for (len, flags) in extents {
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.extend_from_slice(&flags.to_be_bytes());
+    }
+    out
 }
 
 /// The answer to NBD_CMD_DISC, should one ever reach a volume: it ends the connection and
@@ -731,6 +797,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         let reply = Reply {
             handle,
             read_offset,
+            block_status: matches!(request, Request::BlockStatus { .. }),
             result,
             data,
             credits,
@@ -1041,6 +1108,7 @@ pub(crate) fn refuse_inline(job: InlineJob) -> Reply {
     Reply {
         handle: job.handle,
         read_offset: None,
+        block_status: false,
         result: Err(shutdown_failure()),
         data: job.buf,
         credits: 0,

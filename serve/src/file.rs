@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 
 use afa_sim::TimeNs;
 use afa_ssd::{
-    validate_command, validate_convert, BlockDevice, Command, Completion, ConvertCommand,
-    DeviceError, DeviceInfo, Opcode, ReadBuffers,
+    push_allocation_run, validate_command, validate_convert, BlockDevice, Command, Completion,
+    ConvertCommand, DeviceError, DeviceInfo, Opcode, ReadBuffers,
 };
-use rustix::fs::{fallocate, FallocateFlags};
+use rustix::fs::{fallocate, seek, FallocateFlags, SeekFrom};
 
 /// Why a file-backed device could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -291,6 +291,42 @@ impl BlockDevice for FileDevice {
         true
     }
 
+    /// The file's holes (`SEEK_DATA` / `SEEK_HOLE`): sectors never written, or trimmed
+    /// where the file system punches holes, read as zeroes. A sector only partly in a hole
+    /// counts as allocated. A file system without hole tracking reports all data, which is
+    /// still a correct answer.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let sector = self.info.sector_bytes as u64;
+        let end_sector = lba.checked_add(sectors as u64)?;
+        if end_sector > self.info.capacity_sectors {
+            return None;
+        }
+        let mut runs = Vec::new();
+        let mut at = lba;
+        while at < end_sector {
+            // The first byte of data at or after `at`; none means a hole to the end.
+            let data_byte = match seek(&self.file, SeekFrom::Data(at * sector)) {
+                Ok(byte) => byte,
+                Err(e) if e == rustix::io::Errno::NXIO => end_sector * sector,
+                Err(_) => return None,
+            };
+            let data_sector = (data_byte / sector).clamp(at, end_sector);
+            push_allocation_run(&mut runs, (data_sector - at) as u32, false);
+            at = data_sector;
+            if at >= end_sector {
+                break;
+            }
+            let hole_byte = match seek(&self.file, SeekFrom::Hole(at * sector)) {
+                Ok(byte) => byte,
+                Err(_) => return None,
+            };
+            let hole_sector = hole_byte.div_ceil(sector).clamp(at + 1, end_sector);
+            push_allocation_run(&mut runs, (hole_sector - at) as u32, true);
+            at = hole_sector;
+        }
+        Some(runs)
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,
@@ -426,6 +462,37 @@ mod tests {
         };
         d.submit(0, &Command::read(lba, sectors), out).unwrap();
         (data, tags)
+    }
+
+    /// A new member file is sparse: all holes; a write makes its sectors data (to the file
+    /// system's block), and a trim punches them out again where the file system can.
+    #[test]
+    fn allocation_follows_the_files_holes() {
+        let path = scratch("allocation");
+        let mut d = FileDevice::open(&path, 512, 1024, None).unwrap();
+        assert_eq!(d.allocation(0, 1024), Some(vec![(1024, false)]));
+        write(&mut d, 100, &[7u8; 512], None);
+        let runs = d.allocation(0, 1024).unwrap();
+        assert_eq!(runs.iter().map(|r| r.0).sum::<u32>(), 1024);
+        let data: Vec<u64> = runs
+            .iter()
+            .scan(0u64, |at, &(n, a)| {
+                let start = *at;
+                *at += n as u64;
+                Some((start, n, a))
+            })
+            .filter(|&(_, _, a)| a)
+            .map(|(start, n, _)| start + n as u64)
+            .collect();
+        assert_eq!(data.len(), 1, "{runs:?}");
+        assert!(runs[0].0 <= 100 && data[0] > 100, "{runs:?}");
+        assert_eq!(d.allocation(200, 824), Some(vec![(824, false)]));
+        d.submit(0, &Command::trim(96, 8), ReadBuffers::none())
+            .unwrap();
+        if d.punch_holes {
+            assert_eq!(d.allocation(0, 1024), Some(vec![(1024, false)]));
+        }
+        assert_eq!(d.allocation(1000, 100), None, "past the end");
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //!
 //! The subset follows the NBD protocol document (NetworkBlockDevice/nbd, doc/proto.md):
 //! fixed newstyle negotiation; NBD_OPT_EXPORT_NAME, ABORT, LIST, INFO, GO and
-//! STRUCTURED_REPLY; commands READ, WRITE, DISC, FLUSH, TRIM and WRITE_ZEROES with the FUA,
-//! NO_HOLE and DF flags. TLS, metadata contexts (block status) and extended headers are
-//! declined with NBD_REP_ERR_UNSUP, which every client must accept.
+//! STRUCTURED_REPLY, LIST_META_CONTEXT and SET_META_CONTEXT (the one context
+//! `base:allocation`); commands READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES and BLOCK_STATUS
+//! with the FUA, NO_HOLE, DF and REQ_ONE flags. TLS and extended headers are declined with
+//! NBD_REP_ERR_UNSUP, which every client must accept.
 
 use std::fmt;
 
@@ -51,6 +52,7 @@ pub const OPT_EXTENDED_HEADERS: u32 = 11;
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 const REP_ERR: u32 = 1 << 31;
 pub const REP_ERR_UNSUP: u32 = REP_ERR | 1;
 pub const REP_ERR_POLICY: u32 = REP_ERR | 2;
@@ -70,16 +72,26 @@ pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
 pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_BLOCK_STATUS: u16 = 7;
 
 // Command flags.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 
 // Structured reply chunk types and flags.
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) | 1;
+
+/// The one metadata context served, and the id this server gives it.
+pub const BASE_ALLOCATION: &str = "base:allocation";
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` status flags: no storage is allocated, and the range reads as zeroes.
+pub const STATE_HOLE: u32 = 1 << 0;
+pub const STATE_ZERO: u32 = 1 << 1;
 
 /// Error values in replies (the protocol fixes them to the common Linux errno values).
 pub const EPERM: u32 = 1;
@@ -147,6 +159,8 @@ impl ExportInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
     pub structured_replies: bool,
+    /// The client chose the `base:allocation` context: it may send NBD_CMD_BLOCK_STATUS.
+    pub base_allocation: bool,
     pub transmission_flags: u16,
 }
 
@@ -204,6 +218,7 @@ pub struct Negotiation {
     export: ExportInfo,
     no_zeroes: bool,
     structured_replies: bool,
+    base_allocation: bool,
     options_seen: u32,
     /// When set, every option but ABORT is refused with NBD_REP_ERR_POLICY and this
     /// message: the server is at its connection limit.
@@ -216,6 +231,7 @@ impl Negotiation {
             export,
             no_zeroes: false,
             structured_replies: false,
+            base_allocation: false,
             options_seen: 0,
             refusal: None,
         }
@@ -265,6 +281,7 @@ impl Negotiation {
     fn negotiated(&self) -> Negotiated {
         Negotiated {
             structured_replies: self.structured_replies,
+            base_allocation: self.base_allocation,
             transmission_flags: self.transmission_flags(),
         }
     }
@@ -366,12 +383,7 @@ impl Negotiation {
                 Ok(OptionOutcome::Continue)
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-                error_reply(
-                    out,
-                    opt,
-                    REP_ERR_UNSUP,
-                    "metadata contexts (block status) are not supported",
-                );
+                self.meta_context(opt, data, out);
                 Ok(OptionOutcome::Continue)
             }
             OPT_EXTENDED_HEADERS => {
@@ -393,6 +405,57 @@ impl Negotiation {
                 Ok(OptionOutcome::Continue)
             }
         }
+    }
+
+    /// NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT: the payload is the export
+    /// name and a list of queries. `base:allocation` is the one context served; a LIST
+    /// query of `base:` (or a LIST with no queries) names it too. SET chooses the contexts
+    /// for the transmission phase (those it names, none if it names none), which needs
+    /// structured replies, since block status comes back in a structured chunk.
+    fn meta_context(&mut self, opt: u32, data: &[u8], out: &mut Vec<u8>) {
+        let setting = opt == OPT_SET_META_CONTEXT;
+        let Some((name, queries)) = parse_meta_context_request(data) else {
+            error_reply(
+                out,
+                opt,
+                REP_ERR_INVALID,
+                "malformed meta context request: export name length, name, query count, then each query's length and text",
+            );
+            return;
+        };
+        if setting && !self.structured_replies {
+            error_reply(
+                out,
+                opt,
+                REP_ERR_INVALID,
+                "NBD_OPT_SET_META_CONTEXT needs structured replies (NBD_OPT_STRUCTURED_REPLY first)",
+            );
+            return;
+        }
+        if !self.export.matches(&name) {
+            error_reply(
+                out,
+                opt,
+                REP_ERR_UNKNOWN,
+                &format!("no export named {name:?}"),
+            );
+            return;
+        }
+        let names_it = |q: &str| q == BASE_ALLOCATION || (!setting && q == "base:");
+        let chosen = if queries.is_empty() {
+            !setting
+        } else {
+            queries.iter().any(|q| names_it(q))
+        };
+        if chosen {
+            let mut payload = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+            payload.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            option_reply(out, opt, REP_META_CONTEXT, &payload);
+        }
+        if setting {
+            self.base_allocation = chosen;
+        }
+        option_reply(out, opt, REP_ACK, &[]);
     }
 
     fn info_or_go(
@@ -482,6 +545,32 @@ fn parse_info_request(data: &[u8]) -> Option<(String, Vec<u16>)> {
     Some((name, requests))
 }
 
+/// Splits a meta context request into the export name and the queries; `None` when the
+/// lengths do not add up to the payload or a string is longer than the protocol allows.
+fn parse_meta_context_request(data: &[u8]) -> Option<(String, Vec<String>)> {
+    fn string(data: &[u8], at: &mut usize) -> Option<String> {
+        let len = u32::from_be_bytes(data.get(*at..*at + 4)?.try_into().ok()?) as usize;
+        if len > MAX_STRING_BYTES {
+            return None;
+        }
+        let bytes = data.get(*at + 4..*at + 4 + len)?;
+        *at += 4 + len;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+    let mut at = 0;
+    let name = string(data, &mut at)?;
+    let count = u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?);
+    at += 4;
+    // Each query takes at least its 4-byte length, so the count is bounded by the payload.
+    if count as usize > (data.len() - at) / 4 {
+        return None;
+    }
+    let queries = (0..count)
+        .map(|_| string(data, &mut at))
+        .collect::<Option<Vec<String>>>()?;
+    (at == data.len()).then_some((name, queries))
+}
+
 fn option_reply(out: &mut Vec<u8>, option: u32, reply: u32, payload: &[u8]) {
     out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
     out.extend_from_slice(&option.to_be_bytes());
@@ -565,6 +654,13 @@ pub enum Request {
         fua: bool,
         no_hole: bool,
     },
+    /// NBD_CMD_BLOCK_STATUS in the `base:allocation` context; `req_one`: the client wants
+    /// one extent only.
+    BlockStatus {
+        offset: u64,
+        length: u32,
+        req_one: bool,
+    },
     Disconnect,
 }
 
@@ -584,6 +680,8 @@ pub struct Limits {
     pub size_bytes: u64,
     pub max_request_bytes: u32,
     pub structured_replies: bool,
+    /// The client chose `base:allocation`, so it may ask for block status.
+    pub base_allocation: bool,
 }
 
 impl RequestHeader {
@@ -603,6 +701,12 @@ impl RequestHeader {
             CMD_READ if limits.structured_replies => CMD_FLAG_FUA | CMD_FLAG_DF,
             CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
             CMD_READ | CMD_WRITE | CMD_FLUSH | CMD_TRIM | CMD_DISC => CMD_FLAG_FUA,
+            CMD_BLOCK_STATUS if limits.base_allocation => CMD_FLAG_REQ_ONE,
+            CMD_BLOCK_STATUS => return Err(reject(
+                EINVAL,
+                "NBD_CMD_BLOCK_STATUS needs the base:allocation context (NBD_OPT_SET_META_CONTEXT)"
+                    .into(),
+            )),
             other => {
                 return Err(reject(
                     EINVAL,
@@ -674,6 +778,11 @@ impl RequestHeader {
                 length,
                 fua,
             },
+            CMD_BLOCK_STATUS => Request::BlockStatus {
+                offset,
+                length,
+                req_one: self.flags & CMD_FLAG_REQ_ONE != 0,
+            },
             _ => Request::WriteZeroes {
                 offset,
                 length,
@@ -702,6 +811,7 @@ impl fmt::Display for CommandName {
             CMD_FLUSH => f.write_str("NBD_CMD_FLUSH"),
             CMD_TRIM => f.write_str("NBD_CMD_TRIM"),
             CMD_WRITE_ZEROES => f.write_str("NBD_CMD_WRITE_ZEROES"),
+            CMD_BLOCK_STATUS => f.write_str("NBD_CMD_BLOCK_STATUS"),
             other => write!(f, "command type {other}"),
         }
     }
@@ -723,6 +833,19 @@ pub fn structured_read_header(out: &mut Vec<u8>, handle: u64, offset: u64, data_
     out.extend_from_slice(&handle.to_be_bytes());
     out.extend_from_slice(&(data_len + 8).to_be_bytes());
     out.extend_from_slice(&offset.to_be_bytes());
+}
+
+/// Appends a final BLOCK_STATUS chunk of the `base:allocation` context whose descriptors,
+/// each a length in bytes and the status flags, are `descriptors` (8 bytes each, already
+/// in wire order).
+pub fn structured_block_status(out: &mut Vec<u8>, handle: u64, descriptors: &[u8]) {
+    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
+    out.extend_from_slice(&REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
+    out.extend_from_slice(&handle.to_be_bytes());
+    out.extend_from_slice(&(4 + descriptors.len() as u32).to_be_bytes());
+    out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+    out.extend_from_slice(descriptors);
 }
 
 /// Appends a final ERROR chunk carrying `message`.

@@ -569,6 +569,7 @@ fn serve(conn: Conn, shared: &Shared, refusal: Option<String>) -> Result<String,
         size_bytes: shared.export.size_bytes,
         max_request_bytes: shared.export.max_request_bytes,
         structured_replies: structured,
+        base_allocation: negotiated.base_allocation,
     };
     if shared.config.pace == Pace::None {
         return transmission_inline(conn, reader, writer, shared, &limits);
@@ -598,6 +599,7 @@ fn serve(conn: Conn, shared: &Shared, refusal: Option<String>) -> Result<String,
                     .map(|job| Reply {
                         handle: job.handle,
                         read_offset: None,
+                        block_status: false,
                         result: Err(shutdown_failure()),
                         data: job.data,
                         credits: job.credits,

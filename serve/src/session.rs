@@ -613,6 +613,7 @@ pub fn rejected_reply(handle: u64, kind: u16, rejection: Rejection, credits: u32
     Reply {
         handle,
         read_offset: (kind == proto::CMD_READ).then_some(0),
+        block_status: false,
         result: Err(Failure {
             errno: rejection.errno,
             message: rejection.message,
@@ -627,6 +628,11 @@ pub fn rejected_reply(handle: u64, kind: u16, rejection: Rejection, credits: u32
 pub fn write_reply<W: Write>(writer: &mut W, structured: bool, reply: &Reply) -> io::Result<()> {
     let mut header = Vec::with_capacity(32);
     match (&reply.result, reply.read_offset) {
+        // Block status is only served once structured replies are negotiated.
+        (Ok(()), _) if reply.block_status => {
+            proto::structured_block_status(&mut header, reply.handle, &reply.data);
+            writer.write_all(&header)?;
+        }
         (Ok(()), Some(offset)) => {
             if structured {
                 let len = reply.data.len() as u32;
@@ -681,6 +687,7 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
         size_bytes: export.size_bytes,
         max_request_bytes: export.max_request_bytes,
         structured_replies: negotiated.structured_replies,
+        base_allocation: negotiated.base_allocation,
     };
     let mut now_ns = 0;
     // Bursts as the unpaced connection reads them, in place (the paced one reads the same
@@ -709,6 +716,7 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
                             Request::Read { offset, .. } => Some(offset),
                             _ => None,
                         },
+                        block_status: matches!(request, Request::BlockStatus { .. }),
                         result,
                         data,
                         credits: 1,

@@ -19,9 +19,9 @@ use afa_ssd::{DeviceError, DeviceInfo, Opcode};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::{
-    check_request, device_failure, disconnect_failure, post, refuse_inline, send_outbox,
-    size_read_buffer, write_zeroes_in_pieces, Due, EngineStats, Failure, InlineJob, Job, Outbox,
-    Pace, Place, Reply,
+    block_status_descriptors, check_request, device_failure, disconnect_failure, post,
+    refuse_inline, send_outbox, size_read_buffer, write_zeroes_in_pieces, Due, EngineStats,
+    Failure, InlineJob, Job, Outbox, Pace, Place, Reply,
 };
 use crate::proto::Request;
 use crate::ServeError;
@@ -366,6 +366,7 @@ impl SharedEngine {
         let reply = Reply {
             handle,
             read_offset,
+            block_status: matches!(request, Request::BlockStatus { .. }),
             result,
             data,
             credits,
@@ -431,6 +432,16 @@ impl SharedEngine {
                         .map_err(failed(Opcode::Trim, offset))?
                 };
                 self.flush_if(fua, done)
+            }
+            // The volume's threads keep no allocation map a connection could read, so the
+            // whole range is reported as data (always a correct answer).
+            Request::BlockStatus {
+                offset,
+                length,
+                req_one,
+            } => {
+                *buf = block_status_descriptors(None, offset, length, 512, req_one);
+                Ok(self.now_ns())
             }
             // `check_request` has refused it already; answering again keeps a connection
             // thread from ever panicking over a request.

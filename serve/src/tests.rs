@@ -91,6 +91,160 @@ fn a_refusing_negotiation_answers_policy_and_acknowledges_abort() {
     assert_eq!(n.option(abort, &[], &mut out), Ok(OptionOutcome::Abort));
 }
 
+/// A meta context request's payload: the export name, then each query.
+fn meta_context_payload(export: &str, queries: &[&str]) -> Vec<u8> {
+    let mut b = (export.len() as u32).to_be_bytes().to_vec();
+    b.extend_from_slice(export.as_bytes());
+    b.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        b.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        b.extend_from_slice(q.as_bytes());
+    }
+    b
+}
+
+/// The option replies in `out`, as (reply type, payload).
+fn option_replies(mut out: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut replies = Vec::new();
+    while out.len() >= 20 {
+        let kind = u32::from_be_bytes(out[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(out[16..20].try_into().unwrap()) as usize;
+        replies.push((kind, out[20..20 + len].to_vec()));
+        out = &out[20 + len..];
+    }
+    replies
+}
+
+/// `base:allocation` is listed (for its name, for `base:` and for an empty list), chosen
+/// by SET once structured replies are on, refused by SET without them, and malformed or
+/// foreign requests get an error reply.
+#[test]
+fn meta_context_negotiation_serves_base_allocation_only() {
+    let export = ExportInfo {
+        name: "afa".into(),
+        description: String::new(),
+        size_bytes: 1 << 20,
+        preferred_block_bytes: 512,
+        max_request_bytes: 1 << 20,
+    };
+    let mut n = Negotiation::new(export);
+    n.client_flags(FLAG_C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
+    let ask = |n: &mut Negotiation, option: u32, data: &[u8]| {
+        let mut out = Vec::new();
+        let header = OptionHeader {
+            option,
+            length: data.len() as u32,
+        };
+        assert_eq!(
+            n.option(header, data, &mut out),
+            Ok(OptionOutcome::Continue)
+        );
+        option_replies(&out)
+    };
+    let mut context = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+    context.extend_from_slice(BASE_ALLOCATION.as_bytes());
+    let found = vec![(REP_META_CONTEXT, context.clone()), (REP_ACK, vec![])];
+    for queries in [
+        &[][..],
+        &["base:"],
+        &["base:allocation", "qemu:dirty-bitmap:x"],
+    ] {
+        let payload = meta_context_payload("afa", queries);
+        assert_eq!(
+            ask(&mut n, OPT_LIST_META_CONTEXT, &payload),
+            found,
+            "{queries:?}"
+        );
+    }
+    let none = ask(
+        &mut n,
+        OPT_LIST_META_CONTEXT,
+        &meta_context_payload("", &["qemu:x"]),
+    );
+    assert_eq!(none, vec![(REP_ACK, vec![])]);
+    let set = meta_context_payload("afa", &["base:allocation"]);
+    let refused = ask(&mut n, OPT_SET_META_CONTEXT, &set);
+    assert_eq!(refused[0].0, REP_ERR_INVALID);
+    assert!(String::from_utf8_lossy(&refused[0].1).contains("structured replies"));
+    assert_eq!(
+        ask(&mut n, OPT_STRUCTURED_REPLY, &[]),
+        vec![(REP_ACK, vec![])]
+    );
+    let unknown = ask(
+        &mut n,
+        OPT_SET_META_CONTEXT,
+        &meta_context_payload("other", &[]),
+    );
+    assert_eq!(unknown[0].0, REP_ERR_UNKNOWN);
+    let mut torn = set.clone();
+    torn.pop();
+    assert_eq!(
+        ask(&mut n, OPT_SET_META_CONTEXT, &torn)[0].0,
+        REP_ERR_INVALID
+    );
+    assert_eq!(ask(&mut n, OPT_SET_META_CONTEXT, &set), found);
+    let mut out = Vec::new();
+    let go = OptionHeader {
+        option: OPT_GO,
+        length: 6,
+    };
+    match n.option(go, &[0; 6], &mut out) {
+        Ok(OptionOutcome::Transmission(negotiated)) => assert!(negotiated.base_allocation),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Over a whole session: BLOCK_STATUS before the context is chosen is refused with
+/// EINVAL; after it, the reply is one BLOCK_STATUS chunk of the context's id (a RAM disk
+/// cannot tell holes, so the range is one data extent), and REQ_ONE is accepted.
+#[test]
+fn a_session_answers_block_status_in_its_context() {
+    let mut without = handshake_bytes(true);
+    without.extend(request(0, CMD_BLOCK_STATUS, 5, 0, 4096));
+    without.extend(request(0, CMD_DISC, 6, 0, 0));
+    let out = replay(&without);
+    let mut error_chunk = STRUCTURED_REPLY_MAGIC.to_be_bytes().to_vec();
+    error_chunk.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
+    error_chunk.extend_from_slice(&REPLY_TYPE_ERROR.to_be_bytes());
+    error_chunk.extend_from_slice(&5u64.to_be_bytes());
+    let at = out
+        .windows(error_chunk.len())
+        .position(|w| w == error_chunk)
+        .expect("an error chunk for the block status");
+    assert_eq!(&out[at + 20..at + 24], &EINVAL.to_be_bytes());
+    let message = String::from_utf8_lossy(&out[at + 26..]);
+    assert!(message.contains("base:allocation"), "{message}");
+
+    let mut input = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    for (opt, data) in [
+        (OPT_STRUCTURED_REPLY, vec![]),
+        (
+            OPT_SET_META_CONTEXT,
+            meta_context_payload("", &[BASE_ALLOCATION]),
+        ),
+        (OPT_GO, vec![0; 6]),
+    ] {
+        input.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        input.extend_from_slice(&opt.to_be_bytes());
+        input.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        input.extend_from_slice(&data);
+    }
+    input.extend(request(CMD_FLAG_REQ_ONE, CMD_BLOCK_STATUS, 7, 512, 8192));
+    input.extend(request(0, CMD_DISC, 8, 0, 0));
+    let out = replay(&input);
+    let chunk = &out[out.len() - 32..];
+    assert_eq!(&chunk[..4], &STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    assert_eq!(&chunk[4..6], &REPLY_FLAG_DONE.to_be_bytes());
+    assert_eq!(&chunk[6..8], &REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
+    assert_eq!(&chunk[8..16], &7u64.to_be_bytes());
+    assert_eq!(&chunk[16..20], &12u32.to_be_bytes());
+    assert_eq!(&chunk[20..24], &BASE_ALLOCATION_ID.to_be_bytes());
+    assert_eq!(&chunk[24..28], &8192u32.to_be_bytes());
+    assert_eq!(&chunk[28..32], &0u32.to_be_bytes());
+}
+
 #[test]
 fn option_headers_and_request_headers_check_their_magic() {
     let mut h = [0u8; OPTION_HEADER_BYTES];
@@ -252,6 +406,7 @@ fn a_burst_buffer_gives_back_what_one_large_write_took() {
         size_bytes: 64 << 20,
         max_request_bytes: 32 << 20,
         structured_replies: false,
+        base_allocation: false,
     };
     let big = 20u32 << 20;
     let mut stream = request(0, CMD_WRITE, 1, 0, big);
@@ -305,6 +460,7 @@ proptest! {
             size_bytes: 1 << 20,
             max_request_bytes: 64 * 1024,
             structured_replies: false,
+            base_allocation: false,
         };
         let mut stream = Vec::new();
         for &(kind, handle, offset, length) in &requests {
@@ -418,6 +574,177 @@ proptest! {
         }
         let (_, all) = exec.execute(0, &Request::Read { offset: 0, length: size as u32 }, &[]).unwrap();
         prop_assert_eq!(all, model);
+    }
+}
+
+/// Parses the descriptors of a block status reply into (length, flags).
+fn descriptors(bytes: &[u8]) -> Vec<(u64, u32)> {
+    bytes
+        .chunks_exact(8)
+        .map(|d| {
+            let len = u32::from_be_bytes(d[..4].try_into().unwrap()) as u64;
+            (len, u32::from_be_bytes(d[4..].try_into().unwrap()))
+        })
+        .collect()
+}
+
+/// Checks a block status reply against the bytes the volume holds: the extents start at
+/// the request's offset and have positive lengths that cover it exactly (one extent, no
+/// longer than the request, with `req_one`), and every extent reported as a hole reads as
+/// zeroes. Returns the extents.
+fn check_block_status(
+    exec: &mut Executor<dyn BlockDevice + Send>,
+    model: &[u8],
+    offset: u64,
+    len: u32,
+    req_one: bool,
+) -> Vec<(u64, u32)> {
+    let request = Request::BlockStatus {
+        offset,
+        length: len,
+        req_one,
+    };
+    let (_, bytes) = exec.execute(0, &request, &[]).unwrap();
+    let extents = descriptors(&bytes);
+    assert!(!extents.is_empty() && extents.iter().all(|&(l, _)| l > 0));
+    let covered: u64 = extents.iter().map(|&(l, _)| l).sum();
+    if req_one {
+        assert!(extents.len() == 1 && covered <= len as u64, "{extents:?}");
+    } else {
+        assert_eq!(covered, len as u64, "{extents:?}");
+    }
+    let mut at = offset;
+    for &(l, flags) in &extents {
+        if flags & STATE_HOLE != 0 {
+            assert_eq!(flags, STATE_HOLE | STATE_ZERO);
+            let hole = &model[at as usize..(at + l) as usize];
+            assert!(
+                hole.iter().all(|&b| b == 0),
+                "a hole at {at}+{l} holds data"
+            );
+        } else {
+            assert_eq!(flags, 0);
+        }
+        at += l;
+    }
+    extents
+}
+
+/// The serve mode SSD (full payload, in memory), small enough to exercise quickly.
+fn small_full_ssd() -> afa_ssd::Ssd {
+    let config = afa_ssd::SsdConfig {
+        geometry: afa_nand::Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 1,
+            planes_per_die: 1,
+            blocks_per_plane: 32,
+            pages_per_block: 32,
+            page_bytes: 4096,
+            sector_bytes: 512,
+            oob_bytes_per_page: 64,
+        },
+        payload: afa_nand::PayloadMode::Full,
+        over_provisioning: 0.25,
+        ..afa_ssd::SsdConfig::default()
+    };
+    afa_ssd::Ssd::new(config, 1).unwrap()
+}
+
+/// Block status on the emulated SSD: all holes when new; written pages are data, and a
+/// trim of whole pages makes them holes again.
+#[test]
+fn block_status_on_the_emulated_ssd_follows_writes_and_trims() {
+    let device: Box<dyn BlockDevice + Send> = Box::new(small_full_ssd());
+    let mut exec = Executor::new(device).unwrap();
+    let size = exec.size_bytes();
+    let mut model = vec![0u8; size as usize];
+    let hole = STATE_HOLE | STATE_ZERO;
+    let all = check_block_status(&mut exec, &model, 0, size as u32, false);
+    assert_eq!(all, vec![(size, hole)]);
+    let data = vec![0xa5u8; 3000];
+    exec.execute(
+        0,
+        &Request::Write {
+            offset: 10_000,
+            length: 3000,
+            fua: false,
+        },
+        &data,
+    )
+    .unwrap();
+    model[10_000..13_000].fill(0xa5);
+    // Bytes 10,000..13,000 touch pages 2 and 3 (8,192..16,383): page-granular data.
+    let got = check_block_status(&mut exec, &model, 0, size as u32, false);
+    assert_eq!(got, vec![(8192, hole), (8192, 0), (size - 16_384, hole)]);
+    let one = check_block_status(&mut exec, &model, 9000, 100_000, true);
+    assert_eq!(one, vec![(16_384 - 9000, 0)]);
+    exec.execute(
+        0,
+        &Request::Trim {
+            offset: 8192,
+            length: 8192,
+            fua: false,
+        },
+        &[],
+    )
+    .unwrap();
+    model[8192..16_384].fill(0);
+    let after = check_block_status(&mut exec, &model, 0, size as u32, false);
+    assert_eq!(after, vec![(size, hole)]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random writes, trims and zeroes on the emulated SSD and on a file-backed device:
+    /// every block status reply covers its range and calls nothing a hole that holds data.
+    #[test]
+    fn block_status_never_calls_data_a_hole(
+        ops in proptest::collection::vec(op_strategy(256 * 1024), 1..30),
+        on_file in any::<bool>(),
+        case in any::<u64>(),
+    ) {
+        let size = 256 * 1024u64;
+        let path = std::env::temp_dir().join(format!("afa-block-status-{}-{case}.img", std::process::id()));
+        let device: Box<dyn BlockDevice + Send> = if on_file {
+            let _ = std::fs::remove_file(&path);
+            Box::new(crate::FileDevice::open(&path, 512, size / 512, None).unwrap())
+        } else {
+            Box::new(small_full_ssd())
+        };
+        let mut exec = Executor::new(device).unwrap();
+        let size = size.min(exec.size_bytes());
+        let mut model = vec![0u8; exec.size_bytes() as usize];
+        for op in ops {
+            match op {
+                Op::Write { offset, len, seed } if offset + (len as u64) <= size => {
+                    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed) | 1).collect();
+                    exec.execute(0, &Request::Write { offset, length: len, fua: false }, &data).unwrap();
+                    model[offset as usize..(offset + len as u64) as usize].copy_from_slice(&data);
+                }
+                Op::Trim { offset, len } if offset + (len as u64) <= size => {
+                    exec.execute(0, &Request::Trim { offset, length: len, fua: false }, &[]).unwrap();
+                    let first = offset.div_ceil(512) * 512;
+                    let last = (offset + len as u64) / 512 * 512;
+                    if first < last {
+                        model[first as usize..last as usize].fill(0);
+                    }
+                }
+                Op::Zero { offset, len, no_hole } if offset + (len as u64) <= size => {
+                    exec.execute(0, &Request::WriteZeroes { offset, length: len, fua: false, no_hole }, &[]).unwrap();
+                    model[offset as usize..(offset + len as u64) as usize].fill(0);
+                }
+                Op::Read { offset, len } if offset + (len as u64) <= size => {
+                    check_block_status(&mut exec, &model, offset, len, false);
+                    check_block_status(&mut exec, &model, offset, len, true);
+                }
+                _ => {}
+            }
+        }
+        let whole = exec.size_bytes() as u32;
+        check_block_status(&mut exec, &model, 0, whole, false);
+        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -884,6 +1211,7 @@ fn next_burst(reader: &mut crate::session::BurstReader<Wire>) -> Vec<u64> {
         size_bytes: 1 << 30,
         max_request_bytes: 1 << 20,
         structured_replies: false,
+        base_allocation: false,
     };
     let mut buf = BurstBuffer::default();
     let mut parsed = Vec::new();

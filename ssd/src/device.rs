@@ -247,6 +247,15 @@ pub trait BlockDevice {
         false
     }
 
+    /// Which of the `sectors` sectors from `lba` hold data, as runs of (sectors, allocated)
+    /// that cover them in order. A sector that is not allocated (never written, or
+    /// trimmed) reads back as zeroes. `None` when the device cannot tell; every sector then
+    /// counts as allocated, which is always a correct answer (NBD's block status reports
+    /// it so).
+    fn allocation(&self, _lba: u64, _sectors: u32) -> Option<Vec<(u32, bool)>> {
+        None
+    }
+
     /// Returns and resets the host-side work done since the last call. A plain device does
     /// no host work of its own beyond the commands it was sent, which it counts as one
     /// member command each.
@@ -278,6 +287,16 @@ pub trait BlockDevice {
     /// one starts its commands through it instead of `submit`.
     fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
         None
+    }
+}
+
+/// Appends `sectors` sectors of one allocation state to runs of (sectors, allocated),
+/// merging with the last run when it has the same state.
+pub fn push_allocation_run(runs: &mut Vec<(u32, bool)>, sectors: u32, allocated: bool) {
+    match runs.last_mut() {
+        Some((n, a)) if *a == allocated => *n += sectors,
+        _ if sectors > 0 => runs.push((sectors, allocated)),
+        _ => {}
     }
 }
 
@@ -337,6 +356,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn trim_is_durable(&self) -> bool {
         (**self).trim_is_durable()
+    }
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        (**self).allocation(lba, sectors)
     }
     fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
         (**self).queued()

@@ -15,9 +15,9 @@ pub use config::{
     WriteBufferConfig,
 };
 pub use device::{
-    validate_command, validate_convert, BlockDevice, Command, CommandFlags, Completion,
-    ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ParityType, QueuedCompletion,
-    QueuedDevice, ReadBuffers,
+    push_allocation_run, validate_command, validate_convert, BlockDevice, Command, CommandFlags,
+    Completion, ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ParityType,
+    QueuedCompletion, QueuedDevice, ReadBuffers,
 };
 pub use ftl::FtlStats;
 pub use precondition::{Precondition, PreconditionPattern};

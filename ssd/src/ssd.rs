@@ -7,8 +7,8 @@ use afa_sim::{transfer_ns, Calendar, TimeNs};
 use crate::buffer::WriteBuffer;
 use crate::config::{Duplex, SsdConfig};
 use crate::device::{
-    validate_command, validate_convert, BlockDevice, Command, Completion, ConvertCommand,
-    DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
+    push_allocation_run, validate_command, validate_convert, BlockDevice, Command, Completion,
+    ConvertCommand, DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
 };
 use crate::ftl::{Ftl, FtlStats, NONE};
 use crate::SsdError;
@@ -829,6 +829,24 @@ impl BlockDevice for Ssd {
             done_ns,
             gc_active: self.ftl.gc_busy_until_ns() > now_ns,
         })
+    }
+
+    /// A logical page the FTL maps, or that waits in the write buffer, is allocated as a
+    /// whole (its unwritten sectors read as zeroes, but a page is the unit the FTL keeps).
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        if lba + sectors as u64 > self.info.capacity_sectors {
+            return None;
+        }
+        let mut runs = Vec::new();
+        for span in spans(lba, sectors, self.sectors_per_page) {
+            let buffered = self
+                .buffer
+                .as_ref()
+                .is_some_and(|b| b.lookup(span.lpn).is_some());
+            let allocated = buffered || self.ftl.mapped(span.lpn) != NONE;
+            push_allocation_run(&mut runs, span.count, allocated);
+        }
+        Some(runs)
     }
 
     fn scan_tags(&self, lba: u64, sectors: u32) -> Option<Vec<u8>> {
