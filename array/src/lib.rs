@@ -261,6 +261,31 @@ pub(crate) fn check_lost_members(
     Ok(())
 }
 
+/// The allocation of `sectors` sectors from `lba` on a volume mapped in chunks of
+/// `chunk_sectors`, where `written(chunk)` says whether a chunk holds data (an unwritten
+/// chunk reads as zeroes). `None` when the range runs past `capacity_sectors`.
+pub(crate) fn chunk_allocation(
+    lba: u64,
+    sectors: u32,
+    capacity_sectors: u64,
+    chunk_sectors: u64,
+    written: impl Fn(u64) -> bool,
+) -> Option<Vec<(u32, bool)>> {
+    let end = lba.checked_add(sectors as u64)?;
+    if end > capacity_sectors {
+        return None;
+    }
+    let mut runs = Vec::new();
+    let mut at = lba;
+    while at < end {
+        let chunk = at / chunk_sectors;
+        let to = ((chunk + 1) * chunk_sectors).min(end);
+        afa_ssd::push_allocation_run(&mut runs, (to - at) as u32, written(chunk));
+        at = to;
+    }
+    Some(runs)
+}
+
 /// When a write that `written` completes may be answered, for an engine that makes a FUA
 /// write durable with a flush of the whole volume (`flush`, run only when `fua`), as Linux
 /// does for a device without FUA: what such an engine's durability rests on (open stripes,

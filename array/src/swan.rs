@@ -1617,6 +1617,13 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         true
     }
 
+    /// A sector the map does not place (never written, or trimmed) reads as zeroes.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, 1, |s| {
+            self.l2p.get(s as usize).is_none_or(|&p| p != NONE)
+        })
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -506,6 +506,8 @@ proptest! {
             v.config.victim = VictimPolicy::Fifo;
         }
         let mut h = Harness::new(v);
+        let cap = h.tokens.len() as u64;
+        prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
         for i in 0..40 {
             h.random_ops(&mut rng, 100);
@@ -516,6 +518,8 @@ proptest! {
         }
         h.volume.check_invariants();
         h.check_all();
+        let holes = h.check_allocation().expect("SWAN knows its allocation");
+        prop_assert!(holes < cap);
     }
 }
 

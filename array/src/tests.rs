@@ -517,6 +517,27 @@ impl<V: BlockDevice> Harness<V> {
         }
     }
 
+    /// Checks what the volume says of its allocation against the oracle: the runs cover
+    /// the volume, and no sector reported unallocated holds data (a sector the oracle
+    /// knows as written reads back as its token, never zero). Returns how many sectors
+    /// are unallocated, or None for a volume that cannot tell.
+    pub(crate) fn check_allocation(&self) -> Option<u64> {
+        let cap = self.tokens.len() as u64;
+        let runs = self.volume.allocation(0, cap as u32)?;
+        assert_eq!(runs.iter().map(|r| r.0 as u64).sum::<u64>(), cap);
+        let mut at = 0usize;
+        let mut holes = 0;
+        for (n, allocated) in runs {
+            if !allocated {
+                let written = (at..at + n as usize).find(|&s| self.tokens[s] != 0);
+                assert!(written.is_none(), "sector {written:?} holds data in a hole");
+                holes += n as u64;
+            }
+            at += n as usize;
+        }
+        Some(holes)
+    }
+
     pub(crate) fn check_all(&mut self) {
         let cap = self.tokens.len() as u64;
         let mut lba = 0;
@@ -873,9 +894,13 @@ proptest! {
     fn log_raid_matches_the_oracle(seed in any::<u64>(), raid5 in any::<bool>()) {
         let (level, n) = if raid5 { (Level::Raid5, 4) } else { (Level::Raid0, 2) };
         let mut h = Harness::new(log_raid(level, n));
+        let cap = h.tokens.len() as u64;
+        prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
         h.random_ops(&mut rng, 3000);
         h.check_all();
+        let holes = h.check_allocation().expect("log-raid knows its allocation");
+        prop_assert!(holes < cap);
     }
 }
 
@@ -1189,6 +1214,8 @@ proptest! {
     fn two_phase_matches_the_oracle(seed in any::<u64>(), raid6 in any::<bool>(), fail_at in 0usize..3000, spare in any::<bool>()) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
         let mut h = Harness::new(two_phase(level, n, spare as usize));
+        let cap = h.tokens.len() as u64;
+        prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
         h.random_ops(&mut rng, fail_at);
         let victim = (seed % n as u64) as usize;
@@ -1196,6 +1223,7 @@ proptest! {
         h.random_ops(&mut rng, 3000 - fail_at);
         h.check_all();
         h.volume.check_slot_accounting();
+        h.check_allocation().expect("two-phase knows its allocation");
         prop_assert!(h.checked > 0);
     }
 }

@@ -1449,6 +1449,15 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
         self.info
     }
 
+    /// A chunk the map has never placed (or that a whole-chunk trim unmapped) reads as
+    /// zeroes; every other chunk is allocated.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let cs = self.chunk_sectors as u64;
+        crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, cs, |c| {
+            self.map[c as usize] != Loc::Unwritten
+        })
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

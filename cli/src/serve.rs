@@ -175,6 +175,12 @@ impl BlockDevice for ArrayDevice {
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.volume.device().background(now_ns)
     }
+    fn trim_is_durable(&self) -> bool {
+        self.volume.device_ref().trim_is_durable()
+    }
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        self.volume.device_ref().allocation(lba, sectors)
+    }
 }
 
 /// A built volume: what the server drives, a description for clients and logs, and the

@@ -266,6 +266,10 @@ impl<E: FailableEngine> BlockDevice for RecordedFailures<E> {
         self.engine.trim_is_durable()
     }
 
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        self.engine.allocation(lba, sectors)
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         if self.apply_due(now_ns).is_err() {
             return None;

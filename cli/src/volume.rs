@@ -223,6 +223,16 @@ impl ArrayVolume {
         }
     }
 
+    pub fn device_ref(&self) -> &dyn BlockDevice {
+        match self {
+            ArrayVolume::Raid(a) => a,
+            ArrayVolume::Log(l) => l,
+            ArrayVolume::TwoPhase(t) => t,
+            ArrayVolume::Swan(s) => s,
+            ArrayVolume::ScalaAfa(s) => s.as_ref(),
+        }
+    }
+
     pub fn members(&self) -> Vec<&Member> {
         match self {
             ArrayVolume::Raid(a) => a.members().collect(),

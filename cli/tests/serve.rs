@@ -379,15 +379,21 @@ fn allocation_map(uri: &str) -> Vec<(u64, u64, u32)> {
 }
 
 /// NBD block status (`base:allocation`) as a client sees it, on one SSD in memory and one
-/// kept in a file: data only where qemu-io wrote, holes (type 3: hole and zero) elsewhere,
-/// and a hole again once the written range is discarded.
+/// kept in a file, and on Log-RAID and SWAN volumes (whose maps place every sector) in
+/// memory and in files: data only where qemu-io wrote, holes (type 3: hole and zero)
+/// elsewhere, and a hole again once the written range is discarded.
 #[test]
 fn nbdinfo_maps_written_data_and_holes() {
     if !(have("nbdinfo", "command -v nbdinfo") && have("qemu-io", "command -v qemu-io")) {
         return;
     }
-    for in_memory in [true, false] {
-        let s = setup(&format!("block-status-{in_memory}"), ONE_SSD);
+    let volumes = [
+        ("ssd", ONE_SSD.to_string()),
+        ("log-raid", log_raid("")),
+        ("swan", swan("")),
+    ];
+    for ((name, toml), in_memory) in volumes.iter().flat_map(|v| [(v, true), (v, false)]) {
+        let s = setup(&format!("block-status-{name}-{in_memory}"), toml);
         let afa = if in_memory {
             s.start_in_memory(&[])
         } else {
@@ -404,9 +410,10 @@ fn nbdinfo_maps_written_data_and_holes() {
             (1 << 20, 64 << 10, 0),
             ((1 << 20) + (64 << 10), size - (1 << 20) - (64 << 10), 3),
         ];
-        assert_eq!(written, expected, "in memory: {in_memory}");
+        assert_eq!(written, expected, "{name}, in memory: {in_memory}");
         qemu_io(&afa.uri, &["discard 1M 64k", "flush", "read -P 0 1M 64k"]);
-        assert_eq!(allocation_map(&afa.uri), fresh, "in memory: {in_memory}");
+        let discarded = allocation_map(&afa.uri);
+        assert_eq!(discarded, fresh, "{name}, in memory: {in_memory}");
         afa.stop();
     }
 }

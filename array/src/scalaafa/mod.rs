@@ -2308,6 +2308,15 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
         self.info
     }
 
+    /// A user chunk the AMT does not place (never written, or trimmed whole) reads as
+    /// zeroes; every other chunk is allocated.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let cs = self.chunk_sectors as u64;
+        crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, cs, |c| {
+            self.amt[c as usize] != NONE
+        })
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -1356,12 +1356,16 @@ proptest! {
         let mode = [ScalaMode::Scalaafa, ScalaMode::ScalaCo, ScalaMode::ScalaWr][mode as usize];
         let scala = ScalaAfaConfig { mode, io_threads: threads, ..ScalaAfaConfig::default() };
         let mut h = Harness::new(engine(level, n, spare as usize, scala));
+        let cap = h.tokens.len() as u64;
+        prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
         h.random_ops(&mut rng, fail_at);
         let victim = (seed % n as u64) as usize;
         h.volume.fail_member(victim, h.now_ns).unwrap();
         h.random_ops(&mut rng, 2500 - fail_at);
         h.check_all();
+        let holes = h.check_allocation().expect("ScalaAFA knows its allocation");
+        prop_assert!(holes < cap);
         prop_assert!(h.checked > 0);
     }
 }
