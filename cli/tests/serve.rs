@@ -9,7 +9,7 @@ mod common;
 use common::have;
 use common::serve::{
     kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, scratch, setup, swan,
-    RAID5,
+    ONE_SSD, RAID5,
 };
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
@@ -336,18 +336,6 @@ fn a_kill_makes_the_restart_resync_parity_and_an_orderly_stop_does_not() {
         .count();
     assert_eq!(bad, 0, "{bad} bytes where the RAID 5 parity does not match");
 }
-
-/// One small emulated SSD, no array.
-const ONE_SSD: &str = r#"
-seed = 5
-[ssd.geometry]
-channels = 2
-chips_per_channel = 1
-dies_per_chip = 1
-planes_per_die = 1
-blocks_per_plane = 64
-pages_per_block = 32
-"#;
 
 /// `nbdinfo --map` of `uri`: the `base:allocation` extents as (offset, length, type), with
 /// neighbours of the same type merged (a client may ask in pieces).

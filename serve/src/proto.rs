@@ -824,14 +824,20 @@ pub fn simple_reply(out: &mut Vec<u8>, errno: u32, handle: u64) {
     out.extend_from_slice(&handle.to_be_bytes());
 }
 
+/// Appends the header of a final structured reply chunk of type `kind` whose payload is
+/// `payload_len` bytes.
+fn final_chunk_header(out: &mut Vec<u8>, handle: u64, kind: u16, payload_len: u32) {
+    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&handle.to_be_bytes());
+    out.extend_from_slice(&payload_len.to_be_bytes());
+}
+
 /// Appends the header of a final OFFSET_DATA chunk for `data_len` bytes read at `offset`;
 /// the data follows it.
 pub fn structured_read_header(out: &mut Vec<u8>, handle: u64, offset: u64, data_len: u32) {
-    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
-    out.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
-    out.extend_from_slice(&REPLY_TYPE_OFFSET_DATA.to_be_bytes());
-    out.extend_from_slice(&handle.to_be_bytes());
-    out.extend_from_slice(&(data_len + 8).to_be_bytes());
+    final_chunk_header(out, handle, REPLY_TYPE_OFFSET_DATA, data_len + 8);
     out.extend_from_slice(&offset.to_be_bytes());
 }
 
@@ -839,11 +845,8 @@ pub fn structured_read_header(out: &mut Vec<u8>, handle: u64, offset: u64, data_
 /// each a length in bytes and the status flags, are `descriptors` (8 bytes each, already
 /// in wire order).
 pub fn structured_block_status(out: &mut Vec<u8>, handle: u64, descriptors: &[u8]) {
-    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
-    out.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
-    out.extend_from_slice(&REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
-    out.extend_from_slice(&handle.to_be_bytes());
-    out.extend_from_slice(&(4 + descriptors.len() as u32).to_be_bytes());
+    let len = 4 + descriptors.len() as u32;
+    final_chunk_header(out, handle, REPLY_TYPE_BLOCK_STATUS, len);
     out.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
     out.extend_from_slice(descriptors);
 }
@@ -851,11 +854,7 @@ pub fn structured_block_status(out: &mut Vec<u8>, handle: u64, descriptors: &[u8
 /// Appends a final ERROR chunk carrying `message`.
 pub fn structured_error(out: &mut Vec<u8>, handle: u64, errno: u32, message: &str) {
     let message = truncate(message).as_bytes();
-    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
-    out.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
-    out.extend_from_slice(&REPLY_TYPE_ERROR.to_be_bytes());
-    out.extend_from_slice(&handle.to_be_bytes());
-    out.extend_from_slice(&(6 + message.len() as u32).to_be_bytes());
+    final_chunk_header(out, handle, REPLY_TYPE_ERROR, 6 + message.len() as u32);
     out.extend_from_slice(&errno.to_be_bytes());
     out.extend_from_slice(&(message.len() as u16).to_be_bytes());
     out.extend_from_slice(message);

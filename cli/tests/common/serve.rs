@@ -298,9 +298,10 @@ pub fn log_raid(array_extra: &str) -> String {
     )
 }
 
-/// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
-/// files are the whole state.
-pub const RAID5: &str = r#"
+/// The seed and geometry of a small emulated SSD (about 15 MiB), as configuration text.
+macro_rules! small_ssd {
+    () => {
+        r#"
 seed = 5
 [ssd.geometry]
 channels = 2
@@ -309,7 +310,19 @@ dies_per_chip = 1
 planes_per_die = 1
 blocks_per_plane = 64
 pages_per_block = 32
-[array]
+"#
+    };
+}
+
+/// One small emulated SSD, no array.
+pub const ONE_SSD: &str = small_ssd!();
+
+/// A small RAID 5 of three emulated SSDs (about 30 MiB): a static layout, so its member
+/// files are the whole state.
+pub const RAID5: &str = concat!(
+    small_ssd!(),
+    r#"[array]
 level = "raid5"
 members = 3
-"#;
+"#
+);
