@@ -1538,6 +1538,41 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         self.info
     }
 
+    /// With every member serving, a volume sector is read from its data member at a fixed
+    /// place, so it is allocated when that member's sector is, or when the stripe cache
+    /// holds its stripe (acknowledged data no member has yet). A degraded or rebuilding
+    /// array, whose reads may come from the other members, does not say; nor does one whose
+    /// data members cannot.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let end = lba.checked_add(sectors as u64)?;
+        if end > self.info.capacity_sectors
+            || self.members.iter().any(|m| m.state != MemberState::Alive)
+        {
+            return None;
+        }
+        let cs = self.chunk_sectors as u64;
+        let stripe_sectors = cs * self.layout.k as u64;
+        let mut runs = Vec::new();
+        let mut at = lba;
+        while at < end {
+            let stripe = at / stripe_sectors;
+            let within = at % stripe_sectors;
+            let row = (within % cs) as u32;
+            let rows = (cs - row as u64).min(end - at) as u32;
+            if self.cache.iter().any(|c| c.stripe == stripe) {
+                afa_ssd::push_allocation_run(&mut runs, rows, true);
+            } else {
+                let member = self.layout.stripe(stripe).data[(within / cs) as usize];
+                let device = &self.members[member].device;
+                for (n, allocated) in device.allocation(self.member_lba(stripe, row), rows)? {
+                    afa_ssd::push_allocation_run(&mut runs, n, allocated);
+                }
+            }
+            at += rows as u64;
+        }
+        Some(runs)
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -799,11 +799,15 @@ proptest! {
         let (level, n) = LEVELS[which];
         let tolerance = Layout::new(level, n as usize).unwrap().tolerance();
         let mut h = Harness::new(array(level, n, 1));
+        let cap = h.tokens.len() as u64;
+        prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
         h.random_ops(&mut rng, fail_at);
+        h.check_allocation().expect("a whole array knows its allocation");
         if tolerance > 0 {
             let victim = (seed % n as u64) as usize;
             h.volume.fail_member(victim, h.now_ns).unwrap();
+            prop_assert_eq!(h.check_allocation(), None, "a degraded array does not say");
         }
         h.random_ops(&mut rng, 200);
         h.check_all();
@@ -1031,6 +1035,7 @@ proptest! {
         let mut h = Harness::new(cached_array(level, n, 1, slots));
         let mut rng = SimRng::new(seed);
         h.random_ops(&mut rng, fail_at);
+        h.check_allocation().expect("a whole array knows its allocation");
         let victim = (seed % n as u64) as usize;
         h.volume.fail_member(victim, h.now_ns).unwrap();
         h.random_ops(&mut rng, 400);

@@ -366,9 +366,9 @@ fn allocation_map(uri: &str) -> Vec<(u64, u64, u32)> {
     map
 }
 
-/// NBD block status (`base:allocation`) as a client sees it, on one SSD in memory and one
-/// kept in a file, and on Log-RAID and SWAN volumes (whose maps place every sector) in
-/// memory and in files: data only where qemu-io wrote, holes (type 3: hole and zero)
+/// NBD block status (`base:allocation`) as a client sees it, on one SSD, an md-style RAID 5
+/// and Log-RAID and SWAN volumes (whose maps place every sector), each in memory and in
+/// files: data only where qemu-io wrote, holes (type 3: hole and zero)
 /// elsewhere, and a hole again once the written range is discarded.
 #[test]
 fn nbdinfo_maps_written_data_and_holes() {
@@ -377,6 +377,7 @@ fn nbdinfo_maps_written_data_and_holes() {
     }
     let volumes = [
         ("ssd", ONE_SSD.to_string()),
+        ("raid5", RAID5.to_string()),
         ("log-raid", log_raid("")),
         ("swan", swan("")),
     ];
@@ -399,7 +400,9 @@ fn nbdinfo_maps_written_data_and_holes() {
             ((1 << 20) + (64 << 10), size - (1 << 20) - (64 << 10), 3),
         ];
         assert_eq!(written, expected, "{name}, in memory: {in_memory}");
-        qemu_io(&afa.uri, &["discard 1M 64k", "flush", "read -P 0 1M 64k"]);
+        // Whole stripes, so that md-style RAID trims its members (a partial stripe gets
+        // zeroes written, keeping the parity right, and stays data).
+        qemu_io(&afa.uri, &["discard 1M 1M", "flush", "read -P 0 1M 64k"]);
         let discarded = allocation_map(&afa.uri);
         assert_eq!(discarded, fresh, "{name}, in memory: {in_memory}");
         afa.stop();

@@ -152,6 +152,14 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
         self.inner.scan_tags(lba, sectors)
     }
 
+    fn trim_is_durable(&self) -> bool {
+        self.inner.trim_is_durable()
+    }
+
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        self.inner.allocation(lba, sectors)
+    }
+
     fn take_host_work(&mut self) -> HostWork {
         self.inner.take_host_work()
     }
