@@ -1454,7 +1454,7 @@ impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
     fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
         let cs = self.chunk_sectors as u64;
         crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, cs, |c| {
-            self.map[c as usize] != Loc::Unwritten
+            self.map.get(c as usize) != Some(&Loc::Unwritten)
         })
     }
 

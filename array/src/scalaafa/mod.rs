@@ -2313,7 +2313,7 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
     fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
         let cs = self.chunk_sectors as u64;
         crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, cs, |c| {
-            self.amt[c as usize] != NONE
+            self.amt.get(c as usize).is_none_or(|&a| a != NONE)
         })
     }
 
