@@ -935,8 +935,15 @@ impl<D: BlockDevice> Array<D> {
         Ok(c.done_ns)
     }
 
-    /// Splits a volume range into per-stripe pieces.
+    /// Splits a volume range into per-stripe pieces, counting each as host work.
     fn pieces(&mut self, lba: u64, sectors: u32) -> Vec<(u64, Vec<Piece>)> {
+        let out = self.split(lba, sectors);
+        self.work.chunks += out.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+        out
+    }
+
+    /// Splits a volume range into per-stripe pieces.
+    fn split(&self, lba: u64, sectors: u32) -> Vec<(u64, Vec<Piece>)> {
         let cs = self.chunk_sectors as u64;
         let stripe_sectors = cs * self.layout.k as u64;
         let mut out: Vec<(u64, Vec<Piece>)> = Vec::new();
@@ -960,7 +967,6 @@ impl<D: BlockDevice> Array<D> {
             }
             at += rows as u64;
         }
-        self.work.chunks += out.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         out
     }
 
@@ -1550,25 +1556,20 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         {
             return None;
         }
-        let cs = self.chunk_sectors as u64;
-        let stripe_sectors = cs * self.layout.k as u64;
         let mut runs = Vec::new();
-        let mut at = lba;
-        while at < end {
-            let stripe = at / stripe_sectors;
-            let within = at % stripe_sectors;
-            let row = (within % cs) as u32;
-            let rows = (cs - row as u64).min(end - at) as u32;
+        for (stripe, pieces) in self.split(lba, sectors) {
             if self.cache.iter().any(|c| c.stripe == stripe) {
+                let rows = pieces.iter().map(|p| p.rows).sum();
                 afa_ssd::push_allocation_run(&mut runs, rows, true);
-            } else {
-                let member = self.layout.stripe(stripe).data[(within / cs) as usize];
-                let device = &self.members[member].device;
-                for (n, allocated) in device.allocation(self.member_lba(stripe, row), rows)? {
+                continue;
+            }
+            let map = self.layout.stripe(stripe);
+            for p in pieces {
+                let device = &self.members[map.data[p.index]].device;
+                for (n, allocated) in device.allocation(self.member_lba(stripe, p.row), p.rows)? {
                     afa_ssd::push_allocation_run(&mut runs, n, allocated);
                 }
             }
-            at += rows as u64;
         }
         Some(runs)
     }
