@@ -1544,16 +1544,16 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         self.info
     }
 
-    /// With every member serving, a volume sector is read from its data member at a fixed
-    /// place, so it is allocated when that member's sector is, or when the stripe cache
-    /// holds its stripe (acknowledged data no member has yet). A degraded or rebuilding
-    /// array, whose reads may come from the other members, does not say; nor does one whose
-    /// data members cannot.
+    /// A volume sector whose data member serves its stripe is read from that member at a
+    /// fixed place (`read`), so it is allocated when that member's sector is, or when the
+    /// stripe cache holds its stripe (acknowledged data no member has yet). One whose data
+    /// member is failed, or not yet rebuilt there, is read from the other members, whose
+    /// sectors say nothing about it alone, so it counts as data: a hole reported wrongly
+    /// would lose it from a sparse copy, data reported wrongly costs only a read of zeroes.
+    /// An array whose serving data members cannot say does not say either.
     fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
         let end = lba.checked_add(sectors as u64)?;
-        if end > self.info.capacity_sectors
-            || self.members.iter().any(|m| m.state != MemberState::Alive)
-        {
+        if end > self.info.capacity_sectors {
             return None;
         }
         let mut runs = Vec::new();
@@ -1565,7 +1565,12 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
             }
             let map = self.layout.stripe(stripe);
             for p in pieces {
-                let device = &self.members[map.data[p.index]].device;
+                let primary = map.data[p.index];
+                if !self.serves(primary, stripe) {
+                    afa_ssd::push_allocation_run(&mut runs, p.rows, true);
+                    continue;
+                }
+                let device = &self.members[primary].device;
                 for (n, allocated) in device.allocation(self.member_lba(stripe, p.row), p.rows)? {
                     afa_ssd::push_allocation_run(&mut runs, n, allocated);
                 }

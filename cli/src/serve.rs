@@ -711,6 +711,9 @@ impl BlockDevice for ServedWaflash {
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         self.ssd.background(now_ns)
     }
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        self.ssd.allocation(lba, sectors)
+    }
 }
 
 /// One WAFLASH SSD (`[waflash.ssd]`) with real bytes: clients' unaligned writes go through

@@ -270,6 +270,21 @@ impl BlockDevice for OxBlockDevice {
         Some(self)
     }
 
+    /// An LPID is data when a read of it now would return a version (MAP points at an
+    /// RBLOCK, or a write waits in the write-back cache), a hole when it was never written
+    /// or its newest command was a trim. A controller that has failed does not say.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let end = lba.checked_add(sectors as u64)?;
+        if end > self.ctrl.config().logical_pages || self.ctrl.fatal_error().is_some() {
+            return None;
+        }
+        let mut runs = Vec::new();
+        for lpid in lba..end {
+            afa_ssd::push_allocation_run(&mut runs, 1, self.ctrl.peek_holds_data(lpid));
+        }
+        Some(runs)
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         if now_ns >= self.ctrl.now_ns() {
             self.ctrl.advance_to(now_ns);

@@ -1811,6 +1811,17 @@ impl OxController {
         word.map_or(Ppa::NONE, |w| MapEntry(w).ppa())
     }
 
+    /// Whether a read of `lpid` now would return data: the newest version waiting in the
+    /// write-back cache is a write (a trim waits there as token 0), or, with none waiting,
+    /// MAP points at an RBLOCK. Without timing or touching the MAP cache, like
+    /// `peek_mapping`; a served device answers block-status queries with it.
+    pub fn peek_holds_data(&self, lpid: u64) -> bool {
+        match self.wcache.newest(lpid) {
+            Some(token) => token != 0,
+            None => !self.peek_mapping(lpid).is_none(),
+        }
+    }
+
     /// Checks the FTL's invariants: GBITV marks exactly the RBLOCKs MAP points at, every
     /// mapped RBLOCK's TAG names its LPID, no live page sits in a free EBLOCK.
     pub fn check_invariants(&self) -> Result<(), String> {

@@ -191,6 +191,8 @@ pub struct FlashImage {
     error: Option<String>,
     /// The largest token found in the image when it was opened.
     max_token: u64,
+    /// How many times the image was made durable (`sync`), in memory or on a file.
+    syncs: u64,
 }
 
 impl FlashImage {
@@ -207,6 +209,7 @@ impl FlashImage {
             staged: BTreeMap::new(),
             error: None,
             max_token: 0,
+            syncs: 0,
         }
     }
 
@@ -238,6 +241,7 @@ impl FlashImage {
             staged: BTreeMap::new(),
             error: None,
             max_token: 0,
+            syncs: 0,
         })
     }
 
@@ -302,6 +306,7 @@ impl FlashImage {
             staged: BTreeMap::new(),
             error: None,
             max_token: 0,
+            syncs: 0,
         })
     }
 
@@ -330,6 +335,11 @@ impl FlashImage {
     /// The largest token seen while the medium was restored from the image.
     pub fn max_token(&self) -> u64 {
         self.max_token
+    }
+
+    /// How many times `sync` made the image durable since it was created or opened.
+    pub fn syncs(&self) -> u64 {
+        self.syncs
     }
 
     pub fn record(&self, block: u32) -> EblockRecord {
@@ -380,6 +390,7 @@ impl FlashImage {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
+        self.syncs += 1;
         if let Backing::File { file, path } = &self.backing {
             if let Err(e) = file.sync_data() {
                 let message = format!("cannot sync {}: {e}", path.display());

@@ -392,6 +392,43 @@ fn a_served_device_with_a_write_back_cache_reads_its_cache_and_a_flush_makes_it_
     d.controller().check_invariants().unwrap();
 }
 
+/// Serve mode passes FUA down instead of flushing the whole volume, so a FUA write must
+/// itself be durable: installed past the write-back cache and synced to the image.
+#[test]
+fn a_fua_write_is_installed_and_synced() {
+    let dir = TempDir::new("fua");
+    let mut cfg = small_config();
+    cfg.write_cache.write_back = true;
+    let span = 3000;
+    let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+    let mut d = OxServedDevice::format(&cfg, 10, image).unwrap();
+    let mut rng = SimRng::new(10);
+    let mut oracle = BTreeMap::new();
+    let mut version = 0;
+    write_random(&mut d, &mut rng, 30, span, &mut oracle, &mut version);
+    assert!(d.controller().write_cache_bytes() > 0);
+    let syncs = |d: &OxServedDevice| d.controller().media().image().unwrap().syncs();
+    let before = syncs(&d);
+    version += 1;
+    let data: Vec<u8> = (0..8)
+        .flat_map(|i| sector_bytes(2500 + i, version))
+        .collect();
+    let mut fua = Command::write(2500, 8, &data);
+    fua.flags.fua = true;
+    let t = d.controller().now_ns();
+    d.submit(t, &fua, ReadBuffers::none()).unwrap();
+    assert!(syncs(&d) > before, "a FUA write left the image unsynced");
+    // Killed without a flush: the FUA write is kept.
+    drop(d);
+    let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+    let (mut d, _) = OxServedDevice::recover(&cfg, 10, image).unwrap();
+    let t = d.controller().now_ns();
+    assert!(
+        read_sectors(&mut d, t, 2500, 8) == data,
+        "the FUA write was lost"
+    );
+}
+
 #[test]
 fn an_in_memory_device_returns_the_bytes_written() {
     let cfg = small_config();

@@ -151,6 +151,12 @@ impl OxServedDevice {
         self.unstage_installed()?;
         // The completion goes out only if the image took every program it depends on.
         self.check()?;
+        // A FUA write is installed (the controller waited for it, write-back cache or
+        // not), so its programs are in the image; the sync makes them survive a host crash,
+        // which is what force unit access promises beyond an acknowledgement.
+        if cmd.flags.fua && result.is_ok() {
+            self.sync()?;
+        }
         result
     }
 
@@ -289,6 +295,10 @@ impl BlockDevice for OxServedDevice {
                 Ok(c)
             }
         }
+    }
+
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        self.block.allocation(lba, sectors)
     }
 
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {

@@ -2,7 +2,7 @@
 //! checkpoints, recovery from power loss at random points, program failures (RDESC_A), the
 //! block interface, determinism, and a property test against an oracle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use afa_nand::sector_token;
 use afa_sim::{SimRng, TimeNs};
@@ -498,7 +498,7 @@ pub(crate) fn drive(
     let mut version = 1_000;
     let mut t = start;
     let mut outstanding: BTreeMap<RequestId, Vec<(u64, u64)>> = BTreeMap::new();
-    let mut submitted = 0;
+    let (mut submitted, mut steps) = (0, 0u64);
     while submitted < batches || !outstanding.is_empty() {
         if submitted < batches && outstanding.len() < qd {
             let n = 1 + rng.below(64) as usize;
@@ -535,6 +535,15 @@ pub(crate) fn drive(
             );
             for (l, tok) in outstanding.remove(&done.id).unwrap_or_default() {
                 oracle.insert(l, tok);
+            }
+        }
+        // Block status while MAP pages are evicted, loaded and checkpointed: an LPID no
+        // outstanding batch writes holds data exactly when the oracle has a version of it.
+        steps += 1;
+        if steps % 64 == 0 {
+            let writing: BTreeSet<u64> = outstanding.values().flatten().map(|p| p.0).collect();
+            for l in (0..cfg.logical_pages).filter(|l| !writing.contains(l)) {
+                assert_eq!(c.peek_holds_data(l), oracle.contains_key(&l), "LPID {l}");
             }
         }
     }
@@ -1265,6 +1274,9 @@ proptest! {
                     t += *us as u64 * 1_000;
                     c.advance_to(t);
                 }
+            }
+            for l in 0..cfg.logical_pages {
+                prop_assert_eq!(c.peek_holds_data(l), oracle.contains_key(&l), "LPID {} after op {}", l, i);
             }
         }
         c.quiesce();

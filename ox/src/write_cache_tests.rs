@@ -632,6 +632,12 @@ fn check_reads_against_acknowledged_writes(seed: u64, capacity_batches: u64, ste
                 count(&mut reading, lpids.into_iter(), false);
             }
         }
+        // Block status: an LPID no command is writing holds data exactly when the oracle
+        // has a version of it, whether MAP or the cache's side table answers.
+        for l in (0..300).filter(|l| !writing.contains_key(l)) {
+            let data = oracle.get(&l).is_some_and(|&tok| tok != 0);
+            assert_eq!(c.peek_holds_data(l), data, "seed {seed}: LPID {l}");
+        }
     }
     c.quiesce();
     for done in c.take_completions() {

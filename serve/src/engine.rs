@@ -186,13 +186,11 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 size_read_buffer(buf, length);
                 self.read_bytes(now_ns, offset, buf)
             }
-            Request::Write { offset, fua, .. } => {
-                let mut done = self.write_bytes(now_ns, offset, data)?;
-                if fua {
-                    done = done.max(self.flush(now_ns)?);
-                }
-                Ok(done)
-            }
+            // FUA goes down with the write: the seam's contract is that such a write
+            // completes only once it is durable, which every device keeps for the data it
+            // wrote (an SSD programs those pages, a file is synced), so the rest of the
+            // volume's buffered writes need not be flushed with it.
+            Request::Write { offset, fua, .. } => self.write_bytes(now_ns, offset, data, fua),
             Request::Flush => self.flush(now_ns),
             Request::Trim {
                 offset,
@@ -213,18 +211,14 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
                 fua,
                 no_hole,
             } => {
-                let mut done = if no_hole || !self.device.trim_is_durable() {
+                if no_hole || !self.device.trim_is_durable() {
                     // Where a power loss could undo a trim, the zeroes are written.
-                    self.write_zeroes(now_ns, offset, length as u64)?
+                    self.write_zeroes(now_ns, offset, length as u64, fua)
                 } else {
                     // Deallocated sectors read back as zeroes (the BlockDevice contract),
                     // so whole sectors are trimmed and only the partial edges are written.
-                    self.zero_by_trim(now_ns, offset, length)?
-                };
-                if fua {
-                    done = done.max(self.flush(now_ns)?);
+                    self.zero_by_trim(now_ns, offset, length, fua)
                 }
-                Ok(done)
             }
             Request::BlockStatus {
                 offset,
@@ -286,15 +280,24 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         Ok(done)
     }
 
-    /// Writes whole sectors starting at `lba` in device-sized chunks.
-    fn write_sectors(&mut self, now_ns: TimeNs, lba: u64, data: &[u8]) -> Result<TimeNs, Failure> {
+    /// Writes whole sectors starting at `lba` in device-sized chunks, each with force unit
+    /// access when `fua` is set.
+    fn write_sectors(
+        &mut self,
+        now_ns: TimeNs,
+        lba: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<TimeNs, Failure> {
         let sector = self.sector() as usize;
         let mut done = now_ns;
         let chunk_bytes = self.chunk_sectors as usize * sector;
         for (i, piece) in data.chunks(chunk_bytes).enumerate() {
             let at = lba + (i * chunk_bytes / sector) as u64;
             let n = (piece.len() / sector) as u32;
-            let t = self.submit(now_ns, &Command::write(at, n, piece), ReadBuffers::none())?;
+            let mut cmd = Command::write(at, n, piece);
+            cmd.flags.fua = fua;
+            let t = self.submit(now_ns, &cmd, ReadBuffers::none())?;
             done = done.max(t);
         }
         Ok(done)
@@ -320,11 +323,17 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         Ok(done)
     }
 
-    fn write_bytes(&mut self, now_ns: TimeNs, offset: u64, data: &[u8]) -> Result<TimeNs, Failure> {
+    fn write_bytes(
+        &mut self,
+        now_ns: TimeNs,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<TimeNs, Failure> {
         let sector = self.sector();
         let end = offset + data.len() as u64;
         if offset % sector == 0 && end % sector == 0 {
-            return self.write_sectors(now_ns, offset / sector, data);
+            return self.write_sectors(now_ns, offset / sector, data, fua);
         }
         // Read-modify-write of the partial sectors at the edges.
         let first = offset / sector;
@@ -343,7 +352,7 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         whole[skip..skip + data.len()].copy_from_slice(data);
         // The write is submitted at the same instant as its reads: devices take commands
         // in time order, and the model's queues serialise what conflicts anyway.
-        Ok(done.max(self.write_sectors(now_ns, first, &whole)?))
+        Ok(done.max(self.write_sectors(now_ns, first, &whole, fua)?))
     }
 
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, Failure> {
@@ -369,25 +378,32 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         self.submit(now_ns, &cmd, ReadBuffers::none())
     }
 
+    /// Zeroes `offset..offset + length` by trimming its whole sectors and writing its
+    /// partial edges. With `fua` the edges go with force unit access and the trim is
+    /// followed by a flush, since the seam's FUA flag is a write's.
     fn zero_by_trim(
         &mut self,
         now_ns: TimeNs,
         offset: u64,
         length: u32,
+        fua: bool,
     ) -> Result<TimeNs, Failure> {
         let sector = self.sector();
         let end = offset + length as u64;
         let first = offset.div_ceil(sector) * sector;
         let last = end / sector * sector;
         if first >= last {
-            return self.write_zeroes(now_ns, offset, length as u64);
+            return self.write_zeroes(now_ns, offset, length as u64, fua);
         }
         let mut done = self.trim_whole_sectors(now_ns, offset, length)?;
         if offset < first {
-            done = done.max(self.write_zeroes(now_ns, offset, first - offset)?);
+            done = done.max(self.write_zeroes(now_ns, offset, first - offset, fua)?);
         }
         if last < end {
-            done = done.max(self.write_zeroes(now_ns, last, end - last)?);
+            done = done.max(self.write_zeroes(now_ns, last, end - last, fua)?);
+        }
+        if fua {
+            done = done.max(self.flush(now_ns)?);
         }
         Ok(done)
     }
@@ -397,9 +413,10 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         now_ns: TimeNs,
         offset: u64,
         length: u64,
+        fua: bool,
     ) -> Result<TimeNs, Failure> {
         write_zeroes_in_pieces(now_ns, offset, length, |at, zeros| {
-            self.write_bytes(now_ns, at, zeros)
+            self.write_bytes(now_ns, at, zeros, fua)
         })
     }
 }

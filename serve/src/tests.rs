@@ -651,6 +651,92 @@ fn small_full_ssd() -> afa_ssd::Ssd {
     afa_ssd::Ssd::new(config, 1).unwrap()
 }
 
+/// A device that records each command's opcode and FUA flag before passing it on.
+struct Recording {
+    inner: MemDevice,
+    seen: Arc<std::sync::Mutex<Vec<(afa_ssd::Opcode, bool)>>>,
+}
+
+impl BlockDevice for Recording {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.seen.lock().unwrap().push((cmd.opcode, cmd.flags.fua));
+        self.inner.submit(now_ns, cmd, out)
+    }
+    fn trim_is_durable(&self) -> bool {
+        self.inner.trim_is_durable()
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
+
+/// FUA goes down with the writes a request makes (the seam promises such a write is
+/// durable when it completes), so it costs no flush of the whole volume; only a trim,
+/// whose command has no FUA flag, is followed by a flush.
+#[test]
+fn fua_requests_send_their_writes_with_fua_and_flush_only_after_a_trim() {
+    use afa_ssd::Opcode::{Flush, Read, Trim, Write};
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let device = Recording {
+        inner: MemDevice::new(512, 256).unwrap(),
+        seen: Arc::clone(&seen),
+    };
+    let mut exec = Executor::new(Box::new(device)).unwrap();
+    let mut run = |request: Request, data: &[u8]| {
+        seen.lock().unwrap().clear();
+        exec.execute(0, &request, data).unwrap();
+        std::mem::take(&mut *seen.lock().unwrap())
+    };
+    let write = |offset, length, fua| Request::Write {
+        offset,
+        length,
+        fua,
+    };
+    assert_eq!(run(write(1024, 1024, true), &[7; 1024]), [(Write, true)]);
+    assert_eq!(run(write(1024, 1024, false), &[7; 1024]), [(Write, false)]);
+    // An unaligned write reads its edge sectors and writes the whole sectors with FUA.
+    assert_eq!(
+        run(write(1000, 100, true), &[9; 100]),
+        [(Read, false), (Read, false), (Write, true)]
+    );
+    let zeroes = |no_hole| Request::WriteZeroes {
+        offset: 1000,
+        length: 2000,
+        fua: true,
+        no_hole,
+    };
+    assert_eq!(
+        run(zeroes(true), &[]),
+        [(Read, false), (Read, false), (Write, true)]
+    );
+    // Trimmed whole sectors, then the two partial edges, each read and written with FUA.
+    assert_eq!(
+        run(zeroes(false), &[]),
+        [
+            (Trim, false),
+            (Read, false),
+            (Write, true),
+            (Read, false),
+            (Write, true),
+            (Flush, false)
+        ]
+    );
+    let trim = Request::Trim {
+        offset: 0,
+        length: 4096,
+        fua: true,
+    };
+    assert_eq!(run(trim, &[]), [(Trim, false), (Flush, false)]);
+}
+
 /// Block status on the emulated SSD: all holes when new; written pages are data, and a
 /// trim of whole pages makes them holes again.
 #[test]

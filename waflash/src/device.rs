@@ -921,6 +921,25 @@ impl BlockDevice for WaflashSsd {
         })
     }
 
+    /// A sector is data when the write buffer holds it or a version of its logical page on
+    /// flash (a whole page, a partial version or a compacted piece) covers it; the read
+    /// path fills every other sector with zeroes, so those are holes. A partial trim writes
+    /// zeroes, which stay data.
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let end = lba.checked_add(sectors as u64)?;
+        if end > self.info.capacity_sectors || self.ftl.power_lost() {
+            return None;
+        }
+        let mut runs = Vec::new();
+        for s in spans(lba, sectors, self.spp) {
+            let held = self.buffer.mask(s.lpn) | self.ftl.sectors_on_flash(s.lpn);
+            for sector in s.first..s.first + s.count {
+                afa_ssd::push_allocation_run(&mut runs, 1, held >> sector & 1 == 1);
+            }
+        }
+        Some(runs)
+    }
+
     fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
         // A drain goes on while the host is idle: its next request is issued on time, so the
         // device asks to be called then. A failure means the device is out of space; the

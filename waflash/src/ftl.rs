@@ -485,6 +485,13 @@ impl Ftl {
             .any(|v| self.version_mask(lpn, v) & !mask != 0)
     }
 
+    /// The sectors of `lpn` that some version on flash holds (the rest read as zeroes).
+    pub fn sectors_on_flash(&self, lpn: u32) -> u64 {
+        self.map
+            .iter_versions(lpn)
+            .fold(0, |held, v| held | self.version_mask(lpn, v))
+    }
+
     /// Logical pages with more than one version.
     pub fn multi_version_pages(&self) -> usize {
         self.multi.len()

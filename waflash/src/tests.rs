@@ -687,8 +687,33 @@ pub(crate) fn drive_model(
                 }
             }
         }
+        if matches!(op, Op::Trim { .. } | Op::Flush | Op::Idle) {
+            check_allocation(ssd, model)?;
+        }
     }
     Ok(now)
+}
+
+/// Checks what the device says of its allocation against the model: the runs cover the
+/// device and no sector reported as a hole holds data. Returns how many sectors are holes.
+pub(crate) fn check_allocation(ssd: &WaflashSsd, model: &[u64]) -> Result<u64, TestCaseError> {
+    let runs = ssd
+        .allocation(0, model.len() as u32)
+        .expect("the WAFLASH SSD knows its allocation");
+    prop_assert_eq!(
+        runs.iter().map(|r| r.0 as u64).sum::<u64>(),
+        model.len() as u64
+    );
+    let (mut at, mut holes) = (0usize, 0);
+    for (n, allocated) in runs {
+        if !allocated {
+            let data = (at..at + n as usize).find(|&s| model[s] != 0);
+            prop_assert!(data.is_none(), "sector {:?} holds data in a hole", data);
+            holes += n as u64;
+        }
+        at += n as usize;
+    }
+    Ok(holes)
 }
 
 /// Flushes, then checks the first `sectors` of `ssd` against `model` (so that what the
@@ -726,9 +751,15 @@ fn run_model_on(
     ssd.precondition(precondition).unwrap();
     let capacity = ssd.info().capacity_sectors;
     let mut model = preconditioned_model(capacity, precondition);
+    prop_assert_eq!(
+        check_allocation(&ssd, &model)?,
+        capacity - precondition,
+        "only the preconditioned sectors are data"
+    );
     let now = drive_model(&mut ssd, &mut model, ops, 0, 1, read_tokens_match)?;
     // Everything reads back, from flash after a flush too.
     flush_and_check_model(&mut ssd, &model, capacity.min(600), now, read_tokens_match)?;
+    check_allocation(&ssd, &model)?;
     Ok(ssd.report())
 }
 
