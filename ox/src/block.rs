@@ -42,6 +42,11 @@ pub struct OxBlockDevice {
     /// Queued interface, write-back cache: FUA commands the cache acknowledged, whose
     /// completion is held until they are installed.
     fua_held: Vec<(RequestId, QueuedCompletion)>,
+    /// With the controller capturing read bytes (a served device): the bytes of reads the
+    /// queued interface completed, by tag, until `take_read_bytes` collects them.
+    read_bytes: BTreeMap<u64, Result<Vec<u8>, DeviceError>>,
+    /// The same for the last read `submit` served.
+    last_read_bytes: Option<Result<Vec<u8>, DeviceError>>,
 }
 
 /// A FLUSH on the queued interface that waits for acknowledged writes to be installed.
@@ -64,7 +69,20 @@ impl OxBlockDevice {
             draining: Vec::new(),
             fua: BTreeSet::new(),
             fua_held: Vec::new(),
+            read_bytes: BTreeMap::new(),
+            last_read_bytes: None,
         }
+    }
+
+    /// The bytes the controller captured for the queued read `tag` (see
+    /// `OxController::capture_read_bytes`), once it has completed.
+    pub fn take_read_bytes(&mut self, tag: u64) -> Option<Result<Vec<u8>, DeviceError>> {
+        self.read_bytes.remove(&tag)
+    }
+
+    /// The bytes the controller captured for the last read `submit` served.
+    pub fn take_last_read_bytes(&mut self) -> Option<Result<Vec<u8>, DeviceError>> {
+        self.last_read_bytes.take()
     }
 
     /// The controller's request for a read, write or trim, its tokens taken from the
@@ -118,6 +136,10 @@ impl OxBlockDevice {
             let Some(tag) = self.tags.remove(&c.id) else {
                 continue;
             };
+            if let Some(bytes) = self.ctrl.take_read_bytes(c.id) {
+                self.read_bytes
+                    .insert(tag, bytes.map_err(DeviceError::Medium));
+            }
             let result = c
                 .result
                 .map(|tokens| self.read_units(&tokens))
@@ -243,6 +265,10 @@ impl BlockDevice for OxBlockDevice {
             .submit(now, self.request(cmd))
             .map_err(device_error)?;
         let c = self.ctrl.run_until_complete(id).map_err(device_error)?;
+        self.last_read_bytes = self
+            .ctrl
+            .take_read_bytes(id)
+            .map(|b| b.map_err(DeviceError::Medium));
         let tokens = c.result.map_err(device_error)?;
         if cmd.opcode == Opcode::Read && info.payload_unit_bytes > 0 {
             out.data.copy_from_slice(&self.read_units(&tokens));

@@ -265,6 +265,9 @@ pub struct OxController {
     /// EBLOCKs whose erase record is logged but which are not erased yet, with its LSN.
     pub(crate) pending_erases: BTreeMap<u32, u64>,
     pub(crate) wcache: WriteCache,
+    /// Served with real bytes (`capture_read_bytes`): the bytes each read returns, taken
+    /// from the flash image when the read looks MAP up, by request; `None` otherwise.
+    pub(crate) read_bytes: Option<BTreeMap<RequestId, Result<Vec<u8>, String>>>,
 }
 
 impl OxController {
@@ -343,6 +346,7 @@ impl OxController {
             space_checkpoint_tried: false,
             pending_erases: BTreeMap::new(),
             wcache: WriteCache::default(),
+            read_bytes: None,
             cfg,
             media,
             system,
@@ -1455,6 +1459,13 @@ impl OxController {
             tokens.extend(toks);
             i = j;
         }
+        if self.read_bytes.is_some() {
+            let cached: Vec<bool> = entries.iter().map(|e| e.cached()).collect();
+            let taken = self.read_image_bytes(&lpids, &cached, &addrs, &tokens);
+            if let Some(reads) = &mut self.read_bytes {
+                reads.insert(id, taken);
+            }
+        }
         let bytes = tokens.len() as u64 * self.cfg.terms.rblock_bytes as u64;
         let done = end + self.link_ns(bytes);
         self.stats.read_flash_ns_total += end - ready;
@@ -1809,6 +1820,72 @@ impl OxController {
             }
         };
         word.map_or(Ppa::NONE, |w| MapEntry(w).ppa())
+    }
+
+    /// Makes every host read keep the bytes it returns (`take_read_bytes`), taken from the
+    /// flash image at the moment the read looks MAP up: by its completion a later write may
+    /// have moved MAP on, or GC erased the RBLOCK, so the bytes cannot be looked up then.
+    pub fn capture_read_bytes(&mut self) {
+        self.read_bytes.get_or_insert_with(BTreeMap::new);
+    }
+
+    /// The bytes read `id` returned (one RBLOCK per LPAGE), or why they could not be taken
+    /// from the image; `None` for a request that read nothing or before it looked MAP up.
+    pub fn take_read_bytes(&mut self, id: RequestId) -> Option<Result<Vec<u8>, String>> {
+        self.read_bytes.as_mut()?.remove(&id)
+    }
+
+    /// The bytes of the RBLOCKs a read found: zeroes for an unmapped LPAGE (token 0), the
+    /// staged bytes of a version the write-back cache holds, or the image's bytes at the
+    /// RBLOCK MAP pointed at, checked against the token and TAG the controller read, so a
+    /// mismatch is an error, never other bytes.
+    fn read_image_bytes(
+        &self,
+        lpids: &[u64],
+        cached: &[bool],
+        addrs: &[Ppa],
+        tokens: &[u64],
+    ) -> Result<Vec<u8>, String> {
+        let image = self
+            .media
+            .image()
+            .ok_or_else(|| "the medium has no flash image".to_string())?;
+        let rb = self.cfg.terms.rblock_bytes as usize;
+        let mut out = vec![0u8; lpids.len() * rb];
+        for (i, dst) in out.chunks_exact_mut(rb).enumerate() {
+            let (lpid, token) = (lpids[i], tokens[i]);
+            if cached[i] {
+                // A trim waits in the write-back cache as token 0 and reads zeroes.
+                if token != 0 {
+                    let staged = image.staged(token).ok_or_else(|| {
+                        format!("LPID {lpid}: the write cache returned token {token:#x}, whose bytes are not staged")
+                    })?;
+                    dst.copy_from_slice(staged);
+                }
+                continue;
+            }
+            let ppa = addrs[i];
+            if ppa.is_none() {
+                if token != 0 {
+                    return Err(format!(
+                        "LPID {lpid} read token {token:#x} but is not mapped"
+                    ));
+                }
+                continue;
+            }
+            let (tag, stored, bytes) = image.read_user(ppa)?;
+            if stored != token
+                || tag.lpid != lpid
+                || !matches!(tag.kind, TagKind::User | TagKind::Gc)
+            {
+                return Err(format!(
+                    "LPID {lpid}: the controller read token {token:#x}, but RBLOCK {} of the image holds token {stored:#x} with TAG {tag:?}",
+                    ppa.0
+                ));
+            }
+            dst.copy_from_slice(&bytes);
+        }
+        Ok(out)
     }
 
     /// Whether a read of `lpid` now would return data: the newest version waiting in the

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use afa_sim::SimRng;
-use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
+use afa_ssd::{BlockDevice, Command, DeviceError, QueuedDevice, ReadBuffers};
 
 use crate::log::{GcMove, LogBlock, LogRecord, RdescEntry};
 use crate::tables::{TableId, TablePage};
@@ -607,4 +607,180 @@ fn a_power_loss_tears_the_same_wblocks_in_the_image_as_in_the_medium() {
         assert_eq!(tag.lpid, lpid as u64);
         assert!(bytes == sector_bytes(lpid as u64, token), "LPID {lpid}");
     }
+}
+
+/// A command under way on the queued interface, with what its completion is checked against.
+enum InFlight {
+    /// The LBAs written and the bytes of each.
+    Write(u64, Vec<Vec<u8>>),
+    /// The LBAs read and, for each, every version it may return: the one acknowledged when
+    /// the read started, and any a write started meanwhile (overlapping commands have no
+    /// order).
+    Read(u64, Vec<Vec<Vec<u8>>>),
+    Trim(u64, u32),
+    Flush,
+}
+
+/// Serves random overlapping writes, reads, trims and flushes through the queued interface
+/// with up to 24 commands in flight (writes to LBAs being read included, so that a write
+/// moves MAP on before an earlier read completes), checks every read, and returns the
+/// oracle and how many reads had a write race them.
+fn drive_queued(
+    d: &mut OxServedDevice,
+    rng: &mut SimRng,
+    commands: u64,
+    span: u64,
+    oracle: &mut BTreeMap<u64, Vec<u8>>,
+) -> u64 {
+    let mut in_flight: BTreeMap<u64, InFlight> = BTreeMap::new();
+    let mut writing: BTreeMap<u64, u32> = BTreeMap::new();
+    let (mut tag, mut version, mut raced) = (0u64, 1u64 << 32, 0);
+    let mut t = d.controller().now_ns();
+    let zero = vec![0u8; 4096];
+    while tag < commands || !in_flight.is_empty() {
+        if tag < commands && in_flight.len() < 24 {
+            let n = 1 + rng.below(8) as u32;
+            let lba = rng.below(span - n as u64);
+            let lbas = lba..lba + n as u64;
+            let roll = rng.below(100);
+            let free = lbas.clone().all(|l| !writing.contains_key(&l));
+            let q: &mut dyn QueuedDevice = d;
+            if roll < 50 && free {
+                version += 1;
+                let pages: Vec<Vec<u8>> = lbas.clone().map(|l| sector_bytes(l, version)).collect();
+                q.start(t, &Command::write(lba, n, &pages.concat()), tag)
+                    .unwrap();
+                for (l, page) in lbas.clone().zip(&pages) {
+                    *writing.entry(l).or_default() += 1;
+                    for f in in_flight.values_mut() {
+                        if let InFlight::Read(first, versions) = f {
+                            if (*first..*first + versions.len() as u64).contains(&l) {
+                                versions[(l - *first) as usize].push(page.clone());
+                                raced += 1;
+                            }
+                        }
+                    }
+                }
+                in_flight.insert(tag, InFlight::Write(lba, pages));
+            } else if roll < 90 && free {
+                q.start(t, &Command::read(lba, n), tag).unwrap();
+                let versions = lbas
+                    .map(|l| vec![oracle.get(&l).cloned().unwrap_or_else(|| zero.clone())])
+                    .collect();
+                in_flight.insert(tag, InFlight::Read(lba, versions));
+            } else if roll < 95 && free {
+                q.start(t, &Command::trim(lba, n), tag).unwrap();
+                for l in lbas {
+                    *writing.entry(l).or_default() += 1;
+                }
+                in_flight.insert(tag, InFlight::Trim(lba, n));
+            } else {
+                q.start(t, &Command::flush(), tag).unwrap();
+                in_flight.insert(tag, InFlight::Flush);
+            }
+            tag += 1;
+            t += rng.below(20_000);
+        } else {
+            let q: &mut dyn QueuedDevice = d;
+            t = q.next_event_ns().expect("commands under way").max(t);
+        }
+        let q: &mut dyn QueuedDevice = d;
+        for c in q.advance_to(t) {
+            assert!(c.done_ns <= t);
+            let done = in_flight
+                .remove(&c.tag)
+                .expect("a completion of a command under way");
+            let result = c.result.unwrap_or_else(|e| panic!("tag {}: {e}", c.tag));
+            match done {
+                InFlight::Write(lba, pages) => {
+                    for (l, page) in (lba..).zip(pages) {
+                        oracle.insert(l, page);
+                        *writing.get_mut(&l).unwrap() -= 1;
+                        writing.retain(|_, n| *n > 0);
+                    }
+                }
+                InFlight::Read(lba, versions) => {
+                    for (i, may) in versions.iter().enumerate() {
+                        let got = &result[i * 4096..(i + 1) * 4096];
+                        assert!(
+                            may.iter().any(|v| v[..] == *got),
+                            "tag {}: LBA {} read bytes of no version it may return",
+                            c.tag,
+                            lba + i as u64
+                        );
+                    }
+                }
+                InFlight::Trim(lba, n) => {
+                    for l in lba..lba + n as u64 {
+                        oracle.remove(&l);
+                        *writing.get_mut(&l).unwrap() -= 1;
+                        writing.retain(|_, n| *n > 0);
+                    }
+                }
+                InFlight::Flush => {}
+            }
+        }
+    }
+    raced
+}
+
+/// The queued interface serves overlapping commands with their bytes, write-through and
+/// with the write-back cache, through GC; a read that a later write races returns one of
+/// the two versions (the bytes are taken when the read looks MAP up, not at its completion,
+/// when MAP may point at the newer version); a restart from the image after a flush keeps
+/// everything.
+#[test]
+fn the_queued_interface_serves_overlapping_commands_with_their_bytes() {
+    for write_back in [false, true] {
+        let dir = TempDir::new(&format!("queued-{write_back}"));
+        let mut cfg = small_config();
+        cfg.write_cache.write_back = write_back;
+        let span = 3000;
+        let image = FlashImage::create(&dir.image(), &cfg).unwrap();
+        let mut d = OxServedDevice::format(&cfg, 12, image).unwrap();
+        let mut rng = SimRng::new(12);
+        let mut oracle = BTreeMap::new();
+        let raced = drive_queued(&mut d, &mut rng, 6000, span, &mut oracle);
+        assert!(raced > 0, "no write raced a read");
+        assert!(d.controller().stats().gc_victims > 0, "GC never ran");
+        // The synchronous interface takes over once the queue is empty.
+        let t = d.controller().now_ns();
+        d.submit(t, &Command::flush(), ReadBuffers::none()).unwrap();
+        check_oracle(&mut d, &oracle, span);
+        d.controller().check_invariants().unwrap();
+        drop(d);
+        let image = FlashImage::open(&dir.image(), &cfg).unwrap();
+        let (mut d, _) = OxServedDevice::recover(&cfg, 12, image).unwrap();
+        check_oracle(&mut d, &oracle, span);
+    }
+}
+
+/// The synchronous interface refuses a command while queued ones are under way (it would
+/// run the controller past them and take their completions), and the queued interface
+/// refuses a tag already under way.
+#[test]
+fn the_served_device_keeps_its_two_interfaces_apart() {
+    let cfg = small_config();
+    let mut d = OxServedDevice::format(&cfg, 13, FlashImage::in_memory(&cfg)).unwrap();
+    let data = sector_bytes(5, 1);
+    let q: &mut dyn QueuedDevice = &mut d;
+    q.start(0, &Command::write(5, 1, &data), 7).unwrap();
+    let again = q.start(0, &Command::read(5, 1), 7).unwrap_err();
+    assert!(again.to_string().contains("tag 7"), "{again}");
+    let err = d
+        .submit(0, &Command::read(5, 1), ReadBuffers::none())
+        .unwrap_err();
+    assert!(matches!(err, DeviceError::Unsupported(_)), "{err}");
+    let q: &mut dyn QueuedDevice = &mut d;
+    let t = q.next_event_ns().unwrap();
+    let mut done = Vec::new();
+    let mut t = t;
+    while done.is_empty() {
+        done = q.advance_to(t);
+        t = q.next_event_ns().unwrap_or(t + 1_000_000);
+    }
+    assert_eq!(done[0].tag, 7);
+    assert!(done[0].result.is_ok());
+    let now = d.controller().now_ns();
+    assert!(read_sectors(&mut d, now, 5, 1) == data);
 }

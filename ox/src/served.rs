@@ -6,21 +6,24 @@
 //! the image when the controller programs the RBLOCK (a GC move copies them from the source
 //! RBLOCK), and are dropped from the stage once the command completes — or, with the
 //! write-back cache, once the version has left the cache (it is installed, so programmed).
-//! A read returns the tokens the controller read; the device then fetches the bytes at the
-//! RBLOCK MAP points at and checks that the image's token and TAG there are the ones the
-//! controller returned, so a mismatch is an error, never wrong data. A token the write-back
-//! cache returned is still staged and its bytes come from the stage.
+//! A read takes its bytes when the controller looks MAP up for it
+//! (`OxController::capture_read_bytes`): from the image at the RBLOCK MAP points at, checked
+//! against the token and TAG the controller read there, so a mismatch is an error, never
+//! wrong data; a version the write-back cache holds is still staged and its bytes come from
+//! the stage. Taken then, not at the read's completion, because with commands side by side
+//! (the queued interface) a later write may have moved MAP on by the time the read completes.
+
+use std::collections::BTreeMap;
 
 use afa_nand::PayloadMode;
 use afa_sim::TimeNs;
 use afa_ssd::{
     validate_command, BlockDevice, Command, Completion, DeviceError, DeviceInfo, Opcode,
-    ReadBuffers,
+    QueuedCompletion, QueuedDevice, ReadBuffers,
 };
 
 use crate::{
     FlashImage, Media, OxBlockDevice, OxConfig, OxController, OxError, PoweredOff, RecoveryReport,
-    TagKind,
 };
 
 /// The OX controller behind a block interface that stores and returns full bytes.
@@ -32,6 +35,22 @@ pub struct OxServedDevice {
     /// Write-back cache: (LPID, token) of acknowledged writes whose bytes stay staged until
     /// the version leaves the cache.
     cached: Vec<(u64, u64)>,
+    /// Queued interface: what each command under way needs when it completes, by tag.
+    queued: BTreeMap<u64, Queued>,
+}
+
+/// A command started on the queued interface.
+#[derive(Debug)]
+enum Queued {
+    /// A write's LPIDs from `lba` on, the tokens its bytes are staged under, and FUA.
+    Write {
+        lba: u64,
+        tokens: Vec<u64>,
+        fua: bool,
+    },
+    Read,
+    Trim,
+    Flush,
 }
 
 fn image_error(e: String) -> DeviceError {
@@ -44,11 +63,7 @@ impl OxServedDevice {
         check_config(cfg)?;
         let media = Media::with_image(cfg, seed, image)?;
         let ctrl = OxController::format_media(media)?;
-        let mut device = OxServedDevice {
-            block: OxBlockDevice::new(ctrl),
-            last_token: 0,
-            cached: Vec::new(),
-        };
+        let mut device = OxServedDevice::over(ctrl, 0);
         // The format's bad-block tables and first checkpoint are durable before anything
         // is served, so that a start that finds the image always finds a checkpoint.
         device.sync().map_err(|e| OxError::Image(e.to_string()))?;
@@ -72,13 +87,20 @@ impl OxServedDevice {
             drain_ns: 0,
         };
         let (ctrl, report) = OxController::recover(off, 0)?;
-        let mut device = OxServedDevice {
+        let mut device = OxServedDevice::over(ctrl, last_token);
+        device.sync().map_err(|e| OxError::Image(e.to_string()))?;
+        Ok((device, report))
+    }
+
+    /// The device over a controller that is up, whose reads keep their bytes.
+    fn over(mut ctrl: OxController, last_token: u64) -> Self {
+        ctrl.capture_read_bytes();
+        OxServedDevice {
             block: OxBlockDevice::new(ctrl),
             last_token,
             cached: Vec::new(),
-        };
-        device.sync().map_err(|e| OxError::Image(e.to_string()))?;
-        Ok((device, report))
+            queued: BTreeMap::new(),
+        }
     }
 
     pub fn controller(&self) -> &OxController {
@@ -117,12 +139,13 @@ impl OxServedDevice {
         self.image()?.sync().map_err(image_error)
     }
 
-    fn write(
+    /// Stages a write's bytes under fresh tokens (one per RBLOCK, never reused) and returns
+    /// the tokens with the token payload the controller takes.
+    fn stage_write(
         &mut self,
-        now_ns: TimeNs,
         cmd: &Command<'_>,
         sector_bytes: usize,
-    ) -> Result<Completion, DeviceError> {
+    ) -> Result<(Vec<u64>, Vec<u8>), DeviceError> {
         let first = self.last_token + 1;
         self.last_token += cmd.sectors as u64;
         let tokens: Vec<u64> = (first..=self.last_token).collect();
@@ -130,33 +153,52 @@ impl OxServedDevice {
         for (i, &t) in tokens.iter().enumerate() {
             image.stage(t, &cmd.data[i * sector_bytes..(i + 1) * sector_bytes]);
         }
-        let words: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-        let token_cmd = Command {
-            opcode: Opcode::Write,
-            lba: cmd.lba,
-            sectors: cmd.sectors,
-            data: &words,
-            tags: None,
-            flags: cmd.flags,
-        };
-        let result = self.block.submit(now_ns, &token_cmd, ReadBuffers::none());
-        if result.is_ok() && self.block.controller().config().write_cache.write_back {
-            self.cached.extend((cmd.lba..).zip(tokens.iter().copied()));
+        let words = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        Ok((tokens, words))
+    }
+
+    /// A write completed (`ok`) or failed: with the write-back cache its bytes stay staged
+    /// until the version leaves the cache, otherwise they are in the image (or nowhere) and
+    /// leave the stage now. A FUA write is installed (the controller waited for it,
+    /// write-back cache or not), so its programs are in the image, and the sync makes them
+    /// survive a host crash, which is what force unit access promises beyond an
+    /// acknowledgement. Fails if the image did not take every program the write depends on.
+    fn finish_write(
+        &mut self,
+        lba: u64,
+        tokens: Vec<u64>,
+        fua: bool,
+        ok: bool,
+    ) -> Result<(), DeviceError> {
+        if ok && self.block.controller().config().write_cache.write_back {
+            self.cached.extend((lba..).zip(tokens));
         } else {
             let image = self.image()?;
-            for &t in &tokens {
+            for t in tokens {
                 image.unstage(t);
             }
         }
         self.unstage_installed()?;
-        // The completion goes out only if the image took every program it depends on.
         self.check()?;
-        // A FUA write is installed (the controller waited for it, write-back cache or
-        // not), so its programs are in the image; the sync makes them survive a host crash,
-        // which is what force unit access promises beyond an acknowledgement.
-        if cmd.flags.fua && result.is_ok() {
+        if fua && ok {
             self.sync()?;
         }
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        sector_bytes: usize,
+    ) -> Result<Completion, DeviceError> {
+        let (tokens, words) = self.stage_write(cmd, sector_bytes)?;
+        let token_cmd = Command {
+            data: &words,
+            ..*cmd
+        };
+        let result = self.block.submit(now_ns, &token_cmd, ReadBuffers::none());
+        self.finish_write(cmd.lba, tokens, cmd.flags.fua, result.is_ok())?;
         result
     }
 
@@ -178,12 +220,13 @@ impl OxServedDevice {
         Ok(())
     }
 
+    /// A read: the controller reads tokens, and the bytes it captured from the image when
+    /// it looked MAP up (checked against those tokens and TAGs there) are the answer.
     fn read(
         &mut self,
         now_ns: TimeNs,
         cmd: &Command<'_>,
         out: ReadBuffers<'_>,
-        sector_bytes: usize,
     ) -> Result<Completion, DeviceError> {
         let mut words = vec![0u8; cmd.sectors as usize * 8];
         let completion = self.block.submit(
@@ -195,53 +238,12 @@ impl OxServedDevice {
             },
         )?;
         self.check()?;
-        let ctrl = self.block.controller();
-        let image = ctrl
-            .media()
-            .image()
-            .ok_or_else(|| DeviceError::Medium("the medium has no flash image".into()))?;
-        for i in 0..cmd.sectors as usize {
-            let lpid = cmd.lba + i as u64;
-            let token =
-                u64::from_le_bytes(words[i * 8..(i + 1) * 8].try_into().unwrap_or_default());
-            let dst = &mut out.data[i * sector_bytes..(i + 1) * sector_bytes];
-            if ctrl.write_cache_holds(lpid, token) {
-                if token == 0 {
-                    // A trim waits in the write-back cache; MAP still points at the data.
-                    dst.fill(0);
-                    continue;
-                }
-                // The newest version waits in the write-back cache: its bytes are staged.
-                let staged = image.staged(token).ok_or_else(|| {
-                    DeviceError::Medium(format!(
-                        "LPID {lpid}: the write cache returned token {token:#x}, whose bytes are not staged"
-                    ))
-                })?;
-                dst.copy_from_slice(staged);
-                continue;
-            }
-            let ppa = ctrl.peek_mapping(lpid);
-            if ppa.is_none() {
-                if token != 0 {
-                    return Err(DeviceError::Medium(format!(
-                        "LPID {lpid} read token {token:#x} but is not mapped"
-                    )));
-                }
-                dst.fill(0);
-                continue;
-            }
-            let (tag, stored, bytes) = image.read_user(ppa).map_err(image_error)?;
-            if stored != token
-                || tag.lpid != lpid
-                || !matches!(tag.kind, TagKind::User | TagKind::Gc)
-            {
-                return Err(DeviceError::Medium(format!(
-                    "LPID {lpid}: the controller read token {token:#x}, but RBLOCK {} of the image holds token {stored:#x} with TAG {tag:?}",
-                    ppa.0
-                )));
-            }
-            dst.copy_from_slice(&bytes);
-        }
+        let bytes = self.block.take_last_read_bytes().unwrap_or_else(|| {
+            Err(DeviceError::Medium(
+                "the controller kept no bytes for the read".into(),
+            ))
+        })?;
+        out.data.copy_from_slice(&bytes);
         Ok(completion)
     }
 }
@@ -273,12 +275,19 @@ impl BlockDevice for OxServedDevice {
         out: ReadBuffers<'_>,
     ) -> Result<Completion, DeviceError> {
         self.check()?;
+        if !self.queued.is_empty() {
+            // `submit` runs the controller until its command completes, which would take
+            // the queued commands' completions with it.
+            return Err(DeviceError::Unsupported(
+                "a command submitted while queued commands are under way".into(),
+            ));
+        }
         let info = self.info();
         validate_command(&info, cmd, &out)?;
         let sector_bytes = info.sector_bytes as usize;
         match cmd.opcode {
             Opcode::Write => self.write(now_ns, cmd, sector_bytes),
-            Opcode::Read => self.read(now_ns, cmd, out, sector_bytes),
+            Opcode::Read => self.read(now_ns, cmd, out),
             Opcode::Trim => {
                 let r = self.block.submit(now_ns, cmd, ReadBuffers::none());
                 self.unstage_installed()?;
@@ -297,6 +306,10 @@ impl BlockDevice for OxServedDevice {
         }
     }
 
+    fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
+        Some(self)
+    }
+
     fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
         self.block.allocation(lba, sectors)
     }
@@ -306,5 +319,106 @@ impl BlockDevice for OxServedDevice {
         // A failure to reach the image shows at the next command (`check`).
         let _ = self.unstage_installed();
         next
+    }
+}
+
+/// The queued interface: commands run side by side in the controller (OXBlock's queued
+/// interface), so a client with many requests in flight sees the controller's parallelism.
+/// A write's bytes are staged under its tokens when it starts; a read is answered with the
+/// bytes the controller took from the image when it looked MAP up, since by its completion a
+/// later write may have moved MAP on.
+impl QueuedDevice for OxServedDevice {
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
+        self.check()?;
+        if self.queued.contains_key(&tag) {
+            return Err(DeviceError::Unsupported(format!(
+                "tag {tag} is already under way"
+            )));
+        }
+        let info = self.info();
+        // A read's bytes come back in its completion, so it is checked without a buffer.
+        let checked_as = match cmd.opcode {
+            Opcode::Read => DeviceInfo {
+                payload_unit_bytes: 0,
+                ..info
+            },
+            _ => info,
+        };
+        validate_command(&checked_as, cmd, &ReadBuffers::none())?;
+        let kind = match cmd.opcode {
+            Opcode::Write => {
+                let (tokens, words) = self.stage_write(cmd, info.sector_bytes as usize)?;
+                let token_cmd = Command {
+                    data: &words,
+                    ..*cmd
+                };
+                if let Err(e) = self.block.start(now_ns, &token_cmd, tag) {
+                    let image = self.image()?;
+                    for t in tokens {
+                        image.unstage(t);
+                    }
+                    return Err(e);
+                }
+                Queued::Write {
+                    lba: cmd.lba,
+                    tokens,
+                    fua: cmd.flags.fua,
+                }
+            }
+            Opcode::Read => {
+                self.block
+                    .start(now_ns, &Command::read(cmd.lba, cmd.sectors), tag)?;
+                Queued::Read
+            }
+            Opcode::Trim => {
+                self.block.start(now_ns, cmd, tag)?;
+                Queued::Trim
+            }
+            Opcode::Flush => {
+                self.block.start(now_ns, cmd, tag)?;
+                Queued::Flush
+            }
+        };
+        self.queued.insert(tag, kind);
+        Ok(())
+    }
+
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        self.block.next_event_ns()
+    }
+
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<QueuedCompletion> {
+        let mut done = QueuedDevice::advance_to(&mut self.block, t_ns);
+        for c in &mut done {
+            let Some(kind) = self.queued.remove(&c.tag) else {
+                continue;
+            };
+            let ok = c.result.is_ok();
+            let finished = match kind {
+                Queued::Write { lba, tokens, fua } => self.finish_write(lba, tokens, fua, ok),
+                Queued::Read => match self.block.take_read_bytes(c.tag) {
+                    Some(Ok(bytes)) if ok => {
+                        c.result = Ok(bytes);
+                        Ok(())
+                    }
+                    Some(Err(e)) => Err(e),
+                    _ if ok => Err(DeviceError::Medium(
+                        "the controller kept no bytes for the read".into(),
+                    )),
+                    _ => Ok(()),
+                },
+                Queued::Trim => self.unstage_installed(),
+                // With the write-back cache the flush waited for every write acknowledged
+                // before it to be installed, so they are in the image; the sync makes the
+                // image durable against a host crash.
+                Queued::Flush if ok => self.unstage_installed().and_then(|()| self.sync()),
+                Queued::Flush => Ok(()),
+            };
+            // The completion goes out only if the image took every program it depends on.
+            if let Err(e) = finished.and_then(|()| self.check()) {
+                c.result = Err(e);
+            }
+        }
+        done
     }
 }

@@ -32,6 +32,7 @@ use afa_ssd::{BlockDevice, Command, DeviceError, DeviceInfo, Opcode, ReadBuffers
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::proto::{Request, EINVAL, EIO, ENOSPC, ESHUTDOWN};
+use crate::queued::{queueable, Finished, QueuedJobs};
 use crate::shared::{SharedEngine, SharedHandle, SharedVolume};
 use crate::ServeError;
 
@@ -149,6 +150,11 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
 
     pub fn device_mut(&mut self) -> &mut D {
         &mut self.device
+    }
+
+    /// The largest command sent to the device, in sectors.
+    pub(crate) fn chunk_sectors(&self) -> u32 {
+        self.chunk_sectors
     }
 
     pub fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
@@ -636,8 +642,12 @@ struct Engine<D: BlockDevice + ?Sized> {
     pending: BinaryHeap<Due>,
     /// Unpaced: completion times of commands the model still counts as outstanding.
     outstanding: BinaryHeap<std::cmp::Reverse<TimeNs>>,
-    /// Paced: jobs held back because the device's queue is full.
+    /// Paced: jobs held back because the device's queue is full, or because they must be
+    /// applied whole while requests are under way on its queued interface.
     waiting: VecDeque<Job>,
+    /// Paced, over a device with a queued interface: the requests under way on it
+    /// (`queued` module); `None` for every other device.
+    queued: Option<QueuedJobs>,
     seq: u64,
     queue_depth: usize,
     /// Virtual time at which the device asked for its next idle call.
@@ -668,22 +678,24 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
 
     fn run(mut self, rx: Receiver<Message>) -> EngineStats {
         let mut open = true;
-        while open || !self.pending.is_empty() || !self.waiting.is_empty() {
+        while open || self.in_flight() > 0 || !self.waiting.is_empty() {
+            self.poll_queued();
             self.release_due();
             self.admit_waiting();
-            let idle = self.pending.is_empty() && self.waiting.is_empty() && rx.is_empty();
+            let idle = self.in_flight() == 0 && self.waiting.is_empty() && rx.is_empty();
             if idle && open {
                 self.idle_work();
             }
             let next_reply = self.pending.peek().map(|d| self.instant_of(d.due_ns));
+            let next_device = self.next_queued_event_ns().map(|t| self.instant_of(t));
             let next_background = self
                 .background_at_ns
-                .filter(|_| self.pending.is_empty() && self.waiting.is_empty())
+                .filter(|_| self.in_flight() == 0 && self.waiting.is_empty())
                 .map(|t| self.instant_of(t));
-            let deadline = match (next_reply, next_background) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let deadline = [next_reply, next_device, next_background]
+                .into_iter()
+                .flatten()
+                .min();
             if !open {
                 // Shutting down: answer what is left without waiting for the wall clock.
                 self.drain_now();
@@ -726,7 +738,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     }
 
     fn accept(&mut self, job: Job) {
-        if self.pending.len() >= self.queue_depth || !self.waiting.is_empty() {
+        if self.in_flight() >= self.queue_depth || !self.waiting.is_empty() || self.held(&job) {
             self.waiting.push_back(job)
         } else {
             self.start_job(job)
@@ -734,7 +746,10 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     }
 
     fn admit_waiting(&mut self) {
-        while self.pending.len() < self.queue_depth {
+        while self.in_flight() < self.queue_depth {
+            if self.waiting.front().is_some_and(|job| self.held(job)) {
+                return;
+            }
             let Some(job) = self.waiting.pop_front() else {
                 return;
             };
@@ -742,14 +757,46 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         }
     }
 
+    /// Requests the device holds: those whose replies are not yet due and those under way
+    /// on its queued interface. Their count is bounded by the device's queue depth.
+    fn in_flight(&self) -> usize {
+        self.pending.len() + self.queued.as_ref().map_or(0, QueuedJobs::len)
+    }
+
+    /// Whether `job` must wait: a request applied whole (`queued` module) goes to the
+    /// device's `submit`, which would run past the commands under way on its queued
+    /// interface, so it waits until they have completed.
+    fn held(&self, job: &Job) -> bool {
+        self.queued.as_ref().is_some_and(|q| {
+            !q.is_empty() && !queueable(&job.request, self.exec.info().sector_bytes as u64)
+        })
+    }
+
     /// Applies a job on the engine thread, which runs only paced engines (unpaced ones are
-    /// applied inline by the connections): the reply waits for its completion time.
+    /// applied inline by the connections): the reply waits for its completion time. Over a
+    /// queued interface, a request of whole commands is started on it instead.
     fn start_job(&mut self, job: Job) {
         debug_assert_eq!(
             self.pace,
             Pace::Model,
             "the engine thread runs paced engines only"
         );
+        let sector_bytes = self.exec.info().sector_bytes as u64;
+        if let Some(mut queued) = self.queued.take() {
+            if queueable(&job.request, sector_bytes) {
+                self.background_armed = true;
+                self.background_at_ns = None;
+                self.stats.requests += 1;
+                let now = self.now_ns();
+                let answered = queued.start(&mut self.exec, now, job);
+                self.queued = Some(queued);
+                if let Some(done) = answered {
+                    self.answer_queued(done);
+                }
+                return;
+            }
+            self.queued = Some(queued);
+        }
         let (done_ns, reply) = self.apply(job.handle, job.request, job.data, None, job.credits);
         self.seq += 1;
         self.pending.push(Due {
@@ -835,6 +882,44 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
         }
     }
 
+    /// Runs the device's queued interface to the present and answers the requests it
+    /// completed (their replies are due: they completed by now).
+    fn poll_queued(&mut self) {
+        let Some(mut queued) = self.queued.take() else {
+            return;
+        };
+        let now = self.now_ns();
+        let finished = queued.advance(&mut self.exec, now);
+        self.queued = Some(queued);
+        for done in finished {
+            self.answer_queued(done);
+        }
+    }
+
+    /// When the device's queued interface next has something to do while requests are
+    /// under way on it.
+    fn next_queued_event_ns(&mut self) -> Option<TimeNs> {
+        let queued = self.queued.as_ref()?;
+        queued.next_event_ns(&mut self.exec)
+    }
+
+    /// A request of the queued interface is answered: its reply waits for its time with
+    /// the others (it is due by now unless it failed before reaching the device).
+    fn answer_queued(&mut self, done: Finished) {
+        self.stats.read_bytes += done.read_bytes;
+        self.stats.write_bytes += done.write_bytes;
+        if done.reply.result.is_err() {
+            self.stats.errors += 1;
+        }
+        self.seq += 1;
+        self.pending.push(Due {
+            due_ns: done.done_ns,
+            seq: self.seq,
+            reply: done.reply,
+            reply_to: done.reply_to,
+        });
+    }
+
     fn release_due(&mut self) {
         let now = self.now_ns();
         while self.pending.peek().is_some_and(|d| d.due_ns <= now) {
@@ -850,18 +935,28 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     /// than its queue depth outstanding.
     fn drain_now(&mut self) {
         loop {
-            while self.pending.len() >= self.queue_depth
-                || (self.waiting.is_empty() && !self.pending.is_empty())
-            {
-                if let Some(d) = self.pending.pop() {
-                    self.jump_to(d.due_ns);
-                    self.post(d.reply_to, d.reply);
+            self.admit_waiting();
+            if self.in_flight() == 0 {
+                // Nothing under way, so nothing held back: `admit_waiting` took every job.
+                break;
+            }
+            let next_reply = self.pending.peek().map(|d| d.due_ns);
+            let next_device = self.next_queued_event_ns();
+            match next_reply.into_iter().chain(next_device).min() {
+                Some(t) => self.jump_to(t),
+                None => {
+                    // Requests under way on a device with nothing more to do would never
+                    // complete: they fail rather than hold the stop up forever.
+                    let now = self.now_ns();
+                    if let Some(queued) = self.queued.as_mut() {
+                        let failed = queued
+                            .fail_all(now, "the device stopped before completing the request");
+                        failed.into_iter().for_each(|done| self.answer_queued(done));
+                    }
                 }
             }
-            match self.waiting.pop_front() {
-                Some(job) => self.start_job(job),
-                None => break,
-            }
+            self.poll_queued();
+            self.release_due();
         }
         self.send_outbox();
     }
@@ -1148,8 +1243,13 @@ impl EngineHandle {
         device: Box<dyn BlockDevice + Send>,
         pace: Pace,
     ) -> Result<(Self, DeviceInfo), ServeError> {
-        let exec = Executor::new(device)?;
+        let mut exec = Executor::new(device)?;
         let info = exec.info();
+        // Paced, a device that runs its commands side by side in an event loop of its own
+        // is served through that loop (`queued` module); unpaced, every request is applied
+        // at once anyway.
+        let queued =
+            (pace == Pace::Model && exec.device_mut().queued().is_some()).then(QueuedJobs::default);
         let start = Instant::now();
         let engine = Engine {
             exec,
@@ -1160,6 +1260,7 @@ impl EngineHandle {
             pending: BinaryHeap::new(),
             outstanding: BinaryHeap::new(),
             waiting: VecDeque::new(),
+            queued,
             seq: 0,
             queue_depth: info.max_queue_depth.max(1) as usize,
             background_at_ns: None,

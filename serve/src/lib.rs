@@ -18,6 +18,7 @@ mod file;
 mod mem;
 mod nvram;
 pub mod proto;
+mod queued;
 pub mod server;
 pub mod session;
 mod shared;

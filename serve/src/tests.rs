@@ -1431,3 +1431,234 @@ fn a_reader_descheduled_while_it_lingers_stops_lingering_for_a_while() {
     assert_eq!(next_burst(&mut reader), vec![3]);
     assert_eq!(next_burst(&mut reader), vec![4, 5, 6, 7, 8]);
 }
+
+/// Counters of a [`SideBySide`] device, shared with the test that drives it.
+#[derive(Default)]
+struct SideBySideCounts {
+    /// The most commands under way on the queued interface at once.
+    max_in_flight: AtomicU64,
+    /// Commands `submit` took while queued ones were under way.
+    submits_beside_queued: AtomicU64,
+    submits: AtomicU64,
+}
+
+/// A device with a queued interface whose commands each take `latency_ns`, side by side;
+/// its `submit`, like OX's, runs one command at a time on its own clock. Bytes live in a
+/// `MemDevice`; a queued read takes its bytes when it starts.
+struct SideBySide {
+    mem: MemDevice,
+    latency_ns: u64,
+    clock_ns: TimeNs,
+    /// Queued commands by (completion time, tag), with a read's bytes.
+    under_way: std::collections::BTreeMap<(TimeNs, u64), Vec<u8>>,
+    counts: Arc<SideBySideCounts>,
+}
+
+impl BlockDevice for SideBySide {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            max_queue_depth: 64,
+            max_transfer_sectors: 8,
+            ..self.mem.info()
+        }
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.counts.submits.fetch_add(1, Ordering::SeqCst);
+        if !self.under_way.is_empty() {
+            self.counts
+                .submits_beside_queued
+                .fetch_add(1, Ordering::SeqCst);
+        }
+        self.mem.submit(now_ns, cmd, out)?;
+        self.clock_ns = self.clock_ns.max(now_ns) + self.latency_ns;
+        Ok(Completion {
+            done_ns: self.clock_ns,
+            gc_active: false,
+        })
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+    fn queued(&mut self) -> Option<&mut dyn afa_ssd::QueuedDevice> {
+        Some(self)
+    }
+}
+
+impl afa_ssd::QueuedDevice for SideBySide {
+    fn start(&mut self, now_ns: TimeNs, cmd: &Command<'_>, tag: u64) -> Result<(), DeviceError> {
+        let info = self.info();
+        let mut bytes = vec![0u8; cmd.sectors as usize * info.sector_bytes as usize];
+        if cmd.opcode != afa_ssd::Opcode::Read {
+            bytes.clear();
+        }
+        self.mem.submit(
+            now_ns,
+            cmd,
+            ReadBuffers {
+                data: &mut bytes,
+                tags: None,
+            },
+        )?;
+        self.under_way
+            .insert((now_ns + self.latency_ns, tag), bytes);
+        self.counts
+            .max_in_flight
+            .fetch_max(self.under_way.len() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        self.under_way.keys().next().map(|&(t, _)| t)
+    }
+    fn advance_to(&mut self, t_ns: TimeNs) -> Vec<afa_ssd::QueuedCompletion> {
+        let mut done = Vec::new();
+        while let Some(entry) = self.under_way.first_entry() {
+            if entry.key().0 > t_ns {
+                break;
+            }
+            let ((done_ns, tag), bytes) = entry.remove_entry();
+            done.push(afa_ssd::QueuedCompletion {
+                tag,
+                done_ns,
+                result: Ok(bytes),
+            });
+        }
+        done
+    }
+}
+
+/// Paced over a device with a queued interface, a burst's requests run side by side on it
+/// (split at its transfer limit), every read returns what was written, and a request that
+/// must be applied whole (a partial sector's read-modify-write, WRITE_ZEROES) waits until
+/// nothing is under way, so the device's `submit` never runs beside queued commands.
+#[test]
+fn a_paced_engine_serves_a_queued_device_side_by_side() {
+    let counts = Arc::new(SideBySideCounts::default());
+    let device = SideBySide {
+        mem: MemDevice::new(512, 1024).unwrap(),
+        latency_ns: 2_000_000,
+        clock_ns: 0,
+        under_way: Default::default(),
+        counts: Arc::clone(&counts),
+    };
+    let (engine, _) = EngineHandle::spawn(Box::new(device), Pace::Model).unwrap();
+    let tx = engine.sender();
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    let job = |handle: u64, request: Request, data: Vec<u8>| Job {
+        handle,
+        request,
+        data,
+        reply_to: reply_tx.clone(),
+        credits: 1,
+    };
+    let round = |jobs: Vec<Job>| -> Vec<Reply> {
+        let n = jobs.len();
+        tx.submit(jobs).unwrap();
+        let mut replies = Vec::new();
+        while replies.len() < n {
+            replies.extend(reply_rx.recv_timeout(Duration::from_secs(10)).unwrap());
+        }
+        replies.sort_by_key(|r| r.handle);
+        replies
+    };
+    let mut model = vec![0u8; 1024 * 512];
+    // 32 writes of 8 KiB (two commands each at the 4 KiB transfer limit), one burst.
+    let writes: Vec<Job> = (0..32u64)
+        .map(|h| {
+            let data = vec![h as u8 + 1; 8192];
+            let offset = h * 8192;
+            model[offset as usize..offset as usize + 8192].copy_from_slice(&data);
+            let fua = h % 4 == 0;
+            job(
+                h,
+                Request::Write {
+                    offset,
+                    length: 8192,
+                    fua,
+                },
+                data,
+            )
+        })
+        .collect();
+    assert!(round(writes).iter().all(|r| r.result.is_ok()));
+    assert!(
+        counts.max_in_flight.load(Ordering::SeqCst) > 8,
+        "the burst's writes ran one after the other"
+    );
+    // Reads beside a partial-sector write, a WRITE_ZEROES, a flush and a trim.
+    let mut mixed: Vec<Job> = (0..16u64)
+        .map(|h| {
+            let read = Request::Read {
+                offset: h * 4096,
+                length: 4096,
+            };
+            job(h, read, Vec::new())
+        })
+        .collect();
+    let partial = vec![0xab; 1000];
+    mixed.insert(
+        5,
+        job(
+            100,
+            Request::Write {
+                offset: 700,
+                length: 1000,
+                fua: false,
+            },
+            partial,
+        ),
+    );
+    mixed.insert(9, job(101, Request::Flush, Vec::new()));
+    let zeroes = Request::WriteZeroes {
+        offset: 8192,
+        length: 4096,
+        fua: false,
+        no_hole: true,
+    };
+    mixed.insert(12, job(102, zeroes, Vec::new()));
+    mixed.push(job(
+        103,
+        Request::Trim {
+            offset: 65536,
+            length: 4096,
+            fua: false,
+        },
+        Vec::new(),
+    ));
+    let replies = round(mixed);
+    assert!(replies.iter().all(|r| r.result.is_ok()), "a request failed");
+    assert_eq!(counts.submits_beside_queued.load(Ordering::SeqCst), 0);
+    assert!(
+        counts.submits.load(Ordering::SeqCst) > 0,
+        "nothing was applied whole"
+    );
+    // Reads that went before the partial write and the zeroes in the burst saw the data
+    // before them; read everything again now that all are applied.
+    model[700..1700].fill(0xab);
+    model[8192..12288].fill(0);
+    model[65536..69632].fill(0);
+    let reads: Vec<Job> = (0..128u64)
+        .map(|h| {
+            let read = Request::Read {
+                offset: h * 4096,
+                length: 4096,
+            };
+            job(h, read, Vec::new())
+        })
+        .collect();
+    for (h, r) in round(reads).into_iter().enumerate() {
+        assert!(r.result.is_ok());
+        assert!(
+            r.data[..] == model[h * 4096..(h + 1) * 4096],
+            "read {h} returned other bytes"
+        );
+    }
+    let stats = engine.stop();
+    assert_eq!(stats.requests, 32 + 20 + 128);
+    assert_eq!(stats.errors, 0);
+    assert_eq!(counts.submits_beside_queued.load(Ordering::SeqCst), 0);
+}
