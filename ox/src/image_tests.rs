@@ -784,3 +784,21 @@ fn the_served_device_keeps_its_two_interfaces_apart() {
     let now = d.controller().now_ns();
     assert!(read_sectors(&mut d, now, 5, 1) == data);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(6))]
+
+    /// The same over random seeds, in memory, write-through or write-back: every read of
+    /// overlapping queued commands returns a version it may, and everything reads back.
+    #[test]
+    fn queued_commands_keep_their_bytes_for_any_seed(seed in 0u64..1_000_000, write_back: bool) {
+        let mut cfg = small_config();
+        cfg.write_cache.write_back = write_back;
+        let mut d = OxServedDevice::format(&cfg, seed, FlashImage::in_memory(&cfg)).unwrap();
+        let mut rng = SimRng::new(seed);
+        let mut oracle = BTreeMap::new();
+        drive_queued(&mut d, &mut rng, 2000, 1500, &mut oracle);
+        check_oracle(&mut d, &oracle, 1500);
+        d.controller().check_invariants().unwrap();
+    }
+}
