@@ -367,8 +367,8 @@ fn allocation_map(uri: &str) -> Vec<(u64, u64, u32)> {
 }
 
 /// NBD block status (`base:allocation`) as a client sees it, on one SSD, an md-style RAID 5,
-/// Log-RAID and SWAN volumes (whose maps place every sector), one OX SSD and one WAFLASH
-/// SSD, each in memory and in files: data only where qemu-io wrote, holes (type 3: hole and zero)
+/// Log-RAID and SWAN volumes (whose maps place every sector), ScalaAFA on its threads (per
+/// chunk), one OX SSD and one WAFLASH SSD, each in memory and in files: data only where qemu-io wrote, holes (type 3: hole and zero)
 /// elsewhere, and a hole again once the written range is discarded.
 #[test]
 fn nbdinfo_maps_written_data_and_holes() {
@@ -380,6 +380,7 @@ fn nbdinfo_maps_written_data_and_holes() {
         ("raid5", RAID5.to_string()),
         ("log-raid", log_raid("")),
         ("swan", swan("")),
+        ("scalaafa", scalaafa("")),
         ("ox", include_str!("fixtures/ox_serve.toml").to_string()),
         (
             "waflash",

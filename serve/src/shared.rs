@@ -45,6 +45,12 @@ pub trait SharedVolume: Send + Sync {
     fn trim_is_durable(&self) -> bool {
         false
     }
+    /// Runs of allocated sectors from `lba` (`BlockDevice::allocation`), covering every
+    /// request completed before the call; `None` (the default) reports all of it as data,
+    /// which is always correct.
+    fn allocation(&self, _lba: u64, _sectors: u32) -> Option<Vec<(u32, bool)>> {
+        None
+    }
     /// Makes every write completed before the call durable.
     fn flush(&self) -> Result<afa_sim::TimeNs, afa_ssd::DeviceError>;
     /// Stops the volume's threads once the requests applied so far are done, leaving it durable.
@@ -433,14 +439,16 @@ impl SharedEngine {
                 };
                 self.flush_if(fua, done)
             }
-            // The volume's threads keep no allocation map a connection could read, so the
-            // whole range is reported as data (always a correct answer).
             Request::BlockStatus {
                 offset,
                 length,
                 req_one,
             } => {
-                *buf = block_status_descriptors(None, offset, length, 512, req_one);
+                let sector = self.volume.info().sector_bytes as u64;
+                let first = offset / sector;
+                let end = (offset + length as u64).div_ceil(sector);
+                let runs = self.volume.allocation(first, (end - first) as u32);
+                *buf = block_status_descriptors(runs.as_deref(), offset, length, sector, req_one);
                 Ok(self.now_ns())
             }
             // `check_request` has refused it already; answering again keeps a connection
@@ -638,6 +646,9 @@ impl<D: afa_ssd::BlockDevice + Send + 'static> SharedVolume for afa_array::Threa
     }
     fn flush(&self) -> Result<TimeNs, DeviceError> {
         afa_array::ThreadedScalaAfa::flush(self)
+    }
+    fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        afa_array::ThreadedScalaAfa::allocation(self, lba, sectors)
     }
     /// Flushes the members and stops every thread. The single-owner engine the threads
     /// hand back is dropped: the next start rebuilds the tables from the OOB tags (§5.4).

@@ -849,6 +849,13 @@ enum IoJob {
         len: usize,
         reply: Answer,
     },
+    /// Which of the chunks `first..end` this thread owns are mapped (a block-status query),
+    /// answered after every job queued before it.
+    Allocation {
+        first: u32,
+        end: u32,
+        reply: Sender<Vec<u32>>,
+    },
     /// Ends the thread once everything queued before is done.
     Stop,
 }
@@ -1354,6 +1361,16 @@ impl IoThread {
                 reply,
             } => {
                 let _ = reply.send(self.trim(chunk, at, len));
+            }
+            IoJob::Allocation { first, end, reply } => {
+                // Thread `id` owns the chunks `c` with `c % threads == id` (`owner`).
+                let threads = self.g.threads as u32;
+                let own = first + (self.id as u32 + threads - first % threads) % threads;
+                let mapped = (own..end)
+                    .step_by(threads as usize)
+                    .filter(|&c| self.amt[c as usize / threads as usize] != NONE)
+                    .collect();
+                let _ = reply.send(mapped);
             }
             IoJob::Stop => self.stopped = true,
         }
@@ -2226,6 +2243,40 @@ impl<D: BlockDevice + Send + 'static> ThreadedScalaAfa<D> {
 
     fn owner(&self, chunk: u32) -> &Sender<IoJob> {
         &self.jobs[chunk as usize % self.jobs.len()]
+    }
+
+    /// The allocation of `sectors` sectors from `lba`, per chunk as the single-owner
+    /// engine answers it: a chunk is data when its owner's AMT maps it. Every I/O thread is
+    /// asked for the chunks it owns, behind the jobs already queued to it, so the answer
+    /// covers every request completed before the call. `None` past the end or once the
+    /// threads have stopped.
+    pub fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
+        let cs = self.g.chunk_sectors as u64;
+        let end = lba.checked_add(sectors as u64)?;
+        if end > self.info.capacity_sectors {
+            return None;
+        }
+        let first = u32::try_from(lba / cs).ok()?;
+        let last = u32::try_from(end.div_ceil(cs)).ok()?;
+        let (tx, rx) = unbounded();
+        for jobs in &self.jobs {
+            let ask = IoJob::Allocation {
+                first,
+                end: last,
+                reply: tx.clone(),
+            };
+            jobs.send(ask).ok()?;
+        }
+        drop(tx);
+        let mut mapped = vec![false; (last - first) as usize];
+        for _ in &self.jobs {
+            for c in rx.recv().ok()? {
+                mapped[(c - first) as usize] = true;
+            }
+        }
+        crate::chunk_allocation(lba, sectors, self.info.capacity_sectors, cs, |c| {
+            mapped[(c - first as u64) as usize]
+        })
     }
 
     /// Reads `out.len()` bytes at byte `offset`; returns the model's completion time.

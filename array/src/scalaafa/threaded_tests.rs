@@ -830,6 +830,8 @@ proptest::proptest! {
     ) {
         let v = volume(Level::Raid5, 5, threads).into_threads().expect("threads start");
         let size = (v.info().capacity_sectors * SECTOR as u64) as usize;
+        let sectors = v.info().capacity_sectors as u32;
+        proptest::prop_assert_eq!(v.allocation(0, sectors), Some(vec![(sectors, false)]), "a new volume is all holes");
         let mut oracle = vec![0u8; size];
         let bytes = |seed: usize, len: usize| -> Vec<u8> {
             (0..len).map(|i| (seed.wrapping_mul(131) ^ i.wrapping_mul(7)) as u8).collect()
@@ -876,7 +878,18 @@ proptest::proptest! {
                 }
             }
         }
+        // Block status through the threads: no hole holds data, and the answer is the
+        // single-owner engine's once the threads hand their tables back.
+        let runs = v.allocation(0, sectors).expect("the threads know their allocation");
+        let mut at = 0usize;
+        for &(n, allocated) in &runs {
+            let bytes = at * SECTOR..(at + n as usize) * SECTOR;
+            proptest::prop_assert!(allocated || oracle[bytes].iter().all(|&b| b == 0), "a hole at sector {} holds data", at);
+            at += n as usize;
+        }
+        proptest::prop_assert_eq!(at, sectors as usize);
         let mut back = v.stop().expect("orderly stop");
+        proptest::prop_assert_eq!(back.allocation(0, sectors), Some(runs));
         let mut out = vec![0u8; SECTOR];
         for s in 0..size / SECTOR {
             back.submit(0, &Command::read(s as u64, 1), ReadBuffers { data: &mut out, tags: None })
