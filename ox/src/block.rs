@@ -264,11 +264,13 @@ impl BlockDevice for OxBlockDevice {
             .ctrl
             .submit(now, self.request(cmd))
             .map_err(device_error)?;
-        let c = self.ctrl.run_until_complete(id).map_err(device_error)?;
+        let c = self.ctrl.run_until_complete(id);
+        // Taken whatever the outcome, so that a failed read leaves nothing behind.
         self.last_read_bytes = self
             .ctrl
             .take_read_bytes(id)
             .map(|b| b.map_err(DeviceError::Medium));
+        let c = c.map_err(device_error)?;
         let tokens = c.result.map_err(device_error)?;
         if cmd.opcode == Opcode::Read && info.payload_unit_bytes > 0 {
             out.data.copy_from_slice(&self.read_units(&tokens));

@@ -949,8 +949,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
                     // complete: they fail rather than hold the stop up forever.
                     let now = self.now_ns();
                     if let Some(queued) = self.queued.as_mut() {
-                        let failed = queued
-                            .fail_all(now, "the device stopped before completing the request");
+                        let failed = queued.fail_all(now, crate::queued::STALLED);
                         failed.into_iter().for_each(|done| self.answer_queued(done));
                     }
                 }

@@ -24,6 +24,9 @@ use crate::engine::{
 };
 use crate::proto::{Request, EIO};
 
+/// Why requests under way fail when the device has no event left that could complete them.
+pub(crate) const STALLED: &str = "the device stopped before completing the request";
+
 /// Whether `request` goes to a queued interface as whole commands (module doc).
 pub(crate) fn queueable(request: &Request, sector_bytes: u64) -> bool {
     match *request {
@@ -251,11 +254,17 @@ impl QueuedJobs {
             return self.fail_all(now_ns, "the device lost its queued interface");
         };
         let completions = q.advance_to(now_ns);
+        let stalled = q.next_event_ns().is_none();
         let mut finished = Vec::new();
         for c in completions {
             if let Some(done) = self.complete(c) {
                 finished.push(done);
             }
+        }
+        if stalled && !self.jobs.is_empty() {
+            // A device with nothing more to do would never complete these: they fail
+            // rather than leave their clients waiting forever.
+            finished.extend(self.fail_all(now_ns, STALLED));
         }
         finished
     }

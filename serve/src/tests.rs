@@ -1776,3 +1776,68 @@ proptest! {
         prop_assert!(counts.max_in_flight.load(Ordering::SeqCst) > 0);
     }
 }
+
+/// A device whose queued interface takes commands and never completes them.
+struct Stuck(MemDevice);
+
+impl BlockDevice for Stuck {
+    fn info(&self) -> DeviceInfo {
+        self.0.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        self.0.submit(now_ns, cmd, out)
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+    fn queued(&mut self) -> Option<&mut dyn afa_ssd::QueuedDevice> {
+        Some(self)
+    }
+}
+
+impl afa_ssd::QueuedDevice for Stuck {
+    fn start(&mut self, _now_ns: TimeNs, _cmd: &Command<'_>, _tag: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn next_event_ns(&self) -> Option<TimeNs> {
+        None
+    }
+    fn advance_to(&mut self, _t_ns: TimeNs) -> Vec<afa_ssd::QueuedCompletion> {
+        Vec::new()
+    }
+}
+
+/// A request under way on a queued interface that has nothing left to do fails with EIO
+/// and a message, rather than leaving its client waiting forever.
+#[test]
+fn a_request_a_queued_device_never_completes_fails_instead_of_hanging() {
+    let device = Stuck(MemDevice::new(512, 64).unwrap());
+    let (engine, _) = EngineHandle::spawn(Box::new(device), Pace::Model).unwrap();
+    let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+    let read = Request::Read {
+        offset: 0,
+        length: 4096,
+    };
+    let job = Job {
+        handle: 1,
+        request: read,
+        data: Vec::new(),
+        reply_to: reply_tx,
+        credits: 1,
+    };
+    engine.sender().submit(vec![job]).unwrap();
+    let replies = reply_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let failure = replies[0].result.as_ref().unwrap_err();
+    assert_eq!(failure.errno, crate::proto::EIO);
+    assert!(
+        failure.message.contains("stopped before completing"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(engine.stop().errors, 1);
+}
