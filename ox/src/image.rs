@@ -32,6 +32,7 @@
 //! checkpoint record, so that a host crash can never keep an erase or a checkpoint while
 //! losing what they depend on.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -561,7 +562,9 @@ impl FlashImage {
     }
 
     /// The bytes of one RBLOCK, from its slot's content.
-    fn rblock_bytes(&self, ppa: Ppa) -> Result<Vec<u8>, String> {
+    /// An RBLOCK's bytes: borrowed from an image in memory (a served read copies them
+    /// once, into its answer), read from a file.
+    fn rblock_bytes(&self, ppa: Ppa) -> Result<Cow<'_, [u8]>, String> {
         let spp = self.layout.rblocks_per_wblock() as u64;
         let rb = self.layout.rblock_bytes as usize;
         let ppn = (ppa.0 / spp) as Ppn;
@@ -571,18 +574,23 @@ impl FlashImage {
             Backing::Memory { slots, .. } => Ok(slots
                 .get(&ppn)
                 .and_then(|s| s.get(at..at + rb))
-                .map_or_else(|| vec![0u8; rb], <[u8]>::to_vec)),
-            Backing::File { .. } => self.read_at(rb, self.layout.slot_offset(ppn) + at as u64),
+                .map_or_else(|| Cow::Owned(vec![0u8; rb]), Cow::Borrowed)),
+            Backing::File { .. } => self
+                .read_at(rb, self.layout.slot_offset(ppn) + at as u64)
+                .map(Cow::Owned),
         }
     }
 
-    fn slot_header(&self, ppn: Ppn) -> Result<Vec<u8>, String> {
+    /// A slot's header, borrowed from an image in memory, read from a file.
+    fn slot_header(&self, ppn: Ppn) -> Result<Cow<'_, [u8]>, String> {
         match &self.backing {
             Backing::Memory { slots, .. } => Ok(slots.get(&ppn).map_or_else(
-                || vec![0u8; SLOT_HEADER_BYTES],
-                |s| s[..SLOT_HEADER_BYTES].to_vec(),
+                || Cow::Owned(vec![0u8; SLOT_HEADER_BYTES]),
+                |s| Cow::Borrowed(&s[..SLOT_HEADER_BYTES]),
             )),
-            Backing::File { .. } => self.read_at(SLOT_HEADER_BYTES, self.layout.slot_offset(ppn)),
+            Backing::File { .. } => self
+                .read_at(SLOT_HEADER_BYTES, self.layout.slot_offset(ppn))
+                .map(Cow::Owned),
         }
     }
 
@@ -619,7 +627,7 @@ impl FlashImage {
                 .try_into()
                 .unwrap_or_default(),
         );
-        Ok((tag, token, self.rblock_bytes(ppa)?))
+        Ok((tag, token, self.rblock_bytes(ppa)?.into_owned()))
     }
 
     /// What slot `ppn` holds, for restoring the medium. A slot with a bad checksum is a
@@ -628,7 +636,8 @@ impl FlashImage {
         let layout = self.layout;
         let spp = layout.rblocks_per_wblock();
         let block = ppn / layout.wblocks_per_eblock;
-        let header = self.slot_header(ppn).map_err(OxError::Image)?;
+        // Owned: the load updates the image's largest token while it reads the header.
+        let header = self.slot_header(ppn).map_err(OxError::Image)?.into_owned();
         let generation = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
         if &header[..8] != SLOT_MAGIC || generation != self.records[block as usize].generation {
             return Ok(SlotContent::Erased);
