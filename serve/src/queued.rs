@@ -39,6 +39,16 @@ pub(crate) fn queueable(request: &Request, sector_bytes: u64) -> bool {
     }
 }
 
+/// One command of a request: what it does, where, and where its bytes lie in the request's
+/// buffer.
+struct Piece {
+    opcode: Opcode,
+    lba: u64,
+    sectors: u32,
+    offset_bytes: usize,
+    fua: bool,
+}
+
 /// A command under way: the request it belongs to, where a read's bytes go in that
 /// request's buffer, and what it was, for an error's message.
 struct UnderWay {
@@ -131,7 +141,14 @@ impl QueuedJobs {
         match self.commands(exec, &request, data.len()) {
             Err(f) => queued.failure = Some(f),
             Ok(commands) => {
-                for (opcode, lba, sectors, offset_bytes, fua) in commands {
+                for Piece {
+                    opcode,
+                    lba,
+                    sectors,
+                    offset_bytes,
+                    fua,
+                } in commands
+                {
                     let sector = exec.info().sector_bytes as usize;
                     let payload = match opcode {
                         Opcode::Write => {
@@ -183,16 +200,14 @@ impl QueuedJobs {
         None
     }
 
-    /// The commands a queueable request makes: (opcode, LBA, sectors, offset of their bytes
-    /// in the request's buffer, FUA), writes and reads in pieces of the executor's command
-    /// size.
-    #[allow(clippy::type_complexity)]
+    /// The commands a queueable request makes, writes and reads in pieces of the
+    /// executor's command size.
     fn commands<D: BlockDevice + ?Sized>(
         &self,
         exec: &Executor<D>,
         request: &Request,
         payload_bytes: usize,
-    ) -> Result<Vec<(Opcode, u64, u32, usize, bool)>, Failure> {
+    ) -> Result<Vec<Piece>, Failure> {
         check_request(request, exec.size_bytes(), payload_bytes)?;
         let sector = exec.info().sector_bytes as u64;
         let pieces = |opcode: Opcode, offset: u64, length: u32, fua: bool| {
@@ -202,7 +217,13 @@ impl QueuedJobs {
                 .step_by(chunk as usize)
                 .map(|at| {
                     let n = chunk.min(sectors - at) as u32;
-                    (opcode, first + at, n, (at * sector) as usize, fua)
+                    Piece {
+                        opcode,
+                        lba: first + at,
+                        sectors: n,
+                        offset_bytes: (at * sector) as usize,
+                        fua,
+                    }
                 })
                 .collect()
         };
@@ -213,13 +234,25 @@ impl QueuedJobs {
                 length,
                 fua,
             } => pieces(Opcode::Write, offset, length, fua),
-            Request::Flush => vec![(Opcode::Flush, 0, 0, 0, false)],
+            Request::Flush => vec![Piece {
+                opcode: Opcode::Flush,
+                lba: 0,
+                sectors: 0,
+                offset_bytes: 0,
+                fua: false,
+            }],
             Request::Trim { offset, length, .. } => {
                 // TRIM is advisory: only whole sectors inside the range are deallocated.
                 let first = offset.div_ceil(sector);
                 let last = (offset + length as u64) / sector;
                 if first < last {
-                    vec![(Opcode::Trim, first, (last - first) as u32, 0, false)]
+                    vec![Piece {
+                        opcode: Opcode::Trim,
+                        lba: first,
+                        sectors: (last - first) as u32,
+                        offset_bytes: 0,
+                        fua: false,
+                    }]
                 } else {
                     Vec::new()
                 }
