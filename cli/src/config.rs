@@ -135,7 +135,8 @@ pub struct TraceConfig {
     /// Trace file, relative to the configuration file.
     pub path: PathBuf,
     /// "msr" (MSR Cambridge CSV), "blkparse" (blkparse text output), "fiu" (FIU IODedup),
-    /// "iolog" (fio iolog v2/v3) or "ascii" (SSDSim/MQSim).
+    /// "iolog" (fio iolog v2/v3), "ascii" (SSDSim/MQSim), "spc" (Storage Performance Council),
+    /// "alibaba" (Alibaba Cloud block traces 2020) or "tencent" (Tencent CBS traces 2018).
     pub format: String,
     /// "timed" (issue at the trace's timestamps) or "closed" (as fast as iodepth allows).
     #[serde(default = "default_replay")]

@@ -64,7 +64,8 @@ enum Command {
         /// a trace (replayable by `afa run`, fio's `read_iolog`, SSDSim/MQSim).
         #[arg(long, value_name = "PATH")]
         record: Option<PathBuf>,
-        /// The recorded trace's format: `iolog` (fio v3), `msr`, `blkparse`, `fiu` or `ascii`.
+        /// The recorded trace's format: `iolog` (fio v3), `msr`, `blkparse`, `fiu`, `ascii`,
+        /// `spc`, `alibaba` or `tencent`.
         #[arg(long, default_value = "iolog", requires = "record")]
         record_format: String,
     },

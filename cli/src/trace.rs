@@ -28,7 +28,8 @@ pub enum TraceCommand {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     pub file: PathBuf,
-    /// msr, blkparse, fiu, iolog or ascii (default: guessed from the first line).
+    /// msr, blkparse, fiu, iolog, ascii, spc, alibaba or tencent (default: guessed from the
+    /// first line).
     #[arg(long)]
     pub format: Option<String>,
     /// Also prints this Table 2 row (proxy0, prn, src2, CFS, DAP, webmail) and the ratios of
@@ -52,7 +53,7 @@ pub struct SynthArgs {
     pub scale: f64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output format (msr, blkparse, fiu, iolog or ascii).
+    /// Output format (msr, blkparse, fiu, iolog, ascii, spc, alibaba or tencent).
     #[arg(long, default_value = "msr")]
     pub format: String,
     /// Output file (default: standard output).

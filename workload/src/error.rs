@@ -109,7 +109,8 @@ impl fmt::Display for WorkloadError {
             WorkloadError::Io { source, error } => write!(f, "reading trace {source}: {error}"),
             WorkloadError::UnknownTraceFormat { name } => write!(
                 f,
-                "unknown trace format '{name}' (expected msr, blkparse, fiu, iolog or ascii)"
+                "unknown trace format '{name}' (expected msr, blkparse, fiu, iolog, ascii, spc, alibaba \
+                 or tencent)"
             ),
         }
     }

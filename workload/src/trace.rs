@@ -1,7 +1,7 @@
 //! Readers (and writers) for recorded block traces, their statistics, transformations
 //! (time scaling, volume remapping, wrapping into a device) and synthesized look-alikes.
 //!
-//! Five text formats are supported, chosen by [`TraceFormat`]:
+//! Eight text formats are supported, chosen by [`TraceFormat`]:
 //!
 //! * [`TraceFormat::MsrCsv`], the MSR Cambridge traces: one request per line,
 //!   `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`, the timestamp in
@@ -14,6 +14,10 @@
 //! * [`TraceFormat::Fiu`], the FIU IODedup traces ([`fiu`]).
 //! * [`TraceFormat::Iolog`], fio's iolog versions 2 and 3 ([`iolog`]).
 //! * [`TraceFormat::Ascii`], the five-column ASCII traces of SSDSim and MQSim ([`ascii`]).
+//! * [`TraceFormat::Spc`], the Storage Performance Council traces of the UMass repository
+//!   ([`spc`]).
+//! * [`TraceFormat::Alibaba`], the Alibaba Cloud block traces of 2020 ([`alibaba`]).
+//! * [`TraceFormat::Tencent`], the Tencent CBS block traces of 2018 ([`tencent`]).
 //!
 //! Every record carries the volume (device) it addressed, so that [`transform`] can select
 //! and lay out volumes of multi-device traces. Readers never panic; a malformed line is a [`WorkloadError::TraceLine`] naming the
@@ -25,11 +29,14 @@ use std::str::FromStr;
 
 use crate::{IoOp, WorkloadError};
 
+pub mod alibaba;
 pub mod ascii;
 pub mod fiu;
 pub mod iolog;
+pub mod spc;
 pub mod stats;
 pub mod synth;
+pub mod tencent;
 pub mod transform;
 
 /// One request from a trace.
@@ -45,7 +52,8 @@ pub struct TraceRecord {
     pub len_bytes: u64,
     /// The traced device the request addressed, as the format numbers it: MSR's disk
     /// number, `(major << 20) | minor` for blkparse and FIU, the device column of the ASCII
-    /// format, and the order of first appearance of the file name in an iolog.
+    /// format, the order of first appearance of the file name in an iolog, SPC's ASU,
+    /// Alibaba's `device_id` and Tencent's `VolumeID`.
     pub volume: u32,
     /// The write asked for force unit access (blkparse's `F` after the `W`); only blkparse
     /// records it.
@@ -65,6 +73,12 @@ pub enum TraceFormat {
     Iolog,
     /// SSDSim / MQSim ASCII: `time_ns device lsn sectors type`.
     Ascii,
+    /// Storage Performance Council (UMass): `ASU,LBA,Size,Opcode,Timestamp[,...]`.
+    Spc,
+    /// Alibaba Cloud block traces 2020: `device_id,opcode,offset,length,timestamp`.
+    Alibaba,
+    /// Tencent CBS traces 2018: `Timestamp,Offset,Size,IOType,VolumeID`.
+    Tencent,
 }
 
 impl TraceFormat {
@@ -83,13 +97,28 @@ impl TraceFormat {
         self == TraceFormat::Blkparse
     }
 
+    /// The step of the timestamps the format's writer writes, in nanoseconds: a record's
+    /// time is truncated to a multiple of it (100 ns FILETIME ticks for MSR, microseconds for
+    /// fio's iolog v3 and Alibaba, whole seconds for Tencent, exact elsewhere).
+    pub fn timestamp_step_ns(self) -> u64 {
+        match self {
+            TraceFormat::MsrCsv => MSR_TICK_NS,
+            TraceFormat::Iolog | TraceFormat::Alibaba => 1_000,
+            TraceFormat::Tencent => tencent::NS_PER_SECOND,
+            TraceFormat::Blkparse | TraceFormat::Fiu | TraceFormat::Ascii | TraceFormat::Spc => 1,
+        }
+    }
+
     /// Every format, in the order the documentation lists them.
-    pub const ALL: [TraceFormat; 5] = [
+    pub const ALL: [TraceFormat; 8] = [
         TraceFormat::MsrCsv,
         TraceFormat::Blkparse,
         TraceFormat::Fiu,
         TraceFormat::Iolog,
         TraceFormat::Ascii,
+        TraceFormat::Spc,
+        TraceFormat::Alibaba,
+        TraceFormat::Tencent,
     ];
 
     /// The canonical name, which [`FromStr`] accepts.
@@ -100,6 +129,9 @@ impl TraceFormat {
             TraceFormat::Fiu => "fiu",
             TraceFormat::Iolog => "iolog",
             TraceFormat::Ascii => "ascii",
+            TraceFormat::Spc => "spc",
+            TraceFormat::Alibaba => "alibaba",
+            TraceFormat::Tencent => "tencent",
         }
     }
 }
@@ -114,7 +146,8 @@ impl FromStr for TraceFormat {
     type Err = WorkloadError;
 
     /// Accepts `msr` (also `msr-csv`, `msrcsv`), `blkparse`, `fiu` (also `iodedup`),
-    /// `iolog` (also `fio-iolog`) and `ascii` (also `ssdsim`, `mqsim`), case-insensitively.
+    /// `iolog` (also `fio-iolog`), `ascii` (also `ssdsim`, `mqsim`), `spc` (also `umass`),
+    /// `alibaba` and `tencent` (also `tencent-cbs`), case-insensitively.
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         match name.trim().to_ascii_lowercase().as_str() {
             "msr" | "msr-csv" | "msrcsv" | "msr_csv" => Ok(TraceFormat::MsrCsv),
@@ -122,6 +155,9 @@ impl FromStr for TraceFormat {
             "fiu" | "iodedup" | "fiu-iodedup" => Ok(TraceFormat::Fiu),
             "iolog" | "fio-iolog" | "fio_iolog" => Ok(TraceFormat::Iolog),
             "ascii" | "ssdsim" | "mqsim" => Ok(TraceFormat::Ascii),
+            "spc" | "umass" => Ok(TraceFormat::Spc),
+            "alibaba" => Ok(TraceFormat::Alibaba),
+            "tencent" | "tencent-cbs" | "tencent_cbs" => Ok(TraceFormat::Tencent),
             _ => Err(WorkloadError::UnknownTraceFormat {
                 name: name.to_string(),
             }),
@@ -132,13 +168,30 @@ impl FromStr for TraceFormat {
 /// Guesses the format of a trace from its first non-blank line, for tools that read traces
 /// of any format; `None` when the line matches no format. The guess looks only at the line's
 /// shape, so it can be wrong for a corrupt file, which the reader then reports.
+///
+/// The comma-separated formats are told apart by their fields (trimmed of spaces): SPC has
+/// at least five, the first three unsigned integers and the fourth `r` or `w` in either
+/// case; MSR has exactly seven (its `Type` is a word, `Read` or `Write`, never one letter,
+/// so SPC lines with two optional fields are not taken for MSR); Alibaba has exactly five
+/// with `R` or `W` second and integers elsewhere; Tencent has exactly five integers, the
+/// fourth `0` or `1`. No line fits two of these shapes.
 pub fn guess_format(text: &str) -> Option<TraceFormat> {
     let line = text.lines().map(str::trim).find(|line| !line.is_empty())?;
     if line.starts_with("fio version") {
         return Some(TraceFormat::Iolog);
     }
-    if line.split(',').count() == 7 {
+    let comma_fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    if spc::looks_like(&comma_fields) {
+        return Some(TraceFormat::Spc);
+    }
+    if comma_fields.len() == 7 {
         return Some(TraceFormat::MsrCsv);
+    }
+    if alibaba::looks_like(&comma_fields) {
+        return Some(TraceFormat::Alibaba);
+    }
+    if tencent::looks_like(&comma_fields) {
+        return Some(TraceFormat::Tencent);
     }
     let fields: Vec<&str> = line.split_whitespace().collect();
     if fields
@@ -167,14 +220,19 @@ pub fn read_trace(
         TraceFormat::Fiu => fiu::read_fiu(reader, source_name),
         TraceFormat::Iolog => iolog::read_iolog(reader, source_name),
         TraceFormat::Ascii => ascii::read_ascii(reader, source_name),
+        TraceFormat::Spc => spc::read_spc(reader, source_name),
+        TraceFormat::Alibaba => alibaba::read_alibaba(reader, source_name),
+        TraceFormat::Tencent => tencent::read_tencent(reader, source_name),
     }
 }
 
 /// Writes records in the given format, so that [`read_trace`] reads them back.
 ///
 /// MSR CSV stores timestamps in 100 ns ticks (finer timestamps are truncated) and only
-/// reads and writes; blkparse, FIU and ASCII store offsets and lengths in 512-byte sectors;
-/// see each module for the others' limits. A record the format cannot represent is an
+/// reads and writes; blkparse, FIU, ASCII and Tencent store offsets and lengths in 512-byte
+/// sectors, SPC offsets; timestamps are truncated to the step of
+/// [`TraceFormat::timestamp_step_ns`] (whole seconds for Tencent); see each module for the
+/// others' limits. A record the format cannot represent is an
 /// [`std::io::ErrorKind::InvalidInput`] error. Readers make timestamps relative to the
 /// earliest record, so records whose first timestamp is 0 survive a round trip unchanged.
 ///
@@ -190,6 +248,9 @@ where
         TraceFormat::Fiu => fiu::write_fiu(records, &mut out)?,
         TraceFormat::Iolog => iolog::write_iolog(records, &mut out)?,
         TraceFormat::Ascii => ascii::write_ascii(records, &mut out)?,
+        TraceFormat::Spc => spc::write_spc(records, &mut out)?,
+        TraceFormat::Alibaba => alibaba::write_alibaba(records, &mut out)?,
+        TraceFormat::Tencent => tencent::write_tencent(records, &mut out)?,
         TraceFormat::MsrCsv => {
             for record in records {
                 let record = record.borrow();
@@ -307,6 +368,31 @@ pub(crate) fn rebase_timestamps(records: &mut [TraceRecord]) {
     }
 }
 
+/// Sets each record's timestamp from its raw one in units of `unit_ns` (`raw[i]` is record
+/// `i`'s, with its line number), relative to the earliest. The raw values are rebased before
+/// they are scaled, so that absolute clocks (FILETIME ticks, Unix microseconds or seconds)
+/// far from zero do not overflow; a record too far from the earliest to count in 64-bit
+/// nanoseconds is refused on its line.
+pub(crate) fn rebase_scaled_timestamps(
+    records: &mut [TraceRecord],
+    raw: &[(u64, usize)],
+    unit_ns: u64,
+    source_name: &str,
+) -> Result<(), WorkloadError> {
+    let first = raw.iter().map(|(value, _)| *value).min().unwrap_or(0);
+    for (record, (value, line_number)) in records.iter_mut().zip(raw) {
+        record.timestamp_ns =
+            (value - first)
+                .checked_mul(unit_ns)
+                .ok_or_else(|| WorkloadError::TraceLine {
+                    source: source_name.to_string(),
+                    line: *line_number,
+                    reason: "timestamp is too far from the first record".to_string(),
+                })?;
+    }
+    Ok(())
+}
+
 /// Calls `handle(line_number, line)` for every line of `reader`, with line endings removed.
 /// Invalid UTF-8 is reported as a malformed line rather than an I/O error, since it is a
 /// property of the trace's content.
@@ -410,16 +496,7 @@ pub fn read_msr_csv(
         });
         Ok(())
     })?;
-    let first_tick = ticks.iter().map(|(tick, _)| *tick).min().unwrap_or(0);
-    for (record, (tick, line_number)) in records.iter_mut().zip(&ticks) {
-        record.timestamp_ns = (tick - first_tick)
-            .checked_mul(MSR_TICK_NS)
-            .ok_or_else(|| WorkloadError::TraceLine {
-                source: source_name.to_string(),
-                line: *line_number,
-                reason: "timestamp is too far from the first record".to_string(),
-            })?;
-    }
+    rebase_scaled_timestamps(&mut records, &ticks, MSR_TICK_NS, source_name)?;
     Ok(records)
 }
 

@@ -328,22 +328,27 @@ fn ascii_fixture_parses_round_trips_and_reports_bad_lines() {
 
 #[test]
 fn every_format_round_trips_what_it_can_hold() {
-    // Reads and writes of whole sectors at microsecond times on volume 0 fit every format.
-    let records: Vec<TraceRecord> = (0..200u64)
-        .map(|index| TraceRecord {
-            timestamp_ns: index * 13_000,
-            op: if index % 3 == 0 {
-                IoOp::Read
-            } else {
-                IoOp::Write
-            },
-            offset_bytes: (index * 7919 % 1000) * 4096,
-            len_bytes: (1 + index % 8) * 512,
-            volume: 0,
-            fua: false,
-        })
-        .collect();
+    // Reads and writes of whole sectors on volume 0 fit every format, every 13 µs (a whole
+    // number of every format's timestamp steps but Tencent's) or 13 s in Tencent's, whose
+    // timestamps are whole seconds.
+    let records = |step_ns: u64| -> Vec<TraceRecord> {
+        (0..200u64)
+            .map(|index| TraceRecord {
+                timestamp_ns: index * 13 * step_ns.max(1_000),
+                op: if index % 3 == 0 {
+                    IoOp::Read
+                } else {
+                    IoOp::Write
+                },
+                offset_bytes: (index * 7919 % 1000) * 4096,
+                len_bytes: (1 + index % 8) * 512,
+                volume: 0,
+                fua: false,
+            })
+            .collect()
+    };
     for format in TraceFormat::ALL {
+        let records = records(format.timestamp_step_ns());
         assert_eq!(round_trip(&records, format), records, "{format}");
         assert_eq!(format.name().parse::<TraceFormat>().unwrap(), format);
     }

@@ -31,8 +31,21 @@ fn format_names() {
         "blkparse".parse::<TraceFormat>().unwrap(),
         TraceFormat::Blkparse
     );
-    let error = "spc".parse::<TraceFormat>().unwrap_err();
-    assert!(error.to_string().contains("'spc'"), "{error}");
+    assert_eq!("SPC".parse::<TraceFormat>().unwrap(), TraceFormat::Spc);
+    assert_eq!("umass".parse::<TraceFormat>().unwrap(), TraceFormat::Spc);
+    assert_eq!(
+        "Alibaba".parse::<TraceFormat>().unwrap(),
+        TraceFormat::Alibaba
+    );
+    assert_eq!(
+        "tencent-cbs".parse::<TraceFormat>().unwrap(),
+        TraceFormat::Tencent
+    );
+    for format in TraceFormat::ALL {
+        assert_eq!(format.to_string().parse::<TraceFormat>().unwrap(), format);
+    }
+    let error = "spc2".parse::<TraceFormat>().unwrap_err();
+    assert!(error.to_string().contains("'spc2'"), "{error}");
 }
 
 #[test]
@@ -530,15 +543,539 @@ fn formats_are_guessed_from_the_first_line() {
     assert_eq!(guess("1 2 p 3 8 W 6 0 ab"), Some(TraceFormat::Fiu));
     assert_eq!(guess("fio version 2 iolog"), Some(TraceFormat::Iolog));
     assert_eq!(guess("0 0 1024 8 0"), Some(TraceFormat::Ascii));
+    assert_eq!(guess("0,303567,3584,w,0.000000"), Some(TraceFormat::Spc));
+    assert_eq!(
+        guess(" 3 , 11542 , 4096 , R , 0.1 "),
+        Some(TraceFormat::Spc)
+    );
+    // Seven fields, as many as MSR has, but the one-letter opcode makes it SPC.
+    assert_eq!(guess("0,303567,3584,W,0.5,a,b"), Some(TraceFormat::Spc));
+    assert_eq!(
+        guess("0,R,126703644672,4096,1577808000000626"),
+        Some(TraceFormat::Alibaba)
+    );
+    assert_eq!(guess("7,w,1000,100,5"), Some(TraceFormat::Alibaba));
+    assert_eq!(
+        guess("1538323200,12058624,8,1,1063"),
+        Some(TraceFormat::Tencent)
+    );
+    assert_eq!(guess("1, 2, 3, 0, 4"), Some(TraceFormat::Tencent));
+    // Near misses of the comma formats match none of them.
+    assert_eq!(guess("1,2,3,2,4"), None, "IOType 2");
+    assert_eq!(guess("0,R,1,2,3,4"), None, "Alibaba with six fields");
+    assert_eq!(guess("0,x,3584,w,0.0"), None, "SPC with a letter LBA");
+    assert_eq!(guess("0,1,2,3"), None);
     assert_eq!(guess("what is this"), None);
     assert_eq!(guess(""), None);
+}
+
+/// Every fixture's first line is guessed as the format the fixture is in, so adding a
+/// format's guess has not stolen another's.
+#[test]
+fn every_fixture_is_guessed_as_its_format() {
+    for (text, format) in [
+        (
+            include_str!("../../tests/fixtures/msr_small.csv"),
+            TraceFormat::MsrCsv,
+        ),
+        (
+            include_str!("../../tests/fixtures/blkparse_small.txt"),
+            TraceFormat::Blkparse,
+        ),
+        (
+            include_str!("../../tests/fixtures/fiu_small.txt"),
+            TraceFormat::Fiu,
+        ),
+        (
+            include_str!("../../tests/fixtures/iolog_v2.log"),
+            TraceFormat::Iolog,
+        ),
+        (
+            include_str!("../../tests/fixtures/iolog_v3.log"),
+            TraceFormat::Iolog,
+        ),
+        (
+            include_str!("../../tests/fixtures/ascii_small.trace"),
+            TraceFormat::Ascii,
+        ),
+        (SPC_FIXTURE, TraceFormat::Spc),
+        (ALIBABA_FIXTURE, TraceFormat::Alibaba),
+        (TENCENT_FIXTURE, TraceFormat::Tencent),
+    ] {
+        assert_eq!(guess_format(text), Some(format), "{format}");
+    }
+}
+
+const SPC_FIXTURE: &str = include_str!("../../tests/fixtures/spc_small.csv");
+const ALIBABA_FIXTURE: &str = include_str!("../../tests/fixtures/alibaba_small.csv");
+const TENCENT_FIXTURE: &str = include_str!("../../tests/fixtures/tencent_small.csv");
+
+fn read_as(format: TraceFormat, text: &str) -> Result<Vec<TraceRecord>, WorkloadError> {
+    read_trace(text.as_bytes(), format, "test")
+}
+
+/// Writes `records` in `format` and reads them back.
+fn round_trip(records: &[TraceRecord], format: TraceFormat) -> Vec<TraceRecord> {
+    let mut written = Vec::new();
+    write_trace(records, format, &mut written).unwrap();
+    read_trace(written.as_slice(), format, "round trip").unwrap()
+}
+
+/// Puts each bad line between two good ones and checks that it is refused on line 2 with
+/// the whole message (`trace test line 2: ...`) naming the problem.
+fn check_malformed(format: TraceFormat, good: &str, cases: &[(&str, &str)]) {
+    for (bad, reason_part) in cases {
+        let text = format!("{good}\n{bad}\n{good}\n");
+        let message = read_as(format, &text).unwrap_err().to_string();
+        assert!(
+            message.starts_with("trace test line 2: "),
+            "{format} {bad:?}: {message}"
+        );
+        assert!(message.contains(reason_part), "{format} {bad:?}: {message}");
+        line_error(read_as(format, &text), 2);
+    }
+}
+
+/// Asserts that writing `record` in `format` is refused as invalid input, with a message
+/// containing `reason_part`.
+fn assert_refused(format: TraceFormat, record: TraceRecord, reason_part: &str) {
+    let mut out = Vec::new();
+    let error = write_trace([record], format, &mut out).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{format}");
+    assert!(error.to_string().contains(reason_part), "{format}: {error}");
+    assert!(out.is_empty(), "{format} wrote part of a refused record");
+}
+
+#[test]
+fn spc_fixture_reads_every_field_variant() {
+    let records = read_as(TraceFormat::Spc, SPC_FIXTURE).unwrap();
+    assert_eq!(
+        records,
+        vec![
+            record(0, IoOp::Write, 303567 * 512, 3584, 0),
+            record(0, IoOp::Write, 55590 * 512, 3072, 1),
+            record(26_214_000, IoOp::Write, 303574 * 512, 3584, 0),
+            record(26_214_000, IoOp::Write, 240840 * 512, 3072, 1),
+            record(52_407_000, IoOp::Read, 125638 * 512, 512, 2),
+            // Upper-case opcodes, spaces around fields and optional trailing fields.
+            record(62_406_000, IoOp::Write, 303581 * 512, 3584, 0),
+            record(100_000_000, IoOp::Read, 11542 * 512, 4096, 3),
+            record(132_408_000, IoOp::Write, 303588 * 512, 3584, 0),
+            // After the blank line; a size that is not whole sectors.
+            record(1_000_001_000, IoOp::Read, 4 * 512, 16384, 4),
+            record(2_500_000_000, IoOp::Write, 1000 * 512, 1000, 5),
+        ]
+    );
+    assert_eq!(round_trip(&records, TraceFormat::Spc), records);
+}
+
+#[test]
+fn spc_timestamps_are_exact_and_relative_to_the_earliest() {
+    let times = |text: &str| -> Vec<u64> {
+        read_as(TraceFormat::Spc, text)
+            .unwrap()
+            .iter()
+            .map(|r| r.timestamp_ns)
+            .collect()
+    };
+    // 0.3 and 0.7 are not exact in binary floating point; read as digits they are.
+    assert_eq!(
+        times("0,0,512,r,5.3\n0,0,512,r,0.000000001\n0,0,512,r,5.7\r\n0,0,512,r,12.\n"),
+        [5_299_999_999, 0, 5_699_999_999, 11_999_999_999]
+    );
+    assert_eq!(
+        times("0,0,512,r,18446744073.709551615\n"),
+        [0],
+        "a lone record is the earliest"
+    );
+    assert_eq!(
+        times("0,0,512,r,0\n0,0,512,r,18446744073.709551615\n"),
+        [0, u64::MAX]
+    );
+}
+
+#[test]
+fn spc_malformed_lines() {
+    check_malformed(
+        TraceFormat::Spc,
+        "0,8,4096,w,0.5",
+        &[
+            ("0,8,4096,w", "at least 5 comma-separated fields"),
+            ("0 8 4096 w 0.5", "found 1"),
+            ("x,8,4096,w,0.5", "ASU 'x'"),
+            ("-1,8,4096,w,0.5", "ASU '-1'"),
+            ("4294967296,8,4096,w,0.5", "ASU '4294967296'"),
+            ("0,,4096,w,0.5", "LBA ''"),
+            ("0,0x8,4096,w,0.5", "LBA '0x8'"),
+            ("0,8,4k,w,0.5", "size '4k'"),
+            ("0,8,0,w,0.5", "size is zero"),
+            ("0,8,4096,x,0.5", "opcode 'x' is neither r nor w"),
+            ("0,8,4096,write,0.5", "opcode 'write'"),
+            ("0,8,4096,w,", "timestamp '' is not a decimal"),
+            ("0,8,4096,w,-0.5", "timestamp '-0.5' is negative"),
+            ("0,8,4096,w,NaN", "timestamp 'NaN' is not a decimal"),
+            ("0,8,4096,w,1e3", "timestamp '1e3' is not a decimal"),
+            ("0,8,4096,w,.5", "timestamp '.5' is not a decimal"),
+            ("0,8,4096,w,1.2.3", "timestamp '1.2.3' is not a decimal"),
+            ("0,8,4096,w,0.1234567891", "more than 9 decimal places"),
+            ("0,8,4096,w,18446744073.709551616", "too large"),
+            ("0,8,4096,w,99999999999999999999", "too large"),
+            (
+                "0,36028797018963968,512,w,0.5",
+                "LBA '36028797018963968' is too large",
+            ),
+            ("0,36028797018963967,1024,w,0.5", "offset + size overflows"),
+        ],
+    );
+}
+
+#[test]
+fn alibaba_fixture_reads_every_field_variant() {
+    let records = read_as(TraceFormat::Alibaba, ALIBABA_FIXTURE).unwrap();
+    assert_eq!(
+        records,
+        vec![
+            record(0, IoOp::Read, 126703644672, 4096, 0),
+            record(622_000, IoOp::Write, 126703648768, 8192, 0),
+            record(622_000, IoOp::Read, 4096, 65536, 3),
+            record(1_384_000, IoOp::Write, 126703656960, 4096, 0),
+            // Lower-case opcodes, and offsets and lengths that are not whole sectors.
+            record(2_374_000, IoOp::Read, 1000, 100, 7),
+            record(9_374_000, IoOp::Write, 69632, 4096, 3),
+            // After the blank line.
+            record(1_000_000_000, IoOp::Read, 0, 512, 0),
+            record(1_999_374_000, IoOp::Write, 1 << 40, 131072, 12),
+        ]
+    );
+    assert_eq!(round_trip(&records, TraceFormat::Alibaba), records);
+    assert_eq!(
+        read_as(TraceFormat::Alibaba, " 1 , W , 512 , 512 , 9 \r\n").unwrap(),
+        [record(0, IoOp::Write, 512, 512, 1)],
+        "spaces around fields and CRLF"
+    );
+}
+
+#[test]
+fn alibaba_malformed_lines() {
+    check_malformed(
+        TraceFormat::Alibaba,
+        "0,R,4096,4096,1577808000000626",
+        &[
+            ("0,R,4096,4096", "expected 5 comma-separated fields"),
+            ("0,R,4096,4096,1,2", "found 6"),
+            ("dev,R,4096,4096,1", "device_id 'dev'"),
+            ("-1,R,4096,4096,1", "device_id '-1'"),
+            ("4294967296,R,4096,4096,1", "device_id '4294967296'"),
+            ("0,X,4096,4096,1", "opcode 'X' is neither R nor W"),
+            ("0,RW,4096,4096,1", "opcode 'RW'"),
+            ("0,R,-4096,4096,1", "offset '-4096'"),
+            ("0,R,4096,4 KiB,1", "length '4 KiB'"),
+            (
+                "0,R,4096,4294967296,1",
+                "length '4294967296' is not an unsigned 32-bit",
+            ),
+            ("0,R,4096,0,1", "length is zero"),
+            ("0,R,4096,4096,1.5", "timestamp '1.5'"),
+            ("0,R,4096,4096,-1", "timestamp '-1'"),
+            (
+                "0,R,18446744073709551615,4096,1",
+                "offset + length overflows",
+            ),
+        ],
+    );
+    // Microseconds that are too far apart to count in 64-bit nanoseconds.
+    let far = format!("0,R,0,512,0\n0,R,0,512,{}\n", u64::MAX);
+    assert!(line_error(read_as(TraceFormat::Alibaba, &far), 2).contains("too far"));
+    // Absolute microseconds are rebased before they are scaled, so a late clock is fine.
+    let late = format!("0,R,0,512,{}\n0,R,0,512,{}\n", u64::MAX - 1, u64::MAX);
+    assert_eq!(
+        read_as(TraceFormat::Alibaba, &late).unwrap()[1].timestamp_ns,
+        1000
+    );
+}
+
+#[test]
+fn tencent_fixture_reads_every_field_variant() {
+    let records = read_as(TraceFormat::Tencent, TENCENT_FIXTURE).unwrap();
+    let s = 1_000_000_000;
+    assert_eq!(
+        records,
+        vec![
+            record(0, IoOp::Write, 12058624 * 512, 4096, 1063),
+            record(0, IoOp::Write, 12058632 * 512, 4096, 1063),
+            record(s, IoOp::Read, 3045632 * 512, 8192, 1063),
+            record(s, IoOp::Write, 44040192 * 512, 65536, 2170),
+            record(2 * s, IoOp::Read, 0, 512, 2170),
+            // After the blank line.
+            record(5 * s, IoOp::Write, 12058640 * 512, 4096, 1063),
+            record(60 * s, IoOp::Read, 3045648 * 512, 131072, 1063),
+            record(60 * s, IoOp::Read, 7 * 512, 4096, 0),
+        ]
+    );
+    assert_eq!(round_trip(&records, TraceFormat::Tencent), records);
+    assert_eq!(
+        read_as(TraceFormat::Tencent, " 9 , 1 , 2 , 1 , 3 \r\n").unwrap(),
+        [record(0, IoOp::Write, 512, 1024, 3)],
+        "spaces around fields and CRLF"
+    );
+}
+
+#[test]
+fn tencent_malformed_lines() {
+    check_malformed(
+        TraceFormat::Tencent,
+        "1538323200,12058624,8,1,1063",
+        &[
+            (
+                "1538323200,12058624,8,1",
+                "expected 5 comma-separated fields",
+            ),
+            ("1538323200,12058624,8,1,1063,0", "found 6"),
+            ("1538323200.5,12058624,8,1,1063", "Timestamp '1538323200.5'"),
+            ("1538323200,-8,8,1,1063", "Offset '-8'"),
+            ("1538323200,12058624,eight,1,1063", "Size 'eight'"),
+            ("1538323200,12058624,0,1,1063", "size is zero"),
+            (
+                "1538323200,12058624,8,2,1063",
+                "IOType '2' is neither 0 (read) nor 1 (write)",
+            ),
+            ("1538323200,12058624,8,W,1063", "IOType 'W'"),
+            ("1538323200,12058624,8,1,v1063", "VolumeID 'v1063'"),
+            (
+                "1538323200,12058624,8,1,4294967296",
+                "VolumeID '4294967296'",
+            ),
+            (
+                "1538323200,36028797018963968,8,1,1063",
+                "Offset is too large",
+            ),
+            ("1538323200,36028797018963960,8,1,1063", "size is too large"),
+        ],
+    );
+    // Seconds that are too far apart to count in 64-bit nanoseconds.
+    let far = "0,0,1,0,0\n18446744074,0,1,0,0\n";
+    assert!(line_error(read_as(TraceFormat::Tencent, far), 2).contains("too far"));
+    let fits = "0,0,1,0,0\n18446744073,0,1,0,0\n";
+    assert_eq!(
+        read_as(TraceFormat::Tencent, fits).unwrap()[1].timestamp_ns,
+        18_446_744_073_000_000_000
+    );
+}
+
+#[test]
+fn new_writers_write_their_formats_lines() {
+    let records = [
+        record(0, IoOp::Write, 303567 * 512, 3584, 0),
+        record(2_500_000_001, IoOp::Read, 1024, 8192, 1063),
+    ];
+    let text = |format| {
+        let mut out = Vec::new();
+        write_trace(records, format, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(
+        text(TraceFormat::Spc),
+        "0,303567,3584,w,0.000000000\n1063,2,8192,r,2.500000001\n"
+    );
+    assert_eq!(
+        text(TraceFormat::Alibaba),
+        "0,W,155426304,3584,0\n1063,R,1024,8192,2500000\n"
+    );
+    assert_eq!(
+        text(TraceFormat::Tencent),
+        "0,303567,7,1,0\n2,2,16,0,1063\n"
+    );
+}
+
+/// Tencent counts whole seconds, so its writer truncates finer times, as the MSR (100 ns)
+/// and iolog (µs) writers truncate to theirs; Alibaba truncates to microseconds.
+#[test]
+fn writers_truncate_times_to_their_format_step() {
+    let records = [
+        record(0, IoOp::Write, 0, 512, 0),
+        record(1_999_999_999, IoOp::Write, 0, 512, 0),
+        record(3_000_000_500, IoOp::Read, 0, 512, 0),
+    ];
+    let times = |format| -> Vec<u64> {
+        round_trip(&records, format)
+            .iter()
+            .map(|r| r.timestamp_ns)
+            .collect()
+    };
+    assert_eq!(
+        times(TraceFormat::Tencent),
+        [0, 1_000_000_000, 3_000_000_000]
+    );
+    assert_eq!(
+        times(TraceFormat::Alibaba),
+        [0, 1_999_999_000, 3_000_000_000]
+    );
+    assert_eq!(times(TraceFormat::Spc), [0, 1_999_999_999, 3_000_000_500]);
+    for format in TraceFormat::ALL {
+        let step_ns = format.timestamp_step_ns();
+        let kept: Vec<u64> = records
+            .iter()
+            .map(|r| r.timestamp_ns / step_ns * step_ns)
+            .collect();
+        assert_eq!(times(format), kept, "{format}");
+    }
+}
+
+#[test]
+fn new_writers_refuse_what_their_format_cannot_hold() {
+    let read = record(0, IoOp::Read, 4096, 4096, 0);
+    for format in [TraceFormat::Spc, TraceFormat::Alibaba, TraceFormat::Tencent] {
+        assert!(!format.holds(IoOp::Trim) && !format.holds(IoOp::Flush));
+        assert!(format.holds(IoOp::Read) && format.holds(IoOp::Write));
+        assert!(!format.holds_fua());
+        assert_refused(
+            format,
+            TraceRecord {
+                op: IoOp::Trim,
+                ..read
+            },
+            "Trim",
+        );
+        assert_refused(
+            format,
+            TraceRecord {
+                op: IoOp::Flush,
+                len_bytes: 0,
+                ..read
+            },
+            "Flush",
+        );
+        let empty = TraceRecord {
+            len_bytes: 0,
+            ..read
+        };
+        assert_refused(format, empty, "");
+    }
+    // SPC's LBA counts 512-byte blocks, but its size is bytes.
+    let unaligned_offset = TraceRecord {
+        offset_bytes: 4097,
+        ..read
+    };
+    assert_refused(TraceFormat::Spc, unaligned_offset, "offset 4097");
+    let odd_size = TraceRecord {
+        len_bytes: 100,
+        ..read
+    };
+    assert_eq!(round_trip(&[odd_size], TraceFormat::Spc), [odd_size]);
+    // Tencent counts both in sectors.
+    assert_refused(TraceFormat::Tencent, unaligned_offset, "offset 4097");
+    assert_refused(TraceFormat::Tencent, odd_size, "length 100");
+    // Alibaba counts bytes, up to an unsigned 32-bit length.
+    assert_eq!(
+        round_trip(&[unaligned_offset, odd_size], TraceFormat::Alibaba),
+        [unaligned_offset, odd_size]
+    );
+    let huge = TraceRecord {
+        len_bytes: 1 << 32,
+        ..read
+    };
+    assert_refused(TraceFormat::Alibaba, huge, "4294967296");
+    let largest = TraceRecord {
+        len_bytes: u64::from(u32::MAX),
+        ..read
+    };
+    assert_eq!(round_trip(&[largest], TraceFormat::Alibaba), [largest]);
+}
+
+/// A corrupted line of each new fixture is reported with the file name and line number.
+#[test]
+fn new_fixtures_report_a_corrupt_line_with_file_and_number() {
+    for (text, format, name, line, bad) in [
+        (
+            SPC_FIXTURE,
+            TraceFormat::Spc,
+            "spc_small.csv",
+            5,
+            "2,125638,512,q,0.052407",
+        ),
+        (
+            ALIBABA_FIXTURE,
+            TraceFormat::Alibaba,
+            "alibaba_small.csv",
+            8,
+            "0,R,0,0,1577808001000626",
+        ),
+        (
+            TENCENT_FIXTURE,
+            TraceFormat::Tencent,
+            "tencent_small.csv",
+            9,
+            "1538323260,7,8,0",
+        ),
+    ] {
+        let broken: String = text
+            .lines()
+            .enumerate()
+            .map(|(index, original)| if index + 1 == line { bad } else { original })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let message = read_trace(broken.as_bytes(), format, name)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with(&format!("trace {name} line {line}: ")),
+            "{message}"
+        );
+    }
 }
 
 mod properties {
     use super::*;
     use proptest::prelude::*;
 
+    /// Builds records every format holds from generated parts, timed in multiples of
+    /// `step_ns` from 0 and with volumes numbered in order of first appearance (as iolog
+    /// numbers them).
+    fn holdable_records(parts: &[(u64, bool, u64, u64, u32)], step_ns: u64) -> Vec<TraceRecord> {
+        let mut seen_volumes: Vec<u32> = Vec::new();
+        let mut steps = 0;
+        parts
+            .iter()
+            .enumerate()
+            .map(
+                |(index, &(gap_steps, is_read, offset_sectors, len_sectors, volume))| {
+                    if index > 0 {
+                        steps += gap_steps;
+                    }
+                    let volume = match seen_volumes.iter().position(|v| *v == volume) {
+                        Some(position) => position,
+                        None => {
+                            seen_volumes.push(volume);
+                            seen_volumes.len() - 1
+                        }
+                    };
+                    TraceRecord {
+                        timestamp_ns: steps * step_ns,
+                        op: if is_read { IoOp::Read } else { IoOp::Write },
+                        offset_bytes: offset_sectors * 512,
+                        len_bytes: len_sectors * 512,
+                        volume: volume as u32,
+                        fua: false,
+                    }
+                },
+            )
+            .collect()
+    }
+
     proptest! {
+        #[test]
+        fn every_format_round_trips_what_it_holds(
+            parts in proptest::collection::vec(
+                (0u64..5_000, any::<bool>(), 0u64..1 << 40, 1u64..2048, 0u32..6),
+                1..40,
+            )
+        ) {
+            for format in TraceFormat::ALL {
+                let records = holdable_records(&parts, format.timestamp_step_ns());
+                prop_assert_eq!(round_trip(&records, format), records, "{}", format);
+            }
+        }
+
         #[test]
         fn readers_never_panic(text in any::<String>()) {
             for format in TraceFormat::ALL {
@@ -559,6 +1096,30 @@ mod properties {
         ) {
             for format in TraceFormat::ALL {
                 let _ = read_trace(text.as_bytes(), format, "plausible");
+            }
+        }
+
+        /// Lines of the comma-separated formats' alphabet, with numbers near the overflow
+        /// limits, reach the field checks rather than stopping at the field count.
+        #[test]
+        fn readers_never_panic_on_plausible_comma_lines(
+            lines in proptest::collection::vec(
+                proptest::collection::vec(
+                    "([0-9]{0,20}|[0-9]{1,11}\\.[0-9]{0,10}|[rRwW01]| ?[0-9]{1,3} ?|-1)",
+                    3..8,
+                ),
+                0..8,
+            )
+        ) {
+            let text: String = lines.iter().map(|fields| fields.join(",") + "\n").collect();
+            for format in TraceFormat::ALL {
+                if let Ok(records) = read_trace(text.as_bytes(), format, "plausible") {
+                    let mut written = Vec::new();
+                    if write_trace(&records, format, &mut written).is_ok() {
+                        let again = read_trace(written.as_slice(), format, "again").unwrap();
+                        prop_assert_eq!(again.len(), records.len());
+                    }
+                }
             }
         }
     }
