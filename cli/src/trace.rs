@@ -120,11 +120,44 @@ pub fn parse_format(name: &str) -> Result<TraceFormat, String> {
         .map_err(|e: afa_workload::WorkloadError| e.to_string())
 }
 
-/// Reads the trace at `path`, in `format` or the guessed one.
-pub fn read_file(path: &Path, format: Option<&str>) -> Result<Vec<TraceRecord>, String> {
+/// The gzip format's first two bytes (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Opens the trace at `path` for reading, decompressing it on the fly when it is gzipped
+/// (recognized by its first bytes, whatever its name): the public releases of the MSR,
+/// Alibaba and Tencent traces are, and unpacked they take tens to hundreds of gigabytes.
+/// A tar archive (Tencent's `.tgz` hours) is refused by name, since its members must be
+/// taken out first.
+pub fn open_trace(path: &Path) -> Result<Box<dyn BufRead>, String> {
     let source = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open trace {source}: {e}"))?;
-    let mut reader = BufReader::new(file);
+    let mut raw = BufReader::new(file);
+    let head = raw
+        .fill_buf()
+        .map_err(|e| format!("cannot read trace {source}: {e}"))?;
+    let mut reader: Box<dyn BufRead> = if head.starts_with(&GZIP_MAGIC) {
+        // Multi-member: gzip files joined with `cat` decompress as one stream, as gunzip
+        // reads them.
+        Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(raw)))
+    } else {
+        Box::new(raw)
+    };
+    let head = reader
+        .fill_buf()
+        .map_err(|e| format!("cannot read trace {source}: {e}"))?;
+    // A tar header carries "ustar" at byte 257 (POSIX.1-1988 and GNU alike).
+    if head.get(257..262) == Some(b"ustar".as_slice()) {
+        return Err(format!(
+            "trace {source} is a tar archive: extract its files (tar -xf) and give one of them"
+        ));
+    }
+    Ok(reader)
+}
+
+/// Reads the trace at `path` (gzipped or not), in `format` or the guessed one.
+pub fn read_file(path: &Path, format: Option<&str>) -> Result<Vec<TraceRecord>, String> {
+    let source = path.display().to_string();
+    let mut reader = open_trace(path)?;
     let format = match format {
         Some(name) => parse_format(name)?,
         None => {
@@ -280,9 +313,7 @@ pub fn load_records(t: &TraceConfig, base: &Path) -> Result<Vec<TraceRecord>, St
     let path = base.join(&t.path);
     let format = parse_format(&t.format).map_err(|e| format!("workload.trace.format: {e}"))?;
     let source = path.display().to_string();
-    let file =
-        std::fs::File::open(&path).map_err(|e| format!("cannot open trace {source}: {e}"))?;
-    let records = read_trace(BufReader::new(file), format, &source).map_err(|e| e.to_string())?;
+    let records = read_trace(open_trace(&path)?, format, &source).map_err(|e| e.to_string())?;
     let transform = TraceTransform {
         volumes: t.volumes.clone(),
         volume_stride_bytes: t.volume_stride_bytes,

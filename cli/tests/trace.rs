@@ -209,3 +209,97 @@ fn run_replays_fiu_volumes_side_by_side() {
     assert_eq!(report["read"]["ios"], 5);
     assert_eq!(report["integrity"]["mismatches"], 0);
 }
+
+/// `bytes` gzipped, as one member.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// Gzipped traces are read as their text, whatever their name, for `afa trace` and for a
+/// run's `[workload.trace]`: the same statistics, guessed formats included; two gzip members
+/// joined with `cat` read as one trace; a gzip file cut short and a tar archive are refused
+/// with a message that says so.
+#[test]
+fn gzipped_traces_read_as_their_text() {
+    let stats_of = |path: &str| {
+        let out = afa(&["trace", "stats", path, "--json"]);
+        assert!(out.status.success(), "{path}: {}", text(&out.stderr));
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        stats["stats"].clone()
+    };
+    for name in [
+        "msr_small.csv",
+        "tencent_small.csv",
+        "spc_small.csv",
+        "iolog_v3.log",
+    ] {
+        let plain = std::fs::read(workload_fixture(name)).unwrap();
+        let zipped = temp(&format!("{name}.gz"));
+        std::fs::write(&zipped, gzip(&plain)).unwrap();
+        assert_eq!(
+            stats_of(&zipped),
+            stats_of(&workload_fixture(name)),
+            "{name}"
+        );
+    }
+    // Two members: the reader goes on past the first, as gunzip does.
+    let plain = std::fs::read(workload_fixture("msr_small.csv")).unwrap();
+    let twice = temp("twice.csv.gz");
+    std::fs::write(&twice, [gzip(&plain), gzip(&plain)].concat()).unwrap();
+    let once = stats_of(&workload_fixture("msr_small.csv"));
+    let both = stats_of(&twice);
+    assert_eq!(
+        both["write_count"],
+        2 * once["write_count"].as_u64().unwrap()
+    );
+    // Cut short: an error naming the file, never a panic or a partial trace taken as whole.
+    let whole = gzip(&plain);
+    let cut = temp("cut.csv.gz");
+    std::fs::write(&cut, &whole[..whole.len() - 12]).unwrap();
+    let out = afa(&["trace", "stats", &cut, "--format", "msr"]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a truncated gzip file was read whole"
+    );
+    assert!(err.contains(&cut) && !err.contains("panicked"), "{err}");
+    // A tar archive, gzipped or not, is refused by name.
+    let mut tar = vec![0u8; 1024];
+    tar[..8].copy_from_slice(b"trace.cs");
+    tar[257..263].copy_from_slice(b"ustar\0");
+    for (name, bytes) in [("hour.tar", tar.clone()), ("hour.tgz", gzip(&tar))] {
+        let path = temp(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = afa(&["trace", "stats", &path]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{name}");
+        assert!(err.contains("tar archive"), "{name}: {err}");
+    }
+    // A run replays a gzipped trace as it replays the text.
+    let fiu = temp("fiu_small.txt.gz");
+    std::fs::write(
+        &fiu,
+        gzip(&std::fs::read(workload_fixture("fiu_small.txt")).unwrap()),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(fixture("trace_volumes.toml"))
+        .unwrap()
+        .replace(
+            "path = \"../../../workload/tests/fixtures/fiu_small.txt\"",
+            &format!("path = {fiu:?}"),
+        );
+    assert!(config.contains(".gz"), "the fixture's trace path moved");
+    let toml = temp("gz_volumes.toml");
+    std::fs::write(&toml, config).unwrap();
+    let json = temp("gz_volumes.json");
+    let out = afa(&["run", &toml, "--quiet", "--json", &json]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["write"]["ios"], 7);
+    assert_eq!(report["read"]["ios"], 5);
+    assert_eq!(report["integrity"]["mismatches"], 0);
+}
