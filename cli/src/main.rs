@@ -465,12 +465,7 @@ impl Delivery<'_> {
                     path.display()
                 );
             }
-            let file = std::fs::File::create(path)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            afa_workload::trace::write_trace(kept, format, &mut out)
-                .and_then(|()| std::io::Write::flush(&mut out))
-                .map_err(|e| format!("cannot write trace {}: {e}", path.display()))?;
+            trace::write_records(kept, format, Some(path))?;
         }
         integrity_verdict(outcome)
     }

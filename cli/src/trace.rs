@@ -274,11 +274,25 @@ fn synthesize(args: SynthArgs) -> Result<(), String> {
     write_records(synthesizer, format, args.out.as_deref())
 }
 
-fn write_records(
-    records: impl IntoIterator<Item = TraceRecord>,
-    format: TraceFormat,
-    out: Option<&Path>,
-) -> Result<(), String> {
+/// Writes `records` as a `format` trace to `out` (gzipped when its name ends in `.gz`), or
+/// to standard output.
+pub fn write_records<I>(records: I, format: TraceFormat, out: Option<&Path>) -> Result<(), String>
+where
+    I: IntoIterator,
+    I::Item: std::borrow::Borrow<TraceRecord>,
+{
+    if let Some(path) = out.filter(|p| p.extension().is_some_and(|e| e == "gz")) {
+        // A `.gz` output is gzipped, so a converted trace can stay as compact as the
+        // releases it came from; the encoder's trailer is written, and its errors seen, by
+        // `finish`.
+        let name = path.display().to_string();
+        let failed = |e: std::io::Error| format!("writing {format} trace to {name}: {e}");
+        let file = std::fs::File::create(path).map_err(|e| format!("cannot create {name}: {e}"))?;
+        let mut encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+        write_trace(records, format, BufWriter::new(&mut encoder)).map_err(failed)?;
+        encoder.finish().map_err(failed)?;
+        return Ok(());
+    }
     let (writer, name): (Box<dyn Write>, String) = match out {
         Some(path) => (
             Box::new(

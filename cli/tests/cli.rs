@@ -632,9 +632,11 @@ fn a_sync_jobs_fua_writes_are_recorded_and_replayed() {
 #[test]
 fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
     let small = ["--set", "job.number_ios=300", "--set", "job.fsync=64"];
-    for format in ["iolog", "ascii"] {
-        let trace = temp(&format!("recorded.{format}"));
-        let json = temp(&format!("recorded-{format}.json"));
+    // The last recording is gzipped (its name ends in .gz) and replayed from the .gz file.
+    for (format, gz) in [("iolog", false), ("ascii", false), ("iolog", true)] {
+        let suffix = if gz { ".gz" } else { "" };
+        let trace = temp(&format!("recorded-{gz}.{format}{suffix}"));
+        let json = temp(&format!("recorded-{format}-{gz}.json"));
         let mut args = vec!["run", "--quiet"];
         args.extend(small);
         args.extend([
@@ -656,7 +658,20 @@ fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
         } else {
             4
         };
-        let text = std::fs::read_to_string(&trace).unwrap();
+        let bytes = std::fs::read(&trace).unwrap();
+        assert_eq!(
+            bytes.starts_with(&[0x1f, 0x8b]),
+            gz,
+            "{format}: gzipped or not"
+        );
+        let text = if gz {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+                .unwrap();
+            text
+        } else {
+            String::from_utf8(bytes).unwrap()
+        };
         let records =
             afa_workload::trace::read_trace(text.as_bytes(), format.parse().unwrap(), format)
                 .unwrap();
@@ -669,8 +684,8 @@ fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
             .windows(2)
             .all(|w| w[0].timestamp_ns <= w[1].timestamp_ns));
         // Replayed open loop at the recorded times, the same requests reach the device.
-        let config = timed_replay_config(&trace, format, &format!("replay-{format}.toml"));
-        let replay_json = temp(&format!("replay-{format}.json"));
+        let config = timed_replay_config(&trace, format, &format!("replay-{format}-{gz}.toml"));
+        let replay_json = temp(&format!("replay-{format}-{gz}.json"));
         let replayed = afa_json(&["run", config.to_str().unwrap(), "--quiet"], &replay_json);
         for op in ["read", "write"] {
             assert_eq!(replayed[op]["ios"], original[op]["ios"], "{format} {op}");

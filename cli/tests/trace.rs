@@ -278,6 +278,21 @@ fn gzipped_traces_read_as_their_text() {
         assert!(!out.status.success(), "{name}");
         assert!(err.contains("tar archive"), "{name}: {err}");
     }
+    // `convert` to a `.gz` output writes it gzipped, and it reads back to the same trace.
+    let converted = temp("converted.spc.gz");
+    let out = afa(&[
+        "trace",
+        "convert",
+        &workload_fixture("msr_small.csv"),
+        &converted,
+        "--to",
+        "spc",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(std::fs::read(&converted)
+        .unwrap()
+        .starts_with(&[0x1f, 0x8b]));
+    assert_eq!(stats_of(&converted), once);
     // A run replays a gzipped trace as it replays the text.
     let fiu = temp("fiu_small.txt.gz");
     std::fs::write(
