@@ -188,8 +188,8 @@ fn config_errors_name_the_field_and_do_not_panic() {
         ),
         (
             "traceformat.toml",
-            "[workload.trace]\npath = \"x\"\nformat = \"spc\"\n",
-            "spc",
+            "[workload.trace]\npath = \"x\"\nformat = \"spx\"\n",
+            "spx",
         ),
         (
             "threads.toml",
