@@ -257,12 +257,7 @@ where
                 let op = match record.op {
                     IoOp::Read => "Read",
                     IoOp::Write => "Write",
-                    IoOp::Trim | IoOp::Flush => {
-                        return Err(invalid_input(format!(
-                            "MSR traces cannot hold {:?} requests",
-                            record.op
-                        )))
-                    }
+                    IoOp::Trim | IoOp::Flush => return Err(unheld_op("MSR", record.op)),
                 };
                 writeln!(
                     out,
@@ -318,6 +313,17 @@ where
 
 pub(crate) fn invalid_input(message: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, message)
+}
+
+/// The refusal of a writer whose format (`format` names it) holds only reads and writes.
+pub(crate) fn unheld_op(format: &str, op: IoOp) -> std::io::Error {
+    invalid_input(format!("{format} traces cannot hold {op:?} requests"))
+}
+
+/// Whether a field is an unsigned decimal integer (digits only), as the comma-separated
+/// formats' shape tests ask.
+pub(crate) fn is_unsigned_integer(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Length of one Windows FILETIME tick.

@@ -11,7 +11,10 @@
 use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
-use super::{for_each_line, invalid_input, rebase_scaled_timestamps, TraceRecord};
+use super::{
+    for_each_line, invalid_input, is_unsigned_integer, rebase_scaled_timestamps, unheld_op,
+    TraceRecord,
+};
 use crate::{IoOp, WorkloadError};
 
 /// The release's timestamps count microseconds.
@@ -20,13 +23,12 @@ const NS_PER_US: u64 = 1_000;
 /// Whether `fields` (a line split at commas, each trimmed) has the shape of an Alibaba
 /// record: exactly five fields, `R` or `W` second and unsigned integers elsewhere.
 pub(crate) fn looks_like(fields: &[&str]) -> bool {
-    let integer = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     match fields {
         [device, opcode, offset, length, timestamp] => {
             matches!(*opcode, "R" | "r" | "W" | "w")
                 && [device, offset, length, timestamp]
                     .iter()
-                    .all(|field| integer(field))
+                    .all(|field| is_unsigned_integer(field))
         }
         _ => false,
     }
@@ -115,12 +117,7 @@ where
         let opcode = match record.op {
             IoOp::Read => "R",
             IoOp::Write => "W",
-            IoOp::Trim | IoOp::Flush => {
-                return Err(invalid_input(format!(
-                    "Alibaba traces cannot hold {:?} requests",
-                    record.op
-                )))
-            }
+            IoOp::Trim | IoOp::Flush => return Err(unheld_op("Alibaba", record.op)),
         };
         if record.len_bytes == 0 || u32::try_from(record.len_bytes).is_err() {
             return Err(invalid_input(format!(

@@ -11,7 +11,7 @@ use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
 use super::{
-    for_each_line, invalid_input, rebase_timestamps, sector_range, TraceRecord,
+    for_each_line, invalid_input, rebase_timestamps, sector_range, unheld_op, TraceRecord,
     BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
@@ -86,12 +86,7 @@ where
         let kind = match record.op {
             IoOp::Write => 0,
             IoOp::Read => 1,
-            IoOp::Trim | IoOp::Flush => {
-                return Err(invalid_input(format!(
-                    "ASCII traces cannot hold {:?} requests",
-                    record.op
-                )))
-            }
+            IoOp::Trim | IoOp::Flush => return Err(unheld_op("ASCII", record.op)),
         };
         if record.offset_bytes % BLKPARSE_SECTOR_BYTES != 0
             || record.len_bytes % BLKPARSE_SECTOR_BYTES != 0

@@ -13,7 +13,7 @@ use std::io::{BufRead, Write};
 
 use super::{
     for_each_line, invalid_input, join_device, rebase_timestamps, sector_range, split_device,
-    TraceRecord, BLKPARSE_SECTOR_BYTES,
+    unheld_op, TraceRecord, BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
 
@@ -92,12 +92,7 @@ where
         let kind = match record.op {
             IoOp::Read => "R",
             IoOp::Write => "W",
-            IoOp::Trim | IoOp::Flush => {
-                return Err(invalid_input(format!(
-                    "FIU traces cannot hold {:?} requests",
-                    record.op
-                )))
-            }
+            IoOp::Trim | IoOp::Flush => return Err(unheld_op("FIU", record.op)),
         };
         if record.offset_bytes % BLKPARSE_SECTOR_BYTES != 0
             || record.len_bytes % BLKPARSE_SECTOR_BYTES != 0

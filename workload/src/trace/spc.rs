@@ -18,8 +18,8 @@ use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
 use super::{
-    for_each_line, invalid_input, parse_seconds_ns, rebase_timestamps, TraceRecord,
-    BLKPARSE_SECTOR_BYTES,
+    for_each_line, invalid_input, is_unsigned_integer, parse_seconds_ns, rebase_timestamps,
+    unheld_op, TraceRecord, BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
 
@@ -29,9 +29,8 @@ const REQUIRED_FIELDS: usize = 5;
 /// Whether `fields` (a line split at commas, each trimmed) has the shape of an SPC record:
 /// at least five fields, the first three unsigned integers and the fourth an `r` or `w`.
 pub(crate) fn looks_like(fields: &[&str]) -> bool {
-    let integer = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     fields.len() >= REQUIRED_FIELDS
-        && fields[..3].iter().all(|field| integer(field))
+        && fields[..3].iter().all(|field| is_unsigned_integer(field))
         && matches!(fields[3], "r" | "R" | "w" | "W")
 }
 
@@ -135,12 +134,7 @@ where
         let opcode = match record.op {
             IoOp::Read => "r",
             IoOp::Write => "w",
-            IoOp::Trim | IoOp::Flush => {
-                return Err(invalid_input(format!(
-                    "SPC traces cannot hold {:?} requests",
-                    record.op
-                )))
-            }
+            IoOp::Trim | IoOp::Flush => return Err(unheld_op("SPC", record.op)),
         };
         if record.offset_bytes % BLKPARSE_SECTOR_BYTES != 0 {
             return Err(invalid_input(format!(

@@ -15,8 +15,8 @@ use std::borrow::Borrow;
 use std::io::{BufRead, Write};
 
 use super::{
-    for_each_line, invalid_input, rebase_scaled_timestamps, sector_range, TraceRecord,
-    BLKPARSE_SECTOR_BYTES,
+    for_each_line, invalid_input, is_unsigned_integer, rebase_scaled_timestamps, sector_range,
+    unheld_op, TraceRecord, BLKPARSE_SECTOR_BYTES,
 };
 use crate::{IoOp, WorkloadError};
 
@@ -26,8 +26,9 @@ pub(crate) const NS_PER_SECOND: u64 = 1_000_000_000;
 /// Whether `fields` (a line split at commas, each trimmed) has the shape of a Tencent
 /// record: exactly five unsigned integers, the fourth `0` or `1`.
 pub(crate) fn looks_like(fields: &[&str]) -> bool {
-    let integer = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    fields.len() == 5 && fields.iter().all(|field| integer(field)) && matches!(fields[3], "0" | "1")
+    fields.len() == 5
+        && fields.iter().all(|field| is_unsigned_integer(field))
+        && matches!(fields[3], "0" | "1")
 }
 
 /// Reads a Tencent CBS trace.
@@ -106,12 +107,7 @@ where
         let io_type = match record.op {
             IoOp::Read => 0,
             IoOp::Write => 1,
-            IoOp::Trim | IoOp::Flush => {
-                return Err(invalid_input(format!(
-                    "Tencent traces cannot hold {:?} requests",
-                    record.op
-                )))
-            }
+            IoOp::Trim | IoOp::Flush => return Err(unheld_op("Tencent", record.op)),
         };
         if record.offset_bytes % BLKPARSE_SECTOR_BYTES != 0
             || record.len_bytes % BLKPARSE_SECTOR_BYTES != 0
