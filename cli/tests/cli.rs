@@ -499,6 +499,102 @@ fn reproduce_on_worker_processes_prints_and_measures_what_one_process_does() {
     assert!(stderr(&zero).contains("--jobs must be at least 1"));
 }
 
+/// `--seeds N` runs each experiment under N seeds, in this process or on workers alike, and
+/// reports each label's mean and spread and each claim's count of seeds; what it cannot
+/// mean (a baseline, a chart of one run) is refused by name.
+#[test]
+fn reproduce_over_several_seeds_reports_means_spreads_and_claims_per_seed() {
+    let ids = ["swan-model", "ox-fig12"];
+    let run = |jobs: &str, json: &PathBuf| {
+        let mut args = vec!["reproduce"];
+        args.extend(ids);
+        args.extend([
+            "--quick",
+            "--seed",
+            "5",
+            "--seeds",
+            "2",
+            "--jobs",
+            jobs,
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let out = afa(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (one, two) = (temp("seeds-1.json"), temp("seeds-2.json"));
+    let printed_one = run("1", &one);
+    let printed_two = run("2", &two);
+    assert_eq!(printed_one, printed_two);
+    for wanted in [
+        "seeds: 2 (5 to 6)",
+        "ox-fig12 with seed 6",
+        "swan-model over 2 seeds",
+        "MISS   0/2 N within ±5% of the paper's 1.890",
+        "claims over 2 experiments × 2 seeds: ",
+    ] {
+        assert!(printed_two.contains(wanted), "{wanted:?} in {printed_two}");
+    }
+    let (a, b) = (read_json(&one), read_json(&two));
+    assert_eq!(a, b);
+    let fig12 = &b.as_array().unwrap()[1];
+    assert_eq!(fig12["id"], "ox-fig12");
+    assert_eq!(fig12["seeds"], serde_json::json!([5, 6]));
+    // The same labels as a one-seed run, holding the means; every seed's own values too.
+    assert_eq!(fig12["measured"]["done_per_mib_block"], 17.0);
+    let spread = &fig12["spread"]["done_per_mib_block"];
+    assert_eq!(spread["min"], 17.0);
+    assert_eq!(spread["seeds"], 2);
+    let runs = fig12["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1]["seed"], 6);
+    for claim in fig12["claims"].as_array().unwrap() {
+        assert_eq!(claim["holds_on"], 2, "{claim}");
+        assert_eq!(claim["values"].as_array().unwrap().len(), 2, "{claim}");
+    }
+    // A file of means is no baseline, and a one-seed comparison or chart of means is refused.
+    let refused = |args: &[&str], wanted: &str| {
+        let out = afa(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(wanted), "{}", stderr(&out));
+    };
+    refused(
+        &["reproduce", "ox-fig12", "--baseline", two.to_str().unwrap()],
+        "holds means over several seeds",
+    );
+    refused(
+        &[
+            "reproduce",
+            "ox-fig12",
+            "--seeds",
+            "2",
+            "--baseline",
+            "x.json",
+        ],
+        "--baseline compares one seed's run",
+    );
+    refused(
+        &["reproduce", "ox-fig12", "--seeds", "2", "--plots", "/tmp"],
+        "--plots draws one seed's run",
+    );
+    refused(
+        &["reproduce", "ox-fig12", "--seeds", "0"],
+        "--seeds must be at least 1",
+    );
+    refused(
+        &[
+            "reproduce",
+            "ox-fig12",
+            "--seed",
+            "18446744073709551615",
+            "--seeds",
+            "2",
+        ],
+        "past the largest seed",
+    );
+}
+
 /// `--set` overrides configuration keys and, with `job.`, fio options of every job, in the
 /// order given; the report's configuration shows the result. A key the configuration does
 /// not have, a path through a value and an argument without `=` are refused by name.

@@ -25,6 +25,21 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, Reproduction>, String> {
         All(Vec<Reproduction>),
         One(Reproduction),
     }
+    // A `--seeds` file parses as runs too (its `measured` are means), but a mean over seeds
+    // is no run that a rerun reproduces bit for bit.
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+        let entries = match &value {
+            serde_json::Value::Array(list) => list.iter().collect(),
+            one => vec![one],
+        };
+        if entries.iter().any(|e| e.get("seeds").is_some()) {
+            return Err(format!(
+                "the baseline {} holds means over several seeds (`--seeds`); a baseline must \
+                 be the --json of a run with one seed",
+                path.display()
+            ));
+        }
+    }
     let runs = match serde_json::from_str::<File>(&text) {
         Ok(File::All(runs)) => runs,
         Ok(File::One(run)) => vec![run],

@@ -6,6 +6,7 @@ mod baseline;
 pub mod claims;
 mod ox;
 pub mod scalaafa;
+mod seeds;
 pub mod swan;
 mod swan_ycsb;
 pub mod waflash;
@@ -30,6 +31,11 @@ pub struct ReproduceArgs {
     pub json: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Runs every experiment under this many seeds (--seed and the ones after it) and
+    /// reports each label's mean, range and standard deviation over them, and on how many
+    /// seeds each claim holds.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seeds: u64,
     /// Lists the experiments.
     #[arg(long)]
     pub list: bool,
@@ -162,6 +168,16 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     // Several experiments are reported as --all reports them: one failing does not hide
     // the others, the claims are tallied, and the JSON is a list.
     let many = selected.len() > 1;
+    if args.seeds != 1 {
+        // A baseline lists what moved bit for bit, and a chart draws one run: neither
+        // has a meaning for the mean of several seeds.
+        if args.baseline.is_some() {
+            return Err("--baseline compares one seed's run; drop --seeds or --baseline".into());
+        }
+        if args.plots.is_some() {
+            return Err("--plots draws one seed's run; drop --seeds or --plots".into());
+        }
+    }
     // Read first, so that a wrong path fails before minutes of simulation.
     let baseline = args.baseline.as_deref().map(baseline::load).transpose()?;
     println!("seed: {}", args.seed);
@@ -177,13 +193,17 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         }
         (None, None, None) => None,
     };
+    if args.seeds != 1 {
+        return seeds::run(&selected, &args, fig6_report.as_deref());
+    }
     if let (Some(report), Ok(mut path)) = (fig6_report.clone(), swan::FIG6_REPORT_PATH.lock()) {
         *path = Some(report);
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
     let mut changes = Vec::new();
-    let mut handle = |(id, what, _): Entry, outcome: Outcome| -> Result<(), String> {
+    let mut handle = |unit: &workers::Unit, outcome: Outcome| -> Result<(), String> {
+        let (id, what, _) = unit.entry;
         let r = match outcome {
             Outcome::Here(Ok(r)) => {
                 let r = r.pair_labels();
@@ -221,11 +241,19 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
         results.push((id, what, r));
         Ok(())
     };
+    let units: Vec<workers::Unit> = selected
+        .iter()
+        .map(|&entry| workers::Unit {
+            entry,
+            seed: args.seed,
+            fig6_report: fig6_report.clone(),
+        })
+        .collect();
     if args.jobs > 1 && many {
-        workers::run_in_order(&selected, &args, fig6_report.as_deref(), &mut handle)?;
+        workers::run_in_order(&units, &args, &mut handle)?;
     } else {
-        for entry in &selected {
-            handle(*entry, Outcome::Here(entry.2(args.quick, args.seed)))?;
+        for unit in &units {
+            handle(unit, Outcome::Here(unit.entry.2(args.quick, unit.seed)))?;
         }
     }
     if many {

@@ -7,7 +7,7 @@
 //! run one after the other would, and each experiment's figures depend on its seed alone.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -15,20 +15,28 @@ use std::sync::mpsc;
 use super::{Entry, Outcome, ReproduceArgs, Reproduction};
 use crate::sweep::ScratchDir;
 
-/// Runs `selected` on `args.jobs` workers and calls `handle` with each outcome in the order
-/// of `selected`. Stops starting experiments once `handle` fails, and returns its error.
+/// One run of one experiment: the experiment, its seed, and where swan-fig6 writes its run
+/// report in that run.
+#[derive(Clone)]
+pub(super) struct Unit {
+    pub entry: Entry,
+    pub seed: u64,
+    pub fig6_report: Option<PathBuf>,
+}
+
+/// Runs `units` on `args.jobs` workers and calls `handle` with each outcome in the order
+/// of `units`. Stops starting runs once `handle` fails, and returns its error.
 pub(super) fn run_in_order(
-    selected: &[Entry],
+    units: &[Unit],
     args: &ReproduceArgs,
-    fig6_report: Option<&Path>,
-    handle: &mut impl FnMut(Entry, Outcome) -> Result<(), String>,
+    handle: &mut impl FnMut(&Unit, Outcome) -> Result<(), String>,
 ) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the afa binary: {e}"))?;
     let scratch = ScratchDir::new("reproduce")?;
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (sender, receiver) = mpsc::channel();
-    let workers = args.jobs.clamp(1, selected.len().max(1));
+    let workers = args.jobs.clamp(1, units.len().max(1));
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let sender = sender.clone();
@@ -38,10 +46,10 @@ pub(super) fn run_in_order(
                     return;
                 }
                 let slot = next.fetch_add(1, Ordering::Relaxed);
-                let Some(entry) = selected.get(slot) else {
+                let Some(unit) = units.get(slot) else {
                     return;
                 };
-                let outcome = run_worker(exe, entry.0, args, fig6_report, scratch);
+                let outcome = run_worker(exe, unit, args.quick, scratch);
                 if sender.send((slot, outcome)).is_err() {
                     return;
                 }
@@ -55,7 +63,7 @@ pub(super) fn run_in_order(
             pending.insert(slot, outcome);
             while let Some(outcome) = pending.remove(&done) {
                 if result.is_ok() {
-                    result = handle(selected[done], Outcome::Worker(outcome));
+                    result = handle(&units[done], Outcome::Worker(outcome));
                     if result.is_err() {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -67,28 +75,28 @@ pub(super) fn run_in_order(
     })
 }
 
-/// Runs experiment `id` in a worker process: what it printed (less the seed line, which the
+/// Runs one experiment in a worker process: what it printed (less the seed line, which the
 /// parent prints once) and the reproduction its JSON holds, or the error it ended with.
 fn run_worker(
     exe: &Path,
-    id: &str,
-    args: &ReproduceArgs,
-    fig6_report: Option<&Path>,
+    unit: &Unit,
+    quick: bool,
     scratch: &Path,
 ) -> Result<(String, Reproduction), String> {
-    let json = scratch.join(format!("{id}.json"));
+    let id = unit.entry.0;
+    let json = scratch.join(format!("{id}.seed{}.json", unit.seed));
     let mut command = Command::new(exe);
     command
         .arg("reproduce")
         .arg(id)
         .arg("--seed")
-        .arg(args.seed.to_string())
+        .arg(unit.seed.to_string())
         .arg("--json")
         .arg(&json);
-    if args.quick {
+    if quick {
         command.arg("--quick");
     }
-    if let Some(path) = fig6_report {
+    if let Some(path) = &unit.fig6_report {
         command.arg("--swan-fig6-report").arg(path);
     }
     let output = command
