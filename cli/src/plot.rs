@@ -152,20 +152,34 @@ pub fn write_reproduction_chart(
     dir: &Path,
     r: &crate::reproduce::Reproduction,
 ) -> Result<Vec<PathBuf>, String> {
-    let figure =
-        plot::paper_vs_measured(&r.id, &r.unit, &paper_rows(r)).map_err(|e| e.to_string())?;
+    write_reproduction_chart_with_ranges(dir, r, |_| None)
+}
+
+/// The same chart, with `range(label)` (the lowest and highest value over several seeds)
+/// drawn as a whisker over the measured bar, which then holds their mean.
+pub fn write_reproduction_chart_with_ranges(
+    dir: &Path,
+    r: &crate::reproduce::Reproduction,
+    range: impl Fn(&str) -> Option<(f64, f64)>,
+) -> Result<Vec<PathBuf>, String> {
+    let figure = plot::paper_vs_measured(&r.id, &r.unit, &paper_rows(r, range))
+        .map_err(|e| e.to_string())?;
     plot::write_figures(dir, &[figure]).map_err(|e| e.to_string())
 }
 
 /// The paper's labels in order, with the measured value under the same label when there is
-/// one.
-fn paper_rows(r: &crate::reproduce::Reproduction) -> Vec<plot::PaperRow> {
+/// one, and its range when `range` knows one.
+fn paper_rows(
+    r: &crate::reproduce::Reproduction,
+    range: impl Fn(&str) -> Option<(f64, f64)>,
+) -> Vec<plot::PaperRow> {
     r.paper
         .iter()
         .map(|(label, paper)| plot::PaperRow {
             label: label.clone(),
             paper: *paper,
             measured: r.measured.get(label).copied(),
+            measured_range: range(label),
         })
         .collect()
 }
@@ -207,7 +221,7 @@ pub fn write_gallery_index(
             "| Label | Paper ({unit}) | Measured ({unit}) | Ratio |\n"
         ));
         text.push_str("|---|---|---|---|\n");
-        for row in paper_rows(r) {
+        for row in paper_rows(r, |_| None) {
             let (measured, ratio) = match row.measured {
                 Some(m) if row.paper != 0.0 => (format!("{m:.3}"), format!("{:.2}", m / row.paper)),
                 Some(m) => (format!("{m:.3}"), "-".to_owned()),

@@ -556,6 +556,9 @@ struct BarSeries {
     name: String,
     color: RGBColor,
     values: Vec<f64>,
+    /// A range drawn as a whisker over each category's bar (the spread of a value over
+    /// several runs), or none; empty when the series has no ranges.
+    ranges: Vec<Option<(f64, f64)>>,
 }
 
 /// Horizontal bars, one group per category (top to bottom in order), so that long category
@@ -596,6 +599,27 @@ impl BarChart {
         }
         bars
     }
+
+    /// The whiskers of side-by-side bars: `(category, series, low, high)` in axis units,
+    /// for every range whose ends the axis can show.
+    fn whiskers(&self) -> Vec<(usize, usize, f64, f64)> {
+        if self.stacked {
+            return Vec::new();
+        }
+        let axis = |v: f64| if self.log { v.log10() } else { v };
+        let shown = |v: f64| v.is_finite() && (!self.log || v > 0.0);
+        let mut whiskers = Vec::new();
+        for (s, series) in self.series.iter().enumerate() {
+            for (category, range) in series.ranges.iter().enumerate() {
+                if let Some((low, high)) = *range {
+                    if shown(low) && shown(high) {
+                        whiskers.push((category, s, axis(low), axis(high)));
+                    }
+                }
+            }
+        }
+        whiskers
+    }
 }
 
 impl Chart for BarChart {
@@ -633,7 +657,12 @@ fn draw_bar_chart<DB: DrawingBackend>(
         0.0
     };
     let bars = spec.bars(floor);
-    let top = bars.iter().map(|b| b.3).fold(floor, f64::max);
+    let whiskers = spec.whiskers();
+    let top = bars
+        .iter()
+        .chain(&whiskers)
+        .map(|b| b.3)
+        .fold(floor, f64::max);
     // Headroom on the right for the notes.
     let x_hi = if spec.log {
         top.ceil().max(floor + 1.0) + if spec.notes.is_empty() { 0.0 } else { 0.6 }
@@ -712,11 +741,30 @@ fn draw_bar_chart<DB: DrawingBackend>(
             .label(series.name.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
+    for &(category, s, low, high) in &whiskers {
+        let centre = n as f64 - 1.0 - category as f64;
+        let y = centre + group_height / 2.0 - (s as f64 + 0.5) * bar_height;
+        let tick = bar_height * 0.3;
+        let low = low.max(floor);
+        let lines = [
+            vec![(low, y), (high, y)],
+            vec![(low, y - tick), (low, y + tick)],
+            vec![(high, y - tick), (high, y + tick)],
+        ];
+        chart
+            .draw_series(
+                lines
+                    .into_iter()
+                    .map(|points| PathElement::new(points, BLACK.stroke_width(2))),
+            )
+            .map_err(|e| e.to_string())?;
+    }
     let note_style = TextStyle::from((FONT_FAMILY, LABEL_FONT_PX).into_font())
         .pos(Pos::new(HPos::Left, VPos::Center));
     for (category, note) in spec.notes.iter().enumerate() {
         let end = bars
             .iter()
+            .chain(&whiskers)
             .filter(|b| b.0 == category)
             .map(|b| b.3)
             .fold(floor, f64::max);
@@ -988,6 +1036,7 @@ fn nand_chart(report: &RunReport) -> BarPair {
                     n.slc_programs as f64,
                     n.slc_erases as f64,
                 ],
+                ranges: Vec::new(),
             },
             BarSeries {
                 name: "MLC/TLC".into(),
@@ -997,6 +1046,7 @@ fn nand_chart(report: &RunReport) -> BarPair {
                     n.mlc_programs as f64,
                     n.mlc_erases as f64,
                 ],
+                ranges: Vec::new(),
             },
             BarSeries {
                 name: "total".into(),
@@ -1008,6 +1058,7 @@ fn nand_chart(report: &RunReport) -> BarPair {
                     report.host_page_writes as f64,
                     report.gc.pages_moved as f64,
                 ],
+                ranges: Vec::new(),
             },
         ],
         stacked: false,
@@ -1030,16 +1081,19 @@ fn nand_chart(report: &RunReport) -> BarPair {
                 name: "host data".into(),
                 color: SERIES_COLORS[0],
                 values: vec![user],
+                ranges: Vec::new(),
             },
             BarSeries {
                 name: "GC moves".into(),
                 color: SERIES_COLORS[3],
                 values: vec![gc],
+                ranges: Vec::new(),
             },
             BarSeries {
                 name: "other (parity, SLC eviction, ...)".into(),
                 color: SERIES_COLORS[2],
                 values: vec![other],
+                ranges: Vec::new(),
             },
         ],
         stacked: true,
@@ -1307,6 +1361,9 @@ pub struct PaperRow {
     pub label: String,
     pub paper: f64,
     pub measured: Option<f64>,
+    /// The lowest and highest measured value over several runs (seeds), drawn as a whisker
+    /// over the measured bar, which then shows their mean.
+    pub measured_range: Option<(f64, f64)>,
 }
 
 /// The paper's figures next to the measured ones for one experiment, one bar pair per label,
@@ -1331,21 +1388,33 @@ pub fn paper_vs_measured(id: &str, unit: &str, rows: &[PaperRow]) -> Result<Figu
                 name: "paper".into(),
                 color: SERIES_COLORS[7],
                 values: rows.iter().map(|r| r.paper).collect(),
+                ranges: Vec::new(),
             },
             BarSeries {
-                name: "measured".into(),
+                name: if rows.iter().any(|r| r.measured_range.is_some()) {
+                    "measured: mean, whisker min–max".into()
+                } else {
+                    "measured".into()
+                },
                 color: SERIES_COLORS[0],
                 values: rows.iter().map(|r| r.measured.unwrap_or(0.0)).collect(),
+                ranges: rows.iter().map(|r| r.measured_range).collect(),
             },
         ],
         stacked: false,
         log,
         notes: rows
             .iter()
-            .map(|r| match r.measured {
-                Some(m) if r.paper != 0.0 => format!("×{:.2}", m / r.paper),
-                Some(_) => String::new(),
-                None => "not measured".to_owned(),
+            .map(|r| match (r.measured, r.measured_range) {
+                (Some(m), Some((low, high))) if r.paper != 0.0 => format!(
+                    "×{:.2} (×{:.2}–{:.2})",
+                    m / r.paper,
+                    low / r.paper,
+                    high / r.paper
+                ),
+                (Some(m), _) if r.paper != 0.0 => format!("×{:.2}", m / r.paper),
+                (Some(_), _) => String::new(),
+                (None, _) => "not measured".to_owned(),
             })
             .collect(),
     };
@@ -1507,11 +1576,13 @@ mod tests {
                 label: "rep_1t_gbps".into(),
                 paper: 4.8,
                 measured: Some(4.8),
+                measured_range: None,
             },
             PaperRow {
                 label: "conv_gbps".into(),
                 paper: 0.55,
                 measured: None,
+                measured_range: None,
             },
         ];
         let figure = paper_vs_measured("scalaafa-fig3", "GB/s", &rows).unwrap();
@@ -1520,6 +1591,50 @@ mod tests {
         assert!(figure.svg.contains("×1.00"));
         assert!(figure.svg.contains("not measured"));
         assert!(figure.svg.contains("rep_1t_gbps"));
+        assert!(
+            !figure.svg.contains(r#"stroke-width="2""#),
+            "no whiskers without ranges"
+        );
+    }
+
+    #[test]
+    fn a_measured_range_is_drawn_as_a_whisker_with_its_ratios() {
+        let rows = [PaperRow {
+            label: "rep_1t_gbps".into(),
+            paper: 4.0,
+            measured: Some(4.4),
+            measured_range: Some((4.0, 6.0)),
+        }];
+        let figure = paper_vs_measured("scalaafa-fig3", "GB/s", &rows).unwrap();
+        check(&figure, FIGURE_PX.0);
+        assert!(figure.svg.contains("×1.10 (×1.00–1.50)"), "{}", figure.svg);
+        assert!(figure.svg.contains("measured: mean, whisker min–max"));
+        // The whisker's line and its two end ticks.
+        assert_eq!(
+            figure.svg.matches(r#"stroke-width="2""#).count(),
+            3,
+            "{}",
+            figure.svg
+        );
+        // The axis reaches past the whisker's high end, not only the bar's.
+        let chart = BarChart {
+            caption: String::new(),
+            value_desc: String::new(),
+            categories: vec!["a".into()],
+            series: vec![BarSeries {
+                name: "measured".into(),
+                color: SERIES_COLORS[0],
+                values: vec![4.4],
+                ranges: vec![Some((4.0, 6.0))],
+            }],
+            stacked: false,
+            log: false,
+            notes: Vec::new(),
+        };
+        assert_eq!(chart.whiskers(), [(0, 0, 4.0, 6.0)]);
+        let log = BarChart { log: true, ..chart };
+        let (low, high) = (log.whiskers()[0].2, log.whiskers()[0].3);
+        assert!((low - 4f64.log10()).abs() < 1e-12 && (high - 6f64.log10()).abs() < 1e-12);
     }
 
     #[test]

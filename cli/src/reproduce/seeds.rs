@@ -156,6 +156,23 @@ impl OverSeeds {
     }
 }
 
+impl OverSeeds {
+    /// Writes `ID.svg` and `ID.png` into `dir`: the paper's figures next to the means, with
+    /// each label's range over the seeds as a whisker.
+    fn write_chart(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        let means = Reproduction {
+            id: self.id.clone(),
+            unit: self.unit.clone(),
+            paper: self.paper.clone(),
+            measured: self.measured.clone(),
+            context: self.context.clone(),
+        };
+        crate::plot::write_reproduction_chart_with_ranges(dir, &means, |label| {
+            self.spread.get(label).map(|s| (s.min, s.max))
+        })
+    }
+}
+
 /// The mean of the values that are numbers; NaN when none is.
 fn mean(values: &[f64]) -> f64 {
     let numbers: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
@@ -263,6 +280,11 @@ pub(super) fn run(
         if unit.seed == last_seed {
             if let Some(summary) = OverSeeds::new(&collected) {
                 print_over_seeds(&summary);
+                if let Some(dir) = &args.plots {
+                    for path in summary.write_chart(dir)? {
+                        println!("{}", path.display());
+                    }
+                }
                 summaries.push(summary);
             }
             collected.clear();
