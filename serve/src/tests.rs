@@ -272,6 +272,28 @@ fn option_headers_and_request_headers_check_their_magic() {
     );
 }
 
+/// The fuzz target's committed seeds (serve/fuzz/seeds/session, which `.ci/run` hands to
+/// cargo fuzz) are whole sessions: each gets past the handshake and is answered request by
+/// request, so the fuzzer starts from inputs that reach the request parser and the
+/// executor instead of spending its time on the handshake's magic numbers.
+#[test]
+fn the_fuzz_seeds_are_sessions_that_reach_their_requests() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/session");
+    let mut seeds = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let input = std::fs::read(&path).unwrap();
+        let out = replay(&input);
+        let replies = [SIMPLE_REPLY_MAGIC, STRUCTURED_REPLY_MAGIC]
+            .iter()
+            .map(|magic| out.windows(4).filter(|w| *w == magic.to_be_bytes()).count())
+            .sum::<usize>();
+        assert!(replies >= 2, "{}: {replies} replies", path.display());
+        seeds += 1;
+    }
+    assert!(seeds >= 6, "{seeds} seeds in {}", dir.display());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
