@@ -790,3 +790,73 @@ fn a_device_out_of_spare_blocks_refuses_writes_and_keeps_what_it_acknowledged() 
         }
     }
 }
+
+/// The image a damage test starts from: a device that took sector-granular writes (GC,
+/// merges and compaction included) with a flush every 50 and was then dropped, with its
+/// configuration.
+fn damaged_image_base() -> &'static (Vec<u8>, WaflashConfig) {
+    static BASE: std::sync::OnceLock<(Vec<u8>, WaflashConfig)> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let dir = Scratch::new("damage-base");
+        let path = dir.0.join("waflash.img");
+        let config = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+        let image = crate::WaflashImage::create(&path, &config).unwrap();
+        let mut ssd = WaflashSsd::create_in(config.clone(), 1, image).unwrap();
+        let mut rng = afa_sim::SimRng::new(5);
+        let mut now = 0;
+        for i in 0..2000u64 {
+            now += 100_000;
+            let lba = rng.below(591);
+            let n = 1 + rng.below(9) as u32;
+            let data = full_bytes(lba, n, i + 1);
+            ssd.submit(now, &Command::write(lba, n, &data), ReadBuffers::none())
+                .unwrap();
+            if i % 50 == 49 {
+                flush(&mut ssd, now);
+            }
+        }
+        drop(ssd);
+        (std::fs::read(&path).unwrap(), config)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A state directory can be damaged on disk (a bad sector, a stray write, a copy cut
+    /// short). Whatever bytes of the image change, opening it ends in an error that says
+    /// what is wrong, or in a device that answers every read with bytes or an error and
+    /// takes a write and a flush: never in a panic.
+    #[test]
+    fn a_damaged_image_is_refused_or_recovered_never_a_panic(
+        flips in proptest::collection::vec((0.0f64..1.0, 1u8..=255), 1..24),
+        cut_fraction in proptest::option::weighted(0.25, 0.0f64..1.0),
+    ) {
+        let (base, config) = damaged_image_base();
+        let mut bytes = base.clone();
+        for (at, mask) in flips {
+            let i = ((at * bytes.len() as f64) as usize).min(bytes.len() - 1);
+            bytes[i] ^= mask;
+        }
+        if let Some(f) = cut_fraction {
+            bytes.truncate((f * bytes.len() as f64) as usize);
+        }
+        let dir = Scratch::new("damaged");
+        let path = dir.0.join("waflash.img");
+        std::fs::write(&path, &bytes).unwrap();
+        let Ok((mut ssd, _)) = WaflashSsd::open_image(config.clone(), 1, &path) else {
+            return Ok(());
+        };
+        let mut out = vec![0u8; 4096];
+        for lba in 0..600 {
+            let _ = ssd.submit(
+                1,
+                &Command::read(lba, 1),
+                ReadBuffers { data: &mut out, tags: None },
+            );
+        }
+        let data = full_bytes(3, 2, 1 << 40);
+        let _ = ssd.submit(2, &Command::write(3, 2, &data), ReadBuffers::none());
+        let _ = ssd.submit(3, &Command::flush(), ReadBuffers::none());
+    }
+}
