@@ -834,13 +834,7 @@ proptest::proptest! {
     ) {
         let (base, cfg) = damaged_image_base();
         let mut bytes = base.clone();
-        for (at, mask) in flips {
-            let i = ((at * bytes.len() as f64) as usize).min(bytes.len() - 1);
-            bytes[i] ^= mask;
-        }
-        if let Some(f) = cut_fraction {
-            bytes.truncate((f * bytes.len() as f64) as usize);
-        }
+        afa_sim::damage_bytes(&mut bytes, &flips, cut_fraction);
         let dir = TempDir::new("damaged");
         std::fs::write(dir.image(), &bytes).unwrap();
         let Ok(image) = FlashImage::open(&dir.image(), cfg) else {

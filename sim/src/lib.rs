@@ -43,6 +43,22 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Damages a file's bytes as a bad sector, a stray write or a copy cut short would, for the
+/// tests that feed damaged state files to recovery: XORs each `(position, mask)` into the
+/// byte at that fraction of the length, then keeps only `cut_fraction` of the bytes.
+pub fn damage_bytes(bytes: &mut Vec<u8>, flips: &[(f64, u8)], cut_fraction: Option<f64>) {
+    if bytes.is_empty() {
+        return;
+    }
+    for &(at, mask) in flips {
+        let i = ((at.clamp(0.0, 1.0) * bytes.len() as f64) as usize).min(bytes.len() - 1);
+        bytes[i] ^= mask;
+    }
+    if let Some(f) = cut_fraction {
+        bytes.truncate((f.clamp(0.0, 1.0) * bytes.len() as f64) as usize);
+    }
+}
+
 /// Checks a configured duration against [`MAX_STEP_NS`]; the error names the field.
 pub fn check_step_ns(name: &str, ns: u64) -> Result<(), String> {
     if ns > MAX_STEP_NS {
@@ -173,6 +189,18 @@ mod tests {
         b.record(1, 2, 3);
         assert_ne!(a.value(), b.value());
         assert_eq!(a.events(), 2);
+    }
+
+    #[test]
+    fn damage_flips_the_bytes_at_their_positions_and_cuts_the_rest() {
+        let mut bytes = vec![0u8; 10];
+        damage_bytes(&mut bytes, &[(0.0, 0xff), (0.55, 1), (1.0, 2)], None);
+        assert_eq!(bytes, [0xff, 0, 0, 0, 0, 1, 0, 0, 0, 2]);
+        damage_bytes(&mut bytes, &[(0.0, 0xff)], Some(0.5));
+        assert_eq!(bytes, [0, 0, 0, 0, 0]);
+        let mut empty = Vec::new();
+        damage_bytes(&mut empty, &[(0.5, 1)], Some(0.5));
+        assert!(empty.is_empty());
     }
 
     #[test]

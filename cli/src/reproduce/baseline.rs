@@ -188,10 +188,11 @@ pub fn print_tally(changes: &[Change]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn fig4b(log: [f64; 3]) -> Reproduction {
+    /// A run of swan-fig4b with the Log-RAID0 labels only (shared with the seeds tests).
+    pub(in crate::reproduce) fn fig4b(log: [f64; 3]) -> Reproduction {
         let labels = ["log-raid0_3", "log-raid0_6", "log-raid0_9"];
         Reproduction {
             id: "swan-fig4b".into(),

@@ -401,18 +401,8 @@ mod tests {
     use super::*;
 
     fn fig4b(seed: u64, log: [f64; 3]) -> (u64, Reproduction) {
-        let labels = ["log-raid0_3", "log-raid0_6", "log-raid0_9"];
-        let r = Reproduction {
-            id: "swan-fig4b".into(),
-            unit: "MB/s".into(),
-            paper: labels.iter().map(|l| (l.to_string(), 500.0)).collect(),
-            measured: labels
-                .iter()
-                .zip(log)
-                .map(|(l, v)| (l.to_string(), v))
-                .collect(),
-            context: [("detail".to_string(), seed as f64)].into(),
-        };
+        let mut r = crate::reproduce::baseline::tests::fig4b(log);
+        r.context.insert("detail".to_string(), seed as f64);
         (seed, r)
     }
 
