@@ -416,3 +416,109 @@ fn a_suspend_as_long_as_a_program_is_refused() {
     assert!(e.contains("timing.suspend_ns"), "{e}");
     assert!(e.contains("timing.slc.program_ns"), "{e}");
 }
+
+/// One operation of the medium property test.
+#[derive(Debug, Clone)]
+enum MediumOp {
+    /// Program page `page` of block `block` (in order or not) with data ready `after_ns`
+    /// past the previous operation's readiness.
+    Program {
+        block: u32,
+        page: u32,
+        after_ns: u64,
+    },
+    Erase {
+        block: u32,
+        after_ns: u64,
+    },
+    Read {
+        block: u32,
+        page: u32,
+        after_ns: u64,
+    },
+}
+
+fn medium_op(blocks: u32, pages: u32) -> impl proptest::strategy::Strategy<Value = MediumOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => (0..blocks, 0..pages, 0u64..3_000_000)
+            .prop_map(|(block, page, after_ns)| MediumOp::Program { block, page, after_ns }),
+        1 => (0..blocks, 0u64..3_000_000)
+            .prop_map(|(block, after_ns)| MediumOp::Erase { block, after_ns }),
+        3 => (0..blocks, 0..pages, 0u64..3_000_000)
+            .prop_map(|(block, page, after_ns)| MediumOp::Read { block, page, after_ns }),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Random programs (in and out of order), erases and reads at random ready times, under
+    /// either scheduling, against a model of each block: a program succeeds exactly when it
+    /// is its block's next page; no operation ends before its input was ready plus its own
+    /// latency; a block's pages finish programming in order and its erase after its last
+    /// program; erase counts, write pointers and the counters follow the model.
+    #[test]
+    fn the_medium_follows_its_rules_for_any_sequence(
+        first_come in proptest::prelude::any::<bool>(),
+        ops in proptest::collection::vec(medium_op(small().blocks_total(), 8), 1..300),
+    ) {
+        let mut timing = NandTiming::default();
+        if first_come {
+            timing.scheduling = Scheduling::FirstCome;
+        }
+        let mut n = Nand::new(small(), timing.clone(), CellMode::Mlc, PayloadMode::None, FaultConfig::default(), 3)
+            .unwrap();
+        let t = timing.mlc;
+        let xfer = transfer_ns(4096, timing.channel_mb_s);
+        let blocks = small().blocks_total() as usize;
+        let (mut next, mut erases) = (vec![0u32; blocks], vec![0u32; blocks]);
+        let mut last_program_end = vec![0u64; blocks];
+        let (mut programs, mut reads) = (0u64, 0u64);
+        let mut ready = 0u64;
+        for op in ops {
+            match op {
+                MediumOp::Program { block, page, after_ns } => {
+                    ready += after_ns;
+                    let b = block as usize;
+                    let result = n.program(block * 8 + page, ready);
+                    if page == next[b] {
+                        let end = result.unwrap();
+                        proptest::prop_assert!(end >= ready + xfer + t.program_ns);
+                        proptest::prop_assert!(end >= last_program_end[b] + t.program_ns);
+                        last_program_end[b] = end;
+                        next[b] += 1;
+                        programs += 1;
+                    } else {
+                        let refused = matches!(result, Err(NandError::OutOfOrder { .. }));
+                        proptest::prop_assert!(refused, "{result:?}");
+                    }
+                }
+                MediumOp::Erase { block, after_ns } => {
+                    ready += after_ns;
+                    let b = block as usize;
+                    let end = n.erase(block, ready).unwrap();
+                    proptest::prop_assert!(end >= ready.max(last_program_end[b]) + t.erase_ns);
+                    last_program_end[b] = end;
+                    next[b] = 0;
+                    erases[b] += 1;
+                }
+                MediumOp::Read { block, page, after_ns } => {
+                    ready += after_ns;
+                    let end = n.read(block * 8 + page, ready, 4096);
+                    proptest::prop_assert!(end >= ready + t.read_ns + xfer);
+                    reads += 1;
+                }
+            }
+        }
+        for block in 0..blocks as u32 {
+            proptest::prop_assert_eq!(n.next_page(block), next[block as usize]);
+            proptest::prop_assert_eq!(n.erase_count(block), erases[block as usize]);
+        }
+        let c = n.counters();
+        let mlc = CellMode::Mlc.index();
+        proptest::prop_assert_eq!(c.programs[mlc], programs);
+        proptest::prop_assert_eq!(c.reads[mlc], reads);
+        proptest::prop_assert_eq!(c.erases[mlc], erases.iter().map(|&e| e as u64).sum::<u64>());
+    }
+}
