@@ -568,7 +568,39 @@ fn reproduce_over_several_seeds_reports_means_spreads_and_claims_per_seed() {
         assert_eq!(claim["holds_on"], 2, "{claim}");
         assert_eq!(claim["values"].as_array().unwrap().len(), 2, "{claim}");
     }
-    // A file of means is no baseline, and a one-seed comparison or chart of means is refused.
+    // An earlier --seeds run is the baseline of a --seeds run: the same seeds, nothing moved.
+    let again = afa(&[
+        "reproduce",
+        "ox-fig12",
+        "swan-model",
+        "--quick",
+        "--seed",
+        "5",
+        "--seeds",
+        "2",
+        "--baseline",
+        two.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("against the baseline: all 2 label means unchanged"),
+        "{text}"
+    );
+    assert!(
+        text.contains("against the baseline: 0 of 2 experiments moved, 0 beyond the seeds' spread"),
+        "{text}"
+    );
+    // A one-seed file and a file of means are no baselines of each other.
+    let one_seed = temp("one-seed.json");
+    let out = afa(&[
+        "reproduce",
+        "ox-fig12",
+        "--quick",
+        "--json",
+        one_seed.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
     let refused = |args: &[&str], wanted: &str| {
         let out = afa(args);
         assert!(!out.status.success(), "{args:?}");
@@ -585,9 +617,9 @@ fn reproduce_over_several_seeds_reports_means_spreads_and_claims_per_seed() {
             "--seeds",
             "2",
             "--baseline",
-            "x.json",
+            one_seed.to_str().unwrap(),
         ],
-        "--baseline compares one seed's run",
+        "holds one seed's run",
     );
     refused(
         &["reproduce", "ox-fig12", "--seeds", "0"],

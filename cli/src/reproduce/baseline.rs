@@ -34,8 +34,8 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, Reproduction>, String> {
         };
         if entries.iter().any(|e| e.get("seeds").is_some()) {
             return Err(format!(
-                "the baseline {} holds means over several seeds (`--seeds`); a baseline must \
-                 be the --json of a run with one seed",
+                "the baseline {} holds means over several seeds (`--seeds`); compare with it \
+                 using --seeds, or give the --json of a run with one seed",
                 path.display()
             ));
         }

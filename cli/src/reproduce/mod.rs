@@ -7,6 +7,7 @@ pub mod claims;
 mod ox;
 pub mod scalaafa;
 mod seeds;
+mod seeds_baseline;
 pub mod swan;
 mod swan_ycsb;
 pub mod waflash;
@@ -168,13 +169,13 @@ pub fn run(args: ReproduceArgs) -> Result<(), String> {
     // Several experiments are reported as --all reports them: one failing does not hide
     // the others, the claims are tallied, and the JSON is a list.
     let many = selected.len() > 1;
-    if args.seeds != 1 && args.baseline.is_some() {
-        // A baseline lists what moved bit for bit since one run: a mean over several seeds
-        // is no such run.
-        return Err("--baseline compares one seed's run; drop --seeds or --baseline".into());
-    }
-    // Read first, so that a wrong path fails before minutes of simulation.
-    let baseline = args.baseline.as_deref().map(baseline::load).transpose()?;
+    // Read first, so that a wrong path fails before minutes of simulation. With --seeds the
+    // baseline is an earlier --seeds run (`seeds_baseline`), read by `seeds::run`.
+    let baseline = if args.seeds == 1 {
+        args.baseline.as_deref().map(baseline::load).transpose()?
+    } else {
+        None
+    };
     println!("seed: {}", args.seed);
     // swan-fig6's run report goes beside the JSON, else beside the plots, else into the
     // working directory.

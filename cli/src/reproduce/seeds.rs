@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::seeds_baseline;
 use super::workers::{self, Unit};
 use super::{
     claims, print_claims, print_reproduction, Entry, Outcome, ReproduceArgs, Reproduction,
@@ -238,6 +239,11 @@ pub(super) fn run(
     fig6_report: Option<&Path>,
 ) -> Result<(), String> {
     let seeds = seed_list(args.seed, args.seeds)?;
+    let baseline = args
+        .baseline
+        .as_deref()
+        .map(seeds_baseline::load)
+        .transpose()?;
     println!(
         "seeds: {} ({} to {})",
         seeds.len(),
@@ -258,6 +264,7 @@ pub(super) fn run(
     let mut collected: Vec<(u64, Reproduction)> = Vec::new();
     let mut summaries: Vec<OverSeeds> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    let mut changes = Vec::new();
     let mut handle = |unit: &Unit, outcome: Outcome| -> Result<(), String> {
         let id = unit.entry.0;
         match outcome {
@@ -280,6 +287,16 @@ pub(super) fn run(
         if unit.seed == last_seed {
             if let Some(summary) = OverSeeds::new(&collected) {
                 print_over_seeds(&summary);
+                if let Some(before) = &baseline {
+                    match before.get(id) {
+                        Some(old) => {
+                            let change = seeds_baseline::compare(old, &summary);
+                            seeds_baseline::print(&change);
+                            changes.push(change);
+                        }
+                        None => println!("against the baseline: it holds no run of {id}"),
+                    }
+                }
                 if let Some(dir) = &args.plots {
                     for path in summary.write_chart(dir)? {
                         println!("{}", path.display());
@@ -307,6 +324,9 @@ pub(super) fn run(
     }
     if selected.len() > 1 {
         print_tally(&summaries, seeds.len());
+        if baseline.is_some() {
+            seeds_baseline::print_tally(&changes);
+        }
     }
     if let Some(path) = &args.json {
         let text = if selected.len() > 1 {
