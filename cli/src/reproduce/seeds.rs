@@ -111,31 +111,25 @@ impl OverSeeds {
     /// Folds the runs of one experiment, one per seed, in seed order.
     pub fn new(runs: &[(u64, Reproduction)]) -> Option<Self> {
         let (_, first) = runs.first()?;
-        let pick = |r: &Reproduction, paired: bool| {
-            if paired {
-                r.measured.clone()
-            } else {
-                r.context.clone()
-            }
-        };
+        // Paired and context labels are disjoint (`Reproduction::pair_labels`), so one map
+        // holds the spread of both.
         let mut spread = BTreeMap::new();
-        let mut mean_of = |paired: bool| {
-            let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut mean_of = |labels: fn(&Reproduction) -> &BTreeMap<String, f64>| {
+            let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
             for (_, r) in runs {
-                for (label, v) in pick(r, paired) {
-                    values.entry(label).or_default().push(v);
+                for (label, &v) in labels(r) {
+                    values.entry(label.as_str()).or_default().push(v);
                 }
             }
             let mut means = BTreeMap::new();
             for (label, vs) in values {
-                let s = spread_of(&vs);
-                means.insert(label.clone(), mean(&vs));
-                spread.insert(label, s);
+                means.insert(label.to_owned(), mean(&vs));
+                spread.insert(label.to_owned(), spread_of(&vs));
             }
             means
         };
-        let measured = mean_of(true);
-        let context = mean_of(false);
+        let measured = mean_of(|r| &r.measured);
+        let context = mean_of(|r| &r.context);
         Some(Self {
             id: first.id.clone(),
             unit: first.unit.clone(),
@@ -155,9 +149,7 @@ impl OverSeeds {
                 .collect(),
         })
     }
-}
 
-impl OverSeeds {
     /// Writes `ID.svg` and `ID.png` into `dir`: the paper's figures next to the means, with
     /// each label's range over the seeds as a whisker.
     fn write_chart(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
