@@ -242,13 +242,16 @@ pub(super) fn run(
         seeds[0],
         seeds[seeds.len() - 1]
     );
+    // swan-fig6 writes a run report per seed, beside --json or --plots as a one-seed run
+    // does, else into the working directory, each under its seed's name.
+    let fig6_report = fig6_report.unwrap_or(Path::new("swan-fig6.report.json"));
     let units: Vec<Unit> = selected
         .iter()
         .flat_map(|&entry| {
             seeds.iter().map(move |&seed| Unit {
                 entry,
                 seed,
-                fig6_report: fig6_report.map(|p| seed_path(p, seed)),
+                fig6_report: Some(seed_path(fig6_report, seed)),
             })
         })
         .collect();
