@@ -11,47 +11,49 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
-
 use super::{claims, Reproduction};
+
+/// Reads a baseline file as its JSON entries: the list's items, or the one object. `None`
+/// when the text is not JSON. Shared with the `--seeds` baseline (`seeds_baseline`), which
+/// names its own format when the entries are not its.
+pub(super) fn read_entries(path: &Path) -> Result<Option<Vec<serde_json::Value>>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the baseline {}: {e}", path.display()))?;
+    Ok(serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .map(|value| match value {
+            serde_json::Value::Array(list) => list,
+            one => vec![one],
+        }))
+}
 
 /// Reads a file written by `afa reproduce --json`: one experiment, or a list from `--all`.
 pub fn load(path: &Path) -> Result<BTreeMap<String, Reproduction>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the baseline {}: {e}", path.display()))?;
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum File {
-        All(Vec<Reproduction>),
-        One(Reproduction),
-    }
+    let not_ours = || {
+        format!(
+            "the baseline {} is not the JSON of `afa reproduce --json` (an object with id, \
+             unit, paper and measured, or a list of them)",
+            path.display()
+        )
+    };
+    let entries = read_entries(path)?.ok_or_else(not_ours)?;
     // A `--seeds` file parses as runs too (its `measured` are means), but a mean over seeds
     // is no run that a rerun reproduces bit for bit.
-    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-        let entries = match &value {
-            serde_json::Value::Array(list) => list.iter().collect(),
-            one => vec![one],
-        };
-        if entries.iter().any(|e| e.get("seeds").is_some()) {
-            return Err(format!(
-                "the baseline {} holds means over several seeds (`--seeds`); compare with it \
-                 using --seeds, or give the --json of a run with one seed",
-                path.display()
-            ));
-        }
+    if entries.iter().any(|e| e.get("seeds").is_some()) {
+        return Err(format!(
+            "the baseline {} holds means over several seeds (`--seeds`); compare with it \
+             using --seeds, or give the --json of a run with one seed",
+            path.display()
+        ));
     }
-    let runs = match serde_json::from_str::<File>(&text) {
-        Ok(File::All(runs)) => runs,
-        Ok(File::One(run)) => vec![run],
-        Err(_) => {
-            return Err(format!(
-                "the baseline {} is not the JSON of `afa reproduce --json` (an object with id, \
-                 unit, paper and measured, or a list of them)",
-                path.display()
-            ))
-        }
-    };
-    Ok(runs.into_iter().map(|r| (r.id.clone(), r)).collect())
+    entries
+        .into_iter()
+        .map(|e| {
+            serde_json::from_value::<Reproduction>(e)
+                .map(|r| (r.id.clone(), r))
+                .map_err(|_| not_ours())
+        })
+        .collect()
 }
 
 /// One label that moved.

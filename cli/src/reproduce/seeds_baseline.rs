@@ -54,14 +54,8 @@ pub struct SeedsRun {
 
 /// Reads a file written by `afa reproduce --seeds N --json`: one experiment, or a list.
 pub fn load(path: &Path) -> Result<BTreeMap<String, SeedsRun>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the baseline {}: {e}", path.display()))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("the baseline {} is not JSON: {e}", path.display()))?;
-    let entries = match value {
-        serde_json::Value::Array(list) => list,
-        one => vec![one],
-    };
+    let entries = super::baseline::read_entries(path)?
+        .ok_or_else(|| format!("the baseline {} is not JSON", path.display()))?;
     if entries.iter().any(|e| e.get("seeds").is_none()) {
         return Err(format!(
             "the baseline {} holds one seed's run; compare with it without --seeds, or give \
