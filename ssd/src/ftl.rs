@@ -157,6 +157,8 @@ pub struct Ftl {
     gc: GcConfig,
     slc: SlcCacheConfig,
     slc_enabled: bool,
+    /// Blocks each plane sets aside as its SLC cache (0 without one).
+    slc_blocks_per_plane: u32,
     wear: WearLevelingConfig,
     seq: u64,
     background_cursor: usize,
@@ -282,6 +284,7 @@ impl Ftl {
             gc: config.gc.clone(),
             slc: config.slc_cache.clone(),
             slc_enabled: slc_blocks_per_plane > 0,
+            slc_blocks_per_plane,
             wear: config.wear_leveling.clone(),
             seq: 0,
             background_cursor: 0,
@@ -290,6 +293,12 @@ impl Ftl {
             stats: FtlStats::default(),
             geometry: g,
         })
+    }
+
+    /// Blocks of the whole device set aside as its SLC cache (0 without one): what one
+    /// turnover of the cache evicts.
+    pub fn slc_blocks(&self) -> u64 {
+        self.slc_blocks_per_plane as u64 * self.planes.len() as u64
     }
 
     #[inline]

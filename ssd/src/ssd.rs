@@ -209,6 +209,10 @@ impl Ssd {
     pub fn logical_pages(&self) -> u32 {
         self.ftl.logical_pages()
     }
+    /// Blocks set aside as the SLC cache (0 without one).
+    pub fn slc_blocks(&self) -> u64 {
+        self.ftl.slc_blocks()
+    }
 
     /// Pages programmed into dense (MLC/TLC) blocks so far: host writes that bypassed the
     /// SLC cache, SLC evictions and GC moves. ScalaAFA Figure 16 counts these.

@@ -431,6 +431,8 @@ fn slc_cache_takes_host_writes_and_evicts_to_dense_blocks() {
     assert!(n.programs[0] > 0, "no SLC programs");
     assert!(n.programs[1] > 0, "no MLC programs");
     assert!(h.ssd.ftl_stats().slc_evictions > 0);
+    let planes = h.ssd.config().geometry.planes_total() as u64;
+    assert_eq!(h.ssd.slc_blocks(), 2 * planes);
     h.check_all();
     h.ssd.check_invariants();
 }
