@@ -274,7 +274,71 @@ mod tests {
         assert_eq!(t.earliest_start(120, 5), 120);
     }
 
+    /// The calendar's rule written plainly: merge the new interval with every one it
+    /// overlaps or touches; when that leaves more than `MAX_INTERVALS`, give up the oldest
+    /// gap. A new interval that lies in the oldest gap itself is inside what is given up.
+    fn reference_reserve(kept: &mut Vec<(TimeNs, TimeNs)>, start_ns: TimeNs, end_ns: TimeNs) {
+        if start_ns >= end_ns {
+            return;
+        }
+        let (mut start, mut end) = (start_ns, end_ns);
+        kept.retain(|&(s, e)| {
+            let apart = e < start_ns || s > end_ns;
+            if !apart {
+                start = start.min(s);
+                end = end.max(e);
+            }
+            apart
+        });
+        let at = kept.partition_point(|&(s, _)| s < start);
+        kept.insert(at, (start, end));
+        if kept.len() > MAX_INTERVALS {
+            let through = if at == 1 { 2 } else { 1 };
+            kept[0].1 = kept[through].1;
+            kept.drain(1..=through);
+        }
+    }
+
     proptest::proptest! {
+        /// Long runs of bookings, mostly apart so that the calendar is often full, against
+        /// the rule written plainly: the same intervals and the same widest gap after every
+        /// booking, and the same earliest start for a probe.
+        #[test]
+        fn a_full_calendar_gives_up_its_oldest_gap_as_the_rule_says(
+            ops in proptest::collection::vec(
+                (0u64..4_000, 1u64..60, 0u64..3, 1u64..80), 1..400)
+        ) {
+            let mut t = Calendar::default();
+            let mut kept: Vec<(TimeNs, TimeNs)> = Vec::new();
+            let mut now = 0;
+            for (offset, duration, how, probe) in ops {
+                // Mostly forward in time, as a simulation books, sometimes into the past.
+                let start = match how {
+                    0 => now + offset % 200,
+                    1 => t.earliest_start(now.saturating_sub(offset), duration),
+                    _ => offset,
+                };
+                t.reserve(start, start + duration);
+                reference_reserve(&mut kept, start, start + duration);
+                now = now.max(start);
+                proptest::prop_assert_eq!(t.intervals(), &kept[..]);
+                let widest = kept.windows(2).map(|w| w[1].0 - w[0].1).max().unwrap_or(0);
+                proptest::prop_assert_eq!(t.widest_gap_ns, widest);
+                let ready = now.saturating_sub(probe * 10);
+                let mut first_fit = ready;
+                for &(busy_start, busy_end) in &kept {
+                    if busy_end <= first_fit {
+                        continue;
+                    }
+                    if first_fit + probe <= busy_start {
+                        break;
+                    }
+                    first_fit = busy_end;
+                }
+                proptest::prop_assert_eq!(t.earliest_start(ready, probe), first_fit);
+            }
+        }
+
         /// Against a naive calendar of every booked nanosecond: the intervals stay sorted,
         /// disjoint and apart; everything booked stays busy; and an operation is placed only
         /// where the calendar is free, at or after its input is ready.
