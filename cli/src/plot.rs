@@ -211,12 +211,7 @@ pub fn write_gallery_index(
     ));
     for (id, what, r) in results {
         text.push_str(&format!("\n## `{id}`\n\n{what}\n\n![{id}]({id}.svg)\n\n"));
-        // Units such as "GB/s for *_gbps" would otherwise turn into emphasis or split cells.
-        let unit = r
-            .unit
-            .replace('|', "\\|")
-            .replace('*', "\\*")
-            .replace('_', "\\_");
+        let unit = markdown_unit(&r.unit);
         text.push_str(&format!(
             "| Label | Paper ({unit}) | Measured ({unit}) | Ratio |\n"
         ));
@@ -245,6 +240,19 @@ pub fn write_gallery_index(
             }
         }
     }
+    write_index(dir, &text)
+}
+
+/// A unit as a Markdown table cell: units such as "GB/s for *_gbps" would otherwise turn
+/// into emphasis or split the cell.
+pub fn markdown_unit(unit: &str) -> String {
+    unit.replace('|', "\\|")
+        .replace('*', "\\*")
+        .replace('_', "\\_")
+}
+
+/// Writes a gallery index as `dir/README.md` and returns its path.
+pub fn write_index(dir: &Path, text: &str) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join("README.md");
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
