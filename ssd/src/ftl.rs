@@ -156,7 +156,6 @@ pub struct Ftl {
     die_of_plane: Vec<u32>,
     gc: GcConfig,
     slc: SlcCacheConfig,
-    slc_enabled: bool,
     /// Blocks each plane sets aside as its SLC cache (0 without one).
     slc_blocks_per_plane: u32,
     wear: WearLevelingConfig,
@@ -283,7 +282,6 @@ impl Ftl {
             cursor: 0,
             gc: config.gc.clone(),
             slc: config.slc_cache.clone(),
-            slc_enabled: slc_blocks_per_plane > 0,
             slc_blocks_per_plane,
             wear: config.wear_leveling.clone(),
             seq: 0,
@@ -717,7 +715,7 @@ impl Ftl {
                 break;
             }
         }
-        if !self.slc_enabled {
+        if self.slc_blocks_per_plane == 0 {
             // GC could not restore the plane's reserve: its blocks hold almost nothing but
             // valid data. A new host block would eat the reserve that relocation needs, so
             // the page goes to another plane instead (the caller tries the next one) and the

@@ -560,13 +560,13 @@ fn scalaafa_fig16(quick: bool, seed: u64) -> Result<Reproduction, String> {
         let capacity = v.device().info().capacity_sectors * 4096;
         // The paper replays whole traces (proxy0 writes 53.8 GB, Table 2, 13 times its
         // 4 GB SLC buffer), so Fig. 16 is the SLC caches' steady state. User bytes equal
-        // to the SLC capacity get there:
-        // each 4–8 KiB write rewrites its 64 KiB chunk out of place, twice, so every
-        // plane's SLC blocks are recycled several times over (at 48 blocks per plane 27
-        // evictions per plane against 6 SLC blocks, at 352 blocks 194 against 40). A
-        // quarter of that, the length until 2026-11-29, ended within the first few
-        // evictions per plane, where the result turned on whether one more eviction round
-        // fell inside the run (docs/scalaafa.md, "Fig. 16 across seeds and sizes").
+        // to the SLC capacity get there: each 4–8 KiB write rewrites its 64 KiB chunk out
+        // of place, twice, so every plane's SLC blocks are recycled several times over (at
+        // 48 blocks per plane 27 evictions per plane against 6 SLC blocks, at 352 blocks
+        // 194 against 40). A quarter of that, the length until 2026-11-29, ended within
+        // the first few evictions per plane, where the result turned on whether one more
+        // eviction round fell inside the run (docs/scalaafa.md, "Fig. 16 across seeds and
+        // sizes").
         let io = slc_bytes(blocks);
         let region = (capacity / 4).min(8 * slc_bytes(blocks)) / 4096 * 4096;
         let job = proxy0_like_job(region, io / 4096 * 4096);
