@@ -185,15 +185,10 @@ fn write_gallery_index(
         if quick { " --quick" } else { "" },
         seeds[n - 1]
     ));
-    let all: Vec<&SeededClaim> = summaries.iter().flat_map(|(_, s)| &s.claims).collect();
-    let count = |verdict: &str| all.iter().filter(|c| c.verdict() == verdict).count();
     text.push_str(&format!(
         "\nBelow each chart, the claims the experiment is judged by, each counted over the \
-         seeds: {} hold on every seed, {} on some (mixed), {} on none, {} not measured.\n",
-        count("holds"),
-        count("mixed"),
-        count("MISS"),
-        count("n/a")
+         seeds: {}.\n",
+        verdict_tally(summaries.iter().flat_map(|(_, s)| &s.claims))
     ));
     for (what, s) in summaries {
         let id = &s.id;
@@ -465,27 +460,34 @@ fn print_over_seeds(s: &OverSeeds) {
     }
 }
 
+/// How many of `claims` hold on every seed, on some, on none, and on no seed that measured
+/// them, in words.
+fn verdict_tally<'a>(claims: impl IntoIterator<Item = &'a SeededClaim>) -> String {
+    let mut counts = BTreeMap::new();
+    for c in claims {
+        *counts.entry(c.verdict()).or_insert(0usize) += 1;
+    }
+    let count = |verdict: &str| counts.get(verdict).copied().unwrap_or(0);
+    format!(
+        "{} hold on every seed, {} on some (mixed), {} on none, {} not measured",
+        count("holds"),
+        count("mixed"),
+        count("MISS"),
+        count("n/a")
+    )
+}
+
 /// After several experiments: how many claims hold on every seed, on some, on none.
 fn print_tally(summaries: &[OverSeeds], seeds: usize) {
     let claims: Vec<(&str, &SeededClaim)> = summaries
         .iter()
         .flat_map(|s| s.claims.iter().map(move |c| (s.id.as_str(), c)))
         .collect();
-    let count = |verdict: &str| {
-        claims
-            .iter()
-            .filter(|(_, c)| c.verdict() == verdict)
-            .count()
-    };
     let n = summaries.len();
     let experiments = if n == 1 { "experiment" } else { "experiments" };
     println!(
-        "claims over {n} {experiments} × {seeds} seeds: {} hold on every seed, {} on some \
-         (mixed), {} on none, {} not measured",
-        count("holds"),
-        count("mixed"),
-        count("MISS"),
-        count("n/a")
+        "claims over {n} {experiments} × {seeds} seeds: {}",
+        verdict_tally(claims.iter().map(|(_, c)| *c))
     );
     for (id, c) in claims
         .iter()
