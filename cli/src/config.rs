@@ -400,6 +400,43 @@ mod tests {
         }
     }
 
+    /// A cell mode's timing table written in part keeps that mode's defaults for the keys it
+    /// leaves out, so one key can be set (or swept) on a configuration without the table.
+    #[test]
+    fn a_partial_cell_timing_table_keeps_that_modes_defaults_for_the_rest() {
+        let set = |text: &str| text.parse::<Override>().unwrap();
+        let defaults = afa_nand::NandTiming::default();
+        let cfg = load(None, &[set("ssd.timing.mlc.program_ns=900000")])
+            .unwrap()
+            .config;
+        let timing = &cfg.ssd.timing;
+        assert_eq!(timing.mlc.program_ns, 900_000);
+        assert_eq!(timing.mlc.read_ns, defaults.mlc.read_ns);
+        assert_eq!(timing.mlc.erase_ns, defaults.mlc.erase_ns);
+        assert_eq!(timing.mlc.endurance_cycles, defaults.mlc.endurance_cycles);
+        assert_eq!(timing.slc, defaults.slc, "the other modes keep theirs");
+        assert_eq!(timing.tlc, defaults.tlc);
+        // Each mode fills from its own defaults, not from another mode's.
+        let cfg = load(
+            None,
+            &[
+                set("ssd.timing.slc.read_ns=30000"),
+                set("ssd.timing.tlc.erase_ns=7000000"),
+            ],
+        )
+        .unwrap()
+        .config;
+        assert_eq!(cfg.ssd.timing.slc.read_ns, 30_000);
+        assert_eq!(cfg.ssd.timing.slc.program_ns, defaults.slc.program_ns);
+        assert_eq!(cfg.ssd.timing.tlc.erase_ns, 7_000_000);
+        assert_eq!(cfg.ssd.timing.tlc.read_ns, defaults.tlc.read_ns);
+        // A misspelt key is still refused, by name, and a bad value still fails validation.
+        let err = load(None, &[set("ssd.timing.mlc.program_us=900")]).unwrap_err();
+        assert!(err.contains("program_us"), "{err}");
+        let err = load(None, &[set("ssd.timing.mlc.endurance_cycles=0")]).unwrap_err();
+        assert!(err.contains("endurance_cycles"), "{err}");
+    }
+
     #[test]
     fn afa_run_takes_one_ox_ssd_and_refuses_it_beside_another_device() {
         let dir = std::env::temp_dir().join(format!("afa-config-ox-{}", std::process::id()));

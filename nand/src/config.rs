@@ -1,6 +1,6 @@
 //! The shape and speed of the flash medium, as the user configures it.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::NandError;
 
@@ -198,6 +198,42 @@ pub struct CellTiming {
     pub endurance_cycles: u32,
 }
 
+/// A cell mode's timing table as written in a configuration. A key left out keeps that
+/// mode's default, so that `--set ssd.timing.mlc.program_ns=900000` (or a sweep of it) works
+/// on a configuration that never wrote the table. The defaults differ per mode, which is
+/// why [`CellTiming`] itself cannot carry `#[serde(default)]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CellTimingKeys {
+    read_ns: Option<u64>,
+    program_ns: Option<u64>,
+    erase_ns: Option<u64>,
+    endurance_cycles: Option<u32>,
+}
+
+impl CellTimingKeys {
+    fn over(self, default: CellTiming) -> CellTiming {
+        CellTiming {
+            read_ns: self.read_ns.unwrap_or(default.read_ns),
+            program_ns: self.program_ns.unwrap_or(default.program_ns),
+            erase_ns: self.erase_ns.unwrap_or(default.erase_ns),
+            endurance_cycles: self.endurance_cycles.unwrap_or(default.endurance_cycles),
+        }
+    }
+}
+
+fn slc_timing<'de, D: Deserializer<'de>>(d: D) -> Result<CellTiming, D::Error> {
+    Ok(CellTimingKeys::deserialize(d)?.over(NandTiming::default().slc))
+}
+
+fn mlc_timing<'de, D: Deserializer<'de>>(d: D) -> Result<CellTiming, D::Error> {
+    Ok(CellTimingKeys::deserialize(d)?.over(NandTiming::default().mlc))
+}
+
+fn tlc_timing<'de, D: Deserializer<'de>>(d: D) -> Result<CellTiming, D::Error> {
+    Ok(CellTimingKeys::deserialize(d)?.over(NandTiming::default().tlc))
+}
+
 /// How operations are placed on a die's and a channel's time (docs/models.md, "Timing of the
 /// medium").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -216,8 +252,11 @@ pub enum Scheduling {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NandTiming {
+    #[serde(deserialize_with = "slc_timing")]
     pub slc: CellTiming,
+    #[serde(deserialize_with = "mlc_timing")]
     pub mlc: CellTiming,
+    #[serde(deserialize_with = "tlc_timing")]
     pub tlc: CellTiming,
     /// Bus rate of one channel in MB/s (10^6 bytes per second).
     pub channel_mb_s: f64,
