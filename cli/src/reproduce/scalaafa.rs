@@ -536,8 +536,8 @@ fn scalaafa_fig15(quick: bool, seed: u64) -> Result<Reproduction, String> {
 /// read/write mix (`rate_ddir`), so a capped mix would turn into a read-mostly job.
 fn proxy0_like_job(region_bytes: u64, io_bytes: u64, rate_bytes_s: Option<u64>) -> String {
     let (mix, rate) = match rate_bytes_s {
-        None => ("rw=randrw\nrwmixwrite=97\n".to_string(), String::new()),
-        Some(r) => ("rw=randwrite\n".to_string(), format!("rate={r}\n")),
+        None => ("rw=randrw\nrwmixwrite=97\n", String::new()),
+        Some(r) => ("rw=randwrite\n", format!("rate={r}\n")),
     };
     format!(
         "[proxy0]\n{mix}bssplit=4k/80:8k/20\nrandom_distribution=zipf:1.1\n\
