@@ -239,6 +239,50 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
             0.0,
             "scalaafa writes fewer MLC pages than scala-wr",
         )],
+        "scalaafa-fig12" => vec![
+            at_least(
+                r,
+                "traces_scalaafa_over_two-phase",
+                6.0,
+                "scalaafa's throughput above two-phase's on all six traces",
+            ),
+            at_least(
+                r,
+                "traces_scalaafa_fastest",
+                6.0,
+                "scalaafa has the highest throughput of the three engines on all six traces",
+            ),
+            above(
+                r,
+                "two-phase/mdraid_mean",
+                1.0,
+                "two-phase's throughput above mdraid's on average",
+            ),
+            at_least(
+                r,
+                "engines_slowest_on_webmail",
+                3.0,
+                "every engine is slowest on webmail, the trace with the smallest writes",
+            ),
+            at_least(
+                r,
+                "scalaafa_fastest_on_dap",
+                1.0,
+                "scalaafa is fastest on DAP, the trace with the largest writes",
+            ),
+            at_least(
+                r,
+                "traces_scalaafa_lowest_mean_latency",
+                6.0,
+                "scalaafa has the lowest mean write latency on all six traces",
+            ),
+            at_least(
+                r,
+                "traces_scalaafa_lowest_p99",
+                6.0,
+                "scalaafa has the lowest p99 write latency on all six traces",
+            ),
+        ],
         "swan-fig1" => vec![
             chain(
                 r,

@@ -6,6 +6,7 @@ mod baseline;
 pub mod claims;
 mod ox;
 pub mod scalaafa;
+mod scalaafa_traces;
 mod seeds;
 mod seeds_baseline;
 pub mod swan;
@@ -120,6 +121,7 @@ pub type Entry = (&'static str, &'static str, Experiment);
 fn experiments() -> Vec<Entry> {
     [
         scalaafa::EXPERIMENTS,
+        scalaafa_traces::EXPERIMENTS,
         swan::EXPERIMENTS,
         ox::EXPERIMENTS,
         waflash::EXPERIMENTS,

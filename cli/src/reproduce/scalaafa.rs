@@ -252,7 +252,7 @@ pub fn scalaafa_table1_ssd_with_slc(blocks_per_plane: u32, payload: PayloadMode)
 }
 
 /// 4 GB of SLC at 352 blocks per plane, scaled with the blocks.
-fn slc_bytes(blocks_per_plane: u32) -> u64 {
+pub(super) fn slc_bytes(blocks_per_plane: u32) -> u64 {
     4_000_000_000u64 * blocks_per_plane as u64 / 352
 }
 
@@ -267,7 +267,7 @@ enum Engine {
 /// one ScalaAFA thread tops out at 12.0 GB/s on 6+1 (§6.2, Fig. 11), i.e. about 5.4 µs of
 /// CPU per 64 KiB request. The profile's defaults leave 2.3 µs of it; the rest is charged
 /// as engine logic per chunk. Every other ScalaAFA figure is predicted, not fitted.
-fn scala_host(threads: u32) -> CpuConfig {
+pub(super) fn scala_host(threads: u32) -> CpuConfig {
     CpuConfig {
         threads,
         profile: afa_host::StackProfile::Userspace,
@@ -283,7 +283,7 @@ fn scala_host(threads: u32) -> CpuConfig {
 /// with the bytes written: the paper's Scala-CO gains as much over FusionRAID on full-stripe
 /// writes as on 64 KiB writes (Fig. 15), which a per-request cost would not allow. A
 /// 64 KiB request (one chunk) costs exactly what the kernel profile charges.
-fn fusionraid_host(threads: u32) -> CpuConfig {
+pub(super) fn fusionraid_host(threads: u32) -> CpuConfig {
     let kernel = afa_host::cpu::CpuCosts::of(afa_host::StackProfile::Kernel);
     CpuConfig {
         threads,
@@ -390,7 +390,7 @@ fn seq_write(
     })
 }
 
-fn blocks_for(quick: bool) -> u32 {
+pub(super) fn blocks_for(quick: bool) -> u32 {
     if quick {
         48
     } else {
