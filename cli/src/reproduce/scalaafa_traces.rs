@@ -337,11 +337,7 @@ fn scalaafa_fig12(quick: bool, seed: u64) -> Result<Reproduction, String> {
     );
     Ok(Reproduction {
         id: "scalaafa-fig12".into(),
-        unit: "scalaafa / two-phase throughput per trace (prn, src2, DAP, webmail) and \
-               completion time (mean over the six); scalaafa / two-phase mean write latency \
-               (*_mean_latency_fraction) and p99 reduction; two-phase against mdraid \
-               (two-phase_*); GB/s"
-            .into(),
+        unit: "throughput and latency ratios; reductions as fractions; GB/s".into(),
         paper,
         measured,
         context,
