@@ -203,6 +203,32 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
             .iter()
             .map(|l| within(r, l, 0.25))
             .collect(),
+        "scalaafa-fig10" => vec![
+            below(
+                r,
+                "64k_mean_two-phase/mdraid",
+                1.0,
+                "two-phase's mean latency below mdraid's on 64 KiB sequential writes",
+            ),
+            below(
+                r,
+                "64k_p99_two-phase/mdraid",
+                1.0,
+                "two-phase's p99 latency below mdraid's on 64 KiB sequential writes",
+            ),
+            at_least(
+                r,
+                "scenarios_scalaafa_lowest_mean",
+                3.0,
+                "scalaafa has the lowest mean write latency in all three scenarios",
+            ),
+            at_least(
+                r,
+                "scenarios_scalaafa_lowest_p99",
+                3.0,
+                "scalaafa has the lowest p99 write latency in all three scenarios",
+            ),
+        ],
         "scalaafa-fig11" => vec![
             at_least(
                 r,

@@ -13,6 +13,7 @@ use afa_workload::trace::TraceRecord;
 
 use super::scalaafa::{
     blocks_for, fusionraid_host, scala_host, scalaafa_table1_ssd_with_slc, slc_bytes,
+    MD_STRIPE_CACHE_STRIPES,
 };
 use super::{Entry, Reproduction};
 use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
@@ -54,9 +55,6 @@ impl Engine {
         }
     }
 }
-
-/// md's default `stripe_cache_size`: mdraid gathers partial stripes in it.
-const MD_STRIPE_CACHE_STRIPES: u32 = 256;
 
 fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String> {
     let profile = match engine {
