@@ -25,7 +25,8 @@ pub use layout::{Layout, Level, StripeMap};
 pub use log_raid::{LogRaid, LogRaidConfig, LogRaidStats};
 pub use nvram::{MemNvram, NvramLog};
 pub use scalaafa::{
-    InFlight, ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode, ThreadedScalaAfa, META_TAG_BYTES,
+    InFlight, ScalaAfa, ScalaAfaConfig, ScalaAfaStats, ScalaMode, SubChunkWrites, ThreadedScalaAfa,
+    META_TAG_BYTES,
 };
 pub use swan::{
     decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,

@@ -338,6 +338,15 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         EngineChoice::ScalaAfa(scala) => Some(scala.clone()),
         _ => None,
     };
+    if scala
+        .as_ref()
+        .is_some_and(|s| s.sub_chunk_writes == afa_array::SubChunkWrites::InPlace)
+    {
+        return Err(
+            "--state cannot be combined with [array.scalaafa] sub_chunk_writes = \"in-place\": a crash can tear an in-place update between a chunk's primary and its backups, which recovery cannot settle; use \"merge\""
+                .into(),
+        );
+    }
     let engine: ArrayConfig = spec.engine.clone();
     let two_phase = match &spec.choice {
         EngineChoice::TwoPhase(t) => Some(t.clone()),

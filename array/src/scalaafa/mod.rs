@@ -66,6 +66,24 @@ pub enum ScalaMode {
     ScalaWr,
 }
 
+/// How a write smaller than a chunk reaches the members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubChunkWrites {
+    /// The chunk's current copy is read, the write merged into it, and the whole chunk
+    /// written out of place into the open hero group. Every chunk copy stays as it was
+    /// written, which crash recovery and the member-flush rules rely on.
+    #[default]
+    Merge,
+    /// The public prototype's path (`bdev_afa.c`): while the chunk's stripe is still
+    /// replicated (its hero group open or full, not yet converting), only the sectors
+    /// written go to the primary and the backups, in place; a chunk never written gets a
+    /// fresh slot holding only those sectors; a converted chunk is merged as above.
+    /// Simulation only: recovery and serve mode's threads refuse it, since a crash can tear
+    /// an in-place update between the primary and a backup.
+    InPlace,
+}
+
 /// The `[array.scalaafa]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -97,6 +115,8 @@ pub struct ScalaAfaConfig {
     /// recovery scans every OOB area). Two checkpoint slots are reserved at the end of
     /// every member.
     pub checkpoint_interval_ms: f64,
+    /// How writes smaller than a chunk are written (`merge` or `in-place`).
+    pub sub_chunk_writes: SubChunkWrites,
 }
 
 impl Default for ScalaAfaConfig {
@@ -115,6 +135,7 @@ impl Default for ScalaAfaConfig {
             daemon_copy_mb_s: 10_000.0,
             daemon_parity_mb_s: 12_000.0,
             checkpoint_interval_ms: 0.0,
+            sub_chunk_writes: SubChunkWrites::Merge,
         }
     }
 }
@@ -124,6 +145,9 @@ impl Default for ScalaAfaConfig {
 pub struct ScalaAfaStats {
     pub user_write_sectors: u64,
     pub chunks_written: u64,
+    /// Writes smaller than a chunk that wrote only their sectors
+    /// (`sub_chunk_writes = "in-place"`).
+    pub in_place_writes: u64,
     pub member_read_sectors: u64,
     pub member_write_sectors: u64,
     pub stripes_converted: u64,
@@ -821,6 +845,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
         transient: bool,
     ) -> Result<TimeNs, DeviceError> {
         let rows = self.chunk_sectors;
+        self.member_write_rows(member, lba, rows, now_ns, data, tags, transient)
+    }
+
+    /// Writes `rows` sectors of a chunk copy (a whole chunk, or the piece an in-place
+    /// update covers).
+    #[allow(clippy::too_many_arguments)]
+    fn member_write_rows(
+        &mut self,
+        member: usize,
+        lba: u64,
+        rows: u32,
+        now_ns: TimeNs,
+        data: &[u8],
+        tags: Option<&[u8]>,
+        transient: bool,
+    ) -> Result<TimeNs, DeviceError> {
         self.count_command(rows);
         self.stats.member_write_sectors += rows as u64;
         let cmd = Command {
@@ -1690,6 +1730,13 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let offset = ((from - lba) as usize) * self.unit;
             let len = ((to - from) as usize) * self.unit;
             let piece = &data[offset..offset + len];
+            if to - from < cs && self.scala.sub_chunk_writes == SubChunkWrites::InPlace {
+                let rows = (from - c_start) as u32..(to - c_start) as u32;
+                if let Some(t) = self.write_in_place(thread, chunk as u32, rows, piece, now_ns)? {
+                    done = done.max(t);
+                    continue;
+                }
+            }
             let mut t = now_ns;
             let buf;
             let whole: &[u8] = if to - from == cs {
@@ -1706,6 +1753,118 @@ impl<D: BlockDevice> ScalaAfa<D> {
             done = done.max(self.write_chunk(thread, chunk as u32, whole, t)?);
         }
         self.stats.user_write_sectors += sectors as u64;
+        Ok(done)
+    }
+
+    /// The prototype's write of a piece smaller than a chunk (`SubChunkWrites::InPlace`):
+    /// into the chunk's own slot while its stripe is replicated, or into a fresh slot that
+    /// holds only the piece when the chunk was never written. Returns `None` when the
+    /// chunk's stripe is converting or striped, which the caller merges as usual.
+    fn write_in_place(
+        &mut self,
+        thread: usize,
+        chunk: u32,
+        rows: std::ops::Range<u32>,
+        piece: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let a = self.amt[chunk as usize];
+        if a == NONE {
+            // A fresh slot reads as zeroes everywhere (no hero is handed out untrimmed), so
+            // the piece alone leaves the rest of the chunk as it was: never written. Those
+            // sectors carry no tags, which a decode accepts in this mode (`holes_allowed`).
+            let (stripe, ready) = self.open_group(thread, now_ns)?;
+            self.stats.hero_wait_ns += ready - now_ns;
+            let j = self.stripes[stripe as usize].filled as usize;
+            let ts = self.next_ts();
+            let done = self.write_copies(stripe, j, chunk, ts, rows, piece, ready)?;
+            self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
+            self.amt_ts[chunk as usize] = ts;
+            let s = &mut self.stripes[stripe as usize];
+            s.chunks[j] = chunk;
+            s.live += 1;
+            s.filled += 1;
+            s.first_ts = s.first_ts.min(ts);
+            if s.filled as usize == self.k {
+                s.state = HhState::Full;
+                self.open[thread] = None;
+                self.threads[thread].send(ToManager::Full { thread, stripe });
+            }
+            self.stats.chunks_written += 1;
+            self.stats.in_place_writes += 1;
+            return Ok(Some(done));
+        }
+        let stripe = a / self.k as u32;
+        let j = (a % self.k as u32) as usize;
+        if !matches!(
+            self.stripes[stripe as usize].state,
+            HhState::Open | HhState::Full
+        ) {
+            return Ok(None);
+        }
+        // The copies keep the chunk's timestamp: the update changes bytes, not which copy
+        // of the chunk is the newest.
+        let ts = self.amt_ts[chunk as usize];
+        let done = self.write_copies(stripe, j, chunk, ts, rows, piece, now_ns)?;
+        self.stats.in_place_writes += 1;
+        Ok(Some(done))
+    }
+
+    /// Writes `piece` into `rows` of slot j of `stripe`: its primary in the HH and each backup
+    /// in the stripe's VHs (flagged transient except in `scala-wr`), as §5.3 places them.
+    #[allow(clippy::too_many_arguments)]
+    fn write_copies(
+        &mut self,
+        stripe: u32,
+        j: usize,
+        chunk: u32,
+        ts: u32,
+        rows: std::ops::Range<u32>,
+        piece: &[u8],
+        ready: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let (row, rows) = (rows.start, rows.end - rows.start);
+        let mut tags = meta_tags(
+            self.tag_bytes,
+            self.unit,
+            rows,
+            encode_meta(chunk, j as u8, ts, KIND_PRIMARY),
+            piece,
+        );
+        let mut done = ready;
+        let d = self.data_member(stripe, j);
+        if self.writable(d) {
+            let lba = self.hh_lba(stripe) + row as u64;
+            done = done.max(self.member_write_rows(
+                d,
+                lba,
+                rows,
+                ready,
+                piece,
+                tags.as_deref(),
+                false,
+            )?);
+        }
+        let transient = self.scala.mode != ScalaMode::ScalaWr;
+        if let Some(t) = &mut tags {
+            set_kind(t, self.tag_bytes, KIND_BACKUP);
+        }
+        for r in 0..self.m {
+            let p = self.parity_member(stripe, r);
+            if self.writable(p) {
+                let vh = self.stripes[stripe as usize].vhs[r];
+                let lba = self.vh_lba(vh, j) + row as u64;
+                done = done.max(self.member_write_rows(
+                    p,
+                    lba,
+                    rows,
+                    ready,
+                    piece,
+                    tags.as_deref(),
+                    transient,
+                )?);
+            }
+        }
         Ok(done)
     }
 
@@ -1861,6 +2020,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
         };
         let tb = self.tag_bytes;
         let tags = &tags[row as usize * tb..(row + rows) as usize * tb];
+        if self.scala.sub_chunk_writes == SubChunkWrites::InPlace {
+            return Ok(copy_is_whole_with_holes(tags, data, tb, self.unit));
+        }
         Ok(tags.iter().all(|&b| b == 0) || copy_is_whole(tags, data, tb, self.unit))
     }
 
@@ -2269,6 +2431,29 @@ fn copy_is_whole(tags: &[u8], data: &[u8], tag_bytes: usize, unit: usize) -> boo
         .all(|(tag, payload)| {
             &tag[..SUM_AT] == first
                 && tag[SUM_AT..META_TAG_BYTES] == payload_sum(payload).to_le_bytes()
+        })
+}
+
+/// Whether a chunk copy that in-place writes built is whole: every sector is a hole (no tag,
+/// payload zero: never written since its slot was handed out) or carries the first tagged
+/// sector's metadata and the checksum of its own payload.
+fn copy_is_whole_with_holes(tags: &[u8], data: &[u8], tag_bytes: usize, unit: usize) -> bool {
+    if tag_bytes < META_TAG_BYTES {
+        return false;
+    }
+    let first = tags
+        .chunks(tag_bytes)
+        .find(|tag| tag.iter().any(|&b| b != 0))
+        .map(|tag| &tag[..SUM_AT]);
+    tags.chunks(tag_bytes)
+        .zip(data.chunks(unit))
+        .all(|(tag, payload)| {
+            if tag.iter().all(|&b| b == 0) {
+                payload.iter().all(|&b| b == 0)
+            } else {
+                Some(&tag[..SUM_AT]) == first
+                    && tag[SUM_AT..META_TAG_BYTES] == payload_sum(payload).to_le_bytes()
+            }
         })
 }
 

@@ -108,6 +108,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
         failed: &[usize],
         verify: bool,
     ) -> Result<Self, ArrayError> {
+        if scala.sub_chunk_writes == SubChunkWrites::InPlace {
+            return Err(ArrayError::Config(
+                "array.scalaafa.sub_chunk_writes = \"in-place\" cannot be recovered: a crash \
+                 can tear an in-place update between a chunk's primary and its backups; use \
+                 \"merge\""
+                    .into(),
+            ));
+        }
         let mut v = Self::new(config, scala, members, spares)?;
         if v.tag_bytes < META_TAG_BYTES || v.unit == 0 {
             return Err(ArrayError::Config(

@@ -1900,6 +1900,12 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
     /// members that do not keep whole sectors. The threads' clock starts at zero, as serve
     /// mode's does, so the engine should not have run ahead in virtual time before.
     pub fn into_threads(self) -> Result<ThreadedScalaAfa<D>, (Box<Self>, String)> {
+        if self.scala.sub_chunk_writes == SubChunkWrites::InPlace {
+            return Err((
+                Box::new(self),
+                "sub_chunk_writes = \"in-place\" runs in the simulation only".into(),
+            ));
+        }
         if self
             .members
             .iter()

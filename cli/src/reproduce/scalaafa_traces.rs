@@ -1,10 +1,12 @@
 //! ScalaAFA Figs. 12 and 13 (§6.3): mdraid, the FusionRAID-style two-phase engine and
-//! ScalaAFA on the six real workloads of Table 2, here their synthesized stand-ins
-//! (`afa trace synth --like ROW`, docs/traces.md), replayed at queue depth 32.
+//! ScalaAFA (as the engine runs by default, merging writes smaller than a chunk, and with
+//! the public prototype's in-place updates) on the six real workloads of Table 2, here their
+//! synthesized stand-ins (`afa trace synth --like ROW`, docs/traces.md), replayed at queue
+//! depth 32.
 
 use std::collections::BTreeMap;
 
-use afa_array::{ArrayConfig, Level, ScalaAfaConfig, ScalaMode, TwoPhaseConfig};
+use afa_array::{ArrayConfig, Level, ScalaAfaConfig, ScalaMode, SubChunkWrites, TwoPhaseConfig};
 use afa_host::{CpuConfig, RunOptions, TraceReplay, Workload};
 use afa_nand::PayloadMode;
 use afa_sim::parallel::map_in_parallel;
@@ -21,8 +23,9 @@ use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
 pub const EXPERIMENTS: &[Entry] = &[(
     "scalaafa-fig12",
     "ScalaAFA Figs. 12 and 13: mdraid (RAID 5 with md's stripe cache), the FusionRAID-style \
-     two-phase engine and scalaafa on 4+1 Table 1 SSDs, replaying synthesized stand-ins for \
-     the six Table 2 traces at iodepth 32: throughput, completion time and write latency",
+     two-phase engine and scalaafa (merging sub-chunk writes, and with the prototype's \
+     in-place updates) on 4+1 Table 1 SSDs, replaying synthesized stand-ins for the six \
+     Table 2 traces at iodepth 32: throughput, completion time and write latency",
     scalaafa_fig12,
 )];
 
@@ -32,16 +35,26 @@ enum Engine {
     Mdraid,
     TwoPhase,
     Scalaafa,
+    /// scalaafa with the public prototype's in-place updates of replicated chunks
+    /// (`sub_chunk_writes = "in-place"`).
+    ScalaafaInPlace,
 }
 
 impl Engine {
-    const ALL: [Engine; 3] = [Engine::Mdraid, Engine::TwoPhase, Engine::Scalaafa];
+    /// Every engine replayed.
+    const REPLAYED: [Engine; 4] = [
+        Engine::Mdraid,
+        Engine::TwoPhase,
+        Engine::Scalaafa,
+        Engine::ScalaafaInPlace,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Engine::Mdraid => "mdraid",
             Engine::TwoPhase => "two-phase",
             Engine::Scalaafa => "scalaafa",
+            Engine::ScalaafaInPlace => "scalaafa-in-place",
         }
     }
 
@@ -51,15 +64,15 @@ impl Engine {
         match self {
             Engine::Mdraid => CpuConfig::default(),
             Engine::TwoPhase => fusionraid_host(1),
-            Engine::Scalaafa => scala_host(1),
+            Engine::Scalaafa | Engine::ScalaafaInPlace => scala_host(1),
         }
     }
 }
 
 fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String> {
     let profile = match engine {
-        Engine::Scalaafa => afa_host::StackProfile::Userspace,
-        _ => afa_host::StackProfile::Kernel,
+        Engine::Scalaafa | Engine::ScalaafaInPlace => afa_host::StackProfile::Userspace,
+        Engine::Mdraid | Engine::TwoPhase => afa_host::StackProfile::Kernel,
     };
     let spec = ArraySpec {
         engine: ArrayConfig {
@@ -77,10 +90,15 @@ fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String>
         choice: match engine {
             Engine::Mdraid => EngineChoice::Raid,
             Engine::TwoPhase => EngineChoice::TwoPhase(TwoPhaseConfig::default()),
-            Engine::Scalaafa => EngineChoice::ScalaAfa(ScalaAfaConfig {
+            Engine::Scalaafa | Engine::ScalaafaInPlace => EngineChoice::ScalaAfa(ScalaAfaConfig {
                 mode: ScalaMode::Scalaafa,
                 io_threads: 1,
                 transient_bytes: slc_bytes(blocks),
+                sub_chunk_writes: if engine == Engine::ScalaafaInPlace {
+                    SubChunkWrites::InPlace
+                } else {
+                    SubChunkWrites::Merge
+                },
                 ..ScalaAfaConfig::default()
             }),
         },
@@ -177,7 +195,7 @@ fn replay_all(share: f64, blocks: u32, seed: u64) -> Result<Runs, String> {
     let mut work = Vec::new();
     for name in synth::profile_names() {
         let records = trace(name, share, volume_bytes, seed)?;
-        for engine in Engine::ALL {
+        for engine in Engine::REPLAYED {
             work.push((name, engine, records.clone()));
         }
     }
@@ -189,7 +207,7 @@ fn replay_all(share: f64, blocks: u32, seed: u64) -> Result<Runs, String> {
     for ((name, engine, records), run) in work.iter().zip(results) {
         let run = run.map_err(|e| format!("{name} on {}: {e}", engine.name()))?;
         println!(
-            "{name:<8} {:<10} {:>7} requests {:>7.0} MB/s in {:>6.3} s, writes mean {:>7.0} µs \
+            "{name:<8} {:<17} {:>7} requests {:>7.0} MB/s in {:>6.3} s, writes mean {:>7.0} µs \
              p99 {:>7.0} µs, members write {:>5.1}× the user bytes, {} stripes converted",
             engine.name(),
             records.len(),
@@ -205,12 +223,59 @@ fn replay_all(share: f64, blocks: u32, seed: u64) -> Result<Runs, String> {
     Ok(runs)
 }
 
-/// Of `engines`, the one with the highest `score` on `name`.
-fn best(runs: &Runs, name: &str, score: impl Fn(&TraceRun) -> f64) -> Engine {
-    Engine::ALL
+/// Of mdraid, two-phase and `scala`, the engine with the highest `score` on `name`.
+fn best(runs: &Runs, name: &str, scala: Engine, score: impl Fn(&TraceRun) -> f64) -> Engine {
+    [Engine::Mdraid, Engine::TwoPhase, scala]
         .into_iter()
         .max_by(|a, b| score(&runs[&(name, *a)]).total_cmp(&score(&runs[&(name, *b)])))
         .expect("three engines")
+}
+
+/// The paper's orderings for one ScalaAFA variant against mdraid and two-phase, as counts
+/// over the six traces (the claims want all six), into `context` under labels ending in
+/// `suffix`.
+fn orderings(runs: &Runs, scala: Engine, suffix: &str, context: &mut BTreeMap<String, f64>) {
+    let names = synth::profile_names();
+    let run = |name: &str, engine: Engine| runs[&(name, engine)];
+    let count = |f: &dyn Fn(&str) -> bool| names.iter().filter(|n| f(n)).count() as f64;
+    let mut put = |label: &str, value: f64| context.insert(format!("{label}{suffix}"), value);
+    put(
+        "traces_scalaafa_over_two-phase",
+        count(&|n| run(n, scala).mb_s > run(n, Engine::TwoPhase).mb_s),
+    );
+    put(
+        "traces_scalaafa_fastest",
+        count(&|n| best(runs, n, scala, |r| r.mb_s) == scala),
+    );
+    put(
+        "traces_scalaafa_lowest_mean_latency",
+        count(&|n| best(runs, n, scala, |r| -r.write_mean_us) == scala),
+    );
+    put(
+        "traces_scalaafa_lowest_p99",
+        count(&|n| best(runs, n, scala, |r| -r.write_p99_us) == scala),
+    );
+    let slowest_trace = |engine: Engine| {
+        names
+            .iter()
+            .min_by(|a, b| run(a, engine).mb_s.total_cmp(&run(b, engine).mb_s))
+            .copied()
+    };
+    put(
+        "engines_slowest_on_webmail",
+        [Engine::Mdraid, Engine::TwoPhase, scala]
+            .into_iter()
+            .filter(|&e| slowest_trace(e) == Some("webmail"))
+            .count() as f64,
+    );
+    let fastest_trace = names
+        .iter()
+        .max_by(|a, b| run(a, scala).mb_s.total_cmp(&run(b, scala).mb_s))
+        .copied();
+    put(
+        "scalaafa_fastest_on_dap",
+        f64::from(u8::from(fastest_trace == Some("DAP"))),
+    );
 }
 
 fn scalaafa_fig12(quick: bool, seed: u64) -> Result<Reproduction, String> {
@@ -234,7 +299,7 @@ fn scalaafa_fig12(quick: bool, seed: u64) -> Result<Reproduction, String> {
             format!("{name}_p99_reduction"),
             1.0 - s.write_p99_us / t.write_p99_us,
         );
-        for engine in Engine::ALL {
+        for engine in Engine::REPLAYED {
             let r = run(name, engine);
             context.insert(format!("{name}_{}_mb_s", engine.name()), r.mb_s);
             context.insert(
@@ -270,49 +335,16 @@ fn scalaafa_fig12(quick: bool, seed: u64) -> Result<Reproduction, String> {
             run(n, Engine::TwoPhase).write_p99_us / run(n, Engine::Mdraid).write_p99_us
         }),
     );
-    // The paper's orderings, as counts over the six traces (the claims want all six).
-    let count = |f: &dyn Fn(&str) -> bool| names.iter().filter(|n| f(n)).count() as f64;
-    context.insert(
-        "traces_scalaafa_over_two-phase".into(),
-        count(&|n| run(n, Engine::Scalaafa).mb_s > run(n, Engine::TwoPhase).mb_s),
-    );
-    context.insert(
-        "traces_scalaafa_fastest".into(),
-        count(&|n| best(&runs, n, |r| r.mb_s) == Engine::Scalaafa),
-    );
-    context.insert(
-        "traces_scalaafa_lowest_mean_latency".into(),
-        count(&|n| best(&runs, n, |r| -r.write_mean_us) == Engine::Scalaafa),
-    );
-    context.insert(
-        "traces_scalaafa_lowest_p99".into(),
-        count(&|n| best(&runs, n, |r| -r.write_p99_us) == Engine::Scalaafa),
-    );
-    let slowest_trace = |engine: Engine| {
-        names
-            .iter()
-            .min_by(|a, b| run(a, engine).mb_s.total_cmp(&run(b, engine).mb_s))
-            .copied()
-    };
-    context.insert(
-        "engines_slowest_on_webmail".into(),
-        Engine::ALL
-            .iter()
-            .filter(|&&e| slowest_trace(e) == Some("webmail"))
-            .count() as f64,
-    );
-    let fastest_scalaafa_trace = names
-        .iter()
-        .max_by(|a, b| {
-            run(a, Engine::Scalaafa)
-                .mb_s
-                .total_cmp(&run(b, Engine::Scalaafa).mb_s)
-        })
-        .copied();
-    context.insert(
-        "scalaafa_fastest_on_dap".into(),
-        f64::from(u8::from(fastest_scalaafa_trace == Some("DAP"))),
-    );
+    orderings(&runs, Engine::Scalaafa, "", &mut context);
+    // The same with the prototype's in-place updates of replicated chunks, and its
+    // throughput over two-phase's per trace.
+    orderings(&runs, Engine::ScalaafaInPlace, "_in_place", &mut context);
+    for &name in &names {
+        context.insert(
+            format!("{name}_in_place"),
+            run(name, Engine::ScalaafaInPlace).mb_s / run(name, Engine::TwoPhase).mb_s,
+        );
+    }
     context.insert("share_of_each_trace".into(), share);
     let paper = BTreeMap::from(
         [
@@ -347,14 +379,15 @@ fn scalaafa_fig12(quick: bool, seed: u64) -> Result<Reproduction, String> {
 mod tests {
     use super::*;
 
-    /// Both two-phase engines replicate whole chunks and merge a write smaller than a chunk
-    /// into its chunk, so webmail's 4 KiB writes cost them a chunk per copy, where mdraid
-    /// writes the sectors and their parity; DAP's large writes leave nothing to merge, and
-    /// there scalaafa is ahead of two-phase.
+    /// Both two-phase engines, as they run by default, replicate whole chunks and merge a
+    /// write smaller than a chunk into its chunk, so webmail's 4 KiB writes cost them a chunk
+    /// per copy, where mdraid, and scalaafa with the prototype's in-place updates, write
+    /// only the sectors (and their parity, or their backup); DAP's large writes leave
+    /// nothing to merge, and there scalaafa is ahead of two-phase.
     #[test]
     fn sub_chunk_writes_cost_the_two_phase_engines_whole_chunks() {
         let runs = replay_all(0.001, 48, 1).unwrap();
-        assert_eq!(runs.len(), 18, "six traces on three engines");
+        assert_eq!(runs.len(), 24, "six traces on four engines");
         let amplification = |name, engine| runs[&(name, engine)].member_write_amplification;
         for engine in [Engine::Scalaafa, Engine::TwoPhase] {
             let a = amplification("webmail", engine);
@@ -364,8 +397,16 @@ mod tests {
                 engine.name()
             );
         }
-        let md = amplification("webmail", Engine::Mdraid);
-        assert!(md < 4.0, "mdraid: members wrote {md} × webmail's bytes");
+        // mdraid writes the sectors and their parity; the prototype's in-place updates write
+        // the sectors on each of the two copies.
+        for engine in [Engine::Mdraid, Engine::ScalaafaInPlace] {
+            let a = amplification("webmail", engine);
+            assert!(
+                a < 4.0,
+                "{}: members wrote {a} × webmail's bytes",
+                engine.name()
+            );
+        }
         let (s, t) = (
             runs[&("DAP", Engine::Scalaafa)].mb_s,
             runs[&("DAP", Engine::TwoPhase)].mb_s,
