@@ -900,25 +900,6 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(c.done_ns)
     }
 
-    /// The OOB tags of one chunk copy of `data`: (user chunk, slot, timestamp, kind) and
-    /// each sector's checksum.
-    fn meta_tags(
-        &self,
-        chunk: u32,
-        slot: usize,
-        ts: u32,
-        kind: u8,
-        data: &[u8],
-    ) -> Option<Vec<u8>> {
-        meta_tags(
-            self.tag_bytes,
-            self.unit,
-            self.chunk_sectors,
-            encode_meta(chunk, slot as u8, ts, kind),
-            data,
-        )
-    }
-
     // ----- the space manager (daemon) -----
 
     /// Books `cost_ns` of the daemon's core at or after `at_ns`; returns when it is done.
@@ -1640,28 +1621,24 @@ impl<D: BlockDevice> ScalaAfa<D> {
             Some((_, ts)) => ts,
             None => self.next_ts(),
         };
-        let mut done = ready;
-        let d = self.data_member(stripe, j);
-        let mut tags = self.meta_tags(chunk, j, ts, KIND_PRIMARY, data);
-        if self.writable(d) {
-            let lba = self.hh_lba(stripe);
-            done = done.max(self.member_write(d, lba, ready, data, tags.as_deref(), false)?);
-        }
-        let transient = self.scala.mode != ScalaMode::ScalaWr;
-        // The backups' tags are the primary's with another kind byte.
-        if let Some(t) = &mut tags {
-            set_kind(t, self.tag_bytes, KIND_BACKUP);
-        }
-        for r in 0..self.m {
-            let p = self.parity_member(stripe, r);
-            if self.writable(p) {
-                let vh = self.stripes[stripe as usize].vhs[r];
-                let lba = self.vh_lba(vh, j);
-                done =
-                    done.max(self.member_write(p, lba, ready, data, tags.as_deref(), transient)?);
-            }
-        }
-        self.unmap(chunk, done)?;
+        let done = self.write_copies(stripe, j, chunk, ts, 0..self.chunk_sectors, data, ready)?;
+        self.fill_slot(thread, stripe, j, chunk, ts, done)?;
+        Ok((done, true))
+    }
+
+    /// Records user chunk `chunk` as written (timestamp `ts`) into slot j of `thread`'s open
+    /// group `stripe`, its old slot becoming a hole, and queues the group for conversion
+    /// once every slot is written.
+    fn fill_slot(
+        &mut self,
+        thread: usize,
+        stripe: u32,
+        j: usize,
+        chunk: u32,
+        ts: u32,
+        done_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        self.unmap(chunk, done_ns)?;
         self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
         self.amt_ts[chunk as usize] = ts;
         let s = &mut self.stripes[stripe as usize];
@@ -1675,7 +1652,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.threads[thread].send(ToManager::Full { thread, stripe });
         }
         self.stats.chunks_written += 1;
-        Ok((done, true))
+        Ok(())
     }
 
     /// Forgets where user chunk `chunk` lived (its old slot becomes a hole).
@@ -1772,25 +1749,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
         if a == NONE {
             // A fresh slot reads as zeroes everywhere (no hero is handed out untrimmed), so
             // the piece alone leaves the rest of the chunk as it was: never written. Those
-            // sectors carry no tags, which a decode accepts in this mode (`holes_allowed`).
+            // sectors carry no tags, which a decode accepts in this mode
+            // (`copy_is_whole_with_holes`).
             let (stripe, ready) = self.open_group(thread, now_ns)?;
             self.stats.hero_wait_ns += ready - now_ns;
             let j = self.stripes[stripe as usize].filled as usize;
             let ts = self.next_ts();
             let done = self.write_copies(stripe, j, chunk, ts, rows, piece, ready)?;
-            self.amt[chunk as usize] = stripe * self.k as u32 + j as u32;
-            self.amt_ts[chunk as usize] = ts;
-            let s = &mut self.stripes[stripe as usize];
-            s.chunks[j] = chunk;
-            s.live += 1;
-            s.filled += 1;
-            s.first_ts = s.first_ts.min(ts);
-            if s.filled as usize == self.k {
-                s.state = HhState::Full;
-                self.open[thread] = None;
-                self.threads[thread].send(ToManager::Full { thread, stripe });
-            }
-            self.stats.chunks_written += 1;
+            self.fill_slot(thread, stripe, j, chunk, ts, done)?;
             self.stats.in_place_writes += 1;
             return Ok(Some(done));
         }
@@ -1810,8 +1776,10 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(Some(done))
     }
 
-    /// Writes `piece` into `rows` of slot j of `stripe`: its primary in the HH and each backup
-    /// in the stripe's VHs (flagged transient except in `scala-wr`), as §5.3 places them.
+    /// Writes `piece` (a whole chunk, or the rows an in-place update covers) into `rows` of
+    /// slot j of `stripe`: its primary in the HH and each backup in the stripe's VHs (flagged
+    /// transient except in `scala-wr`), as §5.3 places them, each sector with its OOB tag:
+    /// (user chunk, slot, timestamp `ts`, kind) and the checksum of its payload.
     #[allow(clippy::too_many_arguments)]
     fn write_copies(
         &mut self,
@@ -1846,6 +1814,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
             )?);
         }
         let transient = self.scala.mode != ScalaMode::ScalaWr;
+        // The backups' tags are the primary's with another kind byte.
         if let Some(t) = &mut tags {
             set_kind(t, self.tag_bytes, KIND_BACKUP);
         }

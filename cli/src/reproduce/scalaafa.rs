@@ -266,7 +266,7 @@ pub(super) fn slc_bytes(blocks_per_plane: u32) -> u64 {
 
 /// The engines compared here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
+pub(super) enum Engine {
     /// md's RAID 5 with its stripe cache, on the kernel host.
     Mdraid,
     TwoPhase,
@@ -277,13 +277,28 @@ enum Engine {
 }
 
 /// md's default `stripe_cache_size`: mdraid gathers partial stripes in it.
-pub(super) const MD_STRIPE_CACHE_STRIPES: u32 = 256;
+const MD_STRIPE_CACHE_STRIPES: u32 = 256;
+
+impl Engine {
+    /// The host each engine runs on: mdraid and FusionRAID in the kernel (FusionRAID with
+    /// its per-chunk costs), ScalaAFA on user-space I/O threads.
+    pub(super) fn host(self, threads: u32) -> CpuConfig {
+        match self {
+            Engine::Mdraid => CpuConfig {
+                threads,
+                ..CpuConfig::default()
+            },
+            Engine::TwoPhase => fusionraid_host(threads),
+            Engine::Scala(_) | Engine::ScalaInPlace => scala_host(threads),
+        }
+    }
+}
 
 /// One user-space I/O thread's cost per request, calibrated on one point of the paper:
 /// one ScalaAFA thread tops out at 12.0 GB/s on 6+1 (§6.2, Fig. 11), i.e. about 5.4 µs of
 /// CPU per 64 KiB request. The profile's defaults leave 2.3 µs of it; the rest is charged
 /// as engine logic per chunk. Every other ScalaAFA figure is predicted, not fitted.
-pub(super) fn scala_host(threads: u32) -> CpuConfig {
+fn scala_host(threads: u32) -> CpuConfig {
     CpuConfig {
         threads,
         profile: afa_host::StackProfile::Userspace,
@@ -299,7 +314,7 @@ pub(super) fn scala_host(threads: u32) -> CpuConfig {
 /// with the bytes written: the paper's Scala-CO gains as much over FusionRAID on full-stripe
 /// writes as on 64 KiB writes (Fig. 15), which a per-request cost would not allow. A
 /// 64 KiB request (one chunk) costs exactly what the kernel profile charges.
-pub(super) fn fusionraid_host(threads: u32) -> CpuConfig {
+fn fusionraid_host(threads: u32) -> CpuConfig {
     let kernel = afa_host::cpu::CpuCosts::of(afa_host::StackProfile::Kernel);
     CpuConfig {
         threads,
@@ -310,7 +325,9 @@ pub(super) fn fusionraid_host(threads: u32) -> CpuConfig {
     }
 }
 
-fn engine_volume(
+/// A fresh k+m array of `engine` over Table 1 SSDs with their SLC caches (`blocks` per
+/// plane), ScalaAFA with `threads` I/O threads and conversion at `convert_watermark_fraction`.
+pub(super) fn engine_volume(
     engine: Engine,
     k: u32,
     m: u32,
@@ -440,11 +457,7 @@ fn write_run(
 ) -> Result<SeqRun, String> {
     let mut v = engine_volume(engine, k, m, threads, blocks, seed, 0.75)?;
     let total = run_bytes(&v, k, m, blocks);
-    let host = match engine {
-        Engine::Mdraid => CpuConfig::default(),
-        Engine::TwoPhase => fusionraid_host(threads),
-        Engine::Scala(_) | Engine::ScalaInPlace => scala_host(threads),
-    };
+    let host = engine.host(threads);
     let bs = w.bs_kib * 1024;
     let per_job = total / threads as u64 / bs * bs;
     let io_size = w.max_requests.map_or(per_job, |n| per_job.min(n * bs));

@@ -6,19 +6,15 @@
 
 use std::collections::BTreeMap;
 
-use afa_array::{ArrayConfig, Level, ScalaAfaConfig, ScalaMode, SubChunkWrites, TwoPhaseConfig};
+use afa_array::{ScalaAfaConfig, ScalaMode};
 use afa_host::{CpuConfig, RunOptions, TraceReplay, Workload};
-use afa_nand::PayloadMode;
 use afa_sim::parallel::map_in_parallel;
 use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
 use afa_workload::trace::TraceRecord;
 
-use super::scalaafa::{
-    blocks_for, fusionraid_host, scala_host, scalaafa_table1_ssd_with_slc, slc_bytes,
-    MD_STRIPE_CACHE_STRIPES,
-};
+use super::scalaafa::{self, blocks_for};
 use super::{Entry, Reproduction};
-use crate::volume::{ArraySpec, ArrayVolume, EngineChoice};
+use crate::volume::ArrayVolume;
 
 pub const EXPERIMENTS: &[Entry] = &[(
     "scalaafa-fig12",
@@ -58,59 +54,26 @@ impl Engine {
         }
     }
 
-    /// The host each engine runs on: mdraid and FusionRAID in the kernel (FusionRAID with
-    /// its per-chunk costs, as in the other figures), ScalaAFA's one user-space I/O thread.
-    fn host(self) -> CpuConfig {
+    /// The same engine as the microbenchmark figures build it.
+    fn as_built(self) -> scalaafa::Engine {
         match self {
-            Engine::Mdraid => CpuConfig::default(),
-            Engine::TwoPhase => fusionraid_host(1),
-            Engine::Scalaafa | Engine::ScalaafaInPlace => scala_host(1),
+            Engine::Mdraid => scalaafa::Engine::Mdraid,
+            Engine::TwoPhase => scalaafa::Engine::TwoPhase,
+            Engine::Scalaafa => scalaafa::Engine::Scala(ScalaMode::Scalaafa),
+            Engine::ScalaafaInPlace => scalaafa::Engine::ScalaInPlace,
         }
+    }
+
+    fn host(self) -> CpuConfig {
+        self.as_built().host(1)
     }
 }
 
+/// A fresh 4+1 array of `engine`, one I/O thread, ScalaAFA converting at its default
+/// watermark.
 fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String> {
-    let profile = match engine {
-        Engine::Scalaafa | Engine::ScalaafaInPlace => afa_host::StackProfile::Userspace,
-        Engine::Mdraid | Engine::TwoPhase => afa_host::StackProfile::Kernel,
-    };
-    let spec = ArraySpec {
-        engine: ArrayConfig {
-            level: Level::Raid5,
-            members: 5,
-            chunk_bytes: 64 * 1024,
-            parity_mb_s: afa_host::cpu::CpuCosts::of(profile).parity_mb_s,
-            stripe_cache_stripes: if engine == Engine::Mdraid {
-                MD_STRIPE_CACHE_STRIPES
-            } else {
-                0
-            },
-            ..ArrayConfig::default()
-        },
-        choice: match engine {
-            Engine::Mdraid => EngineChoice::Raid,
-            Engine::TwoPhase => EngineChoice::TwoPhase(TwoPhaseConfig::default()),
-            Engine::Scalaafa | Engine::ScalaafaInPlace => EngineChoice::ScalaAfa(ScalaAfaConfig {
-                mode: ScalaMode::Scalaafa,
-                io_threads: 1,
-                transient_bytes: slc_bytes(blocks),
-                sub_chunk_writes: if engine == Engine::ScalaafaInPlace {
-                    SubChunkWrites::InPlace
-                } else {
-                    SubChunkWrites::Merge
-                },
-                ..ScalaAfaConfig::default()
-            }),
-        },
-        spares: 0,
-        failures: Vec::new(),
-    };
-    ArrayVolume::build(
-        &spec,
-        &scalaafa_table1_ssd_with_slc(blocks, PayloadMode::None),
-        seed,
-        0,
-    )
+    let watermark = ScalaAfaConfig::default().convert_watermark_fraction;
+    scalaafa::engine_volume(engine.as_built(), 4, 1, 1, blocks, seed, watermark)
 }
 
 /// The share of each Table 2 row a quick run replays: every row's request counts times
