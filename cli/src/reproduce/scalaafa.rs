@@ -260,7 +260,7 @@ pub fn scalaafa_table1_ssd_with_slc(blocks_per_plane: u32, payload: PayloadMode)
 }
 
 /// 4 GB of SLC at 352 blocks per plane, scaled with the blocks.
-pub(super) fn slc_bytes(blocks_per_plane: u32) -> u64 {
+fn slc_bytes(blocks_per_plane: u32) -> u64 {
     4_000_000_000u64 * blocks_per_plane as u64 / 352
 }
 
