@@ -343,7 +343,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         .is_some_and(|s| s.sub_chunk_writes == afa_array::SubChunkWrites::InPlace)
     {
         return Err(
-            "--state cannot be combined with [array.scalaafa] sub_chunk_writes = \"in-place\": a crash can tear an in-place update between a chunk's primary and its backups, which recovery cannot settle; use \"merge\""
+            "--state cannot be combined with [array.scalaafa] sub_chunk_writes = \"in-place\": --state recovers the volume as after a host crash over members with volatile caches, and an in-place update overwrites the only copy of its sectors the last flush made durable; use \"merge\""
                 .into(),
         );
     }

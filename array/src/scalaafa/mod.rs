@@ -79,8 +79,10 @@ pub enum SubChunkWrites {
     /// replicated (its hero group open or full, not yet converting), only the sectors
     /// written go to the primary and the backups, in place; a chunk never written gets a
     /// fresh slot holding only those sectors; a converted chunk is merged as above.
-    /// Simulation only: recovery and serve mode's threads refuse it, since a crash can tear
-    /// an in-place update between the primary and a backup.
+    /// A power cut can tear an update between the primary and a backup; recovery makes the
+    /// copies agree again (`resync_replicas`). Simulation only: serve mode's threads, and
+    /// recovery after a host crash over members with volatile caches (where an in-place
+    /// update may destroy the only durable copy of a sector), refuse it.
     InPlace,
 }
 
@@ -189,6 +191,9 @@ pub struct ScalaAfaStats {
     /// whose parity it computed again.
     pub recovery_unwhole_copies: u64,
     pub recovery_resynced_stripes: u64,
+    /// Chunk copies the last recovery found differing from their primary in some sectors
+    /// (an in-place update the power cut between copies) and made agree again.
+    pub recovery_resynced_copies: u64,
     pub recovery_finished_conversions: u64,
     pub first_conversion_ns: Option<TimeNs>,
 }
@@ -1750,12 +1755,18 @@ impl<D: BlockDevice> ScalaAfa<D> {
             // A fresh slot reads as zeroes everywhere (no hero is handed out untrimmed), so
             // the piece alone leaves the rest of the chunk as it was: never written. Those
             // sectors carry no tags, which a decode accepts in this mode
-            // (`copy_is_whole_with_holes`).
+            // (`copy_is_whole_with_holes`). The first sector is written too, as zeroes, when
+            // the piece does not cover it: recovery and the parity checks read a copy's
+            // name from its first sector's OOB, so every written copy must carry it there.
             let (stripe, ready) = self.open_group(thread, now_ns)?;
             self.stats.hero_wait_ns += ready - now_ns;
             let j = self.stripes[stripe as usize].filled as usize;
             let ts = self.next_ts();
-            let done = self.write_copies(stripe, j, chunk, ts, rows, piece, ready)?;
+            let mut done = self.write_copies(stripe, j, chunk, ts, rows.clone(), piece, ready)?;
+            if rows.start > 0 {
+                let zeroes = vec![0u8; self.unit];
+                done = done.max(self.write_copies(stripe, j, chunk, ts, 0..1, &zeroes, ready)?);
+            }
             self.fill_slot(thread, stripe, j, chunk, ts, done)?;
             self.stats.in_place_writes += 1;
             return Ok(Some(done));

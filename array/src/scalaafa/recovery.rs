@@ -8,6 +8,15 @@
 //! its parity members' transient areas. A hero group that was still open is closed (its
 //! unwritten slots deallocated on the HH and the VHs) and queued for conversion.
 //!
+//! With in-place updates (`sub_chunk_writes = "in-place"`) a chunk's copies keep their
+//! slot and timestamp when part of it is rewritten, so a power cut between the primary and
+//! a backup leaves copies that agree on their name and differ in some sectors. Once the
+//! tables stand, every replicated slot's copies are compared through the checksums in
+//! their tags and made to agree (`resync_replicas`). Every written copy names its chunk in
+//! its first sector, which the engine writes even when an update to a fresh slot does not
+//! cover it. After a host crash over volatile caches the option is refused: an in-place
+//! update overwrites the only copy of its sectors the last flush made durable.
+//!
 //! With members lost (up to m), their primaries are named by their backups or decoded from
 //! their stripes' tags, and chunks left only in backups no group can be bound to are written
 //! again (see [`ScalaAfa::recover_degraded`] and [`ScalaAfa::recover_without`]). A parity
@@ -108,11 +117,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
         failed: &[usize],
         verify: bool,
     ) -> Result<Self, ArrayError> {
-        if scala.sub_chunk_writes == SubChunkWrites::InPlace {
+        if verify && scala.sub_chunk_writes == SubChunkWrites::InPlace {
             return Err(ArrayError::Config(
-                "array.scalaafa.sub_chunk_writes = \"in-place\" cannot be recovered: a crash \
-                 can tear an in-place update between a chunk's primary and its backups; use \
-                 \"merge\""
+                "array.scalaafa.sub_chunk_writes = \"in-place\" cannot be recovered after a \
+                 host crash over members with volatile caches: an in-place update overwrites \
+                 the only copy of its sectors the last flush made durable; use \"merge\""
                     .into(),
             ));
         }
@@ -147,6 +156,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let (orphans, stale) = v
             .rebuild_tables(failed, snap.as_ref(), verify)
             .map_err(failure)?;
+        if v.scala.sub_chunk_writes == SubChunkWrites::InPlace {
+            // Before a spare takes a failed member's place: the rebuild copies what the
+            // surviving copies hold, which must agree by then.
+            v.resync_replicas().map_err(failure)?;
+        }
         for &f in failed {
             v.take_spare(f, 0);
         }
@@ -290,6 +304,96 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.stats.recovery_resynced_stripes += 1;
         }
         Ok(())
+    }
+
+    /// In-place updates (`SubChunkWrites::InPlace`) write a chunk's primary, then its
+    /// backups, into the slots the chunk already holds, under the timestamp it already has:
+    /// a power cut between them leaves copies that name the same (chunk, timestamp) but
+    /// differ in the sectors the update covered. The update was not acknowledged, so either
+    /// version of those sectors may stay, but the copies must agree before the volume
+    /// serves: reads take the primary or a replica, and conversion computes the parity
+    /// from the backups. Every slot written in a replicated stripe, live or dead (the
+    /// parity covers both), is compared sector by sector through the checksums in its
+    /// copies' tags, and each sector that differs is copied, data and tag, from the primary
+    /// (or, with the primary's member lost, from the first surviving backup) to the others.
+    fn resync_replicas(&mut self) -> Result<(), DeviceError> {
+        let (cs, tb, unit) = (self.chunk_sectors, self.tag_bytes, self.unit);
+        let transient = self.scala.mode != ScalaMode::ScalaWr;
+        for row in 0..self.rows {
+            let s = &self.stripes[row as usize];
+            if !matches!(s.state, HhState::Open | HhState::Full) {
+                continue;
+            }
+            for j in 0..s.filled as usize {
+                // The chunk's copies on serving members: (member, lba, is a backup).
+                let mut copies = Vec::with_capacity(1 + self.m);
+                let d = self.data_member(row, j);
+                if self.writable(d) {
+                    copies.push((d, self.hh_lba(row), false));
+                }
+                for r in 0..self.m {
+                    let p = self.parity_member(row, r);
+                    let vh = self.stripes[row as usize].vhs[r];
+                    if vh != NONE && self.writable(p) {
+                        copies.push((p, self.vh_lba(vh, j), true));
+                    }
+                }
+                let Some((&(src, src_lba, _), others)) = copies.split_first() else {
+                    continue;
+                };
+                let src_tags = self.chunk_tags(src, src_lba)?;
+                for &(dst, dst_lba, backup) in others {
+                    let tags = self.chunk_tags(dst, dst_lba)?;
+                    let differs = |i: usize| {
+                        let (a, b) = (&src_tags[i * tb..(i + 1) * tb], &tags[i * tb..(i + 1) * tb]);
+                        a.iter()
+                            .zip(b)
+                            .enumerate()
+                            .any(|(at, (x, y))| at != KIND_AT && x != y)
+                    };
+                    let mut resynced = false;
+                    let mut i = 0;
+                    while i < cs as usize {
+                        if !differs(i) {
+                            i += 1;
+                            continue;
+                        }
+                        let start = i;
+                        while i < cs as usize && differs(i) {
+                            i += 1;
+                        }
+                        let rows = (i - start) as u32;
+                        let mut data = vec![0u8; rows as usize * unit];
+                        self.member_read(src, src_lba + start as u64, rows, 0, &mut data)?;
+                        let mut t = src_tags[start * tb..i * tb].to_vec();
+                        set_kind(&mut t, tb, if backup { KIND_BACKUP } else { KIND_PRIMARY });
+                        self.member_write_rows(
+                            dst,
+                            dst_lba + start as u64,
+                            rows,
+                            0,
+                            &data,
+                            Some(&t),
+                            backup && transient,
+                        )?;
+                        resynced = true;
+                    }
+                    if resynced {
+                        self.stats.recovery_resynced_copies += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every sector's tag of the chunk copy at `lba` of `member`.
+    fn chunk_tags(&mut self, member: usize, lba: u64) -> Result<Vec<u8>, DeviceError> {
+        self.stats.recovery_tag_reads += 1;
+        self.members[member]
+            .device
+            .scan_tags(lba, self.chunk_sectors)
+            .ok_or(DeviceError::Unsupported("scan_tags".into()))
     }
 
     /// The (chunk, timestamp) a tag names if it is copy `kind` of slot `j`.

@@ -589,6 +589,7 @@ fn crash_and_recover_volume(
         }
         ScalaAfa::recover(config, scala, members, vec![]).expect("recovery")
     });
+    assert_copies_agree(&mut h.volume);
     let stats = *h.volume.stats();
     if let Some((seq, _)) = torn {
         assert!(
@@ -716,6 +717,7 @@ fn crash_inside_a_request_losing(
         }
     }
     let config = h.volume.config.clone();
+    let in_place = scala.sub_chunk_writes == SubChunkWrites::InPlace;
     let mut h = h.after_crash(|v| {
         let mut members: Vec<Ssd> = v.into_members().into_iter().map(|d| d.inner).collect();
         if lost.is_empty() {
@@ -726,12 +728,63 @@ fn crash_inside_a_request_losing(
         }
         ScalaAfa::recover_without(config, scala, members, vec![], lost).expect("recovery")
     });
+    assert_copies_agree(&mut h.volume);
     h.check_after_crash(torn);
     writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
     h.volume.background(h.now_ns);
     h.check_all();
-    *h.volume.stats()
+    let stats = *h.volume.stats();
+    if in_place && lost.is_empty() {
+        // Copies that disagree would show here: the failed member's chunks are read from
+        // their replicas, or decoded from parity computed from the backups.
+        h.volume
+            .fail_member((seed % n as u64) as usize, h.now_ns)
+            .unwrap();
+        h.check_all();
+    }
+    stats
+}
+
+/// After a recovery, every slot written in a replicated stripe has copies that agree
+/// sector by sector on every serving member (all but the kind byte of their tags, whose
+/// checksums cover the data).
+fn assert_copies_agree(v: &mut ScalaAfa<Ssd>) {
+    let cs = v.chunk_sectors;
+    for row in 0..v.rows {
+        let s = &v.stripes[row as usize];
+        if !matches!(s.state, HhState::Open | HhState::Full) {
+            continue;
+        }
+        let mut copies = Vec::new();
+        for j in 0..s.filled as usize {
+            let d = v.data_member(row, j);
+            let mut here = vec![];
+            if v.writable(d) {
+                here.push((d, v.hh_lba(row)));
+            }
+            for r in 0..v.m {
+                let p = v.parity_member(row, r);
+                if s.vhs[r] != NONE && v.writable(p) {
+                    here.push((p, v.vh_lba(s.vhs[r], j)));
+                }
+            }
+            copies.push(here);
+        }
+        for (j, here) in copies.into_iter().enumerate() {
+            let mut tags: Vec<Vec<u8>> = here
+                .iter()
+                .map(|&(d, lba)| v.members[d].device.scan_tags(lba, cs).unwrap())
+                .collect();
+            for t in &mut tags {
+                set_kind(t, v.tag_bytes, 0);
+            }
+            assert!(
+                tags.windows(2).all(|w| w[0] == w[1]),
+                "row {row} slot {j}: copies {here:?} disagree"
+            );
+        }
+    }
 }
 
 /// One random request of the host-crash tests: a write (noted in `since` once a flush has
@@ -1084,9 +1137,13 @@ proptest! {
         checkpoint_ms in prop_oneof![Just(0.0), 0.5f64..10.0],
         lost_count in 0usize..=2,
         lost_at in (0usize..6, 0usize..5),
+        in_place in any::<bool>(),
     ) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-        let (scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
+        let (mut scala, payload) = random_scala(host_conversion, threads, checkpoint_ms);
+        if in_place {
+            scala.sub_chunk_writes = SubChunkWrites::InPlace;
+        }
         // Up to m distinct members lost with the power.
         let n = n as usize;
         let first = lost_at.0 % n;
@@ -1491,17 +1548,24 @@ fn in_place_sub_chunk_writes_write_fewer_sectors_than_merging() {
         let mut h = Harness::new(ScalaAfa::new(config, scala, devs, Vec::new()).unwrap());
         let mut rng = SimRng::new(21);
         // One-sector writes over 64 chunks, so most land in a chunk still replicated.
+        let mut written = std::collections::BTreeSet::new();
+        let mut fresh_off_row_0 = 0;
         for _ in 0..400 {
             let lba = rng.below(64 * 8);
+            if written.insert(lba / 8) && lba % 8 != 0 {
+                fresh_off_row_0 += 1;
+            }
             h.write(lba, 1).expect("write accepted");
         }
         h.check_all();
-        *h.volume.stats()
+        (*h.volume.stats(), fresh_off_row_0)
     };
-    let (merged, in_place) = (run(SubChunkWrites::Merge), run(SubChunkWrites::InPlace));
+    let ((merged, _), (in_place, fresh_off_row_0)) =
+        (run(SubChunkWrites::Merge), run(SubChunkWrites::InPlace));
     // A merge writes the whole chunk on each of the two copies. The in-place run uses one
     // slot per chunk and converts nothing in so short a run, so each of its writes puts
-    // the one sector on each copy.
+    // the one sector on each copy, and a chunk's first write its first sector too (the
+    // one that names the copy) when it does not cover it.
     assert_eq!(in_place.stripes_converted, 0, "{in_place:?}");
     assert_eq!(merged.in_place_writes, 0, "{merged:?}");
     assert_eq!(merged.chunks_written, 400, "{merged:?}");
@@ -1511,19 +1575,28 @@ fn in_place_sub_chunk_writes_write_fewer_sectors_than_merging() {
         in_place.chunks_written, 64,
         "one fresh slot per chunk: {in_place:?}"
     );
-    assert_eq!(in_place.member_write_sectors, 400 * 2, "{in_place:?}");
+    assert!(fresh_off_row_0 > 0);
+    assert_eq!(
+        in_place.member_write_sectors,
+        (400 + fresh_off_row_0) * 2,
+        "{in_place:?}"
+    );
 }
 
+/// A host crash over volatile caches may keep an in-place update's tags without its data,
+/// and the update overwrote the flushed copy of those sectors: recovery after one refuses
+/// the option, as the threads of serve mode do (they have no in-place path).
 #[test]
-fn in_place_sub_chunk_writes_are_refused_where_a_crash_could_tear_them() {
+fn in_place_sub_chunk_writes_are_refused_after_a_host_crash_and_on_threads() {
     let scala = ScalaAfaConfig {
         sub_chunk_writes: SubChunkWrites::InPlace,
         ..ScalaAfaConfig::default()
     };
     let config = array_config(Level::Raid5, 5);
     let devs = (0..5).map(ssd).collect();
-    let Err(err) = ScalaAfa::recover(config, scala.clone(), devs, Vec::new()) else {
-        panic!("recovery of an in-place volume was not refused");
+    let Err(err) = ScalaAfa::recover_with(config, scala.clone(), devs, Vec::new(), &[], true)
+    else {
+        panic!("host-crash recovery of an in-place volume was not refused");
     };
     assert!(err.to_string().contains("sub_chunk_writes"), "{err}");
     let v = engine(Level::Raid5, 5, 0, scala);
@@ -1558,4 +1631,97 @@ fn in_place_sub_chunk_writes_keep_data_on_every_shape() {
         in_place_run(level, n, ScalaMode::Scalaafa, 1, 7 + n as u64, false);
     }
     in_place_run(Level::Raid6, 6, ScalaMode::Scalaafa, 2, 9, true);
+}
+
+fn in_place(mode: ScalaMode) -> ScalaAfaConfig {
+    ScalaAfaConfig {
+        sub_chunk_writes: SubChunkWrites::InPlace,
+        ..with_mode(mode)
+    }
+}
+
+/// Power lost at member commands among in-place updates, conversions and cleanings: every
+/// acknowledged write survives, the update the cut tore reads back old or new in each
+/// sector, and recovery leaves the copies of every replicated slot agreeing (checked
+/// directly, and by reading a failed member's chunks from replicas and parity).
+#[test]
+fn power_loss_inside_an_in_place_update_leaves_its_copies_agreeing() {
+    let token = afa_nand::PayloadMode::Token;
+    let scalaafa = in_place(ScalaMode::Scalaafa);
+    // Cuts a sweep over every member command of these runs found inside an update of a
+    // replicated chunk: on 4+2 after its primary (both backups then differ from it) and
+    // after its first backup (one does), and on 4+1 and 2+1 after its primary.
+    for (level, n, seed, budget, resynced) in [
+        (Level::Raid6, 6, 7, 521, 2),
+        (Level::Raid6, 6, 7, 522, 1),
+        (Level::Raid6, 6, 7, 736, 2),
+        (Level::Raid6, 6, 7, 737, 1),
+        (Level::Raid5, 5, 2786, 2591, 1),
+        (Level::Raid5, 3, 2081, 1888, 1),
+    ] {
+        let s = crash_inside_a_request(level, n, seed, budget, token, scalaafa.clone());
+        assert_eq!(
+            s.recovery_resynced_copies, resynced,
+            "{level:?} {budget}: {s:?}"
+        );
+    }
+    // Cuts elsewhere: in conversions (in the SSDs and on the host), cleanings, fresh slots.
+    for (level, n) in SHAPES {
+        for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
+            for budget in [1, 2, 3, 5, 40, 333, 1200, 4000] {
+                let seed = 190 + budget + n as u64;
+                crash_inside_a_request(level, n, seed, budget, token, in_place(mode));
+            }
+        }
+    }
+}
+
+/// The same with a member lost in the power cut: a lost primary's backups serve, and agree
+/// with each other once recovered (m = 2: the cuts after an update's primary and after its
+/// first backup, with each member lost in turn).
+#[test]
+fn power_loss_inside_an_in_place_update_with_a_lost_member_loses_nothing() {
+    let token = afa_nand::PayloadMode::Token;
+    let scalaafa = in_place(ScalaMode::Scalaafa);
+    for budget in [521, 522, 1763] {
+        for lost in 0..6 {
+            crash_inside_a_request_losing(
+                Level::Raid6,
+                6,
+                7,
+                budget,
+                token,
+                scalaafa.clone(),
+                &[lost],
+            );
+        }
+    }
+    for budget in [3, 40, 700] {
+        for lost in 0..4 {
+            crash_inside_a_request_losing(
+                Level::Raid5,
+                4,
+                7 + budget,
+                budget,
+                token,
+                scalaafa.clone(),
+                &[lost],
+            );
+        }
+    }
+}
+
+/// An in-place volume recovers from its newest checkpoint too: in-place updates move no
+/// chunk, so what the checkpoint names stays where it was.
+#[test]
+fn power_loss_on_a_checkpointed_in_place_volume_loses_nothing() {
+    for (level, n) in SHAPES {
+        let scala = ScalaAfaConfig {
+            checkpoint_interval_ms: 2.0,
+            ..in_place(ScalaMode::Scalaafa)
+        };
+        let volume = engine_keeping(afa_nand::PayloadMode::Full, level, n, 0, scala);
+        let stats = crash_and_recover_volume(volume, 31 + n as u64, 2500, false);
+        assert!(stats.recovered_checkpoint_seq.is_some(), "{stats:?}");
+    }
 }
