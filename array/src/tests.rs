@@ -1055,6 +1055,17 @@ fn two_phase(level: Level, members: u32, spares: usize) -> TwoPhase<Ssd> {
 
 /// The two-phase engine over members and spares built from `ssd`.
 fn two_phase_over(level: Level, members: u32, spares: usize, ssd: &SsdConfig) -> TwoPhase<Ssd> {
+    two_phase_with(level, members, spares, ssd, TwoPhaseConfig::default())
+}
+
+/// The two-phase engine with `tp` over members and spares built from `ssd`.
+fn two_phase_with(
+    level: Level,
+    members: u32,
+    spares: usize,
+    ssd: &SsdConfig,
+    tp: TwoPhaseConfig,
+) -> TwoPhase<Ssd> {
     let config = ArrayConfig {
         level,
         members,
@@ -1065,7 +1076,7 @@ fn two_phase_over(level: Level, members: u32, spares: usize, ssd: &SsdConfig) ->
     let build = |seed: u64| Ssd::new(ssd.clone(), seed).unwrap();
     let devs = (0..members as u64).map(build).collect();
     let spare_devs = (0..spares as u64).map(|i| build(100 + i)).collect();
-    TwoPhase::new(config, TwoPhaseConfig::default(), devs, spare_devs).unwrap()
+    TwoPhase::new(config, tp, devs, spare_devs).unwrap()
 }
 
 /// A chunk the SSD cannot read this time is read from its other replica before conversion
@@ -1221,9 +1232,13 @@ fn two_phase_with_a_failed_member_does_not_exhaust_member_planes() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
     #[test]
-    fn two_phase_matches_the_oracle(seed in any::<u64>(), raid6 in any::<bool>(), fail_at in 0usize..3000, spare in any::<bool>()) {
+    fn two_phase_matches_the_oracle(seed in any::<u64>(), raid6 in any::<bool>(), fail_at in 0usize..3000, spare in any::<bool>(), in_place in any::<bool>()) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
-        let mut h = Harness::new(two_phase(level, n, spare as usize));
+        let tp = TwoPhaseConfig {
+            sub_chunk_writes: if in_place { SubChunkWrites::InPlace } else { SubChunkWrites::Merge },
+            ..TwoPhaseConfig::default()
+        };
+        let mut h = Harness::new(two_phase_with(level, n, spare as usize, &ssd_config(), tp));
         let cap = h.tokens.len() as u64;
         prop_assert_eq!(h.check_allocation(), Some(cap), "a new volume is all holes");
         let mut rng = SimRng::new(seed);
@@ -1236,6 +1251,65 @@ proptest! {
         h.check_allocation().expect("two-phase knows its allocation");
         prop_assert!(h.checked > 0);
     }
+}
+
+/// FusionRAID-style in-place writes: a write smaller than a chunk puts only its sectors on
+/// each replica (a fresh replica set for a chunk never written), so the members write
+/// (m + 1) × the user's sectors where a merge writes m + 1 whole chunks; nothing is lost
+/// through conversion, cleaning, a failure and a rebuild; and a recoverable volume refuses
+/// the option, since in-place writes carry no tags.
+#[test]
+fn two_phase_in_place_writes_only_what_the_user_wrote() {
+    let run = |sub_chunk_writes| {
+        let tp = TwoPhaseConfig {
+            sub_chunk_writes,
+            ..TwoPhaseConfig::default()
+        };
+        let mut h = Harness::new(two_phase_with(Level::Raid5, 4, 0, &ssd_config(), tp));
+        let cs = h.volume.chunk_sectors() as u64;
+        let mut rng = SimRng::new(5);
+        // One-sector writes into 16 chunks, few enough to stay under the conversion
+        // watermark.
+        for _ in 0..200 {
+            let lba = rng.below(16 * cs);
+            h.write(lba, 1).expect("write accepted");
+        }
+        h.check_all();
+        (*h.volume.stats(), cs)
+    };
+    let ((merged, cs), (in_place, _)) = (run(SubChunkWrites::Merge), run(SubChunkWrites::InPlace));
+    assert_eq!(in_place.stripes_converted, 0, "{in_place:?}");
+    assert_eq!(merged.member_write_sectors, 200 * 2 * cs, "{merged:?}");
+    assert_eq!(in_place.in_place_writes, 200, "{in_place:?}");
+    assert_eq!(in_place.member_write_sectors, 200 * 2, "{in_place:?}");
+    assert!(in_place.replica_chunks_written <= 16, "{in_place:?}");
+
+    let tp = TwoPhaseConfig {
+        sub_chunk_writes: SubChunkWrites::InPlace,
+        ..TwoPhaseConfig::default()
+    };
+    let mut h = Harness::new(two_phase_with(
+        Level::Raid6,
+        6,
+        1,
+        &ssd_config(),
+        tp.clone(),
+    ));
+    let mut rng = SimRng::new(6);
+    h.random_ops(&mut rng, 1500);
+    h.volume.fail_member(2, h.now_ns).unwrap();
+    h.random_ops(&mut rng, 1500);
+    h.now_ns += 1_000_000_000_000;
+    h.volume.background(h.now_ns);
+    assert!(!h.volume.rebuilding());
+    h.check_all();
+    let s = *h.volume.stats();
+    assert!(s.in_place_writes > 0 && s.stripes_converted > 0, "{s:?}");
+
+    let devs = (0..4).map(|i| Ssd::new(ssd_config(), i).unwrap()).collect();
+    let mut v = TwoPhase::new(two_phase_config(Level::Raid5, 4), tp, devs, vec![]).unwrap();
+    let err = v.make_recoverable().unwrap_err();
+    assert!(err.to_string().contains("sub_chunk_writes"), "{err}");
 }
 
 /// Members that come back after an unclean stop: each holds whatever it last wrote, so a

@@ -52,7 +52,7 @@ use afa_ssd::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{ArrayConfig, ArrayError, DegradedReadLatency, FailureSchedule, Level};
+use crate::{ArrayConfig, ArrayError, DegradedReadLatency, FailureSchedule, Level, SubChunkWrites};
 
 #[path = "two_phase_recovery.rs"]
 mod recovery;
@@ -77,6 +77,16 @@ pub struct TwoPhaseConfig {
     /// Fraction of the members' slots kept out of the volume, so that replicas above the
     /// striped data and the holes left by overwrites fit.
     pub spare_fraction: f64,
+    /// How a write smaller than a chunk reaches the members. `merge` (the default): the
+    /// chunk is read, the write merged into it and the whole chunk replicated anew.
+    /// `in-place`: FusionRAID's replicated writes of only what the user wrote (its paper:
+    /// temporary replicas "greatly accelerate small, random writes"), as ScalaAFA's
+    /// prototype does: the sectors go into the chunk's replicas where they are while it is
+    /// replicated, a chunk never written gets a fresh replica set holding only them, and a
+    /// striped chunk is merged as above. In-place writes carry no OOB tags (a tag's
+    /// checksum covers the whole chunk), so a recoverable volume (`afa serve --state`,
+    /// recovery) refuses the option.
+    pub sub_chunk_writes: SubChunkWrites,
 }
 
 impl Default for TwoPhaseConfig {
@@ -84,6 +94,7 @@ impl Default for TwoPhaseConfig {
         Self {
             watermark_fraction: 0.05,
             spare_fraction: 0.1,
+            sub_chunk_writes: SubChunkWrites::Merge,
         }
     }
 }
@@ -93,6 +104,9 @@ impl Default for TwoPhaseConfig {
 pub struct TwoPhaseStats {
     pub user_write_sectors: u64,
     pub replica_chunks_written: u64,
+    /// Writes smaller than a chunk written as they are, not merged into a whole chunk
+    /// (`sub_chunk_writes = "in-place"`).
+    pub in_place_writes: u64,
     pub stripes_converted: u64,
     pub stripes_cleaned: u64,
     pub chunks_cleaned: u64,
@@ -382,6 +396,12 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// after a crash (module doc). Call it on a new volume before its first write; a
     /// recovered volume is recoverable already. Needs members that keep tags.
     pub fn make_recoverable(&mut self) -> Result<(), ArrayError> {
+        if self.two_phase.sub_chunk_writes == SubChunkWrites::InPlace {
+            return Err(ArrayError::Config(
+                "a recoverable two-phase volume cannot take array.two_phase.sub_chunk_writes = \"in-place\": its writes carry no OOB tags for recovery to find them by (a tag's checksum covers the whole chunk); use \"merge\""
+                    .into(),
+            ));
+        }
         if !self.keeps_tags() {
             return Err(ArrayError::Config(format!(
                 "a recoverable two-phase volume needs members that keep {TWO_PHASE_TAG_BYTES} bytes of OOB tag per sector and payload token or full"
@@ -698,10 +718,23 @@ impl<D: BlockDevice> TwoPhase<D> {
         data: &[u8],
         tags: Option<&[u8]>,
     ) -> Result<TimeNs, DeviceError> {
-        let rows = self.chunk_sectors;
+        self.member_write_rows(s, 0, self.chunk_sectors, now_ns, data, tags)
+    }
+
+    /// Writes rows `row..row + rows` of slot `s` (a whole chunk, or the piece of an
+    /// in-place write).
+    fn member_write_rows(
+        &mut self,
+        s: Slot,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        data: &[u8],
+        tags: Option<&[u8]>,
+    ) -> Result<TimeNs, DeviceError> {
         self.count_command(rows);
         self.stats.member_write_sectors += rows as u64;
-        let lba = self.slot_lba(s, 0);
+        let lba = self.slot_lba(s, row);
         let c = self.members[s.member].device.submit(
             now_ns,
             &Command {
@@ -926,6 +959,20 @@ impl<D: BlockDevice> TwoPhase<D> {
         data: &[u8],
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
+        self.replicate_rows(chunk, 0, self.chunk_sectors, data, now_ns)
+    }
+
+    /// Replicates `data` into rows `row..row + rows` of a fresh replica set for volume chunk
+    /// `chunk`: a whole chunk, or (in-place writes) the piece of one never written, whose
+    /// other rows read as zeroes (every slot is handed out trimmed or never written).
+    fn replicate_rows(
+        &mut self,
+        chunk: u64,
+        row: u32,
+        rows: u32,
+        data: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
         // The m + 1 alive members with the most free slots, starting the tie-break at a
         // rotating member so replicas spread evenly.
         let n = self.members.len();
@@ -955,8 +1002,12 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut done = now_ns;
         for (copy, &s) in slots.iter().enumerate() {
             let field = (chunk as u32).to_le_bytes();
-            let tags = self.chunk_tags(KIND_REPLICA, copy, field, seq, data);
-            done = done.max(self.member_write(s, now_ns, data, tags.as_deref())?);
+            let tags = if rows == self.chunk_sectors {
+                self.chunk_tags(KIND_REPLICA, copy, field, seq, data)
+            } else {
+                None
+            };
+            done = done.max(self.member_write_rows(s, row, rows, now_ns, data, tags.as_deref())?);
         }
         self.rsets[id as usize] = ReplicaSet { slots, chunk, seq };
         self.map[chunk as usize] = Loc::Replica(id);
@@ -1285,6 +1336,13 @@ impl<D: BlockDevice> TwoPhase<D> {
             let piece = &data[offset..offset + len];
             let t_space = self.ensure_space(t0)?;
             let mut t = t0.max(t_space);
+            if to - from < cs && self.two_phase.sub_chunk_writes == SubChunkWrites::InPlace {
+                let rows = (from - c_start) as u32..(to - c_start) as u32;
+                if let Some(w) = self.write_in_place(chunk, rows, piece, t)? {
+                    done = done.max(w);
+                    continue;
+                }
+            }
             let buf;
             let whole: &[u8] = if to - from == cs {
                 piece
@@ -1311,6 +1369,37 @@ impl<D: BlockDevice> TwoPhase<D> {
         }
         self.stats.user_write_sectors += sectors as u64;
         Ok(done)
+    }
+
+    /// An in-place write of `piece` into `rows` of volume chunk `chunk`: into
+    /// every serving replica of a replicated chunk, or into a fresh replica set for a
+    /// chunk never written. Returns `None` for a striped chunk, which the caller merges.
+    fn write_in_place(
+        &mut self,
+        chunk: u64,
+        rows: std::ops::Range<u32>,
+        piece: &[u8],
+        now_ns: TimeNs,
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        let (row, rows) = (rows.start, rows.end - rows.start);
+        let done = match self.map[chunk as usize] {
+            Loc::Striped { .. } => return Ok(None),
+            Loc::Unwritten => self.replicate_rows(chunk, row, rows, piece, now_ns)?,
+            Loc::Replica(id) => {
+                let slots = self.rsets[id as usize].slots.clone();
+                let mut done = now_ns;
+                for s in slots {
+                    // A copy on a member being rebuilt is written too: the rebuild skips
+                    // nothing it has already rewritten, and a newer piece must not be lost.
+                    if self.members[s.member].state != MemberState::Failed {
+                        done = done.max(self.member_write_rows(s, row, rows, now_ns, piece, None)?);
+                    }
+                }
+                done
+            }
+        };
+        self.stats.in_place_writes += 1;
+        Ok(Some(done))
     }
 
     fn read(

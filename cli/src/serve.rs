@@ -1287,7 +1287,7 @@ mod tests {
     }
 
     #[test]
-    fn state_refuses_a_stripe_cache_and_swan_aging() {
+    fn state_refuses_a_stripe_cache_swan_aging_and_in_place_writes() {
         let dir = std::env::temp_dir().join(format!("afa-serve-refuse-{}", std::process::id()));
         let base =
             "[ssd.geometry]\nblocks_per_plane = 64\n[array]\nlevel = \"raid5\"\nmembers = 4\n";
@@ -1296,6 +1296,16 @@ mod tests {
             (
                 "[array.swan]\ngroups = 2\nage_fraction = 0.6\n",
                 "age_fraction",
+            ),
+            // In-place writes: scalaafa's cannot be recovered after a host crash, two-phase's
+            // carry no tags at all.
+            (
+                "[array.scalaafa]\nsub_chunk_writes = \"in-place\"\n",
+                "sub_chunk_writes",
+            ),
+            (
+                "[array.two_phase]\nsub_chunk_writes = \"in-place\"\n",
+                "sub_chunk_writes",
             ),
         ] {
             let cfg: RunConfig = toml::from_str(&format!("{base}{extra}")).unwrap();
