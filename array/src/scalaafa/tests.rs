@@ -621,6 +621,7 @@ fn crash_and_recover_degraded(level: Level, n: u32, seed: u64, crash_after: usiz
         let spares = if spare { vec![ssd(900 + seed)] } else { vec![] };
         ScalaAfa::recover_degraded(config, scala, members, spares, failed).expect("recovery")
     });
+    assert_copies_agree(&mut h.volume);
     h.check_all();
     writes_and_reads(&mut h, &mut rng, 400);
     h.now_ns += 1_000_000_000;
@@ -747,9 +748,9 @@ fn crash_inside_a_request_losing(
 }
 
 /// After a recovery, every slot written in a replicated stripe has copies that agree
-/// sector by sector on every serving member (all but the kind byte of their tags, whose
-/// checksums cover the data).
-fn assert_copies_agree(v: &mut ScalaAfa<Ssd>) {
+/// sector by sector on every member that serves them (all but the kind byte of their tags,
+/// whose checksums cover the data; a spare is left out until its rebuild reaches them).
+fn assert_copies_agree<D: BlockDevice>(v: &mut ScalaAfa<D>) {
     let cs = v.chunk_sectors;
     for row in 0..v.rows {
         let s = &v.stripes[row as usize];
@@ -760,12 +761,12 @@ fn assert_copies_agree(v: &mut ScalaAfa<Ssd>) {
         for j in 0..s.filled as usize {
             let d = v.data_member(row, j);
             let mut here = vec![];
-            if v.writable(d) {
+            if v.serves_row(d, row) {
                 here.push((d, v.hh_lba(row)));
             }
             for r in 0..v.m {
                 let p = v.parity_member(row, r);
-                if s.vhs[r] != NONE && v.writable(p) {
+                if s.vhs[r] != NONE && v.serves_vh(p, s.vhs[r]) {
                     here.push((p, v.vh_lba(s.vhs[r], j)));
                 }
             }
@@ -879,6 +880,7 @@ fn host_crash_and_recover(
             .collect();
         ScalaAfa::recover_with(config, scala, members, vec![], &failed, true).expect("recovery")
     });
+    assert_copies_agree(&mut h.volume);
     h.adopt_flushed_or_later(&flushed, &since);
     // Reads decoded from the parity recovery left must give the same data back.
     if lost.is_empty() {
