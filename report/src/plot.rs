@@ -1015,6 +1015,69 @@ fn members_chart(report: &RunReport) -> Panels {
     }
 }
 
+/// SWAN's Figure 7 from an array report's `victims` (one entry per cleaned victim: its
+/// time, its utilisation and the array's free segments after it), as two panels against
+/// time. None when the run cleaned no victim or its engine records none.
+fn victims_chart(report: &RunReport) -> Option<Panels> {
+    let array = report.array.as_ref()?;
+    let victims = array.get("victims")?.as_array()?;
+    if victims.is_empty() {
+        return None;
+    }
+    // The engine's clock starts before the run when aging ran through a time shift in front
+    // of it (a reproduce report's `aging_end_ns`, with the engine's own epoch left at 0);
+    // an `afa run` report names the engine's epoch.
+    let epoch_ns = report
+        .config
+        .get("aging_end_ns")
+        .and_then(|v| v.as_f64())
+        .or_else(|| array.get("epoch_ns").and_then(|v| v.as_f64()))
+        .unwrap_or(0.0);
+    let series = |key: &str| -> Vec<(f64, f64)> {
+        victims
+            .iter()
+            .filter_map(|v| {
+                let t_ns = v.get("t_ns")?.as_f64()?;
+                Some(((t_ns - epoch_ns) / 1e9, v.get(key)?.as_f64()?))
+            })
+            .collect()
+    };
+    let panel = |caption: &str, y_desc: &str, points, y_range| LineChart {
+        caption: caption.into(),
+        x_desc: "time (s, virtual)".into(),
+        y_desc: y_desc.into(),
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        lines: vec![Line {
+            name: String::new(),
+            color: SERIES_COLORS[0],
+            points,
+            dashed: false,
+        }],
+        y_range,
+        legend_position: SeriesLabelPosition::UpperRight,
+    };
+    Some(Panels {
+        title: "Victim segments and free segments".into(),
+        columns: 2,
+        panels: vec![
+            panel(
+                "utilisation of each victim",
+                "valid / data blocks",
+                series("utilization"),
+                Some((0.0, 1.0)),
+            ),
+            panel(
+                "free segments after each cleaning",
+                "segments",
+                series("free_segments"),
+                None,
+            ),
+        ],
+        panel_px: (480, 320),
+    })
+}
+
 fn nand_chart(report: &RunReport) -> BarPair {
     let n = &report.nand;
     let counters = BarChart {
@@ -1107,7 +1170,8 @@ fn nand_chart(report: &RunReport) -> BarPair {
     }
 }
 
-/// The figures of one run: `timeline`, `latency_cdf`, `members` (arrays only) and `nand`.
+/// The figures of one run: `timeline`, `latency_cdf`, `members` (arrays only), `victims`
+/// (arrays whose engine records its cleaned victims: SWAN's Figure 7) and `nand`.
 pub fn run_figures(report: &RunReport) -> Result<Vec<Figure>, PlotError> {
     let mut figures = vec![
         render(
@@ -1126,6 +1190,13 @@ pub fn run_figures(report: &RunReport) -> Result<Vec<Figure>, PlotError> {
             "members",
             "Bandwidth per member device",
             &members_chart(report),
+        )?);
+    }
+    if let Some(chart) = victims_chart(report) {
+        figures.push(render(
+            "victims",
+            "Victim segments and free segments",
+            &chart,
         )?);
     }
     figures.push(render(
@@ -1521,6 +1592,32 @@ mod tests {
         // One SSD: no member figure.
         let single = run_figures(&crate::tests::sample_report()).unwrap();
         assert!(single.iter().all(|f| f.name != "members"));
+    }
+
+    /// An array report that lists cleaned victims gets SWAN's Figure 7, time measured from
+    /// the run's epoch; one without them does not.
+    #[test]
+    fn victims_become_figure_7() {
+        let mut report = array_report();
+        report.array = Some(serde_json::json!({
+            "epoch_ns": 1e9,
+            "victims": [
+                {"t_ns": 2e9, "group": 0, "utilization": 0.4, "free_segments": 50},
+                {"t_ns": 3e9, "group": 1, "utilization": 0.5, "free_segments": 40},
+            ],
+        }));
+        let chart = victims_chart(&report).expect("a victims chart");
+        assert_eq!(chart.panels[0].lines[0].points, [(1.0, 0.4), (2.0, 0.5)]);
+        assert_eq!(chart.panels[1].lines[0].points, [(1.0, 50.0), (2.0, 40.0)]);
+        let figures = run_figures(&report).unwrap();
+        let names: Vec<&str> = figures.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["timeline", "latency_cdf", "members", "victims", "nand"]
+        );
+        check(&figures[3], 2 * 480);
+        report.array = Some(serde_json::json!({"victims": []}));
+        assert!(victims_chart(&report).is_none());
     }
 
     #[test]

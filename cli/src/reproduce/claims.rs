@@ -420,6 +420,30 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
                 0.95,
                 "only the back-end group being cleaned reads",
             ),
+            // Fig. 7 (§5.2): "initially the utilization of the selected victim segments are
+            // 0, but then start to increase ... eventually, the utilization of the victim
+            // segment and the number of free segments are converging".
+            below(
+                r,
+                "victim_utilization_first_tenth",
+                0.1,
+                "Fig. 7: the first victims are all but empty",
+            ),
+            in_range(
+                r,
+                "victim_utilization_last_over_ninth",
+                0.9,
+                1.1,
+                "Fig. 7: victim utilisation converges (the last tenth of the victims within \
+                 10% of the tenth before)",
+            ),
+            at_least(
+                r,
+                "free_segments_last_tenth_min_over_max",
+                0.8,
+                "Fig. 7: free segments converge (over the last tenth of the victims, the \
+                 fewest at least 80% of the most)",
+            ),
         ],
         "swan-fig8" | "swan-fig8-closed" => {
             let mut claims = vec![at_most(

@@ -40,9 +40,10 @@ pub const EXPERIMENTS: &[Entry] = &[
     ),
     (
         "swan-fig6",
-        "SWAN Fig. 6: per-SSD read/write bandwidth of SWAN0 (4 R-groups of 2): only the \
-         front-end writes user data, only the group being cleaned reads; writes the run \
-         report with every member's timeline beside the JSON (PATH.report.json)",
+        "SWAN Figs. 6 and 7: per-SSD read/write bandwidth of SWAN0 (4 R-groups of 2): only \
+         the front-end writes user data, only the group being cleaned reads; and each \
+         cleaned victim's utilisation and the free segments after it, which converge; writes \
+         the run report with every member's timeline beside the JSON (PATH.report.json)",
         swan_fig6,
     ),
     (
@@ -643,16 +644,17 @@ fn swan_fig6(quick: bool, seed: u64) -> Result<Reproduction, String> {
     // Figure 6 itself: each member's read and write bandwidth as small multiples, written
     // beside the report as PATH.members.svg and .png.
     let figures = afa_report::plot::run_figures(&report).map_err(|e| e.to_string())?;
-    let members: Vec<afa_report::plot::Figure> = figures
+    // And Figure 7, each cleaned victim's utilisation and the free segments after it, as
+    // PATH.victims.svg and .png.
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("swan-fig6");
+    let figures: Vec<afa_report::plot::Figure> = figures
         .into_iter()
-        .filter(|f| f.name == "members")
+        .filter(|f| f.name == "members" || f.name == "victims")
         .map(|mut f| {
-            f.name = format!(
-                "{}.members",
-                path.file_stem()
-                    .and_then(|s| s.to_str())
-                    .unwrap_or("swan-fig6")
-            );
+            f.name = format!("{stem}.{}", f.name);
             f
         })
         .collect();
@@ -660,9 +662,10 @@ fn swan_fig6(quick: bool, seed: u64) -> Result<Reproduction, String> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    for written in afa_report::plot::write_figures(dir, &members).map_err(|e| e.to_string())? {
-        println!("per-SSD bandwidth (Figure 6): {}", written.display());
+    for written in afa_report::plot::write_figures(dir, &figures).map_err(|e| e.to_string())? {
+        println!("Figures 6 and 7: {}", written.display());
     }
+    let context = victim_convergence(&array);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let measured = BTreeMap::from([
         ("user_mb_s".to_string(), run.mb_s),
@@ -692,8 +695,56 @@ fn swan_fig6(quick: bool, seed: u64) -> Result<Reproduction, String> {
         unit: "MB/s (10^6 B/s); fractions of member bytes".into(),
         paper,
         measured,
-        context: BTreeMap::new(),
+        context,
     })
+}
+
+/// Figure 7's two curves summed up by tenths of the cleaned victims, in order: the mean
+/// utilisation of the first, ninth and last tenth, and the fewest and most free segments
+/// over the last tenth, with the ratios its claims judge convergence by. Empty when the
+/// run cleaned fewer than 20 victims (too few for tenths).
+fn victim_convergence(array: &serde_json::Value) -> BTreeMap<String, f64> {
+    let mut context = BTreeMap::new();
+    let victims: Vec<(f64, f64)> = array["victims"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|e| Some((e["utilization"].as_f64()?, e["free_segments"].as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let n = victims.len();
+    context.insert("victims_cleaned".to_string(), n as f64);
+    if n < 20 {
+        return context;
+    }
+    let tenth = |i: usize| &victims[i * n / 10..(i + 1) * n / 10];
+    let mean_utilization = |v: &[(f64, f64)]| v.iter().map(|p| p.0).sum::<f64>() / v.len() as f64;
+    let (first, ninth, last) = (
+        mean_utilization(tenth(0)),
+        mean_utilization(tenth(8)),
+        mean_utilization(tenth(9)),
+    );
+    let free = tenth(9).iter().map(|p| p.1);
+    let (fewest, most) = (
+        free.clone().fold(f64::INFINITY, f64::min),
+        free.fold(0.0, f64::max),
+    );
+    for (label, value) in [
+        ("victim_utilization_first_tenth", first),
+        ("victim_utilization_ninth_tenth", ninth),
+        ("victim_utilization_last_tenth", last),
+        ("victim_utilization_last_over_ninth", last / ninth),
+        ("free_segments_last_tenth_min", fewest),
+        ("free_segments_last_tenth_max", most),
+        (
+            "free_segments_last_tenth_min_over_max",
+            if most > 0.0 { fewest / most } else { 0.0 },
+        ),
+    ] {
+        context.insert(label.to_string(), value);
+    }
+    context
 }
 
 /// One YCSB phase at the block level (§5.3, Table 3): its name, the share of reads in
