@@ -734,7 +734,15 @@ fn victim_convergence(array: &serde_json::Value) -> BTreeMap<String, f64> {
         ("victim_utilization_first_tenth", first),
         ("victim_utilization_ninth_tenth", ninth),
         ("victim_utilization_last_tenth", last),
-        ("victim_utilization_last_over_ninth", last / ninth),
+        (
+            "victim_utilization_last_over_ninth",
+            // Two tenths of empty victims have converged too.
+            if ninth > 0.0 {
+                last / ninth
+            } else {
+                f64::from(u8::from(last == 0.0))
+            },
+        ),
         ("free_segments_last_tenth_min", fewest),
         ("free_segments_last_tenth_max", most),
         (
