@@ -1389,8 +1389,9 @@ impl<D: BlockDevice> TwoPhase<D> {
                 let slots = self.rsets[id as usize].slots.clone();
                 let mut done = now_ns;
                 for s in slots {
-                    // A copy on a member being rebuilt is written too: the rebuild skips
-                    // nothing it has already rewritten, and a newer piece must not be lost.
+                    // A copy on a member being rebuilt is written too: once the rebuild
+                    // has passed its slot this write is the only way the piece gets there
+                    // (before, the rebuild later copies the whole chunk, piece included).
                     if self.members[s.member].state != MemberState::Failed {
                         done = done.max(self.member_write_rows(s, row, rows, now_ns, piece, None)?);
                     }

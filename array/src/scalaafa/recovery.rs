@@ -325,24 +325,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 continue;
             }
             for j in 0..s.filled as usize {
-                // The chunk's copies on serving members: (member, lba, is a backup).
-                let mut copies = Vec::with_capacity(1 + self.m);
-                let d = self.data_member(row, j);
-                if self.writable(d) {
-                    copies.push((d, self.hh_lba(row), false));
-                }
-                for r in 0..self.m {
-                    let p = self.parity_member(row, r);
-                    let vh = self.stripes[row as usize].vhs[r];
-                    if vh != NONE && self.writable(p) {
-                        copies.push((p, self.vh_lba(vh, j), true));
-                    }
-                }
+                let mut copies = self.slot_copies(row, j);
+                copies.retain(|&(member, _, _)| self.writable(member));
                 let Some((&(src, src_lba, _), others)) = copies.split_first() else {
                     continue;
                 };
                 let src_tags = self.chunk_tags(src, src_lba)?;
-                for &(dst, dst_lba, backup) in others {
+                for &(dst, dst_lba, vh) in others {
+                    let backup = vh.is_some();
                     let tags = self.chunk_tags(dst, dst_lba)?;
                     let differs = |i: usize| {
                         let (a, b) = (&src_tags[i * tb..(i + 1) * tb], &tags[i * tb..(i + 1) * tb]);
@@ -385,6 +375,19 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         Ok(())
+    }
+
+    /// Where slot j of a replicated `stripe` keeps its copies, whatever their members'
+    /// state: (member, lba, VH) for the primary in the HH (no VH), then each backup in a VH
+    /// the stripe still holds.
+    pub(super) fn slot_copies(&self, stripe: u32, j: usize) -> Vec<(usize, u64, Option<u32>)> {
+        let mut copies = vec![(self.data_member(stripe, j), self.hh_lba(stripe), None)];
+        for (r, &vh) in self.stripes[stripe as usize].vhs.iter().enumerate() {
+            if vh != NONE {
+                copies.push((self.parity_member(stripe, r), self.vh_lba(vh, j), Some(vh)));
+            }
+        }
+        copies
     }
 
     /// Every sector's tag of the chunk copy at `lba` of `member`.

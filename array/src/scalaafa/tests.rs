@@ -757,25 +757,15 @@ fn assert_copies_agree<D: BlockDevice>(v: &mut ScalaAfa<D>) {
         if !matches!(s.state, HhState::Open | HhState::Full) {
             continue;
         }
-        let mut copies = Vec::new();
         for j in 0..s.filled as usize {
-            let d = v.data_member(row, j);
-            let mut here = vec![];
-            if v.serves_row(d, row) {
-                here.push((d, v.hh_lba(row)));
-            }
-            for r in 0..v.m {
-                let p = v.parity_member(row, r);
-                if s.vhs[r] != NONE && v.serves_vh(p, s.vhs[r]) {
-                    here.push((p, v.vh_lba(s.vhs[r], j)));
-                }
-            }
-            copies.push(here);
-        }
-        for (j, here) in copies.into_iter().enumerate() {
+            let mut here = v.slot_copies(row, j);
+            here.retain(|&(member, _, vh)| match vh {
+                None => v.serves_row(member, row),
+                Some(vh) => v.serves_vh(member, vh),
+            });
             let mut tags: Vec<Vec<u8>> = here
                 .iter()
-                .map(|&(d, lba)| v.members[d].device.scan_tags(lba, cs).unwrap())
+                .map(|&(d, lba, _)| v.members[d].device.scan_tags(lba, cs).unwrap())
                 .collect();
             for t in &mut tags {
                 set_kind(t, v.tag_bytes, 0);
