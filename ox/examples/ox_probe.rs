@@ -1,5 +1,5 @@
 //! Runs one scaled YCSB phase on each interface and prints throughput and the Table 3 row:
-//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [conventional|convbuffer=MIB|nodevgc|nohostgc|nondurable|nockpt|serial|syncreads|oneflush|writeback|devwriteback|timeline|gcpage=NS|mapcache=N|ratio=X|firstcome|readthreads=N]`,
+//! `cargo run --release -p afa-ox --example ox_probe -- RECORDS OPS CACHE read|write [conventional|convbuffer=MIB|nodevgc|nohostgc|nondurable|nockpt|gcstart=X|gcchannels=N|erase=NS|erasesuspend|serial|syncreads|oneflush|writeback|devwriteback|timeline|gcpage=NS|mapcache=N|ratio=X|firstcome|readthreads=N]`,
 //! or `-- lat` for the 1 MiB flush latency of each interface, write-through and write-back.
 
 use afa_ox::kv::{ConventionalSsd, Interface, KvConfig, KvStore};
@@ -93,6 +93,24 @@ fn main() {
                 f if f.starts_with("mapcache=") => {
                     cfg.device.map_cache_pages = f["mapcache=".len()..].parse().unwrap_or(4)
                 }
+                f if f.starts_with("gcstart=") => {
+                    let start: f64 = f["gcstart=".len()..].parse().unwrap_or(0.5);
+                    cfg.device.gc.start_used_fraction = start;
+                    cfg.device.gc.stop_used_fraction = start - 0.05;
+                    cfg.host_gc_start_used_fraction = start;
+                    cfg.host_gc_stop_used_fraction = start - 0.05;
+                }
+                f if f.starts_with("gcchannels=") => {
+                    cfg.device.gc.max_gc_channels = f["gcchannels=".len()..].parse().unwrap_or(4)
+                }
+                f if f.starts_with("erase=") => {
+                    let erase_ns = f["erase=".len()..].parse().unwrap_or(3_000_000);
+                    let t = &mut cfg.device.timing;
+                    for cell in [&mut t.slc, &mut t.mlc, &mut t.tlc] {
+                        cell.erase_ns = erase_ns;
+                    }
+                }
+                "erasesuspend" => cfg.device.timing.erase_suspend = true,
                 "firstcome" => cfg.device.timing.scheduling = afa_nand::Scheduling::FirstCome,
                 "nockpt" => {
                     cfg.device.checkpoint.enabled = false;

@@ -834,6 +834,7 @@ impl OxController {
         for ch in 0..self.cfg.channels {
             self.prov.gc_channels[ch as usize] = false;
         }
+        self.wake_gc_turn_waiters();
         self.retry_stalled();
         if self.stalled.is_empty() {
             return;

@@ -103,22 +103,44 @@ impl OxController {
             || (self.prov.is_gc_channel(ch)
                 && self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction);
         if !needed {
-            self.prov.gc_channels[ch as usize] = false;
+            self.end_gc_turn(ch);
             self.retry_stalled();
             return;
         }
         let limit = self.cfg.gc.max_gc_channels;
         let closed = self.prov.gc_channels.iter().filter(|&&c| c).count() as u32;
         if limit > 0 && !self.prov.is_gc_channel(ch) && closed >= limit {
-            // Another channel's pass ends soon and checks again; this one waits its turn.
+            // This channel waits its turn: the next turn to end wakes it.
+            self.prov.gc_turn_waiting[ch as usize] = true;
             return;
         }
         match self.pick_victim(ch) {
             Some(v) => self.start_gc_pass(ch, v),
             None => {
-                self.prov.gc_channels[ch as usize] = false;
+                self.end_gc_turn(ch);
                 self.retry_stalled();
                 self.fail_stalled_if_hopeless();
+            }
+        }
+    }
+
+    /// Reopens channel `ch` to user writes after its GC turn and wakes the channels that
+    /// were refused a turn while `max_gc_channels` channels held one. Every way a turn ends
+    /// wakes them: when a turn ended for want of a victim they used to wait with no event
+    /// left to wake them, and contexts stalled for their space never completed. Only
+    /// channels that were refused are woken, and a woken channel that is refused again
+    /// waits without an event, so turns that end at the same instant cannot wake each
+    /// other for ever.
+    fn end_gc_turn(&mut self, ch: u32) {
+        self.prov.gc_channels[ch as usize] = false;
+        self.wake_gc_turn_waiters();
+    }
+
+    /// Lets every channel refused a GC turn check again.
+    pub(crate) fn wake_gc_turn_waiters(&mut self) {
+        for ch in 0..self.cfg.channels {
+            if std::mem::take(&mut self.prov.gc_turn_waiting[ch as usize]) {
+                self.events.push(self.now_ns, Event::GcCheck(ch));
             }
         }
     }
@@ -226,7 +248,7 @@ impl OxController {
             let b = self.media.block_of_ppa(new) as usize;
             self.prov.blocks[b].inflight -= 1;
         }
-        self.prov.gc_channels[ch as usize] = false;
+        self.end_gc_turn(ch);
         // GC cannot move pages anywhere: the device is full.
         if self.gc.is_empty() {
             while let Some(p) = self.stalled.pop_front() {
@@ -320,13 +342,7 @@ impl OxController {
             if self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction {
                 self.events.push(now, Event::GcCheck(ch));
             } else {
-                self.prov.gc_channels[ch as usize] = false;
-                // Channels that waited for their turn may start now.
-                for other in 0..self.cfg.channels {
-                    if other != ch && !self.gc.contains_key(&other) {
-                        self.events.push(now, Event::GcCheck(other));
-                    }
-                }
+                self.end_gc_turn(ch);
             }
         }
         self.retry_stalled();

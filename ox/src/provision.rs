@@ -136,6 +136,9 @@ pub struct Provisioner {
     channel_cursor: [u32; 4],
     /// Channels under GC: closed to user writes (§7.2.8).
     pub gc_channels: Vec<bool>,
+    /// Channels that needed GC but were refused a turn because `max_gc_channels` channels
+    /// held one; the next turn to end wakes them.
+    pub gc_turn_waiting: Vec<bool>,
     /// Data-capable EBLOCKs per channel (not system, not factory bad).
     pub usable_per_channel: Vec<u32>,
     channels: u32,
@@ -156,6 +159,7 @@ impl Provisioner {
             lun_cursor: vec![0; 4 * channels as usize],
             channel_cursor: [0; 4],
             gc_channels: vec![false; channels as usize],
+            gc_turn_waiting: vec![false; channels as usize],
             usable_per_channel: vec![0; channels as usize],
             channels,
             luns,

@@ -24,6 +24,12 @@ fn show(id: &str) {
 
 #[test]
 #[ignore]
+fn ox_fig11() {
+    show("ox-fig11");
+}
+
+#[test]
+#[ignore]
 fn ox_fig12() {
     show("ox-fig12");
 }

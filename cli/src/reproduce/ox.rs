@@ -5,6 +5,11 @@ use super::{Entry, Reproduction};
 
 pub const EXPERIMENTS: &[Entry] = &[
     (
+        "ox-fig11",
+        "OX Fig. 11: YCSB throughput of the batch and block interfaces with checkpoints and GC turned on one at a time (none, checkpoints only, GC only at 70% and 50% used), read- and write-heavy at host cache 20%, 50% and 80%",
+        |q, s| ox("ox-fig11", q, s),
+    ),
+    (
         "ox-fig12",
         "OX Fig. 12: done records per MiB of host flush, block vs batch interface",
         |q, s| ox("ox-fig12", q, s),

@@ -226,21 +226,36 @@ impl KvConfig {
     /// the same MAP cache in pages (the same controller DRAM), so that only the host's
     /// durability work differs between the two runs.
     pub fn non_durable(records: u64, cache_fraction: f64, ops: u64) -> KvConfig {
-        let durable = KvConfig::scaled(records, Interface::Block, cache_fraction);
+        let mut cfg = KvConfig::holding_every_write(records, Interface::Block, cache_fraction, ops);
+        cfg.host_gc = false;
+        cfg.host_checkpoint_interval_ns = 0;
+        cfg
+    }
+
+    /// [`KvConfig::scaled`] on a device whose logical capacity holds the load and `ops`
+    /// operations' pages without reusing a segment or an LPAGE's old flash, so that a run
+    /// with GC off (on the host, the device or both) never runs out of space. The MAP cache
+    /// keeps the scaled device's size in pages (the same controller DRAM), so that a run on
+    /// this device differs from one on the scaled device only in what it reclaims.
+    pub fn holding_every_write(
+        records: u64,
+        interface: Interface,
+        cache_fraction: f64,
+        ops: u64,
+    ) -> KvConfig {
+        let scaled = KvConfig::scaled(records, interface, cache_fraction);
         let data_set_pages = (records * (KEY_BYTES + VALUE_BYTES) as u64).div_ceil(PAGE_BYTES);
         // With the write-through cache every insert of the load and every operation of the
         // run writes at most its leaf page, plus the pages its splits change (a split in a
         // few dozen inserts; the B-tree is about 1.5 times the data set). A quarter more
         // covers the host map's checkpoint area at the end of the LBA space and the
-        // segments' rounding.
+        // segments' rounding; on the device, the 30% over-provisioning holds the log.
         let changes = records + ops;
         let written_pages = changes + changes / 8 + 2 * data_set_pages;
         let ratio = (written_pages * 5 / 4) as f64 / data_set_pages as f64;
         let mut cfg =
-            KvConfig::scaled_with_ratio(records, Interface::Block, cache_fraction, ratio.max(10.0));
-        cfg.device.map_cache_pages = durable.device.map_cache_pages;
-        cfg.host_gc = false;
-        cfg.host_checkpoint_interval_ns = 0;
+            KvConfig::scaled_with_ratio(records, interface, cache_fraction, ratio.max(10.0));
+        cfg.device.map_cache_pages = scaled.device.map_cache_pages;
         cfg
     }
 
@@ -1551,6 +1566,23 @@ enum Purpose {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One GC turn at a time (`max_gc_channels = 1`) on a device whose channels fill
+    /// together, without checkpoints: a channel whose turn ended for want of a victim used
+    /// to leave the channels refused a turn waiting with no event left to wake them, and
+    /// the store failed with "a flush never completed".
+    #[test]
+    fn one_gc_turn_at_a_time_never_strands_a_flush() {
+        let mut cfg = KvConfig::scaled(100_000, Interface::Batch, 0.2);
+        cfg.device.gc.max_gc_channels = 1;
+        cfg.device.checkpoint.enabled = false;
+        cfg.host_checkpoint_interval_ns = 0;
+        let mut kv = KvStore::new(cfg, 42).unwrap();
+        kv.load().unwrap();
+        let run = kv.run(Workload::WriteHeavy, 200_000, 42 ^ 0x5eed).unwrap();
+        assert_eq!(run.host.mismatches, 0);
+        assert!(run.device.gc_victims > 0);
+    }
 
     fn small(interface: Interface, cache: f64) -> KvConfig {
         let mut cfg = KvConfig::scaled(30_000, interface, cache);
