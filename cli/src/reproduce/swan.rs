@@ -1213,3 +1213,62 @@ fn fig8_reproduction(
         context,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array_of(victims: &[(f64, f64)]) -> serde_json::Value {
+        serde_json::json!({
+            "victims": victims
+                .iter()
+                .map(|&(u, f)| serde_json::json!({"utilization": u, "free_segments": f}))
+                .collect::<Vec<_>>()
+        })
+    }
+
+    #[test]
+    fn fewer_than_twenty_victims_give_only_their_count() {
+        let context = victim_convergence(&array_of(&[(0.5, 3.0); 19]));
+        assert_eq!(context.len(), 1);
+        assert_eq!(context["victims_cleaned"], 19.0);
+        // No victims at all (an engine that never cleaned) is a count of zero, not an error.
+        let context = victim_convergence(&serde_json::json!({}));
+        assert_eq!(context["victims_cleaned"], 0.0);
+    }
+
+    /// Twenty victims make tenths of two: the first tenth is victims 0 and 1, the ninth 16
+    /// and 17, the last 18 and 19, and the free segments are read over the last tenth only.
+    #[test]
+    fn tenths_are_summed_in_order() {
+        let victims: Vec<(f64, f64)> = (0..20)
+            .map(|i| (f64::from(i) / 20.0, f64::from(100 - i)))
+            .collect();
+        let c = victim_convergence(&array_of(&victims));
+        let close = |label: &str, want: f64| {
+            assert!((c[label] - want).abs() < 1e-12, "{label} = {}", c[label]);
+        };
+        close("victims_cleaned", 20.0);
+        close("victim_utilization_first_tenth", 0.025);
+        close("victim_utilization_ninth_tenth", 0.825);
+        close("victim_utilization_last_tenth", 0.925);
+        close("victim_utilization_last_over_ninth", 0.925 / 0.825);
+        close("free_segments_last_tenth_min", 81.0);
+        close("free_segments_last_tenth_max", 82.0);
+        close("free_segments_last_tenth_min_over_max", 81.0 / 82.0);
+    }
+
+    /// Empty victims in the ninth and last tenths have converged (ratio 1); a last tenth
+    /// that fills after an empty ninth has not (ratio 0); no free segments give a ratio of 0.
+    #[test]
+    fn empty_tenths_converge_without_dividing_by_zero() {
+        let c = victim_convergence(&array_of(&[(0.0, 0.0); 20]));
+        assert_eq!(c["victim_utilization_last_over_ninth"], 1.0);
+        assert_eq!(c["free_segments_last_tenth_min_over_max"], 0.0);
+        let mut victims = vec![(0.0, 4.0); 20];
+        victims[19].0 = 0.5;
+        let c = victim_convergence(&array_of(&victims));
+        assert_eq!(c["victim_utilization_last_over_ninth"], 0.0);
+        assert_eq!(c["free_segments_last_tenth_min_over_max"], 1.0);
+    }
+}
