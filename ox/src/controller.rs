@@ -474,7 +474,7 @@ impl OxController {
             }
             match self.events.peek_time() {
                 Some(t) => self.advance_to(t),
-                None => return Err(OxError::UnknownRequest(id)),
+                None => return Err(OxError::Stuck(id)),
             }
         }
     }

@@ -36,6 +36,10 @@ pub enum OxError {
     TimeWentBackwards { now_ns: u64, clock_ns: u64 },
     #[error("unknown request {0}")]
     UnknownRequest(u64),
+    /// The controller has no event left while the request is still under way: nothing
+    /// can ever complete it. A liveness fault of the controller, never of the request.
+    #[error("request {0} can never complete: the controller has nothing left to do")]
+    Stuck(u64),
     #[error("invalid key-value store configuration: {0}")]
     KvConfig(String),
     #[error("flash image: {0}")]

@@ -798,7 +798,8 @@ impl<D: KvDevice> KvStore<D> {
     fn wait_flushes_below_inner(&mut self, n: usize) -> Result<(), OxError> {
         while self.inflight.len() >= n {
             let Some(t) = self.dev.next_event_ns() else {
-                return Err(OxError::KvConfig("a flush never completed".into()));
+                let oldest = self.inflight.keys().next().copied().unwrap_or_default();
+                return Err(OxError::Stuck(oldest));
             };
             self.dev.advance_to(t);
             self.now_ns = self.now_ns.max(t);
@@ -1570,7 +1571,7 @@ mod tests {
     /// One GC turn at a time (`max_gc_channels = 1`) on a device whose channels fill
     /// together, without checkpoints: a channel whose turn ended for want of a victim used
     /// to leave the channels refused a turn waiting with no event left to wake them, and
-    /// the store failed with "a flush never completed".
+    /// the store failed for a flush that could never complete.
     #[test]
     fn one_gc_turn_at_a_time_never_strands_a_flush() {
         let mut cfg = KvConfig::scaled(100_000, Interface::Batch, 0.2);
