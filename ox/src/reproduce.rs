@@ -1,7 +1,8 @@
-//! The paper's measurements, scaled: `ox-fig11` (checkpoints and GC one at a time), `ox-fig12` (done records per MiB flushed), `ox-fig13`
-//! (YCSB throughput, batch over block, with checkpoints and GC on), `ox-table4` (GC
-//! overhead and read amplification, write-heavy, 20% cache), `ox-fig14` (both hosts on OX
-//! against the block host on a conventional SSD) and `ox-fig15` (what the block host's
+//! The paper's measurements, scaled: `ox-fig11` (checkpoints and GC one at a time),
+//! `ox-fig12` (done records per MiB flushed), `ox-fig13` (YCSB throughput, batch over
+//! block, with checkpoints and GC on), `ox-table4` (GC overhead and read amplification,
+//! write-heavy, 20% cache), `ox-fig14` (both hosts on OX against the block host on a
+//! conventional SSD) and `ox-fig15` (what the block host's
 //! checkpoints and log cleaning cost it: throughput against the non-durable configuration,
 //! and the share of its CPU spent cleaning).
 //!
