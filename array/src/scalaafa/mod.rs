@@ -161,6 +161,9 @@ pub struct ScalaAfaStats {
     pub daemon_messages: u64,
     pub gc_stripes: u64,
     pub gc_chunks_moved: u64,
+    /// Cleans that ended early because the GC writer found no room for a move (see
+    /// `collect_garbage`).
+    pub gc_cleans_out_of_room: u64,
     pub replica_reads: u64,
     pub degraded_reads: u64,
     /// Primary reads that failed as uncorrectable and were answered from a replica or by
@@ -1478,6 +1481,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.background_depth += 1;
             self.gc_nesting += 1;
             let mut r = Ok(());
+            // Whether the GC writer found no room for a move: this clean stops there.
+            let mut out_of_room = false;
             for (j, chunk) in live {
                 // Writing a chunk may itself ask for heroes, and a grant may clean again,
                 // moving this victim's other chunks and freeing (and reusing) its row: a
@@ -1508,6 +1513,18 @@ impl<D: BlockDevice> ScalaAfa<D> {
                                 self.moved(chunk, from);
                             }
                         }
+                        // No hero group for the GC writer: in a clean nested in a grant to
+                        // the GC writer itself, that grant holds the writer's ask, so the
+                        // inner writer can never be answered. The chunks not yet moved stay
+                        // live where they are (a victim cleaned halfway is still a striped
+                        // HH), and the clean ends without an error, so that the grant goes
+                        // on to its other ways of making room (conversions, a member flush)
+                        // instead of failing the user write that started it.
+                        Err(DeviceError::NoSpace { .. }) => {
+                            self.stats.gc_cleans_out_of_room += 1;
+                            out_of_room = true;
+                            break;
+                        }
                         Err(e) => {
                             r = Err(e);
                             break;
@@ -1522,6 +1539,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.background_depth -= 1;
             self.gc_nesting -= 1;
             r?;
+            if out_of_room {
+                break;
+            }
         }
         Ok(t)
     }

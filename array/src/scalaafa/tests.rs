@@ -1717,3 +1717,24 @@ fn power_loss_on_a_checkpointed_in_place_volume_loses_nothing() {
         assert!(stats.recovered_checkpoint_seq.is_some(), "{stats:?}");
     }
 }
+
+/// A case `a_host_crash_at_random_points_keeps_every_flushed_write` drew on CI: after a
+/// host crash, recovery and a member failure on 4+2, a user write ran the manager, whose
+/// clean asked for heroes for the GC writer, whose grant cleaned again; the inner GC writer
+/// could never be answered (the outer grant held its ask) and its `NoSpace` failed the user
+/// write, while converting and flushing would have made room. The clean now ends there.
+#[test]
+fn a_clean_nested_in_the_gc_writers_own_grant_does_not_fail_the_user_write() {
+    let (scala, payload) = random_scala(false, 2, 0.0);
+    host_crash_and_recover(
+        Level::Raid6,
+        6,
+        12311496768200926796,
+        1904,
+        95,
+        scala,
+        payload,
+        &[],
+        0,
+    );
+}
