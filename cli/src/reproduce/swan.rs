@@ -701,8 +701,8 @@ fn swan_fig6(quick: bool, seed: u64) -> Result<Reproduction, String> {
 
 /// Figure 7's two curves summed up by tenths of the cleaned victims, in order: the mean
 /// utilisation of the first, ninth and last tenth, and the fewest and most free segments
-/// over the last tenth, with the ratios its claims judge convergence by. Empty when the
-/// run cleaned fewer than 20 victims (too few for tenths).
+/// over the last tenth, with the ratios its claims judge convergence by. Only the count of
+/// victims when the run cleaned fewer than 20 (too few for tenths).
 fn victim_convergence(array: &serde_json::Value) -> BTreeMap<String, f64> {
     let mut context = BTreeMap::new();
     let victims: Vec<(f64, f64)> = array["victims"]
