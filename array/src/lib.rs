@@ -454,6 +454,11 @@ impl<D: BlockDevice> Array<D> {
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.members.iter().map(|m| &m.device)
     }
+    /// The member devices, to reset or read their own measurement counters; commands must
+    /// still go through the engine, which alone knows where data lives.
+    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut D> {
+        self.members.iter_mut().map(|m| &mut m.device)
+    }
     /// Hands the member devices back in order (the array, and what its stripe cache held,
     /// is gone), as a host crash or an orderly stop leaves them.
     pub fn into_members(self) -> Vec<D> {

@@ -379,6 +379,11 @@ impl<D: BlockDevice> TwoPhase<D> {
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.members.iter().map(|m| &m.device)
     }
+    /// The member devices, to reset or read their own measurement counters; commands must
+    /// still go through the engine, which alone knows where data lives.
+    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut D> {
+        self.members.iter_mut().map(|m| &mut m.device)
+    }
     /// Replicated chunks that start conversion.
     pub fn watermark_chunks(&self) -> u64 {
         self.watermark_chunks

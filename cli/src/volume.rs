@@ -243,6 +243,17 @@ impl ArrayVolume {
         }
     }
 
+    /// The members, to reset or read their monitors (see [`Monitored`]).
+    pub fn members_mut(&mut self) -> Vec<&mut Member> {
+        match self {
+            ArrayVolume::Raid(a) => a.members_mut().collect(),
+            ArrayVolume::Log(l) => l.array_mut().members_mut().collect(),
+            ArrayVolume::TwoPhase(t) => t.members_mut().collect(),
+            ArrayVolume::Swan(s) => s.members_mut().collect(),
+            ArrayVolume::ScalaAfa(s) => s.members_mut().collect(),
+        }
+    }
+
     /// Sectors the user asked the volume to write.
     pub fn user_write_sectors(&self) -> u64 {
         match self {

@@ -141,3 +141,31 @@ fn fig8_closed_loop_is_compaction_bound_in_the_load_phase() {
     assert_eq!(v["measured"], again["measured"]);
     assert_eq!(v["context"], again["context"]);
 }
+
+/// Figure 12: at one offered load, SWAN0's SSDs copy no valid page in their own GC while
+/// RAID0's copy many, SWAN0's member latency has the far shorter tail in both directions,
+/// the run writes the CDF figure beside its JSON, and a seed reproduces it bit for bit.
+#[test]
+fn fig12_swan0_members_copy_nothing_and_have_the_shorter_tail() {
+    let v = reproduce("swan-fig12", "1");
+    assert_eq!(value(&v, "swan0_gc_pages_moved_per_100_written"), 0.0);
+    assert!(value(&v, "raid0_gc_pages_moved_per_100_written") > 10.0);
+    for op in ["read", "write"] {
+        let (raid0, swan0) = (
+            value(&v, &format!("raid0_{op}_p999_us")),
+            value(&v, &format!("swan0_{op}_p999_us")),
+        );
+        assert!(10.0 * swan0 < raid0, "{op} p99.9: SWAN0 {swan0}, RAID0 {raid0}");
+    }
+    // Both arrays carried the same offered load, which is what makes their latencies
+    // comparable: their user throughput agrees within 2%.
+    let (raid0, swan0) = (value(&v, "raid0_user_mb_s"), value(&v, "swan0_user_mb_s"));
+    assert!((swan0 / raid0 - 1.0).abs() < 0.02, "{raid0} / {swan0} MB/s");
+    for ext in ["svg", "png"] {
+        let figure = temp(&format!("swan-fig12.latency_cdf.{ext}"));
+        assert!(figure.exists(), "{}", figure.display());
+    }
+    let again = reproduce("swan-fig12", "1");
+    assert_eq!(v["measured"], again["measured"]);
+    assert_eq!(v["context"], again["context"]);
+}

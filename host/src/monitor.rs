@@ -1,7 +1,8 @@
 //! A device wrapper that records the bytes each command moves, bucketed by completion time:
-//! the per-member bandwidth timelines of an array (SWAN Figure 6 is drawn from these).
+//! the per-member bandwidth timelines of an array (SWAN Figure 6 is drawn from these), and,
+//! once asked to, each command's latency inside the member (SWAN Figure 12).
 
-use afa_report::TimelinePoint;
+use afa_report::{Measurements, OpClass, Recorder, TimelinePoint};
 use afa_sim::TimeNs;
 use afa_ssd::{
     BlockDevice, Command, Completion, DeviceError, DeviceInfo, HostWork, Opcode, ReadBuffers,
@@ -22,6 +23,10 @@ pub struct Monitored<D> {
     epoch_ns: TimeNs,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Each read's and write's latency inside the member (submission to completion), from
+    /// the time [`Monitored::record_latency_from`] names; `None` until then, so that runs
+    /// that never ask pay nothing per command.
+    latency: Option<Box<Recorder>>,
 }
 
 impl<D: BlockDevice> Monitored<D> {
@@ -34,6 +39,7 @@ impl<D: BlockDevice> Monitored<D> {
             epoch_ns: 0,
             read_bytes: 0,
             write_bytes: 0,
+            latency: None,
         }
     }
 
@@ -55,9 +61,29 @@ impl<D: BlockDevice> Monitored<D> {
         self.read_bytes = 0;
         self.write_bytes = 0;
     }
+
+    /// Starts recording the latency of every read and write that completes at or after
+    /// device time `from_ns` (the end of aging), forgetting any recorded before.
+    pub fn record_latency_from(&mut self, from_ns: TimeNs) {
+        let mut recorder = Recorder::new(0);
+        recorder.set_measure_from_ns(from_ns);
+        self.latency = Some(Box::new(recorder));
+    }
 }
 
 impl<D> Monitored<D> {
+    /// The member's read and write latency since [`Monitored::record_latency_from`], with
+    /// rates over the window up to `end_ns`; `None` if it was never asked to record.
+    pub fn latency(&self, end_ns: TimeNs) -> Option<Measurements> {
+        self.latency.as_ref().map(|r| r.finish(end_ns))
+    }
+
+    /// The recorder behind [`Monitored::latency`], to pool several members' latencies
+    /// ([`Recorder::add_ops_of`]).
+    pub fn latency_recorder(&self) -> Option<&Recorder> {
+        self.latency.as_deref()
+    }
+
     /// Read and write MB/s (10^6 bytes) per bucket, up to `end_ns` counted from the epoch.
     /// A run far longer than its buckets (a rebuild or a parity engine configured absurdly
     /// slow ends years of simulated time later) widens the output buckets by powers of two,
@@ -108,11 +134,14 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
     ) -> Result<Completion, DeviceError> {
         let c = self.inner.submit(now_ns, cmd, out)?;
         let bytes = cmd.sectors as u64 * self.inner.info().sector_bytes as u64;
-        let lane = match cmd.opcode {
-            Opcode::Read => 0,
-            Opcode::Write => 1,
+        let (lane, op) = match cmd.opcode {
+            Opcode::Read => (0, OpClass::Read),
+            Opcode::Write => (1, OpClass::Write),
             Opcode::Trim | Opcode::Flush => return Ok(c),
         };
+        if let Some(recorder) = &mut self.latency {
+            recorder.record(op, now_ns, c.done_ns, bytes);
+        }
         if lane == 0 {
             self.read_bytes += bytes;
         } else {
@@ -177,6 +206,7 @@ mod tests {
             epoch_ns: 0,
             read_bytes: 0,
             write_bytes: 0,
+            latency: None,
         }
     }
 
@@ -205,5 +235,66 @@ mod tests {
         let read: f64 = t.iter().map(|p| p.read_mb_s * 1e6 * width_s).sum();
         assert!((written - 7e9).abs() < 1.0, "{written}");
         assert!((read - 3e9).abs() < 1.0, "{read}");
+    }
+
+    /// Completes every read 100 µs and every write 500 µs after its submission.
+    #[derive(Debug)]
+    struct FixedLatency;
+
+    impl BlockDevice for FixedLatency {
+        fn info(&self) -> DeviceInfo {
+            DeviceInfo {
+                sector_bytes: 4096,
+                capacity_sectors: 1024,
+                payload_unit_bytes: 0,
+                tag_bytes_per_sector: 0,
+                max_queue_depth: 64,
+                max_transfer_sectors: 64,
+            }
+        }
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            _out: ReadBuffers<'_>,
+        ) -> Result<Completion, DeviceError> {
+            let latency_ns = match cmd.opcode {
+                Opcode::Read => 100_000,
+                _ => 500_000,
+            };
+            Ok(Completion {
+                done_ns: now_ns + latency_ns,
+                gc_active: false,
+            })
+        }
+        fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+            None
+        }
+    }
+
+    #[test]
+    fn latency_is_recorded_only_when_asked_and_only_from_the_named_time() {
+        let mut m = Monitored::new(FixedLatency, 0);
+        let submit = |m: &mut Monitored<FixedLatency>, at_ns: TimeNs, cmd: &Command<'_>| {
+            m.submit(at_ns, cmd, ReadBuffers::none())
+                .expect("fixed device");
+        };
+        submit(&mut m, 0, &Command::read(0, 1));
+        assert!(
+            m.latency(1_000_000).is_none(),
+            "nothing asked, nothing kept"
+        );
+        m.record_latency_from(1_000_000);
+        // Completes at 0.6 ms, before the window: left out, as aging's commands are.
+        submit(&mut m, 100_000, &Command::write(0, 1, &[]));
+        submit(&mut m, 2_000_000, &Command::read(0, 2));
+        submit(&mut m, 2_000_000, &Command::write(8, 1, &[]));
+        submit(&mut m, 2_000_000, &Command::trim(8, 1));
+        let l = m.latency(3_000_000).expect("asked to record");
+        assert_eq!((l.read.ios, l.read.bytes), (1, 8192));
+        assert_eq!(l.write.ios, 1);
+        assert_eq!(l.trim.ios, 0, "trims move no data and are not timed");
+        assert_eq!(l.read.latency_us.mean, 100.0);
+        assert_eq!(l.write.latency_us.p50, 500.0);
     }
 }

@@ -265,6 +265,29 @@ impl Recorder {
         self.measure_from_ns = t_ns;
     }
 
+    /// Adds every request `other` recorded to this recorder's per-op totals and latency
+    /// histograms (pooling several devices' latencies into one distribution). The timeline
+    /// is left alone: two recorders' buckets need not line up.
+    pub fn add_ops_of(&mut self, other: &Recorder) {
+        for (mine, theirs) in self.ops.iter_mut().zip(&other.ops) {
+            // Adding fails only where resizing would (values near 2^62 ns) and before it
+            // changes anything; then each value is clamped in, as `record` does.
+            if mine.latency_ns.add(&theirs.latency_ns).is_err() {
+                for bucket in theirs.latency_ns.iter_recorded() {
+                    mine.latency_ns
+                        .saturating_record_n(bucket.value_iterated_to(), bucket.count_at_value());
+                }
+            }
+            mine.ios += theirs.ios;
+            mine.bytes = mine.bytes.saturating_add(theirs.bytes);
+            mine.latency_sum_ns += theirs.latency_sum_ns;
+            mine.latency_max_ns = mine.latency_max_ns.max(theirs.latency_max_ns);
+            mine.first_submit_ns = mine.first_submit_ns.min(theirs.first_submit_ns);
+            mine.last_complete_ns = mine.last_complete_ns.max(theirs.last_complete_ns);
+            mine.errors += theirs.errors;
+        }
+    }
+
     /// Summaries over the measured window `[measure_from_ns, end_ns]`.
     ///
     /// IOPS and bandwidth are over the window length in virtual time (0 for an empty window).

@@ -1252,42 +1252,11 @@ pub fn compare_figures(runs: &[(String, &RunReport)]) -> Result<Vec<Figure>, Plo
             legend_position: SeriesLabelPosition::UpperRight,
         });
     }
-    let mut cdfs = Vec::new();
-    for (op_index, (name, _)) in OP_COLORS.iter().enumerate() {
-        let op_of = |r: &RunReport| ops(r)[op_index].2.ios;
-        if runs.iter().all(|(_, r)| op_of(r) == 0) {
-            continue;
-        }
-        let lines: Vec<Line> = runs
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, r))| op_of(r) > 0)
-            .map(|(i, (run, r))| Line {
-                name: format!(
-                    "{run} (p99 {} µs)",
-                    format_number(ops(r)[op_index].2.latency_us.p99)
-                ),
-                color: color(i),
-                points: cdf_points(ops(r)[op_index].2),
-                dashed: false,
-            })
-            .collect();
-        let y_top = lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.1 + 0.3))
-            .fold(3.5, f64::max)
-            .min(MAX_NINES);
-        cdfs.push(LineChart {
-            caption: format!("{name} latency CDF"),
-            x_desc: "latency (µs, log scale)".into(),
-            y_desc: "requests at or below".into(),
-            x_scale: Scale::Log10,
-            y_scale: Scale::Nines,
-            lines,
-            y_range: Some((0.0, y_top)),
-            legend_position: SeriesLabelPosition::UpperLeft,
-        });
-    }
+    let by_op: Vec<(String, [&OpReport; 4])> = runs
+        .iter()
+        .map(|(name, r)| (name.clone(), ops(r).map(|(_, _, op)| op)))
+        .collect();
+    let cdfs = cdf_panels(&by_op);
     let mut figures = vec![render(
         "compare_throughput",
         "Throughput over time, one line per run",
@@ -1312,6 +1281,79 @@ pub fn compare_figures(runs: &[(String, &RunReport)]) -> Result<Vec<Figure>, Plo
         )?);
     }
     Ok(figures)
+}
+
+/// One latency-CDF panel per op type that any run has, one line per run in the run's
+/// colour; each run gives its read, write, trim and flush reports in that order.
+fn cdf_panels(runs: &[(String, [&OpReport; 4])]) -> Vec<LineChart> {
+    let color = |i: usize| SERIES_COLORS[i % SERIES_COLORS.len()];
+    let mut cdfs = Vec::new();
+    for (op_index, (name, _)) in OP_COLORS.iter().enumerate() {
+        let op_of = |r: &[&OpReport; 4]| r[op_index].ios;
+        if runs.iter().all(|(_, r)| op_of(r) == 0) {
+            continue;
+        }
+        let lines: Vec<Line> = runs
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, r))| op_of(r) > 0)
+            .map(|(i, (run, r))| Line {
+                name: format!(
+                    "{run} (p99 {} µs)",
+                    format_number(r[op_index].latency_us.p99)
+                ),
+                color: color(i),
+                points: cdf_points(r[op_index]),
+                dashed: false,
+            })
+            .collect();
+        let y_top = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1 + 0.3))
+            .fold(3.5, f64::max)
+            .min(MAX_NINES);
+        cdfs.push(LineChart {
+            caption: format!("{name} latency CDF"),
+            x_desc: "latency (µs, log scale)".into(),
+            y_desc: "requests at or below".into(),
+            x_scale: Scale::Log10,
+            y_scale: Scale::Nines,
+            lines,
+            y_range: Some((0.0, y_top)),
+            legend_position: SeriesLabelPosition::UpperLeft,
+        });
+    }
+    cdfs
+}
+
+/// Latency CDFs of several measurements side by side, a panel per op type any of them has
+/// and a line per run (SWAN Figure 12: the latency inside the member SSDs of two arrays);
+/// `None` when no run completed a request.
+pub fn latency_cdf_comparison(
+    name: &str,
+    title: &str,
+    runs: &[(String, &crate::Measurements)],
+) -> Result<Option<Figure>, PlotError> {
+    let by_op: Vec<(String, [&OpReport; 4])> = runs
+        .iter()
+        .map(|(run, m)| (run.clone(), [&m.read, &m.write, &m.trim, &m.flush]))
+        .collect();
+    let cdfs = cdf_panels(&by_op);
+    if cdfs.is_empty() {
+        return Ok(None);
+    }
+    let columns = cdfs.len().min(2);
+    render(
+        name,
+        title,
+        &Panels {
+            title: title.into(),
+            columns,
+            panels: cdfs,
+            panel_px: (640, 420),
+        },
+    )
+    .map(Some)
 }
 
 /// Headline numbers of several runs side by side, each with its ratio to the first run.

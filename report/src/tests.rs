@@ -499,3 +499,21 @@ fn reports_written_before_the_cdf_still_load() {
     assert!(back.write.latency_cdf.is_empty());
     assert_eq!(back.write.latency_us, report.write.latency_us);
 }
+
+#[test]
+fn pooled_recorders_report_as_one_that_recorded_every_request() {
+    // Two devices' latencies, pooled, against one recorder that saw them all.
+    let (mut a, mut b, mut all) = (Recorder::new(0), Recorder::new(0), Recorder::new(0));
+    for i in 1..=500_u64 {
+        a.record(OpClass::Read, i * US, i * US + i * US, 4096);
+        all.record(OpClass::Read, i * US, i * US + i * US, 4096);
+        b.record(OpClass::Write, i * MS, i * MS + 3 * i * US, 8192);
+        all.record(OpClass::Write, i * MS, i * MS + 3 * i * US, 8192);
+    }
+    b.record(OpClass::Read, 2 * S, 2 * S + 7 * MS, 4096);
+    all.record(OpClass::Read, 2 * S, 2 * S + 7 * MS, 4096);
+    let mut pooled = Recorder::new(0);
+    pooled.add_ops_of(&a);
+    pooled.add_ops_of(&b);
+    assert_eq!(pooled.finish(3 * S), all.finish(3 * S));
+}

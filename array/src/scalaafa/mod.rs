@@ -736,6 +736,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.members.iter().map(|m| &m.device)
     }
+    /// The member devices, to reset or read their own measurement counters; commands must
+    /// still go through the engine, which alone knows where data lives.
+    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut D> {
+        self.members.iter_mut().map(|m| &mut m.device)
+    }
     pub fn chunk_sectors(&self) -> u32 {
         self.chunk_sectors
     }
