@@ -211,6 +211,9 @@ pub fn write_gallery_index(
     ));
     for (id, what, r) in results {
         text.push_str(&format!("\n## `{id}`\n\n{what}\n\n![{id}]({id}.svg)\n\n"));
+        for figure in own_figures(dir, id)? {
+            text.push_str(&format!("![{figure}]({figure})\n\n"));
+        }
         let unit = markdown_unit(&r.unit);
         text.push_str(&format!(
             "| Label | Paper ({unit}) | Measured ({unit}) | Ratio |\n"
@@ -241,6 +244,29 @@ pub fn write_gallery_index(
         }
     }
     write_index(dir, &text)
+}
+
+/// The figures an experiment drew itself into the gallery's directory beside its chart
+/// (`swan-fig6`'s per-SSD bandwidth, `swan-fig12`'s latency CDF): every `ID.*.svg`, in name
+/// order.
+fn own_figures(dir: &Path, id: &str) -> Result<Vec<String>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // The index is written into a directory it creates: nothing was drawn there yet.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
+    };
+    let prefix = format!("{id}.");
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(".svg") && name != format!("{id}.svg") {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// A unit as a Markdown table cell: units such as "GB/s for *_gbps" would otherwise turn
@@ -282,12 +308,18 @@ mod tests {
             [dir.join("demo-fig1.svg"), dir.join("demo-fig1.png")]
         );
         assert!(std::fs::metadata(&written[1]).unwrap().len() > 5_000);
+        // A figure the experiment drew itself is shown under its chart; another
+        // experiment's, whose id merely starts alike, is not.
+        std::fs::write(dir.join("demo-fig1.latency_cdf.svg"), "<svg/>").unwrap();
+        std::fs::write(dir.join("demo-fig10.svg"), "<svg/>").unwrap();
         let index =
             write_gallery_index(&dir, &[("demo-fig1", "A demo experiment", r)], true, 7).unwrap();
         let text = std::fs::read_to_string(&index).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(text.contains("afa reproduce --all --quick --seed 7"));
         assert!(text.contains("![demo-fig1](demo-fig1.svg)"));
+        assert!(text.contains("![demo-fig1.latency_cdf.svg](demo-fig1.latency_cdf.svg)"));
+        assert!(!text.contains("demo-fig10"), "{text}");
         assert!(
             text.contains("| `before` | 1120.000 | 1167.000 | 1.04 |"),
             "{text}"

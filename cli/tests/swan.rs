@@ -155,7 +155,10 @@ fn fig12_swan0_members_copy_nothing_and_have_the_shorter_tail() {
             value(&v, &format!("raid0_{op}_p999_us")),
             value(&v, &format!("swan0_{op}_p999_us")),
         );
-        assert!(10.0 * swan0 < raid0, "{op} p99.9: SWAN0 {swan0}, RAID0 {raid0}");
+        assert!(
+            10.0 * swan0 < raid0,
+            "{op} p99.9: SWAN0 {swan0}, RAID0 {raid0}"
+        );
     }
     // Both arrays carried the same offered load, which is what makes their latencies
     // comparable: their user throughput agrees within 2%.

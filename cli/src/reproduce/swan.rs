@@ -129,7 +129,18 @@ fn randwrite(
     let job = format!(
         "[randwrite]\nrw=randwrite\nbs=8k\niodepth=64\nsize={capacity}\nio_size={total_bytes}\n"
     );
-    let jobs = parse_job_file(&job).map_err(|e| format!("experiment job: {e}"))?;
+    run_job(device, &job, seed, interval_ns, background_work)
+}
+
+/// Runs the fio job `job` on `device`, without a progress bar or a request log.
+fn run_job(
+    device: &mut dyn afa_ssd::BlockDevice,
+    job: &str,
+    seed: u64,
+    interval_ns: u64,
+    background_work: bool,
+) -> Result<afa_host::RunOutcome, String> {
+    let jobs = parse_job_file(job).map_err(|e| format!("experiment job: {e}"))?;
     let options = RunOptions {
         seed,
         timeline_interval_ns: interval_ns,
@@ -786,24 +797,16 @@ fn latency_inside_members(
         "[randrw]\nrw=randrw\nrwmixread={FIG12_READ_PERCENT}\nbs=8k\niodepth=64\n\
          size={capacity}\nio_size={total}\n{rate}"
     );
-    let jobs = parse_job_file(&job).map_err(|e| format!("experiment job: {e}"))?;
-    let options = RunOptions {
-        seed,
-        timeline_interval_ns: 0,
-        preconditioned_sectors: 0,
-        background_work: false,
-        show_progress: false,
-        record_requests: false,
-    };
-    let outcome = afa_host::run(
+    let outcome = run_job(
         &mut Shifted {
             device: v.device(),
             epoch_ns: epoch,
         },
-        &Workload::Jobs(jobs),
-        &options,
-    )
-    .map_err(|e| e.to_string())?;
+        &job,
+        seed,
+        0,
+        false,
+    )?;
     let mut pooled = afa_report::Recorder::new(0);
     pooled.set_measure_from_ns(epoch);
     for m in v.members() {
@@ -1123,23 +1126,15 @@ fn ycsb_engine(
     let mut split = None;
     for (i, phase) in YCSB_PHASES.iter().enumerate() {
         let reads_before = swan_read_split(&v);
-        let jobs = parse_job_file(&ycsb_job(phase, dataset_bytes))
-            .map_err(|e| format!("ycsb job: {e}"))?;
-        let options = RunOptions {
-            seed: seed.wrapping_add(i as u64),
-            timeline_interval_ns: 0,
-            preconditioned_sectors: 0,
-            background_work: false,
-            show_progress: false,
-            record_requests: false,
-        };
-        let outcome = afa_host::run(
+        let outcome = run_job(
             &mut Shifted {
                 device: v.device(),
                 epoch_ns: epoch,
             },
-            &Workload::Jobs(jobs),
-            &options,
+            &ycsb_job(phase, dataset_bytes),
+            seed.wrapping_add(i as u64),
+            0,
+            false,
         )
         .map_err(|e| format!("ycsb {}: {e}", phase.name))?;
         epoch += outcome.sim_time_ns;
