@@ -705,8 +705,8 @@ impl<D: BlockDevice> Swan<D> {
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.groups.iter().flat_map(|g| g.members())
     }
-    /// Every member, group by group, to reset or read their own measurement counters; commands must
-    /// still go through the engine, which alone knows where data lives.
+    /// Every member, group by group, to reset or read their own measurement counters;
+    /// commands must still go through the engine, which alone knows where data lives.
     pub fn members_mut(&mut self) -> impl Iterator<Item = &mut D> {
         self.groups.iter_mut().flat_map(|g| g.members_mut())
     }

@@ -165,6 +165,26 @@ fn waflash_fig10_writes_the_same_labels_in_both_maps() {
     assert!(waflash > gain("pc-lru"), "{waflash} {}", v["measured"]);
 }
 
+/// Fig. 1: the more writes are unaligned, the longer the read and write tails, and a seed
+/// reproduces the run bit for bit.
+#[test]
+fn waflash_fig1_tails_grow_with_the_unaligned_share() {
+    let v = reproduce_quick("waflash-fig1");
+    let p95 = |op: &str, percent: u64| {
+        v["context"][format!("{op}_p95_us_{percent}")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{op} {percent}% missing"))
+    };
+    for op in ["read", "write"] {
+        assert!(p95(op, 0) < p95(op, 50), "{op}: {}", v["context"]);
+        assert!(p95(op, 50) < p95(op, 100), "{op}: {}", v["context"]);
+    }
+    assert!(v["measured"]["write_p95_x_at_50"].as_f64().unwrap() > 1.0);
+    let again = reproduce_quick("waflash-fig1");
+    assert_eq!(v["measured"], again["measured"]);
+    assert_eq!(v["context"], again["context"]);
+}
+
 /// Fig. 11 on the Cosmos+-like board: WAFLASH's mean latency is lower at every request
 /// size, most at the smallest (1 KiB: every write is a partial page), and the best
 /// reduction is the one label.

@@ -1267,20 +1267,37 @@ pub fn compare_figures(runs: &[(String, &RunReport)]) -> Result<Vec<Figure>, Plo
             panel_px: (640, 420),
         },
     )?];
-    if !cdfs.is_empty() {
-        let columns = cdfs.len().min(2);
-        figures.push(render(
-            "compare_latency_cdf",
-            "Latency CDF per op type, one line per run",
-            &Panels {
-                title: "Latency CDF, one line per run".into(),
-                columns,
-                panels: cdfs,
-                panel_px: (640, 420),
-            },
-        )?);
-    }
+    figures.extend(cdf_figure(
+        "compare_latency_cdf",
+        "Latency CDF per op type, one line per run",
+        "Latency CDF, one line per run",
+        cdfs,
+    )?);
     Ok(figures)
+}
+
+/// The CDF panels drawn side by side, two to a row; `None` when there is no panel.
+fn cdf_figure(
+    name: &str,
+    title: &str,
+    panels_title: &str,
+    cdfs: Vec<LineChart>,
+) -> Result<Option<Figure>, PlotError> {
+    if cdfs.is_empty() {
+        return Ok(None);
+    }
+    let columns = cdfs.len().min(2);
+    render(
+        name,
+        title,
+        &Panels {
+            title: panels_title.into(),
+            columns,
+            panels: cdfs,
+            panel_px: (640, 420),
+        },
+    )
+    .map(Some)
 }
 
 /// One latency-CDF panel per op type that any run has, one line per run in the run's
@@ -1338,22 +1355,7 @@ pub fn latency_cdf_comparison(
         .iter()
         .map(|(run, m)| (run.clone(), [&m.read, &m.write, &m.trim, &m.flush]))
         .collect();
-    let cdfs = cdf_panels(&by_op);
-    if cdfs.is_empty() {
-        return Ok(None);
-    }
-    let columns = cdfs.len().min(2);
-    render(
-        name,
-        title,
-        &Panels {
-            title: title.into(),
-            columns,
-            panels: cdfs,
-            panel_px: (640, 420),
-        },
-    )
-    .map(Some)
+    cdf_figure(name, title, title, cdf_panels(&by_op))
 }
 
 /// Headline numbers of several runs side by side, each with its ratio to the first run.

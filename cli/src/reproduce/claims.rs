@@ -750,6 +750,28 @@ pub fn evaluate(r: &Reproduction) -> Vec<Claim> {
             }
             claims
         }
+        // §II-B: "more unaligned write noises lead to longer tail latencies for both reads
+        // and writes. For example, with 50% noise write latencies are 8x, 24x longer
+        // compared to no write noise cases, at 90th and 95th" percentiles.
+        "waflash-fig1" => {
+            let mut claims = Vec::new();
+            for op in ["read", "write"] {
+                let labels: Vec<String> = [0, 25, 50, 75, 100]
+                    .iter()
+                    .map(|percent| format!("{op}_p95_us_{percent}"))
+                    .collect();
+                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                claims.push(chain(
+                    r,
+                    &labels,
+                    true,
+                    &format!("more unaligned writes, longer {op} tails (p95 at 0–100% unaligned)"),
+                ));
+            }
+            claims.push(within(r, "write_p90_x_at_50", 0.25));
+            claims.push(within(r, "write_p95_x_at_50", 0.25));
+            claims
+        }
         // §V-F: "Compared to the baseline system, WAFLASH reduces the average latency by up
         // to 43% for random write. For I/O throughput, WAFLASH delivers similar behaviors to
         // those observed on the VSSIM platform", where Fig. 7's random write gains at least

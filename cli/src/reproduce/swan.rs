@@ -290,11 +290,7 @@ fn sustained_randwrite(
     // Figure 6 needs buckets shorter than a front-end's turn to tell the roles apart.
     let interval_ns: u64 = if keep_report { 10_000_000 } else { 100_000_000 };
     let mut v = ArrayVolume::build(spec, ssd, seed, interval_ns)?;
-    let raw: u64 = v
-        .members()
-        .iter()
-        .map(|m| afa_ssd::BlockDevice::info(*m).capacity_sectors * 4096)
-        .sum();
+    let raw = members_capacity_bytes(&v);
     let epoch = age(v.device(), AGE_FRACTION, seed)?;
     // Whole buckets, so that member timelines line up with the run's.
     let epoch = epoch.div_ceil(interval_ns) * interval_ns;
@@ -375,6 +371,14 @@ fn sustained_randwrite(
         high_mb_s: after.iter().copied().fold(0.0, f64::max),
         report,
     })
+}
+
+/// What the members of `v` hold together: the raw capacity the runs' lengths are counted in.
+fn members_capacity_bytes(v: &ArrayVolume) -> u64 {
+    v.members()
+        .iter()
+        .map(|m| afa_ssd::BlockDevice::info(*m).capacity_sectors * 4096)
+        .sum()
 }
 
 /// The spec of one engine over `members` RAID 0 SSDs with 64 KiB chunks.
@@ -767,11 +771,7 @@ fn latency_inside_members(
     rate_iops: Option<f64>,
 ) -> Result<InsideMembers, String> {
     let mut v = ArrayVolume::build(spec, ssd, seed, 0)?;
-    let raw: u64 = v
-        .members()
-        .iter()
-        .map(|m| afa_ssd::BlockDevice::info(*m).capacity_sectors * 4096)
-        .sum();
+    let raw = members_capacity_bytes(&v);
     let epoch = age(v.device(), AGE_FRACTION, seed)?;
     let ftl_counts = |v: &ArrayVolume| {
         v.members().iter().fold((0, 0), |(moved, written), m| {
