@@ -20,7 +20,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::{CdfPoint, OpReport, RunReport, TimelinePoint};
+use crate::{OpReport, RunReport, TimelinePoint};
 
 /// The fio release whose json+ structure this module writes.
 pub const FIO_VERSION: &str = "fio-3.33";
@@ -243,18 +243,6 @@ fn bandwidth_samples_kib_s(timeline: &[TimelinePoint], direction: &str) -> Vec<f
     }
 }
 
-/// The smallest CDF latency with at least `quantile` of the requests at or below it.
-fn cdf_quantile_ns(cdf: &[CdfPoint], quantile: f64) -> u64 {
-    let Some(last) = cdf.last() else {
-        return 0;
-    };
-    let needed = (quantile * last.requests_at_or_below() as f64).ceil() as u64;
-    cdf.iter()
-        .find(|p| p.requests_at_or_below() >= needed)
-        .unwrap_or(last)
-        .latency_ns()
-}
-
 /// fio's latency statistics object (`min`, `max`, `mean`, `stddev`, `N`, and when any request
 /// completed, `percentile` and json+'s `bins`).
 fn latency_stats(op: &OpReport) -> Value {
@@ -286,7 +274,7 @@ fn latency_stats(op: &OpReport) -> Value {
         // Every percentile comes from the CDF, even those the report holds exactly: mixing
         // the two could make the list decrease, which fio's never does.
         for q in FIO_PERCENTILES {
-            let value_ns = cdf_quantile_ns(&op.latency_cdf, q / 100.0);
+            let value_ns = op.cdf_quantile_ns(q / 100.0);
             percentiles.insert(format!("{q:.6}"), json!(value_ns));
         }
         stats.insert("percentile".into(), Value::Object(percentiles));

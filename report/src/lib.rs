@@ -390,6 +390,22 @@ pub struct OpReport {
     pub errors: u64,
 }
 
+impl OpReport {
+    /// The smallest CDF latency with at least `quantile` of the requests at or below it, in
+    /// ns (the CDF's 1% latency steps bound its error); 0 with no CDF.
+    pub fn cdf_quantile_ns(&self, quantile: f64) -> u64 {
+        let Some(last) = self.latency_cdf.last() else {
+            return 0;
+        };
+        let needed = (quantile * last.requests_at_or_below() as f64).ceil() as u64;
+        self.latency_cdf
+            .iter()
+            .find(|p| p.requests_at_or_below() >= needed)
+            .unwrap_or(last)
+            .latency_ns()
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

@@ -15,7 +15,6 @@ use afa_workload::trace::synth::{self, SynthOptions, Synthesizer};
 use afa_workload::trace::TraceRecord;
 use afa_workload::IoOp;
 
-use afa_report::OpReport;
 use afa_sim::parallel::map_in_parallel;
 use afa_sim::SimRng;
 
@@ -639,19 +638,6 @@ fn fig1_records(
         .collect()
 }
 
-/// The latency at quantile `q` of `op`'s CDF, in µs: the CDF's first point with at least
-/// that share of the requests at or below it (its 1% latency steps bound the error).
-fn quantile_us(op: &OpReport, q: f64) -> f64 {
-    let total = op
-        .latency_cdf
-        .last()
-        .map_or(0, |p| p.requests_at_or_below());
-    op.latency_cdf
-        .iter()
-        .find(|p| p.requests_at_or_below() as f64 >= q * total as f64)
-        .map_or(0.0, |p| p.latency_ns() as f64 / 1e3)
-}
-
 fn waflash_fig1(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let scale = Scale::of(quick);
     let mut base = waflash_table1_ssd(scale.blocks_per_plane, PayloadMode::Token);
@@ -706,7 +692,7 @@ fn waflash_fig1(quick: bool, seed: u64) -> Result<Reproduction, String> {
         let mut row = format!("{percent:>3}% unaligned |");
         for (op, report) in [("read", &m.read), ("write", &m.write)] {
             for (stat, q) in [("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)] {
-                let us = quantile_us(report, q);
+                let us = report.cdf_quantile_ns(q) as f64 / 1e3;
                 context.insert(format!("{op}_{stat}_us_{percent}"), us);
                 row += &format!(" {us:>7.0}");
             }
