@@ -6,6 +6,7 @@ mod baseline;
 pub mod claims;
 mod ox;
 pub mod scalaafa;
+mod scalaafa_rocksdb;
 mod scalaafa_traces;
 mod seeds;
 mod seeds_baseline;
@@ -122,6 +123,7 @@ fn experiments() -> Vec<Entry> {
     [
         scalaafa::EXPERIMENTS,
         scalaafa_traces::EXPERIMENTS,
+        scalaafa_rocksdb::EXPERIMENTS,
         swan::EXPERIMENTS,
         ox::EXPERIMENTS,
         waflash::EXPERIMENTS,

@@ -736,7 +736,17 @@ fn proxy0_like_job(region_bytes: u64, io_bytes: u64, rate_bytes_s: Option<u64>) 
 }
 
 /// Stripes a two-phase engine converted to parity so far (0 for any other engine).
-fn stripes_converted(v: &ArrayVolume) -> u64 {
+/// Sectors the engine sent its members to write, whichever of the three engines it is.
+pub(super) fn member_write_sectors(v: &ArrayVolume) -> u64 {
+    match v {
+        ArrayVolume::ScalaAfa(s) => s.stats().member_write_sectors,
+        ArrayVolume::TwoPhase(t) => t.stats().member_write_sectors,
+        ArrayVolume::Raid(a) => a.stats().member_write_sectors,
+        _ => 0,
+    }
+}
+
+pub(super) fn stripes_converted(v: &ArrayVolume) -> u64 {
     match v {
         ArrayVolume::ScalaAfa(s) => s.stats().stripes_converted,
         ArrayVolume::TwoPhase(t) => t.stats().stripes_converted,

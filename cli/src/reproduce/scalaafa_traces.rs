@@ -134,12 +134,8 @@ fn replay(
     };
     let (outcome, _) = crate::run_on(v.device(), Some(&engine.host()), &workload, &options)?;
     let m = &outcome.measurements;
-    let (member_write_sectors, stripes_converted) = match &v {
-        ArrayVolume::ScalaAfa(s) => (s.stats().member_write_sectors, s.stats().stripes_converted),
-        ArrayVolume::TwoPhase(t) => (t.stats().member_write_sectors, t.stats().stripes_converted),
-        ArrayVolume::Raid(a) => (a.stats().member_write_sectors, 0),
-        _ => unreachable!("built as one of the three engines"),
-    };
+    let member_write_sectors = scalaafa::member_write_sectors(&v);
+    let stripes_converted = scalaafa::stripes_converted(&v);
     Ok(TraceRun {
         mb_s: (m.read.bytes + m.write.bytes) as f64 / outcome.sim_time_ns.max(1) as f64 * 1e3,
         completion_ns: outcome.sim_time_ns,

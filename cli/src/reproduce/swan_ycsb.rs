@@ -46,21 +46,21 @@ pub const GET_READ_BYTES: u64 = 8192;
 /// are scaled by the data set over this, so the tree has the paper's shape at any scale.
 const PAPER_DATASET_BYTES: f64 = 64e9;
 /// RocksDB's default `write_buffer_size` (64 MiB) and `max_write_buffer_number` (2).
-const PAPER_MEMTABLE_BYTES: f64 = 64.0 * 1048576.0;
-const MAX_WRITE_BUFFERS: u32 = 2;
+pub(super) const PAPER_MEMTABLE_BYTES: f64 = 64.0 * 1048576.0;
+pub(super) const MAX_WRITE_BUFFERS: u32 = 2;
 /// RocksDB's default `max_bytes_for_level_base` (256 MiB) and
 /// `max_bytes_for_level_multiplier` (10).
-const PAPER_LEVEL1_BYTES: f64 = 256.0 * 1048576.0;
+pub(super) const PAPER_LEVEL1_BYTES: f64 = 256.0 * 1048576.0;
 const LEVEL_MULTIPLIER: f64 = 10.0;
 /// RocksDB's default `level0_stop_writes_trigger`.
-const L0_STOP_FLUSHES: f64 = 36.0;
+pub(super) const L0_STOP_FLUSHES: f64 = 36.0;
 /// Flush and compaction I/O size: RocksDB leaves the size of its buffered table writes to
 /// the OS's writeback; 1 MiB is the paper's segment size (§4.1), the unit Log-RAID and SWAN
 /// write in, so a table write neither splits nor pads a segment.
-const BACKGROUND_IO_BYTES: u64 = 1 << 20;
+pub(super) const BACKGROUND_IO_BYTES: u64 = 1 << 20;
 
 /// The sector size the volumes use.
-const SECTOR_BYTES: u64 = 4096;
+pub(super) const SECTOR_BYTES: u64 = 4096;
 
 /// One YCSB phase of Table 3: its name and the share of gets in percent.
 #[derive(Debug, Clone, Copy)]
@@ -557,18 +557,18 @@ impl ClosedLoop {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use afa_ssd::{Completion, DeviceError, DeviceInfo, Opcode};
 
     /// A device that completes every command `latency_ns` after it was submitted and
     /// counts what it was sent, so the loop's own behaviour can be checked in isolation.
-    struct FixedLatency {
+    pub(in crate::reproduce) struct FixedLatency {
         latency_ns: u64,
         capacity_sectors: u64,
-        writes: u64,
-        written_sectors: u64,
-        reads: u64,
+        pub(in crate::reproduce) writes: u64,
+        pub(in crate::reproduce) written_sectors: u64,
+        pub(in crate::reproduce) reads: u64,
     }
 
     impl BlockDevice for FixedLatency {
@@ -615,7 +615,7 @@ mod tests {
         }
     }
 
-    fn device(latency_ns: u64, dataset_bytes: u64) -> FixedLatency {
+    pub(in crate::reproduce) fn device(latency_ns: u64, dataset_bytes: u64) -> FixedLatency {
         FixedLatency {
             latency_ns,
             capacity_sectors: dataset_bytes / SECTOR_BYTES,
