@@ -735,8 +735,7 @@ fn proxy0_like_job(region_bytes: u64, io_bytes: u64, rate_bytes_s: Option<u64>) 
     )
 }
 
-/// Stripes a two-phase engine converted to parity so far (0 for any other engine).
-/// Sectors the engine sent its members to write, whichever of the three engines it is.
+/// Sectors the engine sent its members to write (0 for an engine none of the three).
 pub(super) fn member_write_sectors(v: &ArrayVolume) -> u64 {
     match v {
         ArrayVolume::ScalaAfa(s) => s.stats().member_write_sectors,
@@ -746,6 +745,7 @@ pub(super) fn member_write_sectors(v: &ArrayVolume) -> u64 {
     }
 }
 
+/// Stripes a two-phase engine converted to parity so far (0 for any other engine).
 pub(super) fn stripes_converted(v: &ArrayVolume) -> u64 {
     match v {
         ArrayVolume::ScalaAfa(s) => s.stats().stripes_converted,

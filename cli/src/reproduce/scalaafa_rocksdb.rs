@@ -1,5 +1,5 @@
 //! ScalaAFA Fig. 14 (§6.4): RocksDB's db_bench over mdraid, the FusionRAID-style two-phase
-//! engine and scalaafa on 4+1 Table 1 SSDs (docs/scalaafa.md, "Figure 14").
+//! engine and scalaafa on 4+1 Table 1 SSDs (docs/scalaafa.md, "Fig. 14").
 //!
 //! The paper ran db_bench (16-byte keys, 1 KiB values) on RocksDB over Ext4 for the two
 //! kernel engines and over SPDK's BlobFS for ScalaAFA, and reported operations per second
@@ -31,18 +31,18 @@
 
 use std::collections::BTreeMap;
 
+use afa_array::{ScalaAfaConfig, ScalaMode};
 use afa_host::{CpuFront, StackProfile};
 use afa_sim::parallel::map_in_parallel;
 use afa_sim::{EventQueue, TimeNs};
-use afa_ssd::{BlockDevice, Command, ReadBuffers};
+use afa_ssd::BlockDevice;
 
 use super::scalaafa::{self, blocks_for, member_write_sectors, stripes_converted};
 use super::swan_ycsb::{
-    compaction_write_amplification, BACKGROUND_IO_BYTES, L0_STOP_FLUSHES, MAX_WRITE_BUFFERS,
-    OP_CPU_NS, PAPER_LEVEL1_BYTES, PAPER_MEMTABLE_BYTES, SECTOR_BYTES,
+    compaction_write_amplification, timing_write, BACKGROUND_IO_BYTES, L0_STOP_FLUSHES,
+    MAX_WRITE_BUFFERS, OP_CPU_NS, PAPER_LEVEL1_BYTES, PAPER_MEMTABLE_BYTES, SECTOR_BYTES,
 };
 use super::{Entry, Reproduction};
-use afa_array::{ScalaAfaConfig, ScalaMode};
 
 pub const EXPERIMENTS: &[Entry] = &[(
     "scalaafa-fig14",
@@ -132,7 +132,7 @@ struct PhaseResult {
 struct DbBench {
     queue: EventQueue<Event>,
     now_ns: TimeNs,
-    /// The foreground's CPU per operation: RocksDB's own work and a file-system call.
+    /// The foreground's CPU per operation (RocksDB's own work) and per file-system call.
     op_cpu_ns: u64,
     fs_call_ns: u64,
     keys: u64,
@@ -459,15 +459,9 @@ impl DbBench {
         sectors: u64,
         done: Event,
     ) -> Result<(), String> {
-        let c = device
-            .submit(
-                self.now_ns,
-                &Command::write(lba, sectors as u32, &[]),
-                ReadBuffers::none(),
-            )
-            .map_err(|e| format!("write of {sectors} sectors at {lba}: {e}"))?;
+        let done_ns = timing_write(device, self.now_ns, lba, sectors)?;
         self.outstanding += 1;
-        self.queue.push(c.done_ns.max(self.now_ns), done);
+        self.queue.push(done_ns, done);
         Ok(())
     }
 

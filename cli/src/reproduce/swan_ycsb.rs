@@ -544,16 +544,29 @@ impl ClosedLoop {
         sectors: u64,
         done: Event,
     ) -> Result<(), String> {
-        let c = device
-            .submit(
-                now,
-                &Command::write(lba, sectors as u32, &[]),
-                ReadBuffers::none(),
-            )
-            .map_err(|e| format!("write of {sectors} sectors at {lba}: {e}"))?;
-        self.queue.push(c.done_ns.max(now), done);
+        let done_ns = timing_write(device, now, lba, sectors)?;
+        self.queue.push(done_ns, done);
         Ok(())
     }
+}
+
+/// Sends `device` a write of `sectors` at `lba` that carries no payload (the models here
+/// time their I/O; no oracle reads it back) and returns when it completes, never before
+/// `now`.
+pub(super) fn timing_write(
+    device: &mut dyn BlockDevice,
+    now: TimeNs,
+    lba: u64,
+    sectors: u64,
+) -> Result<TimeNs, String> {
+    let c = device
+        .submit(
+            now,
+            &Command::write(lba, sectors as u32, &[]),
+            ReadBuffers::none(),
+        )
+        .map_err(|e| format!("write of {sectors} sectors at {lba}: {e}"))?;
+    Ok(c.done_ns.max(now))
 }
 
 #[cfg(test)]
