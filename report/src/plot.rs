@@ -430,6 +430,57 @@ fn draw_text_centered<DB: DrawingBackend>(
     .map_err(|e| e.to_string())
 }
 
+/// The caption as wide as `area` leaves room for: one wider than that first loses its
+/// parenthesised tail (a reproduction's unit, which its value axis shows too), then its last
+/// characters, ended with an ellipsis, so that no title runs off the figure.
+fn fitted_caption<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, caption: &str) -> String {
+    let style: TextStyle = (FONT_FAMILY, CAPTION_FONT_PX).into();
+    // The chart's margins leave the caption a little less than the area's width.
+    let room_px = area.dim_in_pixel().0.saturating_sub(24);
+    let fits = |text: &str| {
+        area.estimate_text_size(text, &style)
+            .is_ok_and(|(width_px, _)| width_px <= room_px)
+    };
+    if fits(caption) {
+        return caption.to_owned();
+    }
+    let mut text = match trailing_parenthesis(caption) {
+        Some(open) => caption[..open].trim_end().to_owned(),
+        None => caption.to_owned(),
+    };
+    if fits(&text) {
+        return text;
+    }
+    while text.pop().is_some() {
+        let shortened = format!("{}…", text.trim_end());
+        if fits(&shortened) {
+            return shortened;
+        }
+    }
+    String::new()
+}
+
+/// Where the parenthesis that closes `text` opens, its nested ones skipped over.
+fn trailing_parenthesis(text: &str) -> Option<usize> {
+    if !text.ends_with(')') {
+        return None;
+    }
+    let mut depth = 0_usize;
+    for (i, c) in text.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 fn draw_line_chart<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     chart_spec: &LineChart,
@@ -438,7 +489,10 @@ fn draw_line_chart<DB: DrawingBackend>(
         (chart_spec.x_bounds(), chart_spec.y_bounds())
     else {
         let titled = area
-            .titled(&chart_spec.caption, (FONT_FAMILY, CAPTION_FONT_PX))
+            .titled(
+                &fitted_caption(area, &chart_spec.caption),
+                (FONT_FAMILY, CAPTION_FONT_PX),
+            )
             .map_err(|e| e.to_string())?;
         return draw_text_centered(&titled, "no data");
     };
@@ -449,7 +503,10 @@ fn draw_line_chart<DB: DrawingBackend>(
     let y_ticks = ticks_for(chart_spec.y_scale, y_lo, y_hi, 8);
     let (x_scale, y_scale) = (chart_spec.x_scale, chart_spec.y_scale);
     let mut chart = ChartBuilder::on(area)
-        .caption(&chart_spec.caption, (FONT_FAMILY, CAPTION_FONT_PX))
+        .caption(
+            fitted_caption(area, &chart_spec.caption),
+            (FONT_FAMILY, CAPTION_FONT_PX),
+        )
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(64)
@@ -647,7 +704,10 @@ fn draw_bar_chart<DB: DrawingBackend>(
         .filter(|v| v.is_finite() && *v > 0.0);
     let Some((min_value, _)) = bounds(positive) else {
         let titled = area
-            .titled(&spec.caption, (FONT_FAMILY, CAPTION_FONT_PX))
+            .titled(
+                &fitted_caption(area, &spec.caption),
+                (FONT_FAMILY, CAPTION_FONT_PX),
+            )
             .map_err(|e| e.to_string())?;
         return draw_text_centered(&titled, "no data");
     };
@@ -693,7 +753,10 @@ fn draw_bar_chart<DB: DrawingBackend>(
         Scale::Linear
     };
     let mut chart = ChartBuilder::on(area)
-        .caption(&spec.caption, (FONT_FAMILY, CAPTION_FONT_PX))
+        .caption(
+            fitted_caption(area, &spec.caption),
+            (FONT_FAMILY, CAPTION_FONT_PX),
+        )
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size((label_chars as u32 * 8 + 16).min(360))
@@ -1800,5 +1863,29 @@ mod tests {
         assert_eq!(format_number(1234.0), "1234");
         assert_eq!(format_number(45_600.0), "45.6k");
         assert_eq!(format_number(12_000_000.0), "12M");
+    }
+
+    /// A caption wider than the figure loses the unit in its closing parenthesis, nested
+    /// parentheses and all, and a caption still too wide is cut with an ellipsis; one that
+    /// fits is left alone.
+    #[test]
+    fn captions_wider_than_the_figure_are_shortened() {
+        ensure_font().unwrap();
+        let mut svg = String::new();
+        let area = SVGBackend::with_string(&mut svg, FIGURE_PX).into_drawing_area();
+        let short = "waflash-fig11: paper vs measured (fraction)";
+        assert_eq!(fitted_caption(&area, short), short);
+        let long = "waflash-fig11: paper vs measured (average-latency reduction of WAFLASH \
+                    against the baseline (fraction), best over the request-size sweep)";
+        assert_eq!(
+            fitted_caption(&area, long),
+            "waflash-fig11: paper vs measured"
+        );
+        let endless = "x".repeat(400);
+        let cut = fitted_caption(&area, &endless);
+        assert!(cut.ends_with('…') && cut.len() < endless.len(), "{cut}");
+        assert_eq!(trailing_parenthesis("a (b (c) d)"), Some(2));
+        assert_eq!(trailing_parenthesis("a (b) c"), None);
+        assert_eq!(trailing_parenthesis("a b)"), None);
     }
 }
