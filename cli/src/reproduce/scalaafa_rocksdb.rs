@@ -28,6 +28,10 @@
 //! - fillseekseq writes the keys in order and then seeks to each in turn; db_bench reports
 //!   the seeks only. Their blocks come from the host's cache, so they cost CPU but no
 //!   array I/O: the paper's reason for the small gain there ("absorbed by the DRAM cache").
+//!
+//! Beside the paper's runs, two variants give the context: each write benchmark with the
+//! foreground's CPU taken away (how fast the array alone would let the puts go), and
+//! fillrandom with `--sync=1` (each put waits for its log record's write and a flush).
 
 use std::collections::BTreeMap;
 
@@ -35,7 +39,7 @@ use afa_array::{ScalaAfaConfig, ScalaMode};
 use afa_host::{CpuFront, StackProfile};
 use afa_sim::parallel::map_in_parallel;
 use afa_sim::{EventQueue, TimeNs};
-use afa_ssd::BlockDevice;
+use afa_ssd::{BlockDevice, Command, ReadBuffers};
 
 use super::scalaafa::{self, blocks_for, member_write_sectors, stripes_converted};
 use super::swan_ycsb::{
@@ -112,6 +116,12 @@ enum KeyOrder {
 enum Event {
     /// The foreground thread finished its operation's CPU work.
     Foreground,
+    /// With the log synced on every put: the put's CPU work is done and its log write goes.
+    SyncLog,
+    /// The put's log write completed; the flush that makes it durable goes.
+    SyncLogWritten,
+    /// The flush completed: the record is durable.
+    SyncLogDone,
     WalDone,
     FlushDone,
     CompactionDone,
@@ -135,6 +145,10 @@ struct DbBench {
     /// The foreground's CPU per operation (RocksDB's own work) and per file-system call.
     op_cpu_ns: u64,
     fs_call_ns: u64,
+    /// `--sync=1`: every put writes and syncs its log record before the next begins.
+    sync_log: bool,
+    /// Where the next record goes in the log ring, in bytes, when the log is synced.
+    log_pos_bytes: u64,
     keys: u64,
     memtable_bytes: u64,
     level1_bytes: f64,
@@ -200,6 +214,8 @@ impl DbBench {
             now_ns: 0,
             op_cpu_ns,
             fs_call_ns,
+            sync_log: false,
+            log_pos_bytes: 0,
             keys,
             memtable_bytes,
             level1_bytes: PAPER_LEVEL1_BYTES * scale,
@@ -318,6 +334,22 @@ impl DbBench {
                 self.foreground_busy = false;
                 self.next_put(device)?;
             }
+            Event::SyncLog => self.write_synced_record(device)?,
+            Event::SyncLogWritten => {
+                // fdatasync ends with a cache flush: a write the array holds in host memory
+                // (md's stripe cache) or the members in theirs is durable only after it.
+                let c = device
+                    .submit(self.now_ns, &Command::flush(), ReadBuffers::none())
+                    .map_err(|e| format!("flush after a log write: {e}"))?;
+                self.queue
+                    .push(c.done_ns.max(self.now_ns), Event::SyncLogDone);
+            }
+            Event::SyncLogDone => {
+                self.outstanding -= 1;
+                // The sync itself is one more file-system call.
+                self.queue
+                    .push(self.now_ns + self.fs_call_ns, Event::Foreground);
+            }
             Event::WalDone => {
                 self.outstanding -= 1;
                 self.wal_writing = false;
@@ -364,12 +396,14 @@ impl DbBench {
         }
         self.puts_left -= 1;
         self.active_bytes += ENTRY_BYTES;
-        self.wal_unwritten_bytes += ENTRY_BYTES;
         self.foreground_busy = true;
-        self.queue.push(
-            self.now_ns + self.op_cpu_ns + self.fs_call_ns,
-            Event::Foreground,
-        );
+        let cpu_done_ns = self.now_ns + self.op_cpu_ns + self.fs_call_ns;
+        if self.sync_log {
+            self.queue.push(cpu_done_ns, Event::SyncLog);
+        } else {
+            self.wal_unwritten_bytes += ENTRY_BYTES;
+            self.queue.push(cpu_done_ns, Event::Foreground);
+        }
         if self.active_bytes >= self.memtable_bytes && self.immutables + 1 < MAX_WRITE_BUFFERS {
             self.active_bytes = 0;
             self.immutables += 1;
@@ -394,6 +428,19 @@ impl DbBench {
             self.next_put(device)?;
         }
         Ok(())
+    }
+
+    /// Writes the record just appended, with the log's partly filled last sector it shares,
+    /// as a sync of the log does; the foreground waits for it.
+    fn write_synced_record(&mut self, device: &mut dyn BlockDevice) -> Result<(), String> {
+        let ring_bytes = self.wal_sectors * SECTOR_BYTES;
+        if self.log_pos_bytes + ENTRY_BYTES > ring_bytes {
+            self.log_pos_bytes = 0;
+        }
+        let first = self.log_pos_bytes / SECTOR_BYTES;
+        self.log_pos_bytes += ENTRY_BYTES;
+        let end = self.log_pos_bytes.div_ceil(SECTOR_BYTES);
+        self.write(device, first, end - first, Event::SyncLogWritten)
     }
 
     fn continue_wal(&mut self, device: &mut dyn BlockDevice) -> Result<(), String> {
@@ -525,26 +572,47 @@ struct BenchRun {
     stripes_converted: u64,
 }
 
-/// One benchmark on a fresh 4+1 array of `engine` with one I/O thread; `array_bound`
-/// takes the foreground's CPU away, so that only the array holds the puts back.
+/// How a benchmark is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Variant {
+    /// As the paper ran db_bench.
+    AsRun,
+    /// With the foreground's CPU taken away, so that only the array holds the puts back.
+    ArrayBound,
+    /// With `--sync=1`: every put waits for its log record to be written and synced.
+    SyncLog,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::AsRun => "db_bench",
+            Variant::ArrayBound => "array-bound",
+            Variant::SyncLog => "sync=1",
+        }
+    }
+}
+
+/// One benchmark on a fresh 4+1 array of `engine` with one I/O thread, run as `variant`.
 fn bench_run(
     engine: Engine,
     bench: Bench,
     keys: u64,
     blocks: u32,
     seed: u64,
-    array_bound: bool,
+    variant: Variant,
 ) -> Result<BenchRun, String> {
     let watermark = ScalaAfaConfig::default().convert_watermark_fraction;
     let mut v = scalaafa::engine_volume(engine.as_built(), 4, 1, 1, blocks, seed, watermark)?;
     let host = engine.as_built().host(1);
     let mut front = CpuFront::new(v.device(), &host)?;
     let capacity = front.info().capacity_sectors;
-    let mut db = if array_bound {
+    let mut db = if variant == Variant::ArrayBound {
         DbBench::new(keys, capacity, 0, 0)?
     } else {
         DbBench::new(keys, capacity, OP_CPU_NS, engine.fs_call_ns())?
     };
+    db.sync_log = variant == Variant::SyncLog;
     let result = match bench {
         Bench::FillRandom => db.puts(&mut front, KeyOrder::Random)?,
         Bench::FillSeq => db.puts(&mut front, KeyOrder::Sequential)?,
@@ -571,45 +639,59 @@ fn bench_run(
 fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
     let blocks = blocks_for(quick);
     let keys = if quick { QUICK_KEYS } else { PAPER_KEYS };
-    // Every benchmark as db_bench runs it, and, but for fillseekseq (whose measured seeks
-    // send the array nothing), as fast as the array alone lets its puts go.
-    let work: Vec<(Bench, Engine, bool)> = Bench::ALL
-        .iter()
-        .flat_map(|&b| Engine::ALL.iter().map(move |&e| (b, e)))
-        .flat_map(|(b, e)| {
-            let bound = (b != Bench::FillSeekSeq).then_some((b, e, true));
-            std::iter::once((b, e, false)).chain(bound)
-        })
-        .collect();
+    // Every benchmark as db_bench runs it; but for fillseekseq (whose measured seeks send
+    // the array nothing), as fast as the array alone lets its puts go; and fillrandom with
+    // its log synced on every put, on a tenth of the keys (each put waits for a small write,
+    // so the rate settles within far fewer).
+    let mut work: Vec<(Bench, Engine, Variant)> = Vec::new();
+    for b in Bench::ALL {
+        for e in Engine::ALL {
+            work.push((b, e, Variant::AsRun));
+            if b != Bench::FillSeekSeq {
+                work.push((b, e, Variant::ArrayBound));
+            }
+            if b == Bench::FillRandom {
+                work.push((b, e, Variant::SyncLog));
+            }
+        }
+    }
     // The runs are independent: they run on every core, and are reported in order.
-    let results = map_in_parallel(&work, |&(bench, engine, array_bound)| {
-        bench_run(engine, bench, keys, blocks, seed, array_bound)
+    let results = map_in_parallel(&work, |&(bench, engine, variant)| {
+        let keys = if variant == Variant::SyncLog {
+            keys / 10
+        } else {
+            keys
+        };
+        bench_run(engine, bench, keys, blocks, seed, variant)
     });
-    let mut runs = BTreeMap::new();
-    let mut bounds = BTreeMap::new();
-    for (&(bench, engine, array_bound), run) in work.iter().zip(results) {
-        let run = run.map_err(|e| format!("{} on {}: {e}", bench.name(), engine.name()))?;
+    let mut all = BTreeMap::new();
+    for (&(bench, engine, variant), run) in work.iter().zip(results) {
+        let run = run.map_err(|e| {
+            format!(
+                "{} on {} ({}): {e}",
+                bench.name(),
+                engine.name(),
+                variant.name()
+            )
+        })?;
         println!(
             "{:<12} {:<10} {:<11} {:>9.0} ops/s, stalled {:>5.1}% of the time, members wrote \
              {:>5.1}× the entries, {} stripes converted",
             bench.name(),
             engine.name(),
-            if array_bound {
-                "array-bound"
-            } else {
-                "db_bench"
-            },
+            variant.name(),
             run.ops_s,
             run.stalled_fraction * 100.0,
             run.member_write_amplification,
             run.stripes_converted,
         );
-        if array_bound {
-            bounds.insert((bench, engine), run);
-        } else {
-            runs.insert((bench, engine), run);
-        }
+        all.insert((variant, bench, engine), run);
     }
+    let runs: BTreeMap<(Bench, Engine), BenchRun> = all
+        .iter()
+        .filter(|((v, _, _), _)| *v == Variant::AsRun)
+        .map(|(&(_, b, e), &run)| ((b, e), run))
+        .collect();
     let ops = |b: Bench, e: Engine| runs[&(b, e)].ops_s;
     let mut measured = BTreeMap::new();
     let mut context = BTreeMap::new();
@@ -658,12 +740,26 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
                 .all(|&b| gain(Bench::FillSeekSeq) <= gain(b)),
         )),
     );
-    for ((b, e), run) in &bounds {
+    for ((variant, b, e), run) in &all {
+        let what = match variant {
+            Variant::AsRun => continue,
+            Variant::ArrayBound => "array_bound",
+            Variant::SyncLog => "sync",
+        };
         context.insert(
-            format!("{}_{}_array_bound_kops_s", b.name(), e.name()),
+            format!("{}_{}_{what}_kops_s", b.name(), e.name()),
             run.ops_s / 1e3,
         );
     }
+    let synced = |e: Engine| all[&(Variant::SyncLog, Bench::FillRandom, e)].ops_s;
+    context.insert(
+        "fillrandom_sync_scalaafa/two-phase".into(),
+        synced(Engine::Scalaafa) / synced(Engine::TwoPhase),
+    );
+    context.insert(
+        "fillrandom_sync_scalaafa/mdraid".into(),
+        synced(Engine::Scalaafa) / synced(Engine::Mdraid),
+    );
     context.insert("keys".into(), keys as f64);
     let paper = BTreeMap::from(
         [
@@ -754,6 +850,29 @@ mod tests {
         );
     }
 
+    /// With the log synced, each put waits for its record's write and the flush after it,
+    /// and a sync is one more file-system call; the records share their log sectors, so the
+    /// log's writes cover each record's one or two sectors.
+    #[test]
+    fn a_synced_log_puts_each_write_and_flush_on_the_foreground() {
+        let latency_ns = 50_000;
+        let mut d = device(latency_ns, 1 << 30);
+        let keys = 2_000;
+        let mut db = DbBench::new(keys, (1 << 30) / SECTOR_BYTES, OP_CPU_NS, EXT4_CALL_NS).unwrap();
+        db.sync_log = true;
+        let r = db.puts(&mut d, KeyOrder::Sequential).unwrap();
+        let per_put_ns = OP_CPU_NS + EXT4_CALL_NS + 2 * latency_ns + EXT4_CALL_NS;
+        let expected = 1e9 / per_put_ns as f64;
+        assert!(
+            (r.ops_s / expected - 1.0).abs() < 1e-3,
+            "{} / {expected}",
+            r.ops_s
+        );
+        // Nothing went to the background log writer.
+        assert_eq!(db.wal_unwritten_bytes, 0);
+        assert!(d.writes >= keys, "{} writes for {keys} puts", d.writes);
+    }
+
     /// Seeks cost CPU only: one operation plus a file-system call per block of entries.
     #[test]
     fn seeks_read_a_block_through_the_file_system_every_few_entries() {
@@ -779,7 +898,7 @@ mod tests {
     fn on_the_engines_scalaafa_is_fastest_and_nothing_stalls() {
         let runs: Vec<BenchRun> = Engine::ALL
             .iter()
-            .map(|&e| bench_run(e, Bench::FillRandom, TEST_KEYS, 48, 1, false).unwrap())
+            .map(|&e| bench_run(e, Bench::FillRandom, TEST_KEYS, 48, 1, Variant::AsRun).unwrap())
             .collect();
         for (e, r) in Engine::ALL.iter().zip(&runs) {
             assert_eq!(r.stalled_fraction, 0.0, "{}: {r:?}", e.name());
