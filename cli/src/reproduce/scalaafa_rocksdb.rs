@@ -31,7 +31,8 @@
 //!
 //! Beside the paper's runs, two variants give the context: each write benchmark with the
 //! foreground's CPU taken away (how fast the array alone would let the puts go), and
-//! fillrandom with `--sync=1` (each put waits for its log record's write and a flush).
+//! fillrandom with `--sync=1` (each put waits for its log record's write and a flush), also
+//! on the two two-phase engines writing pieces smaller than a chunk in place.
 
 use std::collections::BTreeMap;
 
@@ -532,9 +533,15 @@ enum Engine {
     Mdraid,
     TwoPhase,
     Scalaafa,
+    /// The two engines writing a piece smaller than a chunk in place (`sub_chunk_writes =
+    /// "in-place"`, as in `scalaafa-fig12`): run with the log synced only, where every log
+    /// write is such a piece.
+    TwoPhaseInPlace,
+    ScalaafaInPlace,
 }
 
 impl Engine {
+    /// The engines of the paper's figure.
     const ALL: [Engine; 3] = [Engine::Mdraid, Engine::TwoPhase, Engine::Scalaafa];
 
     fn name(self) -> &'static str {
@@ -542,6 +549,8 @@ impl Engine {
             Engine::Mdraid => "mdraid",
             Engine::TwoPhase => "two-phase",
             Engine::Scalaafa => "scalaafa",
+            Engine::TwoPhaseInPlace => "two-phase-in-place",
+            Engine::ScalaafaInPlace => "scalaafa-in-place",
         }
     }
 
@@ -550,6 +559,8 @@ impl Engine {
             Engine::Mdraid => scalaafa::Engine::Mdraid,
             Engine::TwoPhase => scalaafa::Engine::TwoPhase,
             Engine::Scalaafa => scalaafa::Engine::Scala(ScalaMode::Scalaafa),
+            Engine::TwoPhaseInPlace => scalaafa::Engine::TwoPhaseInPlace,
+            Engine::ScalaafaInPlace => scalaafa::Engine::ScalaInPlace,
         }
     }
 
@@ -655,6 +666,9 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
             }
         }
     }
+    for e in [Engine::TwoPhaseInPlace, Engine::ScalaafaInPlace] {
+        work.push((Bench::FillRandom, e, Variant::SyncLog));
+    }
     // The runs are independent: they run on every core, and are reported in order.
     let results = map_in_parallel(&work, |&(bench, engine, variant)| {
         let keys = if variant == Variant::SyncLog {
@@ -675,7 +689,7 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
             )
         })?;
         println!(
-            "{:<12} {:<10} {:<11} {:>9.0} ops/s, stalled {:>5.1}% of the time, members wrote \
+            "{:<12} {:<18} {:<11} {:>9.0} ops/s, stalled {:>5.1}% of the time, members wrote \
              {:>5.1}× the entries, {} stripes converted",
             bench.name(),
             engine.name(),
@@ -759,6 +773,14 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
     context.insert(
         "fillrandom_sync_scalaafa/mdraid".into(),
         synced(Engine::Scalaafa) / synced(Engine::Mdraid),
+    );
+    context.insert(
+        "fillrandom_sync_scalaafa/two-phase_in_place".into(),
+        synced(Engine::ScalaafaInPlace) / synced(Engine::TwoPhaseInPlace),
+    );
+    context.insert(
+        "fillrandom_sync_scalaafa/mdraid_in_place".into(),
+        synced(Engine::ScalaafaInPlace) / synced(Engine::Mdraid),
     );
     context.insert("keys".into(), keys as f64);
     let paper = BTreeMap::from(
