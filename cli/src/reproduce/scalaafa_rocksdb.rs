@@ -36,13 +36,14 @@
 
 use std::collections::BTreeMap;
 
-use afa_array::{ScalaAfaConfig, ScalaMode};
+use afa_array::ScalaAfaConfig;
 use afa_host::{CpuFront, StackProfile};
 use afa_sim::parallel::map_in_parallel;
 use afa_sim::{EventQueue, TimeNs};
 use afa_ssd::{BlockDevice, Command, ReadBuffers};
 
 use super::scalaafa::{self, blocks_for, member_write_sectors, stripes_converted};
+use super::scalaafa_traces::Engine;
 use super::swan_ycsb::{
     compaction_write_amplification, timing_write, BACKGROUND_IO_BYTES, L0_STOP_FLUSHES,
     MAX_WRITE_BUFFERS, OP_CPU_NS, PAPER_LEVEL1_BYTES, PAPER_MEMTABLE_BYTES, SECTOR_BYTES,
@@ -527,49 +528,16 @@ impl DbBench {
     }
 }
 
-/// The engines of Fig. 14, in the paper's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Engine {
-    Mdraid,
-    TwoPhase,
-    Scalaafa,
-    /// The two engines writing a piece smaller than a chunk in place (`sub_chunk_writes =
-    /// "in-place"`, as in `scalaafa-fig12`): run with the log synced only, where every log
-    /// write is such a piece.
-    TwoPhaseInPlace,
-    ScalaafaInPlace,
-}
+/// The engines of Fig. 14, in the paper's order. The two writing in place run with the log
+/// synced only, where every log write is a piece smaller than a chunk.
+const PAPER_ENGINES: [Engine; 3] = [Engine::Mdraid, Engine::TwoPhase, Engine::Scalaafa];
 
-impl Engine {
-    /// The engines of the paper's figure.
-    const ALL: [Engine; 3] = [Engine::Mdraid, Engine::TwoPhase, Engine::Scalaafa];
-
-    fn name(self) -> &'static str {
-        match self {
-            Engine::Mdraid => "mdraid",
-            Engine::TwoPhase => "two-phase",
-            Engine::Scalaafa => "scalaafa",
-            Engine::TwoPhaseInPlace => "two-phase-in-place",
-            Engine::ScalaafaInPlace => "scalaafa-in-place",
-        }
-    }
-
-    fn as_built(self) -> scalaafa::Engine {
-        match self {
-            Engine::Mdraid => scalaafa::Engine::Mdraid,
-            Engine::TwoPhase => scalaafa::Engine::TwoPhase,
-            Engine::Scalaafa => scalaafa::Engine::Scala(ScalaMode::Scalaafa),
-            Engine::TwoPhaseInPlace => scalaafa::Engine::TwoPhaseInPlace,
-            Engine::ScalaafaInPlace => scalaafa::Engine::ScalaInPlace,
-        }
-    }
-
-    /// The file system each engine ran under in the paper.
-    fn fs_call_ns(self) -> u64 {
-        match self.as_built().host(1).profile {
-            StackProfile::Kernel => EXT4_CALL_NS,
-            StackProfile::Userspace => BLOBFS_CALL_NS,
-        }
+/// The file system each engine ran under in the paper: Ext4 on the kernel's stack, BlobFS
+/// on SPDK's.
+fn fs_call_ns(engine: Engine) -> u64 {
+    match engine.as_built().host(1).profile {
+        StackProfile::Kernel => EXT4_CALL_NS,
+        StackProfile::Userspace => BLOBFS_CALL_NS,
     }
 }
 
@@ -621,7 +589,7 @@ fn bench_run(
     let mut db = if variant == Variant::ArrayBound {
         DbBench::new(keys, capacity, 0, 0)?
     } else {
-        DbBench::new(keys, capacity, OP_CPU_NS, engine.fs_call_ns())?
+        DbBench::new(keys, capacity, OP_CPU_NS, fs_call_ns(engine))?
     };
     db.sync_log = variant == Variant::SyncLog;
     let result = match bench {
@@ -656,7 +624,7 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
     // so the rate settles within far fewer).
     let mut work: Vec<(Bench, Engine, Variant)> = Vec::new();
     for b in Bench::ALL {
-        for e in Engine::ALL {
+        for e in PAPER_ENGINES {
             work.push((b, e, Variant::AsRun));
             if b != Bench::FillSeekSeq {
                 work.push((b, e, Variant::ArrayBound));
@@ -718,7 +686,7 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
             format!("{}_scalaafa/mdraid", b.name()),
             ops(b, Engine::Scalaafa) / ops(b, Engine::Mdraid),
         );
-        for e in Engine::ALL {
+        for e in PAPER_ENGINES {
             context.insert(format!("{}_{}_kops_s", b.name(), e.name()), ops(b, e) / 1e3);
             context.insert(
                 format!("{}_{}_stalled_fraction", b.name(), e.name()),
@@ -918,11 +886,11 @@ mod tests {
     /// two-phase engines convert only what their watermarks call for.
     #[test]
     fn on_the_engines_scalaafa_is_fastest_and_nothing_stalls() {
-        let runs: Vec<BenchRun> = Engine::ALL
+        let runs: Vec<BenchRun> = PAPER_ENGINES
             .iter()
             .map(|&e| bench_run(e, Bench::FillRandom, TEST_KEYS, 48, 1, Variant::AsRun).unwrap())
             .collect();
-        for (e, r) in Engine::ALL.iter().zip(&runs) {
+        for (e, r) in PAPER_ENGINES.iter().zip(&runs) {
             assert_eq!(r.stalled_fraction, 0.0, "{}: {r:?}", e.name());
             assert!(r.member_write_amplification > 2.0, "{}: {r:?}", e.name());
         }

@@ -26,9 +26,10 @@ pub const EXPERIMENTS: &[Entry] = &[(
     scalaafa_fig12,
 )];
 
-/// The engines of Figs. 12 and 13, in the order the paper plots them.
+/// The engines of Figs. 12 and 13, in the order the paper plots them (Fig. 14 runs the
+/// same ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Engine {
+pub(super) enum Engine {
     Mdraid,
     TwoPhase,
     Scalaafa,
@@ -51,7 +52,7 @@ impl Engine {
         Engine::ScalaafaInPlace,
     ];
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Engine::Mdraid => "mdraid",
             Engine::TwoPhase => "two-phase",
@@ -62,7 +63,7 @@ impl Engine {
     }
 
     /// The same engine as the microbenchmark figures build it.
-    fn as_built(self) -> scalaafa::Engine {
+    pub(super) fn as_built(self) -> scalaafa::Engine {
         match self {
             Engine::Mdraid => scalaafa::Engine::Mdraid,
             Engine::TwoPhase => scalaafa::Engine::TwoPhase,
