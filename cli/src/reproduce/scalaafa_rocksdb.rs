@@ -36,14 +36,13 @@
 
 use std::collections::BTreeMap;
 
-use afa_array::ScalaAfaConfig;
 use afa_host::{CpuFront, StackProfile};
 use afa_sim::parallel::map_in_parallel;
 use afa_sim::{EventQueue, TimeNs};
 use afa_ssd::{BlockDevice, Command, ReadBuffers};
 
-use super::scalaafa::{self, blocks_for, member_write_sectors, stripes_converted};
-use super::scalaafa_traces::Engine;
+use super::scalaafa::{blocks_for, member_write_sectors, stripes_converted};
+use super::scalaafa_traces::{volume, Engine};
 use super::swan_ycsb::{
     compaction_write_amplification, timing_write, BACKGROUND_IO_BYTES, L0_STOP_FLUSHES,
     MAX_WRITE_BUFFERS, OP_CPU_NS, PAPER_LEVEL1_BYTES, PAPER_MEMTABLE_BYTES, SECTOR_BYTES,
@@ -535,7 +534,7 @@ const PAPER_ENGINES: [Engine; 3] = [Engine::Mdraid, Engine::TwoPhase, Engine::Sc
 /// The file system each engine ran under in the paper: Ext4 on the kernel's stack, BlobFS
 /// on SPDK's.
 fn fs_call_ns(engine: Engine) -> u64 {
-    match engine.as_built().host(1).profile {
+    match engine.host().profile {
         StackProfile::Kernel => EXT4_CALL_NS,
         StackProfile::Userspace => BLOBFS_CALL_NS,
     }
@@ -581,9 +580,8 @@ fn bench_run(
     seed: u64,
     variant: Variant,
 ) -> Result<BenchRun, String> {
-    let watermark = ScalaAfaConfig::default().convert_watermark_fraction;
-    let mut v = scalaafa::engine_volume(engine.as_built(), 4, 1, 1, blocks, seed, watermark)?;
-    let host = engine.as_built().host(1);
+    let mut v = volume(engine, blocks, seed)?;
+    let host = engine.host();
     let mut front = CpuFront::new(v.device(), &host)?;
     let capacity = front.info().capacity_sectors;
     let mut db = if variant == Variant::ArrayBound {

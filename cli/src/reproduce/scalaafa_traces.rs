@@ -73,14 +73,14 @@ impl Engine {
         }
     }
 
-    fn host(self) -> CpuConfig {
+    pub(super) fn host(self) -> CpuConfig {
         self.as_built().host(1)
     }
 }
 
 /// A fresh 4+1 array of `engine`, one I/O thread, ScalaAFA converting at its default
 /// watermark.
-fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String> {
+pub(super) fn volume(engine: Engine, blocks: u32, seed: u64) -> Result<ArrayVolume, String> {
     let watermark = ScalaAfaConfig::default().convert_watermark_fraction;
     scalaafa::engine_volume(engine.as_built(), 4, 1, 1, blocks, seed, watermark)
 }
