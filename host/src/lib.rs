@@ -191,8 +191,7 @@ impl RateGate {
         if let Some(limit) = self.limits[d] {
             let mean_ns = limit.interval_ns(request.len_bytes, self.min_bs_bytes[d]);
             let gap_ns = if self.poisson {
-                // Inverse transform of a uniform draw in (0, 1].
-                -(1.0 - self.rng.unit_f64()).ln() * mean_ns
+                self.rng.exponential(mean_ns)
             } else {
                 mean_ns
             };

@@ -42,6 +42,14 @@ impl SimRng {
         self.inner.gen::<f64>()
     }
 
+    /// An exponentially distributed draw of mean `mean`, by inverse transform: the gap
+    /// between arrivals of a Poisson process. `1 − U` lies in (0, 1], so the logarithm is
+    /// finite.
+    #[inline]
+    pub fn exponential(&mut self, mean: f64) -> f64 {
+        -(1.0 - self.unit_f64()).ln() * mean
+    }
+
     /// True with probability `p`.
     #[inline]
     pub fn chance(&mut self, p: f64) -> bool {
@@ -84,5 +92,20 @@ mod tests {
         let mut a = SimRng::fork(1, 0);
         let mut b = SimRng::fork(1, 1);
         assert_ne!(a.next_u64(), b.next_u64());
+    }
+
+    /// Exponential draws are finite and non-negative, and their mean is the one asked for.
+    #[test]
+    fn exponential_draws_have_the_mean_asked_for() {
+        let mut r = SimRng::new(7);
+        let n = 200_000;
+        let mut sum = 0.0;
+        for _ in 0..n {
+            let x = r.exponential(250.0);
+            assert!(x.is_finite() && x >= 0.0, "{x}");
+            sum += x;
+        }
+        let mean = sum / n as f64;
+        assert!((mean / 250.0 - 1.0).abs() < 0.01, "mean {mean}");
     }
 }

@@ -361,23 +361,39 @@ pub(crate) fn run_jobs(
     seed: u64,
     timeline_interval_ns: u64,
 ) -> Result<(afa_host::RunOutcome, serde_json::Value), String> {
+    let (outcome, cpu) = run_job_file(device, Some(host), job, seed, timeline_interval_ns, true)?;
+    Ok((outcome, cpu.unwrap_or_default()))
+}
+
+/// Runs the fio job file `job` on `device`, through `host`'s CPU model when there is one
+/// (whose report comes back beside the outcome), without a progress bar or a request log;
+/// `background_work` gives the device the host's idle time. A sector read back wrong fails
+/// the experiment.
+pub(crate) fn run_job_file(
+    device: &mut dyn afa_ssd::BlockDevice,
+    host: Option<&CpuConfig>,
+    job: &str,
+    seed: u64,
+    timeline_interval_ns: u64,
+    background_work: bool,
+) -> Result<(afa_host::RunOutcome, Option<serde_json::Value>), String> {
     let jobs = parse_job_file(job).map_err(|e| format!("experiment job: {e}"))?;
     let options = RunOptions {
         seed,
         timeline_interval_ns,
         preconditioned_sectors: 0,
-        background_work: true,
+        background_work,
         show_progress: false,
         record_requests: false,
     };
-    let (outcome, cpu) = crate::run_on(device, Some(host), &Workload::Jobs(jobs), &options)?;
+    let (outcome, cpu) = crate::run_on(device, host, &Workload::Jobs(jobs), &options)?;
     if outcome.mismatches > 0 {
         return Err(format!(
             "{} sectors read back wrong in the experiment",
             outcome.mismatches
         ));
     }
-    Ok((outcome, cpu.unwrap_or_default()))
+    Ok((outcome, cpu))
 }
 
 /// `threads` fio jobs, each writing its own `bytes_per_job` region sequentially in 64 KiB

@@ -3,11 +3,9 @@
 use std::collections::BTreeMap;
 
 use afa_array::{ArrayConfig, Level, LogRaidConfig, SwanConfig};
-use afa_host::{RunOptions, Workload};
 use afa_nand::{CellMode, CellTiming, Geometry, NandTiming, PayloadMode};
 use afa_sim::parallel::map_in_parallel;
 use afa_ssd::{HostInterfaceConfig, SsdConfig, WriteBufferConfig};
-use afa_workload::fio::parse_job_file;
 
 use super::{swan_ycsb, Entry, Reproduction};
 use crate::volume::{age, ArraySpec, ArrayVolume, EngineChoice, Shifted};
@@ -132,7 +130,7 @@ fn randwrite(
     run_job(device, &job, seed, interval_ns, background_work)
 }
 
-/// Runs the fio job `job` on `device`, without a progress bar or a request log.
+/// Runs the fio job `job` on `device` with no host CPU model.
 fn run_job(
     device: &mut dyn afa_ssd::BlockDevice,
     job: &str,
@@ -140,16 +138,8 @@ fn run_job(
     interval_ns: u64,
     background_work: bool,
 ) -> Result<afa_host::RunOutcome, String> {
-    let jobs = parse_job_file(job).map_err(|e| format!("experiment job: {e}"))?;
-    let options = RunOptions {
-        seed,
-        timeline_interval_ns: interval_ns,
-        preconditioned_sectors: 0,
-        background_work,
-        show_progress: false,
-        record_requests: false,
-    };
-    afa_host::run(device, &Workload::Jobs(jobs), &options).map_err(|e| e.to_string())
+    super::run_job_file(device, None, job, seed, interval_ns, background_work)
+        .map(|(outcome, _)| outcome)
 }
 
 fn swan_fig1(quick: bool, seed: u64) -> Result<Reproduction, String> {

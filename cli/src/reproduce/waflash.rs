@@ -619,8 +619,7 @@ fn fig1_records(
     let mut at_ns = 0.0;
     (0..FIG1_REQUESTS)
         .map(|_| {
-            // Exponential gaps; 1 − U lies in (0, 1], so the logarithm is finite.
-            at_ns += -(1.0 - arrivals.unit_f64()).ln() * mean_interval_ns;
+            at_ns += arrivals.exponential(mean_interval_ns);
             let read = requests.below(100) < FIG1_READ_PERCENT;
             let mut offset_bytes = requests.below(pages) * FIG1_REQUEST_BYTES;
             if !read && noise.below(100) < unaligned_percent {
