@@ -1051,7 +1051,10 @@ fn members_chart(report: &RunReport) -> Panels {
         .iter()
         .flat_map(|m| m.timeline.iter().map(|p| p.read_mb_s.max(p.write_mb_s)))
         .fold(0.0, f64::max);
-    let y_range = (0.0, if y_max > 0.0 { y_max * 1.08 } else { 1.0 });
+    // The headroom above the highest bucket keeps each panel's legend, in its upper right
+    // corner, clear of the data: a member busy at its bandwidth ceiling all run long would
+    // otherwise draw its lines under the legend box.
+    let y_range = (0.0, if y_max > 0.0 { y_max * 1.4 } else { 1.0 });
     let panels = report
         .members
         .iter()
