@@ -806,21 +806,39 @@ impl Ftl {
 
     /// Replaces the version list of `lpn` (newest first), keeping references counted.
     fn remap(&mut self, lpn: u32, versions: &[u32]) {
-        let old = self.map.versions(lpn);
-        for &v in versions {
-            if !old.contains(&v) {
-                self.add_ref(v);
+        // Most pages have a single version before and after (every full-page write, every
+        // read-modify-write): that case is served from the entry itself, without gathering
+        // the old list or touching the set of multi-version pages, which the write path
+        // would otherwise search on every page it writes.
+        let was_multi = self.map.is_multi(lpn);
+        if was_multi {
+            let old = self.map.versions(lpn);
+            for &v in versions {
+                if !old.contains(&v) {
+                    self.add_ref(v);
+                }
             }
-        }
-        for &v in &old {
-            if !versions.contains(&v) {
+            for &v in &old {
+                if !versions.contains(&v) {
+                    self.drop_ref(v);
+                }
+            }
+        } else {
+            let old = self.map.newest(lpn);
+            for &v in versions {
+                if old != Some(v) {
+                    self.add_ref(v);
+                }
+            }
+            if let Some(v) = old.filter(|v| !versions.contains(v)) {
                 self.drop_ref(v);
             }
         }
         self.map.set_versions(lpn, versions);
-        if versions.len() > 1 {
+        let is_multi = versions.len() > 1;
+        if is_multi && !was_multi {
             self.multi.insert(lpn);
-        } else {
+        } else if was_multi && !is_multi {
             self.multi.remove(&lpn);
         }
     }
