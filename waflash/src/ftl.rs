@@ -156,6 +156,10 @@ pub struct FtlStats {
     /// Blocks taken out of service: retired after a failed program, or bad after a failed
     /// erase.
     pub blocks_retired: u64,
+    /// Partial pages that would have become another version (a new version or a compacted
+    /// piece) but were merged with their old versions instead, because the versions already
+    /// kept filled their share of the spare space (`Ftl::version_room`).
+    pub versions_refused_for_space: u64,
 }
 
 /// The part of the FTL's state that is on flash: each page's OOB area (logical page,
@@ -275,6 +279,12 @@ pub(crate) struct Ftl {
     changes: Option<Changes>,
     refs: Vec<u8>,
     block_valid: Vec<u32>,
+    /// Physical pages holding a version some logical page still maps: the sum of
+    /// `block_valid`.
+    valid_pages: u64,
+    /// The most valid pages under which a partial page may still add a version: the logical
+    /// pages plus half of the spare pages (see `version_room`).
+    version_ceiling_pages: u64,
     block_free: Vec<bool>,
     /// Blocks where a program failed: no more pages are allocated in them, and their next
     /// GC retires them instead of erasing them.
@@ -385,7 +395,11 @@ impl Ftl {
                 v
             })
             .collect();
-        let block_free = (0..g.blocks_total()).map(|b| !nand.is_bad(b)).collect();
+        let block_free: Vec<bool> = (0..g.blocks_total()).map(|b| !nand.is_bad(b)).collect();
+        let good_pages =
+            block_free.iter().filter(|&&good| good).count() as u64 * u64::from(g.pages_per_block);
+        let logical_pages = u64::from(config.logical_pages());
+        let version_ceiling_pages = logical_pages + good_pages.saturating_sub(logical_pages) / 2;
         Ok(Self {
             kind: config.ftl,
             compaction: config.compaction,
@@ -406,6 +420,8 @@ impl Ftl {
             changes: None,
             refs: vec![0; pages as usize],
             block_valid: vec![0; g.blocks_total() as usize],
+            valid_pages: 0,
+            version_ceiling_pages,
             block_free,
             retire: vec![false; g.blocks_total() as usize],
             free_blocks,
@@ -520,22 +536,34 @@ impl Ftl {
 
     fn alloc(&mut self, nand: &mut Nand, now_ns: TimeNs) -> Result<u32, DeviceError> {
         let slot = self.next_slot(nand, now_ns);
-        let plane = self.alloc_order[slot];
         self.cursor = (slot + 1) % self.alloc_order.len();
-        self.alloc_on_plane(nand, plane, now_ns)
+        // A plane whose GC cannot get back to its reserve of free blocks (every block it
+        // could collect is wholly valid) is passed over for the next plane in order: new
+        // data goes where there is room, and the overwrites it brings free pages in the full
+        // plane. GC's relocations draw on the reserve, so a plane that gave it away to new
+        // data could no longer collect at all. Planes drift apart in valid pages because a
+        // write goes to the next idle die while the versions it replaces stay where they
+        // are; with the default 12% spare a few percent more valid pages than the device's
+        // average fill a plane. Only when every plane is short does the reserve go.
+        let n = self.alloc_order.len();
+        for k in 0..n {
+            let plane = self.alloc_order[(slot + k) % n];
+            if self.free_blocks[plane as usize].len() < self.gc_threshold {
+                self.gc(nand, plane, now_ns)?;
+            }
+            if self.free_blocks[plane as usize].len() >= self.gc_threshold
+                || self.active_has_room(plane)
+            {
+                return self.alloc_in_plane(plane);
+            }
+        }
+        self.alloc_in_plane(self.alloc_order[slot])
     }
 
-    /// Allocates a page in `plane`, collecting garbage there first if it runs short.
-    fn alloc_on_plane(
-        &mut self,
-        nand: &mut Nand,
-        plane: u32,
-        now_ns: TimeNs,
-    ) -> Result<u32, DeviceError> {
-        if self.free_blocks[plane as usize].len() < self.gc_threshold {
-            self.gc(nand, plane, now_ns)?;
-        }
-        self.alloc_in_plane(plane)
+    /// Whether the plane's open block has a page left (so allocating takes no free block).
+    fn active_has_room(&self, plane: u32) -> bool {
+        let b = self.active[plane as usize];
+        b != NONE && self.next_page_hint[b as usize] < self.geometry.pages_per_block
     }
 
     fn gc(&mut self, nand: &mut Nand, plane: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
@@ -793,6 +821,7 @@ impl Ftl {
         if self.refs[ppn as usize] == 1 {
             let b = self.block_of(ppn);
             self.block_valid[b] += 1;
+            self.valid_pages += 1;
         }
     }
 
@@ -801,7 +830,24 @@ impl Ftl {
         if self.refs[ppn as usize] == 0 {
             let b = self.block_of(ppn);
             self.block_valid[b] -= 1;
+            self.valid_pages -= 1;
         }
+    }
+
+    /// Whether a partial page may become one more version of its logical page (a new
+    /// version or a compacted piece) rather than be merged with the versions it has.
+    ///
+    /// Every version beyond a page's first holds a physical page that a single-version FTL
+    /// would have invalidated, so versions eat into the spare space GC lives on. Left
+    /// unbounded, small random writes over the whole device (every page written in pieces of
+    /// one to three sectors) fill every block with valid versions until GC finds nothing to
+    /// reclaim and a write fails for want of space. The paper's MV-FTL counts on the old
+    /// version's page staying around until GC anyway (§V-D); that holds only while versions
+    /// leave GC something to collect. So versions may take half of the spare pages: beyond
+    /// that a partial page is merged (read-modify-write), as the baseline FTL does, until
+    /// merges in GC, in idle time or on a full-page write bring the count down.
+    fn version_room(&self) -> bool {
+        self.valid_pages < self.version_ceiling_pages
     }
 
     /// Replaces the version list of `lpn` (newest first), keeping references counted.
@@ -1042,8 +1088,12 @@ impl Ftl {
             self.remap(lpn, &[new]);
             return Ok(done);
         }
-        let multi_version =
+        let mut multi_version =
             self.kind == FtlKind::MultiVersion && mask.count_ones() > self.mv_threshold;
+        if multi_version && !self.version_room() {
+            self.stats.versions_refused_for_space += 1;
+            multi_version = false;
+        }
         if multi_version {
             let mut vs = vec![new];
             vs.extend(self.map.versions(lpn));
@@ -1097,9 +1147,15 @@ impl Ftl {
                     }
                 }
             }
-            if mask.count_ones() > self.mv_threshold {
-                // Counted once already as a partial page; the version write path counts
-                // it again, so take it back.
+            // A piece of a mapped page is one more version of it: with no room for one, it
+            // is merged by the ordinary write path instead.
+            let refused = self.map.newest(lpn).is_some() && !self.version_room();
+            if refused {
+                self.stats.versions_refused_for_space += 1;
+            }
+            if refused || mask.count_ones() > self.mv_threshold {
+                // Counted once already as a partial page; the write path counts it again, so
+                // take it back.
                 self.stats.page_writes -= 1;
                 self.stats.partial_page_writes -= 1;
                 done = done.max(self.write(nand, lpn, mask, &image, ready)?);
