@@ -747,15 +747,17 @@ fn run_model_on(
     precondition: u64,
     ops: &[(Op, u64)],
 ) -> Result<crate::WaflashReport, TestCaseError> {
-    run_model_on_device(WaflashSsd::new(config, 7).unwrap(), precondition, ops)
+    run_model_on_device(WaflashSsd::new(config, 7).unwrap(), precondition, ops, 600)
 }
 
 /// [`run_model_on`] for a device already built; every sector up to `precondition` is
-/// written first, and at most the first 600 sectors are read back after the final flush.
+/// written first, and the first `check_sectors` sectors (at most the capacity) are read
+/// back after the final flush.
 fn run_model_on_device(
     mut ssd: WaflashSsd,
     precondition: u64,
     ops: &[(Op, u64)],
+    check_sectors: u64,
 ) -> Result<crate::WaflashReport, TestCaseError> {
     ssd.precondition(precondition).unwrap();
     let capacity = ssd.info().capacity_sectors;
@@ -767,7 +769,13 @@ fn run_model_on_device(
     );
     let now = drive_model(&mut ssd, &mut model, ops, 0, 1, read_tokens_match)?;
     // Everything reads back, from flash after a flush too.
-    flush_and_check_model(&mut ssd, &model, capacity.min(600), now, read_tokens_match)?;
+    flush_and_check_model(
+        &mut ssd,
+        &model,
+        capacity.min(check_sectors),
+        now,
+        read_tokens_match,
+    )?;
     check_allocation(&ssd, &model)?;
     Ok(ssd.report())
 }
@@ -1171,6 +1179,8 @@ fn small_random_writes_over_the_whole_device_never_run_out_of_space() {
         // Enough blocks per plane for that spare to hold GC's reserve.
         config.geometry.blocks_per_plane = 40;
         let mut rng = afa_sim::SimRng::new(combo as u64);
+        // The write helper panics on its own, so the failing combination is named first
+        // (the harness shows this only when the test fails).
         eprintln!("combination {combo}");
         let ssd = WaflashSsd::new(config, 7).unwrap();
         let capacity = ssd.info().capacity_sectors;
@@ -1181,7 +1191,8 @@ fn small_random_writes_over_the_whole_device_never_run_out_of_space() {
                 (Op::Write { lba, sectors }, rng.below(300_000))
             })
             .collect();
-        let report = run_model_on_device(ssd, capacity, &ops)
+        // Every sector is read back after the final flush.
+        let report = run_model_on_device(ssd, capacity, &ops, capacity)
             .unwrap_or_else(|e| panic!("combination {combo}: {e}"));
         assert!(report.ftl.gc_runs > 0, "combination {combo} never ran GC");
     }
