@@ -1568,6 +1568,11 @@ impl Ftl {
             let live = (0..ppb).filter(|&p| refs[b * ppb + p] > 0).count() as u32;
             assert_eq!(live, valid, "block {b} valid count");
         }
+        assert_eq!(
+            self.valid_pages,
+            self.block_valid.iter().map(|&v| u64::from(v)).sum::<u64>(),
+            "valid page count"
+        );
         for (p, &r) in refs.iter().enumerate() {
             assert_eq!(r, self.refs[p] as u32, "page {p} reference count");
         }

@@ -732,22 +732,25 @@ fn scalaafa_fig14(quick: bool, seed: u64) -> Result<Reproduction, String> {
         );
     }
     let synced = |e: Engine| all[&(Variant::SyncLog, Bench::FillRandom, e)].ops_s;
-    context.insert(
-        "fillrandom_sync_scalaafa/two-phase".into(),
-        synced(Engine::Scalaafa) / synced(Engine::TwoPhase),
-    );
-    context.insert(
-        "fillrandom_sync_scalaafa/mdraid".into(),
-        synced(Engine::Scalaafa) / synced(Engine::Mdraid),
-    );
-    context.insert(
-        "fillrandom_sync_scalaafa/two-phase_in_place".into(),
-        synced(Engine::ScalaafaInPlace) / synced(Engine::TwoPhaseInPlace),
-    );
-    context.insert(
-        "fillrandom_sync_scalaafa/mdraid_in_place".into(),
-        synced(Engine::ScalaafaInPlace) / synced(Engine::Mdraid),
-    );
+    for (label, over, under) in [
+        ("scalaafa/two-phase", Engine::Scalaafa, Engine::TwoPhase),
+        ("scalaafa/mdraid", Engine::Scalaafa, Engine::Mdraid),
+        (
+            "scalaafa/two-phase_in_place",
+            Engine::ScalaafaInPlace,
+            Engine::TwoPhaseInPlace,
+        ),
+        (
+            "scalaafa/mdraid_in_place",
+            Engine::ScalaafaInPlace,
+            Engine::Mdraid,
+        ),
+    ] {
+        context.insert(
+            format!("fillrandom_sync_{label}"),
+            synced(over) / synced(under),
+        );
+    }
     context.insert("keys".into(), keys as f64);
     let paper = BTreeMap::from(
         [
