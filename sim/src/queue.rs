@@ -5,20 +5,31 @@
 //! reproducible. A hand-written heap over one `Vec` measured about ten times faster than
 //! general-purpose simulation crates here, because it stores events inline and does no
 //! dynamic dispatch.
+//!
+//! Events are small `Copy` values (an enum of a few ids), so an entry can be held aside while
+//! the heap moves a hole along one path: each level costs one copy instead of a swap's two.
+//! A pop sifts the hole from the root down to a leaf comparing only the two children (one
+//! comparison per level instead of two), then lets the former last entry rise from there; it
+//! almost always belongs near the bottom, so the rise is short (Floyd's bottom-up heap
+//! deletion). Pop then push with 1,024 pending went from 125 to 61 ns (`cargo bench -p
+//! afa-sim`, 2026-11-30; the standard library's `BinaryHeap`, which deletes the same way,
+//! measured 71 ns). The order of events is unchanged, since (time, sequence) keys are
+//! unique: `afa reproduce --all --quick` wrote the same JSON before and after.
 
 use crate::TimeNs;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Entry<E> {
     time_ns: TimeNs,
     seq: u64,
     event: E,
 }
 
-impl<E> Entry<E> {
+impl<E: Copy> Entry<E> {
+    /// (time, sequence) as one number, so that ordering two entries is one comparison.
     #[inline]
-    fn key(&self) -> (TimeNs, u64) {
-        (self.time_ns, self.seq)
+    fn key(&self) -> u128 {
+        (u128::from(self.time_ns) << 64) | u128::from(self.seq)
     }
 }
 
@@ -29,13 +40,13 @@ pub struct EventQueue<E> {
     next_seq: u64,
 }
 
-impl<E> Default for EventQueue<E> {
+impl<E: Copy> Default for EventQueue<E> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<E> EventQueue<E> {
+impl<E: Copy> EventQueue<E> {
     pub fn new() -> Self {
         Self {
             heap: Vec::new(),
@@ -80,52 +91,54 @@ impl<E> EventQueue<E> {
     /// Removes and returns the earliest event.
     #[inline]
     pub fn pop(&mut self) -> Option<(TimeNs, E)> {
-        let len = self.heap.len();
-        if len == 0 {
-            return None;
-        }
-        self.heap.swap(0, len - 1);
-        let top = self.heap.pop()?;
-        if !self.heap.is_empty() {
-            self.sift_down(0);
-        }
+        let last = self.heap.pop()?;
+        let Some(&top) = self.heap.first() else {
+            return Some((last.time_ns, last.event));
+        };
+        let hole = self.sift_hole_to_leaf();
+        self.heap[hole] = last;
+        self.sift_up(hole);
         Some((top.time_ns, top.event))
     }
 
+    /// Moves the entry at `i` up to where its parent is earlier, shifting the later parents
+    /// down into the hole it leaves.
     #[inline]
     fn sift_up(&mut self, mut i: usize) {
+        let moving = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
-            if self.heap[i].key() < self.heap[parent].key() {
-                self.heap.swap(i, parent);
+            if moving.key() < self.heap[parent].key() {
+                self.heap[i] = self.heap[parent];
                 i = parent;
             } else {
                 break;
             }
         }
+        self.heap[i] = moving;
     }
 
+    /// Treats the root as a hole and fills it from the earlier child, level by level, down
+    /// to a leaf; returns the position of the hole left there.
     #[inline]
-    fn sift_down(&mut self, mut i: usize) {
-        let len = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= len {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < len && self.heap[right].key() < self.heap[left].key() {
-                right
-            } else {
-                left
-            };
-            if self.heap[child].key() < self.heap[i].key() {
-                self.heap.swap(i, child);
-                i = child;
-            } else {
-                break;
-            }
+    fn sift_hole_to_leaf(&mut self) -> usize {
+        let heap = &mut self.heap[..];
+        let len = heap.len();
+        let mut hole = 0;
+        let mut left = 1;
+        // Both children exist: the choice between them is arithmetic, not a branch, since
+        // which one is earlier is a coin toss the predictor cannot learn.
+        while left + 1 < len {
+            let child = left + usize::from(heap[left + 1].key() < heap[left].key());
+            heap[hole] = heap[child];
+            hole = child;
+            left = 2 * hole + 1;
         }
+        if left < len {
+            heap[hole] = heap[left];
+            hole = left;
+        }
+        hole
     }
 }
 
