@@ -3,7 +3,8 @@
 //! reports in its JSON, defaults included) is set in turn to hostile values (0, 1, −1, 2^32,
 //! i64::MAX, 0.5, NaN, ±infinity, 1e300, 1e−9) and the run must end with status 0, 1 or 2.
 //!
-//! About 1,500 runs, most refused at once, about a minute in all. A run still going after
+//! About 1,500 runs, most refused at once, spread over the machine's cores: about a minute
+//! of CPU in all. A run still going after
 //! `DEADLINE` is killed and reported as slow, not failed: a value can legitimately ask for a
 //! great deal of work (1e300 rounds of preconditioning), as a fio `io_size` can.
 
@@ -12,6 +13,8 @@ use common::{afa_json, fixture};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use toml::Value;
@@ -190,7 +193,9 @@ fn every_numeric_field_set_to_a_hostile_value_is_refused_or_run_never_panicked_o
         (waflash.display().to_string(), "waflash", &["waflash"]),
         (fixture("ox_run.toml"), "ox_run", &["ox"]),
     ];
-    let (mut runs, mut slow, mut broke) = (0, Vec::new(), Vec::new());
+    // Every mutant first, then the runs spread over the machine's cores: each is its own
+    // process, so one at a time would leave all but one core idle for the minute they take.
+    let mut mutants = Vec::new();
     for (config_path, name, sections) in &cases {
         let base = reported_config(config_path, name);
         let mut leaves = Vec::new();
@@ -200,23 +205,40 @@ fn every_numeric_field_set_to_a_hostile_value_is_refused_or_run_never_panicked_o
             !leaves.is_empty(),
             "{name}: no numeric field in {sections:?}"
         );
-        let mutant_path = scratch(&format!("{name}-mutant.toml"));
         for leaf in &leaves {
             let original = leaf_mut(&mut base.clone(), leaf).clone();
             for value in hostile(&original) {
                 let mut mutant = base.clone();
                 *leaf_mut(&mut mutant, leaf) = value.clone();
-                std::fs::write(&mutant_path, toml::to_string(&mutant).unwrap()).unwrap();
-                runs += 1;
                 let what = format!("{name}: {} = {value}", leaf.join("."));
-                match run_mutant(&mutant_path) {
-                    Verdict::Ended(_) => {}
-                    Verdict::Slow => slow.push(what),
-                    Verdict::Broke(why) => broke.push(format!("{what}: {why}")),
-                }
+                mutants.push((what, toml::to_string(&mutant).unwrap()));
             }
         }
     }
+    let runs = mutants.len();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = AtomicUsize::new(0);
+    let (slow, broke) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+    std::thread::scope(|scope| {
+        for worker in 0..workers {
+            let (mutants, next, slow, broke) = (&mutants, &next, &slow, &broke);
+            scope.spawn(move || {
+                let mutant_path = scratch(&format!("mutant-{worker}.toml"));
+                while let Some((what, text)) = mutants.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    std::fs::write(&mutant_path, text).unwrap();
+                    match run_mutant(&mutant_path) {
+                        Verdict::Ended(_) => {}
+                        Verdict::Slow => slow.lock().unwrap().push(what.clone()),
+                        Verdict::Broke(why) => broke.lock().unwrap().push(format!("{what}: {why}")),
+                    }
+                }
+            });
+        }
+    });
+    let (mut slow, mut broke) = (slow.into_inner().unwrap(), broke.into_inner().unwrap());
+    // Sorted, so that the report does not depend on which worker finished first.
+    slow.sort();
+    broke.sort();
     eprintln!(
         "{runs} mutated configurations: {} broke, {} still running after {DEADLINE:?}",
         broke.len(),
