@@ -291,6 +291,12 @@ pub(crate) struct Ftl {
     retire: Vec<bool>,
     free_blocks: Vec<Vec<u32>>,
     active: Vec<u32>,
+    /// Per plane, whether its last GC stopped short of the reserve because every block it
+    /// could collect was wholly valid. Only an invalidated page in the plane or a block it
+    /// opens can give GC something to collect, so both clear the flag; until then the
+    /// allocator passes the plane over without scanning its blocks again, and the die a
+    /// write will go to is predicted past it (`next_write_die`).
+    gc_stuck: Vec<bool>,
     alloc_order: Vec<u32>,
     cursor: usize,
     /// Logical pages with more than one version, for idle-time merging (ordered, so the
@@ -426,6 +432,7 @@ impl Ftl {
             retire: vec![false; g.blocks_total() as usize],
             free_blocks,
             active: vec![NONE; planes as usize],
+            gc_stuck: vec![false; planes as usize],
             alloc_order,
             cursor: 0,
             multi: BTreeSet::new(),
@@ -474,10 +481,26 @@ impl Ftl {
             .unwrap_or(self.cursor)
     }
 
-    /// The die a page write that reads nothing, allocated at `now_ns`, is programmed on.
+    /// The die a page write that reads nothing, allocated at `now_ns`, is programmed on:
+    /// that of the plane `alloc` takes, which passes over full planes whose GC is known to
+    /// be stuck. (A plane whose GC has not yet been found stuck is predicted to be taken;
+    /// `alloc` finds out when it tries.)
     pub fn next_write_die(&self, nand: &Nand, now_ns: TimeNs) -> u32 {
-        self.geometry
-            .die_of_plane(self.alloc_order[self.next_slot(nand, now_ns)])
+        let slot = self.next_slot(nand, now_ns);
+        let n = self.alloc_order.len();
+        let plane = (0..n)
+            .map(|k| self.alloc_order[(slot + k) % n])
+            .find(|&plane| !self.passed_over(plane))
+            .unwrap_or(self.alloc_order[slot]);
+        self.geometry.die_of_plane(plane)
+    }
+
+    /// Whether `alloc` passes `plane` over: short of its reserve, its open block full, and
+    /// its GC stuck.
+    fn passed_over(&self, plane: u32) -> bool {
+        self.free_blocks[plane as usize].len() < self.gc_threshold
+            && self.gc_stuck[plane as usize]
+            && !self.active_has_room(plane)
     }
 
     /// Whether a partial write of `lpn` with `mask` would need a flash read on this FTL
@@ -530,6 +553,8 @@ impl Ftl {
             .ok_or(DeviceError::NoSpace { plane })?;
         self.block_free[nb as usize] = false;
         self.active[plane as usize] = nb;
+        // The block it closed can now be collected.
+        self.gc_stuck[plane as usize] = false;
         self.next_page_hint[nb as usize] = 1;
         Ok(nb * ppb)
     }
@@ -548,8 +573,14 @@ impl Ftl {
         let n = self.alloc_order.len();
         for k in 0..n {
             let plane = self.alloc_order[(slot + k) % n];
-            if self.free_blocks[plane as usize].len() < self.gc_threshold {
-                self.gc(nand, plane, now_ns)?;
+            let p = plane as usize;
+            if self.free_blocks[p].len() < self.gc_threshold {
+                if self.gc_stuck[p] {
+                    debug_assert_eq!(self.gc_victim(nand, plane), None, "plane {plane} unstuck");
+                } else {
+                    self.gc(nand, plane, now_ns)?;
+                    self.gc_stuck[p] = self.free_blocks[p].len() < self.gc_threshold;
+                }
             }
             if self.free_blocks[plane as usize].len() >= self.gc_threshold
                 || self.active_has_room(plane)
@@ -566,22 +597,23 @@ impl Ftl {
         b != NONE && self.next_page_hint[b as usize] < self.geometry.pages_per_block
     }
 
+    /// The block of `plane` GC collects next (greedy: fewest valid pages), or None when
+    /// every block it could collect is wholly valid and nothing can be reclaimed.
+    fn gc_victim(&self, nand: &Nand, plane: u32) -> Option<u32> {
+        let active = self.active[plane as usize];
+        self.geometry
+            .blocks_of_plane(plane)
+            .filter(|&b| !self.block_free[b as usize] && b != active && !nand.is_bad(b))
+            .min_by_key(|&b| (self.block_valid[b as usize], b))
+            .filter(|&b| self.block_valid[b as usize] < self.geometry.pages_per_block)
+    }
+
     fn gc(&mut self, nand: &mut Nand, plane: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         let ppb = self.geometry.pages_per_block;
         while self.free_blocks[plane as usize].len() < self.gc_threshold {
-            let active = self.active[plane as usize];
-            let victim = self
-                .geometry
-                .blocks_of_plane(plane)
-                .filter(|&b| !self.block_free[b as usize] && b != active && !nand.is_bad(b))
-                .min_by_key(|&b| (self.block_valid[b as usize], b));
-            let Some(victim) = victim else {
+            let Some(victim) = self.gc_victim(nand, plane) else {
                 return Ok(());
             };
-            if self.block_valid[victim as usize] >= ppb {
-                // Every page is live: nothing can be reclaimed here.
-                return Ok(());
-            }
             self.stats.gc_runs += 1;
             for page in 0..ppb {
                 let ppn = victim * ppb + page;
@@ -831,6 +863,8 @@ impl Ftl {
             let b = self.block_of(ppn);
             self.block_valid[b] -= 1;
             self.valid_pages -= 1;
+            // GC may now find a page to reclaim in this plane.
+            self.gc_stuck[self.geometry.plane_of_block(b as u32) as usize] = false;
         }
     }
 
