@@ -147,6 +147,12 @@ impl Trims {
     /// A write (or a newer trim) of `lba` ends the trim that was its newest operation.
     /// Returns that trim's record when it now holds nothing, and is no longer valid.
     pub fn untrim(&mut self, lba: u32) -> Option<u32> {
+        // Every block whose newest operation is a trim has its record live, so with no live
+        // record there is nothing to end. Most volumes never see a trim, and this spares
+        // every write a cache miss on `trim_of` (12% of `swan-fig4a`'s time before).
+        if self.records.is_empty() {
+            return None;
+        }
         let record = std::mem::replace(&mut self.trim_of[lba as usize], NONE);
         if record == NONE {
             return None;
