@@ -492,7 +492,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
             backups.push(map);
         }
         // Stripes full or converting at the snapshot: striped now if their parity checks,
-        // else still replicated in the VHs the checkpoint names.
+        // else still replicated in the VHs the checkpoint names, on each parity member
+        // whose VH still holds the stripe's backups. With m >= 2 the power may have cut a
+        // conversion between parity members: those it reached hold the parity and their VH
+        // was trimmed, so they are left without backups here, as a full scan would find
+        // them, and the stripe is taken as half converted below.
         let mut striped_now = vec![false; self.rows as usize];
         for row in 0..self.rows {
             match sealed(row) {
@@ -507,6 +511,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
                                 continue;
                             }
                             let p = self.parity_member(row, r);
+                            if !self.vh_holds_a_backup(p, vh, &primaries[row as usize])? {
+                                continue;
+                            }
                             for (j, key) in primaries[row as usize].iter().enumerate() {
                                 if let Some(key) = key {
                                     backups[p].insert(*key, (vh, j));
@@ -990,6 +997,26 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let p = self.parity_member(row, r);
             !alive(p) || backups[p].get(&key).is_some_and(|&(_, at)| at == j)
         })
+    }
+
+    /// Whether VH `vh` on member `p` still holds the backup of one of the stripe's
+    /// `primaries` (by slot), so that it was not trimmed by a conversion since the
+    /// checkpoint. Reads tags only until one names its primary's chunk: one read when the
+    /// VH is intact.
+    fn vh_holds_a_backup(
+        &mut self,
+        p: usize,
+        vh: u32,
+        primaries: &[Option<(u32, u32)>],
+    ) -> Result<bool, DeviceError> {
+        for (j, key) in primaries.iter().enumerate() {
+            let Some(key) = *key else { continue };
+            let t = self.tags_of(p, self.vh_lba(vh, j))?;
+            if self.named(&t, j, KIND_BACKUP) == Some(key) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether the tags at `row` on its parity members are the parity of its data slots'

@@ -1145,6 +1145,30 @@ proptest! {
     }
 }
 
+/// With m = 2 the power can cut a conversion between the two parity members: one holds the
+/// stripe's parity and its VH was trimmed, the other still holds the backups. A recovery
+/// from a checkpoint taken while the stripe was full used to bind both VHs the checkpoint
+/// named, so the stripe stayed replicated with a trimmed backup (its copies disagreed, and a
+/// read from that backup after a failure would return zeroes); it is now half converted,
+/// as a full scan finds it. Cases the property test below found (RAID 6, host conversion,
+/// two I/O threads, checkpoints every 0.5 ms).
+#[test]
+fn a_conversion_cut_between_parity_members_after_a_checkpoint_is_found_half_converted() {
+    for budget in [2452, 2460, 2480] {
+        let (scala, payload) = random_scala(true, 2, 0.5);
+        let s = crash_inside_a_request_losing(
+            Level::Raid6,
+            6,
+            14_895_836_644_352_147_225,
+            budget,
+            payload,
+            scala,
+            &[],
+        );
+        assert!(s.recovered_checkpoint_seq.is_some(), "{s:?}");
+    }
+}
+
 /// §5.4: recovery starts from the newest checkpoint and reads only the OOB areas of the
 /// heroes a write could have reached since, and loses nothing.
 #[test]
