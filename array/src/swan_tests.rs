@@ -492,7 +492,7 @@ fn a_seed_reproduces_the_run() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
     #[test]
     fn swan_matches_the_oracle(
         seed in any::<u64>(),

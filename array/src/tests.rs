@@ -793,7 +793,7 @@ fn small_writes_read_modify_write_and_wide_ones_reconstruct() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(16)))]
     #[test]
     fn random_levels_and_failures_match_the_oracle(which in 0usize..7, seed in any::<u64>(), fail_at in 0usize..200) {
         let (level, n) = LEVELS[which];
@@ -896,7 +896,7 @@ fn log_raid_refuses_mirrors() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
     #[test]
     fn log_raid_matches_the_oracle(seed in any::<u64>(), raid5 in any::<bool>()) {
         let (level, n) = if raid5 { (Level::Raid5, 4) } else { (Level::Raid0, 2) };
@@ -1031,7 +1031,7 @@ fn stripe_cache_evicts_partial_stripes_and_flush_drains_it() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(12)))]
     #[test]
     fn stripe_cache_matches_the_oracle(seed in any::<u64>(), raid6 in any::<bool>(), fail_at in 0usize..400, slots in 1u32..6) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };
@@ -1230,7 +1230,7 @@ fn two_phase_with_a_failed_member_does_not_exhaust_member_planes() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(12)))]
     #[test]
     fn two_phase_matches_the_oracle(seed in any::<u64>(), raid6 in any::<bool>(), fail_at in 0usize..3000, spare in any::<bool>(), in_place in any::<bool>()) {
         let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };

@@ -914,7 +914,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(8))]
+        #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
         #[test]
         fn recovery_at_random_points(seed in any::<u64>(), raid6 in any::<bool>(), budget in 0u64..4000) {
             let (level, n) = if raid6 { (Level::Raid6, 6) } else { (Level::Raid5, 4) };

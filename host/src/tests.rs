@@ -664,7 +664,7 @@ fn recording_the_requests_keeps_each_one_and_changes_nothing() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(24)))]
 
     /// Any number of threads, submission cost and queue depth behind the host CPU model, on
     /// a queued device that completes out of order, with flushes mixed in: every read is
@@ -819,7 +819,7 @@ const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
 ];
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(64)))]
     /// Any job file the parser accepts, of options with ordinary and edge values, either
     /// runs with every read right or fails with an error that says something; it never
     /// panics. Each job is held to 20 ms of simulated time so that a slow one stays cheap.
@@ -855,7 +855,7 @@ proptest::proptest! {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(64)))]
     /// Any trace records, in or out of order, inside the device or past its end, of any
     /// length (zero, unaligned, larger than the device), replayed open or closed loop,
     /// either run with every read right or fail with an error that says something.

@@ -451,7 +451,7 @@ fn medium_op(blocks: u32, pages: u32) -> impl proptest::strategy::Strategy<Value
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(200)))]
 
     /// Random programs (in and out of order), erases and reads at random ready times, under
     /// either scheduling, against a model of each block: a program succeeds exactly when it

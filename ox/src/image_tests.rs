@@ -786,7 +786,7 @@ fn the_served_device_keeps_its_two_interfaces_apart() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(6))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(6)))]
 
     /// The same over random seeds, in memory, write-through or write-back: every read of
     /// overlapping queued commands returns a version it may, and everything reads back.
@@ -821,7 +821,7 @@ fn damaged_image_base() -> &'static (Vec<u8>, OxConfig) {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(48)))]
 
     /// A state directory can be damaged on disk (a bad sector, a stray write, a copy cut
     /// short). Whatever bytes of the image change, opening it and recovering from it end in

@@ -1225,7 +1225,7 @@ fn op_strategy(lpids: u64) -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(24), ..ProptestConfig::default() })]
 
     /// Random writes, reads, trims, checkpoints and idle time against an oracle, with
     /// concurrent commands; every read is checked, and the FTL's invariants hold at the end.

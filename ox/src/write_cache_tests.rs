@@ -661,7 +661,7 @@ fn check_reads_against_acknowledged_writes(seed: u64, capacity_batches: u64, ste
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(16)))]
     #[test]
     fn reads_see_every_acknowledged_write_through_a_write_back_cache(
         seed in 0u64..10_000,

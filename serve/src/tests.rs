@@ -295,7 +295,7 @@ fn the_fuzz_seeds_are_sessions_that_reach_their_requests() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(2000)))]
 
     /// Any bytes at all, from the first byte of the handshake.
     #[test]
@@ -462,7 +462,7 @@ fn a_burst_buffer_gives_back_what_one_large_write_took() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(300)))]
 
     /// Parsing in place in bursts finds the same requests, payloads and rejections as
     /// reading them one at a time, however the stream is cut into reads and wherever it
@@ -559,7 +559,7 @@ fn op_strategy(size: u64) -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(200)))]
 
     /// Byte-addressed requests on a sector device behave like a flat byte array: partial
     /// sectors are read, modified and written back, trims zero only whole sectors.
@@ -803,7 +803,7 @@ fn block_status_on_the_emulated_ssd_follows_writes_and_trims() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(48)))]
 
     /// Random writes, trims and zeroes on the emulated SSD and on a file-backed device:
     /// every block status reply covers its range and calls nothing a hole that holds data.
@@ -1707,7 +1707,7 @@ fn burst_op() -> impl Strategy<Value = BurstOp> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(24)))]
 
     /// Random bursts of writes, reads, trims, write-zeroes and flushes, aligned or not,
     /// through the paced engine over a device with a queued interface behave like a flat

@@ -80,6 +80,33 @@ pub fn check_bandwidth_mb_s(name: &str, mb_s: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// The environment variable that multiplies every engine property test's case count.
+pub const PROPTEST_SCALE_VAR: &str = "AFA_PROPTEST_SCALE";
+
+/// The cases a property test of the engines runs: `base`, times the whole number in
+/// `AFA_PROPTEST_SCALE` when it is set. The suite's counts keep CI within its time; a soak
+/// (`AFA_PROPTEST_SCALE=20 cargo test --workspace --lib`) runs many more, with fresh random
+/// inputs, and is how the power-loss tests found a recovery bug the base counts had missed
+/// (docs/scalaafa.md). Only tests call this; a value that is not a positive whole number
+/// stops the test with a message naming the variable.
+pub fn proptest_cases(base: u32) -> u32 {
+    scaled_cases(base, std::env::var(PROPTEST_SCALE_VAR).ok().as_deref())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `base` cases scaled by the factor `scale` spells, if any.
+fn scaled_cases(base: u32, scale: Option<&str>) -> Result<u32, String> {
+    let Some(text) = scale else {
+        return Ok(base);
+    };
+    match text.trim().parse::<u32>() {
+        Ok(factor) if factor > 0 => Ok(base.saturating_mul(factor)),
+        _ => Err(format!(
+            "{PROPTEST_SCALE_VAR} = {text:?} must be a positive whole number"
+        )),
+    }
+}
+
 /// A 64-bit FNV-1a style running hash of the events a simulation processed.
 ///
 /// Two runs with the same seed must feed it the same sequence of values; comparing the final
@@ -201,6 +228,18 @@ mod tests {
         let mut empty = Vec::new();
         damage_bytes(&mut empty, &[(0.5, 1)], Some(0.5));
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn property_test_cases_scale_by_a_positive_whole_factor_only() {
+        assert_eq!(scaled_cases(16, None), Ok(16));
+        assert_eq!(scaled_cases(16, Some("20")), Ok(320));
+        assert_eq!(scaled_cases(16, Some(" 3 ")), Ok(48));
+        assert_eq!(scaled_cases(u32::MAX, Some("2")), Ok(u32::MAX));
+        for bad in ["0", "-1", "2.5", "", "many"] {
+            let e = scaled_cases(16, Some(bad)).unwrap_err();
+            assert!(e.contains(PROPTEST_SCALE_VAR), "{e}");
+        }
     }
 
     #[test]

@@ -715,7 +715,7 @@ fn every_policy_combination_keeps_data() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(24)))]
     #[test]
     fn random_operations_match_the_oracle(index in 0u32..72, seed in any::<u64>(), ops in 100usize..1500) {
         let mut h = Harness::new(policy_config(index), seed);

@@ -273,7 +273,7 @@ fn with_media_faults(mut config: WaflashConfig) -> WaflashConfig {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(32), ..ProptestConfig::default() })]
 
     /// Power lost at a random flash operation of a random run on any configuration, with
     /// or without failing programs and erases: every durable write survives, nothing reads
@@ -821,7 +821,7 @@ fn damaged_image_base() -> &'static (Vec<u8>, WaflashConfig) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(48), ..ProptestConfig::default() })]
 
     /// A state directory can be damaged on disk (a bad sector, a stray write, a copy cut
     /// short). Whatever bytes of the image change, opening it ends in an error that says

@@ -781,7 +781,7 @@ fn run_model_on_device(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(24), ..ProptestConfig::default() })]
 
     /// Random sector-granular writes, reads, trims, flushes and idle periods over every
     /// buffer × FTL combination read back exactly what a flat array of sectors holds. The

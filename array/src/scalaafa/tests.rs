@@ -1118,7 +1118,7 @@ fn a_chunk_missing_a_backup_is_dropped_not_refused() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(12)))]
     #[test]
     fn power_loss_at_random_member_commands(
         seed in any::<u64>(),
@@ -1361,7 +1361,7 @@ fn a_host_crash_does_not_trust_a_checkpoint() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
     #[test]
     fn a_host_crash_at_random_points_keeps_every_flushed_write(
         seed in any::<u64>(),
@@ -1385,7 +1385,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
     #[test]
     fn recovery_from_checkpoints_at_random_points(
         seed in any::<u64>(),
@@ -1401,7 +1401,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(8))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(8)))]
     #[test]
     fn recovery_with_a_failed_member_at_random_points(
         seed in any::<u64>(),
@@ -1415,7 +1415,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(10))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(10)))]
     #[test]
     fn matches_the_oracle(
         seed in any::<u64>(),
@@ -1502,7 +1502,7 @@ fn recover_after_stray_writes(seed: u64, raid6: bool, crash_after: usize, strays
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(16)))]
     #[test]
     fn recovery_from_members_with_stray_writes_never_panics(
         seed in any::<u64>(),
@@ -1623,7 +1623,7 @@ fn in_place_sub_chunk_writes_are_refused_after_a_host_crash_and_on_threads() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(6))]
+    #![proptest_config(ProptestConfig::with_cases(afa_sim::proptest_cases(6)))]
     #[test]
     fn in_place_sub_chunk_writes_lose_nothing(
         seed in any::<u64>(),

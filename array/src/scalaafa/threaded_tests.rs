@@ -818,7 +818,7 @@ fn threads_are_refused_while_a_member_is_rebuilt() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: afa_sim::proptest_cases(10), ..Default::default() })]
 
     /// Random byte-granular writes, reads and trims through the threads, one request at a
     /// time or started together as a burst, against a byte oracle; then an orderly stop and

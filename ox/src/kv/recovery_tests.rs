@@ -443,7 +443,7 @@ fn page_images_with_a_write_back_cache_are_refused_by_name() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(16), ..ProptestConfig::default() })]
 
     #[test]
     fn power_loss_at_random_points_keeps_every_acknowledged_flush(
