@@ -11,9 +11,9 @@
 //! A pop sifts the hole from the root down to a leaf comparing only the two children (one
 //! comparison per level instead of two), then lets the former last entry rise from there; it
 //! almost always belongs near the bottom, so the rise is short (Floyd's bottom-up heap
-//! deletion). Pop then push with 1,024 pending went from 125 to 61 ns (`cargo bench -p
-//! afa-sim`, 2026-11-30; the standard library's `BinaryHeap`, which deletes the same way,
-//! measured 71 ns). The order of events is unchanged, since (time, sequence) keys are
+//! deletion). Pop then push with 1,024 pending went from 92 to 44 ns (`cargo bench -p
+//! afa-sim`, 2026-11-30, the two measured in turn; 125 to 61 ns on a slower hour, when the
+//! standard library's `BinaryHeap`, which deletes the same way, measured 71 ns). The order of events is unchanged, since (time, sequence) keys are
 //! unique: `afa reproduce --all --quick` wrote the same JSON before and after.
 
 use crate::TimeNs;
