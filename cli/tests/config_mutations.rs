@@ -3,10 +3,10 @@
 //! reports in its JSON, defaults included) is set in turn to hostile values (0, 1, −1, 2^32,
 //! i64::MAX, 0.5, NaN, ±infinity, 1e300, 1e−9) and the run must end with status 0, 1 or 2.
 //!
-//! About 1,500 runs, most refused at once, spread over the machine's cores: about a minute
-//! of CPU in all. A run still going after
-//! `DEADLINE` is killed and reported as slow, not failed: a value can legitimately ask for a
-//! great deal of work (1e300 rounds of preconditioning), as a fio `io_size` can.
+//! About 1,900 runs, most refused at once, spread over the machine's cores: about a minute
+//! on two. A run still going after `DEADLINE` is killed and reported as slow, not failed: a
+//! value can legitimately ask for a great deal of work (1e300 rounds of preconditioning), as
+//! a fio `io_size` can.
 
 mod common;
 use common::{afa_json, fixture};

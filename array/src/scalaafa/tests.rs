@@ -1150,8 +1150,8 @@ proptest! {
 /// from a checkpoint taken while the stripe was full used to bind both VHs the checkpoint
 /// named, so the stripe stayed replicated with a trimmed backup (its copies disagreed, and a
 /// read from that backup after a failure would return zeroes); it is now half converted,
-/// as a full scan finds it. Cases the property test below found (RAID 6, host conversion,
-/// two I/O threads, checkpoints every 0.5 ms).
+/// as a full scan finds it. Cases the property test above found when run with twenty times
+/// its cases (RAID 6, host conversion, two I/O threads, checkpoints every 0.5 ms).
 #[test]
 fn a_conversion_cut_between_parity_members_after_a_checkpoint_is_found_half_converted() {
     for budget in [2452, 2460, 2480] {
