@@ -1182,12 +1182,14 @@ impl Ftl {
                 }
             }
             // A piece of a mapped page is one more version of it: with no room for one, it
-            // is merged by the ordinary write path instead.
-            let refused = self.map.newest(lpn).is_some() && !self.version_room();
+            // is merged by the ordinary write path instead. A piece grown past the threshold
+            // goes there anyway, and that path counts its own refusal.
+            let grown = mask.count_ones() > self.mv_threshold;
+            let refused = !grown && self.map.newest(lpn).is_some() && !self.version_room();
             if refused {
                 self.stats.versions_refused_for_space += 1;
             }
-            if refused || mask.count_ones() > self.mv_threshold {
+            if refused || grown {
                 // Counted once already as a partial page; the write path counts it again, so
                 // take it back.
                 self.stats.page_writes -= 1;
