@@ -324,7 +324,29 @@ impl<D: BlockDevice> LogRaid<D> {
         if self.valid[victim as usize] >= self.data_sectors() {
             return Ok(None);
         }
+        // Relocations append without cleaning (`open_segment`); the flag is cleared whether
+        // or not they succeed, so that a failed relocation does not stop cleaning for good.
         self.cleaning = true;
+        let relocated = self.relocate_valid(victim, now_ns);
+        self.cleaning = false;
+        let t = relocated?;
+        debug_assert_eq!(self.valid[victim as usize], 0);
+        let first = victim * self.segment_sectors;
+        // Trimming the whole segment keeps the members' FTLs from moving dead data.
+        let c = self.array.submit(
+            t,
+            &Command::trim(first as u64, self.segment_sectors),
+            ReadBuffers::none(),
+        )?;
+        self.state[victim as usize] = SegmentState::Free;
+        self.free.push_back(victim);
+        self.stats.segments_cleaned += 1;
+        Ok(Some(t.max(c.done_ns)))
+    }
+
+    /// Appends every valid sector of segment `victim` to the log. Returns when the last was
+    /// read.
+    fn relocate_valid(&mut self, victim: u32, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let first = victim * self.segment_sectors;
         // Every read of the victim is issued before any of the writes that relocate its data:
         // the members serve commands in the order they are submitted, so a read submitted
@@ -374,18 +396,7 @@ impl<D: BlockDevice> LogRaid<D> {
                 self.stats.gc_sectors_moved += 1;
             }
         }
-        self.cleaning = false;
-        debug_assert_eq!(self.valid[victim as usize], 0);
-        // Trimming the whole segment keeps the members' FTLs from moving dead data.
-        let c = self.array.submit(
-            t,
-            &Command::trim(first as u64, self.segment_sectors),
-            ReadBuffers::none(),
-        )?;
-        self.state[victim as usize] = SegmentState::Free;
-        self.free.push_back(victim);
-        self.stats.segments_cleaned += 1;
-        Ok(Some(t.max(c.done_ns)))
+        Ok(t)
     }
 
     /// Appends one sector of volume address `lba` written with sequence number `wseq`.

@@ -173,6 +173,17 @@ impl<D: BlockDevice> LogRaid<D> {
                 done = done.max(self.close_segment(now_ns)?);
             }
         }
+        // The crash may have cut a cleaning short after its relocations had taken the last
+        // free segment. The rest of its victim's valid data fits in the room the open
+        // segment has left (or the victim holds none), but user writes would take that
+        // room first, and then no segment would be left to clean into. So the cleaning
+        // that opening a segment asks for is done now, as it would have been.
+        while self.free.len() < self.config.gc_free_segments as usize {
+            match self.clean_one(done)? {
+                Some(t) => done = done.max(t),
+                None => break,
+            }
+        }
         self.compact_nvram()?;
         Ok(done)
     }
@@ -180,7 +191,7 @@ impl<D: BlockDevice> LogRaid<D> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
     use std::sync::Arc;
 
     use afa_nand::{fill_unit, sector_token};
@@ -378,6 +389,108 @@ mod tests {
                 records_moved > 0,
                 "{level:?}: cleaning never moved a trim record"
             );
+        }
+    }
+
+    /// A member that fails every write once `writes_left` member writes have been made:
+    /// a crash at any member write, not only at the first one of a request.
+    struct CrashAfter<'a> {
+        inner: &'a mut Ssd,
+        writes_left: Arc<AtomicI64>,
+    }
+
+    impl BlockDevice for CrashAfter<'_> {
+        fn info(&self) -> afa_ssd::DeviceInfo {
+            self.inner.info()
+        }
+        fn submit(
+            &mut self,
+            now_ns: TimeNs,
+            cmd: &Command<'_>,
+            out: ReadBuffers<'_>,
+        ) -> Result<afa_ssd::Completion, DeviceError> {
+            if cmd.opcode == afa_ssd::Opcode::Write
+                && self.writes_left.fetch_sub(1, Ordering::SeqCst) <= 0
+            {
+                return Err(DeviceError::Failed);
+            }
+            self.inner.submit(now_ns, cmd, out)
+        }
+        fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+            self.inner.background(now_ns)
+        }
+    }
+
+    /// Log-RAID over RAID 0 of `ssds` with 20% of its space spare, as `afa serve`'s test
+    /// volume has.
+    fn tight_volume<'a>(
+        ssds: &'a mut [Ssd],
+        writes_left: &Arc<AtomicI64>,
+        log: &MemNvram,
+    ) -> LogRaid<CrashAfter<'a>> {
+        let config = ArrayConfig {
+            level: Level::Raid0,
+            members: ssds.len() as u32,
+            chunk_bytes: 4096,
+            ..ArrayConfig::default()
+        };
+        let devices = ssds
+            .iter_mut()
+            .map(|inner| CrashAfter {
+                inner,
+                writes_left: writes_left.clone(),
+            })
+            .collect();
+        let array = Array::new(config, devices, Vec::new()).unwrap();
+        let log_config = LogRaidConfig {
+            segment_stripes: 4,
+            spare_fraction: 0.2,
+            ..LogRaidConfig::default()
+        };
+        let mut v = LogRaid::new(array, log_config).unwrap();
+        v.attach_nvram(Box::new(log.clone()));
+        v
+    }
+
+    /// A crash can come while cleaning relocates a victim's data into the last free
+    /// segment. The volume that recovery rebuilds then has no free segment, and the room
+    /// left in the open segment is all that the rest of the victim's data has. Recovery must
+    /// finish that cleaning before user writes take the room, or every later write finds
+    /// no segment to clean into and fails for want of space the volume has.
+    #[test]
+    fn the_volume_takes_writes_after_a_crash_in_the_middle_of_cleaning() {
+        let mut rng = SimRng::new(31);
+        let never = i64::MAX / 2;
+        for _round in 0..afa_sim::proptest_cases(12) {
+            let mut ssds = members(3);
+            let log = MemNvram::default();
+            let writes_left = Arc::new(AtomicI64::new(never));
+            let cap = tight_volume(&mut ssds, &writes_left, &log)
+                .info()
+                .capacity_sectors;
+            let mut oracle = vec![0u64; cap as usize];
+            let mut cut = Vec::new();
+            {
+                let mut v = tight_volume(&mut ssds, &writes_left, &log);
+                // Past the volume's capacity twice over, so that cleaning runs all the time,
+                // then on to a crash at a random member write.
+                let ops = (cap / 3) as usize;
+                assert!(write_ops(&mut v, &mut oracle, &mut cut, &mut rng, ops));
+                writes_left.store(rng.below(2_000) as i64, Ordering::SeqCst);
+                while write_ops(&mut v, &mut oracle, &mut cut, &mut rng, 1) {}
+            }
+            writes_left.store(never, Ordering::SeqCst);
+            let mut v = tight_volume(&mut ssds, &writes_left, &log);
+            let t = v.recover_from_nvram(1 << 40).unwrap();
+            check_all(&mut v, &mut oracle, &cut, t);
+            cut.clear();
+            // A capacity's worth of writes after the crash: none may fail.
+            let ops = (cap / 6) as usize;
+            assert!(
+                write_ops(&mut v, &mut oracle, &mut cut, &mut rng, ops),
+                "a write failed after recovery"
+            );
+            check_all(&mut v, &mut oracle, &cut, 1 << 41);
         }
     }
 
