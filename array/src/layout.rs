@@ -22,6 +22,21 @@ pub enum Level {
     Raid5f,
 }
 
+impl std::fmt::Display for Level {
+    /// The level as a configuration spells it (`array.level`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Level::Raid0 => "raid0",
+            Level::Raid1 => "raid1",
+            Level::Raid10 => "raid10",
+            Level::Raid4 => "raid4",
+            Level::Raid5 => "raid5",
+            Level::Raid6 => "raid6",
+            Level::Raid5f => "raid5f",
+        })
+    }
+}
+
 /// The placement of one stripe: which member holds each data chunk and each redundancy chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StripeMap {
@@ -56,7 +71,7 @@ impl Layout {
         };
         if members < min {
             return Err(format!(
-                "array.members = {members}: {level:?} needs at least {min} members"
+                "array.members = {members}: {level} needs at least {min} members"
             ));
         }
         if level == Level::Raid10 && members % 2 != 0 {

@@ -162,17 +162,27 @@ impl<D: BlockDevice> LogRaid<D> {
             Level::Raid0 | Level::Raid4 | Level::Raid5
         ) {
             return Err(DeviceError::Unsupported(format!(
-                "log-raid runs over raid0, raid4 or raid5, not {:?}",
+                "log-raid runs over raid0, raid4 or raid5, not {}",
                 array.layout().level
             )));
         }
         let bad = |s: String| DeviceError::Unsupported(s);
-        if config.segment_stripes == 0 || config.nvram_stripes == 0 || config.gc_free_segments == 0
-        {
-            return Err(bad(
-                "log-raid segment_stripes, nvram_stripes and gc_free_segments must be positive"
-                    .into(),
-            ));
+        for (key, value) in [
+            ("segment_stripes", config.segment_stripes),
+            ("nvram_stripes", config.nvram_stripes),
+            ("gc_free_segments", config.gc_free_segments),
+        ] {
+            if value == 0 {
+                return Err(bad(format!("{key} = 0 must be positive")));
+            }
+        }
+        if config.gc_free_segments < 2 {
+            // With one, the user's next segment takes the last free one before cleaning
+            // starts, and cleaning then has no segment to move its victim's data into.
+            return Err(bad(format!(
+                "gc_free_segments = {} must be at least 2: cleaning needs a free segment to move data into while writes take another",
+                config.gc_free_segments
+            )));
         }
         if !(0.0..0.9).contains(&config.spare_fraction) || config.spare_fraction.is_nan() {
             return Err(bad(format!(
@@ -301,7 +311,9 @@ impl<D: BlockDevice> LogRaid<D> {
             // Cleaning relocated data and so opened a segment already; appending goes on there.
             return Ok(t);
         }
-        let seg = *self.free.front().ok_or(DeviceError::NoSpace { plane: 0 })?;
+        let seg = *self.free.front().ok_or_else(|| {
+            DeviceError::VolumeFull("log-raid has no free segment left to open".into())
+        })?;
         self.nvram.open(0, seg, self.next_seq)?;
         self.free.pop_front();
         self.state[seg as usize] = SegmentState::Open;

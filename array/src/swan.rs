@@ -1169,9 +1169,12 @@ impl<D: BlockDevice> Swan<D> {
                 self.event(t, "front_end", next);
             }
         }
-        let segment = self.free[self.front]
-            .pop_front()
-            .ok_or(DeviceError::NoSpace { plane: 0 })?;
+        let segment = self.free[self.front].pop_front().ok_or_else(|| {
+            DeviceError::VolumeFull(format!(
+                "SWAN's front-end R-group {} has no free segment",
+                self.front
+            ))
+        })?;
         self.open(segment, None)?;
         Ok(t)
     }
@@ -1203,7 +1206,11 @@ impl<D: BlockDevice> Swan<D> {
                         .filter(|&h| h != g && self.pick_victim(h).is_some())
                         .max_by_key(|&h| (h != front, self.reclaimable(h), std::cmp::Reverse(h)));
                     self.event(t, "foreground_gc_stop", g);
-                    g = other.ok_or(DeviceError::NoSpace { plane: 0 })?;
+                    g = other.ok_or_else(|| {
+                        DeviceError::VolumeFull(
+                            "SWAN has no R-group left with a segment worth cleaning".into(),
+                        )
+                    })?;
                     self.event(t, "foreground_gc_start", g);
                 }
             }
@@ -1250,9 +1257,11 @@ impl<D: BlockDevice> Swan<D> {
         if head == NONE {
             match gc {
                 Some(g) => {
-                    let segment = self.free[g]
-                        .pop_front()
-                        .ok_or(DeviceError::NoSpace { plane: 0 })?;
+                    let segment = self.free[g].pop_front().ok_or_else(|| {
+                        DeviceError::VolumeFull(format!(
+                            "SWAN's R-group {g} has no free segment for its cleaning"
+                        ))
+                    })?;
                     self.open(segment, Some(g))?;
                 }
                 None => t = self.open_user_segment(now_ns)?,

@@ -830,7 +830,9 @@ impl<D: BlockDevice> TwoPhase<D> {
 
     fn take_slot(&mut self, member: usize, owner: u32) -> Result<Slot, DeviceError> {
         let m = &mut self.members[member];
-        let slot = m.free.pop().ok_or(DeviceError::NoSpace { plane: 0 })?;
+        let slot = m.free.pop().ok_or_else(|| {
+            DeviceError::VolumeFull(format!("two-phase member {member} has no free chunk slot"))
+        })?;
         m.owner[slot as usize] = owner;
         Ok(Slot { member, slot })
     }
@@ -1301,7 +1303,10 @@ impl<D: BlockDevice> TwoPhase<D> {
             .iter()
             .any(|m| m.state != MemberState::Failed && m.free.len() < self.m + 1);
         if short {
-            return Err(DeviceError::NoSpace { plane: 0 });
+            return Err(DeviceError::VolumeFull(format!(
+                "two-phase cleaning left a serving member with fewer than the {} free chunk slots a write needs",
+                self.m + 1
+            )));
         }
         Ok(t)
     }

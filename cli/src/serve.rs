@@ -544,8 +544,8 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
     if let EngineChoice::Log(log_config) = &spec.choice {
-        let mut volume =
-            LogRaid::new(array, log_config.clone()).map_err(|e| format!("array.log: {e}"))?;
+        let mut volume = LogRaid::new(array, log_config.clone())
+            .map_err(|e| crate::volume::engine_config_error("array.log", e))?;
         // The recorded failures first, so that recovery reads what a lost member held
         // through degraded reads of the others, never from its file.
         for &p in &lost {

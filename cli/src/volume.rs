@@ -167,7 +167,8 @@ impl ArrayVolume {
                     Array::new(spec.engine.clone(), members, spares).map_err(|e| e.to_string())?;
                 match &spec.choice {
                     EngineChoice::Log(c) => ArrayVolume::Log(
-                        LogRaid::new(array, c.clone()).map_err(|e| format!("array.log: {e}"))?,
+                        LogRaid::new(array, c.clone())
+                            .map_err(|e| engine_config_error("array.log", e))?,
                     ),
                     _ => ArrayVolume::Raid(array),
                 }
@@ -331,6 +332,16 @@ pub struct Preconditioned {
 const PRECONDITION_QUEUE_DEPTH: u32 = 32;
 /// Sequential fill requests are this large (rounded down to the write unit).
 const PRECONDITION_REQUEST_BYTES: u64 = 1 << 20;
+
+/// An engine's refusal of its configuration, under the section it came from. Engines refuse
+/// a configuration with `DeviceError::Unsupported`, whose "command not supported" wording
+/// is for commands, so only its text is kept.
+pub fn engine_config_error(section: &str, e: afa_ssd::DeviceError) -> String {
+    match e {
+        afa_ssd::DeviceError::Unsupported(text) => format!("{section}: {text}"),
+        other => format!("{section}: {other}"),
+    }
+}
 
 /// Preconditions a volume by writing `p`'s fill through it as a host would, unmeasured:
 /// the sectors `0 .. floor(capacity × fill_fraction)` (rounded down to `unit_sectors`) in

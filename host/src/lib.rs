@@ -41,7 +41,24 @@ pub enum RunError {
     },
     #[error("the device stopped with {outstanding} requests unfinished and nothing left to do")]
     Stalled { outstanding: u32 },
+    #[error(
+        "job {job}: simulated time stopped at {at_ns} ns, where {events} requests and \
+         completions came and went without it advancing, so the job's time_based runtime would \
+         never end (its requests take no simulated time, as reads of never-written data do on an \
+         engine that answers them from its map when no [host] CPU model is configured); write the \
+         data first, add a [host] section, or size the job instead of timing it"
+    )]
+    NoProgress {
+        job: String,
+        at_ns: TimeNs,
+        events: u64,
+    },
 }
+
+/// Events a run may process at one simulated instant while a `time_based` job is running
+/// before the run is taken for one that never ends: a job whose requests take no simulated
+/// time would repeat them forever at the same instant.
+const EVENTS_AT_ONE_INSTANT_MAX: u64 = 1_000_000;
 
 /// How a trace is replayed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -219,6 +236,9 @@ struct Stream {
     end_flush: bool,
     /// A write was issued after the last FLUSH.
     unflushed_writes: bool,
+    /// fio's `time_based`: the job repeats its I/O until its runtime ends, and only then.
+    /// Named by `RunError::NoProgress`.
+    time_based: Option<String>,
 }
 
 /// Mixed into a job's seed for its rate process, so the gaps are not the draws its
@@ -360,6 +380,7 @@ impl<'d> Host<'d> {
                             wakeup_pending: false,
                             end_flush: job.end_flush,
                             unflushed_writes: false,
+                            time_based: job.time_based.then(|| job.name.clone()),
                         });
                     }
                 }
@@ -390,6 +411,7 @@ impl<'d> Host<'d> {
                     wakeup_pending: false,
                     end_flush: false,
                     unflushed_writes: false,
+                    time_based: None,
                 });
             }
         }
@@ -438,6 +460,7 @@ impl<'d> Host<'d> {
             return Ok(());
         }
         self.start_group(0)?;
+        let (mut instant_ns, mut events_at_instant) = (0, 0u64);
         loop {
             // A queued device's completions come back as its clock passes them: it runs up
             // to its next event whenever that comes before the host's next one.
@@ -467,6 +490,14 @@ impl<'d> Host<'d> {
                 break;
             };
             self.now_ns = t;
+            if t == instant_ns {
+                events_at_instant += 1;
+                if events_at_instant > EVENTS_AT_ONE_INSTANT_MAX {
+                    self.refuse_a_timeless_loop(t, events_at_instant)?;
+                }
+            } else {
+                (instant_ns, events_at_instant) = (t, 0);
+            }
             match event {
                 Event::Complete { slot } => {
                     let Inflight {
@@ -515,6 +546,23 @@ impl<'d> Host<'d> {
             self.maybe_background();
         }
         Ok(())
+    }
+
+    /// Fails the run when a `time_based` job is still running after `events` events at the
+    /// instant `at_ns`: its runtime would never be reached.
+    fn refuse_a_timeless_loop(&self, at_ns: TimeNs, events: u64) -> Result<(), RunError> {
+        let running = self
+            .streams
+            .iter()
+            .filter(|s| s.group == self.current_group && !s.exhausted);
+        match running.filter_map(|s| s.time_based.as_ref()).next() {
+            Some(job) => Err(RunError::NoProgress {
+                job: job.clone(),
+                at_ns,
+                events,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Runs a queued device up to `t_ns` and turns what completed into completion events;

@@ -130,6 +130,58 @@ fn runtime_limits_a_time_based_job() {
     assert!(out.sim_time_ns < 25_000_000, "{}", out.sim_time_ns);
 }
 
+/// A device that answers every command at the instant it arrives and stores nothing, as an
+/// engine answers reads of chunks its map has never seen.
+struct Instant;
+
+impl BlockDevice for Instant {
+    fn info(&self) -> afa_ssd::DeviceInfo {
+        afa_ssd::DeviceInfo {
+            sector_bytes: 4096,
+            capacity_sectors: 1024,
+            payload_unit_bytes: 0,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 64,
+            max_transfer_sectors: 64,
+        }
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        _cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<afa_ssd::Completion, DeviceError> {
+        Ok(afa_ssd::Completion {
+            done_ns: now_ns,
+            gc_active: false,
+        })
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+}
+
+/// A time_based job whose requests take no simulated time would repeat them forever at one
+/// instant; the run stops with an error that names the job instead of hanging.
+#[test]
+fn a_time_based_job_whose_requests_take_no_time_is_refused_not_run_forever() {
+    let jobs = parse_job_file("[zero]\nrw=randread\nbs=4k\ntime_based\nruntime=20ms\n").unwrap();
+    let err = run(&mut Instant, &Workload::Jobs(jobs), &options()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, RunError::NoProgress { ref job, at_ns: 0, .. } if job == "zero"),
+        "{text}"
+    );
+    assert!(
+        text.contains("time_based runtime would never end"),
+        "{text}"
+    );
+    // The same requests, sized instead of timed (the whole device once), end.
+    let jobs = parse_job_file("[zero]\nrw=randread\nbs=4k\n").unwrap();
+    let out = run(&mut Instant, &Workload::Jobs(jobs), &options()).unwrap();
+    assert_eq!(out.measurements.read.ios, 1024);
+}
+
 #[test]
 fn time_based_without_runtime_is_refused() {
     let jobs = parse_job_file("[a]\nrw=randwrite\ntime_based\n").unwrap();

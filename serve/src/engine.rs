@@ -576,7 +576,7 @@ pub(crate) enum Place {
 pub(crate) fn device_failure(op: Opcode, place: Place, e: &DeviceError) -> Failure {
     let errno = match e {
         DeviceError::OutOfRange { .. } | DeviceError::TooLarge { .. } => EINVAL,
-        DeviceError::NoSpace { .. } => ENOSPC,
+        DeviceError::NoSpace { .. } | DeviceError::VolumeFull(_) => ENOSPC,
         DeviceError::Unsupported(_) => EINVAL,
         DeviceError::Failed
         | DeviceError::Uncorrectable { .. }

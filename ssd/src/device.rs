@@ -199,6 +199,10 @@ pub enum DeviceError {
     },
     #[error("the device is out of space: no block can be reclaimed in plane {plane}")]
     NoSpace { plane: u32 },
+    /// A volume built over devices (an array engine, an FTL that is not plane-based) has
+    /// no room left where its own layout needs it; the text says where.
+    #[error("the volume is out of space: {0}")]
+    VolumeFull(String),
     #[error("the device has failed")]
     Failed,
     /// A read the controller's ECC could not correct (the data of these sectors could not be

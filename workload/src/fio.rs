@@ -669,8 +669,12 @@ fn apply_option(
                 if let Some(other) =
                     slot.filter(|o| std::mem::discriminant(o) != std::mem::discriminant(&limit))
                 {
+                    let had = match other {
+                        RateLimit::BytesPerSecond(n) => format!("rate = {n} bytes/s"),
+                        RateLimit::IosPerSecond(n) => format!("rate_iops = {n}"),
+                    };
                     return Err(context.bad(format!(
-                        "a direction is capped by rate or by rate_iops, not both (it has {other:?})"
+                        "a direction is capped by rate or by rate_iops, not both (it has {had})"
                     )));
                 }
                 *slot = Some(limit);
