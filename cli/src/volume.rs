@@ -104,7 +104,7 @@ impl ArrayVolume {
         let mut volume = Self::build_engine(spec, ssd, seed, timeline_interval_ns)?;
         let mut done = Preconditioned::default();
         if p.fill_fraction > 0.0 {
-            let unit_sectors = match &volume {
+            let min_write_sectors = match &volume {
                 ArrayVolume::Swan(_) => {
                     return Err(
                         "[precondition] does not apply to a SWAN volume: age it with array.swan.age_fraction, the paper's procedure"
@@ -113,8 +113,13 @@ impl ArrayVolume {
                 }
                 ArrayVolume::Raid(a) => a.min_write_sectors(),
                 _ => 1,
-            }
-            .max(ssd.geometry.sectors_per_page() as u64);
+            };
+            // The fill writes whole flash pages, so that no member reads to merge, in units
+            // the level accepts (raid5f takes only whole stripes, which need not be whole
+            // pages): the least common multiple of both.
+            let page_sectors = ssd.geometry.sectors_per_page() as u64;
+            let unit_sectors = min_write_sectors / gcd(min_write_sectors, page_sectors)
+                * page_sectors;
             done = precondition(volume.device(), p, seed, unit_sectors)?;
             let epoch_ns = done.epoch_ns;
             let member = |m: &mut Member| {
@@ -332,6 +337,15 @@ pub struct Preconditioned {
 const PRECONDITION_QUEUE_DEPTH: u32 = 32;
 /// Sequential fill requests are this large (rounded down to the write unit).
 const PRECONDITION_REQUEST_BYTES: u64 = 1 << 20;
+
+/// The greatest common divisor of two positive numbers.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
 
 /// An engine's refusal of its configuration, under the section it came from. Engines refuse
 /// a configuration with `DeviceError::Unsupported`, whose "command not supported" wording

@@ -226,6 +226,21 @@ fn config_errors_name_the_field_and_do_not_panic() {
             "[array]\nlevel = \"raid5\"\nmembers = 5\n[array.two_phase]\n[array.log]\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
             "choose one",
         ),
+        (
+            "logzero.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 3\n[array.log]\nsegment_stripes = 0\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "array.log: segment_stripes = 0 must be positive",
+        ),
+        (
+            "loggcfree.toml",
+            "[array]\nlevel = \"raid5\"\nmembers = 3\n[array.log]\ngc_free_segments = 1\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "gc_free_segments = 1 must be at least 2",
+        ),
+        (
+            "members.toml",
+            "[array]\nlevel = \"raid6\"\nmembers = 3\n[workload]\njob=\"[a]\\nrw=read\\n\"\n",
+            "raid6 needs at least 4 members",
+        ),
     ];
     for (name, text, needle) in cases {
         let out = run_config(name, text);
@@ -234,6 +249,17 @@ fn config_errors_name_the_field_and_do_not_panic() {
         assert!(err.contains(needle), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
+}
+
+/// raid5f takes only whole stripes, and a 3-chunk stripe of 4 KiB chunks is not a whole
+/// number of 16 KiB flash pages: preconditioning writes in units that are both.
+#[test]
+fn a_raid5f_volume_whose_stripe_is_not_whole_pages_is_preconditioned() {
+    let out = run_config(
+        "raid5f_fill.toml",
+        "[ssd.geometry]\nchannels = 2\nchips_per_channel = 1\ndies_per_chip = 1\nplanes_per_die = 1\nblocks_per_plane = 64\npages_per_block = 64\npage_bytes = 16384\n[array]\nlevel = \"raid5f\"\nmembers = 4\nchunk_bytes = 4096\n[precondition]\nfill_fraction = 0.3\n[workload]\njob = \"[r]\\nrw=read\\nbs=12k\\nsize=24m\\n\"\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]
