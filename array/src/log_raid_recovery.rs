@@ -217,13 +217,6 @@ mod tests {
         crash: &Arc<AtomicBool>,
         log: &MemNvram,
     ) -> LogRaid<Crashing<'a>> {
-        let members = ssds.len() as u32;
-        let config = ArrayConfig {
-            level,
-            members,
-            chunk_bytes: 4096,
-            ..ArrayConfig::default()
-        };
         let devices = ssds
             .iter_mut()
             .map(|inner| Crashing {
@@ -231,10 +224,27 @@ mod tests {
                 crash: crash.clone(),
             })
             .collect();
+        log_volume(level, devices, 0.3, log)
+    }
+
+    /// Log-RAID of 4-stripe segments over `devices` (4 KiB chunks), keeping its NVRAM in
+    /// `log`.
+    fn log_volume<D: BlockDevice>(
+        level: Level,
+        devices: Vec<D>,
+        spare_fraction: f64,
+        log: &MemNvram,
+    ) -> LogRaid<D> {
+        let config = ArrayConfig {
+            level,
+            members: devices.len() as u32,
+            chunk_bytes: 4096,
+            ..ArrayConfig::default()
+        };
         let array = Array::new(config, devices, Vec::new()).unwrap();
         let log_config = LogRaidConfig {
             segment_stripes: 4,
-            spare_fraction: 0.3,
+            spare_fraction,
             ..LogRaidConfig::default()
         };
         let mut v = LogRaid::new(array, log_config).unwrap();
@@ -428,12 +438,6 @@ mod tests {
         writes_left: &Arc<AtomicI64>,
         log: &MemNvram,
     ) -> LogRaid<CrashAfter<'a>> {
-        let config = ArrayConfig {
-            level: Level::Raid0,
-            members: ssds.len() as u32,
-            chunk_bytes: 4096,
-            ..ArrayConfig::default()
-        };
         let devices = ssds
             .iter_mut()
             .map(|inner| CrashAfter {
@@ -441,15 +445,7 @@ mod tests {
                 writes_left: writes_left.clone(),
             })
             .collect();
-        let array = Array::new(config, devices, Vec::new()).unwrap();
-        let log_config = LogRaidConfig {
-            segment_stripes: 4,
-            spare_fraction: 0.2,
-            ..LogRaidConfig::default()
-        };
-        let mut v = LogRaid::new(array, log_config).unwrap();
-        v.attach_nvram(Box::new(log.clone()));
-        v
+        log_volume(Level::Raid0, devices, 0.2, log)
     }
 
     /// A crash can come while cleaning relocates a victim's data into the last free
