@@ -33,6 +33,9 @@ const VERSION: u32 = 1;
 /// Bytes of the header: magic, version, sequence, clock, k, m, rows, volume chunks, VHs per
 /// member, body length and body checksum.
 pub(super) const HEADER_BYTES: usize = 4 + 4 + 8 + 4 + 2 + 2 + 4 + 8 + 4 + 8 + 8;
+/// Where the header's fields after the sequence number start: the clock, the shape, the
+/// body's length and its checksum, which together stand for the tables a checkpoint holds.
+const AFTER_SEQ: usize = 4 + 4 + 8;
 
 /// A stripe's state as a checkpoint records it.
 pub(super) const SNAP_UNSEALED: u8 = 0;
@@ -162,6 +165,8 @@ pub(super) struct Checkpoints {
     /// Sequence number of the next checkpoint.
     pub next_seq: u64,
     pub next_due_ns: TimeNs,
+    /// What the newest checkpoint written holds (see `tables_fingerprint`), if one was.
+    pub saved: Option<u64>,
     /// Heroes freed since the last snapshot: HH rows, and (member, VH).
     pub quarantine_hhs: Vec<u32>,
     pub quarantine_vhs: Vec<(usize, u32)>,
@@ -189,6 +194,14 @@ pub(super) fn slot_chunks(chunks: u64, k: usize, m: usize, chunk_bytes: u64) -> 
         vhs_per_member: 0,
     };
     ((HEADER_BYTES + bound.body_bytes()) as u64).div_ceil(chunk_bytes) as u32
+}
+
+/// A checksum of an encoded checkpoint's header after its sequence number: two checkpoints
+/// with the same fingerprint hold the same clock and (up to a 64-bit checksum) the same
+/// tables. A collision would only skip a checkpoint while no hero waits in quarantine, which
+/// is safe: every write since the newest checkpoint still went to a hero recovery scans.
+fn tables_fingerprint(bytes: &[u8]) -> u64 {
+    checksum(&bytes[AFTER_SEQ..HEADER_BYTES])
 }
 
 impl<D: BlockDevice> ScalaAfa<D> {
@@ -267,10 +280,24 @@ impl<D: BlockDevice> ScalaAfa<D> {
         }
     }
 
-    /// Takes a checkpoint if one is due.
+    /// Takes a checkpoint if one is due and something has changed since the last one.
+    ///
+    /// A checkpoint of the very tables the newest one holds, with no hero waiting in
+    /// quarantine, would save recovery nothing, so it is not written; the timer is re-armed
+    /// all the same. This is also what lets an idle volume come to rest: a checkpoint's
+    /// member writes wake the daemon when they complete, and when writing one takes longer
+    /// than the interval (tiny chunks make the slots, sized for the largest tables a member
+    /// could hold, many chunks long) the next one is already due by then, so rewriting
+    /// unchanged tables would keep the host's idle loop going forever.
     pub(super) fn checkpoint_if_due(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
         if self.checkpointing() && now_ns >= self.checkpoints.next_due_ns {
-            self.checkpoint(now_ns)?;
+            let bytes = self.take_snapshot(now_ns);
+            let unchanged = self.checkpoints.quarantine_hhs.is_empty()
+                && self.checkpoints.quarantine_vhs.is_empty()
+                && self.checkpoints.saved == Some(tables_fingerprint(&bytes));
+            if !unchanged {
+                self.write_checkpoint(now_ns, &bytes)?;
+            }
         }
         self.release_checkpointed(now_ns);
         Ok(())
@@ -280,12 +307,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// the daemon. Returns when the checkpoint counts; the heroes quarantined before the
     /// snapshot are released then.
     pub(super) fn checkpoint(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let seq = self.checkpoints.next_seq;
-        self.checkpoints.next_seq += 1;
+        let bytes = self.take_snapshot(now_ns);
+        self.write_checkpoint(now_ns, &bytes)
+    }
+
+    /// Re-arms the checkpoint timer and encodes the tables as the next checkpoint.
+    fn take_snapshot(&mut self, now_ns: TimeNs) -> Vec<u8> {
         let interval_ns = (self.scala.checkpoint_interval_ms * 1e6) as u64;
         self.checkpoints.next_due_ns = now_ns + interval_ns.max(1);
-        let snap = self.snapshot(seq);
-        let bytes = snap.encode(&self.snapshot_shape());
+        let snap = self.snapshot(self.checkpoints.next_seq);
+        snap.encode(&self.snapshot_shape())
+    }
+
+    /// Writes the checkpoint `take_snapshot` encoded; see `checkpoint`.
+    fn write_checkpoint(&mut self, now_ns: TimeNs, bytes: &[u8]) -> Result<TimeNs, DeviceError> {
+        let seq = self.checkpoints.next_seq;
+        self.checkpoints.next_seq += 1;
         let cu = self.chunk_units();
         let full_sectors = self.unit == self.info.sector_bytes as usize;
         let chunks = (bytes.len() as u64).div_ceil(self.config.chunk_bytes) as u32;
@@ -321,6 +358,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         result?;
         self.stats.checkpoints += 1;
         self.stats.checkpoint_bytes += bytes.len() as u64;
+        self.checkpoints.saved = Some(tables_fingerprint(bytes));
         let hhs = std::mem::take(&mut self.checkpoints.quarantine_hhs);
         let vhs = std::mem::take(&mut self.checkpoints.quarantine_vhs);
         self.checkpoints.releasing.push(Releasing {

@@ -1277,6 +1277,66 @@ fn checkpoints_need_a_sane_interval() {
     assert!(err.contains("checkpoint_interval_ms"), "{err}");
 }
 
+/// Found by a configuration soak (4 KiB chunks on small SSDs, a checkpoint every 5 ms): the
+/// checkpoint slots are sized for the largest tables a member could hold, so with tiny
+/// chunks one checkpoint is some 200 KiB per member and takes longer to write than its
+/// interval. Once the host went idle, each checkpoint's member writes woke the daemon again
+/// when they completed, by which time the next checkpoint was due, so the daemon rewrote
+/// the same unchanged tables forever and the run never ended. An idle volume must instead
+/// settle: after its tables are saved once, the host's idle loop (call `background`, sleep
+/// until the time it names) has to come to an end.
+#[test]
+fn an_idle_volume_stops_checkpointing_once_its_tables_are_saved() {
+    let mut ssd_cfg = crate::tests::ssd_config();
+    ssd_cfg.geometry = afa_nand::Geometry {
+        channels: 2,
+        chips_per_channel: 1,
+        dies_per_chip: 2,
+        planes_per_die: 2,
+        blocks_per_plane: 16,
+        pages_per_block: 48,
+        page_bytes: 8192,
+        sector_bytes: 512,
+        oob_bytes_per_page: 64,
+    };
+    ssd_cfg.over_provisioning = 0.661;
+    let config = ArrayConfig {
+        level: Level::Raid5,
+        members: 4,
+        chunk_bytes: 4096,
+        ..ArrayConfig::default()
+    };
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: 5.0,
+        ..ScalaAfaConfig::default()
+    };
+    let devs = (0..4)
+        .map(|i| Ssd::new(ssd_cfg.clone(), i).unwrap())
+        .collect();
+    let mut h = Harness::new(ScalaAfa::new(config, scala, devs, vec![]).unwrap());
+    let mut rng = SimRng::new(1);
+    let cap = h.tokens.len() as u64;
+    for _ in 0..192 {
+        h.write(rng.below(cap), 1).unwrap();
+    }
+    // The host's idle loop. Bounded, so that a volume that never settles fails the test
+    // instead of hanging it; a settling volume needs a handful of wake-ups.
+    let start = h.now_ns;
+    let mut wakeups = 0;
+    while let Some(next) = h.volume.background(h.now_ns) {
+        wakeups += 1;
+        assert!(
+            wakeups < 10_000,
+            "still busy {} ms after going idle, {} checkpoints written",
+            (h.now_ns - start) / 1_000_000,
+            h.volume.stats().checkpoints
+        );
+        h.now_ns = next.max(h.now_ns + 1);
+    }
+    // Whatever the idle time did, the data is still there.
+    h.check_all();
+}
+
 /// Found by the property test below: an array-level clean inside a clean (the GC writer
 /// asking for heroes) moved the rest of the outer clean's victim and its row was handed out
 /// again, and the outer clean then copied the new contents of that row as its chunks.
