@@ -118,8 +118,8 @@ impl ArrayVolume {
             // the level accepts (raid5f takes only whole stripes, which need not be whole
             // pages): the least common multiple of both.
             let page_sectors = ssd.geometry.sectors_per_page() as u64;
-            let unit_sectors = min_write_sectors / gcd(min_write_sectors, page_sectors)
-                * page_sectors;
+            let unit_sectors =
+                min_write_sectors / gcd(min_write_sectors, page_sectors) * page_sectors;
             done = precondition(volume.device(), p, seed, unit_sectors)?;
             let epoch_ns = done.epoch_ns;
             let member = |m: &mut Member| {

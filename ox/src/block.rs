@@ -217,7 +217,8 @@ const QUEUE_DEPTH: u32 = 128;
 
 fn device_error(e: OxError) -> DeviceError {
     match e {
-        OxError::NoSpace => DeviceError::NoSpace { plane: 0 },
+        // OX reclaims whole EBLOCKs per channel, not blocks of a plane.
+        OxError::NoSpace => DeviceError::VolumeFull("no EBLOCK can be reclaimed".into()),
         OxError::LpidOutOfRange { lpid, capacity } => DeviceError::OutOfRange {
             lba: lpid,
             sectors: 1,

@@ -165,6 +165,13 @@ pub struct Ftl {
     gc_busy_until_ns: TimeNs,
     /// Set while preconditioning: NAND operations are applied without timing or counting.
     untimed: bool,
+    /// Free blocks each plane keeps beyond the hard threshold (1 when programs can fail, else
+    /// 0): a program that fails closes its block, so the relocation it was part of needs one
+    /// block more than it planned. Without the spare, GC started only once a plane was below
+    /// the hard threshold, and a failure during a relocation that took the plane's last free
+    /// block left it with valid pages it could move nowhere. GC may still use the spare (it
+    /// must, to restore it after a failure took it).
+    failure_spare: usize,
     pub stats: FtlStats,
 }
 
@@ -181,7 +188,8 @@ impl Ftl {
             let blocks = config.slc_cache.capacity_bytes.div_ceil(slc_block_bytes);
             blocks.div_ceil(planes_total as u64) as u32
         };
-        let reserve_per_plane = config.gc.hard_threshold_blocks + 2;
+        let failure_spare = u32::from(config.faults.program_fail_probability > 0.0);
+        let reserve_per_plane = config.gc.hard_threshold_blocks + 2 + failure_spare;
         if slc_blocks_per_plane > 0 && slc_blocks_per_plane < 2 {
             return Err(crate::SsdError::Config(
                 "slc_cache.capacity_bytes must give every plane at least two SLC blocks".into(),
@@ -288,9 +296,17 @@ impl Ftl {
             background_cursor: 0,
             gc_busy_until_ns: 0,
             untimed: false,
+            failure_spare: failure_spare as usize,
             stats: FtlStats::default(),
             geometry: g,
         })
+    }
+
+    /// Free dense blocks below which a plane cleans before a host page or an SLC migration
+    /// may take space: the hard threshold, plus the spare for a failed program.
+    #[inline]
+    fn gc_floor(&self) -> usize {
+        self.gc.hard_threshold_blocks as usize + self.failure_spare
     }
 
     /// Blocks of the whole device set aside as its SLC cache (0 without one): what one
@@ -695,7 +711,7 @@ impl Ftl {
         let free = self.planes[plane as usize].free_dense.len();
         if self.gc.incremental
             && free < self.gc.soft_threshold_blocks as usize
-            && free >= self.gc.hard_threshold_blocks as usize
+            && free >= self.gc_floor()
         {
             self.incremental_step(nand, plane, now_ns, u32::MAX - 1)?;
         }
@@ -709,8 +725,7 @@ impl Ftl {
                 self.collect_one(nand, plane, now_ns, false)?;
             }
         }
-        while self.planes[plane as usize].free_dense.len() < self.gc.hard_threshold_blocks as usize
-        {
+        while self.planes[plane as usize].free_dense.len() < self.gc_floor() {
             if !self.collect_one(nand, plane, now_ns, false)? {
                 break;
             }
@@ -726,7 +741,7 @@ impl Ftl {
             let open = pl.host_open;
             let open_has_room = open != NONE
                 && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
-            if !open_has_room && pl.free_dense.len() < self.gc.hard_threshold_blocks as usize {
+            if !open_has_room && pl.free_dense.len() < self.gc_floor() {
                 return Err(DeviceError::NoSpace { plane });
             }
             return self.take_page(nand, plane, Pool::Dense, Stream::Host);
@@ -1081,17 +1096,36 @@ impl Ftl {
         let Some((index, _)) = best else {
             return Err(DeviceError::NoSpace { plane });
         };
-        let victim = self.planes[plane as usize].slc_full.swap_remove(index);
-        self.blocks[victim as usize].state = BlockState::Open;
+        let victim = self.planes[plane as usize].slc_full[index];
         let moved = self.blocks[victim as usize].valid as u64;
         let moved_transient = self.blocks[victim as usize].transient as u64;
         // Migration fills dense blocks, so the plane's dense reserve must hold first.
-        while self.planes[plane as usize].free_dense.len() < self.gc.hard_threshold_blocks as usize
-        {
+        let floor = self.gc_floor();
+        while self.planes[plane as usize].free_dense.len() < floor {
             if !self.collect_one(nand, plane, now_ns, false)? {
                 break;
             }
         }
+        // Migrated pages take dense space as host pages do without an SLC cache. If GC could
+        // not restore the reserve, the plane's dense blocks hold almost nothing but valid
+        // data, and the reserve is what relocation needs: the SLC block stays, and the host
+        // page goes to another plane (the caller tries the next one) while this one drains
+        // as its data is overwritten. Without this, writes that happen to leave more valid
+        // data in one plane than in the others fill that plane's reserve with migrated pages
+        // until a relocation finds no block at all, with the device far from full.
+        let free = self.planes[plane as usize].free_dense.len();
+        let needed = self.relocation_blocks_needed(plane, moved as u32) as usize;
+        if needed > free || (needed > 0 && free < floor) {
+            return Err(DeviceError::NoSpace { plane });
+        }
+        let pl = &mut self.planes[plane as usize];
+        let index = pl
+            .slc_full
+            .iter()
+            .position(|&b| b == victim)
+            .expect("GC does not touch SLC blocks");
+        pl.slc_full.swap_remove(index);
+        self.blocks[victim as usize].state = BlockState::Open;
         self.relocate_and_erase(nand, plane, victim, now_ns)?;
         self.stats.slc_evictions += 1;
         self.stats.slc_pages_migrated += moved;
@@ -1249,7 +1283,7 @@ impl Ftl {
         }
         let planes = self.planes.len() as u32;
         let ppb = self.pages_per_block;
-        let reserve = self.gc.hard_threshold_blocks as usize + 2;
+        let reserve = self.gc_floor() + 2;
         let mut permutation = Permutation::new(filled, seed);
         for plane in 0..planes {
             let share = filled / planes + u32::from(plane < filled % planes);

@@ -128,6 +128,8 @@ impl Ssd {
         })();
         ftl.set_untimed(false);
         result?;
+        // Every page below `filled` now holds data in all its sectors.
+        self.forget_trimmed_below(filled);
         self.reset_counters();
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! The controller proper: command parsing, host-interface timing, the write buffer and the
 //! FTL wired together.
 
+use std::collections::BTreeMap;
+
 use afa_nand::{HostReadFaults, Nand, NandCounters, PayloadMode};
 use afa_sim::{transfer_ns, Calendar, TimeNs};
 
@@ -61,6 +63,11 @@ pub struct Ssd {
     host_done_ns: TimeNs,
     /// The uncorrectable host reads of `faults.read_fail_probability`.
     read_faults: HostReadFaults,
+    /// Sectors trimmed by sub-page trims, by logical page, for pages that still hold data
+    /// (mapped or buffered). A trim of sectors already recorded here costs nothing, and the
+    /// trim that completes a page drops the page instead of writing zeroes. Entries exist
+    /// only after sub-page trims of written pages, so ordinary runs never touch the map.
+    trimmed_sectors: BTreeMap<u32, u64>,
 }
 
 /// The sectors of one logical page that a command touches.
@@ -185,6 +192,7 @@ impl Ssd {
             commands_taken: 0,
             host_done_ns: 0,
             read_faults,
+            trimmed_sectors: BTreeMap::new(),
         })
     }
 
@@ -246,6 +254,12 @@ impl Ssd {
         )
     }
 
+    /// Forgets the sub-page trims of pages `0..lpn_end`, which preconditioning has just
+    /// written whole.
+    pub(crate) fn forget_trimmed_below(&mut self, lpn_end: u32) {
+        self.trimmed_sectors.retain(|&lpn, _| lpn >= lpn_end);
+    }
+
     /// Checks the FTL's structural invariants (tests).
     pub fn check_invariants(&self) {
         self.ftl.check_invariants(&self.nand);
@@ -290,6 +304,7 @@ impl Ssd {
         let mut done = arrived;
         let spp = self.sectors_per_page;
         for span in spans(cmd.lba, cmd.sectors, spp) {
+            self.forget_trimmed(span.lpn, span.mask());
             let page_done = if self.buffer.is_some() {
                 self.buffer_write(span, cmd, arrived)?
             } else {
@@ -605,40 +620,82 @@ impl Ssd {
         Ok(written)
     }
 
+    /// Whether logical page `lpn` holds any data: mapped in flash or waiting in the buffer.
+    fn holds_data(&self, lpn: u32) -> bool {
+        self.ftl.mapped(lpn) != NONE
+            || self
+                .buffer
+                .as_ref()
+                .is_some_and(|b| b.lookup(lpn).is_some())
+    }
+
+    /// Host data now fills the sectors of `mask` of page `lpn`: they are no longer trimmed.
+    #[inline]
+    fn forget_trimmed(&mut self, lpn: u32, mask: u64) {
+        if self.trimmed_sectors.is_empty() {
+            return;
+        }
+        if let Some(trimmed) = self.trimmed_sectors.get_mut(&lpn) {
+            *trimmed &= !mask;
+            if *trimmed == 0 {
+                self.trimmed_sectors.remove(&lpn);
+            }
+        }
+    }
+
+    /// Drops a whole logical page: out of the buffer, unmapped, no trimmed sectors left.
+    fn drop_page(&mut self, lpn: u32) {
+        if let Some(buffer) = self.buffer.as_mut() {
+            if let Some(slot) = buffer.lookup(lpn) {
+                buffer.remove(slot);
+            }
+        }
+        self.ftl.unmap(lpn);
+        self.trimmed_sectors.remove(&lpn);
+    }
+
     fn trim(&mut self, now_ns: TimeNs, cmd: &Command<'_>) -> Result<TimeNs, DeviceError> {
         let start = now_ns + self.config.host.command_overhead_ns;
         let mut done = start;
         let zeros = vec![0u8; self.sectors_per_page as usize * self.unit_bytes];
         for span in spans(cmd.lba, cmd.sectors, self.sectors_per_page) {
-            if span.count == self.sectors_per_page {
-                if let Some(buffer) = self.buffer.as_mut() {
-                    if let Some(slot) = buffer.lookup(span.lpn) {
-                        buffer.remove(slot);
-                    }
-                }
-                self.ftl.unmap(span.lpn);
-            } else {
-                // A partial-page trim zeroes its sectors with a write of zeroes, so that every
-                // trimmed sector reads back as zero (deterministic read-zero after trim).
-                let zero_cmd = Command {
-                    opcode: Opcode::Write,
-                    lba: span.lpn as u64 * self.sectors_per_page as u64 + span.first as u64,
-                    sectors: span.count,
-                    data: &zeros[..span.count as usize * self.unit_bytes],
-                    tags: None,
-                    flags: Default::default(),
-                };
-                let sub = PageSpan {
-                    cmd_offset: 0,
-                    ..span
-                };
-                let t = if self.buffer.is_some() {
-                    self.buffer_write(sub, &zero_cmd, start)?
-                } else {
-                    self.direct_write(sub, &zero_cmd, start)?
-                };
-                done = done.max(t);
+            // A page that holds no data (never written, or trimmed whole) already reads as
+            // zeroes: trimming any of its sectors is free of flash work.
+            if !self.holds_data(span.lpn) {
+                continue;
             }
+            let before = self.trimmed_sectors.get(&span.lpn).copied().unwrap_or(0);
+            let trimmed = before | span.mask();
+            if trimmed == self.full_mask {
+                // This trim, alone or with earlier sub-page trims, covers the whole page.
+                self.drop_page(span.lpn);
+                continue;
+            }
+            if trimmed == before {
+                // These sectors were trimmed already and still read as zeroes.
+                continue;
+            }
+            // A partial-page trim zeroes its sectors with a write of zeroes, so that every
+            // trimmed sector reads back as zero (deterministic read-zero after trim).
+            let zero_cmd = Command {
+                opcode: Opcode::Write,
+                lba: span.lpn as u64 * self.sectors_per_page as u64 + span.first as u64,
+                sectors: span.count,
+                data: &zeros[..span.count as usize * self.unit_bytes],
+                tags: None,
+                flags: Default::default(),
+            };
+            let sub = PageSpan {
+                cmd_offset: 0,
+                ..span
+            };
+            let t = if self.buffer.is_some() {
+                self.buffer_write(sub, &zero_cmd, start)?
+            } else {
+                self.direct_write(sub, &zero_cmd, start)?
+            };
+            self.trimmed_sectors.insert(span.lpn, trimmed);
+            done = done.max(t);
         }
         Ok(done)
     }
