@@ -251,6 +251,69 @@ fn config_errors_name_the_field_and_do_not_panic() {
     }
 }
 
+/// A plane must hold the SLC cache, the GC reserve and some data. A plane short of blocks
+/// used to be blamed on `slc_cache.capacity_bytes`, even with no cache configured; the
+/// error must name the key at fault and the bound it breaks.
+#[test]
+fn plane_shortfalls_name_the_key_at_fault() {
+    let job = "[workload]\njob=\"[a]\\nrw=read\\n\"\n";
+    let cases = [
+        (
+            "plane3.toml",
+            "[ssd.geometry]\nblocks_per_plane = 3\n",
+            "geometry.blocks_per_plane = 3 is too small",
+            "blocks_per_plane must be at least 5",
+        ),
+        // The soft threshold (4 by default) is below this one too, but the threshold too
+        // large for the plane is the fault to name.
+        (
+            "hard200.toml",
+            "[ssd.gc]\nhard_threshold_blocks = 200\n",
+            "gc.hard_threshold_blocks = 200 is too large for a plane of geometry.blocks_per_plane = 128",
+            "the threshold can be at most 125",
+        ),
+        // 8 GiB of SLC on the default device: 512 KiB SLC blocks, 256 in each of 64 planes.
+        (
+            "slc8g.toml",
+            "[ssd.slc_cache]\ncapacity_bytes = 8589934592\n",
+            "slc_cache.capacity_bytes = 8589934592 takes 256 SLC blocks in each plane",
+            "the cache can be at most 4127195136 bytes",
+        ),
+    ];
+    for (name, ssd, fault, bound) in cases {
+        let out = run_config(name, &format!("{ssd}{job}"));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(fault) && err.contains(bound), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        if !ssd.contains("slc_cache") {
+            assert!(!err.contains("slc_cache"), "{name}: {err}");
+        }
+    }
+}
+
+/// A job's `size=` past the device's end is cut there, as fio does on a block device, and
+/// the run says so on stderr instead of measuring a smaller region silently.
+#[test]
+fn a_size_past_the_device_end_is_cut_with_a_note() {
+    let out = run_config(
+        "size_past_end.toml",
+        "[ssd.geometry]\nchannels = 2\nchips_per_channel = 1\ndies_per_chip = 1\nplanes_per_die = 1\nblocks_per_plane = 64\npages_per_block = 64\npage_bytes = 16384\n[workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nsize=1g\\nio_size=1m\\n\"\n",
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "note: job \"w\": size=1073741824 bytes from offset 0 reaches past the end of the "
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("fio cuts it the same way on a block device"),
+        "{err}"
+    );
+}
+
 /// raid5f takes only whole stripes, and a 3-chunk stripe of 4 KiB chunks is not a whole
 /// number of 16 KiB flash pages: preconditioning writes in units that are both.
 #[test]

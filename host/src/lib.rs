@@ -106,6 +106,10 @@ pub struct RunOutcome {
     /// Every request the workload issued, in order, stamped with the simulated time it was
     /// issued at (with `RunOptions::record_requests`; empty otherwise).
     pub issued: Vec<TraceRecord>,
+    /// What the run changed in the workload as given, one sentence each: a job whose
+    /// `size=` reached past the device's end and was cut there. [`run`] also writes each
+    /// to stderr as `note: ...` before the run starts.
+    pub notes: Vec<String>,
 }
 
 enum Source {
@@ -285,6 +289,11 @@ pub fn run(
     options: &RunOptions,
 ) -> Result<RunOutcome, RunError> {
     let mut host = Host::new(device, workload, options)?;
+    // The user must learn that the workload is not quite what the job file says before
+    // reading any figure measured on it, whatever the caller does with the outcome.
+    for note in &host.notes {
+        eprintln!("note: {note}");
+    }
     host.run()?;
     Ok(host.finish())
 }
@@ -324,6 +333,8 @@ struct Host<'d> {
     parked: std::collections::VecDeque<(u32, IoRequest)>,
     /// The requests issued so far, when the run records them.
     issued: Option<Vec<TraceRecord>>,
+    /// [`RunOutcome::notes`].
+    notes: Vec<String>,
 }
 
 impl<'d> Host<'d> {
@@ -339,6 +350,7 @@ impl<'d> Host<'d> {
         let mut streams = Vec::new();
         let mut groups = 0;
         let mut progress_total = 0u64;
+        let mut notes = Vec::new();
         match workload {
             Workload::Jobs(jobs) => {
                 for (index, job) in jobs.iter().enumerate() {
@@ -352,10 +364,18 @@ impl<'d> Host<'d> {
                     if index == 0 || job.stonewall {
                         groups += 1;
                     }
+                    // The clones whose region the device's end cut short, and the first
+                    // of them, for one note per job however many clones it has.
+                    let mut cut_clones = 0u32;
+                    let mut first_cut = None;
                     for clone in 0..job.numjobs {
                         let seed = options.seed ^ (index as u64) << 32;
                         let generator =
                             JobGenerator::new(job, capacity_bytes, sector_bytes, seed, clone)?;
+                        if let Some(wanted_bytes) = generator.size_cut() {
+                            cut_clones += 1;
+                            first_cut.get_or_insert((clone, wanted_bytes, generator.region()));
+                        }
                         progress_total += job.io_size_bytes.unwrap_or(generator.region().1).min(
                             job.number_ios.map_or(u64::MAX, |n| {
                                 n.saturating_mul(job.block_sizes[1].max_bytes())
@@ -382,6 +402,28 @@ impl<'d> Host<'d> {
                             unflushed_writes: false,
                             time_based: job.time_based.then(|| job.name.clone()),
                         });
+                    }
+                    if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
+                        let which = if job.numjobs > 1 {
+                            format!(
+                                " clone {clone} ({cut_clones} of its {} clones)",
+                                job.numjobs
+                            )
+                        } else {
+                            String::new()
+                        };
+                        let budget = if job.io_size_bytes.is_none() {
+                            ", which is also all it transfers (io_size= defaults to the region)"
+                        } else {
+                            ""
+                        };
+                        notes.push(format!(
+                            "job \"{}\"{which}: size={wanted_bytes} bytes from offset \
+                             {start_bytes} reaches past the end of the {capacity_bytes}-byte \
+                             device, so its region is cut to the {len_bytes} bytes up to the \
+                             end{budget}; fio cuts it the same way on a block device",
+                            job.name
+                        ));
                     }
                 }
             }
@@ -452,6 +494,7 @@ impl<'d> Host<'d> {
             queued_slots: std::collections::BTreeSet::new(),
             issued: options.record_requests.then(Vec::new),
             parked: std::collections::VecDeque::new(),
+            notes,
         })
     }
 
@@ -1054,6 +1097,7 @@ impl<'d> Host<'d> {
             first_mismatches: first,
             event_hash: self.hash.value(),
             issued: self.issued.unwrap_or_default(),
+            notes: self.notes,
         }
     }
 }

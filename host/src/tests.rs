@@ -245,6 +245,61 @@ fn requests_beyond_the_device_are_an_error_not_a_panic() {
     assert!(err.to_string().contains("offset"), "{err}");
 }
 
+/// A `size=` past the device's end is cut there, as fio does on a block device, but not
+/// silently: the run names the job, the size asked for and the device's size.
+#[test]
+fn a_size_past_the_device_end_is_cut_and_reported() {
+    let mut dev = ssd(PayloadMode::Token);
+    let capacity_bytes = dev.info().capacity_sectors * 512;
+    let jobs = parse_job_file("[w]\nrw=write\nbs=64k\noffset=1m\nsize=1g\n").unwrap();
+    let out = run(&mut dev, &Workload::Jobs(jobs), &options()).unwrap();
+    assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
+    let note = &out.notes[0];
+    for part in [
+        "job \"w\"".to_string(),
+        "size=1073741824 bytes from offset 1048576".to_string(),
+        format!("{capacity_bytes}-byte device"),
+        format!("cut to the {} bytes", capacity_bytes - (1 << 20)),
+        "io_size= defaults".to_string(),
+    ] {
+        assert!(note.contains(&part), "{part:?} not in {note}");
+    }
+    // The job wrote its cut region once, as fio would.
+    assert_eq!(
+        out.measurements.write.bytes,
+        capacity_bytes - (1 << 20),
+        "{note}"
+    );
+
+    // One note for a job however many of its clones are cut.
+    let jobs = parse_job_file(
+        "[c]\nrw=randwrite\nbs=4k\nsize=1g\nnumjobs=3\nio_size=64k\n[fits]\nrw=read\nbs=4k\nsize=1m\n",
+    )
+    .unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
+    assert!(
+        out.notes[0].contains("job \"c\" clone 0 (3 of its 3 clones)"),
+        "{:?}",
+        out.notes
+    );
+    assert!(
+        !out.notes[0].contains("io_size= defaults"),
+        "{:?}",
+        out.notes
+    );
+
+    // A job that fits is not noted.
+    assert!(run_job_text("[w]\nrw=write\nbs=4k\nsize=1m\n")
+        .notes
+        .is_empty());
+}
+
 /// fio's `continue_on_error=read`: a read the device fails is counted and the job goes on;
 /// without it the run ends with the device's error.
 #[test]

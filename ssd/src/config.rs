@@ -314,11 +314,15 @@ impl SsdConfig {
         }
         self.host.validate()?;
         if self.gc.hard_threshold_blocks < 2 {
-            return Err(SsdError::Config(
-                "gc.hard_threshold_blocks must be at least 2 (GC needs a block to move pages into)"
-                    .into(),
-            ));
+            return Err(SsdError::Config(format!(
+                "gc.hard_threshold_blocks = {} must be at least 2 (GC needs a block to move \
+                 pages into)",
+                self.gc.hard_threshold_blocks
+            )));
         }
+        // Before the soft threshold is compared with the hard one: a hard threshold too
+        // large for the plane must be named as such, not as a soft threshold below it.
+        self.validate_plane_budget()?;
         if self.gc.soft_threshold_blocks < self.gc.hard_threshold_blocks {
             return Err(SsdError::Config(format!(
                 "gc.soft_threshold_blocks = {} is below gc.hard_threshold_blocks = {}",
@@ -335,6 +339,122 @@ impl SsdConfig {
             return Err(SsdError::Config(
                 "ftl.die_aware_window must be at least 1".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks that every plane holds its SLC cache blocks, the GC reserve and at least one
+    /// block of data, and that over-provisioning leaves room for the reserve, as the FTL
+    /// lays the blocks out (docs/configuration.md, "Capacity"). The FTL checks the same
+    /// when it is built, but its messages cannot tell the keys apart (it blamed
+    /// `slc_cache.capacity_bytes` for a plane too small for the GC reserve even with no
+    /// cache at all), so the checks are made here first, each naming the key at fault and
+    /// the bound it breaks. Factory bad blocks are drawn only when the flash is built, so
+    /// these checks assume none: a configuration they pass can still fail in the FTL when
+    /// bad blocks take a plane's spare, and one they refuse would fail there too.
+    fn validate_plane_budget(&self) -> Result<(), SsdError> {
+        let g = &self.geometry;
+        let blocks_per_plane = u64::from(g.blocks_per_plane);
+        let planes = u64::from(g.planes_total());
+        let hard = u64::from(self.gc.hard_threshold_blocks);
+        // A plane that may see a failed program keeps one free block more (see the FTL's
+        // `failure_spare`).
+        let spare = u64::from(self.faults.program_fail_probability > 0.0);
+        let reserve = hard + 2 + spare;
+        // What the reserve is made of, for the messages below.
+        let reserve_parts = format!(
+            "gc.hard_threshold_blocks = {hard} free blocks plus the 2 open blocks of host and \
+             GC{}",
+            if spare > 0 {
+                " plus 1 spare for failed programs, as faults.program_fail_probability > 0"
+            } else {
+                ""
+            }
+        );
+        if reserve >= blocks_per_plane {
+            // The threshold is at fault when a smaller one (at least 2) would fit; otherwise
+            // the plane is too small for any GC reserve.
+            let largest_threshold = blocks_per_plane.saturating_sub(3 + spare);
+            return Err(SsdError::Config(if largest_threshold >= 2 {
+                format!(
+                    "gc.hard_threshold_blocks = {hard} is too large for a plane of \
+                     geometry.blocks_per_plane = {blocks_per_plane}: each plane sets aside \
+                     {reserve} blocks for GC ({reserve_parts}) and needs at least one block \
+                     more for data, so the threshold can be at most {largest_threshold}"
+                )
+            } else {
+                format!(
+                    "geometry.blocks_per_plane = {blocks_per_plane} is too small: each plane \
+                     sets aside {reserve} blocks for GC ({reserve_parts}) and needs at least \
+                     one block more for data, so blocks_per_plane must be at least {}",
+                    reserve + 1
+                )
+            }));
+        }
+        // As the FTL does: the cache is rounded up to whole SLC blocks, which are spread
+        // evenly over the planes (rounded up again). A dense block run as SLC keeps one bit
+        // per cell, so it holds 1/bits of its pages (at least one).
+        let slc_block_pages =
+            (g.pages_per_block / self.cell_mode.bits_per_cell().max(1)).max(1) as u64;
+        let slc_block_bytes = slc_block_pages * u64::from(g.page_bytes);
+        let slc_capacity = self.slc_cache.capacity_bytes;
+        let slc_per_plane = slc_capacity.div_ceil(slc_block_bytes).div_ceil(planes);
+        if slc_per_plane == 1 {
+            return Err(SsdError::Config(format!(
+                "slc_cache.capacity_bytes = {slc_capacity} gives each plane only one SLC block \
+                 ({slc_block_bytes}-byte SLC blocks over {planes} planes); every plane needs at \
+                 least two, so the cache must be 0 or more than {} bytes",
+                planes * slc_block_bytes
+            )));
+        }
+        if slc_per_plane + reserve >= blocks_per_plane {
+            let largest_per_plane = blocks_per_plane - reserve - 1;
+            let bound = if largest_per_plane >= 2 {
+                format!(
+                    "the cache can be at most {} bytes ({largest_per_plane} SLC blocks per \
+                     plane)",
+                    largest_per_plane * planes * slc_block_bytes
+                )
+            } else {
+                format!(
+                    "there is no room for a cache (at least 2 SLC blocks per plane): set it to 0 \
+                     or make geometry.blocks_per_plane at least {}",
+                    reserve + 3
+                )
+            };
+            return Err(SsdError::Config(format!(
+                "slc_cache.capacity_bytes = {slc_capacity} takes {slc_per_plane} SLC blocks in \
+                 each plane ({slc_block_bytes}-byte SLC blocks over {planes} planes), which \
+                 leaves no dense block for data in a plane of geometry.blocks_per_plane = \
+                 {blocks_per_plane} that also sets aside {reserve} blocks for GC \
+                 ({reserve_parts}); {bound}"
+            )));
+        }
+        // The logical capacity, as the FTL computes it, must be positive and fit in the dense
+        // pages outside the GC reserve.
+        let pages_per_block = u64::from(g.pages_per_block);
+        let dense_blocks = (blocks_per_plane - slc_per_plane) * planes;
+        let dense_pages = dense_blocks * pages_per_block;
+        let unreserved_pages = (dense_blocks - reserve * planes) * pages_per_block;
+        let op = self.over_provisioning;
+        let logical_pages = (dense_pages as f64 / (1.0 + op)).floor() as u64;
+        if logical_pages == 0 {
+            return Err(SsdError::Config(format!(
+                "over_provisioning = {op} leaves no logical page of the {dense_pages} dense \
+                 pages: it can be at most {}",
+                dense_pages - 1
+            )));
+        }
+        if logical_pages > unreserved_pages {
+            // Any value of at least dense / unreserved − 1 fits; it is rounded up to four
+            // decimals so that the printed bound is itself enough.
+            let least = (dense_pages as f64 / unreserved_pages as f64 - 1.0) * 1e4;
+            return Err(SsdError::Config(format!(
+                "over_provisioning = {op} leaves {logical_pages} logical pages, more than the \
+                 {unreserved_pages} dense pages outside the GC reserve of {reserve} blocks \
+                 per plane ({reserve_parts}): over_provisioning must be at least {}",
+                least.ceil() / 1e4
+            )));
         }
         Ok(())
     }

@@ -574,6 +574,105 @@ fn bad_configs_name_the_field() {
         .contains("hard_threshold"));
 }
 
+/// The error of a configuration that `Ssd::new` must refuse.
+fn config_error(cfg: SsdConfig) -> String {
+    match Ssd::new(cfg, 1) {
+        Ok(_) => panic!("the configuration was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A plane must hold the SLC cache, the GC reserve and some data. The FTL used to blame
+/// `slc_cache.capacity_bytes` whenever a plane was short of blocks, even without a cache;
+/// each shortfall must now name the key at fault and the bound it breaks, and each bound
+/// must be exact (the value at the bound is accepted).
+#[test]
+fn plane_budget_errors_name_the_key_at_fault() {
+    // small_config: 8 planes of 24 blocks of 16 MLC pages of 4 KiB, 25% spare.
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.geometry.blocks_per_plane = 3;
+    let err = config_error(cfg);
+    assert!(
+        err.contains("geometry.blocks_per_plane = 3 is too small"),
+        "{err}"
+    );
+    assert!(err.contains("must be at least 5"), "{err}");
+    assert!(!err.contains("slc_cache"), "{err}");
+
+    // A threshold larger than the plane is named as such, before the soft threshold (4 by
+    // default) is found below it.
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.gc.hard_threshold_blocks = 200;
+    let err = config_error(cfg);
+    assert!(
+        err.contains("gc.hard_threshold_blocks = 200 is too large"),
+        "{err}"
+    );
+    assert!(err.contains("geometry.blocks_per_plane = 24"), "{err}");
+    assert!(err.contains("can be at most 21"), "{err}");
+    assert!(!err.contains("slc_cache") && !err.contains("soft"), "{err}");
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.gc.hard_threshold_blocks = 21;
+    cfg.gc.soft_threshold_blocks = 21;
+    cfg.over_provisioning = 24.0;
+    Ssd::new(cfg, 1).expect("the largest threshold fits");
+
+    // Program failures add a spare block per plane, and the message says why.
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.gc.hard_threshold_blocks = 21;
+    cfg.gc.soft_threshold_blocks = 21;
+    cfg.over_provisioning = 24.0;
+    cfg.faults.program_fail_probability = 0.001;
+    let err = config_error(cfg);
+    assert!(err.contains("can be at most 20"), "{err}");
+    assert!(err.contains("faults.program_fail_probability"), "{err}");
+
+    // An SLC block here holds 8 pages (16 MLC pages at one bit per cell), 32 KiB; 8 planes.
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.slc_cache.capacity_bytes = 8 * 32_768;
+    let err = config_error(cfg);
+    assert!(err.contains("slc_cache.capacity_bytes = 262144"), "{err}");
+    assert!(err.contains("more than 262144 bytes"), "{err}");
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.slc_cache.capacity_bytes = 8 * 32_768 + 1;
+    Ssd::new(cfg, 1).expect("two SLC blocks per plane");
+
+    // 24 blocks less a reserve of 4 and one for data leave room for 19 SLC blocks.
+    let largest_slc = 19 * 8 * 32_768;
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.slc_cache.capacity_bytes = largest_slc + 1;
+    cfg.over_provisioning = 4.0;
+    let err = config_error(cfg);
+    assert!(err.contains("takes 20 SLC blocks in each plane"), "{err}");
+    assert!(
+        err.contains(&format!("at most {largest_slc} bytes")),
+        "{err}"
+    );
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.slc_cache.capacity_bytes = largest_slc;
+    cfg.over_provisioning = 4.0;
+    Ssd::new(cfg, 1).expect("the largest cache fits");
+
+    // 192 dense blocks, 32 of them the reserve: the logical pages must fit in the other
+    // 160, which takes 3072 / 2560 − 1 = 20% spare.
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.over_provisioning = 0.01;
+    let err = config_error(cfg);
+    assert!(
+        err.contains("over_provisioning = 0.01 leaves 3041 logical pages"),
+        "{err}"
+    );
+    assert!(err.contains("must be at least 0.2"), "{err}");
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.over_provisioning = 0.2;
+    Ssd::new(cfg, 1).expect("the smallest spare fits");
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.over_provisioning = 1e300;
+    let err = config_error(cfg);
+    assert!(err.contains("leaves no logical page"), "{err}");
+    assert!(err.contains("at most 3071"), "{err}");
+}
+
 #[test]
 fn preconditioned_content_is_the_version_zero_token() {
     for (pattern, victim) in [

@@ -28,7 +28,10 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 ///
 /// Region: the job addresses `[offset, offset + size)` clipped to the device, with both
 /// ends rounded down to the sector size. Percentage offsets are additionally aligned down
-/// to the job's block alignment, as fio does.
+/// to the job's block alignment, as fio does. fio run on a block device also clips a
+/// `size` that reaches past the device's end (its random map and its sequential walk stop
+/// at the device size), but says nothing; here the cut is kept in
+/// [`JobGenerator::size_cut`] so that the driver can tell the user what was measured.
 ///
 /// Offsets: sequential modes walk the region from its start and wrap at its end, with a
 /// separate cursor per direction (as fio keeps one last position per direction). Random
@@ -62,6 +65,8 @@ pub struct JobGenerator {
     rng: ChaCha8Rng,
     region_start_bytes: u64,
     region_len_bytes: u64,
+    /// The region's length as `size=` asked for it, when the device's end cut it short.
+    size_cut_from_bytes: Option<u64>,
     rw: RwMode,
     rwmixread_percent: u32,
     /// Probability (in percent) that an I/O is random; 0 for sequential modes.
@@ -247,6 +252,9 @@ impl JobGenerator {
                 percent_of(device_bytes, percent).map_err(&invalid)?
             }
         };
+        // A size past the device's end is cut there, as fio does on a block device; the cut
+        // is recorded so that it is reported, not silent.
+        let size_cut_from_bytes = (wanted_bytes > available_bytes).then_some(wanted_bytes);
         let region_len_bytes = {
             let clipped = wanted_bytes.min(available_bytes);
             clipped - clipped % sector_bytes
@@ -288,6 +296,7 @@ impl JobGenerator {
             rng,
             region_start_bytes,
             region_len_bytes,
+            size_cut_from_bytes,
             rw: spec.rw,
             rwmixread_percent: spec.rwmixread_percent,
             random_percent: if spec.rw.is_random() {
@@ -410,6 +419,13 @@ impl JobGenerator {
     /// The region the job addresses, as `(start_bytes, len_bytes)`.
     pub fn region(&self) -> (u64, u64) {
         (self.region_start_bytes, self.region_len_bytes)
+    }
+
+    /// The region length `size=` asked for, in bytes, when it reached past the device's end
+    /// and the region was cut there ([`Self::region`] holds what is left); `None` when the
+    /// whole size fits. A percentage size counts too: `offset=50%` with `size=60%` is cut.
+    pub fn size_cut(&self) -> Option<u64> {
+        self.size_cut_from_bytes
     }
 
     /// Bytes issued so far.

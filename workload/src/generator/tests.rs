@@ -154,6 +154,7 @@ fn percentage_regions_and_clipping() {
     spec.size = Some(SizeSpec::Percent(50.0));
     let generator = JobGenerator::new(&spec, 100 * MIB, 512, 0, 0).unwrap();
     assert_eq!(generator.region(), (25 * MIB, 50 * MIB));
+    assert_eq!(generator.size_cut(), None);
 
     // A percentage offset is aligned down to the block size.
     spec.offset = SizeSpec::Percent(10.0);
@@ -162,12 +163,26 @@ fn percentage_regions_and_clipping() {
     let (start_bytes, len_bytes) = generator.region();
     assert_eq!(start_bytes % (4 * KIB), 0);
     assert_eq!(start_bytes + len_bytes, 10 * MIB + 512);
+    assert_eq!(generator.size_cut(), None, "no size, nothing cut");
 
-    // A size reaching past the device end is clipped to it.
+    // A size reaching past the device end is clipped to it, as fio does on a block device,
+    // and the size asked for is kept so that the cut can be reported.
     spec.offset = SizeSpec::Bytes(MIB);
     spec.size = Some(SizeSpec::Bytes(100 * MIB));
     let generator = JobGenerator::new(&spec, 4 * MIB, 512, 0, 0).unwrap();
     assert_eq!(generator.region(), (MIB, 3 * MIB));
+    assert_eq!(generator.size_cut(), Some(100 * MIB));
+    // A size that ends exactly at the device end is not cut.
+    spec.size = Some(SizeSpec::Bytes(3 * MIB));
+    let generator = JobGenerator::new(&spec, 4 * MIB, 512, 0, 0).unwrap();
+    assert_eq!(generator.region(), (MIB, 3 * MIB));
+    assert_eq!(generator.size_cut(), None);
+    // Percentages are of the whole device, so with an offset they can reach past it too.
+    spec.offset = SizeSpec::Percent(50.0);
+    spec.size = Some(SizeSpec::Percent(60.0));
+    let generator = JobGenerator::new(&spec, 100 * MIB, 512, 0, 0).unwrap();
+    assert_eq!(generator.region(), (50 * MIB, 50 * MIB));
+    assert_eq!(generator.size_cut(), Some(60 * MIB));
 }
 
 #[test]
