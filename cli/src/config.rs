@@ -304,6 +304,27 @@ pub fn load(path: Option<&Path>, overrides: &[Override]) -> Result<LoadedConfig,
         .map_err(|e| format!("configuration {source}: {e}"))?;
     // `afa run` drives `[ssd]`, `[array]`, `[waflash]` or `[ox]`, one at a time: ignoring a
     // device table would measure something else than asked.
+    //
+    // Preconditioning builds the state of a generic SSD or of an array over them; OX and
+    // WAFLASH devices have FTLs of their own, and a fill given for them used to be dropped
+    // without a word, so that a random read "of a 90% full device" read nothing from flash.
+    let device = if config.ox.is_some() {
+        Some("[ox]")
+    } else if config.waflash.is_some() {
+        Some("[waflash]")
+    } else {
+        None
+    };
+    if let Some(device) = device {
+        if config.precondition.fill_fraction > 0.0 {
+            return Err(format!(
+                "configuration {source}: [precondition] fill_fraction = {} is not applied to a {device} device \
+                 (preconditioning builds generic SSDs and arrays); fill it with a job instead, \
+                 e.g. a first job with rw=write and a second with stonewall",
+                config.precondition.fill_fraction
+            ));
+        }
+    }
     if let Some(ox) = &config.ox {
         if config.array.is_some() || config.waflash.is_some() {
             return Err(format!(
@@ -451,6 +472,10 @@ mod tests {
                 "cannot be combined",
             ),
             ("[waflash.ssd]\n", "cannot be combined"),
+            (
+                "[precondition]\nfill_fraction = 0.9\n",
+                "fill_fraction = 0.9 is not applied to a [ox] device",
+            ),
         ] {
             std::fs::write(&path, format!("[ox]\n{job}{extra}")).unwrap();
             let err = load(Some(&path), &[]).unwrap_err();
@@ -459,6 +484,13 @@ mod tests {
         std::fs::write(&path, format!("[ox]\nchannels = 0\n{job}")).unwrap();
         let err = load(Some(&path), &[]).unwrap_err();
         assert!(err.contains("ox: ") && err.contains("channels"), "{err}");
+        // WAFLASH has its own FTL too; an empty precondition table is no fill and is taken.
+        let fill = "[precondition]\nfill_fraction = 0.5\n";
+        std::fs::write(&path, format!("[waflash.ssd]\n{job}{fill}")).unwrap();
+        let err = load(Some(&path), &[]).unwrap_err();
+        assert!(err.contains("not applied to a [waflash] device"), "{err}");
+        std::fs::write(&path, format!("[waflash.ssd]\n{job}[precondition]\n")).unwrap();
+        assert!(load(Some(&path), &[]).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

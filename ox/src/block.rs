@@ -215,7 +215,7 @@ impl OxBlockDevice {
 /// default queue size.
 const QUEUE_DEPTH: u32 = 128;
 
-fn device_error(e: OxError) -> DeviceError {
+pub(crate) fn device_error(e: OxError) -> DeviceError {
     match e {
         // OX reclaims whole EBLOCKs per channel, not blocks of a plane.
         OxError::NoSpace => DeviceError::VolumeFull("no EBLOCK can be reclaimed".into()),
@@ -224,6 +224,18 @@ fn device_error(e: OxError) -> DeviceError {
             sectors: 1,
             capacity,
         },
+        OxError::PoweredOff => DeviceError::Failed,
+        // Flash that failed in a way the FTL could not absorb (an erase of a checkpoint
+        // block, every forward link of a log block), an image file's I/O error, and the
+        // controller's own faults stop the device: they are the medium's failure, not a
+        // command it does not support, which is what they were reported as.
+        e @ (OxError::Nand(_)
+        | OxError::LogWriteFailed { .. }
+        | OxError::Image(_)
+        | OxError::Recovery(_)
+        | OxError::Stuck(_)
+        | OxError::WriteCacheInconsistent { .. }
+        | OxError::AcknowledgedWriteFailed { .. }) => DeviceError::Medium(e.to_string()),
         other => DeviceError::Unsupported(other.to_string()),
     }
 }

@@ -154,14 +154,7 @@ impl OxController {
         let now = self.now_ns;
         let seq = self.ckpt_seq;
         self.ckpt_seq += 1;
-        let rssp_lsn = self
-            .contexts
-            .values()
-            .map(|c| c.rdesc_lsn)
-            .chain(self.pending_erases.values().copied())
-            .min()
-            .unwrap_or(self.log.next_lsn)
-            .min(self.log.next_lsn);
+        let rssp_lsn = self.rssp_now();
         let ppb = self.media.wblocks_per_eblock();
 
         // Table EBLOCKs that are mostly stale: rewrite their live pages so they can go.
@@ -301,6 +294,38 @@ impl OxController {
         let rssp = rec.rssp_lsn;
         self.durable_ckpt = Some(rec);
         self.log.written.retain(|_, &mut (_, _, last)| last >= rssp);
+        let reclaim = self.truncated_meta_blocks(rssp, false);
+        for &b in &reclaim {
+            match self.prov.blocks[b as usize].stream {
+                Some(Stream::Log) => self.stats.log_eblocks_reclaimed += 1,
+                _ => self.stats.table_eblocks_reclaimed += 1,
+            }
+        }
+        for b in reclaim {
+            self.reclaim_meta_block(b, now);
+        }
+        self.redrive_stalled();
+        self.fail_stalled_if_hopeless();
+    }
+
+    /// The RSSP of a checkpoint started now: the oldest log record a redo may still need,
+    /// that of the oldest context under way or of an erase not yet done.
+    fn rssp_now(&self) -> u64 {
+        self.contexts
+            .values()
+            .map(|c| c.rdesc_lsn)
+            .chain(self.pending_erases.values().copied())
+            .min()
+            .unwrap_or(self.log.next_lsn)
+            .min(self.log.next_lsn)
+    }
+
+    /// The FULL log and table EBLOCKs a durable checkpoint at `rssp` frees: log EBLOCKs
+    /// wholly before the RSSP (and neither open nor reserved by a forward link), and table
+    /// EBLOCKs that neither the current tables nor the durable checkpoint point into. For a
+    /// checkpoint not yet started, `new_checkpoint`, the durable one's pages do not count:
+    /// the new one replaces it and reaches only what the current tables reach.
+    fn truncated_meta_blocks(&self, rssp: u64, new_checkpoint: bool) -> Vec<u32> {
         let open_logs: Vec<u32> = self.log_open.iter().flatten().copied().collect();
         let link_blocks: Vec<u32> = self
             .log
@@ -308,30 +333,62 @@ impl OxController {
             .iter()
             .map(|&p| self.media.block_of_ppn(p))
             .collect();
-        let mut reclaim = Vec::new();
-        for b in 0..self.media.eblocks_total() {
-            let m = &self.prov.blocks[b as usize];
-            if m.state != BlockState::Full {
-                continue;
-            }
-            match m.stream {
-                Some(Stream::Log)
-                    if m.max_lsn < rssp && !open_logs.contains(&b) && !link_blocks.contains(&b) =>
-                {
-                    self.stats.log_eblocks_reclaimed += 1;
-                    reclaim.push(b);
-                }
-                Some(Stream::Table) if m.table_refs_current == 0 && m.table_refs_durable == 0 => {
-                    self.stats.table_eblocks_reclaimed += 1;
-                    reclaim.push(b);
-                }
-                _ => {}
-            }
+        (0..self.media.eblocks_total())
+            .filter(|&b| {
+                let m = &self.prov.blocks[b as usize];
+                m.state == BlockState::Full
+                    && match m.stream {
+                        Some(Stream::Log) => {
+                            m.max_lsn < rssp && !open_logs.contains(&b) && !link_blocks.contains(&b)
+                        }
+                        Some(Stream::Table) => {
+                            m.table_refs_current == 0
+                                && (new_checkpoint || m.table_refs_durable == 0)
+                        }
+                        _ => false,
+                    }
+            })
+            .collect()
+    }
+
+    /// Starts a checkpoint when channel `ch` has closed to user writes for want of free
+    /// EBLOCKs and a checkpoint would give `min_frees` log and table EBLOCKs back.
+    ///
+    /// Log EBLOCKs go only when a checkpoint's RSSP passes them, and table EBLOCKs only when
+    /// no current or durable table page is left in them, so between two checkpoints the
+    /// META streams grow with every context (an RDESC and a `done` record), every GC pass
+    /// and every dirty MAP page pushed out of the cache, however little free space is left.
+    /// On the timer alone (or when the log reached a tenth of the flash) they took the free
+    /// EBLOCKs GC needed to move its victims' pages, and at the largest accepted
+    /// `logical_pages` every channel ran out. The configuration reserves
+    /// `OxConfig::meta_reserve_eblocks` for these streams; a checkpoint starts once what it
+    /// would free reaches half of that share, so the other half covers what the streams write
+    /// while it runs. Nothing happens while the channel takes user writes: a trigger a
+    /// `luns_per_channel` EBLOCKs earlier also fired on the small devices of the key-value
+    /// experiments whenever GC fell behind, and the extra checkpoints cost their batch host
+    /// a sixth of its write-heavy throughput.
+    ///
+    /// The checkpoint starts from an event, never from here: this runs where WBLOCKs are
+    /// handed out, in the middle of writing a table page or moving a GC victim's pages, and
+    /// a checkpoint started there wrote its own table pages into the EBLOCK the interrupted
+    /// write had been given a WBLOCK of, out of program order.
+    ///
+    /// Returns whether a checkpoint is under way or asked for.
+    pub(crate) fn checkpoint_if_space_is_short(&mut self, ch: u32, min_frees: u64) -> bool {
+        if self.ckpt.is_some() {
+            return true;
         }
-        for b in reclaim {
-            self.reclaim_meta_block(b, now);
+        if self.fatal.is_some()
+            || self.prov.free_in_channel(ch) > self.prov.reserve_eblocks(Stream::Hot)
+        {
+            return false;
         }
-        self.fail_stalled_if_hopeless();
+        let frees = self.truncated_meta_blocks(self.rssp_now(), true).len() as u64;
+        let wanted = frees >= min_frees;
+        if wanted {
+            self.events.push(self.now_ns, Event::ForcedCheckpoint);
+        }
+        wanted
     }
 
     /// Counts, per EBLOCK, the table pages the durable checkpoint reaches.

@@ -262,6 +262,9 @@ pub struct OxController {
     pub(crate) fatal: Option<OxError>,
     /// A checkpoint was started to free log space for waiting contexts (reset by an erase).
     pub(crate) space_checkpoint_tried: bool,
+    /// A GC pass gave up for want of free EBLOCKs while a checkpoint or an erase was about
+    /// to free some (`redrive_stalled`).
+    pub(crate) gc_gave_up: bool,
     /// EBLOCKs whose erase record is logged but which are not erased yet, with its LSN.
     pub(crate) pending_erases: BTreeMap<u32, u64>,
     pub(crate) wcache: WriteCache,
@@ -344,6 +347,7 @@ impl OxController {
             hash: EventLogHash::new(),
             fatal: None,
             space_checkpoint_tried: false,
+            gc_gave_up: false,
             pending_erases: BTreeMap::new(),
             wcache: WriteCache::default(),
             read_bytes: None,

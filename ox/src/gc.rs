@@ -26,11 +26,20 @@ impl OxController {
             return;
         }
         let ch = self.media.channel_of(self.media.block_of_ppn(ppn));
-        if !self.gc.contains_key(&ch)
-            && self.prov.used_fraction(ch) >= self.cfg.gc.start_used_fraction
-        {
+        self.checkpoint_if_space_is_short(ch, self.cfg.meta_trigger_eblocks());
+        if !self.gc.contains_key(&ch) && self.gc_wanted(ch) {
             self.events.push(self.now_ns, Event::GcCheck(ch));
         }
+    }
+
+    /// Whether channel `ch` needs a GC turn: its used fraction reached the start threshold,
+    /// or it has closed to user writes for want of free EBLOCKs. A start threshold above
+    /// the used fraction at which user writes close (`1 − (2 × luns_per_channel + 2) /
+    /// usable EBLOCKs`, 0.81 on a channel of 32) was never reached: writes waited for a GC
+    /// that never started, and the run never ended.
+    fn gc_wanted(&self, ch: u32) -> bool {
+        self.prov.used_fraction(ch) >= self.cfg.gc.start_used_fraction
+            || self.prov.free_in_channel(ch) <= self.prov.reserve_eblocks(Stream::Hot)
     }
 
     /// The EBLOCK GC should collect next in a channel, if any would give space back.
@@ -99,7 +108,7 @@ impl OxController {
         if !self.cfg.gc.enabled || self.gc.contains_key(&ch) || self.fatal.is_some() {
             return;
         }
-        let needed = self.prov.used_fraction(ch) >= self.cfg.gc.start_used_fraction
+        let needed = self.gc_wanted(ch)
             || (self.prov.is_gc_channel(ch)
                 && self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction);
         if !needed {
@@ -204,11 +213,19 @@ impl OxController {
             }
             let ready = self.cpu(ready, self.cfg.costs.page_cpu_ns * chunk.len() as u64);
             loop {
-                let Some(ppn) = self.prov.alloc(&self.media, Stream::Cold) else {
+                // The COLD line stripes over the channels. When none has room above the
+                // reserve GC copies keep, the victim's own channel takes the copies down
+                // to its last two free EBLOCKs (`alloc_gc_copy_in_channel`).
+                let striped = self.prov.alloc(&self.media, Stream::Cold);
+                let Some(ppn) =
+                    striped.or_else(|| self.prov.alloc_gc_copy_in_channel(&self.media, ch))
+                else {
                     // Nowhere to move the pages: give up on this victim for now.
                     self.abort_gc(ch, copies);
                     return;
                 };
+                let to = self.media.channel_of(self.media.block_of_ppn(ppn));
+                self.checkpoint_if_space_is_short(to, self.cfg.meta_trigger_eblocks());
                 match self.media.program(ppn, ready, &rblocks, None) {
                     Ok(end) => {
                         end_max = end_max.max(end);
@@ -249,10 +266,34 @@ impl OxController {
             self.prov.blocks[b].inflight -= 1;
         }
         self.end_gc_turn(ch);
-        // GC cannot move pages anywhere: the device is full.
-        if self.gc.is_empty() {
+        // GC cannot move pages anywhere now, but that is for good only if nothing else will
+        // free an EBLOCK. A checkpoint under way, or one that would give log and table
+        // EBLOCKs back, frees some, and so does an erase waiting for its log record; each
+        // lets GC try again when it is done (`redrive_stalled`). Failing the waiting
+        // contexts at once, as this did, failed writes a running checkpoint was about to
+        // make room for.
+        let relief = self.checkpoint_if_space_is_short(ch, 1)
+            || self.ckpt.is_some()
+            || !self.pending_erases.is_empty();
+        if relief {
+            self.gc_gave_up = true;
+        } else if self.gc.is_empty() {
             while let Some(p) = self.stalled.pop_front() {
                 self.fail_context(p);
+            }
+        }
+    }
+
+    /// Space came back from outside GC (a checkpoint's end or the erase of a log or table
+    /// EBLOCK): waiting contexts start if they now fit, and if a GC pass gave up for want
+    /// of free EBLOCKs every channel checks for GC again, since it may now move its
+    /// victim's pages. Nothing else would wake the contexts: the pass that gave up left no
+    /// event.
+    pub(crate) fn redrive_stalled(&mut self) {
+        self.retry_stalled();
+        if std::mem::take(&mut self.gc_gave_up) && !self.stalled.is_empty() {
+            for ch in 0..self.cfg.channels {
+                self.events.push(self.now_ns, Event::GcCheck(ch));
             }
         }
     }
@@ -338,14 +379,17 @@ impl OxController {
                 }
             }
         }
-        if let Some(ch) = gc_channel {
-            if self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction {
+        match gc_channel {
+            Some(ch) if self.prov.used_fraction(ch) > self.cfg.gc.stop_used_fraction => {
                 self.events.push(now, Event::GcCheck(ch));
-            } else {
-                self.end_gc_turn(ch);
+                self.retry_stalled();
             }
+            Some(ch) => {
+                self.end_gc_turn(ch);
+                self.retry_stalled();
+            }
+            None => self.redrive_stalled(),
         }
-        self.retry_stalled();
         self.fail_stalled_if_hopeless();
     }
 

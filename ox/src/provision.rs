@@ -227,8 +227,16 @@ impl Provisioner {
         (stream.index() * (self.channels * self.luns) as usize) + self.pool(channel, lun)
     }
 
-    /// The open EBLOCK of a stream in a LUN, opening one from the pool if needed.
-    fn open_block(&mut self, media: &Media, stream: Stream, channel: u32, lun: u32) -> Option<u32> {
+    /// The open EBLOCK of a stream in a LUN, opening one from the pool if the channel has
+    /// more than `reserve` free EBLOCKs.
+    fn open_block(
+        &mut self,
+        media: &Media,
+        stream: Stream,
+        channel: u32,
+        lun: u32,
+        reserve: u32,
+    ) -> Option<u32> {
         let slot = self.open_slot(stream, channel, lun);
         if let Some(b) = self.open[slot] {
             let m = &self.blocks[b as usize];
@@ -238,10 +246,6 @@ impl Provisioner {
             self.close(b);
             self.open[slot] = None;
         }
-        // Each stream leaves a reserve of free EBLOCKs in the channel for the ones that free
-        // space: user writes stop first, GC copies next; the last two EBLOCKs are for the
-        // log and the tables, which a checkpoint needs before it can truncate anything.
-        let reserve = self.reserve_eblocks(stream);
         if self.free_in_channel(channel) <= reserve {
             return None;
         }
@@ -276,11 +280,36 @@ impl Provisioner {
     }
 
     /// Hands out the next WBLOCK of a stream in one channel, pipelining over its LUNs.
+    ///
+    /// Each stream leaves a reserve of free EBLOCKs in the channel for the ones that free
+    /// space (`reserve_eblocks`): user writes stop first, GC copies next; the last two
+    /// EBLOCKs are for the log and the tables, which a checkpoint needs before it can
+    /// truncate anything.
     pub fn alloc_in_channel(&mut self, media: &Media, stream: Stream, channel: u32) -> Option<Ppn> {
+        self.alloc_in_channel_above(media, stream, channel, self.reserve_eblocks(stream))
+    }
+
+    /// Hands out the next WBLOCK for a copy of a GC victim's page in the victim's own
+    /// channel. A pass there gives an EBLOCK of the channel back, so its copies may go down
+    /// to the log and table streams' last two free EBLOCKs, below the reserve GC copies keep
+    /// elsewhere: when the channels waiting for a GC turn had been drained to that reserve
+    /// by the log and table streams, their turn came and no copy could be placed, however
+    /// invalid their victims were.
+    pub fn alloc_gc_copy_in_channel(&mut self, media: &Media, channel: u32) -> Option<Ppn> {
+        self.alloc_in_channel_above(media, Stream::Cold, channel, 2)
+    }
+
+    fn alloc_in_channel_above(
+        &mut self,
+        media: &Media,
+        stream: Stream,
+        channel: u32,
+        reserve: u32,
+    ) -> Option<Ppn> {
         let cursor_slot = stream.index() * self.channels as usize + channel as usize;
         for k in 0..self.luns {
             let lun = (self.lun_cursor[cursor_slot] + k) % self.luns;
-            if let Some(b) = self.open_block(media, stream, channel, lun) {
+            if let Some(b) = self.open_block(media, stream, channel, lun, reserve) {
                 self.lun_cursor[cursor_slot] = (lun + 1) % self.luns;
                 let m = &mut self.blocks[b as usize];
                 let ppn = media.first_ppn(b) + m.alloc_ptr;

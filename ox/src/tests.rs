@@ -1352,3 +1352,223 @@ fn a_read_sent_after_a_batch_arrives_after_the_batchs_data() {
         "a read behind {transfer_ns} ns of batch data took {behind} ns, {idle} ns on an idle link"
     );
 }
+
+// ----- space at the largest accepted logical_pages -------------------------------------
+
+/// `cfg` with `logical_pages` at the largest value `validate` accepts.
+fn at_max_logical(mut cfg: OxConfig) -> OxConfig {
+    cfg.logical_pages = u64::MAX;
+    let err = cfg.validate().unwrap_err().to_string();
+    let max: u64 = err
+        .split("1..=")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no bound in {err}"));
+    cfg.logical_pages = max;
+    cfg.validate().unwrap();
+    cfg
+}
+
+/// Writes the whole logical space once in 64 KiB block writes, then overwrites it with
+/// `ops` block writes of 4–64 KiB at random places, `iodepth` of them under way at once, as
+/// fio's `randwrite` does. Returns the first failed write's error, if any.
+fn fill_then_overwrite(
+    c: &mut OxController,
+    seed: u64,
+    iodepth: usize,
+    ops: usize,
+) -> Result<(), OxError> {
+    let n = c.logical_pages();
+    let mut rng = SimRng::new(seed);
+    let mut version = 1u64;
+    let mut jobs: Vec<(u64, u32)> = (0..n)
+        .step_by(16)
+        .map(|l| (l, 16.min((n - l) as u32)))
+        .collect();
+    for _ in 0..ops {
+        let pages = 1 + rng.below(16) as u32;
+        let lba = rng.below(n - pages as u64 + 1);
+        jobs.push((lba, pages));
+    }
+    let mut t = c.now_ns();
+    let mut under_way = 0usize;
+    let mut next = jobs.into_iter();
+    loop {
+        while under_way < iodepth {
+            let Some((lba, pages)) = next.next() else {
+                break;
+            };
+            version += 1;
+            let tokens = (lba..lba + pages as u64)
+                .map(|l| sector_token(l, version))
+                .collect();
+            c.submit(t, Request::WriteBlocks { lba, tokens })?;
+            under_way += 1;
+        }
+        if under_way == 0 {
+            return Ok(());
+        }
+        let Some(when) = c.next_event_ns() else {
+            return Err(OxError::Stuck(0));
+        };
+        // A device that only checkpoints on its timer while the writes wait never runs
+        // out of events; an hour of device time is far beyond any run here (the longest,
+        // at the largest logical space, takes about ten minutes).
+        if when > 3600 * 1_000_000_000 {
+            return Err(OxError::Stuck(under_way as u64));
+        }
+        c.advance_to(when);
+        t = c.now_ns();
+        for done in c.take_completions() {
+            under_way -= 1;
+            done.result?;
+        }
+    }
+}
+
+/// Two devices at the largest `logical_pages` the configuration accepts, filled and then
+/// overwritten twice at random, one request at a time and 64 at once, never run out of
+/// flash. The accepted bound used to leave fewer spare EBLOCKs than the provisioner holds
+/// back from user writes, the log and table EBLOCKs written between checkpoints were
+/// counted nowhere, and GC copies took the free EBLOCKs of channels whose victims held only
+/// live pages: writes failed with `NoSpace` at iodepth 16.
+#[test]
+fn a_device_at_its_largest_logical_space_takes_random_overwrites() {
+    let mut other = small_config();
+    other.channels = 2;
+    other.luns_per_channel = 4;
+    other.eblocks_per_lun = 40;
+    other.terms.wblock_bytes = 16 * 1024;
+    other.terms.eblock_bytes = 128 * 1024;
+    other.map_cache_pages = 8;
+    other.log_forward_links = 1;
+    for (cfg, seed, iodepth) in [(small_config(), 1, 64), (other, 2, 1)] {
+        let cfg = at_max_logical(cfg);
+        let mut c = OxController::format(&cfg, seed).unwrap();
+        // The reserve counts on a bound on the table pages a checkpoint writes.
+        let table_pages = c.map.pages()
+            + c.map.map_s.pages()
+            + c.gbitv.pages()
+            + c.gbitv.gbitv_s.pages()
+            + c.wear.pages();
+        assert!(table_pages as u64 <= cfg.table_pages());
+        let overwrites = 2 * cfg.logical_pages as usize;
+        fill_then_overwrite(&mut c, seed, iodepth, overwrites).unwrap_or_else(|e| {
+            panic!(
+                "{} logical pages at iodepth {iodepth}: {e}",
+                cfg.logical_pages
+            )
+        });
+        assert!(c.stats().gc_victims > 0 && c.stats().checkpoints > 0);
+    }
+}
+
+/// A failed erase of a system block or a log block no forward link could take stops the
+/// device as a failure of its medium; it was reported as a command not supported.
+#[test]
+fn flash_failures_the_ftl_cannot_absorb_reach_the_host_as_medium_failures() {
+    use afa_ssd::DeviceError;
+    let erase = OxError::Nand(afa_nand::NandError::EraseFailed { block: 36 });
+    for e in [erase, OxError::LogWriteFailed { block_seq: 7 }] {
+        let text = e.to_string();
+        match crate::block::device_error(e) {
+            DeviceError::Medium(m) => assert_eq!(m, text),
+            other => panic!("{text} became {other:?}"),
+        }
+    }
+    assert!(matches!(
+        crate::block::device_error(OxError::EmptyBatch),
+        DeviceError::Unsupported(_)
+    ));
+}
+
+/// A GC start threshold above the used fraction at which a channel closes to user writes
+/// (here 1 − 4 / 20 = 0.8 of a channel of 20 usable EBLOCKs) was accepted and never
+/// reached: the writes waited for a GC that never started while the checkpoint timer ran on
+/// for ever. GC now also starts in a channel closed to user writes.
+#[test]
+fn gc_starts_in_a_channel_closed_to_user_writes_below_its_start_threshold() {
+    let mut cfg = OxConfig {
+        luns_per_channel: 1,
+        eblocks_per_lun: 21,
+        logical_pages: 345,
+        ..OxConfig::default()
+    };
+    cfg.terms.eblock_bytes = 128 * 1024;
+    cfg.gc.start_used_fraction = 0.95;
+    cfg.validate().unwrap();
+    let mut c = OxController::format(&cfg, 1).unwrap();
+    fill_then_overwrite(&mut c, 1, 16, 1000).unwrap();
+    assert!(c.stats().gc_victims > 0);
+}
+
+/// The soak behind `a_device_at_its_largest_logical_space_takes_random_overwrites`, too long
+/// for CI (about five minutes): six geometries at the largest `logical_pages`, three seeds
+/// at iodepths 1, 16 and 64 each. `GEOM=ab` runs only geometries a and b. Run with
+/// `cargo test -p afa-ox --lib largest_logical_space_soak -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn largest_logical_space_soak() {
+    let mut b = small_config();
+    b.channels = 2;
+    b.luns_per_channel = 4;
+    b.eblocks_per_lun = 40;
+    b.terms.wblock_bytes = 16 * 1024;
+    b.terms.eblock_bytes = 128 * 1024;
+    b.map_cache_pages = 8;
+    b.log_forward_links = 1;
+    let mut c = small_config();
+    c.channels = 8;
+    c.luns_per_channel = 1;
+    c.eblocks_per_lun = 40;
+    c.terms.eblock_bytes = 256 * 1024;
+    c.map_cache_pages = 4;
+    let mut d = small_config();
+    d.checkpoint.interval_ns = 1_000_000_000;
+    d.map_cache_pages = 64;
+    let mut e = small_config();
+    e.channels = 2;
+    e.luns_per_channel = 8;
+    e.eblocks_per_lun = 40;
+    e.log_forward_links = 1;
+    let mut f = small_config();
+    f.write_cache.write_back = true;
+    let sel = std::env::var("GEOM").unwrap_or_default();
+    let mut bad = 0;
+    for (name, g) in [
+        ("a", small_config()),
+        ("b", b),
+        ("c", c),
+        ("d", d),
+        ("e", e),
+        ("f", f),
+    ] {
+        if !sel.is_empty() && !sel.contains(name) {
+            continue;
+        }
+        let cfg = at_max_logical(g);
+        let n = cfg.logical_pages as usize;
+        eprintln!(
+            "geometry {name}: logical_pages {n} of {} rblocks",
+            cfg.eblocks_total() as u64 * cfg.terms.rblocks_per_eblock() as u64
+        );
+        for seed in 1..=3u64 {
+            for qd in [1usize, 16, 64] {
+                let mut c = OxController::format(&cfg, seed).unwrap();
+                let r = fill_then_overwrite(&mut c, seed, qd, n * 2);
+                let s = c.stats();
+                eprintln!(
+                    "{name} seed {seed} qd {qd}: {r:?} wa {:.2} ckpts {}",
+                    (s.user_write_bytes + s.gc_write_bytes + s.padding_bytes) as f64
+                        / s.user_write_bytes as f64,
+                    s.checkpoints
+                );
+                if r.is_err() {
+                    bad += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(bad, 0);
+}

@@ -186,8 +186,19 @@ impl KvConfig {
         let rblocks_per_eblock = device.terms.rblocks_per_eblock() as u64;
         let luns = (device.channels * device.luns_per_channel) as u64;
         let physical_rblocks = logical_pages * 13 / 10;
-        let per_lun = physical_rblocks.div_ceil(rblocks_per_eblock * luns) + 6;
-        device.eblocks_per_lun = per_lun.max(16) as u32;
+        // Six EBLOCKs per LUN on top of the 30% for the open and reserved ones, and more if
+        // the FTL's reserve (`OxConfig::reserved_eblocks`) would not leave room for the
+        // logical pages: a small device with many LUNs holds back more.
+        let mut per_lun = (physical_rblocks.div_ceil(rblocks_per_eblock * luns) + 6).max(16);
+        loop {
+            device.eblocks_per_lun = per_lun as u32;
+            let data_eblocks =
+                (device.eblocks_total() as u64).saturating_sub(device.reserved_eblocks());
+            if data_eblocks * rblocks_per_eblock >= logical_pages {
+                break;
+            }
+            per_lun += 1;
+        }
         device.logical_pages = logical_pages;
         // The controller caches a fifth of MAP (MAP_CACHE_FRACTION): the batch host's LPIDs
         // are dense and their MAP pages stay cached, while the block host's LLAMA log spreads
@@ -1749,9 +1760,10 @@ mod tests {
         images.page_images = true;
         assert!(KvStore::on_conventional(images, ssd.clone(), 1).is_err());
         // An SSD too small for the store's LBA space is refused by name.
-        let mut big = small(Interface::Block, 0.2);
-        big.device.logical_pages *= 2;
-        let err = KvStore::on_conventional(big, ssd, 1).unwrap_err();
+        let mut half = small(Interface::Block, 0.2).device;
+        half.logical_pages /= 2;
+        let small_ssd = ConventionalSsd::config_like(&half);
+        let err = KvStore::on_conventional(small(Interface::Block, 0.2), small_ssd, 1).unwrap_err();
         assert!(err.to_string().contains("fewer than"), "{err}");
         // A batch request never reaches the SSD.
         let cfg = small(Interface::Block, 0.2);
