@@ -1427,6 +1427,45 @@ fn fill_then_overwrite(
     }
 }
 
+/// The geometries the space tests fill to the largest `logical_pages`: (a) the tests'
+/// small device, 4 channels of 2 LUNs with a MAP cache of 2 pages; (b) 2 channels of 4 LUNs
+/// with 16 KiB WBLOCKs; (c) 8 channels of 1 LUN with 256 KiB EBLOCKs; (d) a 1 s checkpoint
+/// interval and a MAP cache of 64 pages; (e) 2 channels of 8 LUNs; (f) the write-back cache.
+fn space_geometries() -> Vec<(&'static str, OxConfig)> {
+    let mut b = small_config();
+    b.channels = 2;
+    b.luns_per_channel = 4;
+    b.eblocks_per_lun = 40;
+    b.terms.wblock_bytes = 16 * 1024;
+    b.terms.eblock_bytes = 128 * 1024;
+    b.map_cache_pages = 8;
+    b.log_forward_links = 1;
+    let mut c = small_config();
+    c.channels = 8;
+    c.luns_per_channel = 1;
+    c.eblocks_per_lun = 40;
+    c.terms.eblock_bytes = 256 * 1024;
+    c.map_cache_pages = 4;
+    let mut d = small_config();
+    d.checkpoint.interval_ns = 1_000_000_000;
+    d.map_cache_pages = 64;
+    let mut e = small_config();
+    e.channels = 2;
+    e.luns_per_channel = 8;
+    e.eblocks_per_lun = 40;
+    e.log_forward_links = 1;
+    let mut f = small_config();
+    f.write_cache.write_back = true;
+    vec![
+        ("a", small_config()),
+        ("b", b),
+        ("c", c),
+        ("d", d),
+        ("e", e),
+        ("f", f),
+    ]
+}
+
 /// Two devices at the largest `logical_pages` the configuration accepts, filled and then
 /// overwritten twice at random, one request at a time and 64 at once, never run out of
 /// flash. The accepted bound used to leave fewer spare EBLOCKs than the provisioner holds
@@ -1435,15 +1474,9 @@ fn fill_then_overwrite(
 /// live pages: writes failed with `NoSpace` at iodepth 16.
 #[test]
 fn a_device_at_its_largest_logical_space_takes_random_overwrites() {
-    let mut other = small_config();
-    other.channels = 2;
-    other.luns_per_channel = 4;
-    other.eblocks_per_lun = 40;
-    other.terms.wblock_bytes = 16 * 1024;
-    other.terms.eblock_bytes = 128 * 1024;
-    other.map_cache_pages = 8;
-    other.log_forward_links = 1;
-    for (cfg, seed, iodepth) in [(small_config(), 1, 64), (other, 2, 1)] {
+    let mut geometries = space_geometries().into_iter().map(|(_, cfg)| cfg);
+    let (four_channels, two_channels) = (geometries.next().unwrap(), geometries.next().unwrap());
+    for (cfg, seed, iodepth) in [(four_channels, 1, 64), (two_channels, 2, 1)] {
         let cfg = at_max_logical(cfg);
         let mut c = OxController::format(&cfg, seed).unwrap();
         // The reserve counts on a bound on the table pages a checkpoint writes.
@@ -1510,40 +1543,9 @@ fn gc_starts_in_a_channel_closed_to_user_writes_below_its_start_threshold() {
 #[test]
 #[ignore]
 fn largest_logical_space_soak() {
-    let mut b = small_config();
-    b.channels = 2;
-    b.luns_per_channel = 4;
-    b.eblocks_per_lun = 40;
-    b.terms.wblock_bytes = 16 * 1024;
-    b.terms.eblock_bytes = 128 * 1024;
-    b.map_cache_pages = 8;
-    b.log_forward_links = 1;
-    let mut c = small_config();
-    c.channels = 8;
-    c.luns_per_channel = 1;
-    c.eblocks_per_lun = 40;
-    c.terms.eblock_bytes = 256 * 1024;
-    c.map_cache_pages = 4;
-    let mut d = small_config();
-    d.checkpoint.interval_ns = 1_000_000_000;
-    d.map_cache_pages = 64;
-    let mut e = small_config();
-    e.channels = 2;
-    e.luns_per_channel = 8;
-    e.eblocks_per_lun = 40;
-    e.log_forward_links = 1;
-    let mut f = small_config();
-    f.write_cache.write_back = true;
     let sel = std::env::var("GEOM").unwrap_or_default();
     let mut bad = 0;
-    for (name, g) in [
-        ("a", small_config()),
-        ("b", b),
-        ("c", c),
-        ("d", d),
-        ("e", e),
-        ("f", f),
-    ] {
+    for (name, g) in space_geometries() {
         if !sel.is_empty() && !sel.contains(name) {
             continue;
         }

@@ -285,6 +285,9 @@ pub(crate) struct Ftl {
     /// The most valid pages under which a partial page may still add a version: the logical
     /// pages plus half of the spare pages (see `version_room`).
     version_ceiling_pages: u64,
+    /// Logical pages the device exposes, and how many of them map at least one version.
+    logical_pages: u64,
+    mapped_lpns: u64,
     block_free: Vec<bool>,
     /// Blocks where a program failed: no more pages are allocated in them, and their next
     /// GC retires them instead of erasing them.
@@ -428,6 +431,8 @@ impl Ftl {
             block_valid: vec![0; g.blocks_total() as usize],
             valid_pages: 0,
             version_ceiling_pages,
+            logical_pages,
+            mapped_lpns: 0,
             block_free,
             retire: vec![false; g.blocks_total() as usize],
             free_blocks,
@@ -880,8 +885,14 @@ impl Ftl {
     /// leave GC something to collect. So versions may take half of the spare pages: beyond
     /// that a partial page is merged (read-modify-write), as the baseline FTL does, until
     /// merges in GC, in idle time or on a full-page write bring the count down.
+    ///
+    /// Every logical page not written yet counts as a page it will take: the ceiling held
+    /// only against the pages written so far, so while the device was nearly empty each page
+    /// kept several one-sector versions, the pages written later for the first time took the
+    /// rest, and a sequential fill in 4 KiB writes with a flush after each ran out of space
+    /// with no block holding an invalid page for GC.
     fn version_room(&self) -> bool {
-        self.valid_pages < self.version_ceiling_pages
+        self.valid_pages + (self.logical_pages - self.mapped_lpns) < self.version_ceiling_pages
     }
 
     /// Replaces the version list of `lpn` (newest first), keeping references counted.
@@ -891,6 +902,12 @@ impl Ftl {
         // the old list or touching the set of multi-version pages, which the write path
         // would otherwise search on every page it writes.
         let was_multi = self.map.is_multi(lpn);
+        let was_mapped = was_multi || self.map.newest(lpn).is_some();
+        match (was_mapped, !versions.is_empty()) {
+            (false, true) => self.mapped_lpns += 1,
+            (true, false) => self.mapped_lpns -= 1,
+            _ => {}
+        }
         if was_multi {
             let old = self.map.versions(lpn);
             for &v in versions {

@@ -1197,3 +1197,43 @@ fn small_random_writes_over_the_whole_device_never_run_out_of_space() {
         assert!(report.ftl.gc_runs > 0, "combination {combo} never ran GC");
     }
 }
+
+#[test]
+fn sequential_single_sector_writes_each_flushed_never_run_out_of_space() {
+    // Writing the device once from start to end, one sector at a time with a flush after
+    // each, hands the FTL every logical page as a run of one-sector partial pages, each a
+    // new version or compacted piece of the page. While the device is nearly empty the
+    // version ceiling (a count of valid pages) lets every page keep several versions; the
+    // pages written for the first time later add valid pages whatever the ceiling says, so
+    // the early versions end up filling every block, GC finds no block with an invalid page
+    // and the write fails for want of space although the host has written no more than the
+    // logical capacity, unless the FTL merges versions to make room.
+    // `afa run` found it on the default device with `rw=write` and `fsync=1`.
+    let cases = [
+        // Every partial page a new version: no compaction, no threshold.
+        (false, Some(0)),
+        // WAFLASH as configured by default: one- and two-sector pieces are compacted.
+        (true, None),
+    ];
+    for (compaction, mv_threshold_sectors) in cases {
+        let mut config = WaflashConfig {
+            over_provisioning: WaflashConfig::default().over_provisioning,
+            mv_threshold_sectors,
+            ..tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, compaction)
+        };
+        config.geometry.blocks_per_plane = 40;
+        let mut ssd = WaflashSsd::new(config, 3).unwrap();
+        let capacity = ssd.info().capacity_sectors;
+        let mut now = 0;
+        for lba in 0..capacity {
+            now = write(&mut ssd, now, lba, 1, 1);
+            now = flush(&mut ssd, now);
+        }
+        for lba in 0..capacity {
+            assert!(
+                read_tokens_match(&mut ssd, now, lba, &[sector_token(lba, 1)]),
+                "compaction {compaction}: sector {lba} reads back wrong"
+            );
+        }
+    }
+}
