@@ -363,10 +363,8 @@ impl OxController {
     /// `logical_pages` every channel ran out. The configuration reserves
     /// `OxConfig::meta_reserve_eblocks` for these streams; a checkpoint starts once what it
     /// would free reaches half of that share, so the other half covers what the streams write
-    /// while it runs. Nothing happens while the channel takes user writes: a trigger a
-    /// `luns_per_channel` EBLOCKs earlier also fired on the small devices of the key-value
-    /// experiments whenever GC fell behind, and the extra checkpoints cost their batch host
-    /// a sixth of its write-heavy throughput.
+    /// while it runs. Nothing happens while the channel takes user writes, so a device with
+    /// room checkpoints on its timer as before.
     ///
     /// The checkpoint starts from an event, never from here: this runs where WBLOCKs are
     /// handed out, in the middle of writing a table page or moving a GC victim's pages, and
