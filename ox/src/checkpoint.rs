@@ -92,7 +92,16 @@ impl OxController {
                 // The other block holds only older records: the newest is in this one.
                 self.ckpt_block ^= 1;
                 block = self.system.checkpoint[self.ckpt_block];
-                ready = self.media.erase(block, ready)?;
+                match self.media.erase(block, ready) {
+                    Ok(end) => ready = end,
+                    Err(afa_nand::NandError::EraseFailed { .. }) => {
+                        let ch = self.media.channel_of(block);
+                        block = self.replace_system_block(block, ch)?;
+                        self.system.checkpoint[self.ckpt_block] = block;
+                        ready = self.write_bbt(ch, ready)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             let ppn = self.media.first_ppn(block) + self.media.write_pointer(block);
             match self.media.program(

@@ -64,6 +64,8 @@ pub struct OxStats {
     pub table_eblocks_reclaimed: u64,
     pub data_program_failures: u64,
     pub eblocks_retired: u64,
+    /// Bad-block table or checkpoint EBLOCKs replaced after a failed erase.
+    pub system_eblocks_replaced: u64,
     pub stalled_contexts: u64,
     /// Read commands: the sum of their latencies from submission to completion.
     pub read_latency_ns_total: u64,
@@ -1729,29 +1731,38 @@ impl OxController {
     // ----- bad blocks -----------------------------------------------------------------
 
     /// Writes a channel's bad-block table at the next WBLOCK of its system EBLOCK (§7.2.1);
-    /// a full EBLOCK is erased and the table starts again at its first WBLOCK.
+    /// a full EBLOCK is erased and the table starts again at its first WBLOCK. An EBLOCK
+    /// whose erase fails is replaced (`replace_system_block`), and the table written to the
+    /// replacement lists it.
     pub(crate) fn write_bbt(&mut self, ch: u32, ready_ns: TimeNs) -> Result<TimeNs, OxError> {
-        let block = self.system.bbt[ch as usize];
-        let bad: Vec<u32> = (0..self.media.eblocks_total())
-            .filter(|&b| self.media.channel_of(b) == ch && self.media.is_bad(b))
-            .collect();
         let mut ready = ready_ns;
         self.bbt_version += 1;
         let spp = self.media.rblocks_per_wblock();
         let rblocks: Vec<RblockWrite> = (0..spp)
             .map(|_| RblockWrite::meta(Tag::new(TagKind::Bbt, ch as u64, self.bbt_version)))
             .collect();
-        let blob = MetaBlob::Bbt {
-            version: self.bbt_version,
-            bad,
-        };
         // A failed program consumes its WBLOCK; the table goes to the next one.
         for _ in 0..2 * self.media.wblocks_per_eblock() {
+            let mut block = self.system.bbt[ch as usize];
             if self.media.write_pointer(block) >= self.media.wblocks_per_eblock() {
-                ready = self.media.erase(block, ready)?;
+                match self.media.erase(block, ready) {
+                    Ok(end) => ready = end,
+                    Err(NandError::EraseFailed { .. }) => {
+                        block = self.replace_system_block(block, ch)?;
+                        self.system.bbt[ch as usize] = block;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
+            let bad: Vec<u32> = (0..self.media.eblocks_total())
+                .filter(|&b| self.media.channel_of(b) == ch && self.media.is_bad(b))
+                .collect();
+            let blob = MetaBlob::Bbt {
+                version: self.bbt_version,
+                bad,
+            };
             let ppn = self.media.first_ppn(block) + self.media.write_pointer(block);
-            match self.media.program(ppn, ready, &rblocks, Some(blob.clone())) {
+            match self.media.program(ppn, ready, &rblocks, Some(blob)) {
                 Ok(end) => return Ok(end),
                 Err(NandError::ProgramFailed { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -1760,6 +1771,26 @@ impl OxController {
         Err(OxError::Config(format!(
             "the bad-block table of channel {ch} cannot be written"
         )))
+    }
+
+    /// Takes a free EBLOCK, of `channel` when it has one, in place of a system EBLOCK whose
+    /// erase failed (it is bad now). The paper's well-known locations are fixed; a device
+    /// that stopped at the first failed erase of one would end its life early for a block
+    /// it can do without. Recovery finds the replacement by its first record's TAG
+    /// (`SystemBlocks::locate`). The caller records the replacement in `self.system` and
+    /// writes the failed EBLOCK's bad-block table.
+    pub(crate) fn replace_system_block(
+        &mut self,
+        failed: u32,
+        channel: u32,
+    ) -> Result<u32, OxError> {
+        self.stats.eblocks_retired += 1;
+        self.stats.system_eblocks_replaced += 1;
+        self.wear.set(failed, self.media.erase_count(failed));
+        self.prov.mark_bad(&self.media, failed);
+        self.prov
+            .take_for_system(&self.media, channel)
+            .ok_or(OxError::NoSpace)
     }
 
     /// Retires an EBLOCK (a failed erase, or a program failure once its content moved).

@@ -62,7 +62,9 @@
 //! moved. A failed data program is amended by an RDESC_A (durable before the retry); a failed
 //! log program retries at the next forward link. An erase fails with
 //! `faults.erase_fail_probability`: the EBLOCK becomes bad and the bad-block table of its
-//! channel is rewritten. Factory bad EBLOCKs are never provisioned.
+//! channel is rewritten. A bad-block table or checkpoint EBLOCK whose erase fails is replaced
+//! by a free EBLOCK, which recovery finds by the TAG of its first record. Factory bad EBLOCKs
+//! are never provisioned.
 
 mod batch;
 mod block;

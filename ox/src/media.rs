@@ -209,6 +209,10 @@ pub struct Media {
     /// The byte plane of a served device (the flash image); `None` in simulation, which
     /// then runs exactly as without it.
     image: Option<FlashImage>,
+    /// EBLOCKs whose next erase fails, for tests that need a given EBLOCK to fail (the
+    /// fault probabilities choose their victims at random).
+    #[cfg(test)]
+    pub(crate) erase_fails: std::collections::BTreeSet<u32>,
 }
 
 impl Media {
@@ -238,6 +242,8 @@ impl Media {
             inflight_programs: Vec::new(),
             counters: MediaCounters::default(),
             image: None,
+            #[cfg(test)]
+            erase_fails: Default::default(),
         })
     }
 
@@ -506,7 +512,13 @@ impl Media {
             self.nand.store_mut().clear_page(ppn);
             self.meta.remove(&ppn);
         }
-        let r = self.nand.erase(block, ready_ns);
+        #[allow(unused_mut)]
+        let mut r = self.nand.erase(block, ready_ns);
+        #[cfg(test)]
+        if r.is_ok() && self.erase_fails.remove(&block) {
+            self.nand.retire_block(block);
+            r = Err(NandError::EraseFailed { block });
+        }
         if matches!(r, Err(NandError::EraseFailed { .. })) {
             self.counters.erase_failures += 1;
         }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::media::{Media, Ppn};
+use crate::media::{Media, Ppn, Tag, TagKind};
 use crate::OxError;
 
 /// The state of an EBLOCK (its 16-bit status field in OX).
@@ -85,7 +85,7 @@ impl BlockMeta {
     }
 }
 
-/// The well-known EBLOCKs: one bad-block table per channel and two checkpoint blocks.
+/// The system EBLOCKs: one bad-block table per channel and two checkpoint blocks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemBlocks {
     pub bbt: Vec<u32>,
@@ -93,29 +93,100 @@ pub struct SystemBlocks {
 }
 
 impl SystemBlocks {
-    /// Finds them by a fixed rule over the factory bad-block markers, so that recovery finds
-    /// them again without any other state: each channel's BBT is the first good EBLOCK of its
-    /// LUN 0; the checkpoint blocks are the next good EBLOCKs of LUN 0 of channels 0 and 1.
+    /// Finds them on the medium without any other state, so that recovery finds them again.
+    ///
+    /// An EBLOCK that holds a bad-block table or a checkpoint record is known by the TAG of
+    /// its first written WBLOCK: tables and records carry their kind, and a table its
+    /// channel. That is how a system EBLOCK that replaced one whose erase failed is found.
+    /// A role no EBLOCK holds yet (a fresh medium, or a replacement the power failed before
+    /// its first record reached) takes its well-known EBLOCK by a fixed rule over the
+    /// bad-block markers, when that one is good and holds nothing: each channel's BBT is the
+    /// first good EBLOCK of its LUN 0, the checkpoint blocks the next good EBLOCKs of LUN 0
+    /// of channels 0 and 1. Otherwise it takes the first good EBLOCK that holds nothing, of
+    /// its own channel for a BBT.
     pub fn locate(media: &Media) -> Result<SystemBlocks, OxError> {
         let cfg = media.config();
-        let good = |ch: u32, skip: usize| -> Option<u32> {
+        let channels = cfg.channels as usize;
+        let held = |b: u32| -> Option<Tag> {
+            let first = media.first_ppn(b);
+            (0..media.write_pointer(b))
+                .map(|p| media.tag_of(media.ppa(first + p, 0)))
+                .find(|t| t.kind != TagKind::Empty)
+        };
+        // (version or sequence of the first record, EBLOCK) of every role found by its TAG.
+        let mut bbt: Vec<Option<(u64, u32)>> = vec![None; channels];
+        let mut checkpoint: Vec<(u64, u32)> = Vec::new();
+        for b in 0..media.eblocks_total() {
+            if media.is_bad(b) {
+                continue;
+            }
+            match held(b) {
+                Some(t) if t.kind == TagKind::Bbt && (t.lpid as usize) < channels => {
+                    let slot = &mut bbt[t.lpid as usize];
+                    if slot.is_none_or(|(v, _)| t.seq > v) {
+                        *slot = Some((t.seq, b));
+                    }
+                }
+                Some(t) if t.kind == TagKind::Checkpoint => checkpoint.push((t.seq, b)),
+                _ => {}
+            }
+        }
+        // Two checkpoint EBLOCKs at most hold records: one replaced goes bad first.
+        checkpoint.sort_by_key(|&(seq, b)| (std::cmp::Reverse(seq), b));
+        checkpoint.truncate(2);
+        let mut taken: BTreeSet<u32> = bbt
+            .iter()
+            .flatten()
+            .map(|&(_, b)| b)
+            .chain(checkpoint.iter().map(|&(_, b)| b))
+            .collect();
+        let good_in_lun0 = |ch: u32, skip: usize| -> Option<u32> {
             (0..cfg.eblocks_per_lun)
                 .map(|i| media.block_at(ch, 0, i))
                 .filter(|&b| !media.is_bad(b))
                 .nth(skip)
         };
-        let mut bbt = Vec::new();
+        let mut fill = |well_known: Option<u32>, channel: Option<u32>| -> Option<u32> {
+            let unused = |b: u32, taken: &BTreeSet<u32>| {
+                !media.is_bad(b) && !taken.contains(&b) && held(b).is_none()
+            };
+            let b = well_known.filter(|&b| unused(b, &taken)).or_else(|| {
+                (0..media.eblocks_total()).find(|&b| {
+                    channel.is_none_or(|ch| media.channel_of(b) == ch) && unused(b, &taken)
+                })
+            })?;
+            taken.insert(b);
+            Some(b)
+        };
+        let mut bbt_blocks = Vec::with_capacity(channels);
         for ch in 0..cfg.channels {
-            bbt.push(good(ch, 0).ok_or_else(|| {
-                OxError::Config(format!("channel {ch} has no good EBLOCK in LUN 0"))
-            })?);
+            let b = match bbt[ch as usize] {
+                Some((_, b)) => b,
+                None => fill(good_in_lun0(ch, 0), Some(ch)).ok_or_else(|| {
+                    OxError::Config(format!(
+                        "channel {ch} has no good EBLOCK for its bad-block table"
+                    ))
+                })?,
+            };
+            bbt_blocks.push(b);
         }
-        let c0 = good(0, 1).ok_or_else(|| OxError::Config("no checkpoint EBLOCK".into()))?;
-        let c1 = good(1 % cfg.channels, if cfg.channels == 1 { 2 } else { 1 })
-            .ok_or_else(|| OxError::Config("no second checkpoint EBLOCK".into()))?;
+        let well_known = [
+            good_in_lun0(0, 1),
+            good_in_lun0(1 % cfg.channels, if cfg.channels == 1 { 2 } else { 1 }),
+        ];
+        let mut found = checkpoint.iter().map(|&(_, b)| b);
+        let mut ckpt = [0u32; 2];
+        for (i, slot) in ckpt.iter_mut().enumerate() {
+            *slot = match found.next() {
+                Some(b) => b,
+                None => fill(well_known[i], None).ok_or_else(|| {
+                    OxError::Config("no good EBLOCK for a checkpoint block".into())
+                })?,
+            };
+        }
         Ok(SystemBlocks {
-            bbt,
-            checkpoint: [c0, c1],
+            bbt: bbt_blocks,
+            checkpoint: ckpt,
         })
     }
 
@@ -377,12 +448,38 @@ impl Provisioner {
         m.closed_seq = self.close_seq;
     }
 
+    /// Takes the least-erased free EBLOCK of `channel`, or of the channel with the most free
+    /// EBLOCKs when it has none, for a system role: it leaves the data pools for good.
+    pub fn take_for_system(&mut self, media: &Media, channel: u32) -> Option<u32> {
+        let ch = if self.free_in_channel(channel) > 0 {
+            channel
+        } else {
+            (0..self.channels)
+                .filter(|&c| self.free_in_channel(c) > 0)
+                .max_by_key(|&c| (self.free_in_channel(c), std::cmp::Reverse(c)))?
+        };
+        let (_, block) = (0..self.luns)
+            .filter_map(|l| self.free[self.pool(ch, l)].first().copied())
+            .min()?;
+        self.remove_free(media, block);
+        self.usable_per_channel[ch as usize] =
+            self.usable_per_channel[ch as usize].saturating_sub(1);
+        let m = &mut self.blocks[block as usize];
+        m.state = BlockState::System;
+        m.stream = None;
+        Some(block)
+    }
+
     /// Marks an EBLOCK bad and out of every pool and line.
     pub fn mark_bad(&mut self, media: &Media, block: u32) {
         self.remove_free(media, block);
         self.close_block(block);
         let ch = media.channel_of(block) as usize;
-        if self.blocks[block as usize].state != BlockState::Bad {
+        // A system EBLOCK was never counted as usable for data.
+        if !matches!(
+            self.blocks[block as usize].state,
+            BlockState::Bad | BlockState::System
+        ) {
             self.usable_per_channel[ch] = self.usable_per_channel[ch].saturating_sub(1);
         }
         let m = &mut self.blocks[block as usize];

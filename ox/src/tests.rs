@@ -1185,6 +1185,91 @@ fn power_loss_with_program_failures_keeps_batches_atomic() {
     }
 }
 
+// ----- system EBLOCKs ---------------------------------------------------------------------
+
+/// The erases of a bad-block table's EBLOCK and of a checkpoint EBLOCK fail. Each is
+/// replaced by a free EBLOCK, the device goes on taking batches, and recovery finds the
+/// replacements by their records' TAGs and loses nothing. Either failure stopped the device.
+#[test]
+fn system_eblocks_whose_erase_fails_are_replaced_and_found_again_by_recovery() {
+    let mut cfg = small_config();
+    cfg.checkpoint.interval_ns = 500_000;
+    let mut c = OxController::format(&cfg, 31).unwrap();
+    let before = c.system.clone();
+    c.media.erase_fails.insert(before.bbt[1]);
+    c.media.erase_fails.insert(before.checkpoint[1]);
+    // Channel 1's table EBLOCK fills, so its next version erases it.
+    let mut t = 0;
+    for _ in 0..=c.media.wblocks_per_eblock() {
+        t = c.write_bbt(1, t).unwrap();
+    }
+    let mut rng = SimRng::new(31);
+    let (oracle, t) = drive(&mut c, &mut rng, 400, 4, t);
+    c.quiesce();
+    let after = c.system.clone();
+    assert_ne!(after.bbt[1], before.bbt[1]);
+    assert_ne!(after.checkpoint[1], before.checkpoint[1]);
+    assert_eq!(
+        (after.bbt[0], after.checkpoint[0]),
+        (before.bbt[0], before.checkpoint[0])
+    );
+    for b in [before.bbt[1], before.checkpoint[1]] {
+        assert!(c.media.is_bad(b), "EBLOCK {b} is not marked bad");
+    }
+    assert_eq!(c.stats().system_eblocks_replaced, 2);
+    assert!(c.stats().checkpoints > 2 * c.media.wblocks_per_eblock() as u64);
+    c.check_invariants().unwrap();
+    let t = t.max(c.now_ns());
+    let (mut r, _) = OxController::recover(c.power_loss(t), t).unwrap();
+    assert_eq!(r.system, after);
+    r.check_invariants().unwrap();
+    let now = r.now_ns();
+    let (now, all) = read_all(&mut r, now);
+    for (l, tok) in &oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+    // The replacements keep serving: more batches, checkpoints and a second recovery.
+    let mut expect = oracle;
+    let mut t = now.max(r.now_ns());
+    let checkpoints = r.stats().checkpoints;
+    for i in 0..200u64 {
+        let pages: Vec<(u64, u64)> = (0..8)
+            .map(|_| {
+                let l = rng.below(cfg.logical_pages);
+                (l, sector_token(l, 1_000_000 + i))
+            })
+            .collect();
+        let id = r.submit(t, batch(&pages, &cfg)).unwrap();
+        let done = r.run_until_complete(id).unwrap();
+        assert!(done.result.is_ok(), "{:?}", done.result);
+        expect.extend(pages);
+        t = r.now_ns();
+    }
+    assert!(r.stats().checkpoints > checkpoints);
+    let (mut r, _) = OxController::recover(r.power_loss(t), t).unwrap();
+    assert_eq!(r.system, after);
+    let now = r.now_ns();
+    let (_, all) = read_all(&mut r, now);
+    for (l, tok) in &expect {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+}
+
+/// Random erase failures, some of them of system EBLOCKs, with power cut at random points:
+/// acknowledged batches survive whole.
+#[test]
+fn power_loss_with_erase_failures_keeps_batches_atomic() {
+    let mut cfg = small_config();
+    cfg.faults.erase_fail_probability = 0.05;
+    cfg.checkpoint.interval_ns = 500_000;
+    for seed in 0..5u64 {
+        let mut rng = SimRng::new(4000 + seed);
+        let cut = 2_000_000 + rng.below(20_000_000);
+        let (submitted, base, off) = run_and_cut(&cfg, 4000 + seed, cut, 100);
+        recover_and_check(&cfg, &submitted, &base, off);
+    }
+}
+
 // ----- determinism and properties -------------------------------------------------------
 
 fn hash_of_run(seed: u64) -> (u64, OxStats) {
