@@ -23,7 +23,7 @@ use afa_sim::{transfer_ns, EventLogHash, EventQueue, TimeNs};
 use crate::batch::{CompletionRecord, Desc, Request, RequestId};
 use crate::log::{FormingBlock, LogBlock, LogRecord, LogState, RdescEntry};
 use crate::media::{Media, MetaBlob, Ppa, Ppn, RblockWrite, Tag, TagKind};
-use crate::provision::{Provisioner, Stream, SystemBlocks};
+use crate::provision::{BlockState, Provisioner, Stream, SystemBlocks};
 use crate::tables::{Gbitv, Map, MapEntry, MapMiss, TableId, TablePage, Wear, NO_PPN};
 use crate::write_cache::WriteCache;
 use crate::{CheckpointRecord, FlashImage, OxConfig, OxError};
@@ -1074,6 +1074,7 @@ impl OxController {
                     self.table_ref(ppn, 1);
                     if old != NO_PPN {
                         self.table_ref(old, -1);
+                        self.reclaim_dead_table_block(self.media.block_of_ppn(old), end);
                     }
                     return end;
                 }
@@ -1083,6 +1084,26 @@ impl OxController {
                     }
                 }
             }
+        }
+    }
+
+    /// Reclaims a FULL table EBLOCK as soon as no current table page and no page of the
+    /// durable checkpoint is left in it, unless a checkpoint is under way (its record may
+    /// still reach pages the current tables have moved past; its end reclaims them).
+    /// Waiting for the next checkpoint instead let pages pushed out of a small MAP cache
+    /// pile up: with EBLOCKs of four WBLOCKs, GC's MAP updates wrote dead table EBLOCKs
+    /// faster than checkpoints gave them back, until the log had no EBLOCK left for the
+    /// erase records that would have freed them.
+    fn reclaim_dead_table_block(&mut self, block: u32, ready_ns: TimeNs) {
+        let m = &self.prov.blocks[block as usize];
+        if self.ckpt.is_none()
+            && m.state == BlockState::Full
+            && m.stream == Some(Stream::Table)
+            && m.table_refs_current == 0
+            && m.table_refs_durable == 0
+        {
+            self.stats.table_eblocks_reclaimed += 1;
+            self.reclaim_meta_block(block, ready_ns);
         }
     }
 

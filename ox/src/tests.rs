@@ -1219,9 +1219,17 @@ fn system_eblocks_whose_erase_fails_are_replaced_and_found_again_by_recovery() {
     assert_eq!(c.stats().system_eblocks_replaced, 2);
     assert!(c.stats().checkpoints > 2 * c.media.wblocks_per_eblock() as u64);
     c.check_invariants().unwrap();
+    // Which checkpoint EBLOCK recovery calls the first is immaterial: records alternate.
+    let same = |a: &crate::provision::SystemBlocks, b: &crate::provision::SystemBlocks| {
+        let mut ca = a.checkpoint;
+        let mut cb = b.checkpoint;
+        ca.sort_unstable();
+        cb.sort_unstable();
+        a.bbt == b.bbt && ca == cb
+    };
     let t = t.max(c.now_ns());
     let (mut r, _) = OxController::recover(c.power_loss(t), t).unwrap();
-    assert_eq!(r.system, after);
+    assert!(same(&r.system, &after), "{:?} against {after:?}", r.system);
     r.check_invariants().unwrap();
     let now = r.now_ns();
     let (now, all) = read_all(&mut r, now);
@@ -1247,7 +1255,7 @@ fn system_eblocks_whose_erase_fails_are_replaced_and_found_again_by_recovery() {
     }
     assert!(r.stats().checkpoints > checkpoints);
     let (mut r, _) = OxController::recover(r.power_loss(t), t).unwrap();
-    assert_eq!(r.system, after);
+    assert!(same(&r.system, &after), "{:?} against {after:?}", r.system);
     let now = r.now_ns();
     let (_, all) = read_all(&mut r, now);
     for (l, tok) in &expect {
@@ -1658,4 +1666,62 @@ fn largest_logical_space_soak() {
         }
     }
     assert_eq!(bad, 0);
+}
+
+/// One-RBLOCK random writes at iodepth 32 on a device of 512-byte RBLOCKs and EBLOCKs of
+/// four WBLOCKs, a quarter full, with the default MAP cache of 8 pages: GC's MAP updates
+/// push a dirty MAP page out for most pages they move, each a WBLOCK of the table stream.
+/// Dead table EBLOCKs waited for the next checkpoint, piled up to 61% of the flash, and the
+/// log found no EBLOCK for the erase records that would have freed them: writes failed
+/// with `NoSpace` after 80,058 of them (found by the configuration soak).
+#[test]
+fn table_eblocks_are_reclaimed_when_their_pages_die_so_map_churn_cannot_fill_the_device() {
+    let cfg = OxConfig {
+        terms: FlashTerms {
+            rblock_bytes: 512,
+            wblock_bytes: 8192,
+            eblock_bytes: 32768,
+            tag_bytes: 16,
+        },
+        channels: 4,
+        luns_per_channel: 4,
+        eblocks_per_lun: 117,
+        logical_pages: 30000,
+        log_forward_links: 2,
+        max_batch_pages: 63,
+        ..OxConfig::default()
+    };
+    let mut c = OxController::format(&cfg, 1).unwrap();
+    let n = cfg.logical_pages;
+    let mut rng = SimRng::new(1);
+    let mut tokens = vec![0u64; n as usize];
+    let (mut t, mut under_way, mut issued) = (0, 0, 0u64);
+    loop {
+        while under_way < 32 && issued < 100_000 {
+            let lba = if issued < n { issued } else { rng.below(n) };
+            issued += 1;
+            tokens[lba as usize] = sector_token(lba, issued);
+            let write = Request::WriteBlocks {
+                lba,
+                tokens: vec![tokens[lba as usize]],
+            };
+            c.submit(t, write).unwrap();
+            under_way += 1;
+        }
+        if under_way == 0 {
+            break;
+        }
+        c.advance_to(c.next_event_ns().expect("writes are under way"));
+        t = c.now_ns();
+        for done in c.take_completions() {
+            under_way -= 1;
+            assert!(done.result.is_ok(), "write {issued}: {:?}", done.result);
+        }
+    }
+    assert!(c.stats().gc_victims > 0);
+    c.quiesce();
+    c.check_invariants().unwrap();
+    let now = c.now_ns();
+    let (_, all) = read_all(&mut c, now);
+    assert_eq!(all, tokens);
 }
