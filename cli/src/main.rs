@@ -361,7 +361,13 @@ fn run(
             epoch_ns: pre.epoch_ns,
         };
         let host_start = std::time::Instant::now();
-        let (outcome, cpu) = run_on(&mut device, cfg.host.as_ref(), &workload, &options)?;
+        let (outcome, cpu) = run_on(
+            &mut device,
+            cfg.host.as_ref(),
+            &workload,
+            &options,
+            Notes::Print,
+        )?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let sector = array.device().info().sector_bytes as u64;
         let members = array.members();
@@ -390,7 +396,13 @@ fn run(
         // Host time covers the simulated run only, not building and preconditioning the
         // device, so that requests per host second measure the simulator's speed.
         let host_start = std::time::Instant::now();
-        let (outcome, cpu) = run_on(&mut ssd, cfg.host.as_ref(), &workload, &options)?;
+        let (outcome, cpu) = run_on(
+            &mut ssd,
+            cfg.host.as_ref(),
+            &workload,
+            &options,
+            Notes::Print,
+        )?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let host_pages = ssd.stats().host_page_writes;
         let mut report = report::build(
@@ -495,6 +507,18 @@ pub fn device_run_options(cfg: &config::RunConfig, quiet: bool) -> RunOptions {
     }
 }
 
+/// Whether a run tells its user on stderr what it changed in the workload as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notes {
+    /// `afa run`: each note goes to stderr as `note: ...` once, before the run starts, so that
+    /// the user reads it before any figure measured on the changed workload, and still reads
+    /// it when the run then fails.
+    Print,
+    /// The reproductions: their jobs are the project's own, so a note on each of their many
+    /// runs would tell the user nothing they can act on. The notes stay in the outcome.
+    Keep,
+}
+
 /// Runs the workload on `device`, through the host CPU model when one is configured, and
 /// returns the outcome and the CPU report.
 pub fn run_on(
@@ -502,19 +526,26 @@ pub fn run_on(
     host: Option<&afa_host::CpuConfig>,
     workload: &Workload,
     options: &RunOptions,
+    notes: Notes,
 ) -> Result<(afa_host::RunOutcome, Option<serde_json::Value>), String> {
+    let start = |device: &mut dyn BlockDevice| -> Result<afa_host::RunOutcome, String> {
+        let prepared =
+            afa_host::PreparedRun::new(device, workload, options).map_err(|e| e.to_string())?;
+        if notes == Notes::Print {
+            for note in prepared.notes() {
+                eprintln!("note: {note}");
+            }
+        }
+        prepared.run().map_err(|e| e.to_string())
+    };
     match host {
         Some(h) => {
             let mut front = afa_host::CpuFront::new(device, h)?;
-            let outcome =
-                afa_host::run(&mut front, workload, options).map_err(|e| e.to_string())?;
+            let outcome = start(&mut front)?;
             let cpu = serde_json::to_value(front.report(outcome.sim_time_ns)).ok();
             Ok((outcome, cpu))
         }
-        None => {
-            let outcome = afa_host::run(device, workload, options).map_err(|e| e.to_string())?;
-            Ok((outcome, None))
-        }
+        None => Ok((start(device)?, None)),
     }
 }
 

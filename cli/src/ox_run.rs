@@ -35,7 +35,13 @@ pub fn run(
     let host_start = std::time::Instant::now();
     let (outcome, cpu) = {
         let dev: &mut dyn BlockDevice = &mut device;
-        crate::run_on(dev, cfg.host.as_ref(), &workload, options)?
+        crate::run_on(
+            dev,
+            cfg.host.as_ref(),
+            &workload,
+            options,
+            crate::Notes::Print,
+        )?
     };
     let host_time_s = host_start.elapsed().as_secs_f64();
     let stats = *device.controller().stats();

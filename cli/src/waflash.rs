@@ -82,7 +82,13 @@ pub fn run(
         None => {
             let workload = crate::load_workload(&cfg.workload, base_dir)?;
             let device: &mut dyn BlockDevice = &mut ssd;
-            crate::run_on(device, cfg.host.as_ref(), &workload, options)?
+            crate::run_on(
+                device,
+                cfg.host.as_ref(),
+                &workload,
+                options,
+                crate::Notes::Print,
+            )?
         }
     };
     let host_time_s = host_start.elapsed().as_secs_f64();

@@ -293,25 +293,44 @@ fn plane_shortfalls_name_the_key_at_fault() {
 }
 
 /// A job's `size=` past the device's end is cut there, as fio does on a block device, and
-/// the run says so on stderr instead of measuring a smaller region silently.
+/// `afa run` says so on stderr, once, instead of measuring a smaller region silently. The
+/// host library only returns the note; the command prints it before the run starts, so a
+/// run that then fails still shows it.
 #[test]
 fn a_size_past_the_device_end_is_cut_with_a_note() {
+    let geometry = "[ssd.geometry]\nchannels = 2\nchips_per_channel = 1\ndies_per_chip = 1\nplanes_per_die = 1\nblocks_per_plane = 64\npages_per_block = 64\npage_bytes = 16384\n";
+    let note = "note: job \"w\": size=1073741824 bytes from offset 0 reaches past the end of the ";
     let out = run_config(
         "size_past_end.toml",
-        "[ssd.geometry]\nchannels = 2\nchips_per_channel = 1\ndies_per_chip = 1\nplanes_per_die = 1\nblocks_per_plane = 64\npages_per_block = 64\npage_bytes = 16384\n[workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nsize=1g\\nio_size=1m\\n\"\n",
+        &format!(
+            "{geometry}[workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nsize=1g\\nio_size=1m\\n\"\n"
+        ),
     );
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains(
-            "note: job \"w\": size=1073741824 bytes from offset 0 reaches past the end of the "
-        ),
-        "{err}"
-    );
+    assert_eq!(err.matches(note).count(), 1, "{err}");
+    assert_eq!(err.matches("note: ").count(), 1, "{err}");
     assert!(
         err.contains("fio cuts it the same way on a block device"),
         "{err}"
     );
+
+    // Every read the second job makes fails, and the run stops at the first; the note on
+    // its cut region was printed before, once.
+    let out = run_config(
+        "size_past_end_failing.toml",
+        &format!(
+            "[ssd]\npayload = \"token\"\n[ssd.faults]\nread_fail_probability = 0.5\n{geometry}\
+             [workload]\njob = \"[f]\\nrw=write\\nbs=64k\\nsize=1m\\n[w]\\nstonewall\\n\
+             rw=read\\nbs=4k\\nsize=1g\\nio_size=1m\\n\"\n"
+        ),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches(note).count(), 1, "{err}");
+    let error = err.find("error: ").expect(&err);
+    assert!(err.find(note).unwrap() < error, "{err}");
+    assert!(err[error..].contains("could not be read"), "{err}");
 }
 
 /// raid5f takes only whole stripes, and a 3-chunk stripe of 4 KiB chunks is not a whole

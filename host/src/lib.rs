@@ -107,8 +107,9 @@ pub struct RunOutcome {
     /// issued at (with `RunOptions::record_requests`; empty otherwise).
     pub issued: Vec<TraceRecord>,
     /// What the run changed in the workload as given, one sentence each: a job whose
-    /// `size=` reached past the device's end and was cut there. [`run`] also writes each
-    /// to stderr as `note: ...` before the run starts.
+    /// `size=` reached past the device's end and was cut there. The library prints none of
+    /// them, since only its caller knows whether its user should see them; a caller that
+    /// tells the user before the run starts takes them from [`PreparedRun::notes`].
     pub notes: Vec<String>,
 }
 
@@ -288,14 +289,51 @@ pub fn run(
     workload: &Workload,
     options: &RunOptions,
 ) -> Result<RunOutcome, RunError> {
-    let mut host = Host::new(device, workload, options)?;
-    // The user must learn that the workload is not quite what the job file says before
-    // reading any figure measured on it, whatever the caller does with the outcome.
-    for note in &host.notes {
-        eprintln!("note: {note}");
+    PreparedRun::new(device, workload, options)?.run()
+}
+
+/// A run set up on its device and not started yet: [`run`] in two steps. A command line
+/// tells its user the run's [`notes`](Self::notes) between the two, so that the user learns
+/// the workload is not quite what the job file says before the run starts, and still learns
+/// it when the run then fails.
+pub struct PreparedRun<'d> {
+    host: Host<'d>,
+}
+
+impl<'d> PreparedRun<'d> {
+    /// Sets `workload` up on `device`. Fails where [`run`] fails before its first request.
+    pub fn new(
+        device: &'d mut dyn BlockDevice,
+        workload: &Workload,
+        options: &RunOptions,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
+            host: Host::new(device, workload, options)?,
+        })
     }
-    host.run()?;
-    Ok(host.finish())
+
+    /// What the run will change in the workload as given; the outcome's
+    /// [`RunOutcome::notes`] holds the same.
+    pub fn notes(&self) -> &[String] {
+        &self.host.notes
+    }
+
+    /// Drives the device until every job ends, as [`run`] does.
+    pub fn run(mut self) -> Result<RunOutcome, RunError> {
+        self.host.run()?;
+        Ok(self.host.finish())
+    }
+}
+
+impl std::fmt::Debug for PreparedRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The device is a trait object without `Debug`; the notes are what a caller of a
+        // prepared run looks at.
+        f.debug_struct("PreparedRun")
+            .field("streams", &self.host.streams.len())
+            .field("notes", &self.host.notes)
+            .finish_non_exhaustive()
+    }
 }
 
 struct Host<'d> {

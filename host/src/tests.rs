@@ -300,6 +300,26 @@ fn a_size_past_the_device_end_is_cut_and_reported() {
         .is_empty());
 }
 
+/// A prepared run gives its notes before it starts, for a caller to show its user then, and
+/// the outcome holds the same notes.
+#[test]
+fn a_prepared_run_gives_its_notes_before_it_starts() {
+    let mut dev = ssd(PayloadMode::Token);
+    let jobs = parse_job_file("[w]\nrw=write\nbs=64k\nsize=1g\nio_size=1m\n").unwrap();
+    let prepared = PreparedRun::new(&mut dev, &Workload::Jobs(jobs), &options()).unwrap();
+    let notes = prepared.notes().to_vec();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("job \"w\": size=1073741824 bytes"),
+        "{notes:?}"
+    );
+    let shown = format!("{prepared:?}");
+    assert!(shown.contains("size=1073741824 bytes"), "{shown}");
+    let out = prepared.run().unwrap();
+    assert_eq!(out.notes, notes);
+    assert_eq!(out.measurements.write.bytes, 1 << 20);
+}
+
 /// fio's `continue_on_error=read`: a read the device fails is counted and the job goes on;
 /// without it the run ends with the device's error.
 #[test]

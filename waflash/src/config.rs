@@ -263,6 +263,18 @@ impl WaflashConfig {
                 self.mv_threshold()
             ));
         }
+        // A threshold of 0 sends every partial page to a new version, so none is ever small
+        // enough to compact: compaction would be on in the configuration and off in the
+        // run. Only a threshold the user set can be 0 with compaction on; the default is
+        // half a page, 0 only on a one-sector page, which has no partial pages anyway.
+        if self.compaction && self.mv_threshold_sectors == Some(0) {
+            return bad(
+                "mv_threshold_sectors = 0 leaves no partial page small enough to compact, so \
+                 compaction = true would do nothing; set compaction = false or a threshold of \
+                 at least 1"
+                    .into(),
+            );
+        }
         if self.max_versions < 2 {
             return bad(format!(
                 "max_versions = {} must be at least 2",
@@ -294,6 +306,20 @@ impl WaflashConfig {
         }
         if self.logical_pages() == 0 {
             return bad("the device has no logical pages".into());
+        }
+        // The buffer holds at most one dirty copy of each logical page, so room past the
+        // logical space could hold nothing but pages on their way to flash. A value that
+        // large is a slip (a size meant for another device, or a unit too many) rather than
+        // a device worth measuring.
+        let logical_bytes = self.logical_pages() as u64 * self.geometry.page_bytes as u64;
+        if self.buffer_bytes > logical_bytes {
+            return bad(format!(
+                "buffer_bytes = {} is larger than the device's logical space; it can be at \
+                 most {logical_bytes} bytes ({} logical pages of {} bytes)",
+                self.buffer_bytes,
+                self.logical_pages(),
+                self.geometry.page_bytes
+            ));
         }
         Ok(())
     }

@@ -532,6 +532,62 @@ fn pc_lru_looks_for_its_full_page_beyond_mcas_window() {
     );
 }
 
+/// The buffer holds at most one dirty copy of each logical page, so a buffer larger than the
+/// logical space is refused, naming the key, its value and the limit; one exactly that large
+/// is accepted, as are the default device and the tiny one the tests run.
+#[test]
+fn a_buffer_larger_than_the_logical_space_is_refused() {
+    let base = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+    base.validate().unwrap();
+    WaflashConfig::default().validate().unwrap();
+    let limit = base.logical_pages() as u64 * base.geometry.page_bytes as u64;
+    let mut c = base.clone();
+    c.buffer_bytes = limit;
+    c.validate().unwrap();
+    c.buffer_bytes = limit + 1;
+    let e = WaflashSsd::new(c, 1).unwrap_err().to_string();
+    for part in [
+        format!("buffer_bytes = {}", limit + 1),
+        format!("at most {limit} bytes"),
+        format!("{} logical pages", base.logical_pages()),
+    ] {
+        assert!(e.contains(&part), "{part:?} not in {e}");
+    }
+    // The default's 4 MiB on a device of 230 logical pages (3.6 MiB), as when a small
+    // geometry is set and the buffer left as it was.
+    let mut c = base.clone();
+    c.geometry.blocks_per_plane = 8;
+    c.gc_threshold_blocks = 2;
+    c.over_provisioning = 0.55;
+    c.buffer_bytes = 2 << 20;
+    c.validate().unwrap();
+    c.buffer_bytes = WaflashConfig::default().buffer_bytes;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("buffer_bytes = 4194304") && e.contains("at most 3768320 bytes"),
+        "{e}"
+    );
+}
+
+/// Compaction gathers partial pages of at most `mv_threshold_sectors` sectors; a threshold
+/// of 0 set beside `compaction = true` would leave it nothing to gather and is refused. The
+/// same threshold without compaction (every partial page a new version) stays valid.
+#[test]
+fn compaction_with_a_zero_mv_threshold_is_refused() {
+    let mut c = tiny(BufferPolicy::PcLru, FtlKind::MultiVersion, true);
+    c.mv_threshold_sectors = Some(0);
+    let e = WaflashSsd::new(c.clone(), 1).unwrap_err().to_string();
+    assert!(
+        e.contains("mv_threshold_sectors = 0") && e.contains("compaction = true"),
+        "{e}"
+    );
+    c.compaction = false;
+    c.validate().unwrap();
+    c.compaction = true;
+    c.mv_threshold_sectors = Some(1);
+    c.validate().unwrap();
+}
+
 #[test]
 fn bad_configurations_are_named() {
     let c = tiny(BufferPolicy::Fifo, FtlKind::PageRmw, true);

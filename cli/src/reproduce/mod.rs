@@ -386,7 +386,13 @@ pub(crate) fn run_job_file(
         show_progress: false,
         record_requests: false,
     };
-    let (outcome, cpu) = crate::run_on(device, host, &Workload::Jobs(jobs), &options)?;
+    let (outcome, cpu) = crate::run_on(
+        device,
+        host,
+        &Workload::Jobs(jobs),
+        &options,
+        crate::Notes::Keep,
+    )?;
     if outcome.mismatches > 0 {
         return Err(format!(
             "{} sectors read back wrong in the experiment",

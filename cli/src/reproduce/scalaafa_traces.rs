@@ -133,7 +133,13 @@ fn replay(
         show_progress: false,
         record_requests: false,
     };
-    let (outcome, _) = crate::run_on(v.device(), Some(&engine.host()), &workload, &options)?;
+    let (outcome, _) = crate::run_on(
+        v.device(),
+        Some(&engine.host()),
+        &workload,
+        &options,
+        crate::Notes::Keep,
+    )?;
     let m = &outcome.measurements;
     let member_write_sectors = scalaafa::member_write_sectors(&v);
     let stripes_converted = scalaafa::stripes_converted(&v);
