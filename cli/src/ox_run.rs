@@ -69,10 +69,25 @@ pub fn run(
     } else {
         ""
     };
+    // Media faults are named only when some happened, so that a run without them reads
+    // as before and one with them shows what the FTL absorbed.
+    let media = device.controller().media().counters();
+    let faults = if media.program_failures + media.erase_failures + stats.eblocks_retired > 0 {
+        format!(
+            "; media faults: {} failed programs, {} failed erases, {} EBLOCKs retired \
+             ({} bad-block table or checkpoint EBLOCKs replaced)",
+            media.program_failures,
+            media.erase_failures,
+            stats.eblocks_retired,
+            stats.system_eblocks_replaced
+        )
+    } else {
+        String::new()
+    };
     let line = format!(
         "ox (OXBlock, {cache}up to {} commands outstanding): {} write contexts, {} done records, \
          {} RDESC_A, {} checkpoints, {} GC victims ({:.1} MB moved, {:.1} MB reclaimed), \
-         {} MAP page loads",
+         {} MAP page loads{faults}",
         device.info().max_queue_depth,
         stats.contexts,
         stats.done_records,

@@ -124,6 +124,40 @@ fn an_ox_run_whose_checkpoints_overrun_their_interval_still_finishes() {
     assert_eq!(v["integrity"]["reads_checked"], 3840);
 }
 
+/// Failed programs and erases on the medium, checkpoints every millisecond so that the
+/// checkpoint EBLOCKs are erased often: the FTL absorbs every failure (RDESC_A, retired
+/// EBLOCKs, replaced system EBLOCKs), every read is still right, and the summary line names
+/// what it absorbed.
+#[test]
+fn an_ox_run_with_media_faults_checks_every_read_and_names_the_faults() {
+    let text = std::fs::read_to_string(fixture("ox_run.toml"))
+        .unwrap()
+        .replace("interval_ns = 20000000", "interval_ns = 1000000")
+        + "[ox.faults]\nprogram_fail_probability = 0.002\nerase_fail_probability = 0.02\n";
+    let config = temp("faults.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = afa(&["run", config.to_str().unwrap(), "--seed", "11"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = format!("{stdout}{stderr}");
+    assert!(text.contains("0 mismatches"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("ox (OXBlock"))
+        .unwrap_or_else(|| panic!("no summary line: {text}"));
+    assert!(line.contains("; media faults: "), "{line}");
+    assert!(!line.contains(" 0 failed erases"), "{line}");
+    let v = run_config(config.to_str().unwrap(), "11", "faults.json");
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert_eq!(v["integrity"]["reads_checked"], 3840);
+    assert!(
+        v["ox"]["eblocks_retired"].as_u64().unwrap() > 0,
+        "{}",
+        v["ox"]
+    );
+}
+
 /// With `[ox.write_cache] write_back = true` every write is acknowledged from the controller's
 /// cache, and every read is still checked against what was written.
 #[test]
