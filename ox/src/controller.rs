@@ -487,6 +487,13 @@ impl OxController {
 
     /// Whether any request, context, GC pass, checkpoint or log block is under way.
     pub fn busy(&self) -> bool {
+        // A device that failed does nothing more: work under way then waits for ever, and a
+        // host waiting for it to go idle (a stonewall) waited with it, timer tick by tick.
+        // Every later command fails with the error instead.
+        self.fatal.is_none() && self.busy_with_work()
+    }
+
+    fn busy_with_work(&self) -> bool {
         !self.requests.is_empty()
             || !self.contexts.is_empty()
             || !self.gc.is_empty()
@@ -1204,8 +1211,15 @@ impl OxController {
         let mut amendments = Vec::new();
         let mut new_wblocks = Vec::new();
         for chunk in failed.chunks(spp as usize) {
-            // A context already under way finishes even in channels closed for GC.
-            let Some(ppn) = self.prov.alloc_any(&self.media, Stream::Hot) else {
+            // A context already under way finishes even in channels closed for GC, and
+            // below the free EBLOCKs held back from user writes, down to those GC's copies
+            // may take: a retry is data the host already sent, and failing it because every
+            // channel had closed to new writes stopped the whole device.
+            let retry_reserve = self.prov.reserve_eblocks(Stream::Cold);
+            let Some(ppn) = self.prov.alloc_any(&self.media, Stream::Hot).or_else(|| {
+                self.prov
+                    .alloc_any_above(&self.media, Stream::Hot, retry_reserve)
+            }) else {
                 self.fatal = Some(OxError::NoSpace);
                 return;
             };

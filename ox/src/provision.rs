@@ -426,6 +426,20 @@ impl Provisioner {
         None
     }
 
+    /// Hands out the next WBLOCK of a stream in any channel that has more than `reserve`
+    /// free EBLOCKs, whatever the stream's own reserve (see `alloc_in_channel`).
+    pub fn alloc_any_above(&mut self, media: &Media, stream: Stream, reserve: u32) -> Option<Ppn> {
+        let s = stream.index();
+        for k in 0..self.channels {
+            let ch = (self.channel_cursor[s] + k) % self.channels;
+            if let Some(ppn) = self.alloc_in_channel_above(media, stream, ch, reserve) {
+                self.channel_cursor[s] = (ch + 1) % self.channels;
+                return Some(ppn);
+            }
+        }
+        None
+    }
+
     /// The channel cursor of a stream (saved in the checkpoint record so that provisioning
     /// continues its round-robin after recovery).
     pub fn channel_cursor(&self, stream: Stream) -> u32 {

@@ -1263,6 +1263,25 @@ fn system_eblocks_whose_erase_fails_are_replaced_and_found_again_by_recovery() {
     }
 }
 
+/// A controller that stopped (`fatal`) does nothing more, so work under way never ends: it
+/// must not call itself busy, or a host waiting for it to go idle at a stonewall waits for
+/// ever while the checkpoint timer ticks (found by the configuration soak). Every later
+/// command fails with the error.
+#[test]
+fn a_stopped_controller_is_not_busy_and_refuses_commands() {
+    let cfg = small_config();
+    let mut c = OxController::format(&cfg, 5).unwrap();
+    let pages: Vec<(u64, u64)> = (0..32).map(|l| (l, sector_token(l, 1))).collect();
+    c.submit(0, batch(&pages, &cfg)).unwrap();
+    assert!(c.busy());
+    c.fatal = Some(OxError::NoSpace);
+    assert!(!c.busy());
+    assert!(matches!(
+        c.submit(c.now_ns(), Request::ReadLpid(0)),
+        Err(OxError::NoSpace)
+    ));
+}
+
 /// Random erase failures, some of them of system EBLOCKs, with power cut at random points:
 /// acknowledged batches survive whole.
 #[test]
