@@ -1100,10 +1100,13 @@ impl OxController {
     /// Waiting for the next checkpoint instead let pages pushed out of a small MAP cache
     /// pile up: with EBLOCKs of four WBLOCKs, GC's MAP updates wrote dead table EBLOCKs
     /// faster than checkpoints gave them back, until the log had no EBLOCK left for the
-    /// erase records that would have freed them.
+    /// erase records that would have freed them. Recovery's redo, which writes table pages
+    /// before the log continues (and before `durable_ckpt` is set), leaves them to the
+    /// checkpoint that ends recovery.
     fn reclaim_dead_table_block(&mut self, block: u32, ready_ns: TimeNs) {
         let m = &self.prov.blocks[block as usize];
         if self.ckpt.is_none()
+            && self.durable_ckpt.is_some()
             && m.state == BlockState::Full
             && m.stream == Some(Stream::Table)
             && m.table_refs_current == 0
