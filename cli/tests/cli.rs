@@ -315,8 +315,8 @@ fn a_size_past_the_device_end_is_cut_with_a_note() {
         "{err}"
     );
 
-    // Every read the second job makes fails, and the run stops at the first; the note on
-    // its cut region was printed before, once.
+    // Half the second job's reads fail, and the run stops at the first that does; the note
+    // on its cut region was printed before, once.
     let out = run_config(
         "size_past_end_failing.toml",
         &format!(
