@@ -103,6 +103,10 @@ pub struct RunOutcome {
     pub mismatches: u64,
     pub first_mismatches: Vec<Mismatch>,
     pub event_hash: u64,
+    /// Events the host's own queue processed: completions, think-time and wake-up issues,
+    /// calls for the device's idle-time work. The host's share of a run's work, which a
+    /// job's own options must not make grow faster than its requests.
+    pub host_events: u64,
     /// Every request the workload issued, in order, stamped with the simulated time it was
     /// issued at (with `RunOptions::record_requests`; empty otherwise).
     pub issued: Vec<TraceRecord>,
@@ -267,8 +271,9 @@ struct Inflight {
 enum Event {
     /// The request in slab slot `slot` completes.
     Complete { slot: u32 },
-    /// `stream` may issue its next request (after think time, or a timed trace record).
-    Issue { stream: u32 },
+    /// `stream` may issue its next request: after its think time, or (`wakeup`) when a
+    /// timed trace record or a rate-capped request it waits for is due.
+    Issue { stream: u32, wakeup: bool },
     /// The device asked to be called for idle-time work.
     Background,
 }
@@ -353,6 +358,7 @@ struct Host<'d> {
     waiting: std::collections::VecDeque<u32>,
     now_ns: TimeNs,
     hash: EventLogHash,
+    host_events: u64,
     requests: u64,
     write_buf: Vec<u8>,
     read_buf: Vec<u8>,
@@ -520,6 +526,7 @@ impl<'d> Host<'d> {
             waiting: std::collections::VecDeque::new(),
             now_ns: 0,
             hash: EventLogHash::new(),
+            host_events: 0,
             requests: 0,
             write_buf: Vec::new(),
             read_buf: Vec::new(),
@@ -571,6 +578,7 @@ impl<'d> Host<'d> {
                 break;
             };
             self.now_ns = t;
+            self.host_events += 1;
             if t == instant_ns {
                 events_at_instant += 1;
                 if events_at_instant > EVENTS_AT_ONE_INSTANT_MAX {
@@ -608,15 +616,29 @@ impl<'d> Host<'d> {
                     }
                     let think = self.streams[stream as usize].thinktime_ns;
                     if think > 0 {
-                        self.queue.push(t + think, Event::Issue { stream });
+                        self.queue.push(
+                            t + think,
+                            Event::Issue {
+                                stream,
+                                wakeup: false,
+                            },
+                        );
                     } else {
                         self.issue(stream)?;
                     }
                     self.maybe_finish_group()?;
                 }
-                Event::Issue { stream } => {
+                Event::Issue { stream, wakeup } => {
                     self.hash.record(t, 2, stream as u64);
-                    self.streams[stream as usize].wakeup_pending = false;
+                    // Only the wake-up itself clears the flag. A think-time event that
+                    // cleared it while the wake-up was still queued let the rate cap queue
+                    // another, and every wake-up that then found its request not yet due
+                    // queued one more: with `thinktime` and `rate` together the queue grew
+                    // with every request and a run crawled at a thousand requests per
+                    // host second.
+                    if wakeup {
+                        self.streams[stream as usize].wakeup_pending = false;
+                    }
                     self.issue(stream)?;
                     self.maybe_finish_group()?;
                 }
@@ -727,7 +749,13 @@ impl<'d> Host<'d> {
             let depth = s.iodepth;
             if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
                 s.wakeup_pending = true;
-                self.queue.push(now, Event::Issue { stream: i as u32 });
+                self.queue.push(
+                    now,
+                    Event::Issue {
+                        stream: i as u32,
+                        wakeup: true,
+                    },
+                );
                 continue;
             }
             for _ in 0..depth {
@@ -807,7 +835,13 @@ impl<'d> Host<'d> {
                         if !s.wakeup_pending {
                             s.wakeup_pending = true;
                             let wake = s.deadline_ns.map_or(due, |d| d.min(due));
-                            self.queue.push(wake, Event::Issue { stream });
+                            self.queue.push(
+                                wake,
+                                Event::Issue {
+                                    stream,
+                                    wakeup: true,
+                                },
+                            );
                         }
                         return None;
                     }
@@ -834,7 +868,13 @@ impl<'d> Host<'d> {
                         // Not yet: come back at the record's time (once).
                         if !s.wakeup_pending {
                             s.wakeup_pending = true;
-                            self.queue.push(due, Event::Issue { stream });
+                            self.queue.push(
+                                due,
+                                Event::Issue {
+                                    stream,
+                                    wakeup: true,
+                                },
+                            );
                         }
                         return None;
                     }
@@ -1134,6 +1174,7 @@ impl<'d> Host<'d> {
             mismatches,
             first_mismatches: first,
             event_hash: self.hash.value(),
+            host_events: self.host_events,
             issued: self.issued.unwrap_or_default(),
             notes: self.notes,
         }

@@ -670,6 +670,26 @@ fn run_job_text(text: &str) -> RunOutcome {
     out
 }
 
+/// `thinktime` and `rate` together: a think-time event cleared the flag of a rate wake-up
+/// still queued, so the cap queued another, and every wake-up that found its request not yet
+/// due queued one more. The queue grew with every request (a configuration soak's run
+/// crawled at a thousand requests per host second). Each request now costs the host a
+/// completion, a think-time event and at most one wake-up.
+#[test]
+fn think_time_under_a_rate_cap_costs_a_few_host_events_per_request() {
+    let out = run_job_text(
+        "[j]\nsize=1m\nrw=randwrite\nbs=4k\niodepth=8\nio_size=4m\nthinktime=50\nrate=8000k\n",
+    );
+    assert_eq!(out.requests, 1024);
+    assert_eq!(out.measurements.write.ios, 1024);
+    assert!(
+        out.host_events <= 3 * out.requests + 16,
+        "{} host events for {} requests",
+        out.host_events,
+        out.requests
+    );
+}
+
 /// `rate_iops` holds a job to its rate when the device could go faster: equal gaps give the
 /// rate exactly, Poisson gaps on average; a cap on reads leaves a mixed job's writes alone;
 /// a cap above what the device can do changes little, since a job behind its schedule
