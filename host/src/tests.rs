@@ -272,16 +272,9 @@ fn a_size_past_the_device_end_is_cut_and_reported() {
     );
 
     // One note for a job however many of its clones are cut.
-    let jobs = parse_job_file(
+    let out = run_job_text(
         "[c]\nrw=randwrite\nbs=4k\nsize=1g\nnumjobs=3\nio_size=64k\n[fits]\nrw=read\nbs=4k\nsize=1m\n",
-    )
-    .unwrap();
-    let out = run(
-        &mut ssd(PayloadMode::Token),
-        &Workload::Jobs(jobs),
-        &options(),
-    )
-    .unwrap();
+    );
     assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
     assert!(
         out.notes[0].contains("job \"c\" clone 0 (3 of its 3 clones)"),

@@ -415,15 +415,7 @@ impl Provisioner {
 
     /// Like `alloc`, but also in channels closed for GC.
     pub fn alloc_any(&mut self, media: &Media, stream: Stream) -> Option<Ppn> {
-        let s = stream.index();
-        for k in 0..self.channels {
-            let ch = (self.channel_cursor[s] + k) % self.channels;
-            if let Some(ppn) = self.alloc_in_channel(media, stream, ch) {
-                self.channel_cursor[s] = (ch + 1) % self.channels;
-                return Some(ppn);
-            }
-        }
-        None
+        self.alloc_any_above(media, stream, self.reserve_eblocks(stream))
     }
 
     /// Hands out the next WBLOCK of a stream in any channel that has more than `reserve`
