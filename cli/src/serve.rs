@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Log every connection, not only errors.
     #[arg(long)]
     pub verbose: bool,
+    /// Serve the volume read-only: the export says so, and writes, trims and
+    /// write-zeroes get EPERM.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// Reads the volume tables of a run configuration. Unlike `afa run`, serve mode needs no
@@ -192,6 +196,9 @@ pub struct Volume {
     /// A WAFLASH SSD's report as of its last flush, printed when the server stops (the
     /// engine flushes the device as it stops, so it covers the whole run).
     pub waflash_report: Option<Arc<Mutex<Option<WaflashReport>>>>,
+    /// Why the volume can only be read (an OX SSD that came up without free EBLOCKs);
+    /// the export is then served read-only.
+    pub read_only: Option<String>,
 }
 
 /// How the server drives a volume.
@@ -270,6 +277,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 description: "afa: one emulated SSD in memory".into(),
                 state: None,
                 waflash_report: None,
+                read_only: None,
             });
         };
         let spec = ArraySpec::from_config(array_cfg);
@@ -292,6 +300,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             description,
             state: None,
             waflash_report: None,
+            read_only: None,
         });
     };
     // File-backed members keep their bytes; the emulated SSD beside each keeps only the
@@ -317,6 +326,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             description: format!("afa: one emulated SSD kept in {}", state_dir.display()),
             state: Some(state),
             waflash_report: None,
+            read_only: None,
         });
     };
     let spec = ArraySpec::from_config(array_cfg);
@@ -496,6 +506,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
             description,
             state: Some(state),
             waflash_report: None,
+            read_only: None,
         });
     }
     if let Some(two_phase) = two_phase {
@@ -598,6 +609,7 @@ fn recorded<E: FailableEngine>(
         description,
         state: Some(state),
         waflash_report: None,
+        read_only: None,
     }
 }
 
@@ -617,6 +629,7 @@ fn build_ox_volume(
             description: "afa: one OX SSD (OXBlock) in memory".into(),
             state: None,
             waflash_report: None,
+            read_only: None,
         });
     };
     let t = &ox.terms;
@@ -636,6 +649,7 @@ fn build_ox_volume(
     let state = StateDir::open(state_dir, &fingerprint).map_err(|e| e.to_string())?;
     let path = state.ox_image_path();
     let description = format!("afa: one OX SSD (OXBlock) kept in {}", state_dir.display());
+    let mut read_only = None;
     let device = if path.exists() {
         let image = FlashImage::open(&path, ox).map_err(|e| format!("ox: {e}"))?;
         let (device, report) =
@@ -657,6 +671,12 @@ fn build_ox_volume(
             report.gc_moves_redone,
             report.torn_wblocks
         );
+        read_only = device.controller().read_only().map(str::to_string);
+        if let Some(why) = &read_only {
+            eprintln!(
+                "afa serve: OX came up read-only: {why}; every acknowledged write can be read, and writes, trims and write-zeroes get EPERM"
+            );
+        }
         device
     } else {
         // Formatted under a temporary name and renamed once the format is durable, so that
@@ -674,6 +694,7 @@ fn build_ox_volume(
         description,
         state: Some(state),
         waflash_report: None,
+        read_only,
     })
 }
 
@@ -757,6 +778,7 @@ fn build_waflash_volume(
             description: format!("afa: {kind} in memory"),
             state: None,
             waflash_report: Some(report),
+            read_only: None,
         });
     };
     // The image only makes sense under the medium's shape and the logical space's size; the
@@ -802,6 +824,7 @@ fn build_waflash_volume(
         description: format!("afa: {kind} kept in {}", state_dir.display()),
         state: Some(state),
         waflash_report: Some(report),
+        read_only: None,
     })
 }
 
@@ -873,8 +896,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             );
         }
     }
+    // Not every failure here is the configuration's (a state directory made for another
+    // volume, an image that cannot be recovered), so the message says what was being done.
     let volume = build_volume(&cfg, args.state.as_deref())
-        .map_err(|e| format!("configuration {source}: {e}"))?;
+        .map_err(|e| format!("cannot start the volume of configuration {source}: {e}"))?;
     let pace: Pace = args.pace.into();
     let config = ServeConfig {
         listen,
@@ -884,6 +909,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         max_connections: args.max_connections,
         max_request_bytes: args.max_request_bytes,
         verbose: args.verbose,
+        read_only: args.read_only || volume.read_only.is_some(),
         ..ServeConfig::default()
     };
     // Registered before the socket listens, so a stop signal never finds the default

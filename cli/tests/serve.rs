@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 mod common;
 use common::have;
 use common::serve::{
-    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, scalaafa, scratch, setup, swan,
-    ONE_SSD, RAID5,
+    kill_9_under_load_keeps_the_flushed_region, log_raid, qemu_io, qemu_io_read_only, scalaafa,
+    scratch, setup, swan, ONE_SSD, RAID5,
 };
 
 const AFA: &str = env!("CARGO_BIN_EXE_afa");
@@ -45,6 +45,33 @@ fn stop_and_restart_keep_every_flushed_write() {
     afa.stop();
     let afa = s.start(&[]);
     qemu_io(&afa.uri, &["read -P 0xa5 3M 64k"]);
+}
+
+/// `--read-only` serves a kept volume for reading only: clients see a read-only export
+/// (qemu refuses to open it for writing) and the data is as the last run left it.
+#[test]
+fn read_only_serves_the_kept_volume_and_takes_no_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("read-only", RAID5);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(&afa.uri, &["write -P 0x3c 0 1M", "flush"]);
+    afa.stop();
+    let afa = s.start(&["--read-only"]);
+    qemu_io_read_only(&afa.uri, &["read -P 0x3c 0 1M"]);
+    let write = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x11 0 4k", &afa.uri])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&write.stderr);
+    assert!(
+        !write.status.success() && said.contains("Permission denied"),
+        "{said}"
+    );
+    afa.stop();
+    let afa = s.start(&[]);
+    qemu_io(&afa.uri, &["read -P 0x3c 0 1M"]);
 }
 
 #[test]

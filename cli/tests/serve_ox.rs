@@ -5,7 +5,7 @@
 
 mod common;
 use common::have;
-use common::serve::{qemu_io, Setup};
+use common::serve::{qemu_io, qemu_io_read_only, Setup};
 
 /// A small OX SSD: 4 channels × 2 LUNs × 80 EBLOCKs of 64 KiB (40 MiB of flash) exposing
 /// 4000 pages of 4 KiB (15.6 MiB), so that writing the volume three times over makes GC
@@ -251,4 +251,60 @@ fn ox_state_refuses_another_medium() {
     .unwrap();
     let err = s.refused_start(&s.config, &s.socket);
     assert!(err.contains("holds a volume made as"), "{err}");
+}
+
+/// A served OX SSD whose grown bad blocks took every free EBLOCK while it was stopped
+/// comes back read-only instead of not at all: recovery needs free EBLOCKs for the log and
+/// its checkpoint. Every write made before can be read, the export says it is read-only,
+/// and a write is refused.
+#[test]
+fn ox_without_free_eblocks_comes_back_read_only_and_serves_every_write() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("worn");
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &cmds(&["write -P 0x6c 0 2M", "write -P 0x9e 7M 1M", "flush"]),
+    );
+    afa.stop();
+
+    #[derive(serde::Deserialize)]
+    struct Volume {
+        ox: afa_ox::OxConfig,
+    }
+    let volume: Volume = toml::from_str(OX).unwrap();
+    let image = afa_ox::FlashImage::open(&s.state.join("ox-flash.img"), &volume.ox).unwrap();
+    let (mut media, _) = afa_ox::Media::restore(&volume.ox, 11, image).unwrap();
+    assert!(media.retire_every_free_eblock().unwrap() > 0);
+    media.image_mut().unwrap().sync().unwrap();
+    drop(media);
+
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io_read_only(
+        &afa.uri,
+        &cmds(&["read -P 0x6c 0 2M", "read -P 0x9e 7M 1M", "read -P 0 3M 1M"]),
+    );
+    let write = std::process::Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x11 0 4k", &afa.uri])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&write.stdout),
+        String::from_utf8_lossy(&write.stderr)
+    );
+    // qemu refuses to open a read-only export for writing.
+    assert!(
+        !write.status.success() && said.contains("Permission denied"),
+        "a write to the read-only export went through: {said}"
+    );
+    let stderr = afa.stop();
+    assert!(stderr.contains("OX came up read-only"), "{stderr}");
+    // Nothing was written: the next start finds the same device, read-only again.
+    let afa = s.start(&[]);
+    qemu_io_read_only(&afa.uri, &cmds(&["read -P 0x6c 0 2M"]));
+    let stderr = afa.stop();
+    assert!(stderr.contains("OX came up read-only"), "{stderr}");
 }

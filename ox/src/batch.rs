@@ -98,6 +98,16 @@ pub enum Request {
     TrimBlocks { lba: u64, count: u32 },
 }
 
+impl Request {
+    /// Whether the command only reads (a read-only device still takes it).
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Request::ReadLpid(_) | Request::ReadBatch(_) | Request::ReadBlocks { .. }
+        )
+    }
+}
+
 /// What the host sees when a request completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletionRecord {

@@ -225,6 +225,7 @@ pub(crate) fn device_error(e: OxError) -> DeviceError {
             capacity,
         },
         OxError::PoweredOff => DeviceError::Failed,
+        OxError::ReadOnly(why) => DeviceError::ReadOnly(why),
         // Flash that failed in a way the FTL could not absorb (an erase of a checkpoint
         // block, every forward link of a log block), an image file's I/O error, and the
         // controller's own faults stop the device: they are the medium's failure, not a

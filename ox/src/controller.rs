@@ -267,6 +267,10 @@ pub struct OxController {
     /// A GC pass gave up for want of free EBLOCKs while a checkpoint or an erase was about
     /// to free some (`redrive_stalled`).
     pub(crate) gc_gave_up: bool,
+    /// Recovery's first checkpoint is under way: GC waits for it (`finish_recovery`).
+    pub(crate) recovering: bool,
+    /// Why the device refuses writes: recovery found no free EBLOCK for the log.
+    pub(crate) read_only: Option<String>,
     /// EBLOCKs whose erase record is logged but which are not erased yet, with its LSN.
     pub(crate) pending_erases: BTreeMap<u32, u64>,
     pub(crate) wcache: WriteCache,
@@ -350,6 +354,8 @@ impl OxController {
             fatal: None,
             space_checkpoint_tried: false,
             gc_gave_up: false,
+            recovering: false,
+            read_only: None,
             pending_erases: BTreeMap::new(),
             wcache: WriteCache::default(),
             read_bytes: None,
@@ -458,6 +464,11 @@ impl OxController {
         }
     }
 
+    /// Why the device refuses writes, when it came up read-only.
+    pub fn read_only(&self) -> Option<&str> {
+        self.read_only.as_deref()
+    }
+
     /// The error that stopped the controller, if any.
     pub fn fatal_error(&self) -> Option<&OxError> {
         self.fatal.as_ref()
@@ -527,6 +538,11 @@ impl OxController {
             });
         }
         self.validate(&request)?;
+        if let Some(reason) = &self.read_only {
+            if !request.is_read() {
+                return Err(OxError::ReadOnly(reason.clone()));
+            }
+        }
         self.advance_to(now_ns);
         let id = self.next_request;
         self.next_request += 1;

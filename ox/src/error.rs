@@ -26,6 +26,9 @@ pub enum OxError {
     MalformedDesc(String),
     #[error("the device is out of space: no EBLOCK can be reclaimed")]
     NoSpace,
+    /// The device came up read-only; the text says why.
+    #[error("the device is read-only: {0}")]
+    ReadOnly(String),
     #[error("the log could not be written: every forward link of log block {block_seq} failed")]
     LogWriteFailed { block_seq: u64 },
     #[error("recovery failed: {0}")]

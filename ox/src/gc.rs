@@ -105,7 +105,12 @@ impl OxController {
     }
 
     pub(crate) fn on_gc_check(&mut self, ch: u32) {
-        if !self.cfg.gc.enabled || self.gc.contains_key(&ch) || self.fatal.is_some() {
+        if !self.cfg.gc.enabled
+            || self.gc.contains_key(&ch)
+            || self.fatal.is_some()
+            || self.recovering
+            || self.read_only.is_some()
+        {
             return;
         }
         let needed = self.gc_wanted(ch)

@@ -538,6 +538,21 @@ impl Media {
         }
     }
 
+    /// Retires every free EBLOCK that no system table (bad-block table, checkpoint) holds:
+    /// the fault of a device at the end of its life, whose grown bad blocks took all the
+    /// spare space. Returns how many were retired.
+    pub fn retire_every_free_eblock(&mut self) -> Result<u32, OxError> {
+        let system = crate::provision::SystemBlocks::locate(self)?;
+        let mut retired = 0;
+        for b in 0..self.eblocks_total() {
+            if self.write_pointer(b) == 0 && !self.is_bad(b) && !system.contains(b) {
+                self.retire(b);
+                retired += 1;
+            }
+        }
+        Ok(retired)
+    }
+
     /// Forgets programs that ended by `now_ns`: they are durable.
     pub fn settle(&mut self, now_ns: TimeNs) {
         if self.inflight_programs.len() > 4096 {

@@ -49,6 +49,8 @@ pub struct RecoveryReport {
     pub torn_wblocks: u64,
     /// Virtual time from power-on to serving commands (reads, redo, the first checkpoint).
     pub recovery_ns: u64,
+    /// No EBLOCK was left for the log and a checkpoint: the device came up read-only.
+    pub read_only: bool,
 }
 
 /// The medium after a power loss, with what was in flight torn away.
@@ -82,16 +84,73 @@ impl OxController {
     }
 
     /// Brings a controller up on a medium that lost power, at `now_ns`.
+    ///
+    /// A device whose grown bad blocks left no free EBLOCK for the log and the first
+    /// checkpoint comes up read-only (`read_only`): reads are served from the redone MAP,
+    /// kept whole in DRAM, and every write is refused. The first attempt's writes (table
+    /// pages, log blocks) are what a power loss during recovery would leave, which the
+    /// read-only redo reads past like any other.
     pub fn recover(
         off: PoweredOff,
         now_ns: TimeNs,
     ) -> Result<(OxController, RecoveryReport), OxError> {
+        let start = now_ns.max(off.at_ns);
+        let torn = off.torn_wblocks;
         let mut c = OxController::empty(off.media)?;
+        let outcome = c
+            .redo_log(start, torn, false)
+            .and_then(|report| c.finish_recovery(report, start));
+        match outcome {
+            Ok(report) => Ok((c, report)),
+            Err(OxError::NoSpace) => {
+                let resume = c.now_ns.max(start);
+                let mut ro = OxController::empty(c.media)?;
+                let mut report = ro.redo_log(resume, torn, true)?;
+                ro.read_only = Some(
+                    "no channel has a free EBLOCK for the log and a checkpoint (grown bad blocks took the spare space)"
+                        .into(),
+                );
+                report.read_only = true;
+                report.recovery_ns = ro.now_ns - start;
+                Ok((ro, report))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Recovery with power cut `after_ns` after its first checkpoint started: what a power
+    /// loss during recovery leaves behind.
+    #[cfg(test)]
+    pub(crate) fn power_loss_during_recovery(
+        off: PoweredOff,
+        now_ns: TimeNs,
+        after_ns: TimeNs,
+    ) -> Result<PoweredOff, OxError> {
+        let start = now_ns.max(off.at_ns);
+        let mut c = OxController::empty(off.media)?;
+        c.redo_log(start, off.torn_wblocks, false)?;
+        c.start_recovery_checkpoint()?;
+        let at_ns = c.now_ns + after_ns;
+        Ok(c.power_loss(at_ns))
+    }
+
+    /// Rebuilds the volatile state from the newest checkpoint and the log after it. With
+    /// `read_only` nothing is written: the MAP cache keeps every page it loads, since a
+    /// dirty page could not be written out.
+    fn redo_log(
+        &mut self,
+        start: TimeNs,
+        torn_wblocks: u64,
+        read_only: bool,
+    ) -> Result<RecoveryReport, OxError> {
+        let c = self;
+        if read_only {
+            c.map.grow_without_bound();
+        }
         let mut report = RecoveryReport {
-            torn_wblocks: off.torn_wblocks,
+            torn_wblocks,
             ..RecoveryReport::default()
         };
-        let start = now_ns.max(off.at_ns);
         c.now_ns = start;
         for core in c.cores_free_ns.iter_mut() {
             *core = start;
@@ -429,11 +488,36 @@ impl OxController {
         for thread in c.read_threads_free_ns.iter_mut() {
             *thread = (*thread).max(t);
         }
-        c.reserve_log_links()?;
         c.durable_ckpt = Some(rec);
+        // A MAP page pushed out of the cache during the redo and not written (no space) is
+        // a failed recovery, never a lost mapping.
+        if let Some(e) = &c.fatal {
+            return Err(e.clone());
+        }
+        report.recovery_ns = c.now_ns - start;
+        Ok(report)
+    }
 
-        // A checkpoint of the recovered state before serving commands.
-        c.checkpoint_now();
+    fn start_recovery_checkpoint(&mut self) -> Result<(), OxError> {
+        self.reserve_log_links()?;
+        self.recovering = true;
+        self.checkpoint_now();
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the recovered state before the device serves commands.
+    ///
+    /// GC waits for it: the log continues in fresh EBLOCKs that only this checkpoint's
+    /// record leads to, so a GC pass logged before that record is durable would be lost to
+    /// a power loss now, and the EBLOCK it erased with it, while the older checkpoint's
+    /// MAP still points there.
+    fn finish_recovery(
+        &mut self,
+        mut report: RecoveryReport,
+        start: TimeNs,
+    ) -> Result<RecoveryReport, OxError> {
+        let c = self;
+        c.start_recovery_checkpoint()?;
         while c.ckpt.is_some() {
             match c.events.peek_time() {
                 Some(when) => c.advance_to(when),
@@ -443,13 +527,23 @@ impl OxController {
                 return Err(e.clone());
             }
         }
+        c.recovering = false;
+        if let Some(e) = &c.fatal {
+            return Err(e.clone());
+        }
+        for ch in 0..c.cfg.channels {
+            c.events.push(c.now_ns, Event::GcCheck(ch));
+        }
         c.quiesce();
+        if let Some(e) = &c.fatal {
+            return Err(e.clone());
+        }
         if c.cfg.checkpoint.enabled {
             let next = c.now_ns + c.cfg.checkpoint.interval_ns;
             c.events.push(next, Event::CheckpointTimer);
         }
         report.recovery_ns = c.now_ns - start;
-        Ok((c, report))
+        Ok(report)
     }
 
     fn redo_entries(

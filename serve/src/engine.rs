@@ -31,7 +31,7 @@ use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, DeviceInfo, Opcode, ReadBuffers};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::proto::{Request, EINVAL, EIO, ENOSPC, ESHUTDOWN};
+use crate::proto::{Request, EINVAL, EIO, ENOSPC, EPERM, ESHUTDOWN};
 use crate::queued::{queueable, Finished, QueuedJobs};
 use crate::shared::{SharedEngine, SharedHandle, SharedVolume};
 use crate::ServeError;
@@ -578,6 +578,8 @@ pub(crate) fn device_failure(op: Opcode, place: Place, e: &DeviceError) -> Failu
         DeviceError::OutOfRange { .. } | DeviceError::TooLarge { .. } => EINVAL,
         DeviceError::NoSpace { .. } | DeviceError::VolumeFull(_) => ENOSPC,
         DeviceError::Unsupported(_) => EINVAL,
+        // The protocol's answer to a write on a read-only export.
+        DeviceError::ReadOnly(_) => EPERM,
         DeviceError::Failed
         | DeviceError::Uncorrectable { .. }
         | DeviceError::Medium(_)

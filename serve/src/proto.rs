@@ -29,6 +29,7 @@ pub const FLAG_C_NO_ZEROES: u32 = 1 << 1;
 
 // Transmission flags.
 pub const FLAG_HAS_FLAGS: u16 = 1 << 0;
+pub const FLAG_READ_ONLY: u16 = 1 << 1;
 pub const FLAG_SEND_FLUSH: u16 = 1 << 2;
 pub const FLAG_SEND_FUA: u16 = 1 << 3;
 pub const FLAG_SEND_TRIM: u16 = 1 << 5;
@@ -146,6 +147,8 @@ pub struct ExportInfo {
     pub preferred_block_bytes: u32,
     /// The largest READ or WRITE payload served; larger requests get EINVAL.
     pub max_request_bytes: u32,
+    /// Advertised with NBD_FLAG_READ_ONLY; writes, trims and write-zeroes get EPERM.
+    pub read_only: bool,
 }
 
 impl ExportInfo {
@@ -271,6 +274,9 @@ impl Negotiation {
             // One engine thread serves every connection and no connection has a cache of
             // its own, so a FLUSH on one connection covers writes completed on all.
             | FLAG_CAN_MULTI_CONN;
+        if self.export.read_only {
+            flags |= FLAG_READ_ONLY;
+        }
         if self.structured_replies {
             // A read is always answered with one data chunk, so "do not fragment" holds.
             flags |= FLAG_SEND_DF;
@@ -682,6 +688,8 @@ pub struct Limits {
     pub structured_replies: bool,
     /// The client chose `base:allocation`, so it may ask for block status.
     pub base_allocation: bool,
+    /// The export is read-only: requests that would change it get EPERM.
+    pub read_only: bool,
 }
 
 impl RequestHeader {
@@ -725,6 +733,12 @@ impl RequestHeader {
             ));
         }
         let fua = self.flags & CMD_FLAG_FUA != 0;
+        if limits.read_only && matches!(self.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES) {
+            return Err(reject(
+                EPERM,
+                format!("{} on a read-only export", command_name(self.kind)),
+            ));
+        }
         match self.kind {
             CMD_DISC => return Ok(Request::Disconnect),
             CMD_FLUSH => {

@@ -82,6 +82,8 @@ pub struct ServeConfig {
     pub handshake_timeout_ms: u64,
     /// Log every connection's opening and closing (errors are always logged).
     pub verbose: bool,
+    /// Serve the volume read-only: the export says so, and changes get EPERM.
+    pub read_only: bool,
 }
 
 impl Default for ServeConfig {
@@ -95,6 +97,7 @@ impl Default for ServeConfig {
             max_request_bytes: 32 << 20,
             handshake_timeout_ms: 10_000,
             verbose: false,
+            read_only: false,
         }
     }
 }
@@ -287,6 +290,7 @@ impl Server {
             size_bytes: info.capacity_sectors * info.sector_bytes as u64,
             preferred_block_bytes: info.sector_bytes,
             max_request_bytes: config.max_request_bytes,
+            read_only: config.read_only,
         };
         let shared = Arc::new(Shared {
             export,
@@ -570,6 +574,7 @@ fn serve(conn: Conn, shared: &Shared, refusal: Option<String>) -> Result<String,
         max_request_bytes: shared.export.max_request_bytes,
         structured_replies: structured,
         base_allocation: negotiated.base_allocation,
+        read_only: shared.export.read_only,
     };
     if shared.config.pace == Pace::None {
         return transmission_inline(conn, reader, writer, shared, &limits);

@@ -669,6 +669,7 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
         size_bytes: 1 << 20,
         preferred_block_bytes: 4096,
         max_request_bytes: 64 * 1024,
+        read_only: false,
     };
     let mut reader = input;
     let mut out = Vec::new();
@@ -688,6 +689,7 @@ pub fn replay(input: &[u8]) -> Vec<u8> {
         max_request_bytes: export.max_request_bytes,
         structured_replies: negotiated.structured_replies,
         base_allocation: negotiated.base_allocation,
+        read_only: false,
     };
     let mut now_ns = 0;
     // Bursts as the unpaced connection reads them, in place (the paced one reads the same

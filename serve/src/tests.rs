@@ -68,6 +68,7 @@ fn a_refusing_negotiation_answers_policy_and_acknowledges_abort() {
         size_bytes: 4096,
         preferred_block_bytes: 4096,
         max_request_bytes: 4096,
+        read_only: false,
     };
     let mut n = Negotiation::refusing(export, "full".into());
     n.client_flags(FLAG_C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
@@ -126,6 +127,7 @@ fn meta_context_negotiation_serves_base_allocation_only() {
         size_bytes: 1 << 20,
         preferred_block_bytes: 512,
         max_request_bytes: 1 << 20,
+        read_only: false,
     };
     let mut n = Negotiation::new(export);
     n.client_flags(FLAG_C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
@@ -429,6 +431,7 @@ fn a_burst_buffer_gives_back_what_one_large_write_took() {
         max_request_bytes: 32 << 20,
         structured_replies: false,
         base_allocation: false,
+        read_only: false,
     };
     let big = 20u32 << 20;
     let mut stream = request(0, CMD_WRITE, 1, 0, big);
@@ -483,6 +486,7 @@ proptest! {
             max_request_bytes: 64 * 1024,
             structured_replies: false,
             base_allocation: false,
+            read_only: false,
         };
         let mut stream = Vec::new();
         for &(kind, handle, offset, length) in &requests {
@@ -1320,6 +1324,7 @@ fn next_burst(reader: &mut crate::session::BurstReader<Wire>) -> Vec<u64> {
         max_request_bytes: 1 << 20,
         structured_replies: false,
         base_allocation: false,
+        read_only: false,
     };
     let mut buf = BurstBuffer::default();
     let mut parsed = Vec::new();

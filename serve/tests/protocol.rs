@@ -237,6 +237,45 @@ fn out_of_range_and_oversized_requests_get_einval_and_the_connection_goes_on() {
     }
 }
 
+/// A read-only export says so in its transmission flags, answers every request that would
+/// change it with EPERM (a write's payload read and dropped, so the stream stays in step),
+/// and still serves reads and flushes.
+#[test]
+fn a_read_only_export_advertises_it_and_refuses_changes_with_eperm() {
+    let server = serve_with(mem(1), |c| c.read_only = true);
+    let (mut c, _) = RawClient::connect(&server);
+    c.send_client_flags(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+    let replies = c.go("afa", &[]);
+    let export = replies
+        .iter()
+        .find(|r| r.kind == REP_INFO && u16::from_be_bytes([r.data[0], r.data[1]]) == INFO_EXPORT)
+        .expect("NBD_INFO_EXPORT is always sent");
+    let tflags = u16::from_be_bytes(export.data[10..12].try_into().unwrap());
+    assert_eq!(tflags & FLAG_READ_ONLY, FLAG_READ_ONLY, "{tflags:#x}");
+    for structured in [false, true] {
+        let mut c = RawClient::open(&server, structured);
+        c.send_request(0, CMD_WRITE, 1, 0, 4096, &[7u8; 4096]);
+        let r = c.read_reply(0);
+        assert_eq!((r.handle, r.errno), (1, EPERM));
+        if structured {
+            assert!(r.message.contains("read-only"), "{}", r.message);
+        }
+        c.send_request(0, CMD_TRIM, 2, 0, 4096, &[]);
+        assert_eq!(c.read_reply(0).errno, EPERM);
+        c.send_request(0, CMD_WRITE_ZEROES, 3, 0, 4096, &[]);
+        assert_eq!(c.read_reply(0).errno, EPERM);
+        c.send_request(0, CMD_FLUSH, 4, 0, 0, &[]);
+        assert_eq!(c.read_reply(0).errno, 0);
+        c.send_request(0, CMD_READ, 5, 0, 4096, &[]);
+        let r = c.read_reply(4096);
+        assert_eq!((r.handle, r.errno), (5, 0));
+        assert!(
+            r.data.iter().all(|&b| b == 0),
+            "the refused write reached the device"
+        );
+    }
+}
+
 #[test]
 fn trim_and_write_zeroes_read_back_as_zeroes() {
     let server = serve(Box::new(small_ssd()), Pace::None);

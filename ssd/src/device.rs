@@ -211,6 +211,9 @@ pub enum DeviceError {
     Uncorrectable { lba: u64, sectors: u32 },
     #[error("command not supported: {0}")]
     Unsupported(String),
+    /// The device takes reads only (it came up without room to write); the text says why.
+    #[error("the device is read-only: {0}")]
+    ReadOnly(String),
     /// The device's backing medium failed or returned something it did not write (an I/O
     /// error of an image file, a stored version that does not match the device's map).
     #[error("the device's medium failed: {0}")]

@@ -126,7 +126,17 @@ impl Drop for Afa {
 
 /// Runs qemu-io commands on `uri`; fails on an error or a pattern mismatch.
 pub fn qemu_io<S: AsRef<str>>(uri: &str, commands: &[S]) {
-    let mut args = vec!["-f", "raw"];
+    qemu_io_opened(&[], uri, commands);
+}
+
+/// `qemu_io` on an export opened read-only (`-r`), as a read-only export must be.
+pub fn qemu_io_read_only<S: AsRef<str>>(uri: &str, commands: &[S]) {
+    qemu_io_opened(&["-r"], uri, commands);
+}
+
+fn qemu_io_opened<S: AsRef<str>>(open_flags: &[&str], uri: &str, commands: &[S]) {
+    let mut args = open_flags.to_vec();
+    args.extend(["-f", "raw"]);
     for c in commands {
         args.extend(["-c", c.as_ref()]);
     }
