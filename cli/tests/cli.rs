@@ -333,6 +333,53 @@ fn a_size_past_the_device_end_is_cut_with_a_note() {
     assert!(err[error..].contains("could not be read"), "{err}");
 }
 
+/// The flash's faults are in the report: a `Faults` row in the summary and the counts in
+/// the JSON's `wear`. A device whose failed programs took its spare blocks fails the run
+/// with an error that names them; before, it said only that a plane was out of space.
+#[test]
+fn media_faults_are_reported_and_named_when_they_fill_the_device() {
+    let ssd = "[ssd]\npayload = \"token\"\nover_provisioning = 0.2\n\
+               [ssd.geometry]\nchannels = 1\nchips_per_channel = 1\ndies_per_chip = 1\n\
+               planes_per_die = 1\nblocks_per_plane = 64\npages_per_block = 32\npage_bytes = 4096\n\
+               [ssd.faults]\nprogram_fail_probability = 0.01\n";
+    let json = temp("faults.json");
+    let config = temp("faults_small.toml");
+    std::fs::write(
+        &config,
+        format!("{ssd}[workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nio_size=2m\\n\"\n"),
+    )
+    .unwrap();
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let faults = text
+        .lines()
+        .find(|l| l.starts_with("Faults"))
+        .unwrap_or_else(|| panic!("no Faults row: {text}"));
+    let v = read_json(&json);
+    let failed = v["wear"]["program_failures"].as_u64().unwrap();
+    assert!(failed > 0, "{v}");
+    assert!(
+        faults.contains(&format!("{failed} failed programs")),
+        "{faults}"
+    );
+
+    let out = run_config(
+        "faults_full.toml",
+        &format!("{ssd}[workload]\njob = \"[w]\\nrw=randwrite\\nbs=4k\\nio_size=64m\\n\"\n"),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("out of space"), "{err}");
+    assert!(err.contains("media faults by then: "), "{err}");
+    assert!(err.contains("failed programs"), "{err}");
+}
+
 /// raid5f takes only whole stripes, and a 3-chunk stripe of 4 KiB chunks is not a whole
 /// number of 16 KiB flash pages: preconditioning writes in units that are both.
 #[test]

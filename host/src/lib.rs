@@ -416,6 +416,20 @@ impl<'d> Host<'d> {
                         let seed = options.seed ^ (index as u64) << 32;
                         let generator =
                             JobGenerator::new(job, capacity_bytes, sector_bytes, seed, clone)?;
+                        // Each request goes to the device as one command (the host does not
+                        // split requests as a kernel's block layer would), so one the device
+                        // would refuse is refused here, before the run, not at its first draw.
+                        let longest_bytes = generator.longest_data_request_bytes();
+                        let max_transfer_bytes = info.max_transfer_sectors as u64 * sector_bytes;
+                        if longest_bytes > max_transfer_bytes {
+                            return Err(RunError::Workload(WorkloadError::InvalidJob {
+                                job: job.name.clone(),
+                                reason: format!(
+                                    "requests of up to {longest_bytes} bytes exceed the device's maximum transfer of {} sectors ({max_transfer_bytes} bytes); each request is one device command",
+                                    info.max_transfer_sectors
+                                ),
+                            }));
+                        }
                         if let Some(wanted_bytes) = generator.size_cut() {
                             cut_clones += 1;
                             first_cut.get_or_insert((clone, wanted_bytes, generator.region()));

@@ -161,6 +161,40 @@ impl BlockDevice for Instant {
     }
 }
 
+/// A job whose requests the device could not take in one command is refused before the run
+/// by name, with the sizes; before, the run stopped at the first such request it drew. The
+/// limit is the longest request a job can draw: a zero-weight split entry and a range that
+/// never reaches its maximum do not count, and trims are not limited.
+#[test]
+fn a_job_with_requests_beyond_the_devices_transfer_limit_is_refused_before_the_run() {
+    // `Instant` takes at most 64 sectors of 4 KiB, 256 KiB.
+    for (job, refused) in [
+        ("rw=randrw\nbs=4k,512k", true),
+        ("rw=randread\nbs=260k", true),
+        ("rw=randwrite\nbssplit=4k/100:1m/0", false),
+        ("rw=randwrite\nbsrange=128k-300k", false),
+        ("rw=randwrite\nbsrange=4k-300k", true),
+        ("rw=randtrim\nbs=1m", false),
+        ("rw=randwrite\nbs=256k", false),
+    ] {
+        let text = format!("[big]\n{job}\nnumber_ios=4\n");
+        let jobs = parse_job_file(&text).unwrap();
+        let result = run(&mut Instant, &Workload::Jobs(jobs), &options());
+        match (refused, result) {
+            (true, Err(e)) => {
+                let text = e.to_string();
+                assert!(text.contains("big"), "{job}: {text}");
+                assert!(
+                    text.contains("maximum transfer of 64 sectors"),
+                    "{job}: {text}"
+                );
+            }
+            (false, Ok(_)) => {}
+            (refused, other) => panic!("{job}: refused {refused}, got {other:?}"),
+        }
+    }
+}
+
 /// A time_based job whose requests take no simulated time would repeat them forever at one
 /// instant; the run stops with an error that names the job instead of hanging.
 #[test]

@@ -203,7 +203,7 @@ fn push_summary(page: &mut String, r: &RunReport) {
     let g = &r.gc;
     let w = &r.wear;
     let i = &r.integrity;
-    let misc = vec![
+    let mut misc = vec![
         vec![
             "GC".to_owned(),
             format!(
@@ -231,6 +231,9 @@ fn push_summary(page: &mut String, r: &RunReport) {
         ],
         vec!["Array members".to_owned(), r.members.len().to_string()],
     ];
+    if let Some(faults) = w.faults_summary() {
+        misc.insert(2, vec!["Faults".to_owned(), faults]);
+    }
     page.push_str(&html_table(&["".to_owned(), "".to_owned()], &misc));
 }
 

@@ -555,6 +555,33 @@ pub struct WearReport {
     /// Erase count of the most worn block over the rated endurance of the dense cell mode.
     #[serde(default)]
     pub life_used_fraction: f64,
+    /// Blocks marked bad: at the factory, or retired after a failed program or erase.
+    #[serde(default)]
+    pub bad_blocks: u64,
+    #[serde(default)]
+    pub program_failures: u64,
+    #[serde(default)]
+    pub erase_failures: u64,
+}
+
+impl WearReport {
+    /// The media faults of the run in words, or `None` when the flash had none.
+    pub fn faults_summary(&self) -> Option<String> {
+        media_faults_summary(self.bad_blocks, self.program_failures, self.erase_failures)
+    }
+}
+
+/// Bad blocks and failed programs and erases in words, or `None` when all are zero.
+pub fn media_faults_summary(
+    bad_blocks: u64,
+    program_failures: u64,
+    erase_failures: u64,
+) -> Option<String> {
+    (bad_blocks + program_failures + erase_failures > 0).then(|| {
+        format!(
+            "{bad_blocks} blocks bad (from the factory or retired), {program_failures} failed programs, {erase_failures} failed erases"
+        )
+    })
 }
 
 /// Data-integrity checking: sectors whose payload a read verified against the oracle, and
@@ -699,6 +726,9 @@ impl RunReport {
                 wear.static_wl_moves
             ),
         ]);
+        if let Some(faults) = wear.faults_summary() {
+            misc.row(vec!["Faults".to_owned(), faults]);
+        }
         misc.row(vec![
             "Integrity".to_owned(),
             format!(

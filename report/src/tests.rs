@@ -232,6 +232,9 @@ pub(crate) fn sample_report() -> RunReport {
             erase_count_mean: 4.5,
             static_wl_moves: 6,
             life_used_fraction: 0.003,
+            bad_blocks: 3,
+            program_failures: 2,
+            erase_failures: 1,
         },
         integrity: IntegrityReport {
             reads_checked: 777,
@@ -331,6 +334,9 @@ fn json_round_trip_with_contract_keys() {
             "erase_count_mean",
             "static_wl_moves",
             "life_used_fraction",
+            "bad_blocks",
+            "program_failures",
+            "erase_failures",
         ])
     );
     assert_eq!(
@@ -388,6 +394,7 @@ fn human_summary_contains_the_numbers() {
         "max 9",
         "6 static",
         "0.30% of rated life",
+        "3 blocks bad (from the factory or retired), 2 failed programs, 1 failed erases",
         "777 sectors read and checked",
         "0 mismatches",
         "min 0.250",
@@ -415,6 +422,16 @@ fn human_summary_columns_are_aligned() {
         op_lines.iter().all(|line| line.chars().count() == width),
         "{text}"
     );
+}
+
+/// Flash without faults gets no faults row.
+#[test]
+fn human_summary_without_faults_has_no_faults_row() {
+    let mut report = sample_report();
+    report.wear.bad_blocks = 0;
+    report.wear.program_failures = 0;
+    report.wear.erase_failures = 0;
+    assert!(!report.human_summary().contains("Faults"));
 }
 
 #[test]

@@ -428,6 +428,17 @@ impl JobGenerator {
         self.size_cut_from_bytes
     }
 
+    /// The longest read or write the job can issue, in bytes (0 for a job of trims only).
+    /// Trims are left out: a device's transfer limit bounds the data a command carries.
+    pub fn longest_data_request_bytes(&self) -> u64 {
+        [READ, WRITE]
+            .iter()
+            .filter_map(|&d| self.directions[d].as_ref())
+            .map(|d| d.lengths.longest_bytes())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Bytes issued so far.
     pub fn issued_bytes(&self) -> u64 {
         self.issued_bytes
@@ -543,6 +554,28 @@ impl LengthSampler {
                     total_weight,
                 })
             }
+        }
+    }
+
+    /// The longest length a draw can give, in bytes.
+    fn longest_bytes(&self) -> u64 {
+        match self {
+            LengthSampler::Fixed(bytes) => *bytes,
+            LengthSampler::Range {
+                first_bytes,
+                granularity_bytes,
+                value_count,
+            } => first_bytes + granularity_bytes * value_count.saturating_sub(1),
+            // An entry whose cumulative weight did not grow has no weight: it is never drawn.
+            LengthSampler::Split { entries, .. } => entries
+                .iter()
+                .scan(0u64, |before, &(bytes, cumulative_weight)| {
+                    let drawn = cumulative_weight > *before;
+                    *before = cumulative_weight;
+                    Some(if drawn { bytes } else { 0 })
+                })
+                .max()
+                .unwrap_or(0),
         }
     }
 
