@@ -901,6 +901,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let volume = build_volume(&cfg, args.state.as_deref())
         .map_err(|e| format!("cannot start the volume of configuration {source}: {e}"))?;
     let pace: Pace = args.pace.into();
+    let read_only = args.read_only || volume.read_only.is_some();
     let config = ServeConfig {
         listen,
         export_name: args.export,
@@ -909,7 +910,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         max_connections: args.max_connections,
         max_request_bytes: args.max_request_bytes,
         verbose: args.verbose,
-        read_only: args.read_only || volume.read_only.is_some(),
+        read_only,
         ..ServeConfig::default()
     };
     // Registered before the socket listens, so a stop signal never finds the default
@@ -923,13 +924,14 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     // One line on stdout once the socket listens, so scripts and tests know when to start.
     println!(
-        "serving {} ({} bytes, pace {}) at {}",
+        "serving {} ({} bytes, pace {}{}) at {}",
         volume.description,
         server.size_bytes(),
         match pace {
             Pace::Model => "model",
             Pace::None => "none",
         },
+        if read_only { ", read-only" } else { "" },
         server.uri()
     );
     let _ = std::io::stdout().flush();

@@ -59,6 +59,7 @@ fn read_only_serves_the_kept_volume_and_takes_no_write() {
     qemu_io(&afa.uri, &["write -P 0x3c 0 1M", "flush"]);
     afa.stop();
     let afa = s.start(&["--read-only"]);
+    assert!(afa.line.contains(", read-only) at "), "{}", afa.line);
     qemu_io_read_only(&afa.uri, &["read -P 0x3c 0 1M"]);
     let write = Command::new("qemu-io")
         .args(["-f", "raw", "-c", "write -P 0x11 0 4k", &afa.uri])

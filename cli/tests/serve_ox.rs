@@ -282,6 +282,7 @@ fn ox_without_free_eblocks_comes_back_read_only_and_serves_every_write() {
     drop(media);
 
     let afa = s.start(&["--pace", "none"]);
+    assert!(afa.line.contains(", read-only) at "), "{}", afa.line);
     qemu_io_read_only(
         &afa.uri,
         &cmds(&["read -P 0x6c 0 2M", "read -P 0x9e 7M 1M", "read -P 0 3M 1M"]),

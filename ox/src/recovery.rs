@@ -498,6 +498,8 @@ impl OxController {
         Ok(report)
     }
 
+    /// Reserves the log's next forward links and starts recovery's checkpoint, with GC held
+    /// off until its record is durable (`finish_recovery` says why).
     fn start_recovery_checkpoint(&mut self) -> Result<(), OxError> {
         self.reserve_log_links()?;
         self.recovering = true;

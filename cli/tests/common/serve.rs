@@ -45,6 +45,8 @@ pub fn scratch(name: &str) -> Scratch {
 pub struct Afa {
     pub child: Child,
     pub uri: String,
+    /// The "serving ... at URI" line.
+    pub line: String,
 }
 
 impl Afa {
@@ -77,7 +79,7 @@ impl Afa {
             );
         }
         let uri = line.trim().rsplit(" at ").next().unwrap().to_string();
-        Afa { child, uri }
+        Afa { child, uri, line }
     }
 
     /// kill -9: the process gets no chance to flush or clean up. Returns what it printed on
