@@ -96,6 +96,9 @@ struct Plane {
     /// block has since been cleaned are skipped lazily.
     fifo: VecDeque<(u32, u64)>,
     slc_full: Vec<u32>,
+    /// Good blocks of the plane's SLC pool: free, open or full. Fewer than two (grown bad
+    /// blocks that no free dense block could replace) and the plane writes past its cache.
+    slc_blocks: u32,
     erases_since_wear_check: u32,
     /// The victim being cleaned a few pages at a time (incremental GC), NONE if none.
     gc_victim: u32,
@@ -125,6 +128,8 @@ pub struct FtlStats {
     pub idle_erases: u64,
     pub program_failures: u64,
     pub blocks_retired: u64,
+    /// SLC blocks gone bad that a free dense block replaced.
+    pub slc_blocks_replaced: u64,
 }
 
 /// Where a page write comes from: the host stream, host pages flagged transient, or
@@ -232,6 +237,7 @@ impl Ftl {
                 greedy_keys: vec![NOT_A_VICTIM; g.blocks_per_plane as usize],
                 fifo: VecDeque::new(),
                 slc_full: Vec::new(),
+                slc_blocks: 0,
                 erases_since_wear_check: 0,
                 gc_victim: NONE,
                 gc_next_page: 0,
@@ -248,6 +254,7 @@ impl Ftl {
                     nand.set_block_mode(b, CellMode::Slc)?;
                     blocks[b as usize].pool = Pool::Slc;
                     plane.free_slc.push(b as u64, b);
+                    plane.slc_blocks += 1;
                 } else {
                     dense_good_blocks += 1;
                     plane.free_dense.push(b as u64, b);
@@ -730,7 +737,7 @@ impl Ftl {
                 break;
             }
         }
-        if self.slc_blocks_per_plane == 0 {
+        if self.planes[plane as usize].slc_blocks < 2 {
             // GC could not restore the plane's reserve: its blocks hold almost nothing but
             // valid data. A new host block would eat the reserve that relocation needs, so
             // the page goes to another plane instead (the caller tries the next one) and the
@@ -858,6 +865,7 @@ impl Ftl {
             nand.retire_block(block);
             self.blocks[block as usize].state = BlockState::Bad;
             self.stats.blocks_retired += 1;
+            self.lost_block(nand, plane, info.pool);
             return Ok(ready_ns);
         }
         match self.nand_erase(nand, block, ready_ns) {
@@ -880,10 +888,44 @@ impl Ftl {
             Err(NandError::EraseFailed { .. }) => {
                 self.blocks[block as usize].state = BlockState::Bad;
                 self.stats.blocks_retired += 1;
+                self.lost_block(nand, plane, info.pool);
                 Ok(ready_ns)
             }
             Err(e) => panic!("FTL invariant broken: {e}"),
         }
+    }
+
+    /// A block of `pool` went bad. An SLC block is replaced by a free dense block while the
+    /// plane keeps its GC reserve, as a drive replaces a bad block of its static SLC region
+    /// from its spare blocks. SLC blocks are erased far more often than dense ones, so they
+    /// are the ones that fail: a plane whose two SLC blocks had both gone bad had no block
+    /// to evict and refused every write (`NoSpace`) with a handful of bad blocks in the
+    /// device. Without a spare dense block the pool shrinks, and below two blocks the
+    /// plane's writes go to dense blocks directly.
+    fn lost_block(&mut self, nand: &mut Nand, plane: u32, pool: Pool) {
+        if pool != Pool::Slc {
+            return;
+        }
+        let floor = self.gc_floor();
+        let pl = &mut self.planes[plane as usize];
+        pl.slc_blocks -= 1;
+        if pl.free_dense.len() <= floor + 1 {
+            return;
+        }
+        let Some(block) = pl.free_dense.pop() else {
+            return;
+        };
+        let key = self.free_key(nand, block);
+        let pl = &mut self.planes[plane as usize];
+        if nand.set_block_mode(block, CellMode::Slc).is_err() {
+            // A free block is erased; should it not be, it stays dense.
+            pl.free_dense.push(key, block);
+            return;
+        }
+        pl.free_slc.push(key, block);
+        pl.slc_blocks += 1;
+        self.blocks[block as usize].pool = Pool::Slc;
+        self.stats.slc_blocks_replaced += 1;
     }
 
     // ----- Garbage collection -------------------------------------------------------------

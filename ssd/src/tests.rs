@@ -768,6 +768,35 @@ fn program_and_erase_failures_lose_nothing() {
     h.ssd.check_invariants();
 }
 
+/// SLC blocks are erased far more often than dense ones, so they are the first that erase
+/// failures take. A bad SLC block is replaced by a free dense block; before, a plane whose
+/// two SLC blocks had both gone bad had nothing to evict and refused every write
+/// (`NoSpace`) with a handful of bad blocks in the device.
+#[test]
+fn bad_slc_blocks_are_replaced_and_the_device_keeps_writing() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.geometry.blocks_per_plane = 64;
+    cfg.gc.hard_threshold_blocks = 4;
+    cfg.gc.soft_threshold_blocks = 6;
+    // Two SLC blocks of 8 pages in each of the 8 planes, the fewest allowed.
+    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
+    cfg.faults.erase_fail_probability = 0.01;
+    let mut h = Harness::new(cfg, 7);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(7);
+    for _ in 0..cap * 3 {
+        h.write(rng.below(cap), 1);
+    }
+    h.random_ops(8, 2000);
+    assert!(
+        h.ssd.ftl_stats().slc_blocks_replaced > 0,
+        "{:?}",
+        h.ssd.ftl_stats()
+    );
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
 fn policy_config(index: u32) -> SsdConfig {
     let sector = if index & 1 == 0 { 4096 } else { 512 };
     let payload = if index & 2 == 0 {
