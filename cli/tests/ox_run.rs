@@ -160,6 +160,51 @@ fn an_ox_run_with_media_faults_checks_every_read_and_names_the_faults() {
 
 /// With `[ox.write_cache] write_back = true` every write is acknowledged from the controller's
 /// cache, and every read is still checked against what was written.
+/// Found by a configuration soak: a write-back OX SSD with no periodic checkpoint (so the
+/// log is truncated only when space runs short) whose writes waited for space once stopped
+/// with a request unfinished and nothing left to do. With GC off, no event was left to
+/// declare the wait hopeless (the last was a log write); with GC on and
+/// `start_used_fraction` above the channels' use, a GC turn ended at its stop threshold
+/// while the channels were still closed to user writes, and nothing started another. Now
+/// the first run fails with the acknowledged write it lost, and the second finishes.
+#[test]
+fn an_ox_run_whose_writes_wait_for_space_never_stops_with_them_unfinished() {
+    let config = |gc: bool| {
+        format!(
+            "seed = 2427964208\n\
+             [ox]\nchannels = 3\nluns_per_channel = 1\neblocks_per_lun = 32\n\
+             logical_pages = 6929\ncell_mode = \"tlc\"\npayload = \"token\"\nlog_forward_links = 1\n\
+             [ox.terms]\nrblock_bytes = 4096\nwblock_bytes = 32768\neblock_bytes = 2097152\n\
+             [ox.gc]\nenabled = {gc}\nstart_used_fraction = 0.95\nstop_used_fraction = 0.95\n\
+             [ox.checkpoint]\nenabled = false\n\
+             [ox.write_cache]\nwrite_back = true\n\
+             [workload]\njob = \"\"\"\n\
+             [fill]\nrw=write\nbs=128k\niodepth=32\n\
+             [over]\nstonewall\nrw=randwrite\nbs=4k\nio_size=27716k\niodepth=8\n\
+             [more]\nstonewall\nrw=write\nbs=4k\nnumber_ios=1000\nfsync=64\nend_fsync=1\n\
+             [verify]\nstonewall\nrw=read\nbs=128k\niodepth=16\n\"\"\"\n"
+        )
+    };
+    let path = temp("wait_for_space_gc_off.toml");
+    std::fs::write(&path, config(false)).unwrap();
+    let out = afa(&["run", path.to_str().unwrap(), "--quiet"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("nothing left to do"), "{err}");
+    assert!(
+        err.contains("after the write-back cache acknowledged it"),
+        "{err}"
+    );
+    let path = temp("wait_for_space_gc_on.toml");
+    std::fs::write(&path, config(true)).unwrap();
+    let out = afa(&["run", path.to_str().unwrap(), "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn an_ox_run_with_a_write_back_cache_checks_every_read() {
     let text = std::fs::read_to_string(fixture("ox_run.toml")).unwrap()

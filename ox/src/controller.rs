@@ -438,6 +438,13 @@ impl OxController {
             let (kind, detail) = ev.code();
             self.hash.record(t, kind, detail);
             self.handle(ev);
+            if self.events.peek_time().is_none() && !self.stalled.is_empty() {
+                // Nothing is left to happen, so nothing will free space for the contexts
+                // that wait for it: they fail now rather than wait for ever. Checking only
+                // when a GC pass, an erase or a checkpoint ended missed the case where the
+                // last event was a log write (no GC, no periodic checkpoint).
+                self.fail_stalled_if_hopeless();
+            }
             if self.fatal.is_some() && !self.requests.is_empty() {
                 self.fail_all_requests();
             }

@@ -392,6 +392,14 @@ impl OxController {
             Some(ch) => {
                 self.end_gc_turn(ch);
                 self.retry_stalled();
+                // Below the stop threshold but still at the reserve that closes the channel
+                // to user writes, with writes waiting: the turn goes on. Nothing else would
+                // start it again (a waiting context asks for GC only when it first stalls),
+                // and with `start_used_fraction` above the channel's use the writes waited
+                // for ever.
+                if !self.stalled.is_empty() && self.gc_wanted(ch) {
+                    self.events.push(now, Event::GcCheck(ch));
+                }
             }
             None => self.redrive_stalled(),
         }
