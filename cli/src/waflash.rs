@@ -76,7 +76,9 @@ pub fn run(
     let host_start = std::time::Instant::now();
     let (outcome, cpu) = match &w.filebench {
         Some(spec) => (
-            run_filebench_on(&mut ssd, spec, options.clone())?.outcome,
+            run_filebench_on(&mut ssd, spec, options.clone())
+                .map_err(|e| crate::report::MediaFaults::of(&[ssd.nand()]).explain(e))?
+                .outcome,
             None,
         ),
         None => {
@@ -88,7 +90,8 @@ pub fn run(
                 &workload,
                 options,
                 crate::Notes::Print,
-            )?
+            )
+            .map_err(|e| crate::report::MediaFaults::of(&[ssd.nand()]).explain(e))?
         }
     };
     let host_time_s = host_start.elapsed().as_secs_f64();
