@@ -200,15 +200,15 @@ impl Map {
         }
     }
 
-    /// Frees a cache slot for a page about to be loaded, when the cache is full: the least
-    /// recently used page leaves, and is returned if it is dirty (it must be written before
-    /// its slot is reused).
     /// Lets the cache keep every page it loads: a read-only device cannot write a dirty
     /// page out, so none may be pushed out.
     pub fn grow_without_bound(&mut self) {
         self.capacity_pages = usize::MAX;
     }
 
+    /// Frees a cache slot for a page about to be loaded, when the cache is full: the least
+    /// recently used page leaves, and is returned if it is dirty (it must be written before
+    /// its slot is reused).
     pub fn make_room(&mut self) -> Option<EvictedMapPage> {
         if self.cache.len() < self.capacity_pages {
             return None;
