@@ -128,7 +128,8 @@ pub struct FtlStats {
     pub idle_erases: u64,
     pub program_failures: u64,
     pub blocks_retired: u64,
-    /// SLC blocks gone bad that a free dense block replaced.
+    /// SLC blocks gone bad, and those of them that a free dense block replaced.
+    pub slc_blocks_lost: u64,
     pub slc_blocks_replaced: u64,
 }
 
@@ -906,6 +907,7 @@ impl Ftl {
         if pool != Pool::Slc {
             return;
         }
+        self.stats.slc_blocks_lost += 1;
         let floor = self.gc_floor();
         let pl = &mut self.planes[plane as usize];
         pl.slc_blocks -= 1;

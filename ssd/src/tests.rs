@@ -56,6 +56,32 @@ impl Harness {
         }
     }
 
+    /// A write the device may refuse: the oracle takes the new version only if it was
+    /// accepted.
+    fn try_write(&mut self, lba: u64, sectors: u32) -> Result<Completion, DeviceError> {
+        let mut data = vec![0u8; sectors as usize * self.unit];
+        let version = self.oracle.version + 1;
+        let tokens: Vec<u64> = (0..sectors as u64)
+            .map(|i| sector_token(lba + i, version))
+            .collect();
+        for (i, &token) in tokens.iter().enumerate() {
+            if self.unit > 0 {
+                fill_unit(token, &mut data[i * self.unit..(i + 1) * self.unit]);
+            }
+        }
+        let c = self.ssd.submit(
+            self.now_ns,
+            &Command::write(lba, sectors, &data),
+            ReadBuffers::none(),
+        )?;
+        self.oracle.version = version;
+        for (i, token) in tokens.into_iter().enumerate() {
+            self.oracle.tokens[lba as usize + i] = token;
+        }
+        self.advance(&c);
+        Ok(c)
+    }
+
     fn write(&mut self, lba: u64, sectors: u32) -> Completion {
         let mut data = vec![0u8; sectors as usize * self.unit];
         self.oracle.version += 1;
@@ -792,6 +818,43 @@ fn bad_slc_blocks_are_replaced_and_the_device_keeps_writing() {
         h.ssd.ftl_stats().slc_blocks_replaced > 0,
         "{:?}",
         h.ssd.ftl_stats()
+    );
+    h.check_all();
+    h.ssd.check_invariants();
+}
+
+/// With too little spare to replace every SLC block that fails, a plane loses its cache and
+/// writes to dense blocks; the device wears out in the end (`NoSpace`), but every write it
+/// accepted reads back, and a refused write changes nothing.
+#[test]
+fn a_plane_that_loses_its_slc_cache_writes_past_it_and_keeps_every_accepted_write() {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.over_provisioning = 0.25;
+    cfg.gc.hard_threshold_blocks = 2;
+    cfg.gc.soft_threshold_blocks = 3;
+    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
+    cfg.faults.erase_fail_probability = 0.05;
+    let mut h = Harness::new(cfg, 1);
+    let cap = h.oracle.tokens.len() as u64;
+    let mut rng = SimRng::new(1);
+    let mut refused = None;
+    let mut accepted = 0u64;
+    for _ in 0..cap * 6 {
+        if let Err(e) = h.try_write(rng.below(cap), 1) {
+            refused = Some(e);
+            break;
+        }
+        accepted += 1;
+    }
+    assert!(accepted > cap, "worn out after {accepted} writes");
+    let stats = h.ssd.ftl_stats();
+    assert!(
+        stats.slc_blocks_lost > stats.slc_blocks_replaced,
+        "every lost SLC block was replaced: {stats:?}"
+    );
+    assert!(
+        matches!(refused, Some(DeviceError::NoSpace { .. })),
+        "{refused:?}"
     );
     h.check_all();
     h.ssd.check_invariants();
