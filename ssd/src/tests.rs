@@ -83,25 +83,7 @@ impl Harness {
     }
 
     fn write(&mut self, lba: u64, sectors: u32) -> Completion {
-        let mut data = vec![0u8; sectors as usize * self.unit];
-        self.oracle.version += 1;
-        for i in 0..sectors as usize {
-            let token = sector_token(lba + i as u64, self.oracle.version);
-            self.oracle.tokens[lba as usize + i] = token;
-            if self.unit > 0 {
-                fill_unit(token, &mut data[i * self.unit..(i + 1) * self.unit]);
-            }
-        }
-        let c = self
-            .ssd
-            .submit(
-                self.now_ns,
-                &Command::write(lba, sectors, &data),
-                ReadBuffers::none(),
-            )
-            .expect("write accepted");
-        self.advance(&c);
-        c
+        self.try_write(lba, sectors).expect("write accepted")
     }
 
     fn read_and_check(&mut self, lba: u64, sectors: u32) {
@@ -794,19 +776,25 @@ fn program_and_erase_failures_lose_nothing() {
     h.ssd.check_invariants();
 }
 
+/// The small device with two SLC blocks of 8 pages in each of its 8 planes (the fewest
+/// allowed) and erases that fail with probability `erase_fail`.
+fn two_slc_blocks_per_plane(erase_fail: f64) -> SsdConfig {
+    let mut cfg = small_config(4096, PayloadMode::Token);
+    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
+    cfg.faults.erase_fail_probability = erase_fail;
+    cfg
+}
+
 /// SLC blocks are erased far more often than dense ones, so they are the first that erase
 /// failures take. A bad SLC block is replaced by a free dense block; before, a plane whose
 /// two SLC blocks had both gone bad had nothing to evict and refused every write
 /// (`NoSpace`) with a handful of bad blocks in the device.
 #[test]
 fn bad_slc_blocks_are_replaced_and_the_device_keeps_writing() {
-    let mut cfg = small_config(4096, PayloadMode::Token);
+    let mut cfg = two_slc_blocks_per_plane(0.01);
     cfg.geometry.blocks_per_plane = 64;
     cfg.gc.hard_threshold_blocks = 4;
     cfg.gc.soft_threshold_blocks = 6;
-    // Two SLC blocks of 8 pages in each of the 8 planes, the fewest allowed.
-    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
-    cfg.faults.erase_fail_probability = 0.01;
     let mut h = Harness::new(cfg, 7);
     let cap = h.oracle.tokens.len() as u64;
     let mut rng = SimRng::new(7);
@@ -828,12 +816,9 @@ fn bad_slc_blocks_are_replaced_and_the_device_keeps_writing() {
 /// accepted reads back, and a refused write changes nothing.
 #[test]
 fn a_plane_that_loses_its_slc_cache_writes_past_it_and_keeps_every_accepted_write() {
-    let mut cfg = small_config(4096, PayloadMode::Token);
-    cfg.over_provisioning = 0.25;
+    let mut cfg = two_slc_blocks_per_plane(0.05);
     cfg.gc.hard_threshold_blocks = 2;
     cfg.gc.soft_threshold_blocks = 3;
-    cfg.slc_cache.capacity_bytes = 8 * 2 * 8 * 4096;
-    cfg.faults.erase_fail_probability = 0.05;
     let mut h = Harness::new(cfg, 1);
     let cap = h.oracle.tokens.len() as u64;
     let mut rng = SimRng::new(1);
