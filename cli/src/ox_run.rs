@@ -83,11 +83,12 @@ pub fn run(
     let faults = if media.program_failures + media.erase_failures + stats.eblocks_retired > 0 {
         format!(
             "; media faults: {} failed programs, {} failed erases, {} EBLOCKs retired \
-             ({} bad-block table or checkpoint EBLOCKs replaced)",
+             ({} bad-block table or checkpoint EBLOCKs replaced, {} log blocks bridged)",
             media.program_failures,
             media.erase_failures,
             stats.eblocks_retired,
-            stats.system_eblocks_replaced
+            stats.system_eblocks_replaced,
+            stats.log_bridges
         )
     } else {
         String::new()

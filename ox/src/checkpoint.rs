@@ -40,9 +40,25 @@ pub struct CheckpointRecord {
     pub channel_cursors: [u32; 4],
     pub next_ctx: u64,
     pub next_gc_seq: u64,
+    /// A record is reissued, with the same `seq` and the next revision, when the log needs
+    /// a bridge before the next checkpoint: recovery takes the highest (seq, revision).
+    pub revision: u32,
+    /// Log bridges: (log block sequence, the WBLOCKs it may be at) for a log block that
+    /// none of its predecessor's forward links could take (see `OxController::bridge_log`).
+    /// Recovery tries them when the links lead nowhere. Only blocks at or after the RSSP
+    /// are listed.
+    pub log_bridges: Vec<(u64, Vec<Ppn>)>,
 }
 
 impl OxController {
+    /// The bridges a record whose redo starts at log block `rssp_block_seq` must carry.
+    pub(crate) fn log_bridges_from(&self, rssp_block_seq: u64) -> Vec<(u64, Vec<Ppn>)> {
+        self.log_bridges
+            .range(rssp_block_seq..)
+            .map(|(&seq, links)| (seq, links.clone()))
+            .collect()
+    }
+
     pub(crate) fn build_checkpoint_record(&self, seq: u64, rssp_lsn: u64) -> CheckpointRecord {
         let written = self
             .log
@@ -70,6 +86,8 @@ impl OxController {
             channel_cursors: Stream::ALL.map(|s| self.prov.channel_cursor(s)),
             next_ctx: self.next_ctx,
             next_gc_seq: self.next_gc_seq,
+            revision: 0,
+            log_bridges: self.log_bridges_from(rssp_block_seq),
         }
     }
 
@@ -110,7 +128,10 @@ impl OxController {
                 &rblocks,
                 Some(MetaBlob::Checkpoint(Box::new(rec.clone()))),
             ) {
-                Ok(end) => return Ok(end),
+                Ok(end) => {
+                    self.newest_ckpt_record = Some(rec);
+                    return Ok(end);
+                }
                 Err(afa_nand::NandError::ProgramFailed { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -278,6 +299,11 @@ impl OxController {
             self.events.push(c.pages_end_ns, Event::CkptRecord(seq));
             return;
         }
+        // A log bridge made since the checkpoint started must be in its record, or the
+        // record, once newest, would hide it from recovery.
+        let bridges = self.log_bridges_from(c.record.rssp_block_seq);
+        let c = self.ckpt.as_mut().expect("checked above");
+        c.record.log_bridges = bridges;
         let rec = c.record.clone();
         match self.write_checkpoint_record(rec, now) {
             Ok(end) => self.events.push(end, Event::CkptDone(seq)),
@@ -301,6 +327,7 @@ impl OxController {
         let rec = c.record;
         self.recount_durable_table_refs(&rec);
         let rssp = rec.rssp_lsn;
+        self.log_bridges = self.log_bridges.split_off(&rec.rssp_block_seq);
         self.durable_ckpt = Some(rec);
         self.log.written.retain(|_, &mut (_, _, last)| last >= rssp);
         let reclaim = self.truncated_meta_blocks(rssp, false);

@@ -28,6 +28,12 @@ use crate::tables::{Gbitv, Map, MapEntry, MapMiss, TableId, TablePage, Wear, NO_
 use crate::write_cache::WriteCache;
 use crate::{CheckpointRecord, FlashImage, OxConfig, OxError};
 
+/// Bridges one log block may take before the device gives up with `LogWriteFailed`. Each
+/// costs a checkpoint WBLOCK and retires the EBLOCKs of the failed links, so a medium that
+/// fails this often is wearing out; the bound keeps a failing medium from eating the
+/// checkpoint EBLOCKs.
+const MAX_LOG_BRIDGES_PER_BLOCK: u32 = 8;
+
 /// Counters of one controller, in the units of the paper's Table 3.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OxStats {
@@ -55,6 +61,9 @@ pub struct OxStats {
     pub log_records: u64,
     pub log_blocks_written: u64,
     pub log_link_retries: u64,
+    /// Log blocks whose every forward link failed, re-anchored through a reissued
+    /// checkpoint record (`OxController::bridge_log`).
+    pub log_bridges: u64,
     pub log_bytes: u64,
     pub checkpoints: u64,
     pub table_pages_written: u64,
@@ -257,6 +266,11 @@ pub struct OxController {
     pub(crate) ckpt_timer_parked: bool,
     pub(crate) ckpt_seq: u64,
     pub(crate) durable_ckpt: Option<CheckpointRecord>,
+    /// The newest checkpoint record programmed (durable or not yet): a log bridge reissues
+    /// it, so that it stays the newest.
+    pub(crate) newest_ckpt_record: Option<CheckpointRecord>,
+    /// Log bridges at or after the durable checkpoint's RSSP block, by log block sequence.
+    pub(crate) log_bridges: BTreeMap<u64, Vec<Ppn>>,
     pub(crate) ckpt_block: usize,
     pub(crate) bbt_version: u64,
     pub(crate) stats: OxStats,
@@ -347,6 +361,8 @@ impl OxController {
             ckpt_timer_parked: false,
             ckpt_seq: 0,
             durable_ckpt: None,
+            newest_ckpt_record: None,
+            log_bridges: BTreeMap::new(),
             ckpt_block: 0,
             bbt_version: 0,
             stats: OxStats::default(),
@@ -1610,13 +1626,28 @@ impl OxController {
     /// reserve disjoint channels, so that one block's failed attempts never consume a
     /// WBLOCK its successor was promised.
     pub(crate) fn reserve_log_links(&mut self) -> Result<(), OxError> {
-        let n = self.cfg.log_forward_links as usize;
-        let taken: Vec<u32> = self
-            .log
+        let taken: Vec<u32> = self.log_link_channels();
+        let links = self.pick_log_links(&taken);
+        if links.is_empty() {
+            return Err(OxError::NoSpace);
+        }
+        self.log.links = links;
+        Ok(())
+    }
+
+    /// The channels of the links reserved for the next log block.
+    fn log_link_channels(&self) -> Vec<u32> {
+        self.log
             .links
             .iter()
             .map(|&p| self.media.channel_of(self.media.block_of_ppn(p)))
-            .collect();
+            .collect()
+    }
+
+    /// Up to `log_forward_links` WBLOCKs for a log block, one per channel, skipping the
+    /// channels in `taken` (whose next WBLOCK another block was promised).
+    fn pick_log_links(&mut self, taken: &[u32]) -> Vec<Ppn> {
+        let n = self.cfg.log_forward_links as usize;
         let mut links = Vec::with_capacity(n);
         let channels = self.cfg.channels;
         for k in 0..channels {
@@ -1633,11 +1664,32 @@ impl OxController {
                 self.log_channel_cursor = (ch + 1) % channels;
             }
         }
+        links
+    }
+
+    /// Re-anchors the log when every forward link of log block `seq` failed to program.
+    /// Recovery reaches a log block only from its predecessor's links, so the block goes to
+    /// fresh WBLOCKs and a bridge names them: the newest checkpoint record is reissued (same
+    /// sequence, next revision) with the bridge in it, at the checkpoint EBLOCKs' well-known
+    /// location. Returns the fresh WBLOCKs and when the reissued record is on flash; the
+    /// block is programmed only after that, so a power loss in between leaves at worst a
+    /// bridge to erased WBLOCKs, and nothing in the block is durable (or acknowledged)
+    /// before the block itself is.
+    fn bridge_log(&mut self, seq: u64, ready_ns: TimeNs) -> Result<(Vec<Ppn>, TimeNs), OxError> {
+        let taken = self.log_link_channels();
+        let links = self.pick_log_links(&taken);
+        let Some(mut rec) = self.newest_ckpt_record.clone() else {
+            return Err(OxError::LogWriteFailed { block_seq: seq });
+        };
         if links.is_empty() {
-            return Err(OxError::NoSpace);
+            return Err(OxError::LogWriteFailed { block_seq: seq });
         }
-        self.log.links = links;
-        Ok(())
+        self.log_bridges.insert(seq, links.clone());
+        rec.revision += 1;
+        rec.log_bridges = self.log_bridges_from(rec.rssp_block_seq);
+        let end = self.write_checkpoint_record(rec, ready_ns)?;
+        self.stats.log_bridges += 1;
+        Ok((links, end))
     }
 
     /// The next unwritten WBLOCK of the log's open EBLOCK in a channel.
@@ -1718,46 +1770,61 @@ impl OxController {
         let mut ready = now;
         let first_lsn = block.records.first().map_or(0, |r| r.0);
         let last_lsn = block.last_lsn().unwrap_or(0);
-        for (k, &ppn) in attempts.iter().enumerate() {
-            if k > 0 {
-                self.stats.log_link_retries += 1;
-            }
-            match self
-                .media
-                .program(ppn, ready, &rblocks, Some(MetaBlob::Log(block.clone())))
-            {
-                Ok(end) => {
-                    self.stats.log_blocks_written += 1;
-                    let b = self.media.block_of_ppn(ppn);
-                    let m = &mut self.prov.blocks[b as usize];
-                    m.max_lsn = m.max_lsn.max(last_lsn);
-                    self.log.last_ppn = Some(ppn);
-                    self.log.last_end_ns = end;
-                    self.log.written.insert(seq, (ppn, first_lsn, last_lsn));
-                    self.events.push(
-                        end,
-                        Event::LogDurable {
-                            block_seq: seq,
-                            last_lsn,
-                        },
-                    );
-                    if let Some(next) = self.log_forming.front_mut() {
-                        next.issue_ns = next.issue_ns.max(end);
-                        let (t, s) = (next.issue_ns, next.seq);
-                        self.events.push(t, Event::LogSeal(s));
+        let mut attempts = attempts;
+        for bridge in 0..=MAX_LOG_BRIDGES_PER_BLOCK {
+            if bridge > 0 {
+                match self.bridge_log(seq, ready) {
+                    Ok((links, end)) => {
+                        attempts = links;
+                        ready = end;
                     }
-                    return;
-                }
-                Err(e) => {
-                    let b = self.media.block_of_ppn(ppn);
-                    if !self.absorb_program_failure(ppn, e) {
+                    Err(e) => {
+                        self.fatal = Some(e);
                         return;
                     }
-                    let ch = self.media.channel_of(b) as usize;
-                    if self.log_open[ch] == Some(b) {
-                        self.log_open[ch] = None;
+                }
+            }
+            for (k, &ppn) in attempts.iter().enumerate() {
+                if k > 0 {
+                    self.stats.log_link_retries += 1;
+                }
+                match self
+                    .media
+                    .program(ppn, ready, &rblocks, Some(MetaBlob::Log(block.clone())))
+                {
+                    Ok(end) => {
+                        self.stats.log_blocks_written += 1;
+                        let b = self.media.block_of_ppn(ppn);
+                        let m = &mut self.prov.blocks[b as usize];
+                        m.max_lsn = m.max_lsn.max(last_lsn);
+                        self.log.last_ppn = Some(ppn);
+                        self.log.last_end_ns = end;
+                        self.log.written.insert(seq, (ppn, first_lsn, last_lsn));
+                        self.events.push(
+                            end,
+                            Event::LogDurable {
+                                block_seq: seq,
+                                last_lsn,
+                            },
+                        );
+                        if let Some(next) = self.log_forming.front_mut() {
+                            next.issue_ns = next.issue_ns.max(end);
+                            let (t, s) = (next.issue_ns, next.seq);
+                            self.events.push(t, Event::LogSeal(s));
+                        }
+                        return;
                     }
-                    ready += self.cfg.timing.of(self.cfg.cell_mode).program_ns;
+                    Err(e) => {
+                        let b = self.media.block_of_ppn(ppn);
+                        if !self.absorb_program_failure(ppn, e) {
+                            return;
+                        }
+                        let ch = self.media.channel_of(b) as usize;
+                        if self.log_open[ch] == Some(b) {
+                            self.log_open[ch] = None;
+                        }
+                        ready += self.cfg.timing.of(self.cfg.cell_mode).program_ns;
+                    }
                 }
             }
         }

@@ -29,6 +29,7 @@ pub enum OxError {
     /// The device came up read-only; the text says why.
     #[error("the device is read-only: {0}")]
     ReadOnly(String),
+    /// Every forward link of the log block failed, and so did every bridge tried for it.
     #[error("the log could not be written: every forward link of log block {block_seq} failed")]
     LogWriteFailed { block_seq: u64 },
     #[error("recovery failed: {0}")]

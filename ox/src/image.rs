@@ -783,8 +783,11 @@ impl Reader<'_> {
         let n = self.len(4)?;
         (0..n).map(|_| self.u32()).collect()
     }
+    fn at_end(&self) -> bool {
+        self.at == self.bytes.len()
+    }
     fn done(&self) -> Result<(), String> {
-        if self.at == self.bytes.len() {
+        if self.at_end() {
             Ok(())
         } else {
             Err(format!(
@@ -865,6 +868,14 @@ pub fn encode_meta(blob: &MetaBlob, wblock_bytes: u32) -> Result<(u8, Vec<u8>), 
             w.ppns(&rec.map_t)?;
             w.ppns(&rec.gbitv_t)?;
             w.ppns(&rec.wear_s)?;
+            // Revision and bridges come last, so that an image of the version before them
+            // (whose records end here) still reads: revision 0, no bridges.
+            w.u32(rec.revision);
+            w.len(rec.log_bridges.len())?;
+            for (seq, links) in &rec.log_bridges {
+                w.u64(*seq);
+                w.ppns(links)?;
+            }
             KIND_CHECKPOINT
         }
         MetaBlob::Bbt { version, bad } => {
@@ -1057,18 +1068,33 @@ pub fn decode_meta(kind: u8, bytes: &[u8], tag: Tag) -> Result<MetaBlob, String>
             for c in channel_cursors.iter_mut() {
                 *c = r.u32()?;
             }
+            let rssp_links = r.ppns()?;
+            let map_t = r.ppns()?;
+            let gbitv_t = r.ppns()?;
+            let wear_s = r.ppns()?;
+            let (mut revision, mut log_bridges) = (0, Vec::new());
+            if !r.at_end() {
+                revision = r.u32()?;
+                // A bridge is at least its sequence and its list's length.
+                for _ in 0..r.len(12)? {
+                    let seq = r.u64()?;
+                    log_bridges.push((seq, r.ppns()?));
+                }
+            }
             MetaBlob::Checkpoint(Box::new(CheckpointRecord {
                 seq,
                 timestamp_ns,
                 rssp_lsn,
                 rssp_block_seq,
-                rssp_links: r.ppns()?,
-                map_t: r.ppns()?,
-                gbitv_t: r.ppns()?,
-                wear_s: r.ppns()?,
+                rssp_links,
+                map_t,
+                gbitv_t,
+                wear_s,
                 channel_cursors,
                 next_ctx,
                 next_gc_seq,
+                revision,
+                log_bridges,
             }))
         }
         KIND_BBT => MetaBlob::Bbt {

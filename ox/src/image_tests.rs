@@ -111,6 +111,8 @@ fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
         channel_cursors: [1, 2, 3, 0],
         next_ctx: 19,
         next_gc_seq: 8,
+        revision: 2,
+        log_bridges: vec![(7, vec![90, 91]), (9, vec![])],
     };
     vec![
         (MetaBlob::Log(log), Tag::new(TagKind::Log, 0, 42)),
@@ -130,6 +132,25 @@ fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
             Tag::new(TagKind::Bbt, 1, 3),
         ),
     ]
+}
+
+/// A checkpoint record of the image version before log bridges ends after its WEAR_S
+/// list; it still reads, as revision 0 without bridges.
+#[test]
+fn a_checkpoint_record_without_revision_and_bridges_still_reads() {
+    let (blob, tag) = sample_blobs().swap_remove(2);
+    let (kind, bytes) = encode_meta(&blob, 8192).unwrap();
+    // The revision (4 bytes), the count (4) and the bridges (8 + 4 + 8 and 8 + 4).
+    let old = &bytes[..bytes.len() - 4 - 4 - 20 - 12];
+    let MetaBlob::Checkpoint(mut rec) = blob else {
+        panic!("the sample's third blob is a checkpoint record");
+    };
+    rec.revision = 0;
+    rec.log_bridges.clear();
+    assert_eq!(
+        decode_meta(kind, old, tag).unwrap(),
+        MetaBlob::Checkpoint(rec)
+    );
 }
 
 #[test]

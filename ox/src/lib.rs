@@ -60,7 +60,9 @@
 //! **Media faults.** A page program fails with `faults.program_fail_probability`: the WBLOCK
 //! is consumed, nothing is stored, the EBLOCK is closed and retired once its live pages have
 //! moved. A failed data program is amended by an RDESC_A (durable before the retry); a failed
-//! log program retries at the next forward link. An erase fails with
+//! log program retries at the next forward link, and a log block whose every link failed is
+//! bridged: it goes to fresh WBLOCKs that a reissued checkpoint record names for recovery.
+//! An erase fails with
 //! `faults.erase_fail_probability`: the EBLOCK becomes bad and the bad-block table of its
 //! channel is rewritten. A bad-block table or checkpoint EBLOCK whose erase fails is replaced
 //! by a free EBLOCK, which recovery finds by the TAG of its first record. Factory bad EBLOCKs

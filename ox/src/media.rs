@@ -213,6 +213,9 @@ pub struct Media {
     /// fault probabilities choose their victims at random).
     #[cfg(test)]
     pub(crate) erase_fails: std::collections::BTreeSet<u32>,
+    /// WBLOCKs whose next program fails, likewise.
+    #[cfg(test)]
+    pub(crate) program_fails: std::collections::BTreeSet<Ppn>,
 }
 
 impl Media {
@@ -244,6 +247,8 @@ impl Media {
             image: None,
             #[cfg(test)]
             erase_fails: Default::default(),
+            #[cfg(test)]
+            program_fails: Default::default(),
         })
     }
 
@@ -389,7 +394,18 @@ impl Media {
         meta: Option<MetaBlob>,
     ) -> Result<TimeNs, NandError> {
         self.counters.wblock_programs += 1;
-        match self.nand.program(ppn, ready_ns) {
+        let result = self.nand.program(ppn, ready_ns);
+        #[cfg(test)]
+        let result = match result {
+            Ok(_) if self.program_fails.remove(&ppn) => {
+                self.nand.store_mut().clear_page(ppn);
+                let block = self.block_of_ppn(ppn);
+                let page = ppn - block * self.wblocks_per_eblock;
+                Err(NandError::ProgramFailed { block, page })
+            }
+            other => other,
+        };
+        match result {
             Ok(end) => {
                 self.store_content(ppn, rblocks);
                 if let Some(image) = &mut self.image {

@@ -23,7 +23,7 @@ use afa_sim::TimeNs;
 
 use crate::controller::Event;
 use crate::log::{LogRecord, RdescEntry};
-use crate::media::{Media, MetaBlob, Ppa, TagKind};
+use crate::media::{Media, MetaBlob, Ppa, Ppn, TagKind};
 use crate::provision::Stream;
 use crate::tables::{MapEntry, TableId, NO_PPN};
 use crate::{OxController, OxError};
@@ -37,6 +37,9 @@ type EraseMark = (u32, u32, usize, Option<(u64, Ppa)>);
 pub struct RecoveryReport {
     pub checkpoint_seq: u64,
     pub log_blocks_read: u64,
+    /// Log blocks found through a bridge in the checkpoint record (their predecessor's
+    /// forward links had all failed).
+    pub log_bridges_followed: u64,
     pub records_redone: u64,
     /// Contexts installed from their `done` record.
     pub contexts_redone: u64,
@@ -181,7 +184,12 @@ impl OxController {
                 let (end, blob) = c.media.read_wblock(first + p, start);
                 t = t.max(end);
                 if let Some(MetaBlob::Checkpoint(rec)) = blob {
-                    if best.as_ref().is_none_or(|(b, _)| rec.seq > b.seq) {
+                    // A reissued record (a log bridge) shares its sequence and has a
+                    // higher revision.
+                    if best
+                        .as_ref()
+                        .is_none_or(|(b, _)| (rec.seq, rec.revision) > (b.seq, b.revision))
+                    {
                         best = Some(((**rec).clone(), i));
                     }
                 }
@@ -279,6 +287,8 @@ impl OxController {
         let mut candidates = rec.rssp_links.clone();
         let mut last_lsn = rec.rssp_lsn.saturating_sub(1);
         let mut walked_blocks: BTreeSet<u32> = BTreeSet::new();
+        let bridges: BTreeMap<u64, Vec<Ppn>> = rec.log_bridges.iter().cloned().collect();
+        let mut bridged = false;
         loop {
             let mut found = None;
             for &ppn in &candidates {
@@ -295,8 +305,19 @@ impl OxController {
                 }
             }
             let Some((ppn, lb)) = found else {
-                break;
+                // The predecessor's links lead nowhere; if they all failed, a bridge in the
+                // checkpoint record says where the block went instead.
+                match bridges.get(&expected) {
+                    Some(links) if !bridged => {
+                        candidates = links.clone();
+                        bridged = true;
+                        report.log_bridges_followed += 1;
+                        continue;
+                    }
+                    _ => break,
+                }
             };
+            bridged = false;
             report.log_blocks_read += 1;
             let b = c.media.block_of_ppn(ppn);
             walked_blocks.insert(b);
@@ -488,6 +509,10 @@ impl OxController {
         for thread in c.read_threads_free_ns.iter_mut() {
             *thread = (*thread).max(t);
         }
+        // The bridges stay: a reissue of this record before the next checkpoint must still
+        // lead recovery over them.
+        c.log_bridges = bridges;
+        c.newest_ckpt_record = Some(rec.clone());
         c.durable_ckpt = Some(rec);
         // A MAP page pushed out of the cache during the redo and not written (no space) is
         // a failed recovery, never a lost mapping.

@@ -1185,6 +1185,59 @@ fn power_loss_with_program_failures_keeps_batches_atomic() {
     }
 }
 
+/// Every forward link of a log block fails (here its only one). The device used to stop
+/// with `LogWriteFailed`. The block now goes to fresh WBLOCKs named by a bridge in a reissued
+/// checkpoint record; the batches are acknowledged, and recovery, finding the failed link
+/// empty, follows the bridge and loses none of them.
+#[test]
+fn a_log_block_whose_every_link_fails_is_bridged_and_recovery_follows_the_bridge() {
+    let mut cfg = small_config();
+    cfg.log_forward_links = 1;
+    // No checkpoint may truncate the log past the bridged block before the power loss.
+    cfg.checkpoint.interval_ns = 10_000_000_000;
+    let mut c = OxController::format(&cfg, 41).unwrap();
+    // The first log block's link.
+    let failing = c.log.links.clone();
+    assert_eq!(failing.len(), 1);
+    c.media.program_fails.extend(failing.iter().copied());
+    let mut rng = SimRng::new(41);
+    let (oracle, t) = drive(&mut c, &mut rng, 80, 4, 0);
+    c.quiesce();
+    assert!(c.fatal.is_none(), "{:?}", c.fatal);
+    assert!(c.media.program_fails.is_empty(), "the link was never tried");
+    assert_eq!(c.stats().log_bridges, 1);
+    c.check_invariants().unwrap();
+    let t = t.max(c.now_ns());
+    let (mut r, report) = OxController::recover(c.power_loss(t), t).unwrap();
+    assert_eq!(report.log_bridges_followed, 1, "{report:?}");
+    r.check_invariants().unwrap();
+    let now = r.now_ns();
+    let (_, all) = read_all(&mut r, now);
+    for (l, tok) in &oracle {
+        assert_eq!(all[*l as usize], *tok, "LPID {l}");
+    }
+}
+
+/// With one forward link per log block and program failures, log blocks are bridged again
+/// and again (and bridges themselves fail and are bridged anew). Power lost at random
+/// moments — between a bridge and its block, during checkpoints that must carry bridges
+/// forward — keeps every acknowledged batch and every batch atomic.
+#[test]
+fn power_loss_with_bridged_log_blocks_keeps_acknowledged_batches() {
+    let mut cfg = small_config();
+    cfg.log_forward_links = 1;
+    cfg.faults.program_fail_probability = 0.08;
+    cfg.checkpoint.interval_ns = 5_000_000;
+    let mut followed = 0;
+    for seed in 0..16u64 {
+        let mut rng = SimRng::new(4100 + seed);
+        let cut = 2_000_000 + rng.below(30_000_000);
+        let (submitted, base, off) = run_and_cut(&cfg, 4100 + seed, cut, 60);
+        followed += recover_and_check(&cfg, &submitted, &base, off).log_bridges_followed;
+    }
+    assert!(followed > 0, "no recovery crossed a bridge");
+}
+
 // ----- system EBLOCKs ---------------------------------------------------------------------
 
 /// The erases of a bad-block table's EBLOCK and of a checkpoint EBLOCK fail. Each is
