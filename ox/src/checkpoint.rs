@@ -93,6 +93,12 @@ impl OxController {
 
     /// Programs a checkpoint record at the next WBLOCK of the current checkpoint EBLOCK,
     /// switching to (and first erasing) the other one when it is full.
+    ///
+    /// A failed program consumes its WBLOCK and the record goes to the next one. A block
+    /// filled by failed programs since the switch holds no record, while the newest record
+    /// is in the other block: switching back would erase that, and a power loss would then
+    /// leave no checkpoint at all. Such a block is worn out, so it is retired and replaced
+    /// by a free EBLOCK instead, and the other block is kept.
     pub(crate) fn write_checkpoint_record(
         &mut self,
         rec: CheckpointRecord,
@@ -104,21 +110,31 @@ impl OxController {
             .map(|_| RblockWrite::meta(Tag::new(TagKind::Checkpoint, 0, rec.seq)))
             .collect();
         let mut ready = ready_ns;
-        for _ in 0..2 * ppb {
+        // Each replacement takes a free EBLOCK, so the loop ends with `NoSpace` if not here.
+        let attempts = 4 * ppb;
+        for _ in 0..attempts {
             let mut block = self.system.checkpoint[self.ckpt_block];
             if self.media.write_pointer(block) >= ppb {
-                // The other block holds only older records: the newest is in this one.
-                self.ckpt_block ^= 1;
-                block = self.system.checkpoint[self.ckpt_block];
-                match self.media.erase(block, ready) {
-                    Ok(end) => ready = end,
-                    Err(afa_nand::NandError::EraseFailed { .. }) => {
-                        let ch = self.media.channel_of(block);
-                        block = self.replace_system_block(block, ch)?;
-                        self.system.checkpoint[self.ckpt_block] = block;
-                        ready = self.write_bbt(ch, ready)?;
+                let ch = self.media.channel_of(block);
+                if self.ckpt_newest_block == self.ckpt_block {
+                    // The other block holds only older records: the newest is in this one.
+                    self.ckpt_block ^= 1;
+                    block = self.system.checkpoint[self.ckpt_block];
+                    let ch = self.media.channel_of(block);
+                    match self.media.erase(block, ready) {
+                        Ok(end) => ready = end,
+                        Err(afa_nand::NandError::EraseFailed { .. }) => {
+                            block = self.replace_system_block(block, ch)?;
+                            self.system.checkpoint[self.ckpt_block] = block;
+                            ready = self.write_bbt(ch, ready)?;
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) => return Err(e.into()),
+                } else {
+                    self.media.retire(block);
+                    block = self.replace_system_block(block, ch)?;
+                    self.system.checkpoint[self.ckpt_block] = block;
+                    ready = self.write_bbt(ch, ready)?;
                 }
             }
             let ppn = self.media.first_ppn(block) + self.media.write_pointer(block);
@@ -129,6 +145,7 @@ impl OxController {
                 Some(MetaBlob::Checkpoint(Box::new(rec.clone()))),
             ) {
                 Ok(end) => {
+                    self.ckpt_newest_block = self.ckpt_block;
                     self.newest_ckpt_record = Some(rec);
                     return Ok(end);
                 }
@@ -136,9 +153,7 @@ impl OxController {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(OxError::Recovery(
-            "no WBLOCK of the checkpoint EBLOCKs could be programmed".into(),
-        ))
+        Err(OxError::CheckpointWriteFailed { attempts })
     }
 
     pub(crate) fn on_checkpoint_timer(&mut self) {

@@ -272,6 +272,8 @@ pub struct OxController {
     /// Log bridges at or after the durable checkpoint's RSSP block, by log block sequence.
     pub(crate) log_bridges: BTreeMap<u64, Vec<Ppn>>,
     pub(crate) ckpt_block: usize,
+    /// Which of the two checkpoint EBLOCKs holds the newest record programmed.
+    pub(crate) ckpt_newest_block: usize,
     pub(crate) bbt_version: u64,
     pub(crate) stats: OxStats,
     pub(crate) hash: EventLogHash,
@@ -364,6 +366,7 @@ impl OxController {
             newest_ckpt_record: None,
             log_bridges: BTreeMap::new(),
             ckpt_block: 0,
+            ckpt_newest_block: 0,
             bbt_version: 0,
             stats: OxStats::default(),
             hash: EventLogHash::new(),

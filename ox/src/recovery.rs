@@ -199,6 +199,7 @@ impl OxController {
             best.ok_or_else(|| OxError::Recovery("no checkpoint record found".into()))?;
         report.checkpoint_seq = rec.seq;
         c.ckpt_block = ckpt_block;
+        c.ckpt_newest_block = ckpt_block;
         c.ckpt_seq = rec.seq + 1;
 
         // Tables through their tiny tables.

@@ -1240,6 +1240,42 @@ fn power_loss_with_bridged_log_blocks_keeps_acknowledged_batches() {
 
 // ----- system EBLOCKs ---------------------------------------------------------------------
 
+/// The checkpoint EBLOCK holding the newest record is full, and every program of the other
+/// one fails after its erase. The writer used to switch back and erase the block with the
+/// newest record: power lost before the new record was on flash then left no checkpoint
+/// record at all ("no checkpoint record found"). The failing EBLOCK is now retired and
+/// replaced, and the full one is kept.
+#[test]
+fn a_checkpoint_eblock_filled_by_failed_programs_is_replaced_without_erasing_the_newest_record() {
+    let cfg = small_config();
+    let mut c = OxController::format(&cfg, 43).unwrap();
+    let ppb = c.media.wblocks_per_eblock();
+    let [full, failing] = c.system.checkpoint;
+    let mut t = 0;
+    for seq in 1..ppb as u64 {
+        let rec = c.build_checkpoint_record(seq, c.log.next_lsn);
+        t = c.write_checkpoint_record(rec, t).unwrap();
+    }
+    assert_eq!(c.media.write_pointer(full), ppb);
+    let first = c.media.first_ppn(failing);
+    c.media.program_fails.extend(first..first + ppb);
+    let rec = c.build_checkpoint_record(ppb as u64, c.log.next_lsn);
+    let end = c.write_checkpoint_record(rec, t).unwrap();
+    assert!(c.media.program_fails.is_empty());
+    assert_eq!(
+        c.media.write_pointer(full),
+        ppb,
+        "the newest record's EBLOCK was erased"
+    );
+    assert!(c.media.is_bad(failing));
+    assert_ne!(c.system.checkpoint[1], failing);
+    assert_eq!(c.stats().system_eblocks_replaced, 1);
+    // Power fails while the new record is being programmed: the one before it remains.
+    let (r, report) = OxController::recover(c.power_loss(end - 1), end).unwrap();
+    assert_eq!(report.checkpoint_seq, ppb as u64 - 1);
+    r.check_invariants().unwrap();
+}
+
 /// The erases of a bad-block table's EBLOCK and of a checkpoint EBLOCK fail. Each is
 /// replaced by a free EBLOCK, the device goes on taking batches, and recovery finds the
 /// replacements by their records' TAGs and loses nothing. Either failure stopped the device.
