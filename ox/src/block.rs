@@ -232,7 +232,7 @@ pub(crate) fn device_error(e: OxError) -> DeviceError {
         // command it does not support, which is what they were reported as.
         e @ (OxError::Nand(_)
         | OxError::LogWriteFailed { .. }
-        | OxError::CheckpointWriteFailed { .. }
+        | OxError::SystemWriteFailed { .. }
         | OxError::Image(_)
         | OxError::Recovery(_)
         | OxError::Stuck(_)

@@ -153,7 +153,10 @@ impl OxController {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(OxError::CheckpointWriteFailed { attempts })
+        Err(OxError::SystemWriteFailed {
+            what: "checkpoint record".into(),
+            attempts,
+        })
     }
 
     pub(crate) fn on_checkpoint_timer(&mut self) {

@@ -1872,17 +1872,32 @@ impl OxController {
         let rblocks: Vec<RblockWrite> = (0..spp)
             .map(|_| RblockWrite::meta(Tag::new(TagKind::Bbt, ch as u64, self.bbt_version)))
             .collect();
-        // A failed program consumes its WBLOCK; the table goes to the next one.
-        for _ in 0..2 * self.media.wblocks_per_eblock() {
+        // A failed program consumes its WBLOCK; the table goes to the next one. A block that
+        // failed programs filled since this call erased it is worn out: it is retired and
+        // replaced, as a checkpoint EBLOCK is, rather than erased again and again.
+        let ppb = self.media.wblocks_per_eblock();
+        let attempts = 4 * ppb;
+        let mut erased_here = false;
+        for _ in 0..attempts {
             let mut block = self.system.bbt[ch as usize];
-            if self.media.write_pointer(block) >= self.media.wblocks_per_eblock() {
-                match self.media.erase(block, ready) {
-                    Ok(end) => ready = end,
-                    Err(NandError::EraseFailed { .. }) => {
-                        block = self.replace_system_block(block, ch)?;
-                        self.system.bbt[ch as usize] = block;
+            if self.media.write_pointer(block) >= ppb {
+                if erased_here {
+                    self.media.retire(block);
+                    block = self.replace_system_block(block, ch)?;
+                    self.system.bbt[ch as usize] = block;
+                    erased_here = false;
+                } else {
+                    match self.media.erase(block, ready) {
+                        Ok(end) => {
+                            ready = end;
+                            erased_here = true;
+                        }
+                        Err(NandError::EraseFailed { .. }) => {
+                            block = self.replace_system_block(block, ch)?;
+                            self.system.bbt[ch as usize] = block;
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) => return Err(e.into()),
                 }
             }
             let bad: Vec<u32> = (0..self.media.eblocks_total())
@@ -1899,9 +1914,10 @@ impl OxController {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(OxError::Config(format!(
-            "the bad-block table of channel {ch} cannot be written"
-        )))
+        Err(OxError::SystemWriteFailed {
+            what: format!("bad-block table of channel {ch}"),
+            attempts,
+        })
     }
 
     /// Takes a free EBLOCK, of `channel` when it has one, in place of a system EBLOCK whose

@@ -32,9 +32,10 @@ pub enum OxError {
     /// Every forward link of the log block failed, and so did every bridge tried for it.
     #[error("the log could not be written: every forward link of log block {block_seq} failed")]
     LogWriteFailed { block_seq: u64 },
-    /// Programs of the checkpoint EBLOCKs (and of their replacements) kept failing.
-    #[error("no checkpoint record could be written: {attempts} programs of the checkpoint EBLOCKs failed")]
-    CheckpointWriteFailed { attempts: u32 },
+    /// Programs of a system EBLOCK (a checkpoint or bad-block-table EBLOCK, and of the
+    /// EBLOCKs that replaced it) kept failing.
+    #[error("no {what} could be written: {attempts} programs in a row failed")]
+    SystemWriteFailed { what: String, attempts: u32 },
     #[error("recovery failed: {0}")]
     Recovery(String),
     #[error("the controller has lost power; recover it before submitting commands")]

@@ -1276,6 +1276,33 @@ fn a_checkpoint_eblock_filled_by_failed_programs_is_replaced_without_erasing_the
     r.check_invariants().unwrap();
 }
 
+/// Every program of a bad-block table's EBLOCK fails after the erase that makes room in it.
+/// The writer erased it again until it gave up with a configuration error ("the bad-block
+/// table of channel 1 cannot be written"); the EBLOCK is now retired and replaced, and
+/// recovery finds the table in its replacement.
+#[test]
+fn a_bad_block_table_eblock_filled_by_failed_programs_is_replaced() {
+    let cfg = small_config();
+    let mut c = OxController::format(&cfg, 44).unwrap();
+    let ppb = c.media.wblocks_per_eblock();
+    let failing = c.system.bbt[1];
+    let mut t = 0;
+    while c.media.write_pointer(failing) < ppb {
+        t = c.write_bbt(1, t).unwrap();
+    }
+    let first = c.media.first_ppn(failing);
+    c.media.program_fails.extend(first..first + ppb);
+    t = c.write_bbt(1, t).unwrap();
+    assert!(c.media.program_fails.is_empty());
+    assert!(c.media.is_bad(failing));
+    let replacement = c.system.bbt[1];
+    assert_ne!(replacement, failing);
+    assert_eq!(c.stats().system_eblocks_replaced, 1);
+    let (r, _) = OxController::recover(c.power_loss(t), t).unwrap();
+    assert_eq!(r.system.bbt[1], replacement);
+    r.check_invariants().unwrap();
+}
+
 /// The erases of a bad-block table's EBLOCK and of a checkpoint EBLOCK fail. Each is
 /// replaced by a free EBLOCK, the device goes on taking batches, and recovery finds the
 /// replacements by their records' TAGs and loses nothing. Either failure stopped the device.
