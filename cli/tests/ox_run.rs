@@ -205,6 +205,37 @@ fn an_ox_run_whose_writes_wait_for_space_never_stops_with_them_unfinished() {
     );
 }
 
+/// Found by a configuration soak: with a MAP cache of 8 pages every install waits for MAP
+/// page loads, and a write-back cache let hundreds of contexts start ahead of them. No
+/// checkpoint could truncate the log past the oldest one's RDESC, the log behind it grew to
+/// 213 of 752 EBLOCKs (checkpoints forced by the long log only added to it), and writes the
+/// cache had acknowledged failed as hopeless while the installs went on. New contexts now
+/// wait while the log pinned behind the oldest one exceeds the META margin, a long log
+/// forces a checkpoint only when it would truncate something, and contexts under way count
+/// against hopelessness.
+#[test]
+fn an_ox_run_whose_installs_lag_behind_a_write_back_cache_loses_no_acknowledged_write() {
+    let config = "seed = 3714442328\n\
+         [ox]\nchannels = 8\nluns_per_channel = 2\neblocks_per_lun = 47\nlogical_pages = 35509\n\
+         payload = \"token\"\nmap_cache_pages = 8\nlog_forward_links = 2\nmax_batch_pages = 63\n\
+         [ox.terms]\nrblock_bytes = 512\nwblock_bytes = 16384\neblock_bytes = 65536\n\
+         [ox.timing]\nscheduling = \"first-come\"\nmulti_plane = false\n\
+         [ox.gc]\nread_whole_wblocks = true\nmin_invalid_relax_from_used_fraction = 0.95\n\
+         [ox.write_cache]\nwrite_back = true\n\
+         [workload]\njob = \"\"\"\n\
+         [fill]\nrw=write\nbs=128k\niodepth=4\n\
+         [over]\nstonewall\nrw=randwrite\nbs=5k\nio_size=18180608\niodepth=8\n\
+         [verify]\nstonewall\nrw=read\nbs=128k\niodepth=16\n\"\"\"\n";
+    let path = temp("installs_lag.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = afa(&["run", path.to_str().unwrap(), "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn an_ox_run_with_a_write_back_cache_checks_every_read() {
     let text = std::fs::read_to_string(fixture("ox_run.toml")).unwrap()

@@ -113,6 +113,8 @@ pub(crate) struct Context {
     pub trim: bool,
     /// LSN of the context's RDESC: a checkpoint's RSSP may not pass it before it installs.
     pub rdesc_lsn: u64,
+    /// The log block its RDESC went into (`OxController::log_pinned_too_far`).
+    pub rdesc_block_seq: u64,
     /// Its key in the write cache (its start key; 0 before it is admitted).
     pub cache_key: u64,
 }
@@ -163,19 +165,30 @@ pub(crate) enum Event {
     StartContext(u64),
     ReadIssue(RequestId),
     LogSeal(u64),
-    LogDurable { block_seq: u64, last_lsn: u64 },
+    LogDurable {
+        block_seq: u64,
+        last_lsn: u64,
+    },
     DataDone(u64),
-    Install { ctx: u64, idx: u32 },
+    Install {
+        ctx: u64,
+        idx: u32,
+    },
     Complete(RequestId),
     GcCheck(u32),
     GcCopiesDone(u32),
-    Erase { block: u32, gc_channel: Option<u32> },
+    Erase {
+        block: u32,
+        gc_channel: Option<u32>,
+    },
     CheckpointTimer,
     ForcedCheckpoint,
     CkptRecord(u64),
     CkptDone(u64),
     Ack(RequestId),
     AdmitWaiting,
+    /// An install moved the log's pin on: contexts waiting may start.
+    RetryStalled,
 }
 
 impl Event {
@@ -198,6 +211,7 @@ impl Event {
             Event::CkptDone(s) => (14, s),
             Event::Ack(r) => (16, r),
             Event::AdmitWaiting => (17, 0),
+            Event::RetryStalled => (18, 0),
         }
     }
 }
@@ -728,6 +742,7 @@ impl OxController {
             Event::CkptDone(seq) => self.on_ckpt_done(seq),
             Event::Ack(id) => self.on_ack(id),
             Event::AdmitWaiting => self.on_admit_waiting(),
+            Event::RetryStalled => self.retry_stalled(),
         }
     }
 
@@ -897,7 +912,15 @@ impl OxController {
         // With GC off a victim frees nothing: waiting for one would wait for ever.
         let any_victim =
             self.cfg.gc.enabled && (0..self.cfg.channels).any(|ch| self.pick_victim(ch).is_some());
-        if any_victim || !self.waiters.is_empty() || self.ckpt.is_some() {
+        // Contexts under way will install, and each lets the next checkpoint's RSSP move on
+        // past its RDESC and truncate more of the log: with a small MAP cache the installs
+        // crawl, the log pinned behind them took 213 of 752 EBLOCKs in a soak, and writes
+        // the write-back cache had acknowledged failed as hopeless while they went on.
+        if any_victim
+            || !self.waiters.is_empty()
+            || self.ckpt.is_some()
+            || !self.contexts.is_empty()
+        {
             return;
         }
         // A checkpoint may truncate the log and free its EBLOCKs: try that once.
@@ -932,6 +955,9 @@ impl OxController {
     /// EBLOCK are handed out in order and must be programmed in that order, and the contexts
     /// behind it wait (they may not overtake it), so nothing else programs after them.
     fn try_start_context(&mut self, mut p: PendingContext) -> Option<PendingContext> {
+        if self.log_pinned_too_far() {
+            return Some(p);
+        }
         let now = self.now_ns;
         let spp = self.media.rblocks_per_wblock() as usize;
         let n = p.lpids.len();
@@ -955,6 +981,24 @@ impl OxController {
         }
         self.start_with(p, wblocks, now);
         None
+    }
+
+    /// Whether the log written since the oldest context not yet installed has reached the
+    /// META streams' checkpoint margin (`OxConfig::meta_trigger_eblocks`, in log blocks).
+    /// No checkpoint can truncate the log past that context's RDESC, so while installs lag
+    /// (a small MAP cache makes each one wait for MAP page loads) everything logged after
+    /// it — RDESCs, GC and checkpoint records — stays on flash. New contexts wait until
+    /// the installs catch up: in a soak the log behind one such context took 213 of 752
+    /// EBLOCKs, GC and a checkpoint then found no free EBLOCK, and writes the write-back
+    /// cache had acknowledged were lost.
+    fn log_pinned_too_far(&self) -> bool {
+        let Some(oldest) = self.contexts.values().next() else {
+            return false;
+        };
+        let pinned_blocks = self.log.next_block_seq - oldest.rdesc_block_seq;
+        let budget_blocks =
+            self.cfg.meta_trigger_eblocks() * self.media.wblocks_per_eblock() as u64;
+        pinned_blocks > budget_blocks
     }
 
     fn start_with(&mut self, p: PendingContext, wblocks: Vec<Ppn>, now: TimeNs) {
@@ -1006,11 +1050,18 @@ impl OxController {
                 data_done: false,
                 trim: p.trim,
                 rdesc_lsn: self.log.next_lsn,
+                rdesc_block_seq: 0,
                 cache_key: p.cache_key,
             },
         );
         self.stats.rdesc_records += 1;
         let lsn = self.log_append(LogRecord::Rdesc { ctx, entries }, t);
+        // A record joins the newest forming block or opens the next one.
+        let block_seq = self.log.next_block_seq - 1;
+        self.contexts
+            .get_mut(&ctx)
+            .expect("inserted")
+            .rdesc_block_seq = block_seq;
         self.wait_log(lsn, Waiter::RdescDurable(ctx));
     }
 
@@ -1372,6 +1423,13 @@ impl OxController {
         self.install_busy = false;
         self.install_end_ns = now;
         self.install_next = ctx + 1;
+        // The install lets a checkpoint truncate further: one more is worth trying for the
+        // contexts that wait for space, and those that waited for the log to move on may
+        // start.
+        if !self.stalled.is_empty() {
+            self.space_checkpoint_tried = false;
+            self.events.push(now, Event::RetryStalled);
+        }
         self.release_context(c.cache_key, &c.lpids, c.trim);
         self.finish_part(c.request, None, t);
         self.try_install();

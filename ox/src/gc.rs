@@ -276,10 +276,12 @@ impl OxController {
         // EBLOCKs back, frees some, and so does an erase waiting for its log record; each
         // lets GC try again when it is done (`redrive_stalled`). Failing the waiting
         // contexts at once, as this did, failed writes a running checkpoint was about to
-        // make room for.
+        // make room for. Contexts under way are relief too: each install lets the next
+        // checkpoint truncate more of the log (`fail_stalled_if_hopeless` says more).
         let relief = self.checkpoint_if_space_is_short(ch, 1)
             || self.ckpt.is_some()
-            || !self.pending_erases.is_empty();
+            || !self.pending_erases.is_empty()
+            || !self.contexts.is_empty();
         if relief {
             self.gc_gave_up = true;
         } else if self.gc.is_empty() {
