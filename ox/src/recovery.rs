@@ -510,8 +510,11 @@ impl OxController {
         for thread in c.read_threads_free_ns.iter_mut() {
             *thread = (*thread).max(t);
         }
-        // The bridges stay: a reissue of this record before the next checkpoint must still
-        // lead recovery over them.
+        // The bridges the walk crossed stay: a reissue of this record before the next
+        // checkpoint must still lead recovery over them. One at or past the walk's end
+        // named WBLOCKs its block never reached, and the log goes on elsewhere.
+        let mut bridges = bridges;
+        bridges.retain(|&seq, _| seq < expected);
         c.log_bridges = bridges;
         c.newest_ckpt_record = Some(rec.clone());
         c.durable_ckpt = Some(rec);
