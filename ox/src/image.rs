@@ -61,7 +61,11 @@ const STATE_CONSUMED: u8 = 2;
 
 const KIND_RBLOCKS: u8 = 0;
 const KIND_LOG: u8 = 1;
-const KIND_TABLE: u8 = 2;
+pub(crate) const KIND_TABLE: u8 = 2;
+/// A table page of 4-byte words: WEAR, whose page holds `wblock_bytes / 4` erase counts
+/// (`tables::Wear`), twice what 8-byte words fit in a WBLOCK. Images written before this
+/// kind stored WEAR pages as `KIND_TABLE`, which still reads.
+const KIND_TABLE_U32: u8 = 5;
 const KIND_CHECKPOINT: u8 = 3;
 const KIND_BBT: u8 = 4;
 
@@ -846,6 +850,15 @@ pub fn encode_meta(blob: &MetaBlob, wblock_bytes: u32) -> Result<(u8, Vec<u8>), 
             }
             KIND_LOG
         }
+        MetaBlob::Table(page) if page.table == TableId::Wear => {
+            for &x in &page.words {
+                let count = u32::try_from(x).map_err(|_| {
+                    format!("an erase count of {x} in a WEAR page overflows 32 bits")
+                })?;
+                w.u32(count);
+            }
+            KIND_TABLE_U32
+        }
         MetaBlob::Table(page) => {
             page.words.iter().for_each(|&x| w.u64(x));
             KIND_TABLE
@@ -889,7 +902,7 @@ pub fn encode_meta(blob: &MetaBlob, wblock_bytes: u32) -> Result<(u8, Vec<u8>), 
             "a {} blob of {} bytes does not fit in a {wblock_bytes}-byte WBLOCK",
             match kind {
                 KIND_LOG => "log block",
-                KIND_TABLE => "table page",
+                KIND_TABLE | KIND_TABLE_U32 => "table page",
                 KIND_CHECKPOINT => "checkpoint record",
                 _ => "bad-block table",
             },
@@ -1039,16 +1052,21 @@ pub fn decode_meta(kind: u8, bytes: &[u8], tag: Tag) -> Result<MetaBlob, String>
                 links,
             })
         }
-        KIND_TABLE => {
+        KIND_TABLE | KIND_TABLE_U32 => {
             if tag.kind != TagKind::Table {
                 return Err(format!("a table page whose TAG says {:?}", tag.kind));
             }
-            if bytes.len() % 8 != 0 {
+            let word_bytes = if kind == KIND_TABLE_U32 { 4 } else { 8 };
+            if bytes.len() % word_bytes != 0 {
                 return Err(format!("a table page of {} bytes", bytes.len()));
             }
             let words = bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .chunks_exact(word_bytes)
+                .map(|c| {
+                    let mut word = [0u8; 8];
+                    word[..word_bytes].copy_from_slice(c);
+                    u64::from_le_bytes(word)
+                })
                 .collect();
             r.at = bytes.len();
             MetaBlob::Table(TablePage {

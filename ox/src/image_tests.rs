@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use afa_sim::SimRng;
 use afa_ssd::{BlockDevice, Command, DeviceError, QueuedDevice, ReadBuffers};
 
+use crate::image::KIND_TABLE;
 use crate::log::{GcMove, LogBlock, LogRecord, RdescEntry};
 use crate::tables::{TableId, TablePage};
 use crate::tests::small_config;
@@ -132,6 +133,35 @@ fn sample_blobs() -> Vec<(MetaBlob, Tag)> {
             Tag::new(TagKind::Bbt, 1, 3),
         ),
     ]
+}
+
+/// A WEAR page holds `wblock_bytes / 4` erase counts. Written as 8-byte words it took
+/// twice its WBLOCK, so a served device of more than `wblock_bytes / 8` EBLOCKs failed its
+/// first checkpoint ("a table page blob of 12800 bytes does not fit in a 8192-byte
+/// WBLOCK", 1,600 EBLOCKs); it is written as 4-byte words now, and a WEAR page of the old
+/// kind still reads.
+#[test]
+fn a_full_wear_page_fits_its_wblock_and_an_old_one_still_reads() {
+    let full = TablePage {
+        table: TableId::Wear,
+        index: 1,
+        words: (0..2048u64).map(|i| i * 7).collect(),
+    };
+    let tag = Tag::new(TagKind::Table, 5 << 32 | 1, 9);
+    let blob = MetaBlob::Table(full);
+    let (kind, bytes) = encode_meta(&blob, 8192).unwrap();
+    assert_eq!(bytes.len(), 8192);
+    assert_eq!(decode_meta(kind, &bytes, tag).unwrap(), blob);
+    let old = TablePage {
+        table: TableId::Wear,
+        index: 1,
+        words: vec![3, 0, 12],
+    };
+    let old_bytes: Vec<u8> = old.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    assert_eq!(
+        decode_meta(KIND_TABLE, &old_bytes, tag).unwrap(),
+        MetaBlob::Table(old)
+    );
 }
 
 /// A checkpoint record of the image version before log bridges ends after its WEAR_S
