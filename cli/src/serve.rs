@@ -358,6 +358,21 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
         );
     }
     let engine: ArrayConfig = spec.engine.clone();
+    // Member files, then spare files, each with an SSD of its own seed, as in simulation.
+    let member_seed = |index: u64| {
+        if index < engine.members as u64 {
+            seed.wrapping_add(index)
+        } else {
+            seed.wrapping_add(1000 + index - engine.members as u64)
+        }
+    };
+    // Each file holds what the smallest SSD exports, as the engines use of every member:
+    // with factory bad blocks the SSDs differ in size, and every file sized by the first
+    // one's model kept the volume from starting at all.
+    let mut member_sectors = member_sectors;
+    for index in 0..(engine.members + spec.spares) as u64 {
+        member_sectors = member_sectors.min(model(member_seed(index))?.info().capacity_sectors);
+    }
     let two_phase = match &spec.choice {
         EngineChoice::TwoPhase(t) => Some(t.clone()),
         _ => None,
@@ -410,11 +425,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
     let record = MemberRecord::load(state.dir(), engine.members as usize, spec.spares as usize)
         .map_err(|e| e.to_string())?;
     let file_member = |index: u64| -> Result<FileDevice, String> {
-        let seed = if index < engine.members as u64 {
-            seed.wrapping_add(index)
-        } else {
-            seed.wrapping_add(1000 + index - engine.members as u64)
-        };
+        let seed = member_seed(index);
         FileDevice::open_with_tags(
             &state.member_path(index as usize),
             sector_bytes,

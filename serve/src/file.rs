@@ -39,7 +39,7 @@ pub enum FileDeviceError {
         actual: u64,
         expected: u64,
     },
-    #[error("the timing model for {path} has {model_sectors} sectors of {model_sector_bytes} bytes, the file {sectors} of {sector_bytes}")]
+    #[error("the timing model for {path} has {model_sectors} sectors of {model_sector_bytes} bytes, and the file {sectors} of {sector_bytes}: the model must have sectors of the file's size and at least as many")]
     TimingMismatch {
         path: PathBuf,
         model_sectors: u64,
@@ -116,7 +116,9 @@ impl FileDevice {
         };
         if let Some(model) = &timing {
             let m = model.info();
-            if m.capacity_sectors != capacity_sectors || m.sector_bytes != sector_bytes {
+            // A model larger than the file is fine: an array's members differ in size (their
+            // factory bad blocks differ) and each file holds what the smallest exports.
+            if m.capacity_sectors < capacity_sectors || m.sector_bytes != sector_bytes {
                 return Err(FileDeviceError::TimingMismatch {
                     path: path.to_path_buf(),
                     model_sectors: m.capacity_sectors,
