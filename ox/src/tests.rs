@@ -1452,6 +1452,60 @@ fn op_strategy(lpids: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Submits operation `i` of a property test at `t` and runs it to completion, checking a
+/// read against the oracle and keeping the oracle up to date; returns when it ended.
+fn apply_op(
+    c: &mut OxController,
+    oracle: &mut BTreeMap<u64, u64>,
+    i: usize,
+    op: &Op,
+    t: TimeNs,
+) -> Result<TimeNs, TestCaseError> {
+    let cfg = c.config().clone();
+    Ok(match op {
+        Op::Write(pages) => {
+            let pages: Vec<(u64, u64)> = pages
+                .iter()
+                .map(|&(l, v)| (l, sector_token(l, i as u64 * 256 + v as u64)))
+                .collect();
+            let id = c.submit(t, batch(&pages, &cfg)).unwrap();
+            let d = c.run_until_complete(id).unwrap();
+            prop_assert!(d.result.is_ok(), "{:?}", d.result);
+            for (l, tok) in pages {
+                oracle.insert(l, tok);
+            }
+            d.done_ns
+        }
+        Op::Read(lpids) => {
+            let id = c.submit(t, Request::ReadBatch(lpids.clone())).unwrap();
+            let d = c.run_until_complete(id).unwrap();
+            let got = d.result.unwrap();
+            for (k, l) in lpids.iter().enumerate() {
+                prop_assert_eq!(got[k], oracle.get(l).copied().unwrap_or(0));
+            }
+            d.done_ns
+        }
+        Op::Trim(l, n) => {
+            let id = c
+                .submit(t, Request::TrimBlocks { lba: *l, count: *n })
+                .unwrap();
+            for x in *l..*l + *n as u64 {
+                oracle.remove(&x);
+            }
+            c.run_until_complete(id).unwrap().done_ns
+        }
+        Op::Checkpoint => {
+            c.checkpoint_now();
+            t
+        }
+        Op::Idle(us) => {
+            let t = t + *us as u64 * 1_000;
+            c.advance_to(t);
+            t
+        }
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: afa_sim::proptest_cases(24), ..ProptestConfig::default() })]
 
@@ -1465,44 +1519,7 @@ proptest! {
         let mut oracle: BTreeMap<u64, u64> = BTreeMap::new();
         let mut t = 0;
         for (i, op) in ops.iter().enumerate() {
-            match op {
-                Op::Write(pages) => {
-                    let pages: Vec<(u64, u64)> = pages
-                        .iter()
-                        .map(|&(l, v)| (l, sector_token(l, i as u64 * 256 + v as u64)))
-                        .collect();
-                    let id = c.submit(t, batch(&pages, &cfg)).unwrap();
-                    let d = c.run_until_complete(id).unwrap();
-                    prop_assert!(d.result.is_ok());
-                    for (l, tok) in pages {
-                        oracle.insert(l, tok);
-                    }
-                    t = d.done_ns;
-                }
-                Op::Read(lpids) => {
-                    let id = c.submit(t, Request::ReadBatch(lpids.clone())).unwrap();
-                    let d = c.run_until_complete(id).unwrap();
-                    let got = d.result.unwrap();
-                    for (k, l) in lpids.iter().enumerate() {
-                        prop_assert_eq!(got[k], oracle.get(l).copied().unwrap_or(0));
-                    }
-                    t = d.done_ns;
-                }
-                Op::Trim(l, n) => {
-                    let id = c.submit(t, Request::TrimBlocks { lba: *l, count: *n }).unwrap();
-                    t = c.run_until_complete(id).unwrap().done_ns;
-                    for x in *l..*l + *n as u64 {
-                        oracle.remove(&x);
-                    }
-                }
-                Op::Checkpoint => {
-                    c.checkpoint_now();
-                }
-                Op::Idle(us) => {
-                    t += *us as u64 * 1_000;
-                    c.advance_to(t);
-                }
-            }
+            t = apply_op(&mut c, &mut oracle, i, op, t)?;
             for l in 0..cfg.logical_pages {
                 prop_assert_eq!(c.peek_holds_data(l), oracle.contains_key(&l), "LPID {} after op {}", l, i);
             }
@@ -1530,44 +1547,7 @@ proptest! {
         // commands start once they are on flash.
         let mut t = 10 * cfg.timing.of(cfg.cell_mode).program_ns;
         for (i, op) in ops.iter().enumerate() {
-            match op {
-                Op::Write(pages) => {
-                    let pages: Vec<(u64, u64)> = pages
-                        .iter()
-                        .map(|&(l, v)| (l, sector_token(l, i as u64 * 256 + v as u64)))
-                        .collect();
-                    let id = c.submit(t, batch(&pages, &cfg)).unwrap();
-                    let d = c.run_until_complete(id).unwrap();
-                    prop_assert!(d.result.is_ok(), "{:?}", d.result);
-                    for (l, tok) in pages {
-                        oracle.insert(l, tok);
-                    }
-                    t = d.done_ns;
-                }
-                Op::Read(lpids) => {
-                    let id = c.submit(t, Request::ReadBatch(lpids.clone())).unwrap();
-                    let d = c.run_until_complete(id).unwrap();
-                    let got = d.result.unwrap();
-                    for (k, l) in lpids.iter().enumerate() {
-                        prop_assert_eq!(got[k], oracle.get(l).copied().unwrap_or(0));
-                    }
-                    t = d.done_ns;
-                }
-                Op::Trim(l, n) => {
-                    let id = c.submit(t, Request::TrimBlocks { lba: *l, count: *n }).unwrap();
-                    t = c.run_until_complete(id).unwrap().done_ns;
-                    for x in *l..*l + *n as u64 {
-                        oracle.remove(&x);
-                    }
-                }
-                Op::Checkpoint => {
-                    c.checkpoint_now();
-                }
-                Op::Idle(us) => {
-                    t += *us as u64 * 1_000;
-                    c.advance_to(t);
-                }
-            }
+            t = apply_op(&mut c, &mut oracle, i, op, t)?;
         }
         c.quiesce();
         prop_assert!(c.check_invariants().is_ok(), "{:?}", c.check_invariants());
