@@ -131,7 +131,6 @@ impl OxController {
                         Err(e) => return Err(e.into()),
                     }
                 } else {
-                    self.media.retire(block);
                     block = self.replace_system_block(block, ch)?;
                     self.system.checkpoint[self.ckpt_block] = block;
                     ready = self.write_bbt(ch, ready)?;

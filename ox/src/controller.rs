@@ -1037,6 +1037,8 @@ impl OxController {
             .saturating_add(costs.page_cpu_ns.saturating_mul(n as u64))
             .saturating_add(costs.log_record_cpu_ns);
         let t = self.cpu(ready, cost);
+        self.stats.rdesc_records += 1;
+        let lsn = self.log_append(LogRecord::Rdesc { ctx, entries }, t);
         self.contexts.insert(
             ctx,
             Context {
@@ -1049,19 +1051,12 @@ impl OxController {
                 data_end_ns: t,
                 data_done: false,
                 trim: p.trim,
-                rdesc_lsn: self.log.next_lsn,
-                rdesc_block_seq: 0,
+                rdesc_lsn: lsn,
+                // A record joins the newest forming block or opens the next one.
+                rdesc_block_seq: self.log.next_block_seq - 1,
                 cache_key: p.cache_key,
             },
         );
-        self.stats.rdesc_records += 1;
-        let lsn = self.log_append(LogRecord::Rdesc { ctx, entries }, t);
-        // A record joins the newest forming block or opens the next one.
-        let block_seq = self.log.next_block_seq - 1;
-        self.contexts
-            .get_mut(&ctx)
-            .expect("inserted")
-            .rdesc_block_seq = block_seq;
         self.wait_log(lsn, Waiter::RdescDurable(ctx));
     }
 
@@ -1940,7 +1935,6 @@ impl OxController {
             let mut block = self.system.bbt[ch as usize];
             if self.media.write_pointer(block) >= ppb {
                 if erased_here {
-                    self.media.retire(block);
                     block = self.replace_system_block(block, ch)?;
                     self.system.bbt[ch as usize] = block;
                     erased_here = false;
@@ -1979,7 +1973,8 @@ impl OxController {
     }
 
     /// Takes a free EBLOCK, of `channel` when it has one, in place of a system EBLOCK whose
-    /// erase failed (it is bad now). The paper's well-known locations are fixed; a device
+    /// erase failed (it is bad now) or that failed programs filled (it is retired here).
+    /// The paper's well-known locations are fixed; a device
     /// that stopped at the first failed erase of one would end its life early for a block
     /// it can do without. Recovery finds the replacement by its first record's TAG
     /// (`SystemBlocks::locate`). The caller records the replacement in `self.system` and
@@ -1991,6 +1986,9 @@ impl OxController {
     ) -> Result<u32, OxError> {
         self.stats.eblocks_retired += 1;
         self.stats.system_eblocks_replaced += 1;
+        if !self.media.is_bad(failed) {
+            self.media.retire(failed);
+        }
         self.wear.set(failed, self.media.erase_count(failed));
         self.prov.mark_bad(&self.media, failed);
         self.prov
