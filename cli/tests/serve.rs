@@ -304,6 +304,32 @@ fn bad_arguments_are_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_connections"));
 }
 
+/// A request the volume refuses is logged with its cause, not only counted: raid5f takes
+/// only whole stripes, and the operator of a server that answers EINVAL should see why.
+#[test]
+fn a_failed_request_is_logged_with_its_cause() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("failure-log", &RAID5.replace("\"raid5\"", "\"raid5f\""));
+    let afa = s.start_in_memory(&["--pace", "none"]);
+    let write = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x11 0 4k", &afa.uri])
+        .output()
+        .unwrap();
+    assert!(
+        !write.status.success() || String::from_utf8_lossy(&write.stdout).contains("error"),
+        "{write:?}"
+    );
+    let stderr = afa.stop();
+    assert!(
+        stderr.contains("request failed with errno 22")
+            && stderr.contains("raid5f accepts only full-stripe writes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 errors)"), "{stderr}");
+}
+
 #[test]
 fn the_embedded_default_volume_is_served_without_a_config() {
     if !have("nbdinfo", "command -v nbdinfo") {

@@ -853,6 +853,7 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
                 (done, Ok(()))
             }
             Err(f) => {
+                crate::log_request_failure(self.stats.errors, &f);
                 self.stats.errors += 1;
                 (now, Err(f))
             }
@@ -910,7 +911,8 @@ impl<D: BlockDevice + ?Sized> Engine<D> {
     fn answer_queued(&mut self, done: Finished) {
         self.stats.read_bytes += done.read_bytes;
         self.stats.write_bytes += done.write_bytes;
-        if done.reply.result.is_err() {
+        if let Err(f) = &done.reply.result {
+            crate::log_request_failure(self.stats.errors, f);
             self.stats.errors += 1;
         }
         self.seq += 1;

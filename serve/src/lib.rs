@@ -57,5 +57,28 @@ pub fn log(message: &str) {
     eprintln!("afa serve: {message}");
 }
 
+/// How many failed requests a server logs with their cause; later ones are only counted
+/// (the count is printed when it stops), so a client that keeps sending a refused request
+/// does not flood the log.
+pub const LOGGED_REQUEST_FAILURES: u64 = 10;
+
+/// Logs why a request failed. Its client sees an errno (and the message only with
+/// structured replies); the operator should see the cause too. `earlier` is how many
+/// requests failed before this one.
+pub(crate) fn log_request_failure(earlier: u64, failure: &engine::Failure) {
+    if earlier >= LOGGED_REQUEST_FAILURES {
+        return;
+    }
+    let more = if earlier + 1 == LOGGED_REQUEST_FAILURES {
+        " (later request failures are only counted)"
+    } else {
+        ""
+    };
+    log(&format!(
+        "request failed with errno {}: {}{more}",
+        failure.errno, failure.message
+    ));
+}
+
 #[cfg(test)]
 mod tests;

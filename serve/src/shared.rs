@@ -365,7 +365,8 @@ impl SharedEngine {
                 (done, Ok(()))
             }
             Err(f) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                let earlier = self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                crate::log_request_failure(earlier, &f);
                 (self.now_ns(), Err(f))
             }
         };
