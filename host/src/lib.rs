@@ -434,11 +434,12 @@ impl<'d> Host<'d> {
                             cut_clones += 1;
                             first_cut.get_or_insert((clone, wanted_bytes, generator.region()));
                         }
-                        progress_total += job.io_size_bytes.unwrap_or(generator.region().1).min(
+                        let per_loop_bytes = job.io_size_bytes.unwrap_or(generator.region().1).min(
                             job.number_ios.map_or(u64::MAX, |n| {
                                 n.saturating_mul(job.block_sizes[1].max_bytes())
                             }),
                         );
+                        progress_total += per_loop_bytes.saturating_mul(u64::from(job.loops));
                         streams.push(Stream {
                             source: Source::Job {
                                 generator: Box::new(generator),

@@ -224,8 +224,8 @@ pub struct JobSpec {
     /// Issue a FLUSH after every this many writes (`fsync=`, `fdatasync=`; at the block layer
     /// both are a FLUSH of the device's volatile cache); `None` never does.
     pub flush_every_writes: Option<u64>,
-    /// Issue a FLUSH when the job has issued its last write (`end_fsync`), unless the last
-    /// request was one already.
+    /// Issue a FLUSH when the job (each of its `loops` iterations) has issued its last
+    /// write (`end_fsync`, `fsync_on_close`), unless the last request was one already.
     pub end_flush: bool,
     /// Every write asks for force unit access (`sync=1`, `sync=sync`, `sync=dsync`): Linux
     /// sends a direct write on a file opened `O_SYNC` or `O_DSYNC` to a block device with
@@ -239,6 +239,15 @@ pub struct JobSpec {
     /// `rate_process=poisson`: the gaps between a direction's requests are exponentially
     /// distributed with the rate's mean, rather than all equal (`linear`).
     pub rate_poisson: bool,
+    /// How many times the job runs (`loops=`). fio starts each iteration afresh: its byte
+    /// and I/O budgets again, sequential positions back at the region's start, and the
+    /// random generators reseeded, so every iteration issues the same requests.
+    #[serde(default = "one_loop")]
+    pub loops: u32,
+}
+
+fn one_loop() -> u32 {
+    1
 }
 
 impl JobSpec {
@@ -276,21 +285,85 @@ impl JobSpec {
             fua_writes: false,
             rate_limits: [None; 3],
             rate_poisson: false,
+            loops: 1,
         }
     }
 }
 
-/// Options that fio understands but that cannot change what a simulated device sees.
+/// Options that fio understands but that cannot change what a simulated device sees: they
+/// steer the real host (its I/O engine, CPUs, page cache and files), fill the data buffers
+/// (the oracle writes its own data, and no device here compresses or deduplicates), or
+/// shape fio's own logs and reports (`afa` reports every run the same way). Options that
+/// would change the requests a device receives, such as `iodepth_low`, `iodepth_batch_*`,
+/// `startdelay`, `exitall`, `kb_base` or `nrfiles`, are not here: they are refused until
+/// they are modelled.
 const IGNORED_OPTIONS: &[&str] = &[
+    // The real host's I/O path.
     "ioengine",
     "direct",
     "buffered",
-    "group_reporting",
     "thread",
+    "filename",
+    "invalidate",
+    "fadvise_hint",
+    "create_on_open",
+    "allow_file_create",
+    "overwrite",
+    "fallocate",
+    "unlink",
+    "hipri",
+    "fixedbufs",
+    "registerfiles",
+    "sqthread_poll",
+    "sqthread_poll_cpu",
+    "io_submit_mode",
+    "cpus_allowed",
+    "cpus_allowed_policy",
+    "cpumask",
+    "nice",
+    "prio",
+    "prioclass",
+    // Data buffer contents.
+    "refill_buffers",
+    "scramble_buffers",
+    "zero_buffers",
+    "buffer_pattern",
+    "buffer_compress_percentage",
+    "buffer_compress_chunk",
+    "dedupe_percentage",
+    // fio's random generators: `afa` draws from its own seeded generator.
     "norandommap",
     "randrepeat",
-    "filename",
+    "allrandrepeat",
+    "random_generator",
+    // fio's logs and reports.
     "description",
+    "group_reporting",
+    "new_group",
+    "unified_rw_reporting",
+    "unit_base",
+    "lat_percentiles",
+    "clat_percentiles",
+    "slat_percentiles",
+    "percentile_list",
+    "disable_lat",
+    "disable_clat",
+    "disable_slat",
+    "disable_bw_measurement",
+    "gtod_reduce",
+    "clocksource",
+    "write_bw_log",
+    "write_lat_log",
+    "write_iops_log",
+    "write_hist_log",
+    "log_avg_msec",
+    "log_hist_msec",
+    "log_hist_coarseness",
+    "log_max_value",
+    "log_offset",
+    "log_compression",
+    "log_unix_epoch",
+    "per_job_logs",
 ];
 
 /// The most `bssplit` entries per direction fio allows.
@@ -341,8 +414,11 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `percentage_random`: 0 to 100 (a per-direction list must repeat the same value).
 /// * `randseed`: an unsigned 64-bit integer.
 /// * `name`: a non-empty string.
-/// * Accepted and ignored: `ioengine`, `direct`, `buffered`, `group_reporting`, `thread`,
-///   `norandommap`, `randrepeat`, `filename`, `description`.
+/// * `loops`: an integer of at least 1; every iteration issues the same requests.
+/// * `end_fsync`, `fsync_on_close`: booleans; either one ends every iteration with a FLUSH.
+/// * Accepted and ignored: the host-side, buffer-content and reporting options of
+///   `IGNORED_OPTIONS` (`ioengine`, `direct`, `group_reporting`, `refill_buffers`,
+///   `write_bw_log`, `percentile_list`, ...).
 ///
 /// Errors: an unknown option is [`WorkloadError::UnknownOption`], a refused value is
 /// [`WorkloadError::BadValue`], a line that is not a section, option, comment or blank (or
@@ -355,6 +431,8 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
         name_from_option: false,
         fsync: None,
         fdatasync: None,
+        end_fsync: false,
+        fsync_on_close: false,
     };
     let mut current = Section::None;
     let mut jobs = Vec::new();
@@ -456,6 +534,10 @@ struct JobBuilder {
     /// global one's option or set the other to the same period.
     fsync: Option<u64>,
     fdatasync: Option<u64>,
+    /// `end_fsync=` and `fsync_on_close=`, kept apart so that either may turn the end
+    /// FLUSH on and a later `0` for one does not turn the other's off.
+    end_fsync: bool,
+    fsync_on_close: bool,
 }
 
 /// Removes a comment from a line: the whole line if it starts with `#` or `;`, otherwise
@@ -647,7 +729,19 @@ fn apply_option(
             }
             spec.flush_every_writes = builder.fsync.or(builder.fdatasync);
         }
-        "end_fsync" => spec.end_flush = parse_bool(&context, value)?,
+        // Both are a FLUSH when the job (each iteration of it) ends: fio closes the job's
+        // files at the end of every iteration, and a block device's close-time fsync is
+        // that FLUSH.
+        "end_fsync" | "fsync_on_close" => {
+            let on = parse_bool(&context, value)?;
+            if key == "end_fsync" {
+                builder.end_fsync = on;
+            } else {
+                builder.fsync_on_close = on;
+            }
+            spec.end_flush = builder.end_fsync || builder.fsync_on_close;
+        }
+        "loops" => spec.loops = parse_at_least_one(&context, context.required(value)?)?,
         "rate" | "rate_iops" => {
             let mut limits: [Option<RateLimit>; 3] = [None; 3];
             let bytes = key == "rate";

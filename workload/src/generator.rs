@@ -55,9 +55,11 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// the region size when `io_size` is unset) or the number of I/Os reaches `number_ios`.
 /// The last I/O is not shortened to fit the budget, so a budget that is not a multiple of
 /// the block size is overshot by less than one block, as in fio.
+/// With `loops=N` the job then starts again, N times in all, each iteration issuing the
+/// first one's requests (fio reseeds its generators and rewinds its files per iteration).
 ///
 /// Flushes: with `fsync=N` (or `fdatasync=N`) every Nth write is followed by a FLUSH, and
-/// with `end_fsync` the stream ends with one if a write came after the last; a FLUSH takes
+/// with `end_fsync` each iteration ends with one if a write came after the last; a FLUSH takes
 /// a place in the job's queue like any other request and does not wait for the writes in
 /// flight (the device's FLUSH covers the writes completed before it).
 #[derive(Debug, Clone)]
@@ -90,6 +92,11 @@ pub struct JobGenerator {
     writes_since_flush: u64,
     /// The next request is a FLUSH (the period's last write was just issued).
     flush_due: bool,
+    /// Iterations still to run after this one (`loops=` − 1).
+    loops_left: u32,
+    /// The generator as the job started it: every iteration starts from it again, as fio
+    /// reseeds its generators per iteration.
+    first_rng: ChaCha8Rng,
 }
 
 #[derive(Debug, Clone)]
@@ -293,6 +300,8 @@ impl JobGenerator {
         rng.set_stream(u64::from(clone_index));
 
         Ok(JobGenerator {
+            first_rng: rng.clone(),
+            loops_left: spec.loops.saturating_sub(1),
             rng,
             region_start_bytes,
             region_len_bytes,
@@ -340,7 +349,10 @@ impl JobGenerator {
             if self.end_flush && self.writes_since_flush > 0 {
                 return Some(self.flush());
             }
-            return None;
+            if self.loops_left == 0 {
+                return None;
+            }
+            self.start_next_loop();
         }
         let drawn = match self.rw {
             RwMode::Read | RwMode::RandRead => READ,
@@ -401,6 +413,20 @@ impl JobGenerator {
             len_bytes,
             fua: direction == WRITE && self.fua_writes,
         })
+    }
+
+    /// Starts the job's next `loops` iteration as fio does: the budgets again from zero,
+    /// sequential positions back at the region's start and the generator reseeded, so the
+    /// iteration repeats the first one's requests.
+    fn start_next_loop(&mut self) {
+        self.loops_left -= 1;
+        self.issued_bytes = 0;
+        self.issued_ios = 0;
+        self.rng = self.first_rng.clone();
+        self.spare_normal = None;
+        for state in self.directions.iter_mut().flatten() {
+            state.next_sequential_bytes = 0;
+        }
     }
 
     /// A FLUSH of the device's volatile cache (fio's `fsync`: like fio, it does not count

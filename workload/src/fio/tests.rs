@@ -398,6 +398,52 @@ fn ignored_options_are_accepted() {
     let text = "[job]\nioengine=libaio\ndirect=1\nbuffered=0\ngroup_reporting\nthread\n\
                 norandommap\nrandrepeat=0\nfilename=/dev/nvme0n1\ndescription=whatever you like\n";
     assert_eq!(one_job(text), JobSpec::default_named("job"));
+    // Every option of the list, as real job files carry them (logs, percentiles, buffer
+    // contents, CPU placement): none changes the job.
+    let every: String = IGNORED_OPTIONS
+        .iter()
+        .map(|option| format!("{option}=1\n"))
+        .collect();
+    assert_eq!(
+        one_job(&format!("[job]\n{every}")),
+        JobSpec::default_named("job")
+    );
+}
+
+/// Options that would change what the device receives are refused until they are
+/// modelled, not accepted and dropped.
+#[test]
+fn options_that_shape_the_requests_are_not_ignored() {
+    for option in [
+        "iodepth_low=4",
+        "iodepth_batch=8",
+        "iodepth_batch_complete_min=4",
+        "startdelay=1",
+        "exitall",
+        "kb_base=1000",
+        "nrfiles=2",
+        "verify=crc32c",
+        "steadystate=iops:1%",
+    ] {
+        assert!(
+            matches!(
+                parse_job_file(&format!("[job]\n{option}\n")),
+                Err(WorkloadError::UnknownOption { .. })
+            ),
+            "{option}"
+        );
+    }
+}
+
+/// `loops=N` runs the job N times (at least once).
+#[test]
+fn loops_counts_the_iterations() {
+    assert_eq!(with_option("").loops, 1);
+    assert_eq!(with_option("loops=3").loops, 3);
+    assert_eq!(one_job("[global]\nloops=2\n[job]\nrw=write\n").loops, 2);
+    assert_bad_value("loops=0", "loops");
+    assert_bad_value("loops=-1", "loops");
+    assert_bad_value("loops", "loops");
 }
 
 #[test]
@@ -708,4 +754,16 @@ fn fsync_options_give_the_flush_period() {
     assert_bad_value("fsync=-1", "fsync");
     assert_bad_value("fsync", "fsync");
     assert_bad_value("end_fsync=maybe", "end_fsync");
+}
+
+/// `fsync_on_close` is the same end FLUSH as `end_fsync` on a block device (fio closes the
+/// job's files when an iteration ends); turning one off leaves the other's on.
+#[test]
+fn fsync_on_close_is_the_end_flush() {
+    assert!(with_option("fsync_on_close=1").end_flush);
+    assert!(!with_option("fsync_on_close=0").end_flush);
+    assert!(one_job("[job]\nend_fsync=1\nfsync_on_close=0\n").end_flush);
+    assert!(one_job("[global]\nfsync_on_close\n[job]\nend_fsync=0\n").end_flush);
+    assert!(!one_job("[job]\nfsync_on_close=1\nfsync_on_close=0\n").end_flush);
+    assert_bad_value("fsync_on_close=maybe", "fsync_on_close");
 }

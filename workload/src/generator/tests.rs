@@ -713,3 +713,43 @@ fn flushes_follow_every_nth_write_and_the_last_one() {
     reads.end_flush = true;
     assert_eq!(ops(&reads), "RRRRR");
 }
+
+/// `loops=N` repeats the job N times as fio does: each iteration spends the whole budget
+/// again, starts its sequential stream at the region's start and draws the first
+/// iteration's random requests again; `end_fsync` closes every iteration.
+#[test]
+fn loops_repeat_the_first_iteration() {
+    let all = |spec: &JobSpec| {
+        let mut generator = JobGenerator::new(spec, MIB, 512, 5, 0).unwrap();
+        collect(&mut generator, 10_000)
+    };
+    let mut random = job(RwMode::RandRw);
+    random.number_ios = Some(40);
+    let once = all(&random);
+    assert_eq!(once.len(), 40);
+    random.loops = 3;
+    let thrice = all(&random);
+    assert_eq!(thrice, [once.clone(), once.clone(), once].concat());
+
+    // Sequential: 32 KiB of a 64 KiB region per iteration, so the second iteration starts
+    // at the region's start again rather than going on to its second half.
+    let mut sequential = job(RwMode::Write);
+    sequential.size = Some(SizeSpec::Bytes(64 * KIB));
+    sequential.io_size_bytes = Some(32 * KIB);
+    sequential.loops = 2;
+    let offsets: Vec<u64> = all(&sequential)
+        .iter()
+        .map(|r| r.offset_bytes / KIB)
+        .collect();
+    assert_eq!(
+        offsets,
+        [0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28]
+    );
+
+    sequential.end_flush = true;
+    let ops: String = all(&sequential)
+        .iter()
+        .map(|r| if r.op == IoOp::Flush { 'F' } else { 'W' })
+        .collect();
+    assert_eq!(ops, "WWWWWWWWFWWWWWWWWF");
+}
