@@ -248,6 +248,24 @@ struct Stream {
     /// fio's `time_based`: the job repeats its I/O until its runtime ends, and only then.
     /// Named by `RunError::NoProgress`.
     time_based: Option<String>,
+    /// fio's `startdelay`: the stream starts this long after its group.
+    start_delay_ns: u64,
+    /// fio's `iodepth_low`: once the queue is full it drains to this depth before it is
+    /// filled again (`iodepth` keeps it full).
+    iodepth_low: u32,
+    /// The queue filled up and is draining to `iodepth_low`.
+    draining: bool,
+}
+
+impl Stream {
+    /// One more request is in flight; a queue that fills up with `iodepth_low` below the
+    /// depth starts to drain.
+    fn count_issued(&mut self) {
+        self.outstanding += 1;
+        if self.outstanding >= self.iodepth && self.iodepth_low < self.iodepth {
+            self.draining = true;
+        }
+    }
 }
 
 /// Mixed into a job's seed for its rate process, so the gaps are not the draws its
@@ -276,6 +294,8 @@ enum Event {
     Issue { stream: u32, wakeup: bool },
     /// The device asked to be called for idle-time work.
     Background,
+    /// `stream`'s `startdelay` has passed: it fills its queue.
+    Start { stream: u32 },
 }
 
 fn op_class(op: IoOp) -> OpClass {
@@ -460,6 +480,12 @@ impl<'d> Host<'d> {
                             end_flush: job.end_flush,
                             unflushed_writes: false,
                             time_based: job.time_based.then(|| job.name.clone()),
+                            start_delay_ns: job.start_delay_ns,
+                            iodepth_low: match job.iodepth_low {
+                                Some(low) if low > 0 => low.min(job.iodepth),
+                                _ => job.iodepth,
+                            },
+                            draining: false,
                         });
                     }
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
@@ -513,6 +539,9 @@ impl<'d> Host<'d> {
                     end_flush: false,
                     unflushed_writes: false,
                     time_based: None,
+                    start_delay_ns: 0,
+                    iodepth_low: iodepth,
+                    draining: false,
                 });
             }
         }
@@ -639,7 +668,7 @@ impl<'d> Host<'d> {
                             },
                         );
                     } else {
-                        self.issue(stream)?;
+                        self.refill(stream)?;
                     }
                     self.maybe_finish_group()?;
                 }
@@ -654,11 +683,16 @@ impl<'d> Host<'d> {
                     if wakeup {
                         self.streams[stream as usize].wakeup_pending = false;
                     }
-                    self.issue(stream)?;
+                    self.refill(stream)?;
                     self.maybe_finish_group()?;
                 }
                 Event::Background => {
                     self.background_pending = false;
+                }
+                Event::Start { stream } => {
+                    self.hash.record(t, 4, stream as u64);
+                    self.fill_at_start(stream as usize)?;
+                    self.maybe_finish_group()?;
                 }
             }
             self.maybe_background();
@@ -752,16 +786,22 @@ impl<'d> Host<'d> {
             if s.group != group {
                 continue;
             }
-            s.deadline_ns = s.runtime_ns.map(|r| now + s.ramp_time_ns + r);
+            // A delayed job's ramp and runtime count from its own start; the measurement of
+            // the run as a whole still starts after the ramps alone.
+            let start = now + s.start_delay_ns;
+            s.deadline_ns = s.runtime_ns.map(|r| start + s.ramp_time_ns + r);
             if let Source::Job {
                 rate: Some(rate), ..
             } = &mut s.source
             {
-                rate.start(now);
+                rate.start(start);
             }
-            s.ramp_end_ns = now + s.ramp_time_ns;
-            max_ramp_end = max_ramp_end.max(s.ramp_end_ns);
-            let depth = s.iodepth;
+            s.ramp_end_ns = start + s.ramp_time_ns;
+            max_ramp_end = max_ramp_end.max(now + s.ramp_time_ns);
+            if s.start_delay_ns > 0 {
+                self.queue.push(start, Event::Start { stream: i as u32 });
+                continue;
+            }
             if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
                 s.wakeup_pending = true;
                 self.queue.push(
@@ -773,17 +813,45 @@ impl<'d> Host<'d> {
                 );
                 continue;
             }
-            for _ in 0..depth {
-                self.issue(i as u32)?;
-                if self.streams[i].exhausted {
-                    break;
-                }
-            }
+            self.fill_at_start(i)?;
         }
         if group == 0 {
             self.recorder.set_measure_from_ns(max_ramp_end);
         }
         self.maybe_finish_group()
+    }
+
+    /// A job's first requests: as many as its queue holds.
+    fn fill_at_start(&mut self, stream: usize) -> Result<(), RunError> {
+        for _ in 0..self.streams[stream].iodepth {
+            self.issue(stream as u32)?;
+            if self.streams[stream].exhausted {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream's queue has room again (a completion, the end of a think time, a wake-up).
+    /// fio refills it at once, unless `iodepth_low` makes a full queue drain to that depth
+    /// first: then it waits, and fills the queue up when the depth gets there.
+    fn refill(&mut self, stream: u32) -> Result<(), RunError> {
+        let s = &mut self.streams[stream as usize];
+        if !s.draining {
+            return self.issue(stream);
+        }
+        if s.outstanding > s.iodepth_low {
+            return Ok(());
+        }
+        s.draining = false;
+        loop {
+            let before = self.streams[stream as usize].outstanding;
+            self.issue(stream)?;
+            let s = &self.streams[stream as usize];
+            if s.draining || s.exhausted || s.outstanding == before {
+                return Ok(());
+            }
+        }
     }
 
     fn maybe_finish_group(&mut self) -> Result<(), RunError> {
@@ -910,7 +978,7 @@ impl<'d> Host<'d> {
     fn issue(&mut self, stream: u32) -> Result<(), RunError> {
         loop {
             let s = &self.streams[stream as usize];
-            if s.outstanding >= s.iodepth || s.group != self.current_group {
+            if s.outstanding >= s.iodepth || s.draining || s.group != self.current_group {
                 return Ok(());
             }
             if self.device_outstanding >= self.device_queue_depth {
@@ -1021,7 +1089,7 @@ impl<'d> Host<'d> {
         self.hash.record(completion.done_ns, 3, lba);
         self.requests += 1;
         self.device_outstanding += 1;
-        self.streams[stream as usize].outstanding += 1;
+        self.streams[stream as usize].count_issued();
         let slot = self.take_slot(Inflight {
             stream,
             op: request.op,
@@ -1091,7 +1159,7 @@ impl<'d> Host<'d> {
         lba: u64,
         sectors: u32,
     ) -> Result<(), RunError> {
-        self.streams[stream as usize].outstanding += 1;
+        self.streams[stream as usize].count_issued();
         if !self.parked.is_empty() || self.overlaps_queued(&request) {
             self.parked.push_back((stream, request));
             return self.start_parked();

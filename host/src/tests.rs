@@ -1076,3 +1076,125 @@ proptest::proptest! {
         }
     }
 }
+
+/// A device whose commands take 10 to 14 µs (by their LBA) and that keeps the time each
+/// one was submitted and completed.
+#[derive(Default)]
+struct Timed {
+    commands: Vec<(TimeNs, TimeNs)>,
+}
+
+impl Timed {
+    /// How many earlier commands were still in flight when each submission instant came,
+    /// with how many commands were submitted at that instant.
+    fn depth_at_each_submission(&self) -> Vec<(usize, usize)> {
+        let mut instants: Vec<TimeNs> = self.commands.iter().map(|c| c.0).collect();
+        instants.dedup();
+        instants
+            .iter()
+            .map(|&t| {
+                let before = self.commands.iter().filter(|c| c.0 < t && c.1 > t).count();
+                let now = self.commands.iter().filter(|c| c.0 == t).count();
+                (before, now)
+            })
+            .collect()
+    }
+}
+
+impl BlockDevice for Timed {
+    fn info(&self) -> afa_ssd::DeviceInfo {
+        afa_ssd::DeviceInfo {
+            sector_bytes: 4096,
+            capacity_sectors: 1024,
+            payload_unit_bytes: 0,
+            tag_bytes_per_sector: 0,
+            max_queue_depth: 64,
+            max_transfer_sectors: 64,
+        }
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<afa_ssd::Completion, DeviceError> {
+        let done_ns = now_ns + 10_000 + cmd.lba % 5 * 1_000;
+        self.commands.push((now_ns, done_ns));
+        Ok(afa_ssd::Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+}
+
+/// `iodepth_low=2` under `iodepth=8`: once the queue is full it drains to two requests
+/// before it is filled again, in one burst of six; without it every completion is replaced at
+/// once (several at an instant when they complete together), so the queue stays full.
+#[test]
+fn iodepth_low_lets_a_full_queue_drain_before_it_is_filled_again() {
+    let depths = |extra: &str| {
+        let jobs = parse_job_file(&format!(
+            "[a]\nrw=randread\nbs=4k\niodepth=8\nnumber_ios=400\n{extra}\n"
+        ))
+        .unwrap();
+        let mut device = Timed::default();
+        let out = run(&mut device, &Workload::Jobs(jobs), &options()).unwrap();
+        assert_eq!(out.requests, 400);
+        device.depth_at_each_submission()
+    };
+    let full = depths("");
+    let interior = |d: &[(usize, usize)]| d[1..d.len() - 1].to_vec();
+    assert!(
+        interior(&full)
+            .iter()
+            .all(|&(before, now)| before > 2 && before + now == 8),
+        "{full:?}"
+    );
+    let drained = depths("iodepth_low=2");
+    assert_eq!(drained[0], (0, 8));
+    assert!(
+        drained[1..].iter().all(|&(before, _)| before <= 2),
+        "{drained:?}"
+    );
+    // Each refill comes when the second-last request of the queue completes and tops it
+    // up by six (more of the two may complete at that instant).
+    assert!(
+        interior(&drained).iter().all(|&(_, now)| now == 6),
+        "{drained:?}"
+    );
+    // 0, and a mark at or above the depth, keep the queue full, as in fio.
+    assert_eq!(depths("iodepth_low=0"), full);
+    assert_eq!(depths("iodepth_low=8"), full);
+}
+
+/// `startdelay` starts a job that long after its group, and its runtime counts from then;
+/// the group's other jobs start at once.
+#[test]
+fn startdelay_starts_a_job_later_and_its_runtime_counts_from_then() {
+    let jobs = parse_job_file(
+        "[now]\nrw=randwrite\nbs=4k\nnumber_ios=10\n\
+         [later]\nrw=randread\nbs=4k\nstartdelay=2ms\ntime_based\nruntime=1ms\n",
+    )
+    .unwrap();
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
+    let first = |op: IoOp| out.issued.iter().find(|r| r.op == op).unwrap().timestamp_ns;
+    let last = |op: IoOp| {
+        out.issued
+            .iter()
+            .rev()
+            .find(|r| r.op == op)
+            .unwrap()
+            .timestamp_ns
+    };
+    assert_eq!(first(IoOp::Write), 0);
+    assert_eq!(first(IoOp::Read), 2_000_000);
+    assert!(last(IoOp::Read) < 3_000_000, "{}", last(IoOp::Read));
+    assert!(last(IoOp::Read) > 2_900_000, "{}", last(IoOp::Read));
+}

@@ -244,6 +244,15 @@ pub struct JobSpec {
     /// random generators reseeded, so every iteration issues the same requests.
     #[serde(default = "one_loop")]
     pub loops: u32,
+    /// How long after its group starts the job starts (`startdelay=`); its `ramp_time`
+    /// and `runtime` count from then.
+    #[serde(default)]
+    pub start_delay_ns: u64,
+    /// The queue's low-water mark (`iodepth_low=`): once the job's queue is full it drains
+    /// to this many requests before it is filled again. `None`, 0 or a value of at least
+    /// `iodepth` keeps the queue full, as in fio.
+    #[serde(default)]
+    pub iodepth_low: Option<u32>,
 }
 
 fn one_loop() -> u32 {
@@ -286,6 +295,8 @@ impl JobSpec {
             rate_limits: [None; 3],
             rate_poisson: false,
             loops: 1,
+            start_delay_ns: 0,
+            iodepth_low: None,
         }
     }
 }
@@ -294,9 +305,8 @@ impl JobSpec {
 /// steer the real host (its I/O engine, CPUs, page cache and files), fill the data buffers
 /// (the oracle writes its own data, and no device here compresses or deduplicates), or
 /// shape fio's own logs and reports (`afa` reports every run the same way). Options that
-/// would change the requests a device receives, such as `iodepth_low`, `iodepth_batch_*`,
-/// `startdelay`, `exitall`, `kb_base` or `nrfiles`, are not here: they are refused until
-/// they are modelled.
+/// would change the requests a device receives, such as `iodepth_batch_*`, `exitall`,
+/// `kb_base` or `nrfiles`, are not here: they are refused until they are modelled.
 const IGNORED_OPTIONS: &[&str] = &[
     // The real host's I/O path.
     "ioengine",
@@ -415,6 +425,8 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `randseed`: an unsigned 64-bit integer.
 /// * `name`: a non-empty string.
 /// * `loops`: an integer of at least 1; every iteration issues the same requests.
+/// * `startdelay`: a duration, bare numbers in seconds (a `min-max` range is refused).
+/// * `iodepth_low`: an unsigned integer; 0 or at least `iodepth` keeps the queue full.
 /// * `end_fsync`, `fsync_on_close`: booleans; either one ends every iteration with a FLUSH.
 /// * Accepted and ignored: the host-side, buffer-content and reporting options of
 ///   `IGNORED_OPTIONS` (`ioengine`, `direct`, `group_reporting`, `refill_buffers`,
@@ -742,6 +754,20 @@ fn apply_option(
             spec.end_flush = builder.end_fsync || builder.fsync_on_close;
         }
         "loops" => spec.loops = parse_at_least_one(&context, context.required(value)?)?,
+        "startdelay" => {
+            let text = context.required(value)?;
+            if text.contains('-') {
+                return Err(context.bad(
+                    "a startdelay range (a random delay per job) is not supported; give one duration",
+                ));
+            }
+            spec.start_delay_ns = parse_duration_ns(text).map_err(|r| context.bad(r))?;
+        }
+        "iodepth_low" => {
+            let low = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            // fio reads 0, or a mark above the depth, as "keep the queue full".
+            spec.iodepth_low = Some(u32::try_from(low).unwrap_or(u32::MAX));
+        }
         "rate" | "rate_iops" => {
             let mut limits: [Option<RateLimit>; 3] = [None; 3];
             let bytes = key == "rate";

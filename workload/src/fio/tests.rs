@@ -415,10 +415,8 @@ fn ignored_options_are_accepted() {
 #[test]
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
-        "iodepth_low=4",
         "iodepth_batch=8",
         "iodepth_batch_complete_min=4",
-        "startdelay=1",
         "exitall",
         "kb_base=1000",
         "nrfiles=2",
@@ -433,6 +431,22 @@ fn options_that_shape_the_requests_are_not_ignored() {
             "{option}"
         );
     }
+}
+
+/// `startdelay` is a duration (bare numbers in seconds, as in fio); a range is refused.
+/// `iodepth_low` is any unsigned mark (fio reads 0 and marks above the depth as a full
+/// queue, which the run applies).
+#[test]
+fn startdelay_and_iodepth_low_are_read() {
+    assert_eq!(with_option("").start_delay_ns, 0);
+    assert_eq!(with_option("startdelay=2").start_delay_ns, 2_000_000_000);
+    assert_eq!(with_option("startdelay=5ms").start_delay_ns, 5_000_000);
+    assert_bad_value("startdelay=1-5", "startdelay");
+    assert_bad_value("startdelay=soon", "startdelay");
+    assert_eq!(with_option("").iodepth_low, None);
+    assert_eq!(with_option("iodepth_low=4").iodepth_low, Some(4));
+    assert_eq!(with_option("iodepth_low=0").iodepth_low, Some(0));
+    assert_bad_value("iodepth_low=-1", "iodepth_low");
 }
 
 /// `loops=N` runs the job N times (at least once).
