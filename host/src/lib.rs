@@ -255,6 +255,8 @@ struct Stream {
     iodepth_low: u32,
     /// The queue filled up and is draining to `iodepth_low`.
     draining: bool,
+    /// fio's `exitall`: when this job finishes, the other jobs of its group stop.
+    exit_all: bool,
 }
 
 impl Stream {
@@ -364,6 +366,8 @@ impl std::fmt::Debug for PreparedRun<'_> {
 struct Host<'d> {
     device: &'d mut dyn BlockDevice,
     streams: Vec<Stream>,
+    /// Some job sets `exitall`, so finished jobs are looked for after every event.
+    exit_all_jobs: bool,
     groups: usize,
     current_group: usize,
     queue: EventQueue<Event>,
@@ -486,6 +490,7 @@ impl<'d> Host<'d> {
                                 _ => job.iodepth,
                             },
                             draining: false,
+                            exit_all: job.exit_all,
                         });
                     }
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
@@ -542,6 +547,7 @@ impl<'d> Host<'d> {
                     start_delay_ns: 0,
                     iodepth_low: iodepth,
                     draining: false,
+                    exit_all: false,
                 });
             }
         }
@@ -556,6 +562,7 @@ impl<'d> Host<'d> {
             .then(|| (Progress::new(progress_total.max(1), "bytes"), 0));
         Ok(Self {
             device,
+            exit_all_jobs: streams.iter().any(|s| s.exit_all),
             streams,
             groups,
             current_group: 0,
@@ -856,6 +863,7 @@ impl<'d> Host<'d> {
 
     fn maybe_finish_group(&mut self) -> Result<(), RunError> {
         let group = self.current_group;
+        self.maybe_exit_all(group);
         let done = self
             .streams
             .iter()
@@ -865,6 +873,30 @@ impl<'d> Host<'d> {
             self.start_group(group + 1)?;
         }
         Ok(())
+    }
+
+    /// fio's `exitall`: once a job that sets it has finished (issued its last request and
+    /// seen it complete), every other job of its group is stopped as its runtime would
+    /// stop it: it issues nothing more (but the FLUSH `end_fsync` asks for), and its
+    /// requests in flight complete.
+    fn maybe_exit_all(&mut self, group: usize) {
+        if !self.exit_all_jobs {
+            return;
+        }
+        let now = self.now_ns;
+        let finished = self
+            .streams
+            .iter()
+            .any(|s| s.group == group && s.exit_all && s.exhausted && s.outstanding == 0);
+        if !finished {
+            return;
+        }
+        for s in self.streams.iter_mut().filter(|s| s.group == group) {
+            s.exit_all = false;
+            if !s.exhausted {
+                s.deadline_ns = Some(s.deadline_ns.map_or(now, |d| d.min(now)));
+            }
+        }
     }
 
     /// The next request of a stream, or None when it is done.

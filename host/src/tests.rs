@@ -1198,3 +1198,43 @@ fn startdelay_starts_a_job_later_and_its_runtime_counts_from_then() {
     assert!(last(IoOp::Read) < 3_000_000, "{}", last(IoOp::Read));
     assert!(last(IoOp::Read) > 2_900_000, "{}", last(IoOp::Read));
 }
+
+/// `exitall`: when the job that sets it finishes, the other jobs of its group stop (a
+/// time-based background load ends with the measured job, and ends with the FLUSH its
+/// `end_fsync` asks for); the next group starts as usual. Without it the background load
+/// runs its whole runtime.
+#[test]
+fn exitall_stops_the_group_when_its_job_finishes() {
+    let text = |exitall: &str| {
+        format!(
+            "[measured]\nrw=randread\nbs=4k\nnumber_ios=50\n{exitall}\n\
+             [background]\nrw=randrw\nbs=4k\ntime_based\nruntime=1s\nrate_iops=1000\n\
+             end_fsync=1\n\
+             [after]\nstonewall\nrw=write\nbs=4k\nnumber_ios=5\n"
+        )
+    };
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let run_text = |t: &str| {
+        let jobs = parse_job_file(t).unwrap();
+        run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap()
+    };
+    let plain = run_text(&text(""));
+    assert!(plain.sim_time_ns > 1_000_000_000, "{}", plain.sim_time_ns);
+    let stopped = run_text(&text("exitall"));
+    assert!(stopped.sim_time_ns < 10_000_000, "{}", stopped.sim_time_ns);
+    let flushes: Vec<usize> = (0..stopped.issued.len())
+        .filter(|&i| stopped.issued[i].op == IoOp::Flush)
+        .collect();
+    assert_eq!(flushes.len(), 1, "{:?}", stopped.issued);
+    let after: Vec<(IoOp, u64)> = stopped.issued[flushes[0] + 1..]
+        .iter()
+        .map(|r| (r.op, r.offset_bytes))
+        .collect();
+    assert_eq!(
+        after,
+        (0..5).map(|i| (IoOp::Write, i * 4096)).collect::<Vec<_>>()
+    );
+}

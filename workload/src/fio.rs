@@ -253,6 +253,10 @@ pub struct JobSpec {
     /// `iodepth` keeps the queue full, as in fio.
     #[serde(default)]
     pub iodepth_low: Option<u32>,
+    /// When this job finishes, the other jobs of its group stop (`exitall`), as their
+    /// runtime would stop them.
+    #[serde(default)]
+    pub exit_all: bool,
 }
 
 fn one_loop() -> u32 {
@@ -297,6 +301,7 @@ impl JobSpec {
             loops: 1,
             start_delay_ns: 0,
             iodepth_low: None,
+            exit_all: false,
         }
     }
 }
@@ -305,8 +310,8 @@ impl JobSpec {
 /// steer the real host (its I/O engine, CPUs, page cache and files), fill the data buffers
 /// (the oracle writes its own data, and no device here compresses or deduplicates), or
 /// shape fio's own logs and reports (`afa` reports every run the same way). Options that
-/// would change the requests a device receives, such as `iodepth_batch_*`, `exitall`,
-/// `kb_base` or `nrfiles`, are not here: they are refused until they are modelled.
+/// would change the requests a device receives, such as `iodepth_batch_*`, `kb_base` or
+/// `nrfiles`, are not here: they are refused until they are modelled.
 const IGNORED_OPTIONS: &[&str] = &[
     // The real host's I/O path.
     "ioengine",
@@ -427,6 +432,7 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `loops`: an integer of at least 1; every iteration issues the same requests.
 /// * `startdelay`: a duration, bare numbers in seconds (a `min-max` range is refused).
 /// * `iodepth_low`: an unsigned integer; 0 or at least `iodepth` keeps the queue full.
+/// * `exitall`: a boolean; when the job finishes, the other jobs of its group stop.
 /// * `end_fsync`, `fsync_on_close`: booleans; either one ends every iteration with a FLUSH.
 /// * Accepted and ignored: the host-side, buffer-content and reporting options of
 ///   `IGNORED_OPTIONS` (`ioengine`, `direct`, `group_reporting`, `refill_buffers`,
@@ -754,6 +760,7 @@ fn apply_option(
             spec.end_flush = builder.end_fsync || builder.fsync_on_close;
         }
         "loops" => spec.loops = parse_at_least_one(&context, context.required(value)?)?,
+        "exitall" => spec.exit_all = parse_bool(&context, value)?,
         "startdelay" => {
             let text = context.required(value)?;
             if text.contains('-') {

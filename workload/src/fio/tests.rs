@@ -417,7 +417,6 @@ fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
         "iodepth_batch=8",
         "iodepth_batch_complete_min=4",
-        "exitall",
         "kb_base=1000",
         "nrfiles=2",
         "verify=crc32c",
@@ -437,7 +436,7 @@ fn options_that_shape_the_requests_are_not_ignored() {
 /// `iodepth_low` is any unsigned mark (fio reads 0 and marks above the depth as a full
 /// queue, which the run applies).
 #[test]
-fn startdelay_and_iodepth_low_are_read() {
+fn startdelay_iodepth_low_and_exitall_are_read() {
     assert_eq!(with_option("").start_delay_ns, 0);
     assert_eq!(with_option("startdelay=2").start_delay_ns, 2_000_000_000);
     assert_eq!(with_option("startdelay=5ms").start_delay_ns, 5_000_000);
@@ -447,6 +446,9 @@ fn startdelay_and_iodepth_low_are_read() {
     assert_eq!(with_option("iodepth_low=4").iodepth_low, Some(4));
     assert_eq!(with_option("iodepth_low=0").iodepth_low, Some(0));
     assert_bad_value("iodepth_low=-1", "iodepth_low");
+    assert!(with_option("exitall").exit_all);
+    assert!(!with_option("exitall=0").exit_all);
+    assert!(!with_option("").exit_all);
 }
 
 /// `loops=N` runs the job N times (at least once).
