@@ -146,9 +146,31 @@ pub enum SizeSpec {
     Percent(f64),
 }
 
+/// One zone of fio's `zoned` and `zoned_abs` distributions: `access_percent` of the random
+/// requests fall uniformly within it. Zones follow each other from the region's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Zone {
+    /// The share of the random requests that fall in the zone, in percent.
+    pub access_percent: u32,
+    /// The zone's extent.
+    pub span: ZoneSpan,
+}
+
+/// How far a zone reaches: a share of the region (`zoned`) or a size (`zoned_abs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ZoneSpan {
+    /// Percent of the job's region.
+    Percent(u32),
+    /// Bytes.
+    Bytes(u64),
+}
+
+/// The most zones a `zoned` or `zoned_abs` distribution may list.
+pub const MAX_ZONES: usize = 64;
+
 /// How random offsets are distributed over the job's region, fio's
 /// `random_distribution=` option.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Distribution {
     /// `random`: every block equally likely.
     Uniform,
@@ -168,6 +190,13 @@ pub enum Distribution {
     Normal {
         /// The standard deviation as a percentage of the region size.
         sigma_percent: f64,
+    },
+    /// `zoned:A/S:...` (shares of the region) or `zoned_abs:A/SIZE:...` (sizes): each zone
+    /// takes its share of the accesses, uniformly within it; the shares add up to 100, and
+    /// what lies past the last zone is never addressed.
+    Zoned {
+        /// The zones, from the region's start.
+        zones: Vec<Zone>,
     },
 }
 
@@ -424,8 +453,10 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 ///   `rwmixread=100-N`.
 /// * `random_distribution`: `random`, `zipf:θ` with θ > 0 (fio refuses exactly 1 because
 ///   of its sampler; ours handles it), `pareto:h` with 0 < h < 1, `normal:σ` or `gauss:σ`
-///   with 0 ≤ σ < 100 (percent of the region). fio's `:center` suffix and the `zoned`
-///   distributions are refused.
+///   with 0 ≤ σ < 100 (percent of the region), `zoned:A/S:...` (S percent of the region)
+///   or `zoned_abs:A/SIZE:...` (also `zoned_abs=...`) with whole access percentages adding
+///   up to 100 and at most [`MAX_ZONES`] zones. fio's `:center` suffix and per-direction
+///   zone lists are refused.
 /// * `percentage_random`: 0 to 100 (a per-direction list must repeat the same value).
 /// * `randseed`: an unsigned 64-bit integer.
 /// * `name`: a non-empty string.
@@ -1040,6 +1071,16 @@ fn parse_bool(context: &OptionContext<'_>, value: Option<&str>) -> Result<bool, 
 
 fn parse_distribution(text: &str) -> Result<Distribution, String> {
     let lower = text.to_ascii_lowercase();
+    for kind in ["zoned_abs", "zoned"] {
+        if let Some(rest) = lower.strip_prefix(kind) {
+            let absolute = kind == "zoned_abs";
+            // fio writes `zoned_abs=...` with an `=` in its examples as well as `:`.
+            let Some(list) = rest.strip_prefix(':').or_else(|| rest.strip_prefix('=')) else {
+                return Err(format!("'{kind}' needs its zones ({kind}:ACCESS/SIZE:...)"));
+            };
+            return parse_zones(list, absolute).map(|zones| Distribution::Zoned { zones });
+        }
+    }
     let mut parts = lower.split(':').map(str::trim);
     let kind = parts.next().unwrap_or("");
     let parameter = parts.next();
@@ -1084,9 +1125,86 @@ fn parse_distribution(text: &str) -> Result<Distribution, String> {
             }
             Ok(Distribution::Normal { sigma_percent })
         }
-        "zoned" | "zoned_abs" => Err(format!("the '{kind}' distribution is not supported")),
-        _ => Err("expected random, zipf:θ, pareto:h, normal:σ or gauss:σ".to_string()),
+        _ => Err(
+            "expected random, zipf:θ, pareto:h, normal:σ, gauss:σ, zoned:A/S:... or zoned_abs:A/SIZE:..."
+                .to_string(),
+        ),
     }
+}
+
+/// The zones of `zoned` (sizes in percent of the region) or `zoned_abs` (sizes in bytes):
+/// `ACCESS/SIZE` entries joined by `:`, whose access shares add up to exactly 100.
+fn parse_zones(list: &str, absolute: bool) -> Result<Vec<Zone>, String> {
+    if list.contains(',') {
+        return Err(
+            "per-direction zones are not supported; give one set of zones for all directions"
+                .to_string(),
+        );
+    }
+    let mut zones = Vec::new();
+    for entry in list.split(':').map(str::trim) {
+        let (access, size) = entry
+            .split_once('/')
+            .ok_or_else(|| format!("zone '{entry}' is not ACCESS/SIZE"))?;
+        let access_percent = parse_percent(access)?;
+        let span = if absolute {
+            match parse_size(size)? {
+                0 => return Err(format!("zone '{entry}' has no size")),
+                bytes => ZoneSpan::Bytes(bytes),
+            }
+        } else {
+            match parse_percent(size)? {
+                0 => return Err(format!("zone '{entry}' has no size")),
+                percent => ZoneSpan::Percent(percent),
+            }
+        };
+        zones.push(Zone {
+            access_percent,
+            span,
+        });
+        if zones.len() > MAX_ZONES {
+            return Err(format!("more than {MAX_ZONES} zones"));
+        }
+    }
+    validate_zones(&zones)?;
+    Ok(zones)
+}
+
+/// The rules every zone list keeps, however it was built: at least one zone, access
+/// shares adding up to 100, no empty zone, and shares of the region adding up to at most
+/// 100.
+pub(crate) fn validate_zones(zones: &[Zone]) -> Result<(), String> {
+    if zones.is_empty() || zones.len() > MAX_ZONES {
+        return Err(format!("a zoned distribution needs 1 to {MAX_ZONES} zones"));
+    }
+    let access: u64 = zones.iter().map(|z| u64::from(z.access_percent)).sum();
+    if access != 100 {
+        return Err(format!(
+            "the zones' access percentages add up to {access}, not 100"
+        ));
+    }
+    let mut region_percent = 0u64;
+    for zone in zones {
+        match zone.span {
+            ZoneSpan::Percent(0) | ZoneSpan::Bytes(0) => {
+                return Err("a zone has no size".to_string())
+            }
+            ZoneSpan::Percent(p) => region_percent += u64::from(p),
+            ZoneSpan::Bytes(_) => {}
+        }
+    }
+    if region_percent > 100 {
+        return Err(format!(
+            "the zones cover {region_percent} percent of the region, more than 100"
+        ));
+    }
+    let mixed = zones
+        .windows(2)
+        .any(|w| std::mem::discriminant(&w[0].span) != std::mem::discriminant(&w[1].span));
+    if mixed {
+        return Err("a zone list mixes shares of the region with sizes".to_string());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

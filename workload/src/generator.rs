@@ -8,7 +8,7 @@
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::fio::{BlockSizeSpec, Distribution, JobSpec, RwMode, SizeSpec};
+use crate::fio::{BlockSizeSpec, Distribution, JobSpec, RwMode, SizeSpec, Zone, ZoneSpan};
 use crate::{IoOp, IoRequest, WorkloadError};
 
 /// Index of each direction in [`JobSpec::block_sizes`] and in the generator's state.
@@ -139,6 +139,9 @@ enum OffsetSampler {
         centre_slot: f64,
         sigma_slots: f64,
     },
+    /// fio's zoned distributions: (cumulative access percent, first slot, slot count) per
+    /// zone.
+    Zoned(Vec<(u32, u64, u64)>),
 }
 
 impl JobGenerator {
@@ -185,7 +188,7 @@ impl JobGenerator {
         if spec.io_size_bytes == Some(0) {
             return Err(invalid("io_size must be greater than zero".to_string()));
         }
-        validate_distribution(spec.distribution).map_err(&invalid)?;
+        validate_distribution(&spec.distribution).map_err(&invalid)?;
 
         let used = used_directions(spec.rw);
         // Lengths and alignments come first because a percentage offset is aligned to the
@@ -291,7 +294,8 @@ impl JobGenerator {
                 lengths: sampler,
                 align_bytes,
                 slot_count,
-                offsets: OffsetSampler::new(spec.distribution, slot_count),
+                offsets: OffsetSampler::new(&spec.distribution, slot_count, align_bytes)
+                    .map_err(&invalid)?,
                 next_sequential_bytes: 0,
             });
         }
@@ -500,8 +504,8 @@ fn percent_of(total_bytes: u64, percent: f64) -> Result<u64, String> {
     Ok(bytes.min(total_bytes))
 }
 
-fn validate_distribution(distribution: Distribution) -> Result<(), String> {
-    match distribution {
+fn validate_distribution(distribution: &Distribution) -> Result<(), String> {
+    match *distribution {
         Distribution::Uniform => Ok(()),
         Distribution::Zipf { theta } if theta.is_finite() && theta > 0.0 => Ok(()),
         Distribution::Zipf { theta } => Err(format!("zipf exponent {theta} is not positive")),
@@ -515,6 +519,7 @@ fn validate_distribution(distribution: Distribution) -> Result<(), String> {
         Distribution::Normal { sigma_percent } => Err(format!(
             "normal deviation {sigma_percent} percent is not a non-negative number"
         )),
+        Distribution::Zoned { ref zones } => crate::fio::validate_zones(zones),
     }
 }
 
@@ -629,8 +634,10 @@ impl LengthSampler {
 }
 
 impl OffsetSampler {
-    fn new(distribution: Distribution, slot_count: u64) -> Self {
-        match distribution {
+    /// The sampler of `distribution` over `slot_count` slots of `align_bytes`. Errors: a
+    /// `zoned_abs` zone list that reaches past the region's end.
+    fn new(distribution: &Distribution, slot_count: u64, align_bytes: u64) -> Result<Self, String> {
+        Ok(match *distribution {
             Distribution::Uniform => OffsetSampler::Uniform,
             Distribution::Zipf { theta } => {
                 OffsetSampler::Zipf(ZipfSampler::new(slot_count, theta))
@@ -642,8 +649,46 @@ impl OffsetSampler {
                 centre_slot: (slot_count - 1) as f64 / 2.0,
                 sigma_slots: sigma_percent / 100.0 * slot_count as f64,
             },
-        }
+            Distribution::Zoned { ref zones } => {
+                OffsetSampler::Zoned(zone_slots(zones, slot_count, align_bytes)?)
+            }
+        })
     }
+}
+
+/// Each zone as (cumulative access percent, first slot, slot count), from the region's
+/// start. A zone smaller than one slot still has its one slot, so that its share of the
+/// accesses goes somewhere near where it asked.
+fn zone_slots(
+    zones: &[Zone],
+    slot_count: u64,
+    align_bytes: u64,
+) -> Result<Vec<(u32, u64, u64)>, String> {
+    let region_bytes = slot_count * align_bytes;
+    let mut start_bytes = 0u64;
+    let mut cumulative = 0;
+    let mut slots = Vec::with_capacity(zones.len());
+    for zone in zones {
+        let len_bytes = match zone.span {
+            // The percentages add up to at most 100, so the sum stays within the region.
+            ZoneSpan::Percent(p) => {
+                region_bytes / 100 * u64::from(p) + region_bytes % 100 * u64::from(p) / 100
+            }
+            ZoneSpan::Bytes(b) => b,
+        };
+        let end_bytes = start_bytes.saturating_add(len_bytes);
+        if end_bytes > region_bytes {
+            return Err(format!(
+                "the zones reach {end_bytes} bytes into the {region_bytes}-byte region"
+            ));
+        }
+        let first = (start_bytes / align_bytes).min(slot_count - 1);
+        let count = (end_bytes / align_bytes).saturating_sub(first).max(1);
+        cumulative += zone.access_percent;
+        slots.push((cumulative, first, count.min(slot_count - first)));
+        start_bytes = end_bytes;
+    }
+    Ok(slots)
 }
 
 impl DirectionState {
@@ -675,6 +720,16 @@ impl DirectionState {
                     let x = (centre_slot + z * sigma_slots).round();
                     // NaN and negative values cast to 0; large values saturate.
                     (x.max(0.0) as u64).min(self.slot_count - 1)
+                }
+                OffsetSampler::Zoned(zones) => {
+                    let draw = rng.gen_range(0..100);
+                    // The shares add up to 100, so some zone's cumulative share exceeds
+                    // the draw; zones with no share are never chosen.
+                    let &(_, first, count) = zones
+                        .iter()
+                        .find(|z| draw < z.0)
+                        .unwrap_or(&zones[zones.len() - 1]);
+                    first + rng.gen_range(0..count)
                 }
             };
             if slot <= last_slot {

@@ -375,11 +375,71 @@ fn random_distribution() {
         "normal:100",
         "normal:-1",
         "random:3",
-        "zoned:50/5:50/95",
         "lognormal:3",
     ] {
         assert_bad_value(&format!("random_distribution={bad}"), "random_distribution");
     }
+}
+
+/// fio's zoned distributions: `ACCESS/SIZE` zones from the region's start, sizes in
+/// percent (`zoned`) or bytes (`zoned_abs`, also written with `=`), access shares adding up
+/// to exactly 100.
+#[test]
+fn zoned_distributions() {
+    let distribution =
+        |text: &str| with_option(&format!("random_distribution={text}")).distribution;
+    let zone = |access_percent, span| Zone {
+        access_percent,
+        span,
+    };
+    assert_eq!(
+        distribution("zoned:60/10:30/20:8/30:2/40"),
+        Distribution::Zoned {
+            zones: vec![
+                zone(60, ZoneSpan::Percent(10)),
+                zone(30, ZoneSpan::Percent(20)),
+                zone(8, ZoneSpan::Percent(30)),
+                zone(2, ZoneSpan::Percent(40)),
+            ]
+        }
+    );
+    assert_eq!(
+        distribution("zoned:100/5"),
+        Distribution::Zoned {
+            zones: vec![zone(100, ZoneSpan::Percent(5))]
+        }
+    );
+    let absolute = Distribution::Zoned {
+        zones: vec![
+            zone(70, ZoneSpan::Bytes(1 << 20)),
+            zone(30, ZoneSpan::Bytes(3 << 20)),
+        ],
+    };
+    assert_eq!(distribution("zoned_abs:70/1m:30/3m"), absolute);
+    assert_eq!(distribution("zoned_abs=70/1m:30/3m"), absolute);
+    assert_eq!(distribution("ZONED_ABS:70/1M:30/3M"), absolute);
+    for bad in [
+        "zoned",
+        "zoned:",
+        "zoned:60/10:30/20",
+        "zoned:60/10:50/20",
+        "zoned:50/60:50/60",
+        "zoned:100/0",
+        "zoned:100",
+        "zoned:50/10:50/x",
+        "zoned:50/5:50/95,100/100",
+        "zoned:50.5/10:49.5/10",
+        "zoned_abs:100/0",
+        "zoned_abs:60/1m:30/1m",
+        "zoned_abs:100/lots",
+    ] {
+        assert_bad_value(&format!("random_distribution={bad}"), "random_distribution");
+    }
+    let many = vec!["1/1"; 100].join(":");
+    assert_bad_value(
+        &format!("random_distribution=zoned:{many}"),
+        "random_distribution",
+    );
 }
 
 #[test]

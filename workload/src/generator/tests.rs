@@ -488,6 +488,23 @@ fn distribution_strategy() -> impl Strategy<Value = Distribution> {
         (0.1f64..3.0).prop_map(|theta| Distribution::Zipf { theta }),
         (0.01f64..0.99).prop_map(|h| Distribution::Pareto { h }),
         (0.0f64..99.0).prop_map(|sigma_percent| Distribution::Normal { sigma_percent }),
+        proptest::collection::vec((0u32..=100, 1u32..=20), 1..5).prop_map(|entries| {
+            let mut left = 100;
+            let last = entries.len() - 1;
+            let zones = entries
+                .iter()
+                .enumerate()
+                .map(|(i, &(access, size))| {
+                    let access_percent = if i == last { left } else { access.min(left) };
+                    left -= access_percent;
+                    Zone {
+                        access_percent,
+                        span: ZoneSpan::Percent(size),
+                    }
+                })
+                .collect();
+            Distribution::Zoned { zones }
+        }),
     ]
 }
 
@@ -752,4 +769,71 @@ fn loops_repeat_the_first_iteration() {
         .map(|r| if r.op == IoOp::Flush { 'F' } else { 'W' })
         .collect();
     assert_eq!(ops, "WWWWWWWWFWWWWWWWWF");
+}
+
+/// `zoned:60/10:30/20:8/30:2/40`: each zone of the region takes its share of the random
+/// requests, uniformly within it; with zones covering only part of the region, nothing
+/// past the last zone is addressed; `zoned_abs` zones are sizes, and zones reaching past the
+/// region are refused by name.
+#[test]
+fn zoned_distributions_give_each_zone_its_share() {
+    let zone = |access_percent, span| Zone {
+        access_percent,
+        span,
+    };
+    let zoned = Distribution::Zoned {
+        zones: vec![
+            zone(60, ZoneSpan::Percent(10)),
+            zone(30, ZoneSpan::Percent(20)),
+            zone(8, ZoneSpan::Percent(30)),
+            zone(2, ZoneSpan::Percent(40)),
+        ],
+    };
+    let hits = block_histogram(zoned, 1000, 100_000);
+    let share = |from: usize, to: usize| hits[from..to].iter().sum::<u64>() as f64 / 1e5;
+    for (from, to, expected) in [
+        (0, 100, 0.6),
+        (100, 300, 0.3),
+        (300, 600, 0.08),
+        (600, 1000, 0.02),
+    ] {
+        let got = share(from, to);
+        assert!((got - expected).abs() < 0.01, "blocks {from}..{to}: {got}");
+    }
+    // Uniform within a zone: the first zone's blocks are hit alike.
+    let (low, high) = (
+        hits[..100].iter().min().unwrap(),
+        hits[..100].iter().max().unwrap(),
+    );
+    assert!(*low > 450 && *high < 750, "{low}..{high}");
+
+    let partial = Distribution::Zoned {
+        zones: vec![
+            zone(50, ZoneSpan::Percent(10)),
+            zone(50, ZoneSpan::Percent(10)),
+        ],
+    };
+    let hits = block_histogram(partial, 1000, 20_000);
+    assert_eq!(hits[200..].iter().sum::<u64>(), 0);
+    assert!(hits[..100].iter().sum::<u64>() > 9_000);
+
+    let absolute = Distribution::Zoned {
+        zones: vec![
+            zone(90, ZoneSpan::Bytes(64 * KIB)),
+            zone(10, ZoneSpan::Bytes(64 * KIB)),
+        ],
+    };
+    let hits = block_histogram(absolute.clone(), 1000, 20_000);
+    assert!(hits[..16].iter().sum::<u64>() > 17_500);
+    assert_eq!(hits[32..].iter().sum::<u64>(), 0);
+
+    let mut spec = job(RwMode::RandRead);
+    spec.distribution = absolute;
+    let error = JobGenerator::new(&spec, 100 * KIB, 512, 1, 0).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("131072 bytes into the 102400-byte region"),
+        "{error}"
+    );
 }
