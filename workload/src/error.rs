@@ -20,6 +20,17 @@ pub enum WorkloadError {
         /// 1-based line number in the job file.
         line: usize,
     },
+    /// A fio option this simulator knows but does not model, with what to do instead.
+    UnsupportedOption {
+        /// The section the option appeared in, without brackets.
+        section: String,
+        /// The option name as written.
+        option: String,
+        /// 1-based line number in the job file.
+        line: usize,
+        /// Why it is not modelled, and what to use instead.
+        reason: String,
+    },
     /// A known job-file option with a value that cannot be used.
     BadValue {
         /// The section the option appeared in, without brackets.
@@ -84,6 +95,16 @@ impl fmt::Display for WorkloadError {
             } => write!(
                 f,
                 "job file line {line}, section [{section}]: unknown option '{option}'"
+            ),
+            WorkloadError::UnsupportedOption {
+                section,
+                option,
+                line,
+                reason,
+            } => write!(
+                f,
+                "job file line {line}, section [{section}]: fio option '{option}' is not \
+                 modelled: {reason}"
             ),
             WorkloadError::BadValue {
                 section,

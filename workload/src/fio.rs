@@ -410,6 +410,95 @@ const IGNORED_OPTIONS: &[&str] = &[
     "per_job_logs",
 ];
 
+/// fio options real job files carry that would change the requests a device receives and
+/// are not modelled, each with why and what to use instead: refused by name, so that they
+/// are told apart from typos.
+const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
+    (
+        &[
+            "verify",
+            "do_verify",
+            "verify_only",
+            "verify_backlog",
+            "verify_backlog_batch",
+            "verify_interval",
+            "verify_offset",
+            "verify_pattern",
+            "verify_fatal",
+            "verify_dump",
+            "verify_async",
+            "verify_state_save",
+            "verify_state_load",
+            "experimental_verify",
+            "trim_percentage",
+            "trim_backlog",
+            "trim_verify_zero",
+        ],
+        "fio's verify pass (reading back what the job wrote) is not modelled; the run's oracle \
+         already checks every read, so leave it out, or read the data back with a read job \
+         after a stonewall",
+    ),
+    (
+        &[
+            "iodepth_batch",
+            "iodepth_batch_submit",
+            "iodepth_batch_complete",
+            "iodepth_batch_complete_min",
+            "iodepth_batch_complete_max",
+        ],
+        "batched submission and completion are not modelled: a job's queue takes a new \
+         request as each one completes (iodepth_low makes a full queue drain before it is \
+         filled again)",
+    ),
+    (
+        &["kb_base"],
+        "size suffixes always count in powers of 1024 here (k = 1024 bytes); give sizes in \
+         bytes to use powers of 1000",
+    ),
+    (
+        &["nrfiles", "filesize", "openfiles", "file_service_type"],
+        "a job addresses one block device here, not a set of files",
+    ),
+    (
+        &["steadystate", "ss", "ss_dur", "ss_ramp"],
+        "steady-state detection is not modelled; end the job with runtime, io_size or \
+         number_ios",
+    ),
+    (
+        &["fill_device", "fill_fs"],
+        "not modelled; rw=write with size=100% fills the device",
+    ),
+    (
+        &[
+            "zonemode",
+            "zonesize",
+            "zonerange",
+            "zoneskip",
+            "max_open_zones",
+        ],
+        "zoned block devices and fio's zone modes are not modelled",
+    ),
+    (
+        &["bs_unaligned", "blocksize_unaligned"],
+        "requests here are whole sectors: block sizes must be multiples of the sector size",
+    ),
+    (
+        &["rate_min", "rate_iops_min", "rate_cycle"],
+        "a minimum rate is a check on a real run's throughput, which a simulated run does \
+         not fail",
+    ),
+    (
+        &[
+            "latency_target",
+            "latency_window",
+            "latency_percentile",
+            "latency_run",
+        ],
+        "the search for the queue depth that meets a latency target is not modelled; set \
+         iodepth",
+    ),
+];
+
 /// The most `bssplit` entries per direction fio allows.
 const MAX_BSSPLIT_ENTRIES: usize = 64;
 
@@ -469,7 +558,8 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 ///   `IGNORED_OPTIONS` (`ioengine`, `direct`, `group_reporting`, `refill_buffers`,
 ///   `write_bw_log`, `percentile_list`, ...).
 ///
-/// Errors: an unknown option is [`WorkloadError::UnknownOption`], a refused value is
+/// Errors: an unknown option is [`WorkloadError::UnknownOption`], a fio option this
+/// simulator does not model is [`WorkloadError::UnsupportedOption`], a refused value is
 /// [`WorkloadError::BadValue`], a line that is not a section, option, comment or blank (or
 /// an option before the first section) is [`WorkloadError::Syntax`], and a file without
 /// any job section is [`WorkloadError::NoJobs`]. The parser never panics.
@@ -863,6 +953,21 @@ fn apply_option(
             builder.name_from_option = true;
         }
         _ if IGNORED_OPTIONS.contains(&key) => {}
+        _ if UNMODELLED_OPTIONS
+            .iter()
+            .any(|(names, _)| names.contains(&key)) =>
+        {
+            let reason = UNMODELLED_OPTIONS
+                .iter()
+                .find(|(names, _)| names.contains(&key))
+                .map_or("", |(_, reason)| reason);
+            return Err(WorkloadError::UnsupportedOption {
+                section: section.to_string(),
+                option: key.to_string(),
+                line,
+                reason: reason.to_string(),
+            });
+        }
         _ => {
             return Err(WorkloadError::UnknownOption {
                 section: section.to_string(),

@@ -471,7 +471,7 @@ fn ignored_options_are_accepted() {
 }
 
 /// Options that would change what the device receives are refused until they are
-/// modelled, not accepted and dropped.
+/// modelled, not accepted and dropped, and by name with what to use instead, not as typos.
 #[test]
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
@@ -485,10 +485,24 @@ fn options_that_shape_the_requests_are_not_ignored() {
         assert!(
             matches!(
                 parse_job_file(&format!("[job]\n{option}\n")),
-                Err(WorkloadError::UnknownOption { .. })
+                Err(WorkloadError::UnsupportedOption { .. })
             ),
             "{option}"
         );
+    }
+    let error = parse_job_file("[job]\nrw=write\nverify=crc32c\n").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "job file line 3, section [job]: fio option 'verify' is not modelled: fio's verify \
+         pass (reading back what the job wrote) is not modelled; the run's oracle already \
+         checks every read, so leave it out, or read the data back with a read job after a \
+         stonewall"
+    );
+    // No option is both ignored and refused.
+    for (names, _) in UNMODELLED_OPTIONS {
+        for name in *names {
+            assert!(!IGNORED_OPTIONS.contains(name), "{name}");
+        }
     }
 }
 
@@ -542,7 +556,7 @@ fn unknown_option_names_section_option_and_line() {
 
 #[test]
 fn unknown_option_in_global_names_global() {
-    let error = parse_job_file("[global]\nverify=crc32\n[a]\n").unwrap_err();
+    let error = parse_job_file("[global]\nverfy=crc32\n[a]\n").unwrap_err();
     assert!(
         matches!(&error, WorkloadError::UnknownOption { section, line: 2, .. } if section == "global"),
         "{error:?}"
