@@ -463,7 +463,22 @@ impl<'d> Host<'d> {
                                 n.saturating_mul(job.block_sizes[1].max_bytes())
                             }),
                         );
-                        progress_total += per_loop_bytes.saturating_mul(u64::from(job.loops));
+                        // The verify pass reads back the share of the bytes that are writes.
+                        let write_percent = match job.rw {
+                            RwMode::Write | RwMode::RandWrite => 100,
+                            RwMode::ReadWrite | RwMode::RandRw => {
+                                100u32.saturating_sub(job.rwmixread_percent)
+                            }
+                            _ => 0,
+                        };
+                        let verify_bytes = if job.verify {
+                            per_loop_bytes / 100 * u64::from(write_percent)
+                        } else {
+                            0
+                        };
+                        progress_total += per_loop_bytes
+                            .saturating_add(verify_bytes)
+                            .saturating_mul(u64::from(job.loops));
                         streams.push(Stream {
                             source: Source::Job {
                                 generator: Box::new(generator),
@@ -919,6 +934,7 @@ impl<'d> Host<'d> {
                     offset_bytes: 0,
                     len_bytes: 0,
                     fua: false,
+                    drain_first: false,
                 });
             }
             return None;
@@ -941,6 +957,10 @@ impl<'d> Host<'d> {
                         Some(r) => ahead.push_back(r),
                         None => break,
                     }
+                }
+                // fio's verify pass starts once the writes it reads back have completed.
+                if ahead.front().is_some_and(|r| r.drain_first) && s.outstanding > 0 {
+                    return None;
                 }
                 if let (Some(rate), Some(next)) = (rate.as_mut(), ahead.front()) {
                     let due = rate.due_ns(next);
@@ -1008,6 +1028,9 @@ impl<'d> Host<'d> {
     }
 
     fn issue(&mut self, stream: u32) -> Result<(), RunError> {
+        // A request that waited for its stream to drain (fio's verify pass) starts from an
+        // empty queue, which is filled again at once.
+        let mut filling = false;
         loop {
             let s = &self.streams[stream as usize];
             if s.outstanding >= s.iodepth || s.draining || s.group != self.current_group {
@@ -1020,6 +1043,7 @@ impl<'d> Host<'d> {
             let Some(request) = self.next_request(stream) else {
                 return Ok(());
             };
+            filling |= request.drain_first;
             self.submit(stream, request)?;
             // A timed trace issues every record that is due, and so does a rate-capped job
             // when its wake-up comes; any other job issues one request per free slot, and its
@@ -1028,7 +1052,7 @@ impl<'d> Host<'d> {
                 self.streams[stream as usize].source,
                 Source::Trace { timed: Some(_), .. } | Source::Job { rate: Some(_), .. }
             );
-            if !timed {
+            if !timed && !filling {
                 return Ok(());
             }
         }
@@ -1325,6 +1349,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
             offset_bytes: 0,
             len_bytes: 0,
             fua: false,
+            drain_first: false,
         };
     }
     let start = r.offset_bytes / sector_bytes * sector_bytes;
@@ -1341,6 +1366,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
         offset_bytes: offset,
         len_bytes: len,
         fua: r.fua,
+        drain_first: false,
     }
 }
 

@@ -1238,3 +1238,27 @@ fn exitall_stops_the_group_when_its_job_finishes() {
         (0..5).map(|i| (IoOp::Write, i * 4096)).collect::<Vec<_>>()
     );
 }
+
+/// fio's verify pass waits for the writes it reads back: its first read is submitted once
+/// every write of the job has completed, and the oracle checks every one of its reads.
+#[test]
+fn the_verify_pass_starts_once_the_writes_have_completed() {
+    let text = "[w]\nrw=write\nbs=4k\niodepth=8\nnumber_ios=64\nverify=crc32c\n";
+    let mut timed = Timed::default();
+    let out = run(
+        &mut timed,
+        &Workload::Jobs(parse_job_file(text).unwrap()),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(out.requests, 128);
+    let (writes, reads) = timed.commands.split_at(64);
+    let last_write_done = writes.iter().map(|c| c.1).max().unwrap();
+    assert_eq!(reads[0].0, last_write_done);
+    // Then the queue fills again at once.
+    assert!(reads[..8].iter().all(|c| c.0 == last_write_done));
+
+    let out = run_job_text(text);
+    assert_eq!(out.measurements.read.ios, 64);
+    assert_eq!(out.reads_checked, 64 * 8);
+}

@@ -286,6 +286,13 @@ pub struct JobSpec {
     /// runtime would stop them.
     #[serde(default)]
     pub exit_all: bool,
+    /// fio's verify pass (`verify=` a method, with `do_verify` left on): each iteration
+    /// ends by reading back what it wrote (by offset, each byte from its last write), once
+    /// its writes have completed.
+    /// The run's oracle checks those reads as it checks every read; the method only names
+    /// fio's checksum.
+    #[serde(default)]
+    pub verify: bool,
 }
 
 fn one_loop() -> u32 {
@@ -331,6 +338,7 @@ impl JobSpec {
             start_delay_ns: 0,
             iodepth_low: None,
             exit_all: false,
+            verify: false,
         }
     }
 }
@@ -367,7 +375,16 @@ const IGNORED_OPTIONS: &[&str] = &[
     "nice",
     "prio",
     "prioclass",
-    // Data buffer contents.
+    // Data buffer contents, and how fio checks them in its verify pass (the pass itself
+    // is modelled: `verify=`).
+    "verify_pattern",
+    "verify_interval",
+    "verify_offset",
+    "verify_fatal",
+    "verify_dump",
+    "verify_async",
+    "verify_state_save",
+    "verify_state_load",
     "refill_buffers",
     "scramble_buffers",
     "zero_buffers",
@@ -410,33 +427,46 @@ const IGNORED_OPTIONS: &[&str] = &[
     "per_job_logs",
 ];
 
+/// fio's verify methods (`verify=`): each one turns the verify pass on. The checksum itself
+/// is fio's business; the run's oracle checks every read.
+const VERIFY_METHODS: &[&str] = &[
+    "md5",
+    "crc64",
+    "crc32c",
+    "crc32c-intel",
+    "crc32",
+    "crc16",
+    "crc7",
+    "xxhash",
+    "sha512",
+    "sha256",
+    "sha1",
+    "sha3-224",
+    "sha3-256",
+    "sha3-384",
+    "sha3-512",
+    "meta",
+    "pattern",
+    "null",
+];
+
 /// fio options real job files carry that would change the requests a device receives and
 /// are not modelled, each with why and what to use instead: refused by name, so that they
 /// are told apart from typos.
 const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
     (
         &[
-            "verify",
-            "do_verify",
             "verify_only",
             "verify_backlog",
             "verify_backlog_batch",
-            "verify_interval",
-            "verify_offset",
-            "verify_pattern",
-            "verify_fatal",
-            "verify_dump",
-            "verify_async",
-            "verify_state_save",
-            "verify_state_load",
             "experimental_verify",
             "trim_percentage",
             "trim_backlog",
             "trim_verify_zero",
         ],
-        "fio's verify pass (reading back what the job wrote) is not modelled; the run's oracle \
-         already checks every read, so leave it out, or read the data back with a read job \
-         after a stonewall",
+        "only fio's plain verify pass (verify=, reading back what each iteration wrote once \
+         its writes are done) is modelled, not verifying without writing, in the middle of \
+         the writes or after trims",
     ),
     (
         &[
@@ -553,6 +583,8 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `startdelay`: a duration, bare numbers in seconds (a `min-max` range is refused).
 /// * `iodepth_low`: an unsigned integer; 0 or at least `iodepth` keeps the queue full.
 /// * `exitall`: a boolean; when the job finishes, the other jobs of its group stop.
+/// * `verify`: `none`/`0` or one of fio's methods (`crc32c`, `md5`, ...), which turns the
+///   verify pass on; `do_verify`: a boolean (on by default) that can turn it off.
 /// * `end_fsync`, `fsync_on_close`: booleans; either one ends every iteration with a FLUSH.
 /// * Accepted and ignored: the host-side, buffer-content and reporting options of
 ///   `IGNORED_OPTIONS` (`ioengine`, `direct`, `group_reporting`, `refill_buffers`,
@@ -572,6 +604,8 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
         fdatasync: None,
         end_fsync: false,
         fsync_on_close: false,
+        verify_method: false,
+        do_verify: true,
     };
     let mut current = Section::None;
     let mut jobs = Vec::new();
@@ -677,6 +711,10 @@ struct JobBuilder {
     /// FLUSH on and a later `0` for one does not turn the other's off.
     end_fsync: bool,
     fsync_on_close: bool,
+    /// `verify=` named a method, and `do_verify=` (on unless turned off): the verify pass
+    /// runs when both hold, whichever comes first.
+    verify_method: bool,
+    do_verify: bool,
 }
 
 /// Removes a comment from a line: the whole line if it starts with `#` or `;`, otherwise
@@ -882,6 +920,23 @@ fn apply_option(
         }
         "loops" => spec.loops = parse_at_least_one(&context, context.required(value)?)?,
         "exitall" => spec.exit_all = parse_bool(&context, value)?,
+        "verify" => {
+            builder.verify_method = match context.required(value)?.to_ascii_lowercase().as_str() {
+                "0" | "none" => false,
+                method if VERIFY_METHODS.contains(&method) => true,
+                _ => {
+                    return Err(context.bad(format!(
+                        "expected none or one of fio's methods ({})",
+                        VERIFY_METHODS.join(", ")
+                    )))
+                }
+            };
+            spec.verify = builder.verify_method && builder.do_verify;
+        }
+        "do_verify" => {
+            builder.do_verify = parse_bool(&context, value)?;
+            spec.verify = builder.verify_method && builder.do_verify;
+        }
         "startdelay" => {
             let text = context.required(value)?;
             if text.contains('-') {

@@ -57,6 +57,9 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// the block size is overshot by less than one block, as in fio.
 /// With `loops=N` the job then starts again, N times in all, each iteration issuing the
 /// first one's requests (fio reseeds its generators and rewinds its files per iteration).
+/// With `verify`, each iteration ends (after its `end_fsync` FLUSH) with fio's verify
+/// pass: the iteration's writes read back by offset, each byte from its last write, the
+/// first read waiting for the iteration's requests to complete.
 ///
 /// Flushes: with `fsync=N` (or `fdatasync=N`) every Nth write is followed by a FLUSH, and
 /// with `end_fsync` each iteration ends with one if a write came after the last; a FLUSH takes
@@ -97,6 +100,12 @@ pub struct JobGenerator {
     /// The generator as the job started it: every iteration starts from it again, as fio
     /// reseeds its generators per iteration.
     first_rng: ChaCha8Rng,
+    /// fio's `verify`: each iteration ends with a pass that reads back what it wrote.
+    verify: bool,
+    /// The writes of this iteration, (offset, length) in issue order, for the verify pass.
+    written: Vec<(u64, u64)>,
+    /// How many of `written` the verify pass has read back.
+    verified: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +196,13 @@ impl JobGenerator {
         }
         if spec.io_size_bytes == Some(0) {
             return Err(invalid("io_size must be greater than zero".to_string()));
+        }
+        if spec.verify && spec.time_based {
+            return Err(invalid(
+                "verify with time_based is not modelled: give the job an io_size or \
+                 number_ios, and its verify pass reads back what it wrote"
+                    .to_string(),
+            ));
         }
         validate_distribution(&spec.distribution).map_err(&invalid)?;
 
@@ -305,6 +321,9 @@ impl JobGenerator {
 
         Ok(JobGenerator {
             first_rng: rng.clone(),
+            verify: spec.verify,
+            written: Vec::new(),
+            verified: 0,
             loops_left: spec.loops.saturating_sub(1),
             rng,
             region_start_bytes,
@@ -352,6 +371,9 @@ impl JobGenerator {
         {
             if self.end_flush && self.writes_since_flush > 0 {
                 return Some(self.flush());
+            }
+            if let Some(read) = self.next_verify_read() {
+                return Some(read);
             }
             if self.loops_left == 0 {
                 return None;
@@ -411,11 +433,38 @@ impl JobGenerator {
             self.flush_due = self.flush_every_writes > 0
                 && self.writes_since_flush % self.flush_every_writes == 0;
         }
+        let offset_bytes = self.region_start_bytes + relative_offset_bytes;
+        if direction == WRITE && self.verify {
+            self.written.push((offset_bytes, len_bytes));
+        }
         Some(IoRequest {
             op: DIRECTION_OPS[direction],
-            offset_bytes: self.region_start_bytes + relative_offset_bytes,
+            offset_bytes,
             len_bytes,
             fua: direction == WRITE && self.fua_writes,
+            drain_first: false,
+        })
+    }
+
+    /// The next read of fio's verify pass, which reads back the iteration's writes in
+    /// [`verify_order`], once they have all completed; `None` when the pass is over (or
+    /// there is none).
+    fn next_verify_read(&mut self) -> Option<IoRequest> {
+        if self.verified == 0 && !self.written.is_empty() {
+            self.written = verify_order(&self.written);
+        }
+        let Some(&(offset_bytes, len_bytes)) = self.written.get(self.verified) else {
+            self.written.clear();
+            self.verified = 0;
+            return None;
+        };
+        self.verified += 1;
+        Some(IoRequest {
+            op: IoOp::Read,
+            offset_bytes,
+            len_bytes,
+            fua: false,
+            drain_first: self.verified == 1,
         })
     }
 
@@ -443,6 +492,7 @@ impl JobGenerator {
             offset_bytes: 0,
             len_bytes: 0,
             fua: false,
+            drain_first: false,
         }
     }
 
@@ -738,6 +788,29 @@ impl DirectionState {
         }
         slot.min(last_slot)
     }
+}
+
+/// The reads of fio's verify pass for writes issued in `written` order, as fio orders them
+/// for a job without its random map (which `afa` never keeps: its random offsets may
+/// repeat, as with fio's `norandommap`): sorted by offset, and a write that overlaps an
+/// earlier one replaces it, so every byte is read back once, from its last write.
+fn verify_order(written: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut pieces: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for &(offset, len) in written {
+        let end = offset + len;
+        let overlapping: Vec<u64> = pieces
+            .range(..end)
+            .rev()
+            .take_while(|&(&o, &l)| o + l > offset || o >= offset)
+            .filter(|&(&o, &l)| o + l > offset)
+            .map(|(&o, _)| o)
+            .collect();
+        for o in overlapping {
+            pieces.remove(&o);
+        }
+        pieces.insert(offset, len);
+    }
+    pieces.into_iter().collect()
 }
 
 /// A standard normal draw by the Box–Muller transform, which yields two independent values

@@ -45,4 +45,7 @@ pub struct IoRequest {
     /// Force unit access (writes only): the write completes only once it is durable, as
     /// fio's `sync=1` and a traced write's FUA flag ask.
     pub fua: bool,
+    /// The request waits until everything its stream issued before it has completed, as
+    /// fio's verify pass waits for the writes it reads back.
+    pub drain_first: bool,
 }

@@ -479,7 +479,7 @@ fn options_that_shape_the_requests_are_not_ignored() {
         "iodepth_batch_complete_min=4",
         "kb_base=1000",
         "nrfiles=2",
-        "verify=crc32c",
+        "verify_backlog=8",
         "steadystate=iops:1%",
     ] {
         assert!(
@@ -490,13 +490,13 @@ fn options_that_shape_the_requests_are_not_ignored() {
             "{option}"
         );
     }
-    let error = parse_job_file("[job]\nrw=write\nverify=crc32c\n").unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "job file line 3, section [job]: fio option 'verify' is not modelled: fio's verify \
-         pass (reading back what the job wrote) is not modelled; the run's oracle already \
-         checks every read, so leave it out, or read the data back with a read job after a \
-         stonewall"
+    let error = parse_job_file("[job]\nrw=write\nverify_backlog=8\n").unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "job file line 3, section [job]: fio option 'verify_backlog' is not modelled: \
+             only fio's plain verify pass"
+        ),
+        "{error}"
     );
     // No option is both ignored and refused.
     for (names, _) in UNMODELLED_OPTIONS {
@@ -523,6 +523,29 @@ fn startdelay_iodepth_low_and_exitall_are_read() {
     assert!(with_option("exitall").exit_all);
     assert!(!with_option("exitall=0").exit_all);
     assert!(!with_option("").exit_all);
+}
+
+/// `verify=METHOD` turns fio's verify pass on, `verify=none` (or 0) and `do_verify=0` turn
+/// it off, in either order; an unknown method is refused with the list.
+#[test]
+fn verify_turns_the_verify_pass_on() {
+    assert!(!with_option("").verify);
+    assert!(with_option("verify=crc32c").verify);
+    assert!(with_option("verify=MD5").verify);
+    assert!(!with_option("verify=none").verify);
+    assert!(!with_option("verify=0").verify);
+    assert!(!one_job("[job]\nverify=md5\ndo_verify=0\n").verify);
+    assert!(!one_job("[job]\ndo_verify=0\nverify=md5\n").verify);
+    assert!(one_job("[global]\nverify=sha256\n[job]\ndo_verify=1\n").verify);
+    assert!(one_job("[job]\nverify=md5\nverify_fatal=1\nverify_pattern=0xff\n").verify);
+    match parse_job_file("[job]\nverify=crc99\n") {
+        Err(WorkloadError::BadValue { option, reason, .. }) => {
+            assert_eq!(option, "verify");
+            assert!(reason.contains("crc32c"), "{reason}");
+        }
+        other => panic!("expected BadValue, got {other:?}"),
+    }
+    assert_bad_value("do_verify=maybe", "do_verify");
 }
 
 /// `loops=N` runs the job N times (at least once).

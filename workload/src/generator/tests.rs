@@ -837,3 +837,81 @@ fn zoned_distributions_give_each_zone_its_share() {
         "{error}"
     );
 }
+
+/// fio's verify pass: each iteration ends (after its end FLUSH) with one read of every
+/// write it issued that no later write overlaps, by offset, the first of which waits for
+/// the writes to complete;
+/// read-only jobs have nothing to verify, and a time-based job with verify is refused.
+#[test]
+fn verify_reads_back_every_write_of_each_iteration() {
+    let all = |spec: &JobSpec| {
+        let mut generator = JobGenerator::new(spec, MIB, 512, 5, 0).unwrap();
+        collect(&mut generator, 10_000)
+    };
+    let mut spec = job(RwMode::RandRw);
+    spec.number_ios = Some(20);
+    spec.verify = true;
+    let requests = all(&spec);
+    let (run, pass) = requests.split_at(20);
+    let writes: Vec<(u64, u64)> = run
+        .iter()
+        .filter(|r| r.op == IoOp::Write)
+        .map(|r| (r.offset_bytes, r.len_bytes))
+        .collect();
+    assert!(!writes.is_empty());
+    let reads: Vec<(u64, u64)> = pass.iter().map(|r| (r.offset_bytes, r.len_bytes)).collect();
+    // Sorted by offset, each write dropping the earlier ones it overlaps.
+    let mut kept: Vec<(u64, u64)> = Vec::new();
+    for &(o, l) in &writes {
+        kept.retain(|&(ko, kl)| ko + kl <= o || ko >= o + l);
+        kept.push((o, l));
+    }
+    kept.sort_unstable();
+    assert_eq!(reads, kept);
+    assert!(pass.iter().all(|r| r.op == IoOp::Read));
+    assert!(pass[0].drain_first && pass[1..].iter().all(|r| !r.drain_first));
+    assert!(run.iter().all(|r| !r.drain_first));
+
+    spec.rw = RwMode::Write;
+    spec.number_ios = Some(4);
+    spec.end_flush = true;
+    spec.loops = 2;
+    let ops: String = all(&spec)
+        .iter()
+        .map(|r| match r.op {
+            IoOp::Write => 'W',
+            IoOp::Read => 'R',
+            IoOp::Flush => 'F',
+            IoOp::Trim => 'T',
+        })
+        .collect();
+    assert_eq!(ops, "WWWWFRRRRWWWWFRRRR");
+
+    let mut reads_only = job(RwMode::RandRead);
+    reads_only.number_ios = Some(5);
+    reads_only.verify = true;
+    assert_eq!(all(&reads_only).len(), 5);
+
+    spec.time_based = true;
+    spec.runtime_ns = Some(1_000_000);
+    let error = JobGenerator::new(&spec, MIB, 512, 5, 0).unwrap_err();
+    assert!(
+        error.to_string().contains("verify with time_based"),
+        "{error}"
+    );
+}
+
+/// The verify pass reads each byte back from its last write: a write replaces the earlier
+/// ones it overlaps, whole, and the reads go by offset.
+#[test]
+fn the_verify_order_keeps_the_last_write_of_every_byte() {
+    assert_eq!(verify_order(&[(8, 4), (0, 4), (2, 4)]), [(2, 4), (8, 4)]);
+    assert_eq!(verify_order(&[(0, 4), (4, 4), (2, 4)]), [(2, 4)]);
+    assert_eq!(verify_order(&[(0, 16), (4, 4), (12, 8)]), [(4, 4), (12, 8)]);
+    assert_eq!(
+        verify_order(&[(4, 4), (0, 4), (8, 4)]),
+        [(0, 4), (4, 4), (8, 4)]
+    );
+    assert_eq!(verify_order(&[(0, 4), (0, 4)]), [(0, 4)]);
+    assert!(verify_order(&[]).is_empty());
+}
