@@ -131,6 +131,23 @@ fn same_seed_gives_identical_json_and_another_seed_does_not() {
     );
 }
 
+/// A job file written for fio on a real host runs unchanged: its host-side, buffer and log
+/// options are accepted, and what would change the requests is modelled. The fill's verify
+/// pass reads back its 4,096 writes; the hot job runs its 2,000 zoned writes twice, each
+/// iteration closed by a FLUSH; its `exitall` stops the delayed background reader long
+/// before its 10 s runtime.
+#[test]
+fn a_job_file_written_for_a_real_host_runs_unchanged() {
+    let v = run_fixture("real_world.toml");
+    assert_eq!(v["integrity"]["mismatches"], 0);
+    assert_eq!(v["write"]["ios"], 4096 + 2 * 2000);
+    assert_eq!(v["flush"]["ios"], 2);
+    let reads = v["read"]["ios"].as_u64().unwrap();
+    assert!(reads > 4096, "{reads}");
+    let sim_s = v["sim_time_ns"].as_f64().unwrap() / 1e9;
+    assert!(sim_s < 5.0, "{sim_s}");
+}
+
 #[test]
 fn trace_replay_runs_from_a_config() {
     let v = run_fixture("trace.toml");
