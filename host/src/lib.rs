@@ -250,24 +250,39 @@ struct Stream {
     time_based: Option<String>,
     /// fio's `startdelay`: the stream starts this long after its group.
     start_delay_ns: u64,
-    /// fio's `iodepth_low`: once the queue is full it drains to this depth before it is
-    /// filled again (`iodepth` keeps it full).
-    iodepth_low: u32,
-    /// The queue filled up and is draining to `iodepth_low`.
+    /// Once the queue is full it drains to this depth before it is filled again (fio's
+    /// `iodepth_low` and `iodepth_batch_complete_min`, [`refill_depth`]); `iodepth - 1`
+    /// replaces every completion at once.
+    refill_at_depth: u32,
+    /// The queue filled up and is draining to `refill_at_depth`.
     draining: bool,
     /// fio's `exitall`: when this job finishes, the other jobs of its group stop.
     exit_all: bool,
 }
 
 impl Stream {
-    /// One more request is in flight; a queue that fills up with `iodepth_low` below the
-    /// depth starts to drain.
+    /// One more request is in flight; a queue that fills up and refills below
+    /// `iodepth - 1` starts to drain.
     fn count_issued(&mut self) {
         self.outstanding += 1;
-        if self.outstanding >= self.iodepth && self.iodepth_low < self.iodepth {
+        if self.outstanding >= self.iodepth && self.refill_at_depth + 1 < self.iodepth {
             self.draining = true;
         }
     }
+}
+
+/// The depth a full queue of `iodepth` drains to before fio fills it again. fio waits for
+/// completions only when the queue is full, and then reaps them in batches of at least
+/// `iodepth_batch_complete_min` (0 counts as 1; no more than the queue holds) until the
+/// depth is at most `iodepth_low` (0, or a mark above the depth, is the depth itself).
+pub(crate) fn refill_depth(iodepth: u32, low: Option<u32>, complete_min: Option<u32>) -> u32 {
+    let low = match low {
+        Some(l) if l > 0 => l.min(iodepth),
+        _ => iodepth,
+    };
+    let batch = complete_min.unwrap_or(1).clamp(1, iodepth.max(1));
+    let batches = (iodepth - low).div_ceil(batch).max(1);
+    iodepth.saturating_sub(batches.saturating_mul(batch))
 }
 
 /// Mixed into a job's seed for its rate process, so the gaps are not the draws its
@@ -500,10 +515,11 @@ impl<'d> Host<'d> {
                             unflushed_writes: false,
                             time_based: job.time_based.then(|| job.name.clone()),
                             start_delay_ns: job.start_delay_ns,
-                            iodepth_low: match job.iodepth_low {
-                                Some(low) if low > 0 => low.min(job.iodepth),
-                                _ => job.iodepth,
-                            },
+                            refill_at_depth: refill_depth(
+                                job.iodepth,
+                                job.iodepth_low,
+                                job.iodepth_batch_complete_min,
+                            ),
                             draining: false,
                             exit_all: job.exit_all,
                         });
@@ -560,7 +576,7 @@ impl<'d> Host<'d> {
                     unflushed_writes: false,
                     time_based: None,
                     start_delay_ns: 0,
-                    iodepth_low: iodepth,
+                    refill_at_depth: iodepth.saturating_sub(1),
                     draining: false,
                     exit_all: false,
                 });
@@ -855,14 +871,15 @@ impl<'d> Host<'d> {
     }
 
     /// A stream's queue has room again (a completion, the end of a think time, a wake-up).
-    /// fio refills it at once, unless `iodepth_low` makes a full queue drain to that depth
-    /// first: then it waits, and fills the queue up when the depth gets there.
+    /// fio refills it at once, unless `iodepth_low` or `iodepth_batch_complete_min` make a
+    /// full queue drain first: then it waits, and fills the queue up when the depth gets to
+    /// the stream's `refill_at_depth`.
     fn refill(&mut self, stream: u32) -> Result<(), RunError> {
         let s = &mut self.streams[stream as usize];
         if !s.draining {
             return self.issue(stream);
         }
-        if s.outstanding > s.iodepth_low {
+        if s.outstanding > s.refill_at_depth {
             return Ok(());
         }
         s.draining = false;

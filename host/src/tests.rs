@@ -1168,6 +1168,31 @@ fn iodepth_low_lets_a_full_queue_drain_before_it_is_filled_again() {
     // 0, and a mark at or above the depth, keep the queue full, as in fio.
     assert_eq!(depths("iodepth_low=0"), full);
     assert_eq!(depths("iodepth_low=8"), full);
+    // `iodepth_batch_complete_min=4`: a full queue waits for four completions, then takes
+    // four new requests at once; batched submission changes nothing in simulated time.
+    let batched = depths("iodepth_batch_complete_min=4");
+    assert!(
+        interior(&batched).iter().all(|&(_, now)| now == 4),
+        "{batched:?}"
+    );
+    assert_eq!(depths("iodepth_batch_complete=4"), batched);
+    assert_eq!(depths("iodepth_batch=8\niodepth_batch_submit=8"), full);
+    assert_eq!(depths("iodepth_batch_complete_min=1"), full);
+}
+
+/// fio reaps a full queue in batches of `iodepth_batch_complete_min` until its depth is
+/// at most `iodepth_low`, and only then fills it again.
+#[test]
+fn the_refill_depth_follows_fios_reaping_loop() {
+    assert_eq!(refill_depth(8, None, None), 7);
+    assert_eq!(refill_depth(8, Some(0), Some(0)), 7);
+    assert_eq!(refill_depth(8, Some(2), None), 2);
+    assert_eq!(refill_depth(8, Some(20), None), 7);
+    assert_eq!(refill_depth(8, None, Some(4)), 4);
+    assert_eq!(refill_depth(8, Some(2), Some(4)), 0);
+    assert_eq!(refill_depth(8, Some(5), Some(2)), 4);
+    assert_eq!(refill_depth(8, None, Some(16)), 0);
+    assert_eq!(refill_depth(1, None, None), 0);
 }
 
 /// `startdelay` starts a job that long after its group, and its runtime counts from then;

@@ -282,6 +282,11 @@ pub struct JobSpec {
     /// `iodepth` keeps the queue full, as in fio.
     #[serde(default)]
     pub iodepth_low: Option<u32>,
+    /// fio's `iodepth_batch_complete_min` (alias `iodepth_batch_complete`): a full queue
+    /// waits for at least this many completions at a time before it is filled again. `None`
+    /// or 0 waits for one, as in fio.
+    #[serde(default)]
+    pub iodepth_batch_complete_min: Option<u32>,
     /// When this job finishes, the other jobs of its group stop (`exitall`), as their
     /// runtime would stop them.
     #[serde(default)]
@@ -337,6 +342,7 @@ impl JobSpec {
             loops: 1,
             start_delay_ns: 0,
             iodepth_low: None,
+            iodepth_batch_complete_min: None,
             exit_all: false,
             verify: false,
         }
@@ -347,8 +353,8 @@ impl JobSpec {
 /// steer the real host (its I/O engine, CPUs, page cache and files), fill the data buffers
 /// (the oracle writes its own data, and no device here compresses or deduplicates), or
 /// shape fio's own logs and reports (`afa` reports every run the same way). Options that
-/// would change the requests a device receives, such as `iodepth_batch_*`, `kb_base` or
-/// `nrfiles`, are not here: they are refused until they are modelled.
+/// would change the requests a device receives, such as `kb_base` or `nrfiles`, are not
+/// here: they are refused until they are modelled.
 const IGNORED_OPTIONS: &[&str] = &[
     // The real host's I/O path.
     "ioengine",
@@ -375,6 +381,15 @@ const IGNORED_OPTIONS: &[&str] = &[
     "nice",
     "prio",
     "prioclass",
+    // How fio hands its queued requests to the kernel: it commits them in batches of
+    // `iodepth_batch`, but always before it waits for a completion, so in simulated time
+    // every request it queued reaches the device at the instant it was queued; and how
+    // many completions it takes at most per call (`iodepth_batch_complete_max`) only
+    // orders refills within one instant. (`iodepth_batch_complete_min`, which makes a full
+    // queue wait for several completions, is modelled.)
+    "iodepth_batch",
+    "iodepth_batch_submit",
+    "iodepth_batch_complete_max",
     // Data buffer contents, and how fio checks them in its verify pass (the pass itself
     // is modelled: `verify=`).
     "verify_pattern",
@@ -467,18 +482,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
         "only fio's plain verify pass (verify=, reading back what each iteration wrote once \
          its writes are done) is modelled, not verifying without writing, in the middle of \
          the writes or after trims",
-    ),
-    (
-        &[
-            "iodepth_batch",
-            "iodepth_batch_submit",
-            "iodepth_batch_complete",
-            "iodepth_batch_complete_min",
-            "iodepth_batch_complete_max",
-        ],
-        "batched submission and completion are not modelled: a job's queue takes a new \
-         request as each one completes (iodepth_low makes a full queue drain before it is \
-         filled again)",
     ),
     (
         &["kb_base"],
@@ -582,6 +585,8 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `loops`: an integer of at least 1; every iteration issues the same requests.
 /// * `startdelay`: a duration, bare numbers in seconds (a `min-max` range is refused).
 /// * `iodepth_low`: an unsigned integer; 0 or at least `iodepth` keeps the queue full.
+/// * `iodepth_batch_complete_min` (`iodepth_batch_complete`): an unsigned integer; a full
+///   queue waits for that many completions (0 and 1: one) before it is filled again.
 /// * `exitall`: a boolean; when the job finishes, the other jobs of its group stop.
 /// * `verify`: `none`/`0` or one of fio's methods (`crc32c`, `md5`, ...), which turns the
 ///   verify pass on; `do_verify`: a boolean (on by default) that can turn it off.
@@ -945,6 +950,10 @@ fn apply_option(
                 ));
             }
             spec.start_delay_ns = parse_duration_ns(text).map_err(|r| context.bad(r))?;
+        }
+        "iodepth_batch_complete_min" | "iodepth_batch_complete" => {
+            let min = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.iodepth_batch_complete_min = Some(u32::try_from(min).unwrap_or(u32::MAX));
         }
         "iodepth_low" => {
             let low = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;

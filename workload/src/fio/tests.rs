@@ -475,12 +475,15 @@ fn ignored_options_are_accepted() {
 #[test]
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
-        "iodepth_batch=8",
-        "iodepth_batch_complete_min=4",
         "kb_base=1000",
         "nrfiles=2",
         "verify_backlog=8",
         "steadystate=iops:1%",
+        "fill_device=1",
+        "zonemode=zbd",
+        "bs_unaligned",
+        "rate_min=1m",
+        "latency_target=1ms",
     ] {
         assert!(
             matches!(
@@ -510,7 +513,7 @@ fn options_that_shape_the_requests_are_not_ignored() {
 /// `iodepth_low` is any unsigned mark (fio reads 0 and marks above the depth as a full
 /// queue, which the run applies).
 #[test]
-fn startdelay_iodepth_low_and_exitall_are_read() {
+fn startdelay_queue_marks_and_exitall_are_read() {
     assert_eq!(with_option("").start_delay_ns, 0);
     assert_eq!(with_option("startdelay=2").start_delay_ns, 2_000_000_000);
     assert_eq!(with_option("startdelay=5ms").start_delay_ns, 5_000_000);
@@ -520,6 +523,16 @@ fn startdelay_iodepth_low_and_exitall_are_read() {
     assert_eq!(with_option("iodepth_low=4").iodepth_low, Some(4));
     assert_eq!(with_option("iodepth_low=0").iodepth_low, Some(0));
     assert_bad_value("iodepth_low=-1", "iodepth_low");
+    assert_eq!(with_option("").iodepth_batch_complete_min, None);
+    assert_eq!(
+        with_option("iodepth_batch_complete_min=4").iodepth_batch_complete_min,
+        Some(4)
+    );
+    assert_eq!(
+        with_option("iodepth_batch_complete=2").iodepth_batch_complete_min,
+        Some(2)
+    );
+    assert_bad_value("iodepth_batch_complete_min=x", "iodepth_batch_complete_min");
     assert!(with_option("exitall").exit_all);
     assert!(!with_option("exitall=0").exit_all);
     assert!(!with_option("").exit_all);
