@@ -293,9 +293,8 @@ pub struct JobSpec {
     pub exit_all: bool,
     /// fio's verify pass (`verify=` a method, with `do_verify` left on): each iteration
     /// ends by reading back what it wrote (by offset, each byte from its last write), once
-    /// its writes have completed.
-    /// The run's oracle checks those reads as it checks every read; the method only names
-    /// fio's checksum.
+    /// its writes have completed. The run's oracle checks those reads as it checks every
+    /// read; the method only names fio's checksum.
     #[serde(default)]
     pub verify: bool,
 }
@@ -717,7 +716,7 @@ struct JobBuilder {
     end_fsync: bool,
     fsync_on_close: bool,
     /// `verify=` named a method, and `do_verify=` (on unless turned off): the verify pass
-    /// runs when both hold, whichever comes first.
+    /// runs when both hold, whichever option the file gives first.
     verify_method: bool,
     do_verify: bool,
 }

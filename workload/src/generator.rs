@@ -62,9 +62,9 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// first read waiting for the iteration's requests to complete.
 ///
 /// Flushes: with `fsync=N` (or `fdatasync=N`) every Nth write is followed by a FLUSH, and
-/// with `end_fsync` each iteration ends with one if a write came after the last; a FLUSH takes
-/// a place in the job's queue like any other request and does not wait for the writes in
-/// flight (the device's FLUSH covers the writes completed before it).
+/// with `end_fsync` each iteration ends with one if a write came after the last; a FLUSH
+/// takes a place in the job's queue like any other request and does not wait for the
+/// writes in flight (the device's FLUSH covers the writes completed before it).
 #[derive(Debug, Clone)]
 pub struct JobGenerator {
     rng: ChaCha8Rng,
@@ -310,8 +310,13 @@ impl JobGenerator {
                 lengths: sampler,
                 align_bytes,
                 slot_count,
-                offsets: OffsetSampler::new(&spec.distribution, slot_count, align_bytes)
-                    .map_err(&invalid)?,
+                offsets: OffsetSampler::new(
+                    &spec.distribution,
+                    slot_count,
+                    align_bytes,
+                    region_len_bytes,
+                )
+                .map_err(&invalid)?,
                 next_sequential_bytes: 0,
             });
         }
@@ -684,9 +689,14 @@ impl LengthSampler {
 }
 
 impl OffsetSampler {
-    /// The sampler of `distribution` over `slot_count` slots of `align_bytes`. Errors: a
-    /// `zoned_abs` zone list that reaches past the region's end.
-    fn new(distribution: &Distribution, slot_count: u64, align_bytes: u64) -> Result<Self, String> {
+    /// The sampler of `distribution` over `slot_count` slots of `align_bytes` in a region of
+    /// `region_bytes`. Errors: a `zoned_abs` zone list that reaches past the region's end.
+    fn new(
+        distribution: &Distribution,
+        slot_count: u64,
+        align_bytes: u64,
+        region_bytes: u64,
+    ) -> Result<Self, String> {
         Ok(match *distribution {
             Distribution::Uniform => OffsetSampler::Uniform,
             Distribution::Zipf { theta } => {
@@ -700,21 +710,22 @@ impl OffsetSampler {
                 sigma_slots: sigma_percent / 100.0 * slot_count as f64,
             },
             Distribution::Zoned { ref zones } => {
-                OffsetSampler::Zoned(zone_slots(zones, slot_count, align_bytes)?)
+                OffsetSampler::Zoned(zone_slots(zones, slot_count, align_bytes, region_bytes)?)
             }
         })
     }
 }
 
 /// Each zone as (cumulative access percent, first slot, slot count), from the region's
-/// start. A zone smaller than one slot still has its one slot, so that its share of the
-/// accesses goes somewhere near where it asked.
+/// start (shares of the region count its whole length, as fio's count the file's). A zone
+/// smaller than one slot still has its one slot, so that its share of the accesses goes
+/// somewhere near where it asked.
 fn zone_slots(
     zones: &[Zone],
     slot_count: u64,
     align_bytes: u64,
+    region_bytes: u64,
 ) -> Result<Vec<(u32, u64, u64)>, String> {
-    let region_bytes = slot_count * align_bytes;
     let mut start_bytes = 0u64;
     let mut cumulative = 0;
     let mut slots = Vec::with_capacity(zones.len());
