@@ -130,20 +130,26 @@ fn runtime_limits_a_time_based_job() {
     assert!(out.sim_time_ns < 25_000_000, "{}", out.sim_time_ns);
 }
 
+/// 4 MiB of 4 KiB sectors that keep no payload (so the run checks no read), for the test
+/// devices that store nothing.
+fn untracked_info() -> afa_ssd::DeviceInfo {
+    afa_ssd::DeviceInfo {
+        sector_bytes: 4096,
+        capacity_sectors: 1024,
+        payload_unit_bytes: 0,
+        tag_bytes_per_sector: 0,
+        max_queue_depth: 64,
+        max_transfer_sectors: 64,
+    }
+}
+
 /// A device that answers every command at the instant it arrives and stores nothing, as an
 /// engine answers reads of chunks its map has never seen.
 struct Instant;
 
 impl BlockDevice for Instant {
     fn info(&self) -> afa_ssd::DeviceInfo {
-        afa_ssd::DeviceInfo {
-            sector_bytes: 4096,
-            capacity_sectors: 1024,
-            payload_unit_bytes: 0,
-            tag_bytes_per_sector: 0,
-            max_queue_depth: 64,
-            max_transfer_sectors: 64,
-        }
+        untracked_info()
     }
     fn submit(
         &mut self,
@@ -1103,14 +1109,7 @@ impl Timed {
 
 impl BlockDevice for Timed {
     fn info(&self) -> afa_ssd::DeviceInfo {
-        afa_ssd::DeviceInfo {
-            sector_bytes: 4096,
-            capacity_sectors: 1024,
-            payload_unit_bytes: 0,
-            tag_bytes_per_sector: 0,
-            max_queue_depth: 64,
-            max_transfer_sectors: 64,
-        }
+        untracked_info()
     }
     fn submit(
         &mut self,
