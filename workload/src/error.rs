@@ -11,7 +11,8 @@ use std::fmt;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum WorkloadError {
-    /// A job-file option that this simulator does not know (or does not support).
+    /// A job-file option that this simulator does not know: a typo, or a fio option it
+    /// neither models nor names as one to ignore or to refuse.
     UnknownOption {
         /// The section the option appeared in, without brackets.
         section: String,
