@@ -297,6 +297,16 @@ pub struct JobSpec {
     /// read; the method only names fio's checksum.
     #[serde(default)]
     pub verify: bool,
+    /// fio's `rw=MODE:N` offset modifier. In a sequential mode, N bytes are skipped after
+    /// every request (holes); in a random mode, a new random offset is drawn only every N
+    /// requests, the ones between following on from it (or repeating it, with
+    /// `rw_sequencer=identical`). `None` (or 1 in a random mode) changes nothing.
+    #[serde(default)]
+    pub offset_modifier: Option<u64>,
+    /// fio's `rw_sequencer=identical`: in a random mode with `rw=MODE:N`, the requests
+    /// between two random offsets repeat the last one rather than follow on from it.
+    #[serde(default)]
+    pub rw_sequencer_identical: bool,
 }
 
 fn one_loop() -> u32 {
@@ -344,6 +354,8 @@ impl JobSpec {
             iodepth_batch_complete_min: None,
             exit_all: false,
             verify: false,
+            offset_modifier: None,
+            rw_sequencer_identical: false,
         }
     }
 }
@@ -550,7 +562,10 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// Supported options and the rules applied to their values:
 ///
 /// * `rw`/`readwrite`: `read`, `write`, `randread`, `randwrite`, `rw`/`readwrite`, `randrw`,
-///   `trim`, `randtrim`. fio's `:N` suffix and `trimwrite` modes are refused.
+///   `trim`, `randtrim`, each with fio's optional `:N` offset modifier (a size: the hole
+///   after each sequential request, or how many random requests share one random offset);
+///   `trimwrite` modes are refused.
+/// * `rw_sequencer`: `sequential` or `identical`.
 /// * `bs`/`blocksize`, `bsrange`/`blocksize_range`, `bssplit`: one value for all
 ///   directions or a `read,write,trim` list, following fio: an empty entry keeps the
 ///   previous value, and a last entry not followed by a comma also applies to the
@@ -783,7 +798,27 @@ fn apply_option(
     let spec = &mut builder.spec;
     match key {
         "rw" | "readwrite" => {
-            spec.rw = parse_rw(context.required(value)?).map_err(|r| context.bad(r))?
+            let text = context.required(value)?;
+            let (mode, modifier) = match text.split_once(':') {
+                Some((mode, n)) => (mode, Some(n)),
+                None => (text, None),
+            };
+            spec.rw = parse_rw(mode).map_err(|r| context.bad(r))?;
+            spec.offset_modifier = match modifier {
+                None => None,
+                Some(n) => match parse_size(n.trim()).map_err(|r| context.bad(r))? {
+                    0 => return Err(context.bad("the ':N' offset modifier must be positive")),
+                    n => Some(n),
+                },
+            };
+        }
+        "rw_sequencer" => {
+            spec.rw_sequencer_identical =
+                match context.required(value)?.to_ascii_lowercase().as_str() {
+                    "sequential" => false,
+                    "identical" => true,
+                    _ => return Err(context.bad("expected sequential or identical")),
+                }
         }
         "bs" | "blocksize" => parse_per_direction(
             &context,
@@ -1043,9 +1078,6 @@ fn apply_option(
 }
 
 fn parse_rw(text: &str) -> Result<RwMode, String> {
-    if text.contains(':') {
-        return Err("fio's ':N' sequential-skip suffix is not supported".to_string());
-    }
     match text.to_ascii_lowercase().as_str() {
         "read" => Ok(RwMode::Read),
         "write" => Ok(RwMode::Write),

@@ -39,7 +39,11 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// from the distribution; with `percentage_random` below 100, each I/O is random with that
 /// probability and otherwise continues sequentially after the previous I/O of its
 /// direction. A request never crosses the region end: sequential ones are shortened, random
-/// ones only use slots where the whole request fits.
+/// ones only use slots where the whole request fits. fio's `rw=MODE:N` leaves a hole of N
+/// bytes after each sequential request, or in a random mode draws a new random offset only
+/// every N requests (the others follow on from it, or repeat it with
+/// `rw_sequencer=identical`). The `zoned` distributions give each zone of the region its
+/// share of the random requests, uniformly within the zone.
 ///
 /// Skewed distributions (Zipf, Pareto) rank the region's slots by popularity and map ranks
 /// to slots through a fixed bijective scrambling, so the hot data is spread over the region
@@ -106,6 +110,14 @@ pub struct JobGenerator {
     written: Vec<(u64, u64)>,
     /// How many of `written` the verify pass has read back.
     verified: usize,
+    /// fio's `rw=MODE:N`: the hole after each sequential request, in bytes (sequential
+    /// modes), or how many requests share one random offset (random modes; 1 without it).
+    hole_bytes: u64,
+    random_every: u64,
+    /// `rw_sequencer=identical`: the requests between random offsets repeat the last one.
+    repeat_offset: bool,
+    /// Requests issued since the last random offset (random modes with `random_every`).
+    since_random: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +129,8 @@ struct DirectionState {
     offsets: OffsetSampler,
     /// Where the next sequential I/O starts, relative to the region start.
     next_sequential_bytes: u64,
+    /// Where the last I/O started, relative to the region start.
+    last_offset_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +210,15 @@ impl JobGenerator {
         }
         if spec.io_size_bytes == Some(0) {
             return Err(invalid("io_size must be greater than zero".to_string()));
+        }
+        if let (Some(hole), false) = (spec.offset_modifier, spec.rw.is_random()) {
+            if hole % sector_bytes != 0 {
+                return Err(invalid(format!(
+                    "the {hole}-byte hole of rw={}:{hole} is not a whole number of \
+                     {sector_bytes}-byte sectors",
+                    spec.rw.fio_name()
+                )));
+            }
         }
         if spec.verify && spec.time_based {
             return Err(invalid(
@@ -318,6 +341,7 @@ impl JobGenerator {
                 )
                 .map_err(&invalid)?,
                 next_sequential_bytes: 0,
+                last_offset_bytes: 0,
             });
         }
 
@@ -325,6 +349,18 @@ impl JobGenerator {
         rng.set_stream(u64::from(clone_index));
 
         Ok(JobGenerator {
+            hole_bytes: if spec.rw.is_random() {
+                0
+            } else {
+                spec.offset_modifier.unwrap_or(0)
+            },
+            random_every: if spec.rw.is_random() {
+                spec.offset_modifier.unwrap_or(1)
+            } else {
+                1
+            },
+            repeat_offset: spec.rw_sequencer_identical,
+            since_random: 0,
             first_rng: rng.clone(),
             verify: spec.verify,
             written: Vec::new(),
@@ -403,10 +439,19 @@ impl JobGenerator {
             .position(|&op| op == wanted)
             .filter(|&d| self.directions[d].is_some());
         let direction = chosen.unwrap_or(drawn);
-        let random = match self.random_percent {
-            0 => false,
-            100 => true,
-            percent => self.rng.gen_range(0..100) < percent,
+        // With `rw=randMODE:N` only every Nth request draws a new random offset (the first
+        // one included); the others follow on from it, or repeat it.
+        let modified = self.random_every > 1 && self.random_percent > 0;
+        let random = if modified {
+            let due = self.since_random % self.random_every == 0;
+            self.since_random += 1;
+            due
+        } else {
+            match self.random_percent {
+                0 => false,
+                100 => true,
+                percent => self.rng.gen_range(0..100) < percent,
+            }
         };
         // The constructor fills the state of every direction the mode can pick, so this
         // only returns early if that invariant were broken.
@@ -421,6 +466,11 @@ impl JobGenerator {
             let last_slot = (region_len_bytes - len_bytes) / state.align_bytes;
             let slot = state.pick_slot(rng, last_slot, &mut self.spare_normal);
             slot * state.align_bytes
+        } else if modified && self.repeat_offset {
+            // `rw_sequencer=identical`: the last random offset again.
+            let start_bytes = state.last_offset_bytes;
+            len_bytes = len_bytes.min(region_len_bytes - start_bytes);
+            start_bytes
         } else {
             let mut start_bytes = state.next_sequential_bytes;
             if start_bytes >= region_len_bytes {
@@ -429,7 +479,11 @@ impl JobGenerator {
             len_bytes = len_bytes.min(region_len_bytes - start_bytes);
             start_bytes
         };
-        state.next_sequential_bytes = relative_offset_bytes + len_bytes;
+        state.last_offset_bytes = relative_offset_bytes;
+        // A hole after a sequential request (`rw=MODE:N`) may reach past the region's end,
+        // where the next request wraps to its start.
+        state.next_sequential_bytes =
+            (relative_offset_bytes + len_bytes).saturating_add(self.hole_bytes);
 
         self.issued_bytes = self.issued_bytes.saturating_add(len_bytes);
         self.issued_ios += 1;
@@ -482,8 +536,10 @@ impl JobGenerator {
         self.issued_ios = 0;
         self.rng = self.first_rng.clone();
         self.spare_normal = None;
+        self.since_random = 0;
         for state in self.directions.iter_mut().flatten() {
             state.next_sequential_bytes = 0;
+            state.last_offset_bytes = 0;
         }
     }
 

@@ -122,12 +122,32 @@ fn rw_modes() {
 
 #[test]
 fn rw_refusals() {
-    assert_bad_value("rw=randread:8", "rw");
     assert_bad_value("rw=trimwrite", "rw");
     assert_bad_value("rw=sideways", "rw");
     assert_bad_value("rw", "rw");
-    let error = parse_job_file("[job]\nrw=write:4k\n").unwrap_err();
-    assert!(error.to_string().contains("':N'"), "{error}");
+    assert_bad_value("rw=write:0", "rw");
+    assert_bad_value("rw=write:", "rw");
+    assert_bad_value("rw=randread:many", "rw");
+    assert_bad_value("rw=sideways:8", "rw");
+    assert_bad_value("rw_sequencer=random", "rw_sequencer");
+}
+
+/// fio's `rw=MODE:N` offset modifier (a size, suffixes allowed) and `rw_sequencer`.
+#[test]
+fn rw_takes_fios_offset_modifier() {
+    let job = with_option("rw=write:4k");
+    assert_eq!((job.rw, job.offset_modifier), (RwMode::Write, Some(4096)));
+    let job = with_option("rw=randread:8");
+    assert_eq!((job.rw, job.offset_modifier), (RwMode::RandRead, Some(8)));
+    assert_eq!(with_option("rw=randread").offset_modifier, None);
+    assert!(!with_option("").rw_sequencer_identical);
+    assert!(with_option("rw_sequencer=identical").rw_sequencer_identical);
+    assert!(!with_option("rw_sequencer=sequential").rw_sequencer_identical);
+    // A later `rw=` without the modifier drops it.
+    assert_eq!(
+        one_job("[global]\nrw=write:4k\n[job]\nrw=read\n").offset_modifier,
+        None
+    );
 }
 
 #[test]

@@ -543,10 +543,15 @@ proptest! {
         size_sectors in 64u64..4096,
         device_extra_sectors in 0u64..2048,
         percentage_random in 0u32..=100,
+        modifier in proptest::option::of(1u64..=8),
+        identical in any::<bool>(),
         seed in any::<u64>(),
     ) {
         let sector_bytes = 512;
         let mut spec = job(rw);
+        // A count of random requests per offset, or a hole of that many sectors.
+        spec.offset_modifier = modifier.map(|n| if rw.is_random() { n } else { n * sector_bytes });
+        spec.rw_sequencer_identical = identical;
         spec.block_sizes = [block_sizes.clone(), block_sizes.clone(), block_sizes.clone()];
         spec.distribution = distribution;
         spec.block_align_bytes = align_sectors.map(|n| n * sector_bytes);
@@ -914,4 +919,64 @@ fn the_verify_order_keeps_the_last_write_of_every_byte() {
     );
     assert_eq!(verify_order(&[(0, 4), (0, 4)]), [(0, 4)]);
     assert!(verify_order(&[]).is_empty());
+}
+
+/// `rw=write:4k` leaves a 4 KiB hole after every request; `rw=randread:4` draws a new
+/// random offset every fourth request and follows on from it in between, or repeats it
+/// with `rw_sequencer=identical`.
+#[test]
+fn the_offset_modifier_makes_holes_or_runs() {
+    let offsets = |spec: &JobSpec, count: usize| -> Vec<u64> {
+        let mut generator = JobGenerator::new(spec, MIB, 512, 9, 0).unwrap();
+        collect(&mut generator, count)
+            .iter()
+            .map(|r| r.offset_bytes / KIB)
+            .collect()
+    };
+    let mut holes = job(RwMode::Write);
+    holes.offset_modifier = Some(4 * KIB);
+    assert_eq!(offsets(&holes, 5), [0, 8, 16, 24, 32]);
+    // The holes count against nothing: the job still writes its region's worth, wrapping
+    // to the start when a hole reaches past the end.
+    holes.size = Some(SizeSpec::Bytes(24 * KIB));
+    assert_eq!(offsets(&holes, 6), [0, 8, 16, 0, 8, 16]);
+
+    let mut runs = job(RwMode::RandRead);
+    runs.offset_modifier = Some(4);
+    let got = offsets(&runs, 12);
+    for run in got.chunks(4) {
+        assert_eq!(
+            run,
+            [run[0], run[0] + 4, run[0] + 8, run[0] + 12],
+            "{got:?}"
+        );
+    }
+    assert!(
+        got.chunks(4)
+            .map(|r| r[0])
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1
+    );
+    runs.rw_sequencer_identical = true;
+    let got = offsets(&runs, 12);
+    for run in got.chunks(4) {
+        assert!(run.iter().all(|&o| o == run[0]), "{got:?}");
+    }
+    // A hole must be whole sectors.
+    let mut odd = job(RwMode::Write);
+    odd.offset_modifier = Some(1000);
+    let error = JobGenerator::new(&odd, MIB, 512, 9, 0).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("1000-byte hole of rw=write:1000"),
+        "{error}"
+    );
+    // 1 is every request, as without the modifier.
+    runs.offset_modifier = Some(1);
+    runs.rw_sequencer_identical = false;
+    let mut plain = job(RwMode::RandRead);
+    plain.offset_modifier = None;
+    assert_eq!(offsets(&runs, 50), offsets(&plain, 50));
 }
