@@ -381,7 +381,8 @@ impl std::fmt::Debug for PreparedRun<'_> {
 struct Host<'d> {
     device: &'d mut dyn BlockDevice,
     streams: Vec<Stream>,
-    /// Some job sets `exitall`, so finished jobs are looked for after every event.
+    /// Some job's `exitall` has yet to fire, so finished jobs are looked for after every
+    /// event.
     exit_all_jobs: bool,
     groups: usize,
     current_group: usize,
@@ -883,14 +884,7 @@ impl<'d> Host<'d> {
             return Ok(());
         }
         s.draining = false;
-        loop {
-            let before = self.streams[stream as usize].outstanding;
-            self.issue(stream)?;
-            let s = &self.streams[stream as usize];
-            if s.draining || s.exhausted || s.outstanding == before {
-                return Ok(());
-            }
-        }
+        self.issue_filling(stream, true)
     }
 
     fn maybe_finish_group(&mut self) -> Result<(), RunError> {
@@ -929,6 +923,7 @@ impl<'d> Host<'d> {
                 s.deadline_ns = Some(s.deadline_ns.map_or(now, |d| d.min(now)));
             }
         }
+        self.exit_all_jobs = self.streams.iter().any(|s| s.exit_all);
     }
 
     /// The next request of a stream, or None when it is done.
@@ -1045,9 +1040,13 @@ impl<'d> Host<'d> {
     }
 
     fn issue(&mut self, stream: u32) -> Result<(), RunError> {
-        // A request that waited for its stream to drain (fio's verify pass) starts from an
-        // empty queue, which is filled again at once.
-        let mut filling = false;
+        self.issue_filling(stream, false)
+    }
+
+    /// Issues the stream's next request, or with `filling` as many as its queue takes (a
+    /// queue that drained to its refill depth, or to nothing for fio's verify pass, is
+    /// filled again at once).
+    fn issue_filling(&mut self, stream: u32, mut filling: bool) -> Result<(), RunError> {
         loop {
             let s = &self.streams[stream as usize];
             if s.outstanding >= s.iodepth || s.draining || s.group != self.current_group {
@@ -1060,6 +1059,7 @@ impl<'d> Host<'d> {
             let Some(request) = self.next_request(stream) else {
                 return Ok(());
             };
+            // A request that waited for its stream to drain starts from an empty queue.
             filling |= request.drain_first;
             self.submit(stream, request)?;
             // A timed trace issues every record that is due, and so does a rate-capped job

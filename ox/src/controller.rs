@@ -1974,11 +1974,11 @@ impl OxController {
 
     /// Takes a free EBLOCK, of `channel` when it has one, in place of a system EBLOCK whose
     /// erase failed (it is bad now) or that failed programs filled (it is retired here).
-    /// The paper's well-known locations are fixed; a device
-    /// that stopped at the first failed erase of one would end its life early for a block
-    /// it can do without. Recovery finds the replacement by its first record's TAG
-    /// (`SystemBlocks::locate`). The caller records the replacement in `self.system` and
-    /// writes the failed EBLOCK's bad-block table.
+    /// The paper's well-known locations are fixed; a device that stopped at the first
+    /// failed erase of one would end its life early for a block it can do without.
+    /// Recovery finds the replacement by its first record's TAG (`SystemBlocks::locate`).
+    /// The caller records the replacement in `self.system` and writes the failed EBLOCK's
+    /// bad-block table.
     pub(crate) fn replace_system_block(
         &mut self,
         failed: u32,

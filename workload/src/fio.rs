@@ -1051,27 +1051,23 @@ fn apply_option(
             builder.name_from_option = true;
         }
         _ if IGNORED_OPTIONS.contains(&key) => {}
-        _ if UNMODELLED_OPTIONS
-            .iter()
-            .any(|(names, _)| names.contains(&key)) =>
-        {
-            let reason = UNMODELLED_OPTIONS
-                .iter()
-                .find(|(names, _)| names.contains(&key))
-                .map_or("", |(_, reason)| reason);
-            return Err(WorkloadError::UnsupportedOption {
-                section: section.to_string(),
-                option: key.to_string(),
-                line,
-                reason: reason.to_string(),
-            });
-        }
         _ => {
-            return Err(WorkloadError::UnknownOption {
-                section: section.to_string(),
-                option: key.to_string(),
-                line,
-            })
+            let unmodelled = UNMODELLED_OPTIONS
+                .iter()
+                .find(|(names, _)| names.contains(&key));
+            return Err(match unmodelled {
+                Some((_, reason)) => WorkloadError::UnsupportedOption {
+                    section: section.to_string(),
+                    option: key.to_string(),
+                    line,
+                    reason: reason.to_string(),
+                },
+                None => WorkloadError::UnknownOption {
+                    section: section.to_string(),
+                    option: key.to_string(),
+                    line,
+                },
+            });
         }
     }
     Ok(())
@@ -1362,9 +1358,6 @@ fn parse_zones(list: &str, absolute: bool) -> Result<Vec<Zone>, String> {
             access_percent,
             span,
         });
-        if zones.len() > MAX_ZONES {
-            return Err(format!("more than {MAX_ZONES} zones"));
-        }
     }
     validate_zones(&zones)?;
     Ok(zones)

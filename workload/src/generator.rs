@@ -788,9 +788,7 @@ fn zone_slots(
     for zone in zones {
         let len_bytes = match zone.span {
             // The percentages add up to at most 100, so the sum stays within the region.
-            ZoneSpan::Percent(p) => {
-                region_bytes / 100 * u64::from(p) + region_bytes % 100 * u64::from(p) / 100
-            }
+            ZoneSpan::Percent(p) => percent_of(region_bytes, f64::from(p))?,
             ZoneSpan::Bytes(b) => b,
         };
         let end_bytes = start_bytes.saturating_add(len_bytes);
