@@ -13,7 +13,7 @@ use afa_nand::{fill_unit, sector_token};
 use afa_report::{Measurements, OpClass, Progress, Recorder};
 use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
-use afa_workload::fio::{JobSpec, RateLimit, RwMode};
+use afa_workload::fio::{JobSpec, RateLimit, RwMode, ThinkTime};
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
@@ -209,6 +209,17 @@ impl RateGate {
         }
     }
 
+    /// fio's `rate_ignore_thinktime`: a think-time pause of `pause_ns` moves every capped
+    /// direction's schedule on by the pause, so the job does not catch up on what it would
+    /// have issued while it paused.
+    fn postpone(&mut self, pause_ns: u64) {
+        for (next_ns, limit) in self.next_ns.iter_mut().zip(&self.limits) {
+            if limit.is_some() {
+                *next_ns += pause_ns as f64;
+            }
+        }
+    }
+
     /// `request` is issued: its direction's next request comes one interval later.
     fn issued(&mut self, request: &IoRequest) {
         let Some(d) = Self::direction(request.op) else {
@@ -234,7 +245,19 @@ struct Stream {
     exhausted: bool,
     deadline_ns: Option<TimeNs>,
     ramp_end_ns: TimeNs,
-    thinktime_ns: u64,
+    /// fio's think time; a pause of 0 never pauses.
+    think: ThinkTime,
+    /// Where the stream is in its think-time cycle.
+    thinking: Thinking,
+    /// Data requests (not FLUSHes) issued and completed so far: fio's `io_issues` and
+    /// `io_blocks`, which `thinktime_blocks` counts.
+    issued_requests: u64,
+    completed_requests: u64,
+    /// The count `thinktime_blocks` is measured from: its value when the last pause was
+    /// decided.
+    think_mark_requests: u64,
+    /// When the last pause ended (or the stream started): `thinktime_iotime` counts from it.
+    think_mark_ns: TimeNs,
     /// Count a read the device fails and go on (`continue_on_error=read`).
     continue_on_read_error: bool,
     runtime_ns: Option<u64>,
@@ -260,7 +283,43 @@ struct Stream {
     exit_all: bool,
 }
 
+/// A stream's place in fio's think-time cycle (`handle_thinktime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thinking {
+    /// Issuing as its queue allows.
+    Running,
+    /// A pause is due: the stream issues nothing and waits for its requests in flight
+    /// (fio's `io_u_quiesce`).
+    Quiescing,
+    /// Its queue is empty and it pauses until an `Event::ThinkEnd`.
+    Pausing,
+}
+
 impl Stream {
+    /// Whether a pause is due now (`thinktime_blocks` requests counted, or
+    /// `thinktime_iotime` run, since the last one); if so, the count is marked.
+    fn think_due(&mut self, now_ns: TimeNs) -> bool {
+        if self.think.pause_ns == 0 || self.thinking != Thinking::Running {
+            return false;
+        }
+        let counted = if self.think.count_issued {
+            self.issued_requests
+        } else {
+            self.completed_requests
+        };
+        let by_time = self.think.iotime_ns > 0
+            && now_ns >= self.think_mark_ns.saturating_add(self.think.iotime_ns);
+        let by_count = self
+            .think
+            .blocks_between_pauses()
+            .is_some_and(|blocks| counted >= self.think_mark_requests.saturating_add(blocks));
+        if by_time || by_count {
+            self.think_mark_requests = counted;
+            self.thinking = Thinking::Quiescing;
+        }
+        self.thinking == Thinking::Quiescing
+    }
+
     /// One more request is in flight; a queue that fills up and refills below
     /// `iodepth - 1` starts to drain.
     fn count_issued(&mut self) {
@@ -306,9 +365,11 @@ struct Inflight {
 enum Event {
     /// The request in slab slot `slot` completes.
     Complete { slot: u32 },
-    /// `stream` may issue its next request: after its think time, or (`wakeup`) when a
-    /// timed trace record or a rate-capped request it waits for is due.
-    Issue { stream: u32, wakeup: bool },
+    /// `stream` may issue its next request: a timed trace record or a rate-capped request
+    /// it waits for is due.
+    Wakeup { stream: u32 },
+    /// `stream`'s think-time pause is over: it fills its queue again.
+    ThinkEnd { stream: u32 },
     /// The device asked to be called for idle-time work.
     Background,
     /// `stream`'s `startdelay` has passed: it fills its queue.
@@ -507,7 +568,12 @@ impl<'d> Host<'d> {
                             exhausted: false,
                             deadline_ns: None,
                             ramp_end_ns: 0,
-                            thinktime_ns: job.thinktime_ns,
+                            think: job.think,
+                            thinking: Thinking::Running,
+                            issued_requests: 0,
+                            completed_requests: 0,
+                            think_mark_requests: 0,
+                            think_mark_ns: 0,
                             continue_on_read_error: job.continue_on_read_error,
                             runtime_ns: job.runtime_ns,
                             ramp_time_ns: job.ramp_time_ns,
@@ -568,7 +634,12 @@ impl<'d> Host<'d> {
                     exhausted: false,
                     deadline_ns: None,
                     ramp_end_ns: 0,
-                    thinktime_ns: 0,
+                    think: ThinkTime::default(),
+                    thinking: Thinking::Running,
+                    issued_requests: 0,
+                    completed_requests: 0,
+                    think_mark_requests: 0,
+                    think_mark_ns: 0,
                     continue_on_read_error: false,
                     runtime_ns: None,
                     ramp_time_ns: 0,
@@ -697,21 +768,12 @@ impl<'d> Host<'d> {
                     if let Some(next) = self.waiting.pop_front() {
                         self.issue(next)?;
                     }
-                    let think = self.streams[stream as usize].thinktime_ns;
-                    if think > 0 {
-                        self.queue.push(
-                            t + think,
-                            Event::Issue {
-                                stream,
-                                wakeup: false,
-                            },
-                        );
-                    } else {
+                    if !self.think_after_completion(stream, op) {
                         self.refill(stream)?;
                     }
                     self.maybe_finish_group()?;
                 }
-                Event::Issue { stream, wakeup } => {
+                Event::Wakeup { stream } => {
                     self.hash.record(t, 2, stream as u64);
                     // Only the wake-up itself clears the flag. A think-time event that
                     // cleared it while the wake-up was still queued let the rate cap queue
@@ -719,10 +781,30 @@ impl<'d> Host<'d> {
                     // queued one more: with `thinktime` and `rate` together the queue grew
                     // with every request and a run crawled at a thousand requests per
                     // host second.
-                    if wakeup {
-                        self.streams[stream as usize].wakeup_pending = false;
+                    let s = &mut self.streams[stream as usize];
+                    s.wakeup_pending = false;
+                    if s.thinking == Thinking::Running {
+                        self.refill(stream)?;
                     }
-                    self.refill(stream)?;
+                    self.maybe_finish_group()?;
+                }
+                Event::ThinkEnd { stream } => {
+                    self.hash.record(t, 5, stream as u64);
+                    let s = &mut self.streams[stream as usize];
+                    s.thinking = Thinking::Running;
+                    s.think_mark_ns = t;
+                    // The queue emptied for the pause, so it is below any low-water mark.
+                    s.draining = false;
+                    if s.think.rate_ignores_pause {
+                        if let Source::Job {
+                            rate: Some(rate), ..
+                        } = &mut s.source
+                        {
+                            rate.postpone(s.think.pause_total_ns());
+                        }
+                    }
+                    // fio fills its queue again after a pause, as at the start.
+                    self.issue_filling(stream, true)?;
                     self.maybe_finish_group()?;
                 }
                 Event::Background => {
@@ -836,6 +918,7 @@ impl<'d> Host<'d> {
                 rate.start(start);
             }
             s.ramp_end_ns = start + s.ramp_time_ns;
+            s.think_mark_ns = start;
             max_ramp_end = max_ramp_end.max(now + s.ramp_time_ns);
             if s.start_delay_ns > 0 {
                 self.queue.push(start, Event::Start { stream: i as u32 });
@@ -843,13 +926,7 @@ impl<'d> Host<'d> {
             }
             if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
                 s.wakeup_pending = true;
-                self.queue.push(
-                    now,
-                    Event::Issue {
-                        stream: i as u32,
-                        wakeup: true,
-                    },
-                );
+                self.queue.push(now, Event::Wakeup { stream: i as u32 });
                 continue;
             }
             self.fill_at_start(i)?;
@@ -869,6 +946,35 @@ impl<'d> Host<'d> {
             }
         }
         Ok(())
+    }
+
+    /// fio's think time when one of `stream`'s requests of kind `op` has completed: counts
+    /// it, decides whether a pause is due, and starts the pause once the queue is empty.
+    /// Returns whether the stream waits (for its queue to empty or its pause to end), in
+    /// which case it is not refilled now. A stream with nothing left to issue does not
+    /// pause: fio's loop ends with its last request.
+    fn think_after_completion(&mut self, stream: u32, op: IoOp) -> bool {
+        let now = self.now_ns;
+        let s = &mut self.streams[stream as usize];
+        if s.think.pause_ns == 0 {
+            return false;
+        }
+        if op != IoOp::Flush {
+            s.completed_requests += 1;
+            s.think_due(now);
+        }
+        if s.thinking == Thinking::Quiescing && s.outstanding == 0 {
+            if s.exhausted {
+                s.thinking = Thinking::Running;
+                return false;
+            }
+            s.thinking = Thinking::Pausing;
+            // A pause never outlasts the job's runtime: fio sleeps at most what is left.
+            let end = now.saturating_add(s.think.pause_total_ns());
+            let end = s.deadline_ns.map_or(end, |d| end.min(d.max(now)));
+            self.queue.push(end, Event::ThinkEnd { stream });
+        }
+        s.thinking != Thinking::Running
     }
 
     /// A stream's queue has room again (a completion, the end of a think time, a wake-up).
@@ -982,13 +1088,7 @@ impl<'d> Host<'d> {
                         if !s.wakeup_pending {
                             s.wakeup_pending = true;
                             let wake = s.deadline_ns.map_or(due, |d| d.min(due));
-                            self.queue.push(
-                                wake,
-                                Event::Issue {
-                                    stream,
-                                    wakeup: true,
-                                },
-                            );
+                            self.queue.push(wake, Event::Wakeup { stream });
                         }
                         return None;
                     }
@@ -1015,13 +1115,7 @@ impl<'d> Host<'d> {
                         // Not yet: come back at the record's time (once).
                         if !s.wakeup_pending {
                             s.wakeup_pending = true;
-                            self.queue.push(
-                                due,
-                                Event::Issue {
-                                    stream,
-                                    wakeup: true,
-                                },
-                            );
+                            self.queue.push(due, Event::Wakeup { stream });
                         }
                         return None;
                     }
@@ -1049,7 +1143,11 @@ impl<'d> Host<'d> {
     fn issue_filling(&mut self, stream: u32, mut filling: bool) -> Result<(), RunError> {
         loop {
             let s = &self.streams[stream as usize];
-            if s.outstanding >= s.iodepth || s.draining || s.group != self.current_group {
+            if s.outstanding >= s.iodepth
+                || s.draining
+                || s.thinking != Thinking::Running
+                || s.group != self.current_group
+            {
                 return Ok(());
             }
             if self.device_outstanding >= self.device_queue_depth {
@@ -1061,7 +1159,16 @@ impl<'d> Host<'d> {
             };
             // A request that waited for its stream to drain starts from an empty queue.
             filling |= request.drain_first;
+            let op = request.op;
             self.submit(stream, request)?;
+            let now = self.now_ns;
+            let s = &mut self.streams[stream as usize];
+            if op != IoOp::Flush {
+                s.issued_requests += 1;
+                if s.think_due(now) {
+                    return Ok(());
+                }
+            }
             // A timed trace issues every record that is due, and so does a rate-capped job
             // when its wake-up comes; any other job issues one request per free slot, and its
             // slots are refilled one by one as completions arrive.

@@ -246,6 +246,106 @@ fn think_time_spaces_requests() {
     assert!(out.sim_time_ns >= 9_000_000, "{}", out.sim_time_ns);
 }
 
+/// The simulated times at which `job_text`'s requests were issued, in order.
+fn issue_times_ns(job_text: &str) -> Vec<u64> {
+    let jobs = parse_job_file(job_text).unwrap();
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &recording,
+    )
+    .unwrap();
+    assert_eq!(out.mismatches, 0);
+    out.issued.iter().map(|r| r.timestamp_ns).collect()
+}
+
+/// fio pauses after every `thinktime_blocks` completed requests (one by default), and
+/// first waits for every request in flight (`io_u_quiesce`): a job with a deep queue
+/// fills it once, and after its first completion runs one request at a time, each issued
+/// a whole think time after the previous one completed. (Each free slot used to think on
+/// its own, so eight slots issued eight times as often as fio does.)
+#[test]
+fn think_time_with_a_deep_queue_runs_one_request_at_a_time_as_fio_does() {
+    let times =
+        issue_times_ns("[a]\nrw=randwrite\nbs=4k\niodepth=8\nnumber_ios=20\nthinktime=1ms\n");
+    assert_eq!(times.len(), 20);
+    assert!(times[..8].iter().all(|&t| t == 0), "{times:?}");
+    for pair in times[7..].windows(2) {
+        assert!(pair[1] >= pair[0] + 1_000_000, "{times:?}");
+    }
+}
+
+/// `thinktime_blocks_type=issue` counts issued requests: a job of depth 4 that pauses every
+/// 4 issues sends bursts of 4 at one instant, a pause apart.
+#[test]
+fn think_time_counted_in_issued_requests_sends_bursts() {
+    let times = issue_times_ns(
+        "[a]\nrw=randread\nbs=4k\niodepth=4\nnumber_ios=16\nthinktime=2ms\n\
+         thinktime_blocks=4\nthinktime_blocks_type=issue\n",
+    );
+    assert_eq!(times.len(), 16);
+    for burst in times.chunks(4) {
+        assert!(burst.iter().all(|&t| t == burst[0]), "{times:?}");
+    }
+    for pair in times.chunks(4).collect::<Vec<_>>().windows(2) {
+        assert!(pair[1][0] >= pair[0][0] + 2_000_000, "{times:?}");
+    }
+}
+
+/// `thinktime_iotime` without `thinktime_blocks`: the job runs at full depth for the given
+/// time, then pauses, and only time brings a pause.
+#[test]
+fn think_time_by_io_time_alternates_runs_and_pauses() {
+    let times = issue_times_ns(
+        "[a]\nrw=randread\nbs=4k\niodepth=4\ntime_based\nruntime=40ms\nthinktime=3ms\n\
+         thinktime_iotime=5ms\n",
+    );
+    // The bursts between pauses (gaps of at least the think time).
+    let mut bursts = vec![(times[0], times[0])];
+    for pair in times.windows(2) {
+        if pair[1] >= pair[0] + 3_000_000 {
+            bursts.push((pair[1], pair[1]));
+        } else {
+            bursts.last_mut().unwrap().1 = pair[1];
+        }
+    }
+    // Each cycle takes at least 5 + 3 ms, so a 40 ms run holds at most five of them.
+    assert!((3..=5).contains(&bursts.len()), "{bursts:?}");
+    for (start, end) in &bursts[..bursts.len() - 1] {
+        assert!(end - start >= 4_500_000, "{bursts:?}");
+    }
+    // Inside a burst the queue is kept full: many requests, not one per pause.
+    assert!(times.len() > 10 * bursts.len(), "{} requests", times.len());
+}
+
+/// A pause never outlasts the job's runtime (fio sleeps at most what is left of it).
+#[test]
+fn a_think_time_pause_ends_with_the_runtime() {
+    let out = run_job_text("[a]\nrw=randread\nbs=4k\ntime_based\nruntime=10ms\nthinktime=1s\n");
+    assert!(out.requests >= 1);
+    assert!(out.sim_time_ns < 20_000_000, "{}", out.sim_time_ns);
+}
+
+/// Under a rate cap a job catches up after each pause by default, so pauses cost it little;
+/// with `rate_ignore_thinktime` its schedule moves on by each pause and the pauses add up.
+#[test]
+fn rate_ignore_thinktime_moves_the_schedule_on_by_each_pause() {
+    let job = "[a]\nrw=randread\nbs=4k\nnumber_ios=40\nrate_iops=2000\nthinktime=4ms\n\
+               thinktime_blocks=10\n";
+    let catching_up = run_job_text(job).sim_time_ns;
+    let ignoring = run_job_text(&format!("{job}rate_ignore_thinktime=1\n")).sim_time_ns;
+    // 40 requests at 2,000 per second take 20 ms; three pauses inside the run add 12 ms.
+    assert!(catching_up < 27_000_000, "{catching_up}");
+    assert!(
+        ignoring >= catching_up + 10_000_000,
+        "{ignoring} vs {catching_up}"
+    );
+}
+
 #[test]
 fn traces_replay_timed_and_closed_loop() {
     let text = "\
@@ -979,6 +1079,11 @@ const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
     ("time_based", &["1", "0"]),
     ("ramp_time", &["0", "1ms", "5ms"]),
     ("thinktime", &["0", "10", "1000"]),
+    ("thinktime_blocks", &["1", "3", "64"]),
+    ("thinktime_blocks_type", &["complete", "issue"]),
+    ("thinktime_iotime", &["1ms", "0"]),
+    ("thinktime_spin", &["0", "20"]),
+    ("rate_ignore_thinktime", &["0", "1"]),
     ("rwmixread", &["0", "30", "100"]),
     ("rwmixwrite", &["0", "70", "100"]),
     (

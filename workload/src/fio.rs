@@ -200,6 +200,55 @@ pub enum Distribution {
     },
 }
 
+/// fio's think time (`handle_thinktime` in its backend): once the job has counted
+/// `thinktime_blocks` requests since its last pause (completed ones, or issued ones with
+/// `thinktime_blocks_type=issue`), or has run `thinktime_iotime` since then, it stops
+/// issuing, waits for every request in flight to complete, and pauses before it fills its
+/// queue again. With the default of one block and a queue deeper than one, the job
+/// therefore runs at depth one after its first completion, as fio's does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ThinkTime {
+    /// How long the pause lasts (`thinktime=`); 0 never pauses and ignores the rest.
+    pub pause_ns: u64,
+    /// The part of the pause fio spends spinning on a CPU (`thinktime_spin=`). A spin
+    /// longer than the pause lengthens it, as in fio; the spin's CPU time is not charged
+    /// to the host model.
+    pub spin_ns: u64,
+    /// Requests between pauses (`thinktime_blocks=`); `None` when not given, which means
+    /// one, unless `thinktime_iotime` is given: then only time brings a pause.
+    pub blocks: Option<u64>,
+    /// Count issued rather than completed requests (`thinktime_blocks_type=issue`).
+    pub count_issued: bool,
+    /// Time between pauses (`thinktime_iotime=`, counted from the job's start and then
+    /// from the end of each pause); 0 means no time limit.
+    pub iotime_ns: u64,
+    /// After a pause, a rate-capped job goes on at its rate from where it is
+    /// (`rate_ignore_thinktime`) instead of issuing at once until it has caught up with
+    /// its schedule.
+    pub rate_ignores_pause: bool,
+}
+
+impl ThinkTime {
+    /// How long each pause lasts: fio spins `thinktime_spin` and sleeps what is left of
+    /// `thinktime`, nothing when the spin already took that long.
+    pub fn pause_total_ns(&self) -> u64 {
+        if self.pause_ns == 0 {
+            0
+        } else {
+            self.pause_ns.max(self.spin_ns)
+        }
+    }
+
+    /// The requests counted between pauses, or `None` when only time brings one.
+    pub fn blocks_between_pauses(&self) -> Option<u64> {
+        match (self.blocks, self.iotime_ns) {
+            (Some(blocks), _) => Some(blocks.max(1)),
+            (None, 0) => Some(1),
+            (None, _) => None,
+        }
+    }
+}
+
 /// One fio job, with every option this simulator understands resolved to a value.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobSpec {
@@ -243,8 +292,10 @@ pub struct JobSpec {
     pub percentage_random: u32,
     /// Fixed seed for the job's randomness (`randseed=`), overriding the run's seed.
     pub randseed: Option<u64>,
-    /// Idle time between an I/O completing and the next being issued (`thinktime=`).
-    pub thinktime_ns: u64,
+    /// fio's think time: when the job pauses, and for how long (`thinktime=` and the
+    /// options that qualify it).
+    #[serde(default)]
+    pub think: ThinkTime,
     /// Wait for all previous jobs to finish before starting (`stonewall`).
     pub stonewall: bool,
     /// Count a read the device fails and go on, rather than end the run
@@ -340,7 +391,7 @@ impl JobSpec {
             distribution: Distribution::Uniform,
             percentage_random: 100,
             randseed: None,
-            thinktime_ns: 0,
+            think: ThinkTime::default(),
             stonewall: false,
             continue_on_read_error: false,
             flush_every_writes: None,
@@ -527,6 +578,11 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
         "requests here are whole sectors: block sizes must be multiples of the sector size",
     ),
     (
+        &["thinkcycles"],
+        "a spin of CPU cycles after every request lasts as long as the host's processor \
+         takes, which a simulated run does not know; use thinktime_spin",
+    ),
+    (
         &["rate_min", "rate_iops_min", "rate_cycle"],
         "a minimum rate is a check on a real run's throughput, which a simulated run does \
          not fail",
@@ -582,7 +638,10 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// * `iodepth`, `numjobs`: integers of at least 1.
 /// * `runtime`/`timeout`, `ramp_time`: durations, bare numbers in seconds; a runtime of 0
 ///   means unlimited.
-/// * `thinktime`: a duration, bare numbers in microseconds.
+/// * `thinktime`, `thinktime_spin`: durations, bare numbers in microseconds;
+///   `thinktime_iotime`: a duration, bare numbers in seconds; `thinktime_blocks`: an
+///   integer of at least 1; `thinktime_blocks_type`: `complete` or `issue`;
+///   `rate_ignore_thinktime`: a boolean ([`ThinkTime`]).
 /// * `time_based`, `stonewall`/`wait_for_previous`: booleans (bare, `1`/`0`, `true`/`false`,
 ///   `yes`/`no`, `on`/`off`).
 /// * `rwmixread`, `rwmixwrite`: percentages 0 to 100; `rwmixwrite=N` means
@@ -896,9 +955,33 @@ fn apply_option(
             }
         }
         "thinktime" => {
-            spec.thinktime_ns = parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
+            spec.think.pause_ns =
+                parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
+                    .map_err(|r| context.bad(r))?
+        }
+        "thinktime_spin" => {
+            spec.think.spin_ns = parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
                 .map_err(|r| context.bad(r))?
         }
+        "thinktime_blocks" => {
+            let blocks = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            if blocks == 0 {
+                return Err(context.bad("must be at least 1"));
+            }
+            spec.think.blocks = Some(blocks);
+        }
+        "thinktime_blocks_type" => {
+            spec.think.count_issued = match context.required(value)?.to_ascii_lowercase().as_str() {
+                "complete" => false,
+                "issue" => true,
+                _ => return Err(context.bad("expected complete or issue")),
+            }
+        }
+        "thinktime_iotime" => {
+            spec.think.iotime_ns =
+                parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "rate_ignore_thinktime" => spec.think.rate_ignores_pause = parse_bool(&context, value)?,
         "rwmixread" => {
             spec.rwmixread_percent =
                 parse_percent(context.required(value)?).map_err(|r| context.bad(r))?

@@ -340,10 +340,56 @@ fn time_options() {
     assert_eq!(with_option("runtime=2m").runtime_ns, Some(120_000_000_000));
     assert_eq!(with_option("runtime=0").runtime_ns, None);
     assert_eq!(with_option("ramp_time=500ms").ramp_time_ns, 500_000_000);
-    assert_eq!(with_option("thinktime=100").thinktime_ns, 100_000);
-    assert_eq!(with_option("thinktime=2ms").thinktime_ns, 2_000_000);
+    assert_eq!(with_option("thinktime=100").think.pause_ns, 100_000);
+    assert_eq!(with_option("thinktime=2ms").think.pause_ns, 2_000_000);
     assert_bad_value("runtime=soon", "runtime");
     assert_bad_value("thinktime=", "thinktime");
+}
+
+/// fio's think-time options, with their units: `thinktime_spin` in microseconds like
+/// `thinktime`, `thinktime_iotime` in seconds like `runtime`.
+#[test]
+fn think_time_options() {
+    let job = parse_job_file(
+        "[j]\nthinktime=100\nthinktime_spin=30\nthinktime_blocks=8\n\
+         thinktime_blocks_type=issue\nthinktime_iotime=2\nrate_ignore_thinktime=1\n",
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(
+        job.think,
+        ThinkTime {
+            pause_ns: 100_000,
+            spin_ns: 30_000,
+            blocks: Some(8),
+            count_issued: true,
+            iotime_ns: 2_000_000_000,
+            rate_ignores_pause: true,
+        }
+    );
+    // fio's defaults: one completed block between pauses; with only a time between pauses,
+    // no count at all; a spin longer than the pause lengthens it.
+    let plain = with_option("thinktime=1ms").think;
+    assert_eq!(plain.blocks_between_pauses(), Some(1));
+    assert!(!plain.count_issued);
+    let timed = parse_job_file("[j]\nthinktime=1ms\nthinktime_iotime=50ms\n")
+        .unwrap()
+        .remove(0)
+        .think;
+    assert_eq!(timed.blocks_between_pauses(), None);
+    let spun = parse_job_file("[j]\nthinktime=10\nthinktime_spin=25\n")
+        .unwrap()
+        .remove(0)
+        .think;
+    assert_eq!(spun.pause_total_ns(), 25_000);
+    assert_eq!(with_option("thinktime_spin=25").think.pause_total_ns(), 0);
+    assert_bad_value("thinktime_blocks=0", "thinktime_blocks");
+    assert_bad_value("thinktime_blocks=many", "thinktime_blocks");
+    assert_bad_value("thinktime_blocks_type=submit", "thinktime_blocks_type");
+    assert_bad_value("thinktime_iotime=soon", "thinktime_iotime");
+    assert_bad_value("rate_ignore_thinktime=maybe", "rate_ignore_thinktime");
+    let err = parse_job_file("[j]\nthinkcycles=1000\n").unwrap_err();
+    assert!(err.to_string().contains("thinktime_spin"), "{err}");
 }
 
 #[test]
@@ -504,6 +550,7 @@ fn options_that_shape_the_requests_are_not_ignored() {
         "bs_unaligned",
         "rate_min=1m",
         "latency_target=1ms",
+        "thinkcycles=1000",
     ] {
         assert!(
             matches!(
