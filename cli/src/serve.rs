@@ -948,7 +948,24 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     let running = server.spawn().map_err(|e| e.to_string())?;
     let signal = signals.forever().next().unwrap_or(SIGTERM);
-    eprintln!("afa serve: signal {signal}: stopping");
+    eprintln!("afa serve: signal {signal}: stopping (a second signal exits at once)");
+    // The orderly stop waits for the engine to answer what it holds and flush every member,
+    // which a slow or failing member can draw out. A second signal is the operator's way
+    // out: the process ends as a kill -9 would end it, with what was written before then
+    // on the members and the state left unclean, so the next start recovers.
+    std::thread::Builder::new()
+        .name("afa-second-signal".into())
+        .spawn(move || {
+            if let Some(second) = signals.forever().next() {
+                eprintln!(
+                    "afa serve: signal {second} while stopping: exiting without waiting for the \
+                     orderly stop"
+                );
+                // 128 + the signal's number, as a shell reports a process the signal ended.
+                std::process::exit(128 + second);
+            }
+        })
+        .map_err(|e| format!("cannot watch for a second stop signal: {e}"))?;
     // Stops accepting, closes the connections, lets the engine answer what it holds and
     // flush the volume; only then is the stop recorded as clean.
     let stats = running.stop();

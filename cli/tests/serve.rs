@@ -365,6 +365,46 @@ fn the_embedded_default_volume_is_served_without_a_config() {
 /// here member 0's file is overwritten behind the server's back, as a write that reached
 /// one member and not the parity would leave it, and afterwards every stripe's XOR over
 /// the three RAID 5 members is zero again.
+/// A second stop signal while the first stop runs ends the process at once (status 128 +
+/// the signal), as a kill -9 would: the state is left unclean, so the next start resyncs,
+/// and nothing acknowledged is lost. When the orderly stop wins the race it ends with
+/// success instead, and the volume is just as whole.
+#[test]
+fn a_second_stop_signal_exits_at_once_and_loses_nothing() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let s = setup("twice", RAID5);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &["write -P 0x6b 0 2M", "flush", "write -P 0x2d 1M 64k"],
+    );
+    let (exit, stderr) = afa.stop_twice();
+    match exit.code() {
+        // Both signals are pending at once, so either may be taken as the first.
+        Some(130 | 143) => assert!(stderr.contains(" while stopping: exiting"), "{stderr}"),
+        Some(0) => assert!(stderr.contains("stopped after"), "{stderr}"),
+        other => panic!("afa serve ended with {other:?}: {stderr}"),
+    }
+    let afa = s.start(&[]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "read -P 0x6b 0 1M",
+            "read -P 0x2d 1M 64k",
+            "read -P 0x6b 1088k 960k",
+        ],
+    );
+    let restart = afa.stop();
+    if exit.code() != Some(0) {
+        assert!(
+            restart.contains("resynced"),
+            "no resync after a forced stop: {restart}"
+        );
+    }
+}
+
 #[test]
 fn a_kill_makes_the_restart_resync_parity_and_an_orderly_stop_does_not() {
     if !have("qemu-io", "command -v qemu-io") {

@@ -110,6 +110,32 @@ impl Afa {
         stderr
     }
 
+    /// Sends SIGTERM and then SIGINT at once, as an impatient operator or a service manager
+    /// that escalates does; returns the exit status (within 10 s) and stderr.
+    pub fn stop_twice(mut self) -> (std::process::ExitStatus, String) {
+        // The shell's built-in kill sends both within microseconds, before the stop can
+        // have finished.
+        let pid = self.child.id();
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -TERM {pid} && kill -INT {pid}"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "afa serve ignored two stop signals"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        (exit, self.stderr())
+    }
+
     fn stderr(&mut self) -> String {
         let mut stderr = String::new();
         if let Some(mut pipe) = self.child.stderr.take() {
