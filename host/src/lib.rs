@@ -281,6 +281,20 @@ struct Stream {
     draining: bool,
     /// fio's `exitall`: when this job finishes, the other jobs of its group stop.
     exit_all: bool,
+    /// With `exit_all`, later groups are skipped too (`exit_what=all`).
+    exit_all_groups: bool,
+    /// fio's `wait_for`: the streams (every clone of the named job) that must have
+    /// finished before this one starts; emptied once they have.
+    waits_for: Vec<u32>,
+    /// The group has started but this stream waits for `waits_for`; it has not started.
+    held_back: bool,
+    /// fio's `serialize_overlap`: a request is issued only once none of this stream's
+    /// requests in flight overlaps it.
+    serialize_overlap: bool,
+    /// With `serialize_overlap`: the ranges (offset, length in bytes) of this stream's
+    /// requests in flight, and the next request, kept back while it overlaps one of them.
+    inflight_ranges: Vec<(u64, u64)>,
+    overlapping: Option<IoRequest>,
 }
 
 /// A stream's place in fio's think-time cycle (`handle_thinktime`).
@@ -447,6 +461,8 @@ struct Host<'d> {
     exit_all_jobs: bool,
     groups: usize,
     current_group: usize,
+    /// When the running group started (`startdelay` counts from it).
+    group_start_ns: TimeNs,
     queue: EventQueue<Event>,
     recorder: Recorder,
     oracle: Option<Oracle>,
@@ -492,12 +508,14 @@ impl<'d> Host<'d> {
         let queued = device.queued().is_some();
         let sector_bytes = info.sector_bytes as u64;
         let capacity_bytes = info.capacity_sectors * sector_bytes;
-        let mut streams = Vec::new();
+        let mut streams: Vec<Stream> = Vec::new();
         let mut groups = 0;
         let mut progress_total = 0u64;
         let mut notes = Vec::new();
         match workload {
             Workload::Jobs(jobs) => {
+                // The streams of each job so far, for `wait_for`.
+                let mut job_streams: Vec<std::ops::Range<u32>> = Vec::with_capacity(jobs.len());
                 for (index, job) in jobs.iter().enumerate() {
                     if job.time_based && job.runtime_ns.is_none() {
                         // fio would run such a job forever; a simulation must end.
@@ -509,6 +527,29 @@ impl<'d> Host<'d> {
                     if index == 0 || job.stonewall {
                         groups += 1;
                     }
+                    // fio's `wait_for` names a job earlier in the file (the parser checks
+                    // it); a job of an earlier group has finished before this one's starts.
+                    let waits_for: Vec<u32> = match &job.wait_for {
+                        Some(name) => {
+                            let waitee = jobs[..index].iter().rposition(|j| &j.name == name);
+                            match waitee {
+                                Some(w) => job_streams[w]
+                                    .clone()
+                                    .filter(|&i| streams[i as usize].group == groups - 1)
+                                    .collect(),
+                                None => {
+                                    return Err(RunError::Workload(WorkloadError::InvalidJob {
+                                        job: job.name.clone(),
+                                        reason: format!(
+                                            "wait_for={name} names no job before this one"
+                                        ),
+                                    }))
+                                }
+                            }
+                        }
+                        None => Vec::new(),
+                    };
+                    let first_stream = streams.len() as u32;
                     // The clones whose region the device's end cut short, and the first
                     // of them, for one note per job however many clones it has.
                     let mut cut_clones = 0u32;
@@ -589,8 +630,15 @@ impl<'d> Host<'d> {
                             ),
                             draining: false,
                             exit_all: job.exit_all,
+                            exit_all_groups: job.exit_all_groups,
+                            waits_for: waits_for.clone(),
+                            held_back: false,
+                            serialize_overlap: job.serialize_overlap,
+                            inflight_ranges: Vec::new(),
+                            overlapping: None,
                         });
                     }
+                    job_streams.push(first_stream..streams.len() as u32);
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
                         let which = if job.numjobs > 1 {
                             format!(
@@ -651,6 +699,12 @@ impl<'d> Host<'d> {
                     refill_at_depth: iodepth.saturating_sub(1),
                     draining: false,
                     exit_all: false,
+                    exit_all_groups: false,
+                    waits_for: Vec::new(),
+                    held_back: false,
+                    serialize_overlap: false,
+                    inflight_ranges: Vec::new(),
+                    overlapping: None,
                 });
             }
         }
@@ -669,6 +723,7 @@ impl<'d> Host<'d> {
             streams,
             groups,
             current_group: 0,
+            group_start_ns: 0,
             queue: EventQueue::with_capacity(1024),
             recorder: Recorder::new(options.timeline_interval_ns),
             oracle,
@@ -746,16 +801,23 @@ impl<'d> Host<'d> {
                     let Inflight {
                         stream,
                         op,
+                        offset_bytes,
                         bytes,
                         submit_ns,
                         failed,
-                        ..
                     } = self.inflight[slot as usize];
                     self.free_slots.push(slot);
                     self.hash.record(t, 1, stream as u64);
                     self.device_outstanding -= 1;
                     let s = &mut self.streams[stream as usize];
                     s.outstanding -= 1;
+                    if let Some(i) = s
+                        .inflight_ranges
+                        .iter()
+                        .position(|&r| r == (offset_bytes, bytes))
+                    {
+                        s.inflight_ranges.swap_remove(i);
+                    }
                     if failed {
                         self.recorder.record_error(op_class(op));
                     } else if t >= s.ramp_end_ns {
@@ -900,6 +962,7 @@ impl<'d> Host<'d> {
 
     fn start_group(&mut self, group: usize) -> Result<(), RunError> {
         self.current_group = group;
+        self.group_start_ns = self.now_ns;
         let now = self.now_ns;
         let mut max_ramp_end = now;
         for i in 0..self.streams.len() {
@@ -907,34 +970,67 @@ impl<'d> Host<'d> {
             if s.group != group {
                 continue;
             }
-            // A delayed job's ramp and runtime count from its own start; the measurement of
-            // the run as a whole still starts after the ramps alone.
-            let start = now + s.start_delay_ns;
-            s.deadline_ns = s.runtime_ns.map(|r| start + s.ramp_time_ns + r);
-            if let Source::Job {
-                rate: Some(rate), ..
-            } = &mut s.source
-            {
-                rate.start(start);
-            }
-            s.ramp_end_ns = start + s.ramp_time_ns;
-            s.think_mark_ns = start;
+            // The measurement of the run as a whole starts after the ramps alone.
             max_ramp_end = max_ramp_end.max(now + s.ramp_time_ns);
-            if s.start_delay_ns > 0 {
-                self.queue.push(start, Event::Start { stream: i as u32 });
+            if !s.waits_for.is_empty() {
+                s.held_back = true;
                 continue;
             }
-            if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
-                s.wakeup_pending = true;
-                self.queue.push(now, Event::Wakeup { stream: i as u32 });
-                continue;
-            }
-            self.fill_at_start(i)?;
+            self.start_stream(i)?;
         }
         if group == 0 {
             self.recorder.set_measure_from_ns(max_ramp_end);
         }
         self.maybe_finish_group()
+    }
+
+    /// Starts stream `i` of the running group now, or at its `startdelay` after the group's
+    /// start if that is later. A delayed job's ramp and runtime count from its own start.
+    fn start_stream(&mut self, i: usize) -> Result<(), RunError> {
+        let now = self.now_ns;
+        let s = &mut self.streams[i];
+        let start = now.max(self.group_start_ns + s.start_delay_ns);
+        s.deadline_ns = s.runtime_ns.map(|r| start + s.ramp_time_ns + r);
+        if let Source::Job {
+            rate: Some(rate), ..
+        } = &mut s.source
+        {
+            rate.start(start);
+        }
+        s.ramp_end_ns = start + s.ramp_time_ns;
+        s.think_mark_ns = start;
+        if start > now {
+            self.queue.push(start, Event::Start { stream: i as u32 });
+            return Ok(());
+        }
+        if matches!(s.source, Source::Trace { timed: Some(_), .. }) {
+            s.wakeup_pending = true;
+            self.queue.push(now, Event::Wakeup { stream: i as u32 });
+            return Ok(());
+        }
+        self.fill_at_start(i)
+    }
+
+    /// fio's `wait_for`: starts the running group's streams held back for jobs that have
+    /// now finished (issued their last request and seen it complete).
+    fn release_waiting_streams(&mut self) -> Result<(), RunError> {
+        for i in 0..self.streams.len() {
+            let s = &self.streams[i];
+            if !s.held_back || s.group != self.current_group {
+                continue;
+            }
+            let finished = s.waits_for.iter().all(|&w| {
+                let waitee = &self.streams[w as usize];
+                waitee.exhausted && waitee.outstanding == 0
+            });
+            if finished {
+                let s = &mut self.streams[i];
+                s.held_back = false;
+                s.waits_for.clear();
+                self.start_stream(i)?;
+            }
+        }
+        Ok(())
     }
 
     /// A job's first requests: as many as its queue holds.
@@ -996,6 +1092,9 @@ impl<'d> Host<'d> {
     fn maybe_finish_group(&mut self) -> Result<(), RunError> {
         let group = self.current_group;
         self.maybe_exit_all(group);
+        if self.streams.iter().any(|s| s.held_back) {
+            self.release_waiting_streams()?;
+        }
         let done = self
             .streams
             .iter()
@@ -1019,13 +1118,21 @@ impl<'d> Host<'d> {
         let finished = self
             .streams
             .iter()
-            .any(|s| s.group == group && s.exit_all && s.exhausted && s.outstanding == 0);
-        if !finished {
+            .find(|s| s.group == group && s.exit_all && s.exhausted && s.outstanding == 0);
+        let Some(finished) = finished else {
             return;
+        };
+        // `exit_what=all`: the groups after this one never start.
+        if finished.exit_all_groups {
+            self.groups = self.groups.min(group + 1);
         }
         for s in self.streams.iter_mut().filter(|s| s.group == group) {
             s.exit_all = false;
-            if !s.exhausted {
+            if s.held_back {
+                // A job still waiting for another (`wait_for`) never starts.
+                s.held_back = false;
+                s.exhausted = true;
+            } else if !s.exhausted {
                 s.deadline_ns = Some(s.deadline_ns.map_or(now, |d| d.min(now)));
             }
         }
@@ -1154,9 +1261,32 @@ impl<'d> Host<'d> {
                 self.waiting.push_back(stream);
                 return Ok(());
             }
-            let Some(request) = self.next_request(stream) else {
+            // A request kept back for an overlap is dropped when the runtime has ended
+            // meanwhile; the next one is asked for, which ends the stream.
+            let now = self.now_ns;
+            let s = &mut self.streams[stream as usize];
+            let running = s.deadline_ns.is_none_or(|d| now < d);
+            let kept = s.overlapping.take().filter(|_| running);
+            let Some(request) = kept.or_else(|| self.next_request(stream)) else {
                 return Ok(());
             };
+            let s = &mut self.streams[stream as usize];
+            if s.serialize_overlap && request.op != IoOp::Flush {
+                let (start, end) = (
+                    request.offset_bytes,
+                    request.offset_bytes + request.len_bytes,
+                );
+                if s.inflight_ranges
+                    .iter()
+                    .any(|&(o, l)| o < end && start < o + l)
+                {
+                    // fio's `serialize_overlap`: the request waits for the one it overlaps.
+                    s.overlapping = Some(request);
+                    return Ok(());
+                }
+                s.inflight_ranges
+                    .push((request.offset_bytes, request.len_bytes));
+            }
             // A request that waited for its stream to drain starts from an empty queue.
             filling |= request.drain_first;
             let op = request.op;

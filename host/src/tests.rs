@@ -1084,6 +1084,12 @@ const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
     ("thinktime_iotime", &["1ms", "0"]),
     ("thinktime_spin", &["0", "20"]),
     ("rate_ignore_thinktime", &["0", "1"]),
+    ("bs_is_seq_rand", &["0", "1"]),
+    ("serialize_overlap", &["0", "1"]),
+    ("exit_what", &["group", "all"]),
+    ("exitall", &["0", "1"]),
+    ("offset_align", &["0", "4k", "64k"]),
+    ("offset_increment", &["0", "3%", "4k"]),
     ("rwmixread", &["0", "30", "100"]),
     ("rwmixwrite", &["0", "70", "100"]),
     (
@@ -1366,6 +1372,99 @@ fn exitall_stops_the_group_when_its_job_finishes() {
         after,
         (0..5).map(|i| (IoOp::Write, i * 4096)).collect::<Vec<_>>()
     );
+}
+
+/// `exit_what=all`: the job that ends its group with `exitall` also keeps every later group
+/// from starting (with fio's default, `group`, the stonewalled job still runs).
+#[test]
+fn exit_what_all_skips_the_later_groups() {
+    let text = |what: &str| {
+        format!(
+            "[measured]\nrw=randread\nbs=4k\nnumber_ios=50\nexitall\n{what}\n\
+             [background]\nrw=randread\nbs=4k\ntime_based\nruntime=1s\n\
+             [after]\nstonewall\nrw=write\nbs=4k\nnumber_ios=5\n"
+        )
+    };
+    let writes = |t: &str| {
+        let jobs = parse_job_file(t).unwrap();
+        run(&mut Timed::default(), &Workload::Jobs(jobs), &options())
+            .unwrap()
+            .measurements
+            .write
+            .ios
+    };
+    assert_eq!(writes(&text("exit_what=group")), 5);
+    assert_eq!(writes(&text("exit_what=all")), 0);
+}
+
+/// `wait_for`: a job starts once the job it names has finished (its last request
+/// completed), not with its group; its `startdelay` still counts from the group's start.
+#[test]
+fn wait_for_starts_a_job_when_the_one_it_names_has_finished() {
+    let jobs = parse_job_file(
+        "[fill]\nrw=write\nbs=4k\niodepth=4\nnumber_ios=40\n\
+         [check]\nrw=read\nbs=4k\nnumber_ios=40\nwait_for=fill\n\
+         [other]\nrw=randread\nbs=4k\noffset=1m\nnumber_ios=10\n",
+    )
+    .unwrap();
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let mut timed = Timed::default();
+    let out = run(&mut timed, &Workload::Jobs(jobs.clone()), &recording).unwrap();
+    assert_eq!(out.mismatches, 0);
+    const MIB: u64 = 1 << 20;
+    let issued = |op: IoOp, from: u64| {
+        out.issued
+            .iter()
+            .filter(move |r| r.op == op && (r.offset_bytes >= MIB) == (from == MIB))
+            .map(|r| r.timestamp_ns)
+    };
+    let last_write = issued(IoOp::Write, 0).max().unwrap();
+    let first_check = issued(IoOp::Read, 0).min().unwrap();
+    // The device takes 10 µs per request: the last write completes 10 µs after its issue.
+    assert!(
+        first_check >= last_write + 10_000,
+        "{first_check} vs {last_write}"
+    );
+    // The job that waits for nothing starts at once.
+    assert_eq!(issued(IoOp::Read, MIB).min(), Some(0));
+    assert_eq!(out.measurements.read.ios, 50);
+}
+
+/// `serialize_overlap`: a request waits while one of its job's requests in flight overlaps
+/// it. Over four 4 KiB slots a queue of eight never holds two requests for one slot.
+#[test]
+fn serialize_overlap_keeps_overlapping_requests_apart() {
+    let text = |serialize: &str| {
+        format!("[w]\nrw=randwrite\nbs=4k\nsize=16k\nio_size=1m\niodepth=8\nnumber_ios=100\n{serialize}\n")
+    };
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let at_start = |t: &str| {
+        let jobs = parse_job_file(t).unwrap();
+        let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
+        assert_eq!(out.measurements.write.ios, 100);
+        out.issued
+            .iter()
+            .filter(|r| r.timestamp_ns == 0)
+            .map(|r| r.offset_bytes)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(at_start(&text("")).len(), 8);
+    let mut serialized = at_start(&text("serialize_overlap=1"));
+    let issued = serialized.len();
+    serialized.sort_unstable();
+    serialized.dedup();
+    assert_eq!(
+        serialized.len(),
+        issued,
+        "two requests for one slot at once"
+    );
+    assert!(issued <= 4);
 }
 
 /// fio's verify pass waits for the writes it reads back: its first read is submitted once

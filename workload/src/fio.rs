@@ -266,9 +266,14 @@ pub struct JobSpec {
     pub size: Option<SizeSpec>,
     /// Where the job's region starts (`offset=`).
     pub offset: SizeSpec,
-    /// Added to `offset` once per clone of a `numjobs` job (`offset_increment=`): clone `i`
-    /// starts at `offset + i × offset_increment`.
-    pub offset_increment_bytes: u64,
+    /// Added to `offset` once per clone of a `numjobs` job (`offset_increment=`, bytes or a
+    /// percentage of the device): clone `i` starts at `offset + i × offset_increment`.
+    pub offset_increment: SizeSpec,
+    /// What a start computed from a percentage (`offset=` or `offset_increment=`) is
+    /// rounded up to (`offset_align=`); `None` rounds up to the smallest block size of any
+    /// direction, as fio does.
+    #[serde(default)]
+    pub offset_align_bytes: Option<u64>,
     /// Bytes to transfer before the job ends (`io_size=`); `None` means `size`.
     pub io_size_bytes: Option<u64>,
     /// Maximum number of I/Os (`number_ios=`); `None` means unlimited.
@@ -342,6 +347,23 @@ pub struct JobSpec {
     /// runtime would stop them.
     #[serde(default)]
     pub exit_all: bool,
+    /// With `exitall`, which jobs it stops (`exit_what=`): `false` (`group`, fio's default,
+    /// and `stonewall`, the same here since only one stonewall group runs at a time) stops
+    /// the other jobs of the group; `true` (`all`) also skips every later group.
+    #[serde(default)]
+    pub exit_all_groups: bool,
+    /// Sequential requests take the read block sizes and random ones the write block sizes,
+    /// whatever their direction (`bs_is_seq_rand`).
+    #[serde(default)]
+    pub bs_is_seq_rand: bool,
+    /// The job starts only once the job of this name, which comes before it in the file,
+    /// has finished (`wait_for=`); `None` starts with its group.
+    #[serde(default)]
+    pub wait_for: Option<String>,
+    /// A request is issued only once no request of the job in flight overlaps it
+    /// (`serialize_overlap`).
+    #[serde(default)]
+    pub serialize_overlap: bool,
     /// fio's verify pass (`verify=` a method, with `do_verify` left on): each iteration
     /// ends by reading back what it wrote (by offset, each byte from its last write), once
     /// its writes have completed. The run's oracle checks those reads as it checks every
@@ -379,7 +401,8 @@ impl JobSpec {
             block_align_bytes: None,
             size: None,
             offset: SizeSpec::Bytes(0),
-            offset_increment_bytes: 0,
+            offset_increment: SizeSpec::Bytes(0),
+            offset_align_bytes: None,
             io_size_bytes: None,
             number_ios: None,
             iodepth: 1,
@@ -404,6 +427,10 @@ impl JobSpec {
             iodepth_low: None,
             iodepth_batch_complete_min: None,
             exit_all: false,
+            exit_all_groups: false,
+            bs_is_seq_rand: false,
+            wait_for: None,
+            serialize_overlap: false,
             verify: false,
             offset_modifier: None,
             rw_sequencer_identical: false,
@@ -440,9 +467,62 @@ const IGNORED_OPTIONS: &[&str] = &[
     "cpus_allowed",
     "cpus_allowed_policy",
     "cpumask",
+    "numa_cpu_nodes",
+    "numa_mem_policy",
     "nice",
     "prio",
     "prioclass",
+    "cmdprio",
+    "cmdprio_class",
+    "cmdprio_percentage",
+    "cmdprio_bssplit",
+    "ioscheduler",
+    "atomic",
+    "write_hint",
+    "uid",
+    "gid",
+    "cgroup",
+    "cgroup_weight",
+    "cgroup_nodelete",
+    "exec_prerun",
+    "exec_postrun",
+    "pre_read",
+    "create_serialize",
+    "create_fsync",
+    "unlink_each_loop",
+    "directory",
+    "filename_format",
+    "unique_filename",
+    "lockmem",
+    "mem",
+    "iomem",
+    "mem_align",
+    "iomem_align",
+    "hugepage-size",
+    // fio's own handling of a failed request: a run here stops at the device's first
+    // error (but the reads `continue_on_error=read` counts), so there is nothing left for
+    // the other jobs to stop.
+    "exitall_on_error",
+    "error_dump",
+    // Deprecated in fio, where it no longer does anything.
+    "rwmixcycle",
+    // Options that only qualify one that is refused unless it is off (steady state, a
+    // minimum rate, the latency target search, verifying trims, more than one file, an
+    // iolog replay): with it off they change nothing.
+    "ss_dur",
+    "ss_ramp",
+    "rate_cycle",
+    "latency_window",
+    "latency_percentile",
+    "latency_run",
+    "trim_verify_zero",
+    "file_service_type",
+    "replay_no_stall",
+    "replay_time_scale",
+    "replay_redirect",
+    "replay_align",
+    "replay_scale",
+    "read_iolog_chunked",
     // How fio hands its queued requests to the kernel: it commits them in batches of
     // `iodepth_batch`, but always before it waits for a completion, so in simulated time
     // every request it queued reaches the device at the instant it was queued; and how
@@ -469,6 +549,9 @@ const IGNORED_OPTIONS: &[&str] = &[
     "buffer_compress_percentage",
     "buffer_compress_chunk",
     "dedupe_percentage",
+    "dedupe_mode",
+    "dedupe_working_set_percentage",
+    "dedupe_global",
     // fio's random generators: `afa` draws from its own seeded generator.
     "norandommap",
     "randrepeat",
@@ -502,6 +585,11 @@ const IGNORED_OPTIONS: &[&str] = &[
     "log_compression",
     "log_unix_epoch",
     "per_job_logs",
+    "bwavgtime",
+    "iopsavgtime",
+    "significant_figures",
+    "log_entries",
+    "stats",
 ];
 
 /// fio's verify methods (`verify=`): each one turns the verify pass on. The checksum itself
@@ -539,7 +627,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
             "experimental_verify",
             "trim_percentage",
             "trim_backlog",
-            "trim_verify_zero",
         ],
         "only fio's plain verify pass (verify=, reading back what each iteration wrote once \
          its writes are done) is modelled, not verifying without writing, in the middle of \
@@ -551,11 +638,11 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          bytes to use powers of 1000",
     ),
     (
-        &["nrfiles", "filesize", "openfiles", "file_service_type"],
+        &["nrfiles", "filesize", "openfiles", "opendir", "create_only"],
         "a job addresses one block device here, not a set of files",
     ),
     (
-        &["steadystate", "ss", "ss_dur", "ss_ramp"],
+        &["steadystate", "ss"],
         "steady-state detection is not modelled; end the job with runtime, io_size or \
          number_ios",
     ),
@@ -583,21 +670,70 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          takes, which a simulated run does not know; use thinktime_spin",
     ),
     (
-        &["rate_min", "rate_iops_min", "rate_cycle"],
-        "a minimum rate is a check on a real run's throughput, which a simulated run does \
-         not fail",
+        &["rate_min", "rate_iops_min", "max_latency"],
+        "a minimum rate or a latency ceiling is a check on a real run, which a simulated run \
+         does not fail",
     ),
     (
-        &[
-            "latency_target",
-            "latency_window",
-            "latency_percentile",
-            "latency_run",
-        ],
+        &["flow", "flow_id", "flow_watermark", "flow_sleep"],
+        "flow control between jobs is not modelled; cap each job with rate or rate_iops",
+    ),
+    (
+        &["read_iolog"],
+        "replay the log as the run's trace instead: a [workload.trace] table with \
+         path = \"FILE\" and format = \"iolog\" (replay = \"closed\" for replay_no_stall; \
+         docs/configuration.md)",
+    ),
+    (
+        &["write_iolog", "iolog"],
+        "record the requests with afa run --record PATH --record-format iolog",
+    ),
+    (
+        &["latency_target"],
         "the search for the queue depth that meets a latency target is not modelled; set \
          iodepth",
     ),
 ];
+
+/// Whether an option that is not modelled is set to the value at which it changes nothing:
+/// its fio default, or off. Tools that write job files spell such values out, and refusing
+/// `kb_base=1024` or `zonemode=none` would turn away a job that is modelled exactly.
+fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
+    let Some(value) = value.map(|v| v.trim().to_ascii_lowercase()) else {
+        return false;
+    };
+    // Zero in every direction of a per-direction list, as a size or as a duration.
+    let zero = || {
+        value.split(',').all(|part| {
+            let part = part.trim();
+            part.is_empty() || parse_size(part) == Ok(0) || parse_duration_ns(part) == Ok(0)
+        })
+    };
+    let off = || matches!(value.as_str(), "0" | "false" | "no" | "off");
+    match key {
+        "kb_base" => value == "1024",
+        "zonemode" => value == "none",
+        "nrfiles" | "openfiles" => parse_unsigned(&value) == Ok(1),
+        "verify_only"
+        | "experimental_verify"
+        | "fill_device"
+        | "fill_fs"
+        | "bs_unaligned"
+        | "blocksize_unaligned" => off(),
+        "verify_backlog"
+        | "verify_backlog_batch"
+        | "trim_percentage"
+        | "trim_backlog"
+        | "thinkcycles"
+        | "rate_min"
+        | "rate_iops_min"
+        | "latency_target"
+        | "max_open_zones"
+        | "max_latency"
+        | "flow" => zero(),
+        _ => false,
+    }
+}
 
 /// The most `bssplit` entries per direction fio allows.
 const MAX_BSSPLIT_ENTRIES: usize = 64;
@@ -757,6 +893,23 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
     }
     if jobs.is_empty() {
         return Err(WorkloadError::NoJobs);
+    }
+    // fio's `wait_for` names one job earlier in the file: it allows no forward reference,
+    // and a waitee's name must be unique.
+    for (index, job) in jobs.iter().enumerate() {
+        let Some(name) = &job.wait_for else {
+            continue;
+        };
+        let earlier = jobs[..index].iter().filter(|j| &j.name == name).count();
+        let reason = match (earlier, jobs.iter().filter(|j| &j.name == name).count()) {
+            (1, 1) => continue,
+            (0, _) => format!("wait_for={name} names no job before this one"),
+            _ => format!("wait_for={name} names more than one job"),
+        };
+        return Err(WorkloadError::InvalidJob {
+            job: job.name.clone(),
+            reason,
+        });
     }
     Ok(jobs)
 }
@@ -1042,6 +1195,26 @@ fn apply_option(
         }
         "loops" => spec.loops = parse_at_least_one(&context, context.required(value)?)?,
         "exitall" => spec.exit_all = parse_bool(&context, value)?,
+        "exit_what" => {
+            spec.exit_all_groups = match context.required(value)?.to_ascii_lowercase().as_str() {
+                "group" | "stonewall" => false,
+                "all" => true,
+                _ => return Err(context.bad("expected group, stonewall or all")),
+            }
+        }
+        "bs_is_seq_rand" => spec.bs_is_seq_rand = parse_bool(&context, value)?,
+        "serialize_overlap" => spec.serialize_overlap = parse_bool(&context, value)?,
+        "wait_for" => {
+            let name = context.required(value)?.trim();
+            if name.is_empty() {
+                return Err(context.bad("needs the name of an earlier job"));
+            }
+            spec.wait_for = Some(name.to_string());
+        }
+        "offset_align" => {
+            let bytes = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.offset_align_bytes = (bytes > 0).then_some(bytes);
+        }
         "verify" => {
             builder.verify_method = match context.required(value)?.to_ascii_lowercase().as_str() {
                 "0" | "none" => false,
@@ -1117,8 +1290,14 @@ fn apply_option(
             }
         }
         "offset_increment" => {
-            spec.offset_increment_bytes =
-                parse_size(context.required(value)?).map_err(|r| context.bad(r))?
+            let increment =
+                parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            if let SizeSpec::Percent(percent) = increment {
+                if !(0.0..=100.0).contains(&percent) {
+                    return Err(context.bad("an offset_increment percentage must be in [0, 100]"));
+                }
+            }
+            spec.offset_increment = increment;
         }
         "sync" => {
             spec.fua_writes = match value.map(str::to_ascii_lowercase).as_deref() {
@@ -1134,6 +1313,7 @@ fn apply_option(
             builder.name_from_option = true;
         }
         _ if IGNORED_OPTIONS.contains(&key) => {}
+        _ if leaves_the_requests_alone(key, value) => {}
         _ => {
             let unmodelled = UNMODELLED_OPTIONS
                 .iter()

@@ -118,6 +118,9 @@ pub struct JobGenerator {
     repeat_offset: bool,
     /// Requests issued since the last random offset (random modes with `random_every`).
     since_random: u64,
+    /// fio's `bs_is_seq_rand`: the lengths of sequential requests (the read block sizes)
+    /// and of random ones (the write block sizes), whatever their direction.
+    seq_rand_lengths: Option<Box<[LengthSampler; 2]>>,
 }
 
 #[derive(Debug, Clone)]
@@ -230,8 +233,6 @@ impl JobGenerator {
         validate_distribution(&spec.distribution).map_err(&invalid)?;
 
         let used = used_directions(spec.rw);
-        // Lengths and alignments come first because a percentage offset is aligned to the
-        // smallest alignment among the directions in use.
         let mut lengths: [Option<(LengthSampler, u64)>; 3] = [None, None, None];
         for direction in [READ, WRITE, TRIM] {
             if used[direction] {
@@ -249,44 +250,50 @@ impl JobGenerator {
                 lengths[direction] = Some((sampler, align_bytes));
             }
         }
-        let smallest_align_bytes = lengths
-            .iter()
-            .flatten()
-            .map(|(_, align_bytes)| *align_bytes)
-            .min()
-            .unwrap_or(sector_bytes);
-
-        let region_start_bytes = match spec.offset {
-            SizeSpec::Bytes(bytes) => {
-                if bytes % sector_bytes != 0 {
-                    return Err(invalid(format!(
-                        "offset {bytes} is not a multiple of the {sector_bytes}-byte sector"
-                    )));
-                }
-                bytes
-            }
-            SizeSpec::Percent(percent) => {
-                let bytes = percent_of(device_bytes, percent).map_err(&invalid)?;
-                bytes - bytes % smallest_align_bytes
-            }
+        // fio (`get_start_offset`): clone `i` starts at `offset + i × offset_increment`, and
+        // when either is a percentage of the device the start is rounded up to
+        // `offset_align`, or to the smallest block size of any direction.
+        let base_bytes = match spec.offset {
+            SizeSpec::Bytes(bytes) => bytes,
+            SizeSpec::Percent(percent) => percent_of(device_bytes, percent).map_err(&invalid)?,
         };
-        if spec.offset_increment_bytes % sector_bytes != 0 {
-            return Err(invalid(format!(
-                "offset_increment {} is not a multiple of the {sector_bytes}-byte sector",
-                spec.offset_increment_bytes
-            )));
-        }
-        let region_start_bytes = spec
-            .offset_increment_bytes
+        let increment_bytes = match spec.offset_increment {
+            SizeSpec::Bytes(bytes) => bytes,
+            SizeSpec::Percent(percent) => percent_of(device_bytes, percent).map_err(&invalid)?,
+        };
+        let raw_start_bytes = increment_bytes
             .checked_mul(clone_index as u64)
-            .and_then(|step| step.checked_add(region_start_bytes))
+            .and_then(|step| step.checked_add(base_bytes))
             .ok_or_else(|| {
                 invalid(format!(
-                    "clone {clone_index} would start at offset {region_start_bytes} + \
-                     {clone_index} × offset_increment {}, past any device",
-                    spec.offset_increment_bytes
+                    "clone {clone_index} would start at offset {base_bytes} + {clone_index} × \
+                     offset_increment {increment_bytes}, past any device"
                 ))
             })?;
+        let from_percent = matches!(spec.offset, SizeSpec::Percent(_))
+            || matches!(spec.offset_increment, SizeSpec::Percent(_));
+        let region_start_bytes = if from_percent {
+            let align_bytes = spec.offset_align_bytes.unwrap_or_else(|| {
+                spec.block_sizes
+                    .iter()
+                    .map(BlockSizeSpec::min_bytes)
+                    .min()
+                    .unwrap_or(sector_bytes)
+            });
+            // A start rounded past any device is refused below like any other.
+            raw_start_bytes
+                .div_ceil(align_bytes.max(1))
+                .saturating_mul(align_bytes.max(1))
+        } else {
+            raw_start_bytes
+        };
+        if region_start_bytes % sector_bytes != 0 {
+            return Err(invalid(format!(
+                "the region starts at byte {region_start_bytes} (offset {base_bytes} + clone \
+                 {clone_index} × offset_increment {increment_bytes}), which is not a multiple \
+                 of the {sector_bytes}-byte sector"
+            )));
+        }
         if region_start_bytes >= device_bytes {
             return Err(invalid(format!(
                 "offset {region_start_bytes} is at or beyond the end of the {device_bytes}-byte \
@@ -345,6 +352,25 @@ impl JobGenerator {
             });
         }
 
+        let seq_rand_lengths = if spec.bs_is_seq_rand {
+            let sampler = |direction: usize| {
+                LengthSampler::new(&spec.block_sizes[direction], sector_bytes).map_err(|reason| {
+                    invalid(format!(
+                        "{} {reason} (bs_is_seq_rand takes it for {} requests)",
+                        DIRECTION_NAMES[direction],
+                        if direction == READ {
+                            "sequential"
+                        } else {
+                            "random"
+                        }
+                    ))
+                })
+            };
+            Some(Box::new([sampler(READ)?, sampler(WRITE)?]))
+        } else {
+            None
+        };
+
         let mut rng = ChaCha8Rng::seed_from_u64(spec.randseed.unwrap_or(seed));
         rng.set_stream(u64::from(clone_index));
 
@@ -361,6 +387,7 @@ impl JobGenerator {
             },
             repeat_offset: spec.rw_sequencer_identical,
             since_random: 0,
+            seq_rand_lengths,
             first_rng: rng.clone(),
             verify: spec.verify,
             written: Vec::new(),
@@ -459,7 +486,17 @@ impl JobGenerator {
         let rng = &mut self.rng;
         let region_len_bytes = self.region_len_bytes;
 
-        let mut len_bytes = state.lengths.sample(rng).min(region_len_bytes);
+        let lengths = match self.seq_rand_lengths.as_deref_mut() {
+            Some([sequential, random_lengths]) => {
+                if random {
+                    random_lengths
+                } else {
+                    sequential
+                }
+            }
+            None => &mut state.lengths,
+        };
+        let mut len_bytes = lengths.sample(rng).min(region_len_bytes);
         let relative_offset_bytes = if random {
             // A length clipped to the region is a multiple of the sector size but maybe not
             // of the alignment; the slot limit below still keeps the request inside.

@@ -538,6 +538,82 @@ fn ignored_options_are_accepted() {
 
 /// Options that would change what the device receives are refused until they are
 /// modelled, not accepted and dropped, and by name with what to use instead, not as typos.
+/// Options that are not modelled are accepted at the value where they change nothing (fio's
+/// default, or off), as tools that write job files spell them out; any other value is
+/// still refused by name.
+#[test]
+fn unmodelled_options_at_their_neutral_value_are_accepted() {
+    for option in [
+        "kb_base=1024",
+        "zonemode=none",
+        "nrfiles=1",
+        "openfiles=1",
+        "verify_backlog=0",
+        "experimental_verify=0",
+        "verify_only=0",
+        "trim_percentage=0",
+        "fill_device=0",
+        "bs_unaligned=false",
+        "thinkcycles=0",
+        "rate_min=0",
+        "rate_iops_min=0,0",
+        "latency_target=0",
+        "max_latency=0",
+        "flow=0",
+        "trim_verify_zero=1",
+        "file_service_type=roundrobin",
+        "ss_dur=30s",
+        "replay_no_stall=1",
+        "ioscheduler=none",
+        "rwmixcycle=500",
+        "exitall_on_error",
+        "stats=0",
+    ] {
+        parse_job_file(&format!("[job]\n{option}\n")).unwrap_or_else(|e| panic!("{option}: {e}"));
+    }
+    for option in [
+        "kb_base=1000",
+        "zonemode=strided",
+        "nrfiles=2",
+        "rate_min=1m",
+        "rate_iops_min=0,5",
+        "max_latency=10ms",
+        "flow=2",
+        "read_iolog=trace.log",
+        "write_iolog=out.log",
+    ] {
+        assert!(
+            matches!(
+                parse_job_file(&format!("[job]\n{option}\n")),
+                Err(WorkloadError::UnsupportedOption { .. })
+            ),
+            "{option}"
+        );
+    }
+}
+
+/// `exit_what`, `bs_is_seq_rand`, `serialize_overlap` and `wait_for`, which must name one
+/// job earlier in the file.
+#[test]
+fn job_coordination_options() {
+    assert!(with_option("exit_what=all").exit_all_groups);
+    assert!(!with_option("exit_what=stonewall").exit_all_groups);
+    assert_bad_value("exit_what=some", "exit_what");
+    assert!(with_option("bs_is_seq_rand=1").bs_is_seq_rand);
+    assert!(with_option("serialize_overlap=1").serialize_overlap);
+    let jobs = parse_job_file("[a]\nrw=write\n[b]\nwait_for=a\n").unwrap();
+    assert_eq!(jobs[1].wait_for.as_deref(), Some("a"));
+    for (text, reason) in [
+        ("[a]\nwait_for=b\n[b]\nrw=write\n", "names no job before"),
+        ("[a]\n[a]\n[b]\nwait_for=a\n", "more than one job"),
+        ("[a]\nwait_for=a\n", "names no job before"),
+    ] {
+        let error = parse_job_file(text).unwrap_err().to_string();
+        assert!(error.contains(reason), "{text:?}: {error}");
+    }
+    assert_bad_value("wait_for=", "wait_for");
+}
+
 #[test]
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
@@ -876,9 +952,19 @@ fn rate_options_cap_each_direction() {
     assert!(!with_option("rate_process=linear").rate_poisson);
     assert!(with_option("rate_process=Poisson").rate_poisson);
     assert_eq!(
-        with_option("offset_increment=16m").offset_increment_bytes,
-        16 << 20
+        with_option("offset_increment=16m").offset_increment,
+        SizeSpec::Bytes(16 << 20)
     );
+    assert_eq!(
+        with_option("offset_increment=5%").offset_increment,
+        SizeSpec::Percent(5.0)
+    );
+    assert_eq!(
+        with_option("offset_align=64k").offset_align_bytes,
+        Some(64 << 10)
+    );
+    assert_eq!(with_option("offset_align=0").offset_align_bytes, None);
+    assert_bad_value("offset_increment=150%", "offset_increment");
     assert_bad_value("rate=fast", "rate");
     assert_bad_value("rate_iops=1k", "rate_iops");
     assert_bad_value("rate_iops=-5", "rate_iops");

@@ -156,14 +156,20 @@ fn percentage_regions_and_clipping() {
     assert_eq!(generator.region(), (25 * MIB, 50 * MIB));
     assert_eq!(generator.size_cut(), None);
 
-    // A percentage offset is aligned down to the block size.
+    // A percentage offset is rounded up to the smallest block size, as fio's
+    // `get_start_offset` does: 10% of 10 MiB + 512 is 1,048,627.2 bytes, so 1 MiB + 4 KiB.
     spec.offset = SizeSpec::Percent(10.0);
     spec.size = None;
     let generator = JobGenerator::new(&spec, 10 * MIB + 512, 512, 0, 0).unwrap();
     let (start_bytes, len_bytes) = generator.region();
-    assert_eq!(start_bytes % (4 * KIB), 0);
+    assert_eq!(start_bytes, MIB + 4 * KIB);
     assert_eq!(start_bytes + len_bytes, 10 * MIB + 512);
     assert_eq!(generator.size_cut(), None, "no size, nothing cut");
+    // `offset_align` replaces the block size there.
+    spec.offset_align_bytes = Some(64 * KIB);
+    let generator = JobGenerator::new(&spec, 10 * MIB + 512, 512, 0, 0).unwrap();
+    assert_eq!(generator.region().0, MIB + 64 * KIB);
+    spec.offset_align_bytes = None;
 
     // A size reaching past the device end is clipped to it, as fio does on a block device,
     // and the size asked for is kept so that the cut can be reported.
@@ -641,7 +647,7 @@ fn offset_increment_moves_each_clones_region() {
     let mut spec = job(RwMode::RandWrite);
     spec.offset = SizeSpec::Bytes(4096);
     spec.size = Some(SizeSpec::Bytes(64 << 10));
-    spec.offset_increment_bytes = 128 << 10;
+    spec.offset_increment = SizeSpec::Bytes(128 << 10);
     for clone in 0..4u32 {
         let mut g = JobGenerator::new(&spec, MIB, 512, 3, clone).unwrap();
         let start = 4096 + clone as u64 * (128 << 10);
@@ -654,16 +660,70 @@ fn offset_increment_moves_each_clones_region() {
         );
     }
     assert!(JobGenerator::new(&spec, MIB, 512, 3, 8).is_err());
-    spec.offset_increment_bytes = 1000;
+    spec.offset_increment = SizeSpec::Bytes(1000);
     assert!(
         JobGenerator::new(&spec, MIB, 512, 3, 1).is_err(),
         "not a whole sector"
     );
-    spec.offset_increment_bytes = u64::MAX / 2;
+    spec.offset_increment = SizeSpec::Bytes(u64::MAX / 2);
     assert!(
         JobGenerator::new(&spec, MIB, 512, 3, 3).is_err(),
         "overflow"
     );
+    // A percentage increment is of the device, and the start it gives is rounded up to the
+    // block size: 3% of 1 MiB is 31,457.28 bytes, so clone 1 starts at 4096 + 32 KiB.
+    spec.offset_increment = SizeSpec::Percent(3.0);
+    spec.size = Some(SizeSpec::Bytes(16 << 10));
+    let g = JobGenerator::new(&spec, MIB, 512, 3, 1).unwrap();
+    assert_eq!(g.region().0, 4096 + (32 << 10));
+}
+
+/// `bs_is_seq_rand`: sequential requests take the read block size and random ones the
+/// write block size, whatever their direction.
+#[test]
+fn bs_is_seq_rand_sizes_by_randomness_not_direction() {
+    let mut spec = job(RwMode::RandRw);
+    spec.block_sizes = [
+        BlockSizeSpec::Fixed(8 << 10),
+        BlockSizeSpec::Fixed(16 << 10),
+        BlockSizeSpec::Fixed(4 << 10),
+    ];
+    spec.percentage_random = 50;
+    spec.bs_is_seq_rand = true;
+    spec.number_ios = Some(400);
+    spec.io_size_bytes = Some(64 * MIB);
+    let requests = collect(
+        &mut JobGenerator::new(&spec, 4 * MIB, 512, 9, 0).unwrap(),
+        400,
+    );
+    let sized = |len: u64, op: IoOp| {
+        requests
+            .iter()
+            .filter(|r| r.len_bytes == len && r.op == op)
+            .count()
+    };
+    // Both sizes in both directions, and nothing else.
+    for op in [IoOp::Read, IoOp::Write] {
+        assert!(sized(8 << 10, op) > 20, "{op:?}");
+        assert!(sized(16 << 10, op) > 20, "{op:?}");
+    }
+    assert_eq!(
+        sized(8 << 10, IoOp::Read)
+            + sized(8 << 10, IoOp::Write)
+            + sized(16 << 10, IoOp::Read)
+            + sized(16 << 10, IoOp::Write),
+        400
+    );
+    // A sequential job takes the read size for its writes.
+    let mut seq = job(RwMode::Write);
+    seq.block_sizes = spec.block_sizes.clone();
+    seq.bs_is_seq_rand = true;
+    seq.number_ios = Some(10);
+    let writes = collect(
+        &mut JobGenerator::new(&seq, 4 * MIB, 512, 9, 0).unwrap(),
+        10,
+    );
+    assert!(writes.iter().all(|r| r.len_bytes == 8 << 10), "{writes:?}");
 }
 
 /// `sync=1` marks every write FUA and nothing else, and draws the same requests as without.
