@@ -556,15 +556,21 @@ pub fn run_on(
 }
 
 fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, String> {
+    // A job's `read_iolog` path counts from the directory of the file that names it: the
+    // configuration's for an inline job, the job file's otherwise.
     if let Some(text) = &w.job {
-        let jobs = parse_job_file(text).map_err(|e| format!("inline job: {e}"))?;
+        let mut jobs = parse_job_file(text).map_err(|e| format!("inline job: {e}"))?;
+        afa_workload::fio::load_iologs(&mut jobs, base).map_err(|e| format!("inline job: {e}"))?;
         return Ok(Workload::Jobs(jobs));
     }
     if let Some(path) = &w.job_file {
         let path = base.join(path);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read job file {}: {e}", path.display()))?;
-        let jobs = parse_job_file(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut jobs = parse_job_file(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let job_dir = path.parent().unwrap_or(base);
+        afa_workload::fio::load_iologs(&mut jobs, job_dir)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(Workload::Jobs(jobs));
     }
     let t = w.trace.as_ref().ok_or("[workload] names no job or trace")?;

@@ -148,6 +148,73 @@ fn a_job_file_written_for_a_real_host_runs_unchanged() {
     assert!(sim_s < 5.0, "{sim_s}");
 }
 
+/// A job that replays a fio iolog (`read_iolog`, a path from the job file's directory)
+/// issues the log's requests in place of its own pattern, beside a job of its own, and every
+/// read of both is checked.
+#[test]
+fn a_job_replays_a_fio_iolog_beside_another() {
+    let log = temp("replay.iolog");
+    let mut text = String::from("fio version 3 iolog\n1 /dev/sdb add\n2 /dev/sdb open\n");
+    for i in 0..40u64 {
+        text.push_str(&format!(
+            "{} /dev/sdb write {} 8192\n",
+            10 + i * 50,
+            i * 8192
+        ));
+    }
+    for i in 0..40u64 {
+        text.push_str(&format!(
+            "{} /dev/sdb read {} 8192\n",
+            2_100 + i * 50,
+            i * 8192
+        ));
+    }
+    text.push_str("4200 /dev/sdb sync 0 0\n4300 /dev/sdb close\n");
+    std::fs::write(&log, text).unwrap();
+    let job = temp("replay.fio");
+    let run_at = |percent: u32| {
+        std::fs::write(
+            &job,
+            format!(
+                "[replay]\nread_iolog=replay.iolog\nreplay_time_scale={percent}\niodepth=4\n\
+                 [own]\nrw=randread\nbs=4k\noffset=8m\nsize=1m\nnumber_ios=30\n"
+            ),
+        )
+        .unwrap();
+        let v = run_text(
+            "replay.toml",
+            &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
+        );
+        assert_eq!(v["integrity"]["mismatches"], 0);
+        assert_eq!(v["write"]["ios"], 40);
+        assert_eq!(v["read"]["ios"], 70);
+        assert_eq!(v["flush"]["ios"], 1);
+        v["sim_time_ns"].as_u64().unwrap()
+    };
+    // The log's last request (the sync) comes 4.19 ms after its first: the replay keeps
+    // that timing, or half of it at twice the rate.
+    let as_recorded_ns = run_at(100);
+    let twice_as_fast_ns = run_at(200);
+    assert!(as_recorded_ns >= 4_190_000, "{as_recorded_ns}");
+    assert!(twice_as_fast_ns >= 2_095_000, "{twice_as_fast_ns}");
+    assert!(
+        twice_as_fast_ns < as_recorded_ns,
+        "{twice_as_fast_ns} vs {as_recorded_ns}"
+    );
+    // A log that is not there is named, with the job.
+    std::fs::write(&job, "[replay]\nread_iolog=missing.iolog\n").unwrap();
+    let out = run_config(
+        "replay_missing.toml",
+        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("[replay]") && stderr.contains("missing.iolog"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn trace_replay_runs_from_a_config() {
     let v = run_fixture("trace.toml");

@@ -127,10 +127,14 @@ enum Source {
         /// fio's `rate=` / `rate_iops=`, when the job caps any direction.
         rate: Option<Box<RateGate>>,
     },
+    /// A trace (the run's, or a job's `read_iolog`), replayed in order from `next`: at
+    /// `origin_ns` plus each record's timestamp times `timed`, or (`None`) as fast as the
+    /// queue depth allows.
     Trace {
-        records: Vec<TraceRecord>,
+        records: std::sync::Arc<Vec<TraceRecord>>,
         next: usize,
         timed: Option<f64>,
+        origin_ns: TimeNs,
     },
 }
 
@@ -310,6 +314,53 @@ enum Thinking {
 }
 
 impl Stream {
+    /// A stream of group `group` that replays `records` ([`Source::Trace`]), `iodepth` at a
+    /// time; the job options a replay keeps are set by the caller.
+    fn replaying(
+        records: std::sync::Arc<Vec<TraceRecord>>,
+        timed: Option<f64>,
+        iodepth: u32,
+        group: usize,
+    ) -> Stream {
+        Stream {
+            source: Source::Trace {
+                records,
+                next: 0,
+                timed,
+                origin_ns: 0,
+            },
+            group,
+            iodepth,
+            outstanding: 0,
+            exhausted: false,
+            deadline_ns: None,
+            ramp_end_ns: 0,
+            think: ThinkTime::default(),
+            thinking: Thinking::Running,
+            issued_requests: 0,
+            completed_requests: 0,
+            think_mark_requests: 0,
+            think_mark_ns: 0,
+            continue_on_read_error: false,
+            runtime_ns: None,
+            ramp_time_ns: 0,
+            wakeup_pending: false,
+            end_flush: false,
+            unflushed_writes: false,
+            time_based: None,
+            start_delay_ns: 0,
+            refill_at_depth: iodepth.saturating_sub(1),
+            draining: false,
+            exit_all: false,
+            exit_all_groups: false,
+            waits_for: Vec::new(),
+            held_back: false,
+            serialize_overlap: false,
+            inflight_ranges: Vec::new(),
+            overlapping: None,
+        }
+    }
+
     /// Whether a pause is due now (`thinktime_blocks` requests counted, or
     /// `thinktime_iotime` run, since the last one); if so, the count is marked.
     fn think_due(&mut self, now_ns: TimeNs) -> bool {
@@ -550,6 +601,47 @@ impl<'d> Host<'d> {
                         None => Vec::new(),
                     };
                     let first_stream = streams.len() as u32;
+                    if let Some(path) = &job.read_iolog {
+                        let invalid = |reason: String| {
+                            RunError::Workload(WorkloadError::InvalidJob {
+                                job: job.name.clone(),
+                                reason,
+                            })
+                        };
+                        let records = job.iolog_records.clone().ok_or_else(|| {
+                            invalid(format!(
+                                "read_iolog={path} was not read (afa_workload::fio::load_iologs)"
+                            ))
+                        })?;
+                        if job.time_based {
+                            return Err(invalid(
+                                "time_based with read_iolog is not modelled: a replay ends \
+                                 with its log"
+                                    .into(),
+                            ));
+                        }
+                        // fio replays the log in place of the job's own pattern; the job
+                        // keeps its queue depth, timing options and place among the jobs.
+                        let timed = (!job.replay_no_stall)
+                            .then(|| 100.0 / f64::from(job.replay_time_scale_percent.max(1)));
+                        for _ in 0..job.numjobs {
+                            progress_total += records.iter().map(|r| r.len_bytes).sum::<u64>();
+                            let mut stream =
+                                Stream::replaying(records.clone(), timed, job.iodepth, groups - 1);
+                            stream.think = job.think;
+                            stream.continue_on_read_error = job.continue_on_read_error;
+                            stream.runtime_ns = job.runtime_ns;
+                            stream.ramp_time_ns = job.ramp_time_ns;
+                            stream.start_delay_ns = job.start_delay_ns;
+                            stream.exit_all = job.exit_all;
+                            stream.exit_all_groups = job.exit_all_groups;
+                            stream.waits_for = waits_for.clone();
+                            stream.serialize_overlap = job.serialize_overlap;
+                            streams.push(stream);
+                        }
+                        job_streams.push(first_stream..streams.len() as u32);
+                        continue;
+                    }
                     // The clones whose region the device's end cut short, and the first
                     // of them, for one note per job however many clones it has.
                     let mut cut_clones = 0u32;
@@ -670,42 +762,12 @@ impl<'d> Host<'d> {
                     TraceReplay::Timed { time_scale } => (u32::MAX, Some(time_scale)),
                     TraceReplay::Closed { iodepth } => (iodepth.max(1), None),
                 };
-                streams.push(Stream {
-                    source: Source::Trace {
-                        records: records.clone(),
-                        next: 0,
-                        timed,
-                    },
-                    group: 0,
+                streams.push(Stream::replaying(
+                    std::sync::Arc::new(records.clone()),
+                    timed,
                     iodepth,
-                    outstanding: 0,
-                    exhausted: false,
-                    deadline_ns: None,
-                    ramp_end_ns: 0,
-                    think: ThinkTime::default(),
-                    thinking: Thinking::Running,
-                    issued_requests: 0,
-                    completed_requests: 0,
-                    think_mark_requests: 0,
-                    think_mark_ns: 0,
-                    continue_on_read_error: false,
-                    runtime_ns: None,
-                    ramp_time_ns: 0,
-                    wakeup_pending: false,
-                    end_flush: false,
-                    unflushed_writes: false,
-                    time_based: None,
-                    start_delay_ns: 0,
-                    refill_at_depth: iodepth.saturating_sub(1),
-                    draining: false,
-                    exit_all: false,
-                    exit_all_groups: false,
-                    waits_for: Vec::new(),
-                    held_back: false,
-                    serialize_overlap: false,
-                    inflight_ranges: Vec::new(),
-                    overlapping: None,
-                });
+                    0,
+                ));
             }
         }
         let oracle = (info.payload_unit_bytes > 0).then(|| {
@@ -991,11 +1053,12 @@ impl<'d> Host<'d> {
         let s = &mut self.streams[i];
         let start = now.max(self.group_start_ns + s.start_delay_ns);
         s.deadline_ns = s.runtime_ns.map(|r| start + s.ramp_time_ns + r);
-        if let Source::Job {
-            rate: Some(rate), ..
-        } = &mut s.source
-        {
-            rate.start(start);
+        match &mut s.source {
+            Source::Job {
+                rate: Some(rate), ..
+            } => rate.start(start),
+            Source::Trace { origin_ns, .. } => *origin_ns = start,
+            Source::Job { rate: None, .. } => {}
         }
         s.ramp_end_ns = start + s.ramp_time_ns;
         s.think_mark_ns = start;
@@ -1214,10 +1277,11 @@ impl<'d> Host<'d> {
                 records,
                 next,
                 timed,
+                origin_ns,
             } => {
                 let r = records.get(*next).copied();
                 if let (Some(scale), Some(r)) = (*timed, r) {
-                    let due = (r.timestamp_ns as f64 * scale) as TimeNs;
+                    let due = origin_ns.saturating_add((r.timestamp_ns as f64 * scale) as TimeNs);
                     if due > now {
                         // Not yet: come back at the record's time (once).
                         if !s.wakeup_pending {

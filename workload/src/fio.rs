@@ -7,7 +7,42 @@
 //! that a typo such as `iodeph=32` never silently runs a different workload.
 
 use crate::size::{parse_duration_ns, parse_duration_ns_default_unit, parse_size, NS_PER_US};
+use crate::trace::{read_trace, TraceFormat, TraceRecord};
 use crate::WorkloadError;
+
+fn one_hundred_percent() -> u32 {
+    100
+}
+
+/// Reads the fio iolog of every job that replays one (`read_iolog`), a relative path from
+/// `base` (the job file's directory), and keeps its requests in the job with `replay_scale`
+/// and `replay_align` applied to their offsets, as fio applies them.
+pub fn load_iologs(jobs: &mut [JobSpec], base: &std::path::Path) -> Result<(), WorkloadError> {
+    for job in jobs.iter_mut() {
+        let Some(path) = &job.read_iolog else {
+            continue;
+        };
+        let full = base.join(path);
+        let invalid = |reason: String| WorkloadError::InvalidJob {
+            job: job.name.clone(),
+            reason,
+        };
+        let file = std::fs::File::open(&full)
+            .map_err(|e| invalid(format!("cannot open read_iolog {}: {e}", full.display())))?;
+        let mut records = read_trace(
+            std::io::BufReader::new(file),
+            TraceFormat::Iolog,
+            &full.display().to_string(),
+        )?;
+        let scale = job.replay_scale.unwrap_or(1).max(1);
+        let align = job.replay_align_bytes.unwrap_or(1).max(1);
+        for record in &mut records {
+            record.offset_bytes = record.offset_bytes / scale / align * align;
+        }
+        job.iolog_records = Some(std::sync::Arc::new(records));
+    }
+    Ok(())
+}
 
 /// The I/O pattern of a job, fio's `rw=` option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -364,6 +399,28 @@ pub struct JobSpec {
     /// (`serialize_overlap`).
     #[serde(default)]
     pub serialize_overlap: bool,
+    /// fio's `read_iolog`: the job replays this fio iolog (v2 or v3) instead of drawing its
+    /// own requests, with the `replay_*` options below ([`load_iologs`] reads it).
+    #[serde(default)]
+    pub read_iolog: Option<String>,
+    /// `replay_no_stall`: the log's requests go as fast as the queue depth allows, not at
+    /// their timestamps.
+    #[serde(default)]
+    pub replay_no_stall: bool,
+    /// `replay_time_scale`: the replay runs at this percentage of the log's rate (100: as
+    /// recorded, 200: twice as fast).
+    #[serde(default = "one_hundred_percent")]
+    pub replay_time_scale_percent: u32,
+    /// `replay_scale`: the log's byte offsets are divided by this factor.
+    #[serde(default)]
+    pub replay_scale: Option<u64>,
+    /// `replay_align`: the log's byte offsets (after `replay_scale`) are rounded down to a
+    /// multiple of this power of two.
+    #[serde(default)]
+    pub replay_align_bytes: Option<u64>,
+    /// The requests of `read_iolog`, scaled and aligned, once [`load_iologs`] has read them.
+    #[serde(skip)]
+    pub iolog_records: Option<std::sync::Arc<Vec<TraceRecord>>>,
     /// fio's verify pass (`verify=` a method, with `do_verify` left on): each iteration
     /// ends by reading back what it wrote (by offset, each byte from its last write), once
     /// its writes have completed. The run's oracle checks those reads as it checks every
@@ -431,6 +488,12 @@ impl JobSpec {
             bs_is_seq_rand: false,
             wait_for: None,
             serialize_overlap: false,
+            read_iolog: None,
+            replay_no_stall: false,
+            replay_time_scale_percent: 100,
+            replay_scale: None,
+            replay_align_bytes: None,
+            iolog_records: None,
             verify: false,
             offset_modifier: None,
             rw_sequencer_identical: false,
@@ -507,8 +570,8 @@ const IGNORED_OPTIONS: &[&str] = &[
     // Deprecated in fio, where it no longer does anything.
     "rwmixcycle",
     // Options that only qualify one that is refused unless it is off (steady state, a
-    // minimum rate, the latency target search, verifying trims, more than one file, an
-    // iolog replay): with it off they change nothing.
+    // minimum rate, the latency target search, verifying trims, more than one file): with
+    // it off they change nothing.
     "ss_dur",
     "ss_ramp",
     "rate_cycle",
@@ -517,12 +580,10 @@ const IGNORED_OPTIONS: &[&str] = &[
     "latency_run",
     "trim_verify_zero",
     "file_service_type",
-    "replay_no_stall",
-    "replay_time_scale",
-    "replay_redirect",
-    "replay_align",
-    "replay_scale",
+    // How fio reads an iolog (in pieces, or onto another device): the replay's requests
+    // are the same.
     "read_iolog_chunked",
+    "replay_redirect",
     // How fio hands its queued requests to the kernel: it commits them in batches of
     // `iodepth_batch`, but always before it waits for a completion, so in simulated time
     // every request it queued reaches the device at the instant it was queued; and how
@@ -677,12 +738,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
     (
         &["flow", "flow_id", "flow_watermark", "flow_sleep"],
         "flow control between jobs is not modelled; cap each job with rate or rate_iops",
-    ),
-    (
-        &["read_iolog"],
-        "replay the log as the run's trace instead: a [workload.trace] table with \
-         path = \"FILE\" and format = \"iolog\" (replay = \"closed\" for replay_no_stall; \
-         docs/configuration.md)",
     ),
     (
         &["write_iolog", "iolog"],
@@ -1210,6 +1265,34 @@ fn apply_option(
                 return Err(context.bad("needs the name of an earlier job"));
             }
             spec.wait_for = Some(name.to_string());
+        }
+        "read_iolog" => {
+            let path = context.required(value)?.trim();
+            if path.is_empty() {
+                return Err(context.bad("needs the path of a fio iolog"));
+            }
+            spec.read_iolog = Some(path.to_string());
+        }
+        "replay_no_stall" => spec.replay_no_stall = parse_bool(&context, value)?,
+        "replay_time_scale" => {
+            let percent = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.replay_time_scale_percent = match u32::try_from(percent) {
+                Ok(0) | Err(_) => {
+                    return Err(context.bad("a percentage of the log's rate, at least 1"))
+                }
+                Ok(p) => p,
+            };
+        }
+        "replay_scale" => {
+            let factor = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            spec.replay_scale = (factor > 1).then_some(factor);
+        }
+        "replay_align" => {
+            let bytes = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            if bytes > 0 && !bytes.is_power_of_two() {
+                return Err(context.bad("must be a power of two"));
+            }
+            spec.replay_align_bytes = (bytes > 1).then_some(bytes);
         }
         "offset_align" => {
             let bytes = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;

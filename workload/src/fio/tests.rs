@@ -579,7 +579,6 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
         "rate_iops_min=0,5",
         "max_latency=10ms",
         "flow=2",
-        "read_iolog=trace.log",
         "write_iolog=out.log",
     ] {
         assert!(
@@ -590,6 +589,45 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
             "{option}"
         );
     }
+}
+
+/// `read_iolog` and its `replay_*` options; [`load_iologs`] reads the log from the job
+/// file's directory and applies `replay_scale` and `replay_align` to its offsets.
+#[test]
+fn iolog_replay_options_and_loading() {
+    let dir = std::env::temp_dir().join(format!("afa-iolog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.log"),
+        "fio version 2 iolog\nsdb add\nsdb open\nsdb write 1000000 4096\nsdb read 40960 512\n",
+    )
+    .unwrap();
+    let mut jobs = parse_job_file(
+        "[r]\nread_iolog=t.log\nreplay_no_stall=1\nreplay_time_scale=50\nreplay_scale=2\n\
+         replay_align=4k\n",
+    )
+    .unwrap();
+    let job = &jobs[0];
+    assert_eq!(job.read_iolog.as_deref(), Some("t.log"));
+    assert!(job.replay_no_stall);
+    assert_eq!(job.replay_time_scale_percent, 50);
+    assert_eq!(job.replay_scale, Some(2));
+    assert_eq!(job.replay_align_bytes, Some(4096));
+    load_iologs(&mut jobs, &dir).unwrap();
+    let records = jobs[0].iolog_records.as_deref().unwrap();
+    let offsets: Vec<u64> = records.iter().map(|r| r.offset_bytes).collect();
+    // 1,000,000 / 2 = 500,000, down to 4 KiB: 499,712; 40,960 / 2 = 20,480 (already aligned).
+    assert_eq!(offsets, [499_712, 20_480]);
+    let mut missing = parse_job_file("[r]\nread_iolog=nope.log\n").unwrap();
+    let error = load_iologs(&mut missing, &dir).unwrap_err().to_string();
+    assert!(
+        error.contains("[r]") && error.contains("nope.log"),
+        "{error}"
+    );
+    assert_bad_value("replay_time_scale=0", "replay_time_scale");
+    assert_bad_value("replay_align=3000", "replay_align");
+    assert_bad_value("read_iolog=", "read_iolog");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `exit_what`, `bs_is_seq_rand`, `serialize_overlap` and `wait_for`, which must name one
