@@ -854,3 +854,182 @@ proptest! {
         let _ = ssd.submit(3, &Command::flush(), ReadBuffers::none());
     }
 }
+
+/// Reads every sector's token (0 for zeroes).
+fn read_all_tokens(ssd: &mut WaflashSsd, now: u64, capacity: u64) -> Vec<u64> {
+    let mut tokens = Vec::with_capacity(capacity as usize);
+    for lba in (0..capacity).step_by(4) {
+        let n = (capacity - lba).min(4) as u32;
+        let got = read_bytes(ssd, now, lba, n);
+        for k in 0..n as usize {
+            tokens.push(afa_nand::unit_token(&got[k * 4096..(k + 1) * 4096]));
+        }
+    }
+    tokens
+}
+
+/// The process serving an image-backed SSD goes at random points of a random run, by a
+/// kill (no flush: what the last FLUSH or FUA write committed survives) or by an orderly
+/// stop (a FLUSH, then the process goes), and the next one reopens the image. After an
+/// orderly stop every acknowledged write reads back, but on a sector a TRIM deallocated
+/// since its last write (a trim is not durable).
+fn kills_and_orderly_stops(
+    seed: u64,
+    policy: BufferPolicy,
+    compaction: bool,
+) -> Result<(), String> {
+    let config = tiny(policy, FtlKind::MultiVersion, compaction);
+    let max_sectors = 400;
+    let steps = 2500;
+    // A restart (a kill or an orderly stop, half each) comes at this many steps in a
+    // thousand; the other steps are I/O, flushes and idle time.
+    let restarts_per_mille = 100;
+    let dir = Scratch::new(&format!(
+        "stops-{seed}-{:?}-{}",
+        config.buffer_policy, config.compaction
+    ));
+    let path = dir.0.join("waflash.img");
+    let image = crate::WaflashImage::create(&path, &config).unwrap();
+    let mut ssd = WaflashSsd::create_in(config.clone(), seed, image).unwrap();
+    let capacity = ssd.info().capacity_sectors.min(max_sectors);
+    let mut model = vec![0u64; capacity as usize];
+    let mut trimmed = vec![false; capacity as usize];
+    let mut rng = afa_sim::SimRng::new(seed);
+    let mut now = 0u64;
+    let mut version = 0u64;
+    for step in 0..steps {
+        now += 1 + rng.below(200_000);
+        let roll = if rng.below(1000) < restarts_per_mille {
+            90 + rng.below(10)
+        } else {
+            rng.below(90)
+        };
+        match roll {
+            0..=59 => {
+                let most = ssd.info().max_transfer_sectors.min(64) as u64;
+                let lba = rng.below(capacity - most);
+                let n = 1 + rng.below(most) as u32;
+                version += 1;
+                let data = full_bytes(lba, n, version);
+                let fua = rng.below(10) == 0;
+                let cmd = if fua {
+                    Command {
+                        flags: CommandFlags {
+                            fua: true,
+                            ..Default::default()
+                        },
+                        ..Command::write(lba, n, &data)
+                    }
+                } else {
+                    Command::write(lba, n, &data)
+                };
+                ssd.submit(now, &cmd, ReadBuffers::none())
+                    .map_err(|e| format!("step {step}: write: {e}"))?;
+                for l in lba..lba + n as u64 {
+                    model[l as usize] = sector_token(l, version);
+                    trimmed[l as usize] = false;
+                }
+            }
+            60..=69 => {
+                let lba = rng.below(capacity - 16);
+                let n = 1 + rng.below(16) as u32;
+                ssd.submit(now, &Command::trim(lba, n), ReadBuffers::none())
+                    .map_err(|e| format!("step {step}: trim: {e}"))?;
+                for l in lba..lba + n as u64 {
+                    model[l as usize] = 0;
+                    trimmed[l as usize] = true;
+                }
+            }
+            70..=74 => {
+                flush(&mut ssd, now);
+            }
+            75..=84 => {
+                let lba = rng.below(capacity - 16);
+                let n = 1 + rng.below(16) as u32;
+                let got = read_bytes(&mut ssd, now, lba, n);
+                for k in 0..n as usize {
+                    let s = lba as usize + k;
+                    let token = afa_nand::unit_token(&got[k * 4096..(k + 1) * 4096]);
+                    if token != model[s] {
+                        return Err(format!(
+                            "step {step}: sector {s} reads {token:#x}, not {:#x}",
+                            model[s]
+                        ));
+                    }
+                }
+            }
+            85..=89 => {
+                now += 5_000_000;
+                while let Some(next) = ssd.background(now) {
+                    if next > now {
+                        break;
+                    }
+                }
+            }
+            90..=94 => {
+                // Kill: the next process takes the image as the last commit left it; half
+                // the kills come inside a commit, as a kill -9 during a FLUSH would.
+                if rng.below(2) == 0 {
+                    use crate::image::Stage;
+                    let stages = [
+                        Stage::Direct,
+                        Stage::Record,
+                        Stage::Pointer,
+                        Stage::Sync,
+                        Stage::Apply,
+                    ];
+                    let stage = stages[rng.below(5) as usize];
+                    ssd.image_mut().expect("kept in an image").hooks.cut_before = Some(stage);
+                    let _ = ssd.submit(now, &Command::flush(), ReadBuffers::none());
+                }
+                drop(ssd);
+                ssd = WaflashSsd::open_image(config.clone(), seed, &path)
+                    .map_err(|e| format!("step {step}: reopen after a kill: {e}"))?
+                    .0;
+                now = 0;
+                model = read_all_tokens(&mut ssd, now, capacity);
+                trimmed.fill(false);
+            }
+            _ => {
+                // Orderly stop: the final flush, then the process goes.
+                flush(&mut ssd, now);
+                drop(ssd);
+                ssd = WaflashSsd::open_image(config.clone(), seed, &path)
+                    .map_err(|e| format!("step {step}: reopen after a stop: {e}"))?
+                    .0;
+                now = 0;
+                let got = read_all_tokens(&mut ssd, now, capacity);
+                for s in 0..capacity as usize {
+                    if !trimmed[s] && got[s] != model[s] {
+                        return Err(format!(
+                            "step {step}: sector {s} reads {:#x} after an orderly stop, not {:#x}",
+                            got[s], model[s]
+                        ));
+                    }
+                }
+                model = got;
+                trimmed.fill(false);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn kills_and_orderly_stops_of_an_image_lose_no_acknowledged_write() {
+    let mut failures = Vec::new();
+    for seed in 0..10 {
+        for (policy, compaction) in [
+            (BufferPolicy::PcLru, true),
+            (BufferPolicy::PcLru, false),
+            (BufferPolicy::Lru, true),
+        ] {
+            if let Err(e) = kills_and_orderly_stops(seed, policy, compaction) {
+                failures.push(format!(
+                    "seed {seed} {policy:?} compaction {compaction}: {e}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
