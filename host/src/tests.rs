@@ -1085,6 +1085,7 @@ const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
     ("thinktime_spin", &["0", "20"]),
     ("rate_ignore_thinktime", &["0", "1"]),
     ("bs_is_seq_rand", &["0", "1"]),
+    ("kb_base", &["1024", "1000"]),
     ("serialize_overlap", &["0", "1"]),
     ("exit_what", &["group", "all"]),
     ("exitall", &["0", "1"]),

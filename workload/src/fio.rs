@@ -6,7 +6,10 @@
 //! (`ioengine`, `direct`, ...) are accepted and ignored; any other option is an error, so
 //! that a typo such as `iodeph=32` never silently runs a different workload.
 
-use crate::size::{parse_duration_ns, parse_duration_ns_default_unit, parse_size, NS_PER_US};
+use crate::size::{
+    parse_duration_ns, parse_duration_ns_default_unit, parse_size, parse_size_with_kb_base,
+    NS_PER_US,
+};
 use crate::trace::{read_trace, TraceFormat, TraceRecord};
 use crate::WorkloadError;
 
@@ -694,11 +697,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          the writes or after trims",
     ),
     (
-        &["kb_base"],
-        "size suffixes always count in powers of 1024 here (k = 1024 bytes); give sizes in \
-         bytes to use powers of 1000",
-    ),
-    (
         &["nrfiles", "filesize", "openfiles", "opendir", "create_only"],
         "a job addresses one block device here, not a set of files",
     ),
@@ -766,7 +764,6 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
     };
     let off = || matches!(value.as_str(), "0" | "false" | "no" | "off");
     match key {
-        "kb_base" => value == "1024",
         "zonemode" => value == "none",
         "nrfiles" | "openfiles" => parse_unsigned(&value) == Ok(1),
         "verify_only"
@@ -875,7 +872,9 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
         fsync_on_close: false,
         verify_method: false,
         do_verify: true,
+        kb_base: 1024,
     };
+    let kb_bases = section_kb_bases(text);
     let mut current = Section::None;
     let mut jobs = Vec::new();
 
@@ -905,10 +904,18 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
             if let Section::Job { builder, .. } = std::mem::replace(&mut current, Section::None) {
                 jobs.push(builder.spec);
             }
+            // fio parses a section's kb_base before its other options, wherever it stands.
+            let kb_base = kb_bases.get(&line_number).copied();
             current = if name == "global" {
+                if let Some(base) = kb_base {
+                    global.kb_base = base;
+                }
                 Section::Global
             } else {
                 let mut builder = Box::new(global.clone());
+                if let Some(base) = kb_base {
+                    builder.kb_base = base;
+                }
                 if !builder.name_from_option {
                     builder.spec.name = name.to_string();
                 }
@@ -969,6 +976,29 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
     Ok(jobs)
 }
 
+/// The `kb_base` each section sets (its last one, as a later setting wins), by the line
+/// number of the section's header. Values that are not 1000 or 1024 are left for the
+/// option's own parse to refuse.
+fn section_kb_bases(text: &str) -> std::collections::BTreeMap<usize, u64> {
+    let mut bases = std::collections::BTreeMap::new();
+    let mut header = 0;
+    for (index, raw_line) in text.lines().enumerate() {
+        let line = strip_comment(raw_line).trim();
+        if line.starts_with('[') {
+            header = index + 1;
+            continue;
+        }
+        if let Some((key, value)) = line.split_once('=') {
+            if key.trim() == "kb_base" {
+                if let Ok(base @ (1000 | 1024)) = value.trim().parse::<u64>() {
+                    bases.insert(header, base);
+                }
+            }
+        }
+    }
+    bases
+}
+
 /// The section whose options the parser is currently reading.
 enum Section {
     /// Before the first section header.
@@ -1001,6 +1031,8 @@ struct JobBuilder {
     /// runs when both hold, whichever option the file gives first.
     verify_method: bool,
     do_verify: bool,
+    /// fio's `kb_base` (1024 or 1000), which fio reads before the section's other options.
+    kb_base: u64,
 }
 
 /// Removes a comment from a line: the whole line if it starts with `#` or `;`, otherwise
@@ -1026,6 +1058,8 @@ struct OptionContext<'a> {
     option: &'a str,
     value: &'a str,
     line: usize,
+    /// fio's `kb_base` of the section: what `k`, `m`, ... count in.
+    kb_base: u64,
 }
 
 impl OptionContext<'_> {
@@ -1040,6 +1074,11 @@ impl OptionContext<'_> {
     }
 
     /// The option's value, which must be present.
+    /// A byte count under the section's `kb_base`.
+    fn size(&self, text: &str) -> Result<u64, String> {
+        parse_size_with_kb_base(text, self.kb_base)
+    }
+
     fn required<'v>(&self, value: Option<&'v str>) -> Result<&'v str, WorkloadError> {
         match value {
             Some(value) if !value.is_empty() => Ok(value),
@@ -1061,6 +1100,7 @@ fn apply_option(
         option: key,
         value: value.unwrap_or(""),
         line,
+        kb_base: builder.kb_base,
     };
     let spec = &mut builder.spec;
     match key {
@@ -1073,7 +1113,7 @@ fn apply_option(
             spec.rw = parse_rw(mode).map_err(|r| context.bad(r))?;
             spec.offset_modifier = match modifier {
                 None => None,
-                Some(n) => match parse_size(n.trim()).map_err(|r| context.bad(r))? {
+                Some(n) => match context.size(n.trim()).map_err(|r| context.bad(r))? {
                     0 => return Err(context.bad("the ':N' offset modifier must be positive")),
                     n => Some(n),
                 },
@@ -1091,27 +1131,29 @@ fn apply_option(
             &context,
             context.required(value)?,
             &mut spec.block_sizes,
-            |text| positive_size(text).map(BlockSizeSpec::Fixed),
+            |text| positive_size(text, context.kb_base).map(BlockSizeSpec::Fixed),
         )?,
         "bsrange" | "blocksize_range" => parse_per_direction(
             &context,
             context.required(value)?,
             &mut spec.block_sizes,
-            parse_block_size_range,
+            |text| parse_block_size_range(text, context.kb_base),
         )?,
         "bssplit" => parse_per_direction(
             &context,
             context.required(value)?,
             &mut spec.block_sizes,
-            parse_block_size_split,
+            |text| parse_block_size_split(text, context.kb_base),
         )?,
         "blockalign" | "ba" => {
-            let bytes =
-                single_across_directions(&context, context.required(value)?, positive_size)?;
+            let bytes = single_across_directions(&context, context.required(value)?, |text| {
+                positive_size(text, context.kb_base)
+            })?;
             spec.block_align_bytes = Some(bytes);
         }
         "size" => {
-            let size = parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            let size = parse_size_spec(context.required(value)?, context.kb_base)
+                .map_err(|r| context.bad(r))?;
             match size {
                 SizeSpec::Bytes(0) => return Err(context.bad("size must be greater than zero")),
                 SizeSpec::Percent(percent) if !(percent > 0.0 && percent <= 100.0) => {
@@ -1121,7 +1163,8 @@ fn apply_option(
             }
         }
         "offset" => {
-            let offset = parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            let offset = parse_size_spec(context.required(value)?, context.kb_base)
+                .map_err(|r| context.bad(r))?;
             if let SizeSpec::Percent(percent) = offset {
                 if !(0.0..100.0).contains(&percent) {
                     return Err(context.bad("an offset percentage must be in [0, 100)"));
@@ -1130,11 +1173,15 @@ fn apply_option(
             spec.offset = offset;
         }
         "io_size" | "io_limit" => {
-            spec.io_size_bytes =
-                Some(positive_size(context.required(value)?).map_err(|r| context.bad(r))?)
+            spec.io_size_bytes = Some(
+                positive_size(context.required(value)?, context.kb_base)
+                    .map_err(|r| context.bad(r))?,
+            )
         }
         "number_ios" => {
-            let count = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            let count = context
+                .size(context.required(value)?)
+                .map_err(|r| context.bad(r))?;
             spec.number_ios = (count > 0).then_some(count);
         }
         "iodepth" => spec.iodepth = parse_at_least_one(&context, context.required(value)?)?,
@@ -1199,8 +1246,8 @@ fn apply_option(
                 100 - parse_percent(context.required(value)?).map_err(|r| context.bad(r))?
         }
         "random_distribution" => {
-            spec.distribution =
-                parse_distribution(context.required(value)?).map_err(|r| context.bad(r))?
+            spec.distribution = parse_distribution(context.required(value)?, context.kb_base)
+                .map_err(|r| context.bad(r))?
         }
         "percentage_random" => {
             spec.percentage_random =
@@ -1266,6 +1313,10 @@ fn apply_option(
             }
             spec.wait_for = Some(name.to_string());
         }
+        "kb_base" => match context.required(value)?.trim() {
+            "1000" | "1024" => {}
+            _ => return Err(context.bad("expected 1000 or 1024")),
+        },
         "read_iolog" => {
             let path = context.required(value)?.trim();
             if path.is_empty() {
@@ -1288,14 +1339,18 @@ fn apply_option(
             spec.replay_scale = (factor > 1).then_some(factor);
         }
         "replay_align" => {
-            let bytes = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            let bytes = context
+                .size(context.required(value)?)
+                .map_err(|r| context.bad(r))?;
             if bytes > 0 && !bytes.is_power_of_two() {
                 return Err(context.bad("must be a power of two"));
             }
             spec.replay_align_bytes = (bytes > 1).then_some(bytes);
         }
         "offset_align" => {
-            let bytes = parse_size(context.required(value)?).map_err(|r| context.bad(r))?;
+            let bytes = context
+                .size(context.required(value)?)
+                .map_err(|r| context.bad(r))?;
             spec.offset_align_bytes = (bytes > 0).then_some(bytes);
         }
         "verify" => {
@@ -1338,7 +1393,7 @@ fn apply_option(
             let bytes = key == "rate";
             parse_per_direction(&context, context.required(value)?, &mut limits, |text| {
                 let number = if bytes {
-                    parse_size(text)?
+                    context.size(text)?
                 } else {
                     parse_unsigned(text)?
                 };
@@ -1373,8 +1428,8 @@ fn apply_option(
             }
         }
         "offset_increment" => {
-            let increment =
-                parse_size_spec(context.required(value)?).map_err(|r| context.bad(r))?;
+            let increment = parse_size_spec(context.required(value)?, context.kb_base)
+                .map_err(|r| context.bad(r))?;
             if let SizeSpec::Percent(percent) = increment {
                 if !(0.0..=100.0).contains(&percent) {
                     return Err(context.bad("an offset_increment percentage must be in [0, 100]"));
@@ -1488,26 +1543,26 @@ fn single_across_directions<T: PartialEq>(
     result.ok_or_else(|| context.bad("the option needs a value"))
 }
 
-fn positive_size(text: &str) -> Result<u64, String> {
-    match parse_size(text)? {
+fn positive_size(text: &str, kb_base: u64) -> Result<u64, String> {
+    match parse_size_with_kb_base(text, kb_base)? {
         0 => Err("must be greater than zero".to_string()),
         bytes => Ok(bytes),
     }
 }
 
-fn parse_block_size_range(text: &str) -> Result<BlockSizeSpec, String> {
+fn parse_block_size_range(text: &str, kb_base: u64) -> Result<BlockSizeSpec, String> {
     let (min_text, max_text) = text
         .split_once('-')
         .ok_or_else(|| format!("expected 'min-max', got '{text}'"))?;
-    let min = positive_size(min_text)?;
-    let max = positive_size(max_text)?;
+    let min = positive_size(min_text, kb_base)?;
+    let max = positive_size(max_text, kb_base)?;
     if min > max {
         return Err(format!("minimum {min} is larger than maximum {max}"));
     }
     Ok(BlockSizeSpec::Range { min, max })
 }
 
-fn parse_block_size_split(text: &str) -> Result<BlockSizeSpec, String> {
+fn parse_block_size_split(text: &str, kb_base: u64) -> Result<BlockSizeSpec, String> {
     let mut entries: Vec<(u64, Option<f64>)> = Vec::new();
     for entry in text.split(':').map(str::trim) {
         if entries.len() == MAX_BSSPLIT_ENTRIES {
@@ -1522,7 +1577,7 @@ fn parse_block_size_split(text: &str) -> Result<BlockSizeSpec, String> {
             Some((size, percent)) => (size.trim(), percent.trim()),
             None => (entry, ""),
         };
-        let bytes = positive_size(size_text)?;
+        let bytes = positive_size(size_text, kb_base)?;
         let percent = if percent_text.is_empty() {
             None
         } else {
@@ -1559,7 +1614,7 @@ fn parse_block_size_split(text: &str) -> Result<BlockSizeSpec, String> {
     Ok(BlockSizeSpec::Split(split))
 }
 
-fn parse_size_spec(text: &str) -> Result<SizeSpec, String> {
+fn parse_size_spec(text: &str, kb_base: u64) -> Result<SizeSpec, String> {
     match text.strip_suffix('%') {
         Some(number) => {
             let percent: f64 = number
@@ -1571,7 +1626,7 @@ fn parse_size_spec(text: &str) -> Result<SizeSpec, String> {
             }
             Ok(SizeSpec::Percent(percent))
         }
-        None => parse_size(text).map(SizeSpec::Bytes),
+        None => parse_size_with_kb_base(text, kb_base).map(SizeSpec::Bytes),
     }
 }
 
@@ -1611,7 +1666,7 @@ fn parse_bool(context: &OptionContext<'_>, value: Option<&str>) -> Result<bool, 
     }
 }
 
-fn parse_distribution(text: &str) -> Result<Distribution, String> {
+fn parse_distribution(text: &str, kb_base: u64) -> Result<Distribution, String> {
     let lower = text.to_ascii_lowercase();
     for kind in ["zoned_abs", "zoned"] {
         if let Some(rest) = lower.strip_prefix(kind) {
@@ -1620,7 +1675,7 @@ fn parse_distribution(text: &str) -> Result<Distribution, String> {
             let Some(list) = rest.strip_prefix(':').or_else(|| rest.strip_prefix('=')) else {
                 return Err(format!("'{kind}' needs its zones ({kind}:ACCESS/SIZE:...)"));
             };
-            return parse_zones(list, absolute).map(|zones| Distribution::Zoned { zones });
+            return parse_zones(list, absolute, kb_base).map(|zones| Distribution::Zoned { zones });
         }
     }
     let mut parts = lower.split(':').map(str::trim);
@@ -1676,7 +1731,7 @@ fn parse_distribution(text: &str) -> Result<Distribution, String> {
 
 /// The zones of `zoned` (sizes in percent of the region) or `zoned_abs` (sizes in bytes):
 /// `ACCESS/SIZE` entries joined by `:`, whose access shares add up to exactly 100.
-fn parse_zones(list: &str, absolute: bool) -> Result<Vec<Zone>, String> {
+fn parse_zones(list: &str, absolute: bool, kb_base: u64) -> Result<Vec<Zone>, String> {
     if list.contains(',') {
         return Err(
             "per-direction zones are not supported; give one set of zones for all directions"
@@ -1690,7 +1745,7 @@ fn parse_zones(list: &str, absolute: bool) -> Result<Vec<Zone>, String> {
             .ok_or_else(|| format!("zone '{entry}' is not ACCESS/SIZE"))?;
         let access_percent = parse_percent(access)?;
         let span = if absolute {
-            match parse_size(size)? {
+            match parse_size_with_kb_base(size, kb_base)? {
                 0 => return Err(format!("zone '{entry}' has no size")),
                 bytes => ZoneSpan::Bytes(bytes),
             }

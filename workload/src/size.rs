@@ -117,21 +117,37 @@ fn split_number(text: &str) -> Result<(ExactNumber, &str), String> {
 /// 1000; this parser deliberately treats every spelling as a power of 1024, because users
 /// writing `KiB` almost always mean 1024.
 pub fn parse_size(text: &str) -> Result<u64, String> {
+    parse_size_with_kb_base(text, 1024)
+}
+
+/// Parses a byte count under fio's `kb_base`: with 1024 as [`parse_size`] does; with 1000,
+/// fio's SI mode, the SI spellings (`k`, `kb`, `m`, ...) are powers of 1000 and the IEC ones
+/// (`kib`, `mib`, ...) powers of 1024. Any other base is refused.
+pub fn parse_size_with_kb_base(text: &str, kb_base: u64) -> Result<u64, String> {
+    if kb_base != 1000 && kb_base != 1024 {
+        return Err(format!("kb_base {kb_base} is neither 1000 nor 1024"));
+    }
     let (number, suffix) = split_number(text)?;
-    let unit_bytes: u64 = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        "p" | "pb" | "pib" => 1 << 50,
+    let suffix = suffix.to_ascii_lowercase();
+    let (prefix, iec) = match suffix.strip_suffix("ib") {
+        Some(prefix) => (prefix, true),
+        None => (suffix.strip_suffix('b').unwrap_or(&suffix), false),
+    };
+    let power: u32 = match prefix {
+        "" if !iec => 0,
+        "k" => 1,
+        "m" => 2,
+        "g" => 3,
+        "t" => 4,
+        "p" => 5,
         _ => {
             return Err(format!(
                 "unknown size suffix '{suffix}' (expected k, m, g, t or p)"
             ))
         }
     };
-    number.scale(unit_bytes, "bytes")
+    let base: u64 = if kb_base == 1000 && !iec { 1000 } else { 1024 };
+    number.scale(base.pow(power), "bytes")
 }
 
 /// One nanosecond, the unit all durations are returned in.

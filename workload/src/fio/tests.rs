@@ -544,7 +544,6 @@ fn ignored_options_are_accepted() {
 #[test]
 fn unmodelled_options_at_their_neutral_value_are_accepted() {
     for option in [
-        "kb_base=1024",
         "zonemode=none",
         "nrfiles=1",
         "openfiles=1",
@@ -572,7 +571,6 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
         parse_job_file(&format!("[job]\n{option}\n")).unwrap_or_else(|e| panic!("{option}: {e}"));
     }
     for option in [
-        "kb_base=1000",
         "zonemode=strided",
         "nrfiles=2",
         "rate_min=1m",
@@ -630,6 +628,40 @@ fn iolog_replay_options_and_loading() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kb_base=1000` counts the SI spellings (`k`, `kb`, `m`) in powers of 1000 and the IEC
+/// ones (`kib`) in powers of 1024, in every size of its section wherever it stands (fio
+/// reads it first); a job inherits the global one and may set its own.
+#[test]
+fn kb_base_chooses_what_size_suffixes_count_in() {
+    let jobs = parse_job_file(
+        "[global]\nkb_base=1000\n\
+         [si]\nbs=4k\nsize=1m\nrate=2m\n\
+         [mixed]\nbs=8kib\nkb_base=1000\noffset=2mb\n\
+         [binary]\nbs=4k\nkb_base=1024\nsize=1m\n\
+         [range]\nbsrange=1k-8kib\n",
+    )
+    .unwrap();
+    assert_eq!(jobs[0].block_sizes[0], BlockSizeSpec::Fixed(4000));
+    assert_eq!(jobs[0].size, Some(SizeSpec::Bytes(1_000_000)));
+    assert_eq!(
+        jobs[0].rate_limits[0],
+        Some(RateLimit::BytesPerSecond(2_000_000))
+    );
+    assert_eq!(
+        jobs[3].block_sizes[1],
+        BlockSizeSpec::Range {
+            min: 1000,
+            max: 8192
+        }
+    );
+    assert_eq!(jobs[1].block_sizes[0], BlockSizeSpec::Fixed(8192));
+    assert_eq!(jobs[1].offset, SizeSpec::Bytes(2_000_000));
+    // A job's own kb_base counts for every size of its section, even one before it.
+    assert_eq!(jobs[2].block_sizes[0], BlockSizeSpec::Fixed(4096));
+    assert_eq!(jobs[2].size, Some(SizeSpec::Bytes(1 << 20)));
+    assert_bad_value("kb_base=1001", "kb_base");
+}
+
 /// `exit_what`, `bs_is_seq_rand`, `serialize_overlap` and `wait_for`, which must name one
 /// job earlier in the file.
 #[test]
@@ -655,7 +687,6 @@ fn job_coordination_options() {
 #[test]
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
-        "kb_base=1000",
         "nrfiles=2",
         "verify_backlog=8",
         "steadystate=iops:1%",
