@@ -295,8 +295,12 @@ struct Stream {
     /// fio's `serialize_overlap`: a request is issued only once none of this stream's
     /// requests in flight overlaps it.
     serialize_overlap: bool,
-    /// With `serialize_overlap`: the ranges (offset, length in bytes) of this stream's
-    /// requests in flight, and the next request, kept back while it overlaps one of them.
+    /// The stream keeps `inflight_ranges`: it serializes overlaps, or some of its requests
+    /// wait for the ones they overlap (`IoRequest::after_overlapping`, fio's
+    /// `verify_backlog`).
+    tracks_overlaps: bool,
+    /// The ranges (offset, length in bytes) of this stream's requests in flight, when it
+    /// tracks them, and the next request, kept back while it overlaps one of them.
     inflight_ranges: Vec<(u64, u64)>,
     overlapping: Option<IoRequest>,
 }
@@ -356,6 +360,7 @@ impl Stream {
             waits_for: Vec::new(),
             held_back: false,
             serialize_overlap: false,
+            tracks_overlaps: false,
             inflight_ranges: Vec::new(),
             overlapping: None,
         }
@@ -637,6 +642,7 @@ impl<'d> Host<'d> {
                             stream.exit_all_groups = job.exit_all_groups;
                             stream.waits_for = waits_for.clone();
                             stream.serialize_overlap = job.serialize_overlap;
+                            stream.tracks_overlaps = job.serialize_overlap;
                             streams.push(stream);
                         }
                         job_streams.push(first_stream..streams.len() as u32);
@@ -726,6 +732,8 @@ impl<'d> Host<'d> {
                             waits_for: waits_for.clone(),
                             held_back: false,
                             serialize_overlap: job.serialize_overlap,
+                            tracks_overlaps: job.serialize_overlap
+                                || (job.verify && job.verify_backlog.is_some()),
                             inflight_ranges: Vec::new(),
                             overlapping: None,
                         });
@@ -1223,6 +1231,7 @@ impl<'d> Host<'d> {
                     len_bytes: 0,
                     fua: false,
                     drain_first: false,
+                    after_overlapping: false,
                 });
             }
             return None;
@@ -1335,16 +1344,19 @@ impl<'d> Host<'d> {
                 return Ok(());
             };
             let s = &mut self.streams[stream as usize];
-            if s.serialize_overlap && request.op != IoOp::Flush {
+            if s.tracks_overlaps && request.op != IoOp::Flush {
                 let (start, end) = (
                     request.offset_bytes,
                     request.offset_bytes + request.len_bytes,
                 );
-                if s.inflight_ranges
-                    .iter()
-                    .any(|&(o, l)| o < end && start < o + l)
+                let waits = s.serialize_overlap || request.after_overlapping;
+                if waits
+                    && s.inflight_ranges
+                        .iter()
+                        .any(|&(o, l)| o < end && start < o + l)
                 {
-                    // fio's `serialize_overlap`: the request waits for the one it overlaps.
+                    // fio's `serialize_overlap`, or a verify read of a write in flight:
+                    // the request waits for the one it overlaps.
                     s.overlapping = Some(request);
                     return Ok(());
                 }
@@ -1668,6 +1680,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
             len_bytes: 0,
             fua: false,
             drain_first: false,
+            after_overlapping: false,
         };
     }
     let start = r.offset_bytes / sector_bytes * sector_bytes;
@@ -1685,6 +1698,7 @@ fn wrap_trace_request(r: TraceRecord, capacity_bytes: u64, sector_bytes: u64) ->
         len_bytes: len,
         fua: r.fua,
         drain_first: false,
+        after_overlapping: false,
     }
 }
 

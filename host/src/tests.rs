@@ -1086,6 +1086,9 @@ const JOB_OPTION_VALUES: &[(&str, &[&str])] = &[
     ("rate_ignore_thinktime", &["0", "1"]),
     ("bs_is_seq_rand", &["0", "1"]),
     ("kb_base", &["1024", "1000"]),
+    ("verify", &["0", "crc32c"]),
+    ("verify_backlog", &["0", "4", "32"]),
+    ("verify_backlog_batch", &["2", "64"]),
     ("serialize_overlap", &["0", "1"]),
     ("exit_what", &["group", "all"]),
     ("exitall", &["0", "1"]),
@@ -1466,6 +1469,68 @@ fn serialize_overlap_keeps_overlapping_requests_apart() {
         "two requests for one slot at once"
     );
     assert!(issued <= 4);
+}
+
+/// fio's `verify_backlog`: after every eighth write the job reads back the eight it wrote,
+/// each read once its write has completed (the device takes at least 10 µs), though its
+/// queue has room for them at once, and the oracle
+/// checks every one; a time-based job verifies that way as it goes.
+#[test]
+fn verify_backlog_reads_each_write_back_once_it_has_completed() {
+    // A queue deeper than the backlog: the reads could go at once if they did not wait.
+    let text = "[w]\nrw=randwrite\nbs=4k\niodepth=16\nnumber_ios=64\nverify=crc32c\n\
+                verify_backlog=8\n";
+    let jobs = parse_job_file(text).unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(jobs),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(out.mismatches, 0);
+    assert_eq!(out.measurements.write.ios, 64);
+    assert_eq!(out.measurements.read.ios, 64);
+    assert!(out.reads_checked >= 64, "{}", out.reads_checked);
+    let recording = RunOptions {
+        record_requests: true,
+        ..options()
+    };
+    let jobs = parse_job_file(text).unwrap();
+    let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
+    let mut written_at = std::collections::HashMap::new();
+    for r in &out.issued {
+        match r.op {
+            IoOp::Write => {
+                written_at.insert(r.offset_bytes, r.timestamp_ns);
+            }
+            IoOp::Read => {
+                let w = written_at[&r.offset_bytes];
+                assert!(
+                    r.timestamp_ns >= w + 10_000,
+                    "read at {} of a write at {w}",
+                    r.timestamp_ns
+                );
+            }
+            _ => {}
+        }
+    }
+    let timed = parse_job_file(
+        "[w]\nrw=randwrite\nbs=4k\niodepth=4\ntime_based\nruntime=20ms\nverify=md5\n\
+         verify_backlog=8\n",
+    )
+    .unwrap();
+    let out = run(
+        &mut ssd(PayloadMode::Token),
+        &Workload::Jobs(timed),
+        &options(),
+    )
+    .unwrap();
+    assert_eq!(out.mismatches, 0);
+    assert!(
+        out.measurements.read.ios >= 8,
+        "{}",
+        out.measurements.read.ios
+    );
 }
 
 /// fio's verify pass waits for the writes it reads back: its first read is submitted once

@@ -430,6 +430,15 @@ pub struct JobSpec {
     /// read; the method only names fio's checksum.
     #[serde(default)]
     pub verify: bool,
+    /// fio's `verify_backlog`: with the verify pass on, after every this many writes the
+    /// job reads back `verify_backlog_batch` of the writes not yet read back, oldest first,
+    /// before it goes on; the verify pass at the end reads back only what is left.
+    #[serde(default)]
+    pub verify_backlog: Option<u64>,
+    /// fio's `verify_backlog_batch`: how many writes each of those checks reads back;
+    /// `None` means `verify_backlog`.
+    #[serde(default)]
+    pub verify_backlog_batch: Option<u64>,
     /// fio's `rw=MODE:N` offset modifier. In a sequential mode, N bytes are skipped after
     /// every request (holes); in a random mode, a new random offset is drawn only every N
     /// requests, the ones between following on from it (or repeating it, with
@@ -498,6 +507,8 @@ impl JobSpec {
             replay_align_bytes: None,
             iolog_records: None,
             verify: false,
+            verify_backlog: None,
+            verify_backlog_batch: None,
             offset_modifier: None,
             rw_sequencer_identical: false,
         }
@@ -686,15 +697,13 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
     (
         &[
             "verify_only",
-            "verify_backlog",
-            "verify_backlog_batch",
             "experimental_verify",
             "trim_percentage",
             "trim_backlog",
         ],
-        "only fio's plain verify pass (verify=, reading back what each iteration wrote once \
-         its writes are done) is modelled, not verifying without writing, in the middle of \
-         the writes or after trims",
+        "fio's verify pass (verify=, with verify_backlog in the middle of the writes) is \
+         modelled, not verifying without writing, fio's experimental verify or verifying \
+         trims",
     ),
     (
         &["nrfiles", "filesize", "openfiles", "opendir", "create_only"],
@@ -772,17 +781,8 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
         | "fill_fs"
         | "bs_unaligned"
         | "blocksize_unaligned" => off(),
-        "verify_backlog"
-        | "verify_backlog_batch"
-        | "trim_percentage"
-        | "trim_backlog"
-        | "thinkcycles"
-        | "rate_min"
-        | "rate_iops_min"
-        | "latency_target"
-        | "max_open_zones"
-        | "max_latency"
-        | "flow" => zero(),
+        "trim_percentage" | "trim_backlog" | "thinkcycles" | "rate_min" | "rate_iops_min"
+        | "latency_target" | "max_open_zones" | "max_latency" | "flow" => zero(),
         _ => false,
     }
 }
@@ -1312,6 +1312,15 @@ fn apply_option(
                 return Err(context.bad("needs the name of an earlier job"));
             }
             spec.wait_for = Some(name.to_string());
+        }
+        "verify_backlog" | "verify_backlog_batch" => {
+            let count = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
+            let count = (count > 0).then_some(count);
+            if key == "verify_backlog" {
+                spec.verify_backlog = count;
+            } else {
+                spec.verify_backlog_batch = count;
+            }
         }
         "kb_base" => match context.required(value)?.trim() {
             "1000" | "1024" => {}

@@ -110,6 +110,14 @@ pub struct JobGenerator {
     written: Vec<(u64, u64)>,
     /// How many of `written` the verify pass has read back.
     verified: usize,
+    /// fio's `verify_backlog` (0: none): after this many writes, `backlog_batch` of the
+    /// writes not yet read back are; `verified_front` of `written` have been, and
+    /// `backlog_due` reads are still to come.
+    backlog_every: u64,
+    backlog_batch: u64,
+    writes_since_backlog: u64,
+    backlog_due: u64,
+    verified_front: usize,
     /// fio's `rw=MODE:N`: the hole after each sequential request, in bytes (sequential
     /// modes), or how many requests share one random offset (random modes; 1 without it).
     hole_bytes: u64,
@@ -223,10 +231,11 @@ impl JobGenerator {
                 )));
             }
         }
-        if spec.verify && spec.time_based {
+        if spec.verify && spec.time_based && spec.verify_backlog.is_none() {
             return Err(invalid(
-                "verify with time_based is not modelled: give the job an io_size or \
-                 number_ios, and its verify pass reads back what it wrote"
+                "verify with time_based is not modelled without verify_backlog: give the job \
+                 an io_size or number_ios, and its verify pass reads back what it wrote, or \
+                 verify_backlog, which reads back the writes as the job goes"
                     .to_string(),
             ));
         }
@@ -392,6 +401,18 @@ impl JobGenerator {
             verify: spec.verify,
             written: Vec::new(),
             verified: 0,
+            backlog_every: if spec.verify {
+                spec.verify_backlog.unwrap_or(0)
+            } else {
+                0
+            },
+            backlog_batch: spec
+                .verify_backlog_batch
+                .or(spec.verify_backlog)
+                .unwrap_or(0),
+            writes_since_backlog: 0,
+            backlog_due: 0,
+            verified_front: 0,
             loops_left: spec.loops.saturating_sub(1),
             rng,
             region_start_bytes,
@@ -433,6 +454,11 @@ impl JobGenerator {
     pub fn next_io_choosing(&mut self, choose: impl FnOnce(IoOp) -> IoOp) -> Option<IoRequest> {
         if self.flush_due {
             return Some(self.flush());
+        }
+        if self.backlog_due > 0 {
+            if let Some(read) = self.next_backlog_read() {
+                return Some(read);
+            }
         }
         if !self.time_based
             && (self.issued_bytes >= self.budget_bytes || self.issued_ios >= self.max_ios)
@@ -532,6 +558,13 @@ impl JobGenerator {
         let offset_bytes = self.region_start_bytes + relative_offset_bytes;
         if direction == WRITE && self.verify {
             self.written.push((offset_bytes, len_bytes));
+            if self.backlog_every > 0 {
+                self.writes_since_backlog += 1;
+                if self.writes_since_backlog >= self.backlog_every {
+                    self.writes_since_backlog = 0;
+                    self.backlog_due += self.backlog_batch;
+                }
+            }
         }
         Some(IoRequest {
             op: DIRECTION_OPS[direction],
@@ -539,6 +572,7 @@ impl JobGenerator {
             len_bytes,
             fua: direction == WRITE && self.fua_writes,
             drain_first: false,
+            after_overlapping: false,
         })
     }
 
@@ -546,6 +580,13 @@ impl JobGenerator {
     /// [`verify_order`], once they have all completed; `None` when the pass is over (or
     /// there is none).
     fn next_verify_read(&mut self) -> Option<IoRequest> {
+        // What `verify_backlog` read back already is not read again.
+        if self.verified == 0 && self.verified_front > 0 {
+            let front = self.verified_front.min(self.written.len());
+            self.written.drain(..front);
+            self.verified_front = 0;
+            self.backlog_due = 0;
+        }
         if self.verified == 0 && !self.written.is_empty() {
             self.written = verify_order(&self.written);
         }
@@ -561,6 +602,31 @@ impl JobGenerator {
             len_bytes,
             fua: false,
             drain_first: self.verified == 1,
+            after_overlapping: false,
+        })
+    }
+
+    /// The next read of fio's `verify_backlog`: the oldest write not yet read back, once no
+    /// request in flight overlaps it; `None` (and no more due) when every write has been.
+    fn next_backlog_read(&mut self) -> Option<IoRequest> {
+        let Some(&(offset_bytes, len_bytes)) = self.written.get(self.verified_front) else {
+            self.backlog_due = 0;
+            return None;
+        };
+        self.verified_front += 1;
+        self.backlog_due -= 1;
+        // A long (time-based) job forgets the writes it has read back.
+        if self.verified_front >= 4096 && self.verified_front * 2 >= self.written.len() {
+            self.written.drain(..self.verified_front);
+            self.verified_front = 0;
+        }
+        Some(IoRequest {
+            op: IoOp::Read,
+            offset_bytes,
+            len_bytes,
+            fua: false,
+            drain_first: false,
+            after_overlapping: true,
         })
     }
 
@@ -574,6 +640,9 @@ impl JobGenerator {
         self.rng = self.first_rng.clone();
         self.spare_normal = None;
         self.since_random = 0;
+        self.writes_since_backlog = 0;
+        self.backlog_due = 0;
+        self.verified_front = 0;
         for state in self.directions.iter_mut().flatten() {
             state.next_sequential_bytes = 0;
             state.last_offset_bytes = 0;
@@ -591,6 +660,7 @@ impl JobGenerator {
             len_bytes: 0,
             fua: false,
             drain_first: false,
+            after_overlapping: false,
         }
     }
 

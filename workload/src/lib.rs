@@ -48,4 +48,7 @@ pub struct IoRequest {
     /// The request waits until everything its stream issued before it has completed, as
     /// fio's verify pass waits for the writes it reads back.
     pub drain_first: bool,
+    /// The request waits until no request its stream has in flight overlaps it, as a read
+    /// of fio's `verify_backlog` waits for the write it reads back.
+    pub after_overlapping: bool,
 }

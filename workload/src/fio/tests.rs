@@ -688,7 +688,7 @@ fn job_coordination_options() {
 fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
         "nrfiles=2",
-        "verify_backlog=8",
+        "verify_only=1",
         "steadystate=iops:1%",
         "fill_device=1",
         "zonemode=zbd",
@@ -705,11 +705,11 @@ fn options_that_shape_the_requests_are_not_ignored() {
             "{option}"
         );
     }
-    let error = parse_job_file("[job]\nrw=write\nverify_backlog=8\n").unwrap_err();
+    let error = parse_job_file("[job]\nrw=write\nverify_only=1\n").unwrap_err();
     assert!(
         error.to_string().starts_with(
-            "job file line 3, section [job]: fio option 'verify_backlog' is not modelled: \
-             only fio's plain verify pass"
+            "job file line 3, section [job]: fio option 'verify_only' is not modelled: \
+             fio's verify pass"
         ),
         "{error}"
     );

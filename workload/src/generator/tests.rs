@@ -966,6 +966,49 @@ fn verify_reads_back_every_write_of_each_iteration() {
     );
 }
 
+/// `verify_backlog=4`: after every fourth write the four writes not yet read back are, in
+/// the order they were written, each once no request in flight overlaps it; with a batch of
+/// two only half are, and the verify pass at the end reads back the rest. With
+/// `time_based`, which has no pass at the end, the backlog is the verification.
+#[test]
+fn verify_backlog_reads_back_the_writes_as_the_job_goes() {
+    let all = |spec: &JobSpec| {
+        let mut generator = JobGenerator::new(spec, MIB, 512, 5, 0).unwrap();
+        collect(&mut generator, 10_000)
+    };
+    let mut spec = job(RwMode::Write);
+    spec.verify = true;
+    spec.number_ios = Some(12);
+    spec.verify_backlog = Some(4);
+    let requests = all(&spec);
+    let ops: String = requests
+        .iter()
+        .map(|r| if r.op == IoOp::Write { 'W' } else { 'R' })
+        .collect();
+    assert_eq!(ops, "WWWWRRRRWWWWRRRRWWWWRRRR");
+    for (w, r) in requests[..4].iter().zip(&requests[4..8]) {
+        assert_eq!((w.offset_bytes, w.len_bytes), (r.offset_bytes, r.len_bytes));
+        assert!(r.after_overlapping && !r.drain_first);
+    }
+    spec.verify_backlog_batch = Some(2);
+    let ops: String = all(&spec)
+        .iter()
+        .map(|r| if r.op == IoOp::Write { 'W' } else { 'R' })
+        .collect();
+    assert_eq!(ops, "WWWWRRWWWWRRWWWWRRRRRRRR");
+    spec.verify_backlog_batch = None;
+    spec.time_based = true;
+    spec.runtime_ns = Some(1_000_000);
+    let mut g = JobGenerator::new(&spec, MIB, 512, 5, 0).unwrap();
+    let ops: String = (0..12)
+        .map(|_| match g.next_io().unwrap().op {
+            IoOp::Write => 'W',
+            _ => 'R',
+        })
+        .collect();
+    assert_eq!(ops, "WWWWRRRRWWWW");
+}
+
 /// The verify pass reads each byte back from its last write: a write replaces the earlier
 /// ones it overlaps, whole, and the reads go by offset.
 #[test]
