@@ -485,6 +485,15 @@ impl Delivery<'_> {
             }
             trace::write_records(kept, format, Some(path))?;
         }
+        // fio's `write_iolog`: each job that asks gets its own requests as an iolog.
+        for (path, requests) in &outcome.job_logs {
+            trace::write_records(
+                requests,
+                afa_workload::trace::TraceFormat::Iolog,
+                Some(Path::new(path)),
+            )
+            .map_err(|e| format!("write_iolog={path}: {e}"))?;
+        }
         integrity_verdict(outcome)
     }
 }

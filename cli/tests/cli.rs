@@ -201,6 +201,37 @@ fn a_job_replays_a_fio_iolog_beside_another() {
         twice_as_fast_ns < as_recorded_ns,
         "{twice_as_fast_ns} vs {as_recorded_ns}"
     );
+    // A job that writes its requests as an iolog (`write_iolog`, a path from the job file's
+    // directory) gives a log that replays to the same requests.
+    std::fs::write(
+        &job,
+        "[w]\nrw=randwrite\nbs=4k\nsize=1m\nnumber_ios=25\nwrite_iolog=written.iolog\n\
+         [r]\nrw=read\nbs=8k\noffset=2m\nsize=64k\n",
+    )
+    .unwrap();
+    let v = run_text(
+        "replay_written.toml",
+        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
+    );
+    assert_eq!(v["write"]["ios"], 25);
+    let written = std::fs::read_to_string(temp("written.iolog")).unwrap();
+    assert!(written.starts_with("fio version 3 iolog"), "{written}");
+    assert_eq!(
+        written.lines().filter(|l| l.contains(" write ")).count(),
+        25
+    );
+    assert_eq!(written.lines().filter(|l| l.contains(" read ")).count(), 0);
+    std::fs::write(
+        &job,
+        "[again]\nread_iolog=written.iolog\nreplay_no_stall=1\n",
+    )
+    .unwrap();
+    let v = run_text(
+        "replay_again.toml",
+        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
+    );
+    assert_eq!(v["write"]["ios"], 25);
+    assert_eq!(v["integrity"]["mismatches"], 0);
     // A log that is not there is named, with the job.
     std::fs::write(&job, "[replay]\nread_iolog=missing.iolog\n").unwrap();
     let out = run_config(

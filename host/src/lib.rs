@@ -110,6 +110,9 @@ pub struct RunOutcome {
     /// Every request the workload issued, in order, stamped with the simulated time it was
     /// issued at (with `RunOptions::record_requests`; empty otherwise).
     pub issued: Vec<TraceRecord>,
+    /// fio's `write_iolog`: for each job that sets it, in file order, the path it names and
+    /// the requests its clones issued, stamped as in `issued`. The caller writes the files.
+    pub job_logs: Vec<(String, Vec<TraceRecord>)>,
     /// What the run changed in the workload as given, one sentence each: a job whose
     /// `size=` reached past the device's end and was cut there. The library prints none of
     /// them, since only its caller knows whether its user should see them; a caller that
@@ -299,10 +302,29 @@ struct Stream {
     /// wait for the ones they overlap (`IoRequest::after_overlapping`, fio's
     /// `verify_backlog`).
     tracks_overlaps: bool,
+    /// Where this stream's requests are recorded for its job's `write_iolog`: an index into
+    /// `Host::job_logs`.
+    job_log: Option<usize>,
     /// The ranges (offset, length in bytes) of this stream's requests in flight, when it
     /// tracks them, and the next request, kept back while it overlaps one of them.
     inflight_ranges: Vec<(u64, u64)>,
     overlapping: Option<IoRequest>,
+}
+
+/// fio's `write_iolog`: the streams of `job` (its clones) record what they issue in one
+/// new entry of `job_logs`.
+fn attach_job_log(
+    job: &JobSpec,
+    streams: &mut [Stream],
+    job_logs: &mut Vec<(String, Vec<TraceRecord>)>,
+) {
+    let Some(path) = &job.write_iolog else {
+        return;
+    };
+    job_logs.push((path.clone(), Vec::new()));
+    for stream in streams {
+        stream.job_log = Some(job_logs.len() - 1);
+    }
 }
 
 /// A stream's place in fio's think-time cycle (`handle_thinktime`).
@@ -361,6 +383,7 @@ impl Stream {
             held_back: false,
             serialize_overlap: false,
             tracks_overlaps: false,
+            job_log: None,
             inflight_ranges: Vec::new(),
             overlapping: None,
         }
@@ -550,6 +573,8 @@ struct Host<'d> {
     parked: std::collections::VecDeque<(u32, IoRequest)>,
     /// The requests issued so far, when the run records them.
     issued: Option<Vec<TraceRecord>>,
+    /// [`RunOutcome::job_logs`], filled as the requests are issued.
+    job_logs: Vec<(String, Vec<TraceRecord>)>,
     /// [`RunOutcome::notes`].
     notes: Vec<String>,
 }
@@ -568,6 +593,7 @@ impl<'d> Host<'d> {
         let mut groups = 0;
         let mut progress_total = 0u64;
         let mut notes = Vec::new();
+        let mut job_logs: Vec<(String, Vec<TraceRecord>)> = Vec::new();
         match workload {
             Workload::Jobs(jobs) => {
                 // The streams of each job so far, for `wait_for`.
@@ -646,6 +672,7 @@ impl<'d> Host<'d> {
                             streams.push(stream);
                         }
                         job_streams.push(first_stream..streams.len() as u32);
+                        attach_job_log(job, &mut streams[first_stream as usize..], &mut job_logs);
                         continue;
                     }
                     // The clones whose region the device's end cut short, and the first
@@ -734,11 +761,13 @@ impl<'d> Host<'d> {
                             serialize_overlap: job.serialize_overlap,
                             tracks_overlaps: job.serialize_overlap
                                 || (job.verify && job.verify_backlog.is_some()),
+                            job_log: None,
                             inflight_ranges: Vec::new(),
                             overlapping: None,
                         });
                     }
                     job_streams.push(first_stream..streams.len() as u32);
+                    attach_job_log(job, &mut streams[first_stream as usize..], &mut job_logs);
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
                         let which = if job.numjobs > 1 {
                             format!(
@@ -817,6 +846,7 @@ impl<'d> Host<'d> {
             queued,
             queued_slots: std::collections::BTreeSet::new(),
             issued: options.record_requests.then(Vec::new),
+            job_logs,
             parked: std::collections::VecDeque::new(),
             notes,
         })
@@ -1389,15 +1419,19 @@ impl<'d> Host<'d> {
     }
 
     fn submit(&mut self, stream: u32, request: IoRequest) -> Result<(), RunError> {
+        let record = TraceRecord {
+            timestamp_ns: self.now_ns,
+            op: request.op,
+            offset_bytes: request.offset_bytes,
+            len_bytes: request.len_bytes,
+            volume: 0,
+            fua: request.fua,
+        };
         if let Some(issued) = self.issued.as_mut() {
-            issued.push(TraceRecord {
-                timestamp_ns: self.now_ns,
-                op: request.op,
-                offset_bytes: request.offset_bytes,
-                len_bytes: request.len_bytes,
-                volume: 0,
-                fua: request.fua,
-            });
+            issued.push(record);
+        }
+        if let Some(log) = self.streams[stream as usize].job_log {
+            self.job_logs[log].1.push(record);
         }
         let sector = self.sector_bytes;
         if request.op != IoOp::Flush
@@ -1645,6 +1679,7 @@ impl<'d> Host<'d> {
             event_hash: self.hash.value(),
             host_events: self.host_events,
             issued: self.issued.unwrap_or_default(),
+            job_logs: self.job_logs,
             notes: self.notes,
         }
     }

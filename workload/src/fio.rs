@@ -19,9 +19,13 @@ fn one_hundred_percent() -> u32 {
 
 /// Reads the fio iolog of every job that replays one (`read_iolog`), a relative path from
 /// `base` (the job file's directory), and keeps its requests in the job with `replay_scale`
-/// and `replay_align` applied to their offsets, as fio applies them.
+/// and `replay_align` applied to their offsets, as fio applies them. A relative
+/// `write_iolog` path is made one from `base` too.
 pub fn load_iologs(jobs: &mut [JobSpec], base: &std::path::Path) -> Result<(), WorkloadError> {
     for job in jobs.iter_mut() {
+        if let Some(path) = &mut job.write_iolog {
+            *path = base.join(&*path).display().to_string();
+        }
         let Some(path) = &job.read_iolog else {
             continue;
         };
@@ -421,6 +425,10 @@ pub struct JobSpec {
     /// multiple of this power of two.
     #[serde(default)]
     pub replay_align_bytes: Option<u64>,
+    /// fio's `write_iolog`: the run writes the requests this job issued (every clone's, in
+    /// the order they were issued) to this file as a fio iolog (version 3).
+    #[serde(default)]
+    pub write_iolog: Option<String>,
     /// The requests of `read_iolog`, scaled and aligned, once [`load_iologs`] has read them.
     #[serde(skip)]
     pub iolog_records: Option<std::sync::Arc<Vec<TraceRecord>>>,
@@ -505,6 +513,7 @@ impl JobSpec {
             replay_time_scale_percent: 100,
             replay_scale: None,
             replay_align_bytes: None,
+            write_iolog: None,
             iolog_records: None,
             verify: false,
             verify_backlog: None,
@@ -745,10 +754,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
     (
         &["flow", "flow_id", "flow_watermark", "flow_sleep"],
         "flow control between jobs is not modelled; cap each job with rate or rate_iops",
-    ),
-    (
-        &["write_iolog", "iolog"],
-        "record the requests with afa run --record PATH --record-format iolog",
     ),
     (
         &["latency_target"],
@@ -1326,6 +1331,13 @@ fn apply_option(
             "1000" | "1024" => {}
             _ => return Err(context.bad("expected 1000 or 1024")),
         },
+        "write_iolog" => {
+            let path = context.required(value)?.trim();
+            if path.is_empty() {
+                return Err(context.bad("needs the path of the iolog to write"));
+            }
+            spec.write_iolog = Some(path.to_string());
+        }
         "read_iolog" => {
             let path = context.required(value)?.trim();
             if path.is_empty() {

@@ -577,7 +577,6 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
         "rate_iops_min=0,5",
         "max_latency=10ms",
         "flow=2",
-        "write_iolog=out.log",
     ] {
         assert!(
             matches!(
