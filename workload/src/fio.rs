@@ -425,6 +425,10 @@ pub struct JobSpec {
     /// multiple of this power of two.
     #[serde(default)]
     pub replay_align_bytes: Option<u64>,
+    /// fio's `fill_device` (or `fill_fs`): the job writes until the device is full, so its
+    /// region runs from its offset to the device's end, whatever `size` and `io_size` say.
+    #[serde(default)]
+    pub fill_device: bool,
     /// fio's `write_iolog`: the run writes the requests this job issued (every clone's, in
     /// the order they were issued) to this file as a fio iolog (version 3).
     #[serde(default)]
@@ -514,6 +518,7 @@ impl JobSpec {
             replay_scale: None,
             replay_align_bytes: None,
             write_iolog: None,
+            fill_device: false,
             iolog_records: None,
             verify: false,
             verify_backlog: None,
@@ -724,10 +729,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          number_ios",
     ),
     (
-        &["fill_device", "fill_fs"],
-        "not modelled; rw=write with size=100% fills the device",
-    ),
-    (
         &[
             "zonemode",
             "zonesize",
@@ -780,12 +781,7 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
     match key {
         "zonemode" => value == "none",
         "nrfiles" | "openfiles" => parse_unsigned(&value) == Ok(1),
-        "verify_only"
-        | "experimental_verify"
-        | "fill_device"
-        | "fill_fs"
-        | "bs_unaligned"
-        | "blocksize_unaligned" => off(),
+        "verify_only" | "experimental_verify" | "bs_unaligned" | "blocksize_unaligned" => off(),
         "trim_percentage" | "trim_backlog" | "thinkcycles" | "rate_min" | "rate_iops_min"
         | "latency_target" | "max_open_zones" | "max_latency" | "flow" => zero(),
         _ => false,
@@ -1331,6 +1327,7 @@ fn apply_option(
             "1000" | "1024" => {}
             _ => return Err(context.bad("expected 1000 or 1024")),
         },
+        "fill_device" | "fill_fs" => spec.fill_device = parse_bool(&context, value)?,
         "write_iolog" => {
             let path = context.required(value)?.trim();
             if path.is_empty() {

@@ -311,6 +311,8 @@ impl JobGenerator {
         }
         let available_bytes = device_bytes - region_start_bytes;
         let wanted_bytes = match spec.size {
+            // fio's `fill_device` writes until the device has no space left.
+            _ if spec.fill_device => available_bytes,
             None => available_bytes,
             Some(SizeSpec::Bytes(bytes)) => bytes,
             Some(SizeSpec::Percent(percent)) => {
@@ -426,7 +428,11 @@ impl JobGenerator {
                 0
             },
             directions,
-            budget_bytes: spec.io_size_bytes.unwrap_or(region_len_bytes),
+            budget_bytes: if spec.fill_device {
+                region_len_bytes
+            } else {
+                spec.io_size_bytes.unwrap_or(region_len_bytes)
+            },
             max_ios: spec.number_ios.unwrap_or(u64::MAX),
             time_based: spec.time_based,
             issued_bytes: 0,

@@ -689,7 +689,6 @@ fn options_that_shape_the_requests_are_not_ignored() {
         "nrfiles=2",
         "verify_only=1",
         "steadystate=iops:1%",
-        "fill_device=1",
         "zonemode=zbd",
         "bs_unaligned",
         "rate_min=1m",

@@ -678,6 +678,21 @@ fn offset_increment_moves_each_clones_region() {
     assert_eq!(g.region().0, 4096 + (32 << 10));
 }
 
+/// `fill_device` writes from the job's offset to the device's end, whatever `size` and
+/// `io_size` say, as fio writes until the device has no space left.
+#[test]
+fn fill_device_writes_to_the_end_of_the_device() {
+    let mut spec = job(RwMode::Write);
+    spec.offset = SizeSpec::Bytes(256 << 10);
+    spec.size = Some(SizeSpec::Bytes(64 << 10));
+    spec.io_size_bytes = Some(16 << 10);
+    spec.fill_device = true;
+    let mut g = JobGenerator::new(&spec, MIB, 512, 1, 0).unwrap();
+    assert_eq!(g.region(), (256 << 10, MIB - (256 << 10)));
+    let written: u64 = collect(&mut g, 10_000).iter().map(|r| r.len_bytes).sum();
+    assert_eq!(written, MIB - (256 << 10));
+}
+
 /// `bs_is_seq_rand`: sequential requests take the read block size and random ones the
 /// write block size, whatever their direction.
 #[test]
