@@ -26,6 +26,14 @@ fn ssd(payload: PayloadMode) -> Ssd {
     Ssd::new(cfg, 1).unwrap()
 }
 
+/// [`options`] with every issued request recorded.
+fn recording_options() -> RunOptions {
+    RunOptions {
+        record_requests: true,
+        ..options()
+    }
+}
+
 fn options() -> RunOptions {
     RunOptions {
         seed: 7,
@@ -249,10 +257,7 @@ fn think_time_spaces_requests() {
 /// The simulated times at which `job_text`'s requests were issued, in order.
 fn issue_times_ns(job_text: &str) -> Vec<u64> {
     let jobs = parse_job_file(job_text).unwrap();
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let out = run(
         &mut ssd(PayloadMode::Token),
         &Workload::Jobs(jobs),
@@ -760,10 +765,7 @@ fn a_sync_job_sends_every_write_with_force_unit_access() {
         config.write_buffer.capacity_bytes = 256 * 1024;
         Ssd::new(config, 1).unwrap()
     };
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let mean_write_us = |job: &str| {
         let jobs = parse_job_file(job).unwrap();
         let out = run(&mut buffered(), &Workload::Jobs(jobs), &recording).unwrap();
@@ -912,10 +914,7 @@ fn recording_the_requests_keeps_each_one_and_changes_nothing() {
     )
     .unwrap();
     assert!(plain.issued.is_empty());
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let recorded = run(
         &mut ssd(PayloadMode::Token),
         &Workload::Jobs(jobs),
@@ -1318,10 +1317,7 @@ fn startdelay_starts_a_job_later_and_its_runtime_counts_from_then() {
          [later]\nrw=randread\nbs=4k\nstartdelay=2ms\ntime_based\nruntime=1ms\n",
     )
     .unwrap();
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
     let first = |op: IoOp| out.issued.iter().find(|r| r.op == op).unwrap().timestamp_ns;
     let last = |op: IoOp| {
@@ -1352,10 +1348,7 @@ fn exitall_stops_the_group_when_its_job_finishes() {
              [after]\nstonewall\nrw=write\nbs=4k\nnumber_ios=5\n"
         )
     };
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let run_text = |t: &str| {
         let jobs = parse_job_file(t).unwrap();
         run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap()
@@ -1411,10 +1404,7 @@ fn wait_for_starts_a_job_when_the_one_it_names_has_finished() {
          [other]\nrw=randread\nbs=4k\noffset=1m\nnumber_ios=10\n",
     )
     .unwrap();
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let mut timed = Timed::default();
     let out = run(&mut timed, &Workload::Jobs(jobs.clone()), &recording).unwrap();
     assert_eq!(out.mismatches, 0);
@@ -1444,10 +1434,7 @@ fn serialize_overlap_keeps_overlapping_requests_apart() {
     let text = |serialize: &str| {
         format!("[w]\nrw=randwrite\nbs=4k\nsize=16k\nio_size=1m\niodepth=8\nnumber_ios=100\n{serialize}\n")
     };
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let at_start = |t: &str| {
         let jobs = parse_job_file(t).unwrap();
         let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
@@ -1491,10 +1478,7 @@ fn verify_backlog_reads_each_write_back_once_it_has_completed() {
     assert_eq!(out.measurements.write.ios, 64);
     assert_eq!(out.measurements.read.ios, 64);
     assert!(out.reads_checked >= 64, "{}", out.reads_checked);
-    let recording = RunOptions {
-        record_requests: true,
-        ..options()
-    };
+    let recording = recording_options();
     let jobs = parse_job_file(text).unwrap();
     let out = run(&mut Timed::default(), &Workload::Jobs(jobs), &recording).unwrap();
     let mut written_at = std::collections::HashMap::new();
