@@ -765,7 +765,7 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
 
 /// Whether an option that is not modelled is set to the value at which it changes nothing:
 /// its fio default, or off. Tools that write job files spell such values out, and refusing
-/// `kb_base=1024` or `zonemode=none` would turn away a job that is modelled exactly.
+/// `zonemode=none` or `nrfiles=1` would turn away a job that is modelled exactly.
 fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
     let Some(value) = value.map(|v| v.trim().to_ascii_lowercase()) else {
         return false;
