@@ -952,16 +952,26 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // The orderly stop waits for the engine to answer what it holds and flush every member,
     // which a slow or failing member can draw out. A second signal is the operator's way
     // out: the process ends as a kill -9 would end it, with what was written before then
-    // on the members and the state left unclean, so the next start recovers.
+    // on the members and the state left unclean, so the next start recovers. The lock
+    // keeps the two apart: a second signal that comes while the stop is being recorded
+    // waits for it and then lets the process end as the orderly stop it was, so an exit
+    // status of 128 + the signal always means a stop the next start recovers from.
+    let stop_recorded = Arc::new(Mutex::new(false));
+    let watcher_recorded = Arc::clone(&stop_recorded);
     std::thread::Builder::new()
         .name("afa-second-signal".into())
         .spawn(move || {
             if let Some(second) = signals.forever().next() {
+                let recorded = watcher_recorded.lock().unwrap_or_else(|e| e.into_inner());
+                if *recorded {
+                    return;
+                }
                 eprintln!(
                     "afa serve: signal {second} while stopping: exiting without waiting for the \
                      orderly stop"
                 );
-                // 128 + the signal's number, as a shell reports a process the signal ended.
+                // 128 + the signal's number, as a shell reports a process the signal ended;
+                // the lock is held, so the stop can no longer be recorded as clean.
                 std::process::exit(128 + second);
             }
         })
@@ -969,8 +979,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // Stops accepting, closes the connections, lets the engine answer what it holds and
     // flush the volume; only then is the stop recorded as clean.
     let stats = running.stop();
-    if let Some(state) = &volume.state {
-        state.mark_clean().map_err(|e| e.to_string())?;
+    {
+        let mut recorded = stop_recorded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = &volume.state {
+            state.mark_clean().map_err(|e| e.to_string())?;
+        }
+        *recorded = true;
     }
     eprintln!(
         "afa serve: stopped after {} requests ({} bytes read, {} written, {} errors)",
