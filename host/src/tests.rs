@@ -1467,14 +1467,7 @@ fn verify_backlog_reads_each_write_back_once_it_has_completed() {
     // A queue deeper than the backlog: the reads could go at once if they did not wait.
     let text = "[w]\nrw=randwrite\nbs=4k\niodepth=16\nnumber_ios=64\nverify=crc32c\n\
                 verify_backlog=8\n";
-    let jobs = parse_job_file(text).unwrap();
-    let out = run(
-        &mut ssd(PayloadMode::Token),
-        &Workload::Jobs(jobs),
-        &options(),
-    )
-    .unwrap();
-    assert_eq!(out.mismatches, 0);
+    let out = run_job_text(text);
     assert_eq!(out.measurements.write.ios, 64);
     assert_eq!(out.measurements.read.ios, 64);
     assert!(out.reads_checked >= 64, "{}", out.reads_checked);
@@ -1498,18 +1491,10 @@ fn verify_backlog_reads_each_write_back_once_it_has_completed() {
             _ => {}
         }
     }
-    let timed = parse_job_file(
+    let out = run_job_text(
         "[w]\nrw=randwrite\nbs=4k\niodepth=4\ntime_based\nruntime=20ms\nverify=md5\n\
          verify_backlog=8\n",
-    )
-    .unwrap();
-    let out = run(
-        &mut ssd(PayloadMode::Token),
-        &Workload::Jobs(timed),
-        &options(),
-    )
-    .unwrap();
-    assert_eq!(out.mismatches, 0);
+    );
     assert!(
         out.measurements.read.ios >= 8,
         "{}",
