@@ -569,7 +569,8 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
     // configuration's for an inline job, the job file's otherwise.
     if let Some(text) = &w.job {
         let mut jobs = parse_job_file(text).map_err(|e| format!("inline job: {e}"))?;
-        afa_workload::fio::load_iologs(&mut jobs, base).map_err(|e| format!("inline job: {e}"))?;
+        afa_workload::fio::resolve_iologs(&mut jobs, base)
+            .map_err(|e| format!("inline job: {e}"))?;
         return Ok(Workload::Jobs(jobs));
     }
     if let Some(path) = &w.job_file {
@@ -578,7 +579,7 @@ fn load_workload(w: &config::WorkloadConfig, base: &Path) -> Result<Workload, St
             .map_err(|e| format!("cannot read job file {}: {e}", path.display()))?;
         let mut jobs = parse_job_file(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let job_dir = path.parent().unwrap_or(base);
-        afa_workload::fio::load_iologs(&mut jobs, job_dir)
+        afa_workload::fio::resolve_iologs(&mut jobs, job_dir)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(Workload::Jobs(jobs));
     }

@@ -172,6 +172,8 @@ fn a_job_replays_a_fio_iolog_beside_another() {
     text.push_str("4200 /dev/sdb sync 0 0\n4300 /dev/sdb close\n");
     std::fs::write(&log, text).unwrap();
     let job = temp("replay.fio");
+    // A configuration that runs the job file as it now stands.
+    let config = format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap());
     let run_at = |percent: u32| {
         std::fs::write(
             &job,
@@ -181,10 +183,7 @@ fn a_job_replays_a_fio_iolog_beside_another() {
             ),
         )
         .unwrap();
-        let v = run_text(
-            "replay.toml",
-            &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
-        );
+        let v = run_text("replay.toml", &config);
         assert_eq!(v["integrity"]["mismatches"], 0);
         assert_eq!(v["write"]["ios"], 40);
         assert_eq!(v["read"]["ios"], 70);
@@ -209,10 +208,7 @@ fn a_job_replays_a_fio_iolog_beside_another() {
          [r]\nrw=read\nbs=8k\noffset=2m\nsize=64k\n",
     )
     .unwrap();
-    let v = run_text(
-        "replay_written.toml",
-        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
-    );
+    let v = run_text("replay_written.toml", &config);
     assert_eq!(v["write"]["ios"], 25);
     let written = std::fs::read_to_string(temp("written.iolog")).unwrap();
     assert!(written.starts_with("fio version 3 iolog"), "{written}");
@@ -226,18 +222,12 @@ fn a_job_replays_a_fio_iolog_beside_another() {
         "[again]\nread_iolog=written.iolog\nreplay_no_stall=1\n",
     )
     .unwrap();
-    let v = run_text(
-        "replay_again.toml",
-        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
-    );
+    let v = run_text("replay_again.toml", &config);
     assert_eq!(v["write"]["ios"], 25);
     assert_eq!(v["integrity"]["mismatches"], 0);
     // A log that is not there is named, with the job.
     std::fs::write(&job, "[replay]\nread_iolog=missing.iolog\n").unwrap();
-    let out = run_config(
-        "replay_missing.toml",
-        &format!("[workload]\njob_file = {:?}\n", job.to_str().unwrap()),
-    );
+    let out = run_config("replay_missing.toml", &config);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -341,20 +341,27 @@ enum Thinking {
 
 impl Stream {
     /// A stream of group `group` that replays `records` ([`Source::Trace`]), `iodepth` at a
-    /// time; the job options a replay keeps are set by the caller.
+    /// time.
     fn replaying(
         records: std::sync::Arc<Vec<TraceRecord>>,
         timed: Option<f64>,
         iodepth: u32,
         group: usize,
     ) -> Stream {
+        let source = Source::Trace {
+            records,
+            next: 0,
+            timed,
+            origin_ns: 0,
+        };
+        Stream::new(source, iodepth, group)
+    }
+
+    /// A stream of group `group` that draws its requests from `source`, `iodepth` at a
+    /// time, with none of a job's options.
+    fn new(source: Source, iodepth: u32, group: usize) -> Stream {
         Stream {
-            source: Source::Trace {
-                records,
-                next: 0,
-                timed,
-                origin_ns: 0,
-            },
+            source,
             group,
             iodepth,
             outstanding: 0,
@@ -387,6 +394,21 @@ impl Stream {
             inflight_ranges: Vec::new(),
             overlapping: None,
         }
+    }
+
+    /// The options of `job` that a stream of it keeps whether it draws its own pattern or
+    /// replays a log (`read_iolog`); `waits_for` are the streams its `wait_for` names.
+    fn take_job_options(&mut self, job: &JobSpec, waits_for: &[u32]) {
+        self.think = job.think;
+        self.continue_on_read_error = job.continue_on_read_error;
+        self.runtime_ns = job.runtime_ns;
+        self.ramp_time_ns = job.ramp_time_ns;
+        self.start_delay_ns = job.start_delay_ns;
+        self.exit_all = job.exit_all;
+        self.exit_all_groups = job.exit_all_groups;
+        self.waits_for = waits_for.to_vec();
+        self.serialize_overlap = job.serialize_overlap;
+        self.tracks_overlaps = job.serialize_overlap;
     }
 
     /// Whether a pause is due now (`thinktime_blocks` requests counted, or
@@ -641,7 +663,7 @@ impl<'d> Host<'d> {
                         };
                         let records = job.iolog_records.clone().ok_or_else(|| {
                             invalid(format!(
-                                "read_iolog={path} was not read (afa_workload::fio::load_iologs)"
+                                "read_iolog={path} was not read (afa_workload::fio::resolve_iologs)"
                             ))
                         })?;
                         if job.time_based {
@@ -659,16 +681,7 @@ impl<'d> Host<'d> {
                             progress_total += records.iter().map(|r| r.len_bytes).sum::<u64>();
                             let mut stream =
                                 Stream::replaying(records.clone(), timed, job.iodepth, groups - 1);
-                            stream.think = job.think;
-                            stream.continue_on_read_error = job.continue_on_read_error;
-                            stream.runtime_ns = job.runtime_ns;
-                            stream.ramp_time_ns = job.ramp_time_ns;
-                            stream.start_delay_ns = job.start_delay_ns;
-                            stream.exit_all = job.exit_all;
-                            stream.exit_all_groups = job.exit_all_groups;
-                            stream.waits_for = waits_for.clone();
-                            stream.serialize_overlap = job.serialize_overlap;
-                            stream.tracks_overlaps = job.serialize_overlap;
+                            stream.take_job_options(job, &waits_for);
                             streams.push(stream);
                         }
                         job_streams.push(first_stream..streams.len() as u32);
@@ -722,49 +735,23 @@ impl<'d> Host<'d> {
                         progress_total += per_loop_bytes
                             .saturating_add(verify_bytes)
                             .saturating_mul(u64::from(job.loops));
-                        streams.push(Stream {
-                            source: Source::Job {
-                                generator: Box::new(generator),
-                                ahead: std::collections::VecDeque::with_capacity(3),
-                                rate: RateGate::new(job, seed ^ (clone as u64) << 16 ^ RATE_SEED),
-                            },
-                            group: groups - 1,
-                            iodepth: job.iodepth,
-                            outstanding: 0,
-                            exhausted: false,
-                            deadline_ns: None,
-                            ramp_end_ns: 0,
-                            think: job.think,
-                            thinking: Thinking::Running,
-                            issued_requests: 0,
-                            completed_requests: 0,
-                            think_mark_requests: 0,
-                            think_mark_ns: 0,
-                            continue_on_read_error: job.continue_on_read_error,
-                            runtime_ns: job.runtime_ns,
-                            ramp_time_ns: job.ramp_time_ns,
-                            wakeup_pending: false,
-                            end_flush: job.end_flush,
-                            unflushed_writes: false,
-                            time_based: job.time_based.then(|| job.name.clone()),
-                            start_delay_ns: job.start_delay_ns,
-                            refill_at_depth: refill_depth(
-                                job.iodepth,
-                                job.iodepth_low,
-                                job.iodepth_batch_complete_min,
-                            ),
-                            draining: false,
-                            exit_all: job.exit_all,
-                            exit_all_groups: job.exit_all_groups,
-                            waits_for: waits_for.clone(),
-                            held_back: false,
-                            serialize_overlap: job.serialize_overlap,
-                            tracks_overlaps: job.serialize_overlap
-                                || (job.verify && job.verify_backlog.is_some()),
-                            job_log: None,
-                            inflight_ranges: Vec::new(),
-                            overlapping: None,
-                        });
+                        let source = Source::Job {
+                            generator: Box::new(generator),
+                            ahead: std::collections::VecDeque::with_capacity(3),
+                            rate: RateGate::new(job, seed ^ (clone as u64) << 16 ^ RATE_SEED),
+                        };
+                        let mut stream = Stream::new(source, job.iodepth, groups - 1);
+                        stream.take_job_options(job, &waits_for);
+                        // What only a job's own pattern has, not a replay of a log.
+                        stream.end_flush = job.end_flush;
+                        stream.time_based = job.time_based.then(|| job.name.clone());
+                        stream.refill_at_depth = refill_depth(
+                            job.iodepth,
+                            job.iodepth_low,
+                            job.iodepth_batch_complete_min,
+                        );
+                        stream.tracks_overlaps |= job.verify && job.verify_backlog.is_some();
+                        streams.push(stream);
                     }
                     job_streams.push(first_stream..streams.len() as u32);
                     attach_job_log(job, &mut streams[first_stream as usize..], &mut job_logs);

@@ -21,7 +21,7 @@ fn one_hundred_percent() -> u32 {
 /// `base` (the job file's directory), and keeps its requests in the job with `replay_scale`
 /// and `replay_align` applied to their offsets, as fio applies them. A relative
 /// `write_iolog` path is made one from `base` too.
-pub fn load_iologs(jobs: &mut [JobSpec], base: &std::path::Path) -> Result<(), WorkloadError> {
+pub fn resolve_iologs(jobs: &mut [JobSpec], base: &std::path::Path) -> Result<(), WorkloadError> {
     for job in jobs.iter_mut() {
         if let Some(path) = &mut job.write_iolog {
             *path = base.join(&*path).display().to_string();
@@ -407,7 +407,7 @@ pub struct JobSpec {
     #[serde(default)]
     pub serialize_overlap: bool,
     /// fio's `read_iolog`: the job replays this fio iolog (v2 or v3) instead of drawing its
-    /// own requests, with the `replay_*` options below ([`load_iologs`] reads it).
+    /// own requests, with the `replay_*` options below ([`resolve_iologs`] reads it).
     #[serde(default)]
     pub read_iolog: Option<String>,
     /// `replay_no_stall`: the log's requests go as fast as the queue depth allows, not at
@@ -433,7 +433,7 @@ pub struct JobSpec {
     /// the order they were issued) to this file as a fio iolog (version 3).
     #[serde(default)]
     pub write_iolog: Option<String>,
-    /// The requests of `read_iolog`, scaled and aligned, once [`load_iologs`] has read them.
+    /// The requests of `read_iolog`, scaled and aligned, once [`resolve_iologs`] has read them.
     #[serde(skip)]
     pub iolog_records: Option<std::sync::Arc<Vec<TraceRecord>>>,
     /// fio's verify pass (`verify=` a method, with `do_verify` left on): each iteration

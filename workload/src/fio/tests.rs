@@ -588,7 +588,7 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
     }
 }
 
-/// `read_iolog` and its `replay_*` options; [`load_iologs`] reads the log from the job
+/// `read_iolog` and its `replay_*` options; [`resolve_iologs`] reads the log from the job
 /// file's directory and applies `replay_scale` and `replay_align` to its offsets.
 #[test]
 fn iolog_replay_options_and_loading() {
@@ -610,13 +610,13 @@ fn iolog_replay_options_and_loading() {
     assert_eq!(job.replay_time_scale_percent, 50);
     assert_eq!(job.replay_scale, Some(2));
     assert_eq!(job.replay_align_bytes, Some(4096));
-    load_iologs(&mut jobs, &dir).unwrap();
+    resolve_iologs(&mut jobs, &dir).unwrap();
     let records = jobs[0].iolog_records.as_deref().unwrap();
     let offsets: Vec<u64> = records.iter().map(|r| r.offset_bytes).collect();
     // 1,000,000 / 2 = 500,000, down to 4 KiB: 499,712; 40,960 / 2 = 20,480 (already aligned).
     assert_eq!(offsets, [499_712, 20_480]);
     let mut missing = parse_job_file("[r]\nread_iolog=nope.log\n").unwrap();
-    let error = load_iologs(&mut missing, &dir).unwrap_err().to_string();
+    let error = resolve_iologs(&mut missing, &dir).unwrap_err().to_string();
     assert!(
         error.contains("[r]") && error.contains("nope.log"),
         "{error}"
