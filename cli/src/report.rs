@@ -126,6 +126,8 @@ pub fn build_from_media(
         cpu: None,
         timeline: m.timeline.clone(),
         device: serde_json::Map::new(),
+        steady_state: outcome.steady_state.clone(),
+        latency_target: outcome.latency_target.clone(),
     }
 }
 

@@ -6,11 +6,15 @@
 //! by the same code.
 
 pub mod cpu;
+mod latency;
 mod monitor;
 mod oracle;
+mod steady;
 
 use afa_nand::{fill_unit, sector_token};
-use afa_report::{Measurements, OpClass, Progress, Recorder};
+use afa_report::{
+    LatencyTargetReport, Measurements, OpClass, Progress, Recorder, SteadyStateReport,
+};
 use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
 use afa_workload::fio::{JobSpec, RateLimit, RwMode, ThinkTime};
@@ -19,8 +23,10 @@ use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
 
 pub use cpu::{CpuConfig, CpuFront, CpuReport, StackProfile};
+use latency::{LatencySearch, Verdict};
 pub use monitor::Monitored;
 pub use oracle::{Mismatch, Oracle};
+use steady::SteadyTracker;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -52,6 +58,18 @@ pub enum RunError {
         job: String,
         at_ns: TimeNs,
         events: u64,
+    },
+    #[error(
+        "job {job}: a {op:?} at byte {offset_bytes} took {latency_ns} ns, above {limit}; fio \
+         ends the job with ETIMEDOUT (\"max latency exceeded\")"
+    )]
+    LatencyExceeded {
+        job: String,
+        op: IoOp,
+        offset_bytes: u64,
+        latency_ns: u64,
+        /// The limit and the option that set it.
+        limit: String,
     },
 }
 
@@ -118,6 +136,11 @@ pub struct RunOutcome {
     /// them, since only its caller knows whether its user should see them; a caller that
     /// tells the user before the run starts takes them from [`PreparedRun::notes`].
     pub notes: Vec<String>,
+    /// fio's steady-state detection, one entry per job clone or group judged (none when no
+    /// job set a window).
+    pub steady_state: Vec<SteadyStateReport>,
+    /// fio's latency-target search, one entry per job clone that set `latency_target`.
+    pub latency_target: Vec<LatencyTargetReport>,
 }
 
 enum Source {
@@ -263,6 +286,18 @@ struct Stream {
     /// The count `thinktime_blocks` is measured from: its value when the last pause was
     /// decided.
     think_mark_requests: u64,
+    /// Data requests and bytes completed so far, failed ones left out (fio's `io_blocks`
+    /// and `io_bytes`), which steady-state detection samples.
+    done_ios: u64,
+    done_bytes: u64,
+    /// The job's name, with its clone number after a dot when it has several clones: the
+    /// name reports and errors give it.
+    name: String,
+    /// fio's `max_latency`, for reads, writes and trims: a request that takes longer fails
+    /// the job.
+    max_latency_ns: [Option<u64>; 3],
+    /// fio's `latency_target` search, which caps the queue depth below `iodepth`.
+    latency: Option<Box<LatencySearch>>,
     /// When the last pause ended (or the stream started): `thinktime_iotime` counts from it.
     think_mark_ns: TimeNs,
     /// Count a read the device fails and go on (`continue_on_error=read`).
@@ -327,6 +362,43 @@ fn attach_job_log(
     }
 }
 
+/// fio's steady-state detection for `job`, of stonewall group `group`, whose streams (its
+/// clones) are `streams`: with `group_reporting` they join the group's one tracker (the
+/// parser has checked that every job of the group asks for the same detection), otherwise
+/// each clone gets its own.
+fn attach_steady_state(
+    job: &JobSpec,
+    group: usize,
+    streams: std::ops::Range<u32>,
+    trackers: &mut Vec<SteadyTracker>,
+) {
+    let spec = job.steady_state;
+    if !spec.enabled() {
+        return;
+    }
+    if job.group_reporting {
+        match trackers.iter_mut().find(|t| t.group == group) {
+            Some(tracker) => tracker.streams.extend(streams),
+            None => {
+                let mut tracker = SteadyTracker::new(spec, job.name.clone(), group);
+                tracker.streams.extend(streams);
+                trackers.push(tracker);
+            }
+        }
+        return;
+    }
+    for (clone, stream) in streams.enumerate() {
+        let name = if job.numjobs > 1 {
+            format!("{}.{clone}", job.name)
+        } else {
+            job.name.clone()
+        };
+        let mut tracker = SteadyTracker::new(spec, name, group);
+        tracker.streams.push(stream);
+        trackers.push(tracker);
+    }
+}
+
 /// A stream's place in fio's think-time cycle (`handle_thinktime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Thinking {
@@ -373,6 +445,11 @@ impl Stream {
             issued_requests: 0,
             completed_requests: 0,
             think_mark_requests: 0,
+            done_ios: 0,
+            done_bytes: 0,
+            name: String::new(),
+            max_latency_ns: [None; 3],
+            latency: None,
             think_mark_ns: 0,
             continue_on_read_error: false,
             runtime_ns: None,
@@ -398,7 +475,23 @@ impl Stream {
 
     /// The options of `job` that a stream of it keeps whether it draws its own pattern or
     /// replays a log (`read_iolog`); `waits_for` are the streams its `wait_for` names.
-    fn take_job_options(&mut self, job: &JobSpec, waits_for: &[u32]) {
+    fn take_job_options(&mut self, job: &JobSpec, waits_for: &[u32], clone: u32) {
+        self.name = if job.numjobs > 1 {
+            format!("{}.{clone}", job.name)
+        } else {
+            job.name.clone()
+        };
+        self.max_latency_ns = job.max_latency_ns;
+        let target = &job.latency_target;
+        self.latency = target.enabled().then(|| {
+            Box::new(LatencySearch::new(
+                target.target_ns,
+                target.window_ns,
+                target.percentile,
+                target.keep_searching,
+                job.iodepth,
+            ))
+        });
         self.think = job.think;
         self.continue_on_read_error = job.continue_on_read_error;
         self.runtime_ns = job.runtime_ns;
@@ -433,6 +526,76 @@ impl Stream {
             self.thinking = Thinking::Quiescing;
         }
         self.thinking == Thinking::Quiescing
+    }
+
+    /// fio's checks of one completed data request that took `latency_ns` (made after the
+    /// ramp, as fio's accounting is): `max_latency`, and the latency-target search. Returns
+    /// whether the queue may now be filled to a greater depth: the search went deeper, or
+    /// the requests it waited for have all completed.
+    fn judge_latency(
+        &mut self,
+        now_ns: TimeNs,
+        latency_ns: u64,
+        op: IoOp,
+        offset_bytes: u64,
+    ) -> Result<bool, RunError> {
+        let exceeded = |limit: String| RunError::LatencyExceeded {
+            job: self.name.clone(),
+            op,
+            offset_bytes,
+            latency_ns,
+            limit,
+        };
+        let direction = match op {
+            IoOp::Read => 0,
+            IoOp::Write => 1,
+            _ => 2,
+        };
+        if let Some(max_ns) = self.max_latency_ns[direction] {
+            if latency_ns > max_ns {
+                return Err(exceeded(format!("max_latency={max_ns} ns")));
+            }
+        }
+        let ios = self.done_ios;
+        let Some(search) = self.latency.as_mut() else {
+            return Ok(false);
+        };
+        match search.completed(now_ns, latency_ns, ios) {
+            Verdict::Fatal => {
+                let target_ns = search.target_ns();
+                Err(exceeded(format!(
+                    "latency_target={target_ns} ns at queue depth 1"
+                )))
+            }
+            Verdict::Done => {
+                self.deadline_ns = Some(self.deadline_ns.map_or(now_ns, |d| d.min(now_ns)));
+                Ok(false)
+            }
+            Verdict::Deeper => Ok(true),
+            Verdict::Continue | Verdict::Quiesce => Ok(false),
+        }
+    }
+
+    /// A latency-target search that waits for the requests in flight (after its depth went
+    /// down, or before its final window) goes on once the last has completed; returns
+    /// whether it did, so that the queue is filled to the new depth.
+    fn end_quiesce(&mut self, now_ns: TimeNs) -> bool {
+        let (ios, outstanding) = (self.done_ios, self.outstanding);
+        match self.latency.as_mut() {
+            Some(search) if search.quiescing() && outstanding == 0 => {
+                search.quiesced(now_ns, ios);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The most requests the stream may have in flight now: its `iodepth`, or less while a
+    /// latency-target search holds it lower.
+    fn depth_limit(&self) -> u32 {
+        self.latency
+            .as_ref()
+            .map_or(self.iodepth, |l| l.depth().min(self.iodepth))
     }
 
     /// One more request is in flight; a queue that fills up and refills below
@@ -489,6 +652,8 @@ enum Event {
     Background,
     /// `stream`'s `startdelay` has passed: it fills its queue.
     Start { stream: u32 },
+    /// A steady-state tracker samples its streams (fio's `steadystate_check`).
+    SteadyCheck { tracker: u32 },
 }
 
 fn op_class(op: IoOp) -> OpClass {
@@ -599,6 +764,9 @@ struct Host<'d> {
     job_logs: Vec<(String, Vec<TraceRecord>)>,
     /// [`RunOutcome::notes`].
     notes: Vec<String>,
+    /// fio's steady-state detection: one tracker per job clone, or per group with
+    /// `group_reporting`.
+    trackers: Vec<SteadyTracker>,
 }
 
 impl<'d> Host<'d> {
@@ -616,6 +784,7 @@ impl<'d> Host<'d> {
         let mut progress_total = 0u64;
         let mut notes = Vec::new();
         let mut job_logs: Vec<(String, Vec<TraceRecord>)> = Vec::new();
+        let mut trackers: Vec<SteadyTracker> = Vec::new();
         match workload {
             Workload::Jobs(jobs) => {
                 // The streams of each job so far, for `wait_for`.
@@ -677,15 +846,21 @@ impl<'d> Host<'d> {
                         // keeps its queue depth, timing options and place among the jobs.
                         let timed = (!job.replay_no_stall)
                             .then(|| 100.0 / f64::from(job.replay_time_scale_percent.max(1)));
-                        for _ in 0..job.numjobs {
+                        for clone in 0..job.numjobs {
                             progress_total += records.iter().map(|r| r.len_bytes).sum::<u64>();
                             let mut stream =
                                 Stream::replaying(records.clone(), timed, job.iodepth, groups - 1);
-                            stream.take_job_options(job, &waits_for);
+                            stream.take_job_options(job, &waits_for, clone);
                             streams.push(stream);
                         }
                         job_streams.push(first_stream..streams.len() as u32);
                         attach_job_log(job, &mut streams[first_stream as usize..], &mut job_logs);
+                        attach_steady_state(
+                            job,
+                            groups - 1,
+                            first_stream..streams.len() as u32,
+                            &mut trackers,
+                        );
                         continue;
                     }
                     // The clones whose region the device's end cut short, and the first
@@ -741,7 +916,7 @@ impl<'d> Host<'d> {
                             rate: RateGate::new(job, seed ^ (clone as u64) << 16 ^ RATE_SEED),
                         };
                         let mut stream = Stream::new(source, job.iodepth, groups - 1);
-                        stream.take_job_options(job, &waits_for);
+                        stream.take_job_options(job, &waits_for, clone);
                         // What only a job's own pattern has, not a replay of a log.
                         stream.end_flush = job.end_flush;
                         stream.time_based = job.time_based.then(|| job.name.clone());
@@ -755,6 +930,12 @@ impl<'d> Host<'d> {
                     }
                     job_streams.push(first_stream..streams.len() as u32);
                     attach_job_log(job, &mut streams[first_stream as usize..], &mut job_logs);
+                    attach_steady_state(
+                        job,
+                        groups - 1,
+                        first_stream..streams.len() as u32,
+                        &mut trackers,
+                    );
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
                         let which = if job.numjobs > 1 {
                             format!(
@@ -836,6 +1017,7 @@ impl<'d> Host<'d> {
             job_logs,
             parked: std::collections::VecDeque::new(),
             notes,
+            trackers,
         })
     }
 
@@ -873,6 +1055,13 @@ impl<'d> Host<'d> {
                 }
                 break;
             };
+            // A tracker whose streams have all finished checks nothing more; its last check
+            // must not stretch the run past its last completion.
+            if let Event::SteadyCheck { tracker } = event {
+                if !self.tracker_running(tracker as usize) {
+                    continue;
+                }
+            }
             self.now_ns = t;
             self.host_events += 1;
             if t == instant_ns {
@@ -905,6 +1094,15 @@ impl<'d> Host<'d> {
                     {
                         s.inflight_ranges.swap_remove(i);
                     }
+                    if !failed && op != IoOp::Flush {
+                        s.done_ios += 1;
+                        s.done_bytes += bytes;
+                    }
+                    let mut fill = false;
+                    if !failed && op != IoOp::Flush && t >= s.ramp_end_ns {
+                        fill = s.judge_latency(t, t - submit_ns, op, offset_bytes)?;
+                    }
+                    fill |= s.end_quiesce(t);
                     if failed {
                         self.recorder.record_error(op_class(op));
                     } else if t >= s.ramp_end_ns {
@@ -919,6 +1117,9 @@ impl<'d> Host<'d> {
                     }
                     if !self.think_after_completion(stream, op) {
                         self.refill(stream)?;
+                    }
+                    if fill {
+                        self.issue_filling(stream, true)?;
                     }
                     self.maybe_finish_group()?;
                 }
@@ -962,6 +1163,11 @@ impl<'d> Host<'d> {
                 Event::Start { stream } => {
                     self.hash.record(t, 4, stream as u64);
                     self.fill_at_start(stream as usize)?;
+                    self.maybe_finish_group()?;
+                }
+                Event::SteadyCheck { tracker } => {
+                    self.hash.record(t, 6, u64::from(tracker));
+                    self.check_steady_state(tracker as usize);
                     self.maybe_finish_group()?;
                 }
             }
@@ -1068,6 +1274,13 @@ impl<'d> Host<'d> {
         if group == 0 {
             self.recorder.set_measure_from_ns(max_ramp_end);
         }
+        for (i, tracker) in self.trackers.iter_mut().enumerate() {
+            if tracker.group == group {
+                let first_check_ns = tracker.start(now);
+                self.queue
+                    .push(first_check_ns, Event::SteadyCheck { tracker: i as u32 });
+            }
+        }
         self.maybe_finish_group()
     }
 
@@ -1087,6 +1300,10 @@ impl<'d> Host<'d> {
         }
         s.ramp_end_ns = start + s.ramp_time_ns;
         s.think_mark_ns = start;
+        let done_ios = s.done_ios;
+        if let Some(search) = s.latency.as_mut() {
+            search.start(start, done_ios);
+        }
         if start > now {
             self.queue.push(start, Event::Start { stream: i as u32 });
             return Ok(());
@@ -1227,6 +1444,47 @@ impl<'d> Host<'d> {
         self.exit_all_jobs = self.streams.iter().any(|s| s.exit_all);
     }
 
+    /// Whether any stream `tracker` judges has yet to finish (or to start).
+    fn tracker_running(&self, tracker: usize) -> bool {
+        self.trackers[tracker].streams.iter().any(|&i| {
+            let s = &self.streams[i as usize];
+            !(s.exhausted && s.outstanding == 0)
+        })
+    }
+
+    /// fio's `steadystate_check` for one tracker: samples what its streams completed since
+    /// the last check. Once the window meets the criterion its streams stop as their runtime
+    /// would stop them (as `exitall` stops a group); otherwise the next check is queued.
+    fn check_steady_state(&mut self, tracker: usize) {
+        let now = self.now_ns;
+        let t = &self.trackers[tracker];
+        let (ios, bytes) = t.streams.iter().fold((0, 0), |(ios, bytes), &i| {
+            let s = &self.streams[i as usize];
+            (ios + s.done_ios, bytes + s.done_bytes)
+        });
+        let t = &mut self.trackers[tracker];
+        if !t.check(now, ios, bytes) {
+            let next_ns = t.next_check_ns(now);
+            self.queue.push(
+                next_ns,
+                Event::SteadyCheck {
+                    tracker: tracker as u32,
+                },
+            );
+            return;
+        }
+        for &i in &t.streams {
+            let s = &mut self.streams[i as usize];
+            if s.held_back {
+                // A job still waiting for another (`wait_for`) never starts.
+                s.held_back = false;
+                s.exhausted = true;
+            } else if !s.exhausted {
+                s.deadline_ns = Some(s.deadline_ns.map_or(now, |d| d.min(now)));
+            }
+        }
+    }
+
     /// The next request of a stream, or None when it is done.
     fn next_request(&mut self, stream: u32) -> Option<IoRequest> {
         let now = self.now_ns;
@@ -1340,7 +1598,8 @@ impl<'d> Host<'d> {
     fn issue_filling(&mut self, stream: u32, mut filling: bool) -> Result<(), RunError> {
         loop {
             let s = &self.streams[stream as usize];
-            if s.outstanding >= s.iodepth
+            if s.outstanding >= s.depth_limit()
+                || s.latency.as_ref().is_some_and(|l| l.quiescing())
                 || s.draining
                 || s.thinking != Thinking::Running
                 || s.group != self.current_group
@@ -1668,6 +1927,12 @@ impl<'d> Host<'d> {
             issued: self.issued.unwrap_or_default(),
             job_logs: self.job_logs,
             notes: self.notes,
+            steady_state: self.trackers.iter().map(SteadyTracker::report).collect(),
+            latency_target: self
+                .streams
+                .iter()
+                .filter_map(|s| s.latency.as_ref().map(|l| l.report(s.name.clone())))
+                .collect(),
         }
     }
 }

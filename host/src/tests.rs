@@ -1525,3 +1525,182 @@ fn the_verify_pass_starts_once_the_writes_have_completed() {
     assert_eq!(out.measurements.read.ios, 64);
     assert_eq!(out.reads_checked, 64 * 8);
 }
+
+fn run_timed(text: &str) -> RunOutcome {
+    let jobs = parse_job_file(text).unwrap();
+    run(&mut Timed::default(), &Workload::Jobs(jobs), &options()).unwrap()
+}
+
+/// fio's steady-state detection ends a time-based job as soon as its window of samples is
+/// level: the device here completes every request in 10–14 µs, so each 10 ms sample of one
+/// request at a time is within 1% of the window's mean from the start.
+#[test]
+fn steady_state_ends_a_time_based_job_once_its_window_is_level() {
+    let job = "[j]\nrw=write\nbs=4k\nsize=1m\ntime_based\nruntime=10s\nss=iops:1%\n\
+               ss_dur=50ms\nss_interval=10ms\n";
+    let out = run_timed(job);
+    assert_eq!(out.steady_state.len(), 1);
+    let ss = &out.steady_state[0];
+    assert!(ss.attained, "{ss:?}");
+    assert_eq!(ss.attained_at_s, Some(0.05));
+    assert_eq!(ss.iops.len(), 5);
+    let mean = ss.iops.iter().sum::<u64>() as f64 / 5.0;
+    assert!(
+        (mean - 1e9 / 12_000.0).abs() < 1e9 / 12_000.0 * 0.01,
+        "{mean}"
+    );
+    assert_eq!(ss.bw_bytes_s[0], ss.iops[0] * 4096);
+    // The job stopped at the check, as its runtime would have stopped it: its last request
+    // was in flight then.
+    assert!(out.sim_time_ns < 50_000_000 + 20_000, "{}", out.sim_time_ns);
+
+    // Sampling starts after the ramp: the first sample is the interval from 30 to 40 ms.
+    let out = run_timed(&format!("{job}ss_ramp=30ms\n"));
+    assert_eq!(out.steady_state[0].attained_at_s, Some(0.08));
+    assert_eq!(out.steady_state[0].ss, "iops:1.000000%");
+}
+
+/// A window that never meets its criterion leaves the job to its runtime, and the report
+/// keeps the last window and its criterion.
+#[test]
+fn steady_state_not_attained_leaves_the_job_its_runtime() {
+    let out = run_timed(
+        "[j]\nrw=randwrite\nbs=4k\nsize=1m\ntime_based\nruntime=100ms\nss=iops:0\n\
+         ss_dur=30ms\nss_interval=10ms\n",
+    );
+    let ss = &out.steady_state[0];
+    assert!(!ss.attained);
+    assert_eq!(ss.attained_at_s, None);
+    assert_eq!(ss.iops.len(), 3);
+    assert!(ss.criterion.is_some_and(|c| c > 0.0), "{ss:?}");
+    assert!(out.sim_time_ns >= 100_000_000, "{}", out.sim_time_ns);
+}
+
+/// A job that ends before its window fills is judged on nothing, and no check outlasts it:
+/// the run ends with its last completion.
+#[test]
+fn a_job_shorter_than_its_steady_state_window_ends_with_its_last_request() {
+    let out = run_timed(
+        "[j]\nrw=write\nbs=4k\nnumber_ios=10\nss=iops:1%\nss_dur=50ms\nss_interval=10ms\n",
+    );
+    let ss = &out.steady_state[0];
+    assert!(!ss.attained);
+    assert_eq!(ss.criterion, None);
+    assert!(ss.iops.is_empty());
+    assert!(out.sim_time_ns < 200_000, "{}", out.sim_time_ns);
+}
+
+/// With `group_reporting` the jobs of a group are judged together and end together;
+/// without it every clone is judged, and ends, on its own.
+#[test]
+fn steady_state_is_judged_per_group_with_group_reporting_and_per_clone_without() {
+    let jobs = "ss=iops:2%\nss_dur=40ms\nss_interval=10ms\ntime_based\nruntime=1s\n\
+                bs=4k\nsize=1m\n[a]\nrw=write\n[b]\nrw=randwrite\nnumjobs=2\n";
+    let out = run_timed(&format!("[global]\ngroup_reporting\n{jobs}"));
+    assert_eq!(out.steady_state.len(), 1);
+    let ss = &out.steady_state[0];
+    assert_eq!(ss.job, "a");
+    assert!(ss.attained);
+    // Three streams at one request each, every 10–14 µs.
+    let per_stream = ss.iops.iter().sum::<u64>() as f64 / 4.0 / 3.0;
+    assert!(
+        (per_stream - 1e9 / 12_000.0).abs() < 1_500.0,
+        "{per_stream}"
+    );
+    assert!(out.sim_time_ns < 40_000_000 + 20_000, "{}", out.sim_time_ns);
+
+    let out = run_timed(&format!("[global]\n{jobs}"));
+    let names: Vec<&str> = out.steady_state.iter().map(|s| s.job.as_str()).collect();
+    assert_eq!(names, ["a", "b.0", "b.1"]);
+    assert!(out.steady_state.iter().all(|s| s.iops.len() == 4));
+}
+
+/// A device that serves one command at a time, each in 10 µs, so that a request's latency
+/// is 10 µs times the requests ahead of it and its own: at queue depth d, about 10·d µs.
+#[derive(Default)]
+struct Serial {
+    next_free_ns: TimeNs,
+}
+
+impl BlockDevice for Serial {
+    fn info(&self) -> afa_ssd::DeviceInfo {
+        untracked_info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        _cmd: &Command<'_>,
+        _out: ReadBuffers<'_>,
+    ) -> Result<afa_ssd::Completion, DeviceError> {
+        let done_ns = now_ns.max(self.next_free_ns) + 10_000;
+        self.next_free_ns = done_ns;
+        Ok(afa_ssd::Completion {
+            done_ns,
+            gc_active: false,
+        })
+    }
+    fn background(&mut self, _now_ns: TimeNs) -> Option<TimeNs> {
+        None
+    }
+}
+
+fn run_serial(text: &str) -> Result<RunOutcome, RunError> {
+    let jobs = parse_job_file(text).unwrap();
+    run(&mut Serial::default(), &Workload::Jobs(jobs), &options())
+}
+
+/// fio's latency-target search finds the deepest queue whose requests all complete within
+/// the target: 55 µs on a device that takes 10 µs per request queued is depth 5. It doubles
+/// to 8, fails, bisects down to 5, runs a final window there and ends the job, long before
+/// its runtime.
+#[test]
+fn the_latency_target_search_finds_the_deepest_queue_within_the_target() {
+    let out = run_serial(
+        "[j]\nrw=randread\nbs=4k\niodepth=32\ntime_based\nruntime=10s\nlatency_target=55\n\
+         latency_window=1ms\n",
+    )
+    .unwrap();
+    let search = &out.latency_target[0];
+    assert!(search.converged, "{search:?}");
+    assert_eq!(search.depth, 5);
+    let depths: Vec<u32> = search.steps.iter().map(|s| s.1).collect();
+    assert_eq!(depths, [1, 2, 4, 8, 6, 5]);
+    assert!(search.final_run_ios > 0);
+    assert!(
+        (search.final_run_latency_mean_us - 50.0).abs() < 1.0,
+        "{}",
+        search.final_run_latency_mean_us
+    );
+    assert!(out.sim_time_ns < 20_000_000, "{}", out.sim_time_ns);
+
+    // With latency_run the search goes on until the runtime.
+    let out = run_serial(
+        "[j]\nrw=randread\nbs=4k\niodepth=32\ntime_based\nruntime=20ms\nlatency_target=55\n\
+         latency_window=1ms\nlatency_run=1\n",
+    )
+    .unwrap();
+    assert!(!out.latency_target[0].converged);
+    assert_eq!(out.latency_target[0].depth, 5);
+    assert!(out.sim_time_ns >= 20_000_000);
+}
+
+/// fio fails a job whose request takes longer than `max_latency`, or than `latency_target`
+/// at queue depth 1, with ETIMEDOUT: the run stops with an error naming the job and limit.
+#[test]
+fn a_request_over_max_latency_or_over_the_target_at_depth_one_fails_the_job() {
+    let error =
+        run_serial("[slow]\nrw=randwrite\nbs=4k\niodepth=4\nnumber_ios=64\nmax_latency=30us\n")
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("job slow: a Write"), "{error}");
+    assert!(error.contains("above max_latency=30000 ns"), "{error}");
+    // Reads are not capped when only writes are.
+    run_serial("[r]\nrw=randread\nbs=4k\niodepth=4\nnumber_ios=64\nmax_latency=0,30us\n").unwrap();
+    let error = run_serial("[t]\nrw=randread\nbs=4k\nnumber_ios=64\nlatency_target=5us\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("above latency_target=5000 ns at queue depth 1"),
+        "{error}"
+    );
+}

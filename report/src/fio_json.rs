@@ -20,7 +20,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::{OpReport, RunReport, TimelinePoint};
+use crate::{OpReport, RunReport, SteadyStateReport, TimelinePoint};
 
 /// The fio release whose json+ structure this module writes.
 pub const FIO_VERSION: &str = "fio-3.33";
@@ -90,10 +90,27 @@ pub fn to_fio_json(report: &RunReport, job_name: &str) -> Value {
     job.insert("latency_ns".into(), latency_ns);
     job.insert("latency_us".into(), latency_us);
     job.insert("latency_ms".into(), latency_ms);
-    job.insert("latency_depth".into(), json!(1));
-    job.insert("latency_target".into(), json!(0));
-    job.insert("latency_percentile".into(), json!(100.0));
-    job.insert("latency_window".into(), json!(0));
+    // fio's latency-target search: the depth it settled on, its target in nanoseconds and
+    // its window in microseconds, as fio keeps them; for the first job that searched.
+    let search = report.latency_target.first();
+    job.insert("latency_depth".into(), json!(search.map_or(1, |s| s.depth)));
+    job.insert(
+        "latency_target".into(),
+        json!(search.map_or(0, |s| (s.target_us * 1e3).round() as u64)),
+    );
+    job.insert(
+        "latency_percentile".into(),
+        json!(search.map_or(100.0, |s| s.percentile)),
+    );
+    job.insert(
+        "latency_window".into(),
+        json!(search.map_or(0, |s| (s.window_s * 1e6).round() as u64)),
+    );
+    // fio writes one `steadystate` object per job it reports; afa reports the run as one
+    // job, so it writes the first job's (or group's) detection.
+    if let Some(ss) = report.steady_state.first() {
+        job.insert("steadystate".into(), steady_state(ss));
+    }
 
     json!({
         "fio version": FIO_VERSION,
@@ -108,6 +125,37 @@ pub fn to_fio_json(report: &RunReport, job_name: &str) -> Value {
             "sim_time_ns": report.sim_time_ns,
             "waf": report.waf,
             "integrity_mismatches": report.integrity.mismatches,
+        },
+    })
+}
+
+/// fio's `steadystate` object (`show_thread_status_json`). The criterion is a string with
+/// fio's `%f` precision; `duration` is in whole seconds when it is whole, as fio counts it,
+/// and in seconds otherwise (fio's window is a whole number of seconds); the samples are
+/// oldest first.
+fn steady_state(ss: &SteadyStateReport) -> Value {
+    let duration = if ss.duration_s.fract() == 0.0 {
+        json!(ss.duration_s as u64)
+    } else {
+        json!(ss.duration_s)
+    };
+    let criterion = format!(
+        "{:.6}{}",
+        ss.criterion.unwrap_or(0.0),
+        if ss.criterion_is_percent { "%" } else { "" }
+    );
+    json!({
+        "ss": ss.ss,
+        "duration": duration,
+        "attained": u8::from(ss.attained),
+        "criterion": criterion,
+        "max_deviation": ss.max_deviation,
+        "slope": ss.slope,
+        "data": {
+            "bw_mean": ss.bw_mean_bytes_s(),
+            "iops_mean": ss.iops_mean(),
+            "iops": ss.iops,
+            "bw": ss.bw_bytes_s,
         },
     })
 }
@@ -456,5 +504,37 @@ mod tests {
         let mut report = crate::tests::sample_report();
         report.integrity.mismatches = 3;
         assert_eq!(to_fio_json(&report, "x")["jobs"][0]["error"], 5);
+    }
+
+    #[test]
+    fn steady_state_is_written_as_fio_writes_it() {
+        let mut report = crate::tests::sample_report();
+        assert!(to_fio_json(&report, "x")["jobs"][0]
+            .get("steadystate")
+            .is_none());
+        report.steady_state.push(SteadyStateReport {
+            job: "x".into(),
+            ss: "iops:5.000000%".into(),
+            duration_s: 3.0,
+            interval_s: 1.0,
+            attained: true,
+            attained_at_s: Some(4.0),
+            criterion: Some(0.5),
+            criterion_is_percent: true,
+            max_deviation: 1.0,
+            window_samples: 3,
+            iops: vec![199, 200, 201],
+            bw_bytes_s: vec![199 * 4096, 200 * 4096, 201 * 4096],
+            ..SteadyStateReport::default()
+        });
+        let ss = &to_fio_json(&report, "x")["jobs"][0]["steadystate"];
+        assert_eq!(ss["ss"], "iops:5.000000%");
+        assert_eq!(ss["duration"], 3);
+        assert_eq!(ss["attained"], 1);
+        assert_eq!(ss["criterion"], "0.500000%");
+        assert_eq!(ss["max_deviation"], 1.0);
+        assert_eq!(ss["data"]["iops_mean"], 200);
+        assert_eq!(ss["data"]["bw_mean"], 200 * 4096);
+        assert_eq!(ss["data"]["iops"], json!([199, 200, 201]));
     }
 }

@@ -495,8 +495,143 @@ pub struct RunReport {
     /// top-level key: a WAFLASH SSD's `waflash` report, an OX SSD's `ox` counters. `nand`,
     /// `wear` and `die_busy_fraction` then hold what that device's flash counted, and `gc`
     /// its GC as the device counts it (OX: collected EBLOCKs as runs, moved RBLOCKs as pages).
+    /// fio's steady-state detection, one entry per job or group judged, when any job set
+    /// a window (`steadystate_duration`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steady_state: Vec<SteadyStateReport>,
+    /// fio's latency-target search, one entry per job clone that set `latency_target`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_target: Vec<LatencyTargetReport>,
     #[serde(default, flatten)]
     pub device: serde_json::Map<String, serde_json::Value>,
+}
+
+/// fio's steady-state detection as one job (or one stonewall group, with `group_reporting`)
+/// went through it: the criterion it was judged by, whether and when it was met, and the
+/// last window of samples, oldest first. fio writes the same under a job's `steadystate`
+/// key of its JSON.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SteadyStateReport {
+    /// The job judged (its clone number after a dot when it has several clones and they
+    /// are judged one by one), or the first job of the group judged together.
+    pub job: String,
+    /// The stonewall group, from 0.
+    pub group: usize,
+    /// The criterion and threshold as fio prints them (`iops_slope:0.010000%`).
+    pub ss: String,
+    /// The window, the ramp before sampling and the sampling period, in seconds.
+    pub duration_s: f64,
+    pub ramp_s: f64,
+    pub interval_s: f64,
+    /// Whether the criterion fell below its threshold, ending the job(s), and when
+    /// (simulated seconds from the run's start).
+    pub attained: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attained_at_s: Option<f64>,
+    /// The criterion at the last full window: the slope, or the largest deviation from the
+    /// mean, as a percentage of the window's mean when the threshold is one. `None` when the
+    /// window never filled, or its mean was 0 for a percentage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criterion: Option<f64>,
+    pub criterion_is_percent: bool,
+    /// The last full window's largest deviation from its mean and least-squares slope, in
+    /// the measured unit (per sample, for the slope); 0 when the criterion does not compute
+    /// it, as in fio.
+    pub max_deviation: f64,
+    pub slope: f64,
+    /// The samples the window holds when full.
+    pub window_samples: usize,
+    /// The last window's samples, oldest first: requests and bytes completed per second.
+    pub iops: Vec<u64>,
+    pub bw_bytes_s: Vec<u64>,
+}
+
+impl SteadyStateReport {
+    /// fio's `iops_mean`: the window's sum over its full length (a window that never filled
+    /// counts its missing samples as 0, as fio's does).
+    pub fn iops_mean(&self) -> u64 {
+        self.iops.iter().sum::<u64>() / self.window_samples.max(1) as u64
+    }
+
+    /// fio's `bw_mean`, in bytes per second, computed as [`Self::iops_mean`].
+    pub fn bw_mean_bytes_s(&self) -> u64 {
+        self.bw_bytes_s.iter().sum::<u64>() / self.window_samples.max(1) as u64
+    }
+
+    /// One line for the human summary.
+    pub fn summary_line(&self) -> String {
+        let outcome = match self.attained_at_s {
+            Some(at_s) if self.attained => format!("attained at {at_s:.3} s"),
+            _ => "not attained".to_string(),
+        };
+        let criterion = match self.criterion {
+            Some(c) => format!("{c:.6}{}", if self.criterion_is_percent { "%" } else { "" }),
+            None => "none (the window never filled)".to_string(),
+        };
+        format!(
+            "Steady state of {} ({}, a {} s window of {} samples after a {} s ramp): {outcome}; \
+             last criterion {criterion}; window mean {} IOPS, {:.2} MB/s",
+            self.job,
+            self.ss,
+            self.duration_s,
+            self.window_samples,
+            self.ramp_s,
+            self.iops_mean(),
+            self.bw_mean_bytes_s() as f64 / BYTES_PER_MB
+        )
+    }
+}
+
+/// fio's latency-target search as one job clone went through it (`latency_target`): the
+/// queue depth it settled on (fio's `latency_depth`), the final window at that depth, and
+/// every change of depth on the way.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyTargetReport {
+    /// The job (its clone number after a dot when it has several clones).
+    pub job: String,
+    pub target_us: f64,
+    pub window_s: f64,
+    pub percentile: f64,
+    /// The depth found, or where the search stood when the job ended.
+    pub depth: u32,
+    /// The search converged and its final window at `depth` passed, which ended the job.
+    pub converged: bool,
+    /// When the final window at the depth found started, its completions and their mean
+    /// latency. fio resets the job's statistics there so that its report covers that
+    /// window alone; the run report here covers the whole run, search included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_run_start_s: Option<f64>,
+    pub final_run_ios: u64,
+    pub final_run_latency_mean_us: f64,
+    /// `[seconds, depth]` at the start and at every change of depth.
+    pub steps: Vec<(f64, u32)>,
+}
+
+impl LatencyTargetReport {
+    /// One line for the human summary.
+    pub fn summary_line(&self) -> String {
+        let outcome = if self.converged {
+            format!(
+                "converged at queue depth {} (final window from {:.3} s: {} requests, mean \
+                 latency {:.2} µs)",
+                self.depth,
+                self.final_run_start_s.unwrap_or(0.0),
+                self.final_run_ios,
+                self.final_run_latency_mean_us
+            )
+        } else {
+            format!("at queue depth {} when the job ended", self.depth)
+        };
+        format!(
+            "Latency target of {} ({} µs for {}% of the requests, {} s windows): {outcome}; \
+             {} changes of depth",
+            self.job,
+            self.target_us,
+            self.percentile,
+            self.window_s,
+            self.steps.len().saturating_sub(1)
+        )
+    }
 }
 
 /// One member device of an array.
@@ -667,6 +802,12 @@ impl RunReport {
                     op.errors
                 );
             }
+        }
+        for steady in &self.steady_state {
+            let _ = writeln!(out, "{}", steady.summary_line());
+        }
+        for search in &self.latency_target {
+            let _ = writeln!(out, "{}", search.summary_line());
         }
         out.push('\n');
 

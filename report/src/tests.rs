@@ -246,6 +246,8 @@ pub(crate) fn sample_report() -> RunReport {
         members: Vec::new(),
         cpu: None,
         device: serde_json::Map::new(),
+        steady_state: Vec::new(),
+        latency_target: Vec::new(),
     }
 }
 

@@ -188,6 +188,52 @@ pub enum SizeSpec {
     Percent(f64),
 }
 
+/// fio's `zonemode`, as the job file gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum ZoneMode {
+    /// Not given: fio's option fix-up makes the job strided when `zonesize` is set, and
+    /// zoneless otherwise.
+    #[default]
+    NotSpecified,
+    /// `none`: no zones; `zonerange` and `zoneskip` are ignored, and `zonesize` is an error.
+    None,
+    /// `strided`: I/O stays in one zone until `zonesize` bytes have been transferred there,
+    /// then moves on to the next ([`StridedZones`]).
+    Strided,
+}
+
+/// fio's `zoneskip`: the gap between one strided zone and the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ZoneSkip {
+    /// A size (`zoneskip=64k`).
+    Bytes(u64),
+    /// A number of zones of `zonesize` bytes each (`zoneskip=2z`), which fio turns into
+    /// bytes once it knows the zone size.
+    Zones(u64),
+}
+
+impl Default for ZoneSkip {
+    fn default() -> ZoneSkip {
+        ZoneSkip::Bytes(0)
+    }
+}
+
+/// A strided zone layout, resolved from a job's zone options by [`JobSpec::strided_zones`].
+///
+/// The first zone starts at the job's start (`offset`, plus `offset_increment` for each
+/// clone before it) and is `range_bytes` long. Once `size_bytes` have been transferred in
+/// a zone, the next request goes to the zone `range_bytes + skip_bytes` further on, or back
+/// to the first one if that is at or past the device's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedZones {
+    /// `zonesize`: the bytes transferred in a zone before the job moves on.
+    pub size_bytes: u64,
+    /// `zonerange`: the length of a zone.
+    pub range_bytes: u64,
+    /// `zoneskip`, in bytes: the gap after a zone.
+    pub skip_bytes: u64,
+}
+
 /// One zone of fio's `zoned` and `zoned_abs` distributions: `access_percent` of the random
 /// requests fall uniformly within it. Zones follow each other from the region's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -288,6 +334,121 @@ impl ThinkTime {
             (None, 0) => Some(1),
             (None, _) => None,
         }
+    }
+}
+
+/// What fio's steady-state detection measures (`steadystate=`): requests or bytes completed
+/// per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SteadyMetric {
+    Iops,
+    Bandwidth,
+}
+
+/// fio's steady-state detection (`steadystate`, `steadystate_duration`,
+/// `steadystate_ramp_time`, `steadystate_check_interval`; `steadystate.c`). Every
+/// `interval_ns` the host samples the requests and bytes the job completed in that interval,
+/// as rates per second; once `ramp_ns` has passed it keeps the last `duration_ns /
+/// interval_ns` samples, and when that window is full it judges it after every sample. The
+/// job ends, as its runtime would end it, as soon as the window's criterion falls below
+/// `limit`:
+///
+/// * `slope`: the least-squares slope of the samples against their index, in rate per
+///   sample (with `limit_is_percent`, as a percentage of the window's mean), in absolute
+///   value;
+/// * otherwise the largest deviation of a sample from the window's mean (as a percentage of
+///   the mean with `limit_is_percent`).
+///
+/// With `group_reporting` the jobs of a stonewall group are judged together (their rates
+/// summed) and all end at once; otherwise every clone of every job is judged and ended on
+/// its own.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SteadyState {
+    pub metric: SteadyMetric,
+    pub slope: bool,
+    /// The threshold: requests per second or bytes per second (per sample, for a slope),
+    /// or a percentage of the window's mean.
+    pub limit: f64,
+    pub limit_is_percent: bool,
+    /// The window (`steadystate_duration`); 0 turns detection off, fio's default.
+    pub duration_ns: u64,
+    /// How long the job runs before sampling starts (`steadystate_ramp_time`).
+    pub ramp_ns: u64,
+    /// The sampling period (`steadystate_check_interval`, fio's default 1 s).
+    pub interval_ns: u64,
+}
+
+impl Default for SteadyState {
+    /// fio's defaults: `iops_slope:0.01%`, checked every second, and off (no window).
+    fn default() -> SteadyState {
+        SteadyState {
+            metric: SteadyMetric::Iops,
+            slope: true,
+            limit: 0.01,
+            limit_is_percent: true,
+            duration_ns: 0,
+            ramp_ns: 0,
+            interval_ns: 1_000_000_000,
+        }
+    }
+}
+
+impl SteadyState {
+    /// Whether detection is on: it has a window.
+    pub fn enabled(&self) -> bool {
+        self.duration_ns > 0
+    }
+
+    /// The samples the window holds.
+    pub fn window_samples(&self) -> usize {
+        (self.duration_ns / self.interval_ns.max(1)) as usize
+    }
+
+    /// The criterion as fio prints it in its JSON (`"ss"`): `iops_slope:0.010000%`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}{}:{:.6}{}",
+            match self.metric {
+                SteadyMetric::Iops => "iops",
+                SteadyMetric::Bandwidth => "bw",
+            },
+            if self.slope { "_slope" } else { "" },
+            self.limit,
+            if self.limit_is_percent { "%" } else { "" }
+        )
+    }
+}
+
+/// fio's latency-target search (`latency_target`, `latency_window`, `latency_percentile`,
+/// `latency_run`): the job looks for the deepest queue, up to its `iodepth`, at which
+/// `percentile` percent of its requests complete within `target_ns`, judging one window of
+/// `window_ns` at a time (the host's `latency` module says how).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyTarget {
+    /// The target; 0 (fio's default) turns the search off.
+    pub target_ns: u64,
+    pub window_ns: u64,
+    /// The share of a window's requests that must meet the target, in percent (0, 100].
+    pub percentile: f64,
+    /// `latency_run`: go on adjusting the depth for the whole run rather than ending the job
+    /// once the search has converged.
+    pub keep_searching: bool,
+}
+
+impl Default for LatencyTarget {
+    fn default() -> LatencyTarget {
+        LatencyTarget {
+            target_ns: 0,
+            window_ns: 0,
+            percentile: 100.0,
+            keep_searching: false,
+        }
+    }
+}
+
+impl LatencyTarget {
+    pub fn enabled(&self) -> bool {
+        self.target_ns > 0
     }
 }
 
@@ -451,6 +612,16 @@ pub struct JobSpec {
     /// `None` means `verify_backlog`.
     #[serde(default)]
     pub verify_backlog_batch: Option<u64>,
+    /// fio's steady-state detection ([`SteadyState`]); off unless a window is given.
+    pub steady_state: SteadyState,
+    /// fio's `group_reporting`. afa's report always sums every job; the option decides
+    /// only whether steady state is judged per group or per job clone.
+    pub group_reporting: bool,
+    /// fio's latency-target search ([`LatencyTarget`]); off unless a target is given.
+    pub latency_target: LatencyTarget,
+    /// fio's `max_latency` for reads, writes and trims: a request that takes longer fails
+    /// the job with ETIMEDOUT, as in fio. `None` sets no limit.
+    pub max_latency_ns: [Option<u64>; 3],
     /// fio's `rw=MODE:N` offset modifier. In a sequential mode, N bytes are skipped after
     /// every request (holes); in a random mode, a new random offset is drawn only every N
     /// requests, the ones between following on from it (or repeating it, with
@@ -461,6 +632,19 @@ pub struct JobSpec {
     /// between two random offsets repeat the last one rather than follow on from it.
     #[serde(default)]
     pub rw_sequencer_identical: bool,
+    /// fio's `zonemode`; [`JobSpec::strided_zones`] resolves it with the other zone options.
+    #[serde(default)]
+    pub zone_mode: ZoneMode,
+    /// fio's `zonesize`: the bytes transferred in a strided zone before the job moves to the
+    /// next one; 0 when not given.
+    #[serde(default)]
+    pub zone_size_bytes: u64,
+    /// fio's `zonerange`: the length of a strided zone; 0 (not given) means `zonesize`.
+    #[serde(default)]
+    pub zone_range_bytes: u64,
+    /// fio's `zoneskip`: the gap between one strided zone and the next.
+    #[serde(default)]
+    pub zone_skip: ZoneSkip,
 }
 
 fn one_loop() -> u32 {
@@ -525,6 +709,60 @@ impl JobSpec {
             verify_backlog_batch: None,
             offset_modifier: None,
             rw_sequencer_identical: false,
+            steady_state: SteadyState::default(),
+            group_reporting: false,
+            latency_target: LatencyTarget::default(),
+            max_latency_ns: [None; 3],
+            zone_mode: ZoneMode::NotSpecified,
+            zone_size_bytes: 0,
+            zone_range_bytes: 0,
+            zone_skip: ZoneSkip::Bytes(0),
+        }
+    }
+
+    /// The job's strided zones, or `None` for a job without zones, by the rules of fio's
+    /// option fix-up (`fixup_options` and, for `Nz` skips, the zone granularity applied when
+    /// the job's files are set up): without `zonemode`, a `zonesize` makes the job strided;
+    /// `zonerange` defaults to `zonesize`; `zoneskip=Nz` is N times `zonesize`.
+    ///
+    /// Errors, as in fio: `zonemode=strided` without a `zonesize`, and `zonemode=none` with
+    /// one. (The current fio also gives `zonemode` the default `none`, so that a `zonesize`
+    /// alone is the second error there; this follows the fix-up's own rule and earlier fio,
+    /// which treat it as strided.)
+    pub fn strided_zones(&self) -> Result<Option<StridedZones>, String> {
+        let size_bytes = self.zone_size_bytes;
+        match self.zone_mode {
+            ZoneMode::None if size_bytes > 0 => Err(format!(
+                "zonemode=none and zonesize={size_bytes} are not compatible, as in fio: drop \
+                 zonesize, or use zonemode=strided"
+            )),
+            ZoneMode::None => Ok(None),
+            ZoneMode::NotSpecified if size_bytes == 0 => Ok(None),
+            ZoneMode::Strided if size_bytes == 0 => Err(
+                "zonemode=strided needs zonesize, the bytes to transfer in each zone before \
+                 moving to the next, as in fio"
+                    .to_string(),
+            ),
+            ZoneMode::Strided | ZoneMode::NotSpecified => {
+                let range_bytes = match self.zone_range_bytes {
+                    0 => size_bytes,
+                    range_bytes => range_bytes,
+                };
+                let skip_bytes = match self.zone_skip {
+                    ZoneSkip::Bytes(bytes) => bytes,
+                    ZoneSkip::Zones(zones) => zones.checked_mul(size_bytes).ok_or_else(|| {
+                        format!(
+                            "zoneskip={zones}z is {zones} zones of zonesize={size_bytes} \
+                             bytes, past any device"
+                        )
+                    })?,
+                };
+                Ok(Some(StridedZones {
+                    size_bytes,
+                    range_bytes,
+                    skip_bytes,
+                }))
+            }
         }
     }
 }
@@ -597,15 +835,9 @@ const IGNORED_OPTIONS: &[&str] = &[
     "error_dump",
     // Deprecated in fio, where it no longer does anything.
     "rwmixcycle",
-    // Options that only qualify one that is refused unless it is off (steady state, a
-    // minimum rate, the latency target search, verifying trims, more than one file): with
-    // it off they change nothing.
-    "ss_dur",
-    "ss_ramp",
+    // Options that only qualify one that is refused unless it is off (a minimum rate,
+    // verifying trims, more than one file): with it off they change nothing.
     "rate_cycle",
-    "latency_window",
-    "latency_percentile",
-    "latency_run",
     "trim_verify_zero",
     "file_service_type",
     // How fio reads an iolog (in pieces, or onto another device): the replay's requests
@@ -648,7 +880,6 @@ const IGNORED_OPTIONS: &[&str] = &[
     "random_generator",
     // fio's logs and reports.
     "description",
-    "group_reporting",
     "new_group",
     "unified_rw_reporting",
     "unit_base",
@@ -724,19 +955,18 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
         "a job addresses one block device here, not a set of files",
     ),
     (
-        &["steadystate", "ss"],
-        "steady-state detection is not modelled; end the job with runtime, io_size or \
-         number_ios",
-    ),
-    (
         &[
-            "zonemode",
-            "zonesize",
-            "zonerange",
-            "zoneskip",
             "max_open_zones",
+            "job_max_open_zones",
+            "zonecapacity",
+            "read_beyond_wp",
+            "ignore_zone_limits",
+            "zone_reset_threshold",
+            "zone_reset_frequency",
+            "write_zone_remainder",
         ],
-        "zoned block devices and fio's zone modes are not modelled",
+        "only fio's zonemode=zbd uses it, and zoned block devices (zones written at their \
+         write pointer, zone resets, open-zone limits) are not modelled; zonemode=strided is",
     ),
     (
         &["bs_unaligned", "blocksize_unaligned"],
@@ -748,24 +978,18 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          takes, which a simulated run does not know; use thinktime_spin",
     ),
     (
-        &["rate_min", "rate_iops_min", "max_latency"],
-        "a minimum rate or a latency ceiling is a check on a real run, which a simulated run \
-         does not fail",
+        &["rate_min", "rate_iops_min"],
+        "a minimum rate is not checked; the report's timeline shows the rate over the run",
     ),
     (
         &["flow", "flow_id", "flow_watermark", "flow_sleep"],
         "flow control between jobs is not modelled; cap each job with rate or rate_iops",
     ),
-    (
-        &["latency_target"],
-        "the search for the queue depth that meets a latency target is not modelled; set \
-         iodepth",
-    ),
 ];
 
 /// Whether an option that is not modelled is set to the value at which it changes nothing:
 /// its fio default, or off. Tools that write job files spell such values out, and refusing
-/// `zonemode=none` or `nrfiles=1` would turn away a job that is modelled exactly.
+/// `max_open_zones=0` or `nrfiles=1` would turn away a job that is modelled exactly.
 fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
     let Some(value) = value.map(|v| v.trim().to_ascii_lowercase()) else {
         return false;
@@ -779,11 +1003,20 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
     };
     let off = || matches!(value.as_str(), "0" | "false" | "no" | "off");
     match key {
-        "zonemode" => value == "none",
         "nrfiles" | "openfiles" => parse_unsigned(&value) == Ok(1),
-        "verify_only" | "experimental_verify" | "bs_unaligned" | "blocksize_unaligned" => off(),
+        "verify_only"
+        | "experimental_verify"
+        | "bs_unaligned"
+        | "blocksize_unaligned"
+        | "read_beyond_wp"
+        | "ignore_zone_limits"
+        | "write_zone_remainder" => off(),
         "trim_percentage" | "trim_backlog" | "thinkcycles" | "rate_min" | "rate_iops_min"
-        | "latency_target" | "max_open_zones" | "max_latency" | "flow" => zero(),
+        | "max_open_zones" | "job_max_open_zones" | "zonecapacity" | "flow" => zero(),
+        // fio's float options: 0 never resets a zone.
+        "zone_reset_threshold" | "zone_reset_frequency" => {
+            value.parse::<f64>().is_ok_and(|number| number == 0.0)
+        }
         _ => false,
     }
 }
@@ -822,6 +1055,9 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 ///   same value, because one alignment is kept for all directions).
 /// * `size`: a size greater than zero, or a percentage in (0, 100] of the device.
 /// * `offset`: a size, or a percentage in [0, 100) of the device.
+/// * `zonemode`: `none` or `strided` (`zbd` is refused by name); `zonesize`, `zonerange`:
+///   sizes (0: not given); `zoneskip`: a size or a number of zones (`2z`). Percentages are
+///   refused. [`JobSpec::strided_zones`] gives the rules that tie them together.
 /// * `io_size`/`io_limit`: a size greater than zero.
 /// * `number_ios`: a count (size suffixes allowed); 0 means unlimited, as in fio.
 /// * `iodepth`, `numjobs`: integers of at least 1.
@@ -974,7 +1210,66 @@ pub fn parse_job_file(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
             reason,
         });
     }
+    check_steady_states(&jobs)?;
+    check_zone_modes(&jobs)?;
     Ok(jobs)
+}
+
+/// fio's rules for the zone options, which hold across options and sections (a `zonesize`
+/// in `[global]` with a job's `zonemode`): see [`JobSpec::strided_zones`].
+fn check_zone_modes(jobs: &[JobSpec]) -> Result<(), WorkloadError> {
+    for job in jobs {
+        job.strided_zones()
+            .map_err(|reason| WorkloadError::InvalidJob {
+                job: job.name.clone(),
+                reason,
+            })?;
+    }
+    Ok(())
+}
+
+/// fio's rules for steady-state detection: the window holds a whole number of samples, and
+/// the jobs of one stonewall group (`td_steadystate_init`'s "reporting group") share one
+/// setting, since with `group_reporting` they are judged and ended together.
+fn check_steady_states(jobs: &[JobSpec]) -> Result<(), WorkloadError> {
+    let mut group_first = 0;
+    for (index, job) in jobs.iter().enumerate() {
+        if index > 0 && job.stonewall {
+            group_first = index;
+        }
+        let ss = &job.steady_state;
+        let invalid = |reason: String| WorkloadError::InvalidJob {
+            job: job.name.clone(),
+            reason,
+        };
+        if ss.enabled() && ss.duration_ns % ss.interval_ns != 0 {
+            return Err(invalid(format!(
+                "steadystate_duration ({} ns) must be a whole multiple of \
+                 steadystate_check_interval ({} ns)",
+                ss.duration_ns, ss.interval_ns
+            )));
+        }
+        if ss.enabled() && ss.slope && ss.window_samples() < 2 {
+            return Err(invalid(format!(
+                "a slope ({}) needs a window of at least two samples: \
+                 steadystate_duration is one steadystate_check_interval",
+                ss.describe()
+            )));
+        }
+        let first = &jobs[group_first];
+        let differs = first.steady_state.enabled() != ss.enabled()
+            || (ss.enabled()
+                && (first.steady_state != *ss || first.group_reporting != job.group_reporting));
+        if differs {
+            return Err(invalid(format!(
+                "steady-state options (steadystate, steadystate_duration, \
+                 steadystate_ramp_time, steadystate_check_interval, group_reporting) must be \
+                 the same for every job of a stonewall group, and differ from those of [{}]",
+                first.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The `kb_base` each section sets (its last one, as a later setting wins), by the line
@@ -1401,6 +1696,60 @@ fn apply_option(
             let min = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
             spec.iodepth_batch_complete_min = Some(u32::try_from(min).unwrap_or(u32::MAX));
         }
+        "steadystate" | "ss" => {
+            spec.steady_state = parse_steady_criterion(&context, context.required(value)?)
+                .map(|(metric, slope, limit, limit_is_percent)| SteadyState {
+                    metric,
+                    slope,
+                    limit,
+                    limit_is_percent,
+                    ..spec.steady_state
+                })
+                .map_err(|r| context.bad(r))?
+        }
+        "steadystate_duration" | "ss_dur" => {
+            spec.steady_state.duration_ns =
+                parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "steadystate_ramp_time" | "ss_ramp" => {
+            spec.steady_state.ramp_ns =
+                parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "steadystate_check_interval" | "ss_interval" => {
+            spec.steady_state.interval_ns =
+                match parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))? {
+                    0 => return Err(context.bad("the check interval must be positive")),
+                    interval => interval,
+                }
+        }
+        "group_reporting" => spec.group_reporting = parse_bool(&context, value)?,
+        // fio reads a bare number of these as microseconds.
+        "latency_target" => {
+            spec.latency_target.target_ns =
+                parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
+                    .map_err(|r| context.bad(r))?
+        }
+        "latency_window" => {
+            spec.latency_target.window_ns =
+                parse_duration_ns_default_unit(context.required(value)?, NS_PER_US)
+                    .map_err(|r| context.bad(r))?
+        }
+        "latency_percentile" => {
+            let text = context.required(value)?;
+            spec.latency_target.percentile = match text.trim().parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= 100.0 => p,
+                _ => return Err(context.bad("expected a percentage above 0, at most 100")),
+            }
+        }
+        "latency_run" => spec.latency_target.keep_searching = parse_bool(&context, value)?,
+        "max_latency" => {
+            let mut limits = spec.max_latency_ns;
+            parse_per_direction(&context, context.required(value)?, &mut limits, |text| {
+                // fio reads 0 as "no limit" for that direction.
+                parse_duration_ns_default_unit(text, NS_PER_US).map(|ns| (ns > 0).then_some(ns))
+            })?;
+            spec.max_latency_ns = limits;
+        }
         "iodepth_low" => {
             let low = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
             // fio reads 0, or a mark above the depth, as "keep the queue full".
@@ -1454,6 +1803,44 @@ fn apply_option(
                 }
             }
             spec.offset_increment = increment;
+        }
+        "zonemode" => {
+            spec.zone_mode = match context
+                .required(value)?
+                .trim()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "none" => ZoneMode::None,
+                "strided" => ZoneMode::Strided,
+                "zbd" => {
+                    return Err(WorkloadError::UnsupportedOption {
+                        section: section.to_string(),
+                        option: key.to_string(),
+                        line,
+                        reason: "zonemode=zbd drives a zoned block device (zones written \
+                                 at their write pointer, zone resets, open-zone limits), \
+                                 which is not modelled; zonemode=strided (I/O in one zone \
+                                 at a time) is"
+                            .to_string(),
+                    })
+                }
+                _ => return Err(context.bad("expected none, strided or zbd")),
+            }
+        }
+        "zonesize" => spec.zone_size_bytes = zone_bytes(&context, context.required(value)?)?,
+        "zonerange" => spec.zone_range_bytes = zone_bytes(&context, context.required(value)?)?,
+        "zoneskip" => {
+            let text = context.required(value)?.trim();
+            spec.zone_skip = match text.strip_suffix(['z', 'Z']) {
+                // fio's `Nz`: a whole number of zones, counted in decimal.
+                Some(count) => ZoneSkip::Zones(count.trim().parse::<u64>().map_err(|_| {
+                    context.bad(format!(
+                        "'{count}' is not a number of zones (zoneskip=Nz skips N zones)"
+                    ))
+                })?),
+                None => ZoneSkip::Bytes(zone_bytes(&context, text)?),
+            };
         }
         "sync" => {
             spec.fua_writes = match value.map(str::to_ascii_lowercase).as_deref() {
@@ -1632,6 +2019,22 @@ fn parse_block_size_split(text: &str, kb_base: u64) -> Result<BlockSizeSpec, Str
     Ok(BlockSizeSpec::Split(split))
 }
 
+/// A `zonesize`, `zonerange` or `zoneskip` in bytes, under the section's `kb_base`; 0 is
+/// allowed (fio's default: not given, or no skip).
+fn zone_bytes(context: &OptionContext<'_>, text: &str) -> Result<u64, WorkloadError> {
+    if text.trim_end().ends_with('%') {
+        // fio reads a zone option's percentage as its internal encoding of one, which no
+        // zone code decodes, so it is refused rather than given a meaning fio lacks.
+        return Err(context.bad("a zone option takes a size, not a percentage"));
+    }
+    if text.trim_end().ends_with(['z', 'Z']) {
+        return Err(context.bad("a number of zones (Nz) is only fio's for zoneskip; give a size"));
+    }
+    context
+        .size(text.trim())
+        .map_err(|reason| context.bad(reason))
+}
+
 fn parse_size_spec(text: &str, kb_base: u64) -> Result<SizeSpec, String> {
     match text.strip_suffix('%') {
         Some(number) => {
@@ -1674,6 +2077,46 @@ fn parse_percent(text: &str) -> Result<u32, String> {
     }
     // The range check above makes the conversion lossless.
     Ok(number as u32)
+}
+
+/// fio's `steadystate=CRITERION:LIMIT` (`str_steadystate_cb`): the metric, whether its
+/// slope is judged, and the limit, as a percentage of the mean when it ends in `%`. A
+/// bandwidth limit is a size per second (`bw:10M`), an IOPS limit a number.
+fn parse_steady_criterion(
+    context: &OptionContext<'_>,
+    text: &str,
+) -> Result<(SteadyMetric, bool, f64, bool), String> {
+    let Some((criterion, limit)) = text.split_once(':') else {
+        return Err(format!(
+            "'{text}' needs a threshold after its criterion (for example iops_slope:0.1%)"
+        ));
+    };
+    let (metric, slope) = match criterion.trim().to_ascii_lowercase().as_str() {
+        "iops" => (SteadyMetric::Iops, false),
+        "iops_slope" => (SteadyMetric::Iops, true),
+        "bw" => (SteadyMetric::Bandwidth, false),
+        "bw_slope" => (SteadyMetric::Bandwidth, true),
+        other => {
+            return Err(format!(
+                "unknown criterion '{other}' (expected iops, iops_slope, bw or bw_slope)"
+            ))
+        }
+    };
+    let limit = limit.trim();
+    let (limit, percent) = match limit.strip_suffix('%') {
+        Some(number) => (parse_threshold(number.trim())?, true),
+        None if metric == SteadyMetric::Bandwidth => (context.size(limit)? as f64, false),
+        None => (parse_threshold(limit)?, false),
+    };
+    Ok((metric, slope, limit, percent))
+}
+
+/// A steady-state threshold: a finite number, not negative.
+fn parse_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        _ => Err(format!("the threshold '{text}' is not a number at least 0")),
+    }
 }
 
 fn parse_bool(context: &OptionContext<'_>, value: Option<&str>) -> Result<bool, WorkloadError> {

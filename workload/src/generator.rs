@@ -8,7 +8,9 @@
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::fio::{BlockSizeSpec, Distribution, JobSpec, RwMode, SizeSpec, Zone, ZoneSpan};
+use crate::fio::{
+    BlockSizeSpec, Distribution, JobSpec, RwMode, SizeSpec, StridedZones, Zone, ZoneSpan,
+};
 use crate::{IoOp, IoRequest, WorkloadError};
 
 /// Index of each direction in [`JobSpec::block_sizes`] and in the generator's state.
@@ -50,6 +52,24 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// instead of piling up at its start; the scrambling does not depend on the seed, so every
 /// clone and every run shares the same hot set. The normal distribution is centred on the
 /// middle of the region and is not scrambled.
+///
+/// Strided zones (fio's `zonemode=strided`): the job works in one zone of `zonerange`
+/// bytes at a time, starting with the one at the region's start. Before each request, as
+/// fio's `setup_strided_zone_mode` does, a zone in which `zonesize` bytes have been
+/// transferred (reads, writes and trims together) gives way to the one `zonerange +
+/// zoneskip` further on, or to the first one when that would start at or past the device's
+/// end (fio wraps at the end of the file, which for a block device is the device's end, not
+/// `offset + size`: `size` only sets the default byte budget, and the skipped bytes do not
+/// count against it). Entering a zone, and every time the bytes transferred in it reach a
+/// multiple of `zonerange`, every direction's sequential position goes back to the zone's
+/// start; so does one direction's that has reached the zone's end, so that a `zonesize`
+/// larger than `zonerange` walks the zone again. Sequential requests follow on from the
+/// last one of their direction as usual (a hole of `rw=MODE:N` after the zone's first,
+/// and a request may reach past the zone's end, as fio's do); random ones draw their slot
+/// from the zone, with the offset distribution laid over the zone. Where fio would fail a
+/// request that reaches past the device's end and end the job's pass, the zone here ends
+/// at the device's end: sequential requests are shortened there and random ones stay
+/// before it.
 ///
 /// Lengths: `bs` gives a fixed length; `bsrange` draws uniformly among the multiples of the
 /// minimum size (or of the sector size when the minimum is not a power of two) between
@@ -129,6 +149,22 @@ pub struct JobGenerator {
     /// fio's `bs_is_seq_rand`: the lengths of sequential requests (the read block sizes)
     /// and of random ones (the write block sizes), whatever their direction.
     seq_rand_lengths: Option<Box<[LengthSampler; 2]>>,
+    /// fio's strided zones (`zonemode=strided`); `None` for a job without zones.
+    zones: Option<StridedZoneState>,
+}
+
+/// Where a strided job is in its zones. Offsets are relative to the region's start, as the
+/// directions' positions are.
+#[derive(Debug, Clone)]
+struct StridedZoneState {
+    layout: StridedZones,
+    /// The device's end, rounded down to a whole sector: a zone that would start at or past
+    /// it is replaced by the first one, and a zone that reaches past it ends there.
+    device_end_bytes: u64,
+    /// Where the current zone starts (fio's moving `file_offset`).
+    start_bytes: u64,
+    /// Bytes transferred in the current zone (fio's `zone_bytes`).
+    transferred_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -138,7 +174,9 @@ struct DirectionState {
     /// Number of `align_bytes` slots in the region.
     slot_count: u64,
     offsets: OffsetSampler,
-    /// Where the next sequential I/O starts, relative to the region start.
+    /// Where the next sequential I/O starts, relative to the region start. In a strided
+    /// job, where the last request ended (fio's `last_pos`): the hole of `rw=MODE:N` is
+    /// added when the next start is computed, after the zone's bounds have been checked.
     next_sequential_bytes: u64,
     /// Where the last I/O started, relative to the region start.
     last_offset_bytes: u64,
@@ -192,7 +230,9 @@ impl JobGenerator {
     /// alignment unit; a block size or alignment of the directions the job uses that is
     /// zero or not a multiple of the sector size; an empty `bssplit`; out-of-range
     /// percentages or distribution parameters (possible when the spec was built in code);
-    /// an `io_size` of zero.
+    /// an `io_size` of zero; zone options fio refuses together ([`JobSpec::strided_zones`]);
+    /// a `zonerange` or `zoneskip` that is not a whole number of sectors, or a `zonerange`
+    /// longer than the region or shorter than a block or an alignment unit.
     pub fn new(
         spec: &JobSpec,
         device_bytes: u64,
@@ -333,20 +373,60 @@ impl JobGenerator {
             )));
         }
 
+        let zones = match spec.strided_zones().map_err(&invalid)? {
+            None => None,
+            Some(layout) => {
+                for (name, bytes) in [
+                    ("zonerange", layout.range_bytes),
+                    ("zoneskip", layout.skip_bytes),
+                ] {
+                    if bytes % sector_bytes != 0 {
+                        return Err(invalid(format!(
+                            "{name}={bytes} is not a whole number of {sector_bytes}-byte \
+                             sectors, so the zones would not start on sectors"
+                        )));
+                    }
+                }
+                // fio fails every request that starts `size` bytes or more into its zone,
+                // which ends the job's pass; a zone that fits the region never does that.
+                if layout.range_bytes > region_len_bytes {
+                    return Err(invalid(format!(
+                        "zonerange={} is larger than the job's {region_len_bytes}-byte region \
+                         (size, or the device from the offset on): fio fails the requests \
+                         that start that far into a zone, so make zonerange at most the \
+                         region",
+                        layout.range_bytes
+                    )));
+                }
+                Some(StridedZoneState {
+                    layout,
+                    device_end_bytes: available_bytes - available_bytes % sector_bytes,
+                    start_bytes: 0,
+                    transferred_bytes: 0,
+                })
+            }
+        };
+        // Random offsets are drawn from the region, or in a strided job from the current
+        // zone, whose slots the offset distribution is laid over.
+        let (space_bytes, space_name) = match &zones {
+            None => (region_len_bytes, "region"),
+            Some(zones) => (zones.layout.range_bytes, "zone (zonerange)"),
+        };
+
         let mut directions: [Option<DirectionState>; 3] = [None, None, None];
         for (direction, entry) in lengths.into_iter().enumerate() {
             let Some((sampler, align_bytes)) = entry else {
                 continue;
             };
             let min_len_bytes = spec.block_sizes[direction].min_bytes();
-            if region_len_bytes < min_len_bytes || region_len_bytes < align_bytes {
+            if space_bytes < min_len_bytes || space_bytes < align_bytes {
                 return Err(invalid(format!(
-                    "the {region_len_bytes}-byte region is smaller than the {} block size \
+                    "the {space_bytes}-byte {space_name} is smaller than the {} block size \
                      {min_len_bytes} or alignment {align_bytes}",
                     DIRECTION_NAMES[direction]
                 )));
             }
-            let slot_count = region_len_bytes / align_bytes;
+            let slot_count = space_bytes / align_bytes;
             directions[direction] = Some(DirectionState {
                 lengths: sampler,
                 align_bytes,
@@ -355,9 +435,15 @@ impl JobGenerator {
                     &spec.distribution,
                     slot_count,
                     align_bytes,
-                    region_len_bytes,
+                    space_bytes,
                 )
-                .map_err(&invalid)?,
+                .map_err(|reason| match &zones {
+                    None => invalid(reason),
+                    Some(_) => invalid(format!(
+                        "{reason}: with zonemode=strided, random_distribution is laid over \
+                         each zone"
+                    )),
+                })?,
                 next_sequential_bytes: 0,
                 last_offset_bytes: 0,
             });
@@ -434,6 +520,7 @@ impl JobGenerator {
                 spec.io_size_bytes.unwrap_or(region_len_bytes)
             },
             max_ios: spec.number_ios.unwrap_or(u64::MAX),
+            zones,
             time_based: spec.time_based,
             issued_bytes: 0,
             issued_ios: 0,
@@ -512,6 +599,9 @@ impl JobGenerator {
                 percent => self.rng.gen_range(0..100) < percent,
             }
         };
+        if let Some(zones) = self.zones.as_mut() {
+            zones.enter(direction, &mut self.directions);
+        }
         // The constructor fills the state of every direction the mode can pick, so this
         // only returns early if that invariant were broken.
         let state = self.directions[direction].as_mut()?;
@@ -529,7 +619,25 @@ impl JobGenerator {
             None => &mut state.lengths,
         };
         let mut len_bytes = lengths.sample(rng).min(region_len_bytes);
-        let relative_offset_bytes = if random {
+        let relative_offset_bytes = if let Some(zones) = &self.zones {
+            if random {
+                // The zone may end early at the device's end; the slot limit keeps the
+                // request inside what is left of it.
+                let zone_len_bytes = zones.end_bytes() - zones.start_bytes;
+                len_bytes = len_bytes.min(zone_len_bytes);
+                let last_slot = (zone_len_bytes - len_bytes) / state.align_bytes;
+                let slot = state.pick_slot(rng, last_slot, &mut self.spare_normal);
+                zones.start_bytes + slot * state.align_bytes
+            } else {
+                let start_bytes = if modified && self.repeat_offset {
+                    state.last_offset_bytes
+                } else {
+                    zones.sequential_start(state.next_sequential_bytes, self.hole_bytes)
+                };
+                len_bytes = len_bytes.min(zones.device_end_bytes - start_bytes);
+                start_bytes
+            }
+        } else if random {
             // A length clipped to the region is a multiple of the sector size but maybe not
             // of the alignment; the slot limit below still keeps the request inside.
             let last_slot = (region_len_bytes - len_bytes) / state.align_bytes;
@@ -549,10 +657,15 @@ impl JobGenerator {
             start_bytes
         };
         state.last_offset_bytes = relative_offset_bytes;
-        // A hole after a sequential request (`rw=MODE:N`) may reach past the region's end,
-        // where the next request wraps to its start.
-        state.next_sequential_bytes =
-            (relative_offset_bytes + len_bytes).saturating_add(self.hole_bytes);
+        let end_bytes = relative_offset_bytes + len_bytes;
+        if let Some(zones) = self.zones.as_mut() {
+            state.next_sequential_bytes = end_bytes;
+            zones.transferred_bytes = zones.transferred_bytes.saturating_add(len_bytes);
+        } else {
+            // A hole after a sequential request (`rw=MODE:N`) may reach past the region's
+            // end, where the next request wraps to its start.
+            state.next_sequential_bytes = end_bytes.saturating_add(self.hole_bytes);
+        }
 
         self.issued_bytes = self.issued_bytes.saturating_add(len_bytes);
         self.issued_ios += 1;
@@ -653,6 +766,12 @@ impl JobGenerator {
             state.next_sequential_bytes = 0;
             state.last_offset_bytes = 0;
         }
+        // fio's new iteration (`clear_io_state`) puts the file's offset back at the job's
+        // start and its zone byte count at zero: the first zone again.
+        if let Some(zones) = self.zones.as_mut() {
+            zones.start_bytes = 0;
+            zones.transferred_bytes = 0;
+        }
     }
 
     /// A FLUSH of the device's volatile cache (fio's `fsync`: like fio, it does not count
@@ -750,6 +869,71 @@ fn validate_distribution(distribution: &Distribution) -> Result<(), String> {
 /// A uniform draw in `[0, 1)` with 53 bits of precision.
 pub(crate) fn uniform_unit(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+impl StridedZoneState {
+    /// Where the current zone ends: `zonerange` after its start, or at the device's end if
+    /// that comes first.
+    fn end_bytes(&self) -> u64 {
+        self.start_bytes
+            .saturating_add(self.layout.range_bytes)
+            .min(self.device_end_bytes)
+    }
+
+    /// fio's `setup_strided_zone_mode`, before each request of `direction`: moves on to
+    /// the next zone once `zonesize` bytes have been transferred in this one, and puts the
+    /// sequential positions back at the zone's start where fio does.
+    fn enter(&mut self, direction: usize, directions: &mut [Option<DirectionState>; 3]) {
+        if self.transferred_bytes >= self.layout.size_bytes {
+            self.transferred_bytes = 0;
+            let next_bytes = self
+                .start_bytes
+                .saturating_add(self.layout.range_bytes)
+                .saturating_add(self.layout.skip_bytes);
+            // fio wraps to the job's start once a zone would start at or past the end of
+            // the file, which for a block device is its end.
+            self.start_bytes = if next_bytes >= self.device_end_bytes {
+                0
+            } else {
+                next_bytes
+            };
+        }
+        // A direction that has reached the zone's end starts it again, so that a `zonesize`
+        // larger than `zonerange` walks the zone more than once.
+        if let Some(state) = directions[direction].as_mut() {
+            if state.next_sequential_bytes >= self.end_bytes() {
+                state.next_sequential_bytes = self.start_bytes;
+            }
+        }
+        // fio resets the file (`fio_file_reset`) whenever the zone's byte count is a
+        // multiple of `zonerange`, entering a zone included: every direction's position
+        // and last start go back to the zone's start.
+        if self.transferred_bytes % self.layout.range_bytes == 0 {
+            for state in directions.iter_mut().flatten() {
+                state.next_sequential_bytes = self.start_bytes;
+                state.last_offset_bytes = self.start_bytes;
+            }
+        }
+    }
+
+    /// Where a sequential request starts after one that ended at `last_end_bytes`, as fio's
+    /// `get_next_seq_offset` computes it in a zone: right after it, plus the hole of
+    /// `rw=MODE:N` unless the last request ended at the zone's start (fio adds the hole
+    /// only to a position past it). A start at or past the device's end, where fio would
+    /// fail the request, is the zone's start instead.
+    fn sequential_start(&self, last_end_bytes: u64, hole_bytes: u64) -> u64 {
+        // `enter` leaves no position before the zone; should one be, it counts as the
+        // zone's start rather than as a request outside the zone.
+        let mut start_bytes = last_end_bytes.max(self.start_bytes);
+        if start_bytes > self.start_bytes {
+            start_bytes = start_bytes.saturating_add(hole_bytes);
+        }
+        if start_bytes >= self.device_end_bytes {
+            self.start_bytes
+        } else {
+            start_bytes
+        }
+    }
 }
 
 impl LengthSampler {

@@ -523,7 +523,10 @@ fn percentage_random_and_randseed() {
 fn ignored_options_are_accepted() {
     let text = "[job]\nioengine=libaio\ndirect=1\nbuffered=0\ngroup_reporting\nthread\n\
                 norandommap\nrandrepeat=0\nfilename=/dev/nvme0n1\ndescription=whatever you like\n";
-    assert_eq!(one_job(text), JobSpec::default_named("job"));
+    // `group_reporting` only decides how steady state is judged, which is off here.
+    let mut expected = JobSpec::default_named("job");
+    expected.group_reporting = true;
+    assert_eq!(one_job(text), expected);
     // Every option of the list, as real job files carry them (logs, percentiles, buffer
     // contents, CPU placement): none changes the job.
     let every: String = IGNORED_OPTIONS
@@ -571,11 +574,11 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
         parse_job_file(&format!("[job]\n{option}\n")).unwrap_or_else(|e| panic!("{option}: {e}"));
     }
     for option in [
-        "zonemode=strided",
+        "zonemode=zbd",
+        "max_open_zones=8",
         "nrfiles=2",
         "rate_min=1m",
         "rate_iops_min=0,5",
-        "max_latency=10ms",
         "flow=2",
     ] {
         assert!(
@@ -688,11 +691,9 @@ fn options_that_shape_the_requests_are_not_ignored() {
     for option in [
         "nrfiles=2",
         "verify_only=1",
-        "steadystate=iops:1%",
         "zonemode=zbd",
         "bs_unaligned",
         "rate_min=1m",
-        "latency_target=1ms",
         "thinkcycles=1000",
     ] {
         assert!(
@@ -1112,4 +1113,84 @@ fn fsync_on_close_is_the_end_flush() {
     assert!(one_job("[global]\nfsync_on_close\n[job]\nend_fsync=0\n").end_flush);
     assert!(!one_job("[job]\nfsync_on_close=1\nfsync_on_close=0\n").end_flush);
     assert_bad_value("fsync_on_close=maybe", "fsync_on_close");
+}
+
+#[test]
+fn steady_state_options_parse_as_fio_reads_them() {
+    let off = with_option("ss=iops:10%");
+    assert!(!off.steady_state.enabled(), "no window, no detection");
+    // `ss_dur` alone takes fio's default criterion, iops_slope:0.01%, every second.
+    let default = with_option("ss_dur=30");
+    assert_eq!(default.steady_state.duration_ns, 30_000_000_000);
+    assert_eq!(default.steady_state.describe(), "iops_slope:0.010000%");
+    assert_eq!(default.steady_state.window_samples(), 30);
+    let job = one_job(
+        "[job]\nsteadystate=BW_slope:10M\nsteadystate_duration=2s\n\
+         steadystate_ramp_time=500ms\nsteadystate_check_interval=100ms\ngroup_reporting\n",
+    );
+    let ss = job.steady_state;
+    assert_eq!(ss.metric, SteadyMetric::Bandwidth);
+    assert!(ss.slope && !ss.limit_is_percent);
+    assert_eq!(ss.limit, 10.0 * 1024.0 * 1024.0);
+    assert_eq!((ss.ramp_ns, ss.interval_ns), (500_000_000, 100_000_000));
+    assert_eq!(ss.window_samples(), 20);
+    assert!(job.group_reporting);
+    let iops = with_option("ss=iops:250").steady_state;
+    assert_eq!(
+        (iops.metric, iops.slope, iops.limit),
+        (SteadyMetric::Iops, false, 250.0)
+    );
+    assert!(!iops.limit_is_percent);
+}
+
+#[test]
+fn bad_steady_state_options_are_refused_by_name() {
+    assert_bad_value("ss=iops", "ss");
+    assert_bad_value("steadystate=lat:1ms", "steadystate");
+    assert_bad_value("ss=iops:-1%", "ss");
+    assert_bad_value("ss=iops:lots", "ss");
+    assert_bad_value("ss_interval=0", "ss_interval");
+    assert_bad_value("ss_dur=soon", "ss_dur");
+    let refused = |text: &str, words: &str| match parse_job_file(text) {
+        Err(WorkloadError::InvalidJob { reason, .. }) => {
+            assert!(reason.contains(words), "{reason}")
+        }
+        other => panic!("{text}: expected InvalidJob, got {other:?}"),
+    };
+    refused("[j]\nss_dur=1500ms\n", "whole multiple");
+    refused("[j]\nss_dur=1s\n", "at least two samples");
+    // fio wants one setting for every job of a group, and lets another group differ.
+    refused("[a]\nss_dur=5\n[b]\n", "differ from those of [a]");
+    refused("[a]\nss_dur=5\n[b]\nss_dur=6\n", "same for every job");
+    refused(
+        "[a]\nss_dur=5\n[b]\nss_dur=5\ngroup_reporting\n",
+        "group_reporting",
+    );
+    let jobs = parse_job_file("[a]\nss_dur=5\n[b]\nstonewall\n").unwrap();
+    assert!(jobs[0].steady_state.enabled() && !jobs[1].steady_state.enabled());
+}
+
+#[test]
+fn latency_target_options_parse_as_fio_reads_them() {
+    let off = with_option("latency_window=5s").latency_target;
+    assert!(!off.enabled());
+    let job = one_job(
+        "[job]\nlatency_target=10ms\nlatency_window=500000\nlatency_percentile=99.9\n\
+         latency_run=1\nmax_latency=0,2ms\n",
+    );
+    let target = job.latency_target;
+    assert_eq!(target.target_ns, 10_000_000);
+    // Bare numbers are microseconds.
+    assert_eq!(target.window_ns, 500_000_000);
+    assert_eq!(target.percentile, 99.9);
+    assert!(target.keep_searching && target.enabled());
+    assert_eq!(job.max_latency_ns, [None, Some(2_000_000), Some(2_000_000)]);
+    assert_eq!(
+        with_option("latency_target=250").latency_target.target_ns,
+        250_000
+    );
+    assert_bad_value("latency_percentile=0", "latency_percentile");
+    assert_bad_value("latency_percentile=100.5", "latency_percentile");
+    assert_bad_value("latency_target=fast", "latency_target");
+    assert_bad_value("max_latency=1ms,2ms,3ms,4ms", "max_latency");
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fio::{ZoneMode, ZoneSkip};
 use proptest::prelude::*;
 
 const KIB: u64 = 1024;
@@ -1097,4 +1098,423 @@ fn the_offset_modifier_makes_holes_or_runs() {
     let mut plain = job(RwMode::RandRead);
     plain.offset_modifier = None;
     assert_eq!(offsets(&runs, 50), offsets(&plain, 50));
+}
+
+/// The first job of a fio job file, which must parse.
+fn parsed_job(text: &str) -> JobSpec {
+    crate::fio::parse_job_file(text)
+        .unwrap_or_else(|error| panic!("{text:?}: {error}"))
+        .remove(0)
+}
+
+/// The first `count` requests of `spec`'s clone `clone` on a `device_bytes` volume of
+/// 512-byte sectors, as (offset, length) in KiB.
+fn requests_kib(spec: &JobSpec, device_bytes: u64, clone: u32, count: usize) -> Vec<(u64, u64)> {
+    let mut generator = JobGenerator::new(spec, device_bytes, 512, 5, clone).unwrap();
+    collect(&mut generator, count)
+        .iter()
+        .map(|r| (r.offset_bytes / KIB, r.len_bytes / KIB))
+        .collect()
+}
+
+fn offsets_kib(spec: &JobSpec, device_bytes: u64, clone: u32, count: usize) -> Vec<u64> {
+    requests_kib(spec, device_bytes, clone, count)
+        .into_iter()
+        .map(|(offset, _)| offset)
+        .collect()
+}
+
+/// fio's strided zones, sequentially: 16 KiB in each 64 KiB zone, then the zone 64 + 64
+/// KiB further on, back to the first one at the device's end. The skipped bytes do not
+/// count against the byte budget (fio counts them in `io_skip_bytes`, which nothing reads
+/// since its `keep_running` stopped adding them), so the job still transfers its region's
+/// worth, and `zonesize` alone makes the zones strided, as fio's option fix-up does.
+#[test]
+fn strided_sequential_reads_take_zonesize_from_each_zone() {
+    let text = "[z]\nrw=read\nbs=4k\nzonemode=strided\nzonerange=64k\nzonesize=16k\n\
+                zoneskip=64k\n";
+    let spec = parsed_job(text);
+    assert_eq!(
+        spec.strided_zones(),
+        Ok(Some(StridedZones {
+            size_bytes: 16 * KIB,
+            range_bytes: 64 * KIB,
+            skip_bytes: 64 * KIB,
+        }))
+    );
+    let mut expected = Vec::new();
+    for zone_kib in [0, 128, 256, 384, 0, 128] {
+        expected.extend([zone_kib, zone_kib + 4, zone_kib + 8, zone_kib + 12]);
+    }
+    assert_eq!(offsets_kib(&spec, 512 * KIB, 0, 24), expected);
+    let mut generator = JobGenerator::new(&spec, 512 * KIB, 512, 5, 0).unwrap();
+    assert_eq!(collect(&mut generator, usize::MAX).len(), 128);
+    assert_eq!(generator.issued_bytes(), 512 * KIB);
+
+    let implied = parsed_job(&text.replace("zonemode=strided\n", ""));
+    assert_eq!(implied.strided_zones(), spec.strided_zones());
+    assert_eq!(
+        offsets_kib(&implied, 512 * KIB, 0, 200),
+        offsets_kib(&spec, 512 * KIB, 0, 200)
+    );
+}
+
+/// Each `loops` iteration starts again at the first zone, as fio's `clear_io_state` puts
+/// the file's offset back at the job's start.
+#[test]
+fn strided_loops_start_again_at_the_first_zone() {
+    let spec = parsed_job(
+        "[z]\nrw=write\nbs=4k\nzonerange=64k\nzonesize=16k\nzoneskip=64k\nio_size=40k\n\
+         loops=2\n",
+    );
+    let first = [0, 4, 8, 12, 128, 132, 136, 140, 256, 260];
+    let got = offsets_kib(&spec, MIB, 0, 100);
+    assert_eq!(got.len(), 20);
+    assert_eq!(got[..10], first);
+    assert_eq!(got[10..], first);
+}
+
+/// Random requests draw their slot from the current zone, whatever the distribution, and
+/// the zone changes once `zonesize` bytes have gone to it.
+#[test]
+fn strided_random_requests_stay_in_the_current_zone() {
+    for distribution in ["random", "zipf:1.2", "normal:20"] {
+        let spec = parsed_job(&format!(
+            "[z]\nrw=randread\nbs=4k\nzonerange=64k\nzonesize=32k\n\
+             random_distribution={distribution}\n"
+        ));
+        let offsets = offsets_kib(&spec, MIB, 0, 1000);
+        // The region's worth: 256 requests, eight per zone, 16 zones before the wrap.
+        assert_eq!(offsets.len(), 256, "{distribution}");
+        for (index, offset) in offsets.iter().enumerate() {
+            let zone_kib = (index as u64 / 8 % 16) * 64;
+            assert!(
+                (zone_kib..zone_kib + 64).contains(offset) && offset % 4 == 0,
+                "{distribution}: request {index} at {offset} KiB is outside the zone at \
+                 {zone_kib} KiB"
+            );
+        }
+        let distinct: std::collections::BTreeSet<_> = offsets.iter().collect();
+        assert!(distinct.len() > 100, "{distribution}: {}", distinct.len());
+    }
+}
+
+/// In a read/write mix both directions' bytes count towards `zonesize`, each direction
+/// walks the zone with its own position, and both positions go back to the zone's start
+/// whenever the zone's byte count reaches a multiple of `zonerange` (fio's
+/// `fio_file_reset`), as well as one direction's that reaches the zone's end.
+#[test]
+fn strided_zones_count_the_bytes_of_every_direction() {
+    let spec = parsed_job(
+        "[z]\nrw=rw\nbs=4k,8k\nzonerange=16k\nzonesize=40k\nzoneskip=112k\nrwmixread=50\n",
+    );
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 5, 0).unwrap();
+    let requests = collect(&mut generator, 400);
+    let (mut zone_kib, mut transferred_kib) = (0, 0);
+    let mut next_kib = [0u64; 2];
+    let mut mid_zone_resets = 0;
+    for request in &requests {
+        let (offset, len) = (request.offset_bytes / KIB, request.len_bytes / KIB);
+        let direction = usize::from(request.op == IoOp::Write);
+        if transferred_kib >= 40 {
+            transferred_kib = 0;
+            zone_kib = (zone_kib + 128) % 1024;
+        }
+        if next_kib[direction] >= zone_kib + 16 {
+            next_kib[direction] = zone_kib;
+        }
+        if transferred_kib % 16 == 0 {
+            mid_zone_resets += usize::from(transferred_kib > 0 && next_kib != [zone_kib; 2]);
+            next_kib = [zone_kib; 2];
+        }
+        assert_eq!(offset, next_kib[direction], "{requests:?}");
+        next_kib[direction] = offset + len;
+        transferred_kib += len;
+    }
+    assert!(
+        mid_zone_resets > 0,
+        "the reset at a multiple of zonerange was not exercised"
+    );
+}
+
+/// Zones wrap to the clone's start once the next one would start at or past the device's
+/// end (not at `offset + size`: as in fio, the zones leave the region, whose size only
+/// sets the byte budget). Each clone of a `numjobs` job starts, and wraps, at its own
+/// `offset + i × offset_increment`.
+#[test]
+fn strided_zones_wrap_to_each_clones_start_at_the_device_end() {
+    let spec = parsed_job(
+        "[z]\nrw=write\nbs=4k\noffset=256k\nsize=256k\nzonerange=256k\nzonesize=8k\n\
+         numjobs=2\noffset_increment=128k\n",
+    );
+    assert_eq!(
+        offsets_kib(&spec, MIB, 0, 10),
+        [256, 260, 512, 516, 768, 772, 256, 260, 512, 516]
+    );
+    // Clone 1's third zone would reach past the device's end; it is used up to there.
+    assert_eq!(
+        offsets_kib(&spec, MIB, 1, 10),
+        [384, 388, 640, 644, 896, 900, 384, 388, 640, 644]
+    );
+}
+
+/// A zone the device's end cuts short ends there: sequential requests are shortened at the
+/// device's end and start the zone again (where fio would fail the request and end the
+/// job's pass), while a request may still reach past the end of a whole zone, as fio's do.
+#[test]
+fn a_zone_cut_by_the_device_end_ends_there() {
+    let spec = parsed_job("[z]\nrw=read\nbs=96k\nzonerange=256k\nzonesize=256k\nio_size=1m\n");
+    assert_eq!(
+        requests_kib(&spec, 640 * KIB, 0, 11),
+        [
+            (0, 96),
+            (96, 96),
+            (192, 96),
+            (256, 96),
+            (352, 96),
+            (448, 96),
+            (512, 96),
+            (608, 32),
+            (512, 96),
+            (608, 32),
+            (0, 96),
+        ]
+    );
+    let random =
+        parsed_job("[z]\nrw=randread\nbs=64k\nzonerange=256k\nzonesize=256k\nio_size=1m\n");
+    let requests = requests_kib(&random, 640 * KIB, 0, 16);
+    // Four requests in each of the two whole zones, then four in the 128 KiB left of the
+    // third, then the first zone again.
+    for (index, &(offset, len)) in requests.iter().enumerate() {
+        let zone_kib = (index as u64 / 4 % 3) * 256;
+        assert!(
+            offset >= zone_kib && offset + len <= (zone_kib + 256).min(640) && len == 64,
+            "{requests:?}"
+        );
+    }
+}
+
+/// A `zonesize` larger than `zonerange` walks the zone again until `zonesize` bytes have
+/// been transferred there.
+#[test]
+fn a_zonesize_above_zonerange_revisits_the_zone() {
+    let spec = parsed_job("[z]\nrw=write\nbs=4k\nzonerange=16k\nzonesize=48k\nzoneskip=16k\n");
+    let mut expected = Vec::new();
+    for zone_kib in [0, 32] {
+        for _ in 0..3 {
+            expected.extend([zone_kib, zone_kib + 4, zone_kib + 8, zone_kib + 12]);
+        }
+    }
+    assert_eq!(offsets_kib(&spec, MIB, 0, 24), expected);
+}
+
+/// `rw=read:4k` in a zone, as fio's `get_next_seq_offset` does it: the hole follows every
+/// request but the zone's first, one request starts at the zone's end, and the one after
+/// it, past the end, goes back to the zone's start.
+#[test]
+fn strided_holes_follow_fio() {
+    let spec = parsed_job("[z]\nrw=read:4k\nbs=4k\nzonerange=16k\nzonesize=16k\nzoneskip=16k\n");
+    assert_eq!(
+        offsets_kib(&spec, MIB, 0, 12),
+        [0, 8, 16, 0, 32, 40, 48, 32, 64, 72, 80, 64]
+    );
+    // `rw_sequencer=identical` repeats the zone's start, where fio's reset leaves it.
+    let identical = parsed_job(
+        "[z]\nrw=randread:4\nrw_sequencer=identical\nbs=4k\nzonerange=64k\nzonesize=16k\n",
+    );
+    let offsets = offsets_kib(&identical, MIB, 0, 12);
+    for (index, run) in offsets.chunks(4).enumerate() {
+        let zone_kib = index as u64 * 64;
+        assert!(
+            run.iter().all(|&o| o == run[0]) && (zone_kib..zone_kib + 64).contains(&run[0]),
+            "{offsets:?}"
+        );
+    }
+}
+
+/// The zone options are parsed as fio reads them (sizes under `kb_base`, `zoneskip=Nz` in
+/// zones of `zonesize`), and bad values and combinations are refused by name.
+#[test]
+fn zone_options_are_parsed_and_checked_as_fio_does() {
+    let spec = parsed_job("[z]\nkb_base=1000\nzonesize=4k\nzoneskip=3z\n");
+    assert_eq!(spec.zone_skip, ZoneSkip::Zones(3));
+    assert_eq!(
+        spec.strided_zones(),
+        Ok(Some(StridedZones {
+            size_bytes: 4000,
+            range_bytes: 4000,
+            skip_bytes: 12_000,
+        }))
+    );
+    // zonemode=none leaves the requests alone, zonerange and zoneskip included.
+    let none = parsed_job("[z]\nrw=randread\nzonemode=none\nzonerange=64k\nzoneskip=1m\n");
+    assert_eq!(none.zone_mode, ZoneMode::None);
+    assert_eq!(none.strided_zones(), Ok(None));
+    let plain = parsed_job("[z]\nrw=randread\n");
+    assert_eq!(
+        offsets_kib(&none, MIB, 0, 100),
+        offsets_kib(&plain, MIB, 0, 100)
+    );
+    // Options only zonemode=zbd uses are accepted where they change nothing.
+    parsed_job("[z]\nmax_open_zones=0\njob_max_open_zones=0\nzonecapacity=0\nread_beyond_wp=0\n");
+
+    let parse = |text: &str| crate::fio::parse_job_file(text).map(|_| ());
+    for (text, option) in [
+        ("[z]\nzonesize=-4k\n", "zonesize"),
+        ("[z]\nzonesize=lots\n", "zonesize"),
+        ("[z]\nzonesize=2z\n", "zonesize"),
+        ("[z]\nzonerange=10%\n", "zonerange"),
+        ("[z]\nzonerange=\n", "zonerange"),
+        ("[z]\nzoneskip=10%\n", "zoneskip"),
+        ("[z]\nzoneskip=xz\n", "zoneskip"),
+        ("[z]\nzoneskip=-1\n", "zoneskip"),
+        ("[z]\nzonemode=sideways\n", "zonemode"),
+    ] {
+        match parse(text) {
+            Err(WorkloadError::BadValue { option: named, .. }) => {
+                assert_eq!(named, option, "{text:?}")
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+    for (text, option) in [
+        ("[z]\nzonemode=zbd\n", "zonemode"),
+        ("[z]\nmax_open_zones=8\n", "max_open_zones"),
+        ("[z]\nzonecapacity=1m\n", "zonecapacity"),
+        ("[z]\nread_beyond_wp=1\n", "read_beyond_wp"),
+    ] {
+        match parse(text) {
+            Err(WorkloadError::UnsupportedOption {
+                option: named,
+                reason,
+                ..
+            }) => {
+                assert_eq!(named, option, "{text:?}");
+                assert!(reason.contains("zoned block device"), "{reason}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+    for (text, needle) in [
+        ("[z]\nzonemode=strided\n", "needs zonesize"),
+        ("[z]\nzonemode=strided\nzonesize=0\n", "needs zonesize"),
+        ("[z]\nzonemode=none\nzonesize=16k\n", "not compatible"),
+        (
+            "[global]\nzonesize=16k\n[z]\nzonemode=none\n",
+            "not compatible",
+        ),
+    ] {
+        match parse(text) {
+            Err(error @ WorkloadError::InvalidJob { .. }) => {
+                let message = error.to_string();
+                assert!(
+                    message.contains("[z]") && message.contains(needle),
+                    "{text:?}: {message}"
+                );
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+}
+
+/// The generator refuses zones that do not fit the job: not whole sectors, longer than
+/// the region, or shorter than a block; and, for a spec built in code, zone options fio
+/// refuses together.
+#[test]
+fn strided_zones_that_do_not_fit_are_refused() {
+    let refused = |text: &str, device_bytes: u64, needle: &str| {
+        let spec = parsed_job(text);
+        let error = JobGenerator::new(&spec, device_bytes, 512, 0, 0).unwrap_err();
+        assert!(
+            matches!(error, WorkloadError::InvalidJob { .. }) && error.to_string().contains(needle),
+            "{text:?}: {error}"
+        );
+    };
+    refused("[z]\nzonesize=1000\n", MIB, "zonerange=1000");
+    refused("[z]\nzonesize=4k\nzoneskip=100\n", MIB, "zoneskip=100");
+    refused(
+        "[z]\nzonesize=64k\nsize=32k\n",
+        MIB,
+        "larger than the job's",
+    );
+    refused(
+        "[z]\nzonesize=128k\noffset=960k\n",
+        MIB,
+        "larger than the job's",
+    );
+    refused("[z]\nbs=8k\nzonesize=4k\n", MIB, "zone (zonerange)");
+    refused(
+        "[z]\nrw=randread\nzonesize=64k\nrandom_distribution=zoned_abs:50/32k:50/64k\n",
+        MIB,
+        "laid over each zone",
+    );
+    let mut spec = job(RwMode::Read);
+    spec.zone_mode = ZoneMode::Strided;
+    let error = JobGenerator::new(&spec, MIB, 512, 0, 0).unwrap_err();
+    assert!(error.to_string().contains("needs zonesize"), "{error}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever the zones, every request lies on the device and on its sectors, and a
+    /// random one in its zone (whose start is a whole number of strides past the region's
+    /// start).
+    #[test]
+    fn strided_requests_stay_on_the_device(
+        rw in rw_strategy(),
+        block_sizes in block_size_strategy(),
+        distribution in distribution_strategy(),
+        range_sectors in 1u64..512,
+        size_sectors in 1u64..1024,
+        skip_sectors in 0u64..512,
+        offset_sectors in 0u64..1024,
+        region_extra_sectors in 0u64..1024,
+        device_extra_sectors in 0u64..2048,
+        modifier in proptest::option::of(1u64..=8),
+        identical in any::<bool>(),
+        percentage_random in prop_oneof![Just(100u32), 0u32..=100],
+        seed in any::<u64>(),
+    ) {
+        let sector_bytes = 512;
+        let mut spec = job(rw);
+        spec.block_sizes = [block_sizes.clone(), block_sizes.clone(), block_sizes];
+        spec.distribution = distribution;
+        spec.offset_modifier = modifier.map(|n| if rw.is_random() { n } else { n * sector_bytes });
+        spec.rw_sequencer_identical = identical;
+        spec.percentage_random = percentage_random;
+        spec.zone_size_bytes = size_sectors * sector_bytes;
+        spec.zone_range_bytes = range_sectors * sector_bytes;
+        spec.zone_skip = ZoneSkip::Bytes(skip_sectors * sector_bytes);
+        spec.offset = SizeSpec::Bytes(offset_sectors * sector_bytes);
+        spec.size = Some(SizeSpec::Bytes((range_sectors + region_extra_sectors) * sector_bytes));
+        spec.time_based = true;
+        let device_bytes =
+            (offset_sectors + range_sectors + region_extra_sectors + device_extra_sectors)
+                * sector_bytes;
+        let Ok(mut generator) = JobGenerator::new(&spec, device_bytes, sector_bytes, seed, 0)
+        else {
+            // Zones shorter than a block or an alignment unit are refused.
+            return Ok(());
+        };
+        let start_bytes = offset_sectors * sector_bytes;
+        let stride_bytes = (range_sectors + skip_sectors) * sector_bytes;
+        for _ in 0..300 {
+            let request = generator.next_io().unwrap();
+            prop_assert!(request.offset_bytes >= start_bytes);
+            prop_assert!(request.offset_bytes + request.len_bytes <= device_bytes);
+            prop_assert_eq!(request.offset_bytes % sector_bytes, 0);
+            prop_assert_eq!(request.len_bytes % sector_bytes, 0);
+            prop_assert!(request.len_bytes > 0);
+            // A request drawn at random lies inside its zone, which starts a whole number
+            // of strides past the region's start.
+            if rw.is_random() && percentage_random == 100 && modifier.is_none() {
+                let into_stride = (request.offset_bytes - start_bytes) % stride_bytes;
+                prop_assert!(
+                    into_stride + request.len_bytes <= range_sectors * sector_bytes,
+                    "{:?} is not inside a zone", request
+                );
+            }
+        }
+    }
 }
