@@ -77,6 +77,8 @@ fn waflash_serves_unaligned_writes_and_reports_what_they_did() {
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
+            // fio would otherwise leave its verify state file in the working directory.
+            "--verify_state_save=0",
         ])
         .output()
         .unwrap();
