@@ -17,7 +17,7 @@ use afa_report::{
 };
 use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
-use afa_workload::fio::{JobSpec, RateLimit, RwMode, ThinkTime};
+use afa_workload::fio::{JobSpec, MinRate, RateLimit, RwMode, ThinkTime};
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
@@ -70,6 +70,20 @@ pub enum RunError {
         latency_ns: u64,
         /// The limit and the option that set it.
         limit: String,
+    },
+    #[error(
+        "job {job}: {option}={minimum} not met by its {direction}, which got {rate} over the \
+         {window_ms} ms up to {at_ns} ns; fio ends the job with EIO (\"check_min_rate\")"
+    )]
+    RateBelowMinimum {
+        job: String,
+        direction: &'static str,
+        option: &'static str,
+        minimum: u64,
+        /// The rate measured, with its unit.
+        rate: String,
+        window_ms: u64,
+        at_ns: TimeNs,
     },
 }
 
@@ -298,6 +312,15 @@ struct Stream {
     max_latency_ns: [Option<u64>; 3],
     /// fio's `latency_target` search, which caps the queue depth below `iodepth`.
     latency: Option<Box<LatencySearch>>,
+    /// fio's `rate_min` / `rate_iops_min` and `rate_cycle`, and per direction the requests
+    /// and bytes completed so far and the last check's (time, requests, bytes).
+    min_rates: [MinRate; 3],
+    rate_cycle_ns: u64,
+    done_by_direction: [(u64, u64); 3],
+    last_rate_check: [Option<(TimeNs, u64, u64)>; 3],
+    /// When the stream started (fio's `td->start`), which the minimum rates' settling
+    /// period counts from.
+    started_ns: TimeNs,
     /// When the last pause ended (or the stream started): `thinktime_iotime` counts from it.
     think_mark_ns: TimeNs,
     /// Count a read the device fails and go on (`continue_on_error=read`).
@@ -450,6 +473,11 @@ impl Stream {
             name: String::new(),
             max_latency_ns: [None; 3],
             latency: None,
+            min_rates: [MinRate::default(); 3],
+            rate_cycle_ns: 1_000_000_000,
+            done_by_direction: [(0, 0); 3],
+            last_rate_check: [None; 3],
+            started_ns: 0,
             think_mark_ns: 0,
             continue_on_read_error: false,
             runtime_ns: None,
@@ -482,6 +510,8 @@ impl Stream {
             job.name.clone()
         };
         self.max_latency_ns = job.max_latency_ns;
+        self.min_rates = job.min_rates;
+        self.rate_cycle_ns = job.rate_cycle_ns;
         let target = &job.latency_target;
         self.latency = target.enabled().then(|| {
             Box::new(LatencySearch::new(
@@ -529,33 +559,30 @@ impl Stream {
     }
 
     /// fio's checks of one completed data request that took `latency_ns` (made after the
-    /// ramp, as fio's accounting is): `max_latency`, and the latency-target search. Returns
-    /// whether the queue may now be filled to a greater depth: the search went deeper, or
-    /// the requests it waited for have all completed.
-    fn judge_latency(
+    /// ramp, as fio's accounting is): `max_latency`, the minimum rates and the
+    /// latency-target search. Returns whether the queue may now be filled to a greater
+    /// depth, because the search went deeper.
+    fn judge_completion(
         &mut self,
         now_ns: TimeNs,
         latency_ns: u64,
         op: IoOp,
         offset_bytes: u64,
     ) -> Result<bool, RunError> {
-        let exceeded = |limit: String| RunError::LatencyExceeded {
-            job: self.name.clone(),
+        let exceeded = |name: &str, limit: String| RunError::LatencyExceeded {
+            job: name.to_string(),
             op,
             offset_bytes,
             latency_ns,
             limit,
         };
-        let direction = match op {
-            IoOp::Read => 0,
-            IoOp::Write => 1,
-            _ => 2,
-        };
+        let direction = direction_index(op);
         if let Some(max_ns) = self.max_latency_ns[direction] {
             if latency_ns > max_ns {
-                return Err(exceeded(format!("max_latency={max_ns} ns")));
+                return Err(exceeded(&self.name, format!("max_latency={max_ns} ns")));
             }
         }
+        self.check_min_rate(now_ns, direction)?;
         let ios = self.done_ios;
         let Some(search) = self.latency.as_mut() else {
             return Ok(false);
@@ -563,9 +590,10 @@ impl Stream {
         match search.completed(now_ns, latency_ns, ios) {
             Verdict::Fatal => {
                 let target_ns = search.target_ns();
-                Err(exceeded(format!(
-                    "latency_target={target_ns} ns at queue depth 1"
-                )))
+                Err(exceeded(
+                    &self.name,
+                    format!("latency_target={target_ns} ns at queue depth 1"),
+                ))
             }
             Verdict::Done => {
                 self.deadline_ns = Some(self.deadline_ns.map_or(now_ns, |d| d.min(now_ns)));
@@ -574,6 +602,57 @@ impl Stream {
             Verdict::Deeper => Ok(true),
             Verdict::Continue | Verdict::Quiesce => Ok(false),
         }
+    }
+
+    /// fio's `__check_min_rate` for `direction`, after one of its requests completed: from
+    /// two seconds after the start (fio's settling period), the rate since the last check,
+    /// once at least `rate_cycle` has passed, must reach `rate_min` (or, without it,
+    /// `rate_iops_min`).
+    fn check_min_rate(&mut self, now_ns: TimeNs, direction: usize) -> Result<(), RunError> {
+        const SETTLE_NS: u64 = 2_000_000_000;
+        let minimum = self.min_rates[direction];
+        if !minimum.is_set() || now_ns < self.started_ns.saturating_add(SETTLE_NS) {
+            return Ok(());
+        }
+        let (ios, bytes) = self.done_by_direction[direction];
+        if let Some((last_ns, last_ios, last_bytes)) = self.last_rate_check[direction] {
+            // fio counts whole milliseconds.
+            let spent_ms = (now_ns - last_ns) / 1_000_000;
+            if spent_ms == 0 || spent_ms * 1_000_000 < self.rate_cycle_ns {
+                return Ok(());
+            }
+            let per_s = |n: u64| n.saturating_mul(1000) / spent_ms;
+            let below = |option, minimum, rate: String| RunError::RateBelowMinimum {
+                job: self.name.clone(),
+                direction: ["reads", "writes", "trims"][direction],
+                option,
+                minimum,
+                rate,
+                window_ms: spent_ms,
+                at_ns: now_ns,
+            };
+            if minimum.bytes_per_s > 0 {
+                let rate = per_s(bytes - last_bytes);
+                if rate < minimum.bytes_per_s {
+                    return Err(below(
+                        "rate_min",
+                        minimum.bytes_per_s,
+                        format!("{rate} B/s"),
+                    ));
+                }
+            } else {
+                let rate = per_s(ios - last_ios);
+                if rate < minimum.ios_per_s {
+                    return Err(below(
+                        "rate_iops_min",
+                        minimum.ios_per_s,
+                        format!("{rate} IOPS"),
+                    ));
+                }
+            }
+        }
+        self.last_rate_check[direction] = Some((now_ns, ios, bytes));
+        Ok(())
     }
 
     /// A latency-target search that waits for the requests in flight (after its depth went
@@ -654,6 +733,16 @@ enum Event {
     Start { stream: u32 },
     /// A steady-state tracker samples its streams (fio's `steadystate_check`).
     SteadyCheck { tracker: u32 },
+}
+
+/// The index of a data request's direction in fio's per-direction options: read, write,
+/// trim.
+fn direction_index(op: IoOp) -> usize {
+    match op {
+        IoOp::Read => 0,
+        IoOp::Write => 1,
+        IoOp::Trim | IoOp::Flush => 2,
+    }
 }
 
 fn op_class(op: IoOp) -> OpClass {
@@ -1097,10 +1186,13 @@ impl<'d> Host<'d> {
                     if !failed && op != IoOp::Flush {
                         s.done_ios += 1;
                         s.done_bytes += bytes;
+                        let d = &mut s.done_by_direction[direction_index(op)];
+                        d.0 += 1;
+                        d.1 += bytes;
                     }
                     let mut fill = false;
                     if !failed && op != IoOp::Flush && t >= s.ramp_end_ns {
-                        fill = s.judge_latency(t, t - submit_ns, op, offset_bytes)?;
+                        fill = s.judge_completion(t, t - submit_ns, op, offset_bytes)?;
                     }
                     fill |= s.end_quiesce(t);
                     if failed {
@@ -1300,6 +1392,7 @@ impl<'d> Host<'d> {
         }
         s.ramp_end_ns = start + s.ramp_time_ns;
         s.think_mark_ns = start;
+        s.started_ns = start;
         let done_ios = s.done_ios;
         if let Some(search) = s.latency.as_mut() {
             search.start(start, done_ios);

@@ -1704,3 +1704,34 @@ fn a_request_over_max_latency_or_over_the_target_at_depth_one_fails_the_job() {
         "{error}"
     );
 }
+
+/// fio's `rate_min` and `rate_iops_min`: after two seconds of settling, a direction whose
+/// rate over a `rate_cycle` falls below its minimum fails the job (fio: EIO); one that keeps
+/// it runs to its end.
+#[test]
+fn a_job_below_its_minimum_rate_fails_after_the_settling_period() {
+    let job = "[capped]\nrw=randwrite\nbs=4k\ntime_based\nruntime=5s\nrate_iops=1000\n";
+    let out = run_serial(&format!("{job}rate_iops_min=900\n")).unwrap();
+    assert!(out.sim_time_ns >= 5_000_000_000);
+    let error = run_serial(&format!("{job}rate_iops_min=2000\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("job capped: rate_iops_min=2000 not met by its writes, which got 1000 IOPS over the 1000 ms"),
+        "{error}"
+    );
+    // The first check after the two seconds only marks where the next one counts from.
+    let RunError::RateBelowMinimum { at_ns, .. } =
+        run_serial(&format!("{job}rate_min=8m\n")).unwrap_err()
+    else {
+        panic!("expected RateBelowMinimum");
+    };
+    assert!((3_000_000_000..3_002_000_000).contains(&at_ns), "{at_ns}");
+    // A minimum on reads says nothing about a job that only writes.
+    run_serial(&format!("{job}rate_min=8m,0\n")).unwrap();
+    // With a longer cycle the check waits for it.
+    let error = run_serial(&format!("{job}rate_iops_min=2000\nrate_cycle=2500\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("over the 2500 ms"), "{error}");
+}

@@ -419,6 +419,20 @@ impl SteadyState {
     }
 }
 
+/// A direction's least rate (`rate_min`, `rate_iops_min`); fio checks the bytes when both
+/// are set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MinRate {
+    pub bytes_per_s: u64,
+    pub ios_per_s: u64,
+}
+
+impl MinRate {
+    pub fn is_set(&self) -> bool {
+        self.bytes_per_s > 0 || self.ios_per_s > 0
+    }
+}
+
 /// fio's latency-target search (`latency_target`, `latency_window`, `latency_percentile`,
 /// `latency_run`): the job looks for the deepest queue, up to its `iodepth`, at which
 /// `percentile` percent of its requests complete within `target_ns`, judging one window of
@@ -619,6 +633,13 @@ pub struct JobSpec {
     pub group_reporting: bool,
     /// fio's latency-target search ([`LatencyTarget`]); off unless a target is given.
     pub latency_target: LatencyTarget,
+    /// fio's `rate_min` and `rate_iops_min` for reads, writes and trims: once the job has run
+    /// two seconds, a direction whose rate over a `rate_cycle` falls below its minimum
+    /// (bytes per second, or else requests per second) fails the job, as in fio. 0 checks
+    /// nothing.
+    pub min_rates: [MinRate; 3],
+    /// fio's `rate_cycle`: the least time between two checks of the minimum rates.
+    pub rate_cycle_ns: u64,
     /// fio's `max_latency` for reads, writes and trims: a request that takes longer fails
     /// the job with ETIMEDOUT, as in fio. `None` sets no limit.
     pub max_latency_ns: [Option<u64>; 3],
@@ -713,6 +734,8 @@ impl JobSpec {
             group_reporting: false,
             latency_target: LatencyTarget::default(),
             max_latency_ns: [None; 3],
+            min_rates: [MinRate::default(); 3],
+            rate_cycle_ns: 1_000_000_000,
             zone_mode: ZoneMode::NotSpecified,
             zone_size_bytes: 0,
             zone_range_bytes: 0,
@@ -835,9 +858,8 @@ const IGNORED_OPTIONS: &[&str] = &[
     "error_dump",
     // Deprecated in fio, where it no longer does anything.
     "rwmixcycle",
-    // Options that only qualify one that is refused unless it is off (a minimum rate,
-    // verifying trims, more than one file): with it off they change nothing.
-    "rate_cycle",
+    // Options that only qualify one that is refused unless it is off (verifying trims,
+    // more than one file): with it off they change nothing.
     "trim_verify_zero",
     "file_service_type",
     // How fio reads an iolog (in pieces, or onto another device): the replay's requests
@@ -978,10 +1000,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
          takes, which a simulated run does not know; use thinktime_spin",
     ),
     (
-        &["rate_min", "rate_iops_min"],
-        "a minimum rate is not checked; the report's timeline shows the rate over the run",
-    ),
-    (
         &["flow", "flow_id", "flow_watermark", "flow_sleep"],
         "flow control between jobs is not modelled; cap each job with rate or rate_iops",
     ),
@@ -1011,8 +1029,8 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
         | "read_beyond_wp"
         | "ignore_zone_limits"
         | "write_zone_remainder" => off(),
-        "trim_percentage" | "trim_backlog" | "thinkcycles" | "rate_min" | "rate_iops_min"
-        | "max_open_zones" | "job_max_open_zones" | "zonecapacity" | "flow" => zero(),
+        "trim_percentage" | "trim_backlog" | "thinkcycles" | "max_open_zones"
+        | "job_max_open_zones" | "zonecapacity" | "flow" => zero(),
         // fio's float options: 0 never resets a zone.
         "zone_reset_threshold" | "zone_reset_frequency" => {
             value.parse::<f64>().is_ok_and(|number| number == 0.0)
@@ -1754,6 +1772,32 @@ fn apply_option(
             let low = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?;
             // fio reads 0, or a mark above the depth, as "keep the queue full".
             spec.iodepth_low = Some(u32::try_from(low).unwrap_or(u32::MAX));
+        }
+        "rate_min" | "ratemin" | "rate_iops_min" => {
+            let bytes = key != "rate_iops_min";
+            let mut values = [None; 3];
+            parse_per_direction(&context, context.required(value)?, &mut values, |text| {
+                if bytes {
+                    context.size(text).map(Some)
+                } else {
+                    parse_unsigned(text).map(Some)
+                }
+            })?;
+            for (rate, value) in spec.min_rates.iter_mut().zip(values) {
+                match (value, bytes) {
+                    (Some(v), true) => rate.bytes_per_s = v,
+                    (Some(v), false) => rate.ios_per_s = v,
+                    (None, _) => {}
+                }
+            }
+        }
+        "rate_cycle" | "ratecycle" => {
+            // fio's integer milliseconds.
+            spec.rate_cycle_ns = match parse_unsigned(context.required(value)?) {
+                Ok(ms) if ms > 0 => ms.saturating_mul(1_000_000),
+                Ok(_) => return Err(context.bad("the rate cycle must be positive")),
+                Err(reason) => return Err(context.bad(reason)),
+            }
         }
         "rate" | "rate_iops" => {
             let mut limits: [Option<RateLimit>; 3] = [None; 3];

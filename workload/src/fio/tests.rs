@@ -573,14 +573,7 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
     ] {
         parse_job_file(&format!("[job]\n{option}\n")).unwrap_or_else(|e| panic!("{option}: {e}"));
     }
-    for option in [
-        "zonemode=zbd",
-        "max_open_zones=8",
-        "nrfiles=2",
-        "rate_min=1m",
-        "rate_iops_min=0,5",
-        "flow=2",
-    ] {
+    for option in ["zonemode=zbd", "max_open_zones=8", "nrfiles=2", "flow=2"] {
         assert!(
             matches!(
                 parse_job_file(&format!("[job]\n{option}\n")),
@@ -693,7 +686,6 @@ fn options_that_shape_the_requests_are_not_ignored() {
         "verify_only=1",
         "zonemode=zbd",
         "bs_unaligned",
-        "rate_min=1m",
         "thinkcycles=1000",
     ] {
         assert!(
@@ -1193,4 +1185,36 @@ fn latency_target_options_parse_as_fio_reads_them() {
     assert_bad_value("latency_percentile=100.5", "latency_percentile");
     assert_bad_value("latency_target=fast", "latency_target");
     assert_bad_value("max_latency=1ms,2ms,3ms,4ms", "max_latency");
+}
+
+#[test]
+fn minimum_rate_options_parse_per_direction() {
+    let job = one_job("[job]\nrate_min=1m,2m\nrate_iops_min=0,0,50\nrate_cycle=250\n");
+    let rates = job.min_rates;
+    assert_eq!(
+        rates[0],
+        MinRate {
+            bytes_per_s: 1 << 20,
+            ios_per_s: 0
+        }
+    );
+    assert_eq!(
+        rates[1],
+        MinRate {
+            bytes_per_s: 2 << 20,
+            ios_per_s: 0
+        }
+    );
+    assert_eq!(
+        rates[2],
+        MinRate {
+            bytes_per_s: 2 << 20,
+            ios_per_s: 50
+        }
+    );
+    assert_eq!(job.rate_cycle_ns, 250_000_000);
+    assert_eq!(with_option("rw=write").rate_cycle_ns, 1_000_000_000);
+    assert!(!with_option("rate_min=0").min_rates[1].is_set());
+    assert_bad_value("rate_cycle=0", "rate_cycle");
+    assert_bad_value("rate_iops_min=lots", "rate_iops_min");
 }
