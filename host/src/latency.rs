@@ -16,6 +16,9 @@
 
 use afa_sim::TimeNs;
 
+/// The most changes of depth a search keeps for its report.
+const STEPS_KEPT_MAX: usize = 10_000;
+
 /// What a completion, or the end of a window, means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -58,8 +61,10 @@ pub(crate) struct LatencySearch {
     final_run_start_ns: Option<TimeNs>,
     final_run_ios: u64,
     final_run_latency_ns: u128,
-    /// Every change of depth, with its time.
+    /// The start and the changes of depth, with their times: the first
+    /// [`STEPS_KEPT_MAX`] of them, and how many changes there were in all.
     steps: Vec<(TimeNs, u32)>,
+    depth_changes: u64,
     converged: bool,
 }
 
@@ -90,6 +95,7 @@ impl LatencySearch {
             final_run_ios: 0,
             final_run_latency_ns: 0,
             steps: vec![(0, 1)],
+            depth_changes: 0,
             converged: false,
         }
     }
@@ -196,7 +202,7 @@ impl LatencySearch {
         }
         .min(self.iodepth);
         if self.depth != before {
-            self.steps.push((now_ns, self.depth));
+            self.record_step(now_ns);
         }
         if !self.keep_searching && self.depth == before {
             if self.final_run {
@@ -224,8 +230,17 @@ impl LatencySearch {
         }
         self.depth = ((self.depth + self.depth_low) / 2).max(1);
         self.stable_count = 0;
-        self.steps.push((now_ns, self.depth));
+        self.record_step(now_ns);
         self.quiescing = true;
+    }
+
+    /// Counts a change of depth and keeps it while the record has room: with `latency_run`
+    /// and a short window a run may change depth at most completions.
+    fn record_step(&mut self, now_ns: TimeNs) {
+        self.depth_changes += 1;
+        if self.steps.len() < STEPS_KEPT_MAX {
+            self.steps.push((now_ns, self.depth));
+        }
     }
 
     fn new_window(&mut self, now_ns: TimeNs, ios: u64) {
@@ -251,6 +266,7 @@ impl LatencySearch {
             } else {
                 self.final_run_latency_ns as f64 / self.final_run_ios as f64 / 1e3
             },
+            depth_changes: self.depth_changes,
             steps: self
                 .steps
                 .iter()

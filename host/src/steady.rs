@@ -33,7 +33,8 @@ pub(crate) struct SteadyTracker {
 
 impl SteadyTracker {
     pub(crate) fn new(spec: SteadyState, job: String, group: usize) -> SteadyTracker {
-        let window = spec.window_samples();
+        // The window fills one sample per interval, so a long one is not reserved up front.
+        let window = spec.window_samples().min(4096);
         SteadyTracker {
             spec,
             job,

@@ -1735,3 +1735,64 @@ fn a_job_below_its_minimum_rate_fails_after_the_settling_period() {
         .to_string();
     assert!(error.contains("over the 2500 ms"), "{error}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(16)))]
+
+    /// fio's run controls together (steady state, the latency-target search, strided zones)
+    /// on the emulated SSD with token payloads: every read is right, a run either ends or
+    /// fails at depth 1 with the target's error, the search never goes past `iodepth`, and
+    /// the same inputs give the same run.
+    #[test]
+    fn run_controls_lose_nothing_and_repeat(
+        iodepth in 1u32..17,
+        target_us in 20u64..3_000,
+        window_us in 0u64..2_000,
+        percentile in proptest::sample::select(vec![90.0, 99.0, 100.0]),
+        criterion in proptest::sample::select(vec!["iops:5%", "iops_slope:1%", "bw:20%", "bw_slope:2%"]),
+        samples in 2u64..12,
+        zone_kib in proptest::sample::select(vec![0u64, 64, 256]),
+        rw in proptest::sample::select(vec!["randrw", "randwrite", "write", "rw"]),
+        group_reporting in proptest::bool::ANY,
+        seed in 0u64..1_000,
+    ) {
+        let zones = if zone_kib == 0 {
+            String::new()
+        } else {
+            format!("zonesize={zone_kib}k\nzonerange={}k\nzoneskip={zone_kib}k\n", zone_kib * 2)
+        };
+        let text = format!(
+            "[global]\nsize=2m\nbs=4k\ntime_based\nruntime=30ms\nss={criterion}\n\
+             ss_dur={samples}ms\nss_interval=1ms\ngroup_reporting={}\n\
+             [a]\nrw={rw}\niodepth={iodepth}\nlatency_target={target_us}us\n\
+             latency_window={window_us}us\nlatency_percentile={percentile}\n{zones}\
+             [b]\nrw=randread\niodepth=2\nnumjobs=2\n",
+            u8::from(group_reporting)
+        );
+        let jobs = parse_job_file(&text).unwrap();
+        let once = || {
+            let options = RunOptions { seed, ..options() };
+            run(&mut ssd(PayloadMode::Token), &Workload::Jobs(jobs.clone()), &options)
+        };
+        match (once(), once()) {
+            (Ok(a), Ok(b)) => {
+                proptest::prop_assert_eq!(a.mismatches, 0, "{:?}", a.first_mismatches);
+                proptest::prop_assert!(a.latency_target.iter().all(|l| l.depth <= iodepth));
+                proptest::prop_assert_eq!(
+                    a.steady_state.len(),
+                    if group_reporting { 1 } else { 3 }
+                );
+                proptest::prop_assert_eq!(
+                    (a.event_hash, a.sim_time_ns),
+                    (b.event_hash, b.sim_time_ns)
+                );
+            }
+            (Err(a), Err(b)) => {
+                let (a, b) = (a.to_string(), b.to_string());
+                proptest::prop_assert!(a.contains("at queue depth 1"), "{}", a);
+                proptest::prop_assert_eq!(a, b);
+            }
+            (a, b) => proptest::prop_assert!(false, "{:?} against {:?}", a.err(), b.err()),
+        }
+    }
+}

@@ -603,7 +603,9 @@ pub struct LatencyTargetReport {
     pub final_run_start_s: Option<f64>,
     pub final_run_ios: u64,
     pub final_run_latency_mean_us: f64,
-    /// `[seconds, depth]` at the start and at every change of depth.
+    /// The changes of depth in all, and `[seconds, depth]` at the start and at each change
+    /// (the first 10,000 changes).
+    pub depth_changes: u64,
     pub steps: Vec<(f64, u32)>,
 }
 
@@ -625,11 +627,7 @@ impl LatencyTargetReport {
         format!(
             "Latency target of {} ({} µs for {}% of the requests, {} s windows): {outcome}; \
              {} changes of depth",
-            self.job,
-            self.target_us,
-            self.percentile,
-            self.window_s,
-            self.steps.len().saturating_sub(1)
+            self.job, self.target_us, self.percentile, self.window_s, self.depth_changes
         )
     }
 }

@@ -1736,7 +1736,11 @@ fn apply_option(
         "steadystate_check_interval" | "ss_interval" => {
             spec.steady_state.interval_ns =
                 match parse_duration_ns(context.required(value)?).map_err(|r| context.bad(r))? {
-                    0 => return Err(context.bad("the check interval must be positive")),
+                    // fio samples in whole milliseconds; a shorter period would also cost the
+                    // simulation an event per period.
+                    interval if interval < 1_000_000 => {
+                        return Err(context.bad("the check interval must be at least 1 ms"))
+                    }
                     interval => interval,
                 }
         }

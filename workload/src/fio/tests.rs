@@ -927,6 +927,23 @@ const KNOWN_OPTIONS: &[&str] = &[
     "stonewall",
     "name",
     "direct",
+    "ss",
+    "ss_dur",
+    "ss_ramp",
+    "ss_interval",
+    "group_reporting",
+    "latency_target",
+    "latency_window",
+    "latency_percentile",
+    "latency_run",
+    "max_latency",
+    "rate_min",
+    "rate_iops_min",
+    "rate_cycle",
+    "zonemode",
+    "zonesize",
+    "zonerange",
+    "zoneskip",
 ];
 
 proptest! {
@@ -1142,6 +1159,7 @@ fn bad_steady_state_options_are_refused_by_name() {
     assert_bad_value("ss=iops:-1%", "ss");
     assert_bad_value("ss=iops:lots", "ss");
     assert_bad_value("ss_interval=0", "ss_interval");
+    assert_bad_value("ss_interval=500us", "ss_interval");
     assert_bad_value("ss_dur=soon", "ss_dur");
     let refused = |text: &str, words: &str| match parse_job_file(text) {
         Err(WorkloadError::InvalidJob { reason, .. }) => {
