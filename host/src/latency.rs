@@ -66,6 +66,8 @@ pub(crate) struct LatencySearch {
     steps: Vec<(TimeNs, u32)>,
     depth_changes: u64,
     converged: bool,
+    /// The last completion the search saw: where its record of depths ends.
+    last_completion_ns: TimeNs,
 }
 
 impl LatencySearch {
@@ -96,6 +98,7 @@ impl LatencySearch {
             final_run_latency_ns: 0,
             steps: vec![(0, 1)],
             depth_changes: 0,
+            last_completion_ns: 0,
             converged: false,
         }
     }
@@ -125,6 +128,7 @@ impl LatencySearch {
     /// requests, this one included. Completions while the job quiesces count towards the
     /// window that follows but fail no depth: they were issued at the deeper queue.
     pub(crate) fn completed(&mut self, now_ns: TimeNs, latency_ns: u64, ios: u64) -> Verdict {
+        self.last_completion_ns = now_ns;
         if self.final_run_start_ns.is_some() && !self.quiescing {
             self.final_run_ios += 1;
             self.final_run_latency_ns += u128::from(latency_ns);
@@ -267,6 +271,7 @@ impl LatencySearch {
                 self.final_run_latency_ns as f64 / self.final_run_ios as f64 / 1e3
             },
             depth_changes: self.depth_changes,
+            last_completion_s: seconds(self.last_completion_ns),
             steps: self
                 .steps
                 .iter()

@@ -607,6 +607,9 @@ pub struct LatencyTargetReport {
     /// (the first 10,000 changes).
     pub depth_changes: u64,
     pub steps: Vec<(f64, u32)>,
+    /// The job's last completion the search saw, where the record of depths ends.
+    #[serde(default)]
+    pub last_completion_s: f64,
 }
 
 impl LatencyTargetReport {

@@ -1144,6 +1144,118 @@ fn victims_chart(report: &RunReport) -> Option<Panels> {
     })
 }
 
+/// The most steady-state windows and latency searches the `controls` figure draws.
+const CONTROL_PANELS_MAX: usize = 8;
+
+/// fio's run controls, when a job set them: the last window of each steady-state
+/// detection (its samples, their mean, and for a slope criterion the fitted line) and the
+/// queue depth of each latency-target search over time.
+fn run_controls_chart(report: &RunReport) -> Option<Panels> {
+    let mut panels = Vec::new();
+    for ss in report.steady_state.iter().take(CONTROL_PANELS_MAX) {
+        let bandwidth = ss.ss.starts_with("bw");
+        let samples: Vec<f64> = if bandwidth {
+            ss.bw_bytes_s.iter().map(|&b| b as f64 / 1e6).collect()
+        } else {
+            ss.iops.iter().map(|&i| i as f64).collect()
+        };
+        let points: Vec<(f64, f64)> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (i as f64, y))
+            .collect();
+        let mut lines = vec![Line {
+            name: "samples".into(),
+            color: SERIES_COLORS[0],
+            points: points.clone(),
+            dashed: false,
+        }];
+        if let (Some(first), Some(last)) = (points.first(), points.last()) {
+            let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+            lines.push(Line {
+                name: "window mean".into(),
+                color: SERIES_COLORS[1],
+                points: vec![(first.0, mean), (last.0, mean)],
+                dashed: true,
+            });
+            if ss.ss.contains("_slope") {
+                // The least-squares line through the mean at the middle of the window.
+                let slope = if bandwidth { ss.slope / 1e6 } else { ss.slope };
+                let middle = (first.0 + last.0) / 2.0;
+                lines.push(Line {
+                    name: "fitted slope".into(),
+                    color: SERIES_COLORS[2],
+                    points: vec![
+                        (first.0, mean + slope * (first.0 - middle)),
+                        (last.0, mean + slope * (last.0 - middle)),
+                    ],
+                    dashed: true,
+                });
+            }
+        }
+        let outcome = match ss.attained_at_s {
+            Some(at_s) if ss.attained => format!("attained at {at_s:.3} s"),
+            _ => "not attained".into(),
+        };
+        panels.push(LineChart {
+            caption: format!("steady state of {} ({}): {outcome}", ss.job, ss.ss),
+            x_desc: format!("sample of the last window (every {} s)", ss.interval_s),
+            y_desc: if bandwidth { "MB/s" } else { "IOPS" }.into(),
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            lines,
+            y_range: None,
+            legend_position: SeriesLabelPosition::LowerRight,
+        });
+    }
+    for search in report.latency_target.iter().take(CONTROL_PANELS_MAX) {
+        // A step line: each depth holds until the next change, the last one until the job's
+        // last completion.
+        let end_s = search.last_completion_s;
+        let mut points = Vec::with_capacity(search.steps.len() * 2);
+        for (i, &(at_s, depth)) in search.steps.iter().enumerate() {
+            let until_s = search
+                .steps
+                .get(i + 1)
+                .map_or(end_s.max(at_s), |next| next.0);
+            points.push((at_s, f64::from(depth)));
+            points.push((until_s, f64::from(depth)));
+        }
+        let outcome = if search.converged {
+            format!("converged at depth {}", search.depth)
+        } else {
+            format!("at depth {} at the end", search.depth)
+        };
+        panels.push(LineChart {
+            caption: format!(
+                "latency target of {} ({} µs at p{}): {outcome}",
+                search.job, search.target_us, search.percentile
+            ),
+            x_desc: "time (s, virtual)".into(),
+            y_desc: "queue depth".into(),
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            lines: vec![Line {
+                name: String::new(),
+                color: SERIES_COLORS[0],
+                points,
+                dashed: false,
+            }],
+            y_range: None,
+            legend_position: SeriesLabelPosition::UpperRight,
+        });
+    }
+    if panels.is_empty() {
+        return None;
+    }
+    Some(Panels {
+        title: "fio run controls: steady state and latency target".into(),
+        columns: panels.len().min(2),
+        panels,
+        panel_px: (560, 340),
+    })
+}
+
 fn nand_chart(report: &RunReport) -> BarPair {
     let n = &report.nand;
     let counters = BarChart {
@@ -1237,7 +1349,8 @@ fn nand_chart(report: &RunReport) -> BarPair {
 }
 
 /// The figures of one run: `timeline`, `latency_cdf`, `members` (arrays only), `victims`
-/// (arrays whose engine records its cleaned victims: SWAN's Figure 7) and `nand`.
+/// (arrays whose engine records its cleaned victims: SWAN's Figure 7), `controls` (jobs
+/// with fio's steady-state detection or latency-target search) and `nand`.
 pub fn run_figures(report: &RunReport) -> Result<Vec<Figure>, PlotError> {
     let mut figures = vec![
         render(
@@ -1262,6 +1375,13 @@ pub fn run_figures(report: &RunReport) -> Result<Vec<Figure>, PlotError> {
         figures.push(render(
             "victims",
             "Victim segments and free segments",
+            &chart,
+        )?);
+    }
+    if let Some(chart) = run_controls_chart(report) {
+        figures.push(render(
+            "controls",
+            "Steady state and latency target",
             &chart,
         )?);
     }
@@ -1728,6 +1848,55 @@ mod tests {
         check(&figures[3], 2 * 480);
         report.array = Some(serde_json::json!({"victims": []}));
         assert!(victims_chart(&report).is_none());
+    }
+
+    /// A run whose jobs used fio's steady-state detection or latency-target search gets the
+    /// `controls` figure: the window's samples with their mean (and fitted slope), and the
+    /// search's depth as a step line that ends at its last completion.
+    #[test]
+    fn run_controls_become_a_figure() {
+        let mut report = crate::tests::sample_report();
+        assert!(run_controls_chart(&report).is_none());
+        report.steady_state.push(crate::SteadyStateReport {
+            job: "s".into(),
+            ss: "iops_slope:1.000000%".into(),
+            attained: true,
+            attained_at_s: Some(0.5),
+            slope: 2.0,
+            interval_s: 0.01,
+            window_samples: 3,
+            iops: vec![98, 100, 102],
+            bw_bytes_s: vec![0; 3],
+            ..crate::SteadyStateReport::default()
+        });
+        report.latency_target.push(crate::LatencyTargetReport {
+            job: "l".into(),
+            depth: 4,
+            converged: true,
+            steps: vec![(0.0, 1), (0.1, 2), (0.2, 4)],
+            last_completion_s: 0.3,
+            ..crate::LatencyTargetReport::default()
+        });
+        let chart = run_controls_chart(&report).expect("a controls chart");
+        let samples = &chart.panels[0].lines;
+        assert_eq!(samples[0].points, [(0.0, 98.0), (1.0, 100.0), (2.0, 102.0)]);
+        assert_eq!(samples[1].points, [(0.0, 100.0), (2.0, 100.0)]);
+        assert_eq!(samples[2].points, [(0.0, 98.0), (2.0, 102.0)]);
+        assert_eq!(
+            chart.panels[1].lines[0].points,
+            [
+                (0.0, 1.0),
+                (0.1, 1.0),
+                (0.1, 2.0),
+                (0.2, 2.0),
+                (0.2, 4.0),
+                (0.3, 4.0)
+            ]
+        );
+        let figures = run_figures(&report).unwrap();
+        let controls = figures.iter().find(|f| f.name == "controls").unwrap();
+        check(controls, 2 * 560);
+        assert!(controls.svg.contains("converged at depth 4"));
     }
 
     #[test]
