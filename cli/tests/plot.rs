@@ -386,3 +386,105 @@ fn fio_json_to_stdout_is_the_only_stdout() {
     assert_eq!(value["fio version"], "fio-3.33");
     assert_eq!(value["jobs"][0]["jobname"], "afa");
 }
+
+/// fio's steady-state detection and latency-target search from a job file to every output:
+/// the run report's entries, the summary's lines, fio's `steadystate` object and
+/// `latency_depth` in the fio output, and the `controls` figure.
+#[test]
+fn run_controls_reach_the_report_the_summary_fio_json_and_the_plots() {
+    let dir = scratch("controls");
+    let config = dir.join("controls.toml");
+    std::fs::write(
+        &config,
+        r#"seed = 3
+[workload]
+job = """
+[global]
+bs=4k
+size=16m
+time_based
+runtime=3s
+[fill]
+rw=write
+bs=128k
+iodepth=8
+time_based=0
+[lat]
+stonewall
+rw=randread
+iodepth=32
+latency_target=150us
+latency_window=10ms
+latency_percentile=99
+[steady]
+stonewall
+rw=randwrite
+iodepth=8
+ss=iops:5%
+ss_dur=50ms
+ss_interval=10ms
+"""
+"#,
+    )
+    .unwrap();
+    let json = dir.join("run.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    assert!(
+        summary.contains("Steady state of steady (iops:5.000000%, a 0.05 s window of 5 samples"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Latency target of lat (150 µs"),
+        "{summary}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let search = &report["latency_target"][0];
+    assert_eq!(search["converged"], true, "{search}");
+    let depth = search["depth"].as_u64().unwrap();
+    assert!((1..=32).contains(&depth), "{depth}");
+    assert_eq!(report["steady_state"][0]["attained"], true);
+    // Both jobs ended long before their three seconds.
+    assert!(report["sim_time_ns"].as_u64().unwrap() < 2_000_000_000);
+
+    let fio_json = dir.join("run.fio.json");
+    let out = afa(&[
+        "run",
+        config.to_str().unwrap(),
+        "--quiet",
+        "--output-format",
+        "fio-json",
+        "--output",
+        fio_json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let fio: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fio_json).unwrap()).unwrap();
+    let job = &fio["jobs"][0];
+    assert_eq!(job["latency_depth"].as_u64(), Some(depth));
+    assert_eq!(job["latency_target"], 150_000);
+    assert_eq!(job["latency_window"], 10_000);
+    assert_eq!(job["steadystate"]["ss"], "iops:5.000000%");
+    assert_eq!(job["steadystate"]["attained"], 1);
+    assert_eq!(
+        job["steadystate"]["data"]["iops"].as_array().unwrap().len(),
+        5
+    );
+
+    let plots = dir.join("plots");
+    let out = afa(&[
+        "plot",
+        json.to_str().unwrap(),
+        "-o",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    check_figure(&plots, "controls");
+}
