@@ -225,6 +225,7 @@ impl std::str::FromStr for Override {
 pub fn read_config(
     path: Option<&Path>,
     overrides: &[Override],
+    job_file: Option<&Path>,
 ) -> Result<(RunConfig, PathBuf, String), String> {
     let (text, base_dir, source) = match path {
         Some(p) => {
@@ -239,14 +240,49 @@ pub fn read_config(
             "embedded default".to_string(),
         ),
     };
-    if overrides.is_empty() {
+    let not_toml = |e: toml::de::Error| {
+        // A fio job file given where the configuration goes is the likeliest mistake of a
+        // fio user: say how to run it.
+        let looks_like_fio = path.is_some_and(|p| p.extension().is_some_and(|x| x == "fio"))
+            || afa_workload::fio::parse_job_file(&text).is_ok();
+        if looks_like_fio {
+            format!(
+                "configuration {source} is a fio job file, not a configuration: run it with \
+                 `afa run --job {source}` (on the embedded default's SSD), or `afa run CONFIG \
+                 --job {source}` for another device"
+            )
+        } else {
+            format!("configuration {source}: {e}")
+        }
+    };
+    if overrides.is_empty() && job_file.is_none() {
         // Straight from the text, so that an error names its line.
-        let config: RunConfig =
-            toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+        let config: RunConfig = toml::from_str(&text).map_err(not_toml)?;
         return Ok((config, base_dir, source));
     }
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| format!("configuration {source}: {e}"))?;
+    let mut table: toml::Table = toml::from_str(&text).map_err(not_toml)?;
+    if let Some(job_file) = job_file {
+        // `--job` replaces the configuration's workload, whatever it was; the path is the
+        // caller's, so it is made absolute rather than read from the configuration's folder.
+        let job_file = std::path::absolute(job_file)
+            .map_err(|e| format!("--job {}: {e}", job_file.display()))?;
+        let workload = table
+            .entry("workload")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(workload) = workload else {
+            return Err(format!("configuration {source}: workload is not a table"));
+        };
+        workload.remove("job");
+        workload.remove("trace");
+        workload.insert(
+            "job_file".to_string(),
+            toml::Value::String(job_file.display().to_string()),
+        );
+        // A WAFLASH device's Filebench personality is a workload too.
+        if let Some(toml::Value::Table(waflash)) = table.get_mut("waflash") {
+            waflash.remove("filebench");
+        }
+    }
     let mut job_options = Vec::new();
     for o in overrides {
         match o.key.strip_prefix(crate::sweep::JOB_PREFIX) {
@@ -292,8 +328,12 @@ pub fn read_config(
     Ok((config, base_dir, source))
 }
 
-pub fn load(path: Option<&Path>, overrides: &[Override]) -> Result<LoadedConfig, String> {
-    let (config, base_dir, source) = read_config(path, overrides)?;
+pub fn load(
+    path: Option<&Path>,
+    overrides: &[Override],
+    job_file: Option<&Path>,
+) -> Result<LoadedConfig, String> {
+    let (config, base_dir, source) = read_config(path, overrides, job_file)?;
     config
         .ssd
         .validate()
@@ -427,7 +467,7 @@ mod tests {
     fn a_partial_cell_timing_table_keeps_that_modes_defaults_for_the_rest() {
         let set = |text: &str| text.parse::<Override>().unwrap();
         let defaults = afa_nand::NandTiming::default();
-        let cfg = load(None, &[set("ssd.timing.mlc.program_ns=900000")])
+        let cfg = load(None, &[set("ssd.timing.mlc.program_ns=900000")], None)
             .unwrap()
             .config;
         let timing = &cfg.ssd.timing;
@@ -444,6 +484,7 @@ mod tests {
                 set("ssd.timing.slc.read_ns=30000"),
                 set("ssd.timing.tlc.erase_ns=7000000"),
             ],
+            None,
         )
         .unwrap()
         .config;
@@ -452,9 +493,9 @@ mod tests {
         assert_eq!(cfg.ssd.timing.tlc.erase_ns, 7_000_000);
         assert_eq!(cfg.ssd.timing.tlc.read_ns, defaults.tlc.read_ns);
         // A misspelt key is still refused, by name, and a bad value still fails validation.
-        let err = load(None, &[set("ssd.timing.mlc.program_us=900")]).unwrap_err();
+        let err = load(None, &[set("ssd.timing.mlc.program_us=900")], None).unwrap_err();
         assert!(err.contains("program_us"), "{err}");
-        let err = load(None, &[set("ssd.timing.mlc.endurance_cycles=0")]).unwrap_err();
+        let err = load(None, &[set("ssd.timing.mlc.endurance_cycles=0")], None).unwrap_err();
         assert!(err.contains("endurance_cycles"), "{err}");
     }
 
@@ -465,7 +506,7 @@ mod tests {
         let path = dir.join("run.toml");
         let job = "[workload]\njob = \"[w]\\nrw=randwrite\\nsize=1m\\n\"\n";
         std::fs::write(&path, format!("[ox]\n{job}")).unwrap();
-        assert!(load(Some(&path), &[]).unwrap().config.ox.is_some());
+        assert!(load(Some(&path), &[], None).unwrap().config.ox.is_some());
         for (extra, named) in [
             (
                 "[array]\nlevel = \"raid5\"\nmembers = 3\n",
@@ -478,19 +519,19 @@ mod tests {
             ),
         ] {
             std::fs::write(&path, format!("[ox]\n{job}{extra}")).unwrap();
-            let err = load(Some(&path), &[]).unwrap_err();
+            let err = load(Some(&path), &[], None).unwrap_err();
             assert!(err.contains(named), "{err}");
         }
         std::fs::write(&path, format!("[ox]\nchannels = 0\n{job}")).unwrap();
-        let err = load(Some(&path), &[]).unwrap_err();
+        let err = load(Some(&path), &[], None).unwrap_err();
         assert!(err.contains("ox: ") && err.contains("channels"), "{err}");
         // WAFLASH has its own FTL too; an empty precondition table is no fill and is taken.
         let fill = "[precondition]\nfill_fraction = 0.5\n";
         std::fs::write(&path, format!("[waflash.ssd]\n{job}{fill}")).unwrap();
-        let err = load(Some(&path), &[]).unwrap_err();
+        let err = load(Some(&path), &[], None).unwrap_err();
         assert!(err.contains("not applied to a [waflash] device"), "{err}");
         std::fs::write(&path, format!("[waflash.ssd]\n{job}[precondition]\n")).unwrap();
-        assert!(load(Some(&path), &[]).is_ok());
+        assert!(load(Some(&path), &[], None).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -505,7 +546,7 @@ mod tests {
             format!("[waflash.ssd.geometry]\nblocks_per_plane = 48\n[waflash.ssd.host]\nqueue_depth = 8\n{job}"),
         )
         .unwrap();
-        let cfg = load(Some(&path), &[]).unwrap().config;
+        let cfg = load(Some(&path), &[], None).unwrap().config;
         let ssd = &cfg.waflash.expect("a [waflash] table").ssd;
         let default = afa_waflash::WaflashConfig::default();
         assert_eq!(ssd.geometry.blocks_per_plane, 48);
@@ -521,7 +562,7 @@ mod tests {
             format!("[waflash.ssd.geometry]\npage_kib = 16\n{job}"),
         )
         .unwrap();
-        let err = load(Some(&path), &[]).unwrap_err();
+        let err = load(Some(&path), &[], None).unwrap_err();
         assert!(err.contains("page_kib"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -60,6 +60,10 @@ enum Command {
         /// `job.` one fio option of every job, `job.iodepth=32`; repeatable, applied in order.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<config::Override>,
+        /// Runs this fio job file in place of the configuration's workload, on the
+        /// configuration's device (the embedded default's SSD when no CONFIG is given).
+        #[arg(long, value_name = "PATH")]
+        job: Option<PathBuf>,
         /// Writes every request the workload issued, at the simulated time it issued it, as
         /// a trace (replayable by `afa run`, fio's `read_iolog`, SSDSim/MQSim).
         #[arg(long, value_name = "PATH")]
@@ -166,10 +170,11 @@ fn main() -> ExitCode {
             output_format,
             output,
             set,
+            job,
             record,
             record_format,
         } => run(
-            (config.as_deref(), &set),
+            (config.as_deref(), &set, job.as_deref()),
             seed,
             json.as_deref(),
             quiet,
@@ -284,7 +289,7 @@ fn model_swan(a: &SwanModelArgs) -> Result<(), String> {
 }
 
 fn run(
-    (config_path, overrides): (Option<&Path>, &[config::Override]),
+    (config_path, overrides, job_file): (Option<&Path>, &[config::Override], Option<&Path>),
     seed: Option<u64>,
     json: Option<&Path>,
     quiet: bool,
@@ -296,7 +301,7 @@ fn run(
         Some(path) => Some((path, trace::parse_format(record_format)?)),
         None => None,
     };
-    let loaded = config::load(config_path, overrides)?;
+    let loaded = config::load(config_path, overrides, job_file)?;
     let mut cfg = loaded.config;
     if let Some(seed) = seed {
         cfg.seed = seed;

@@ -95,7 +95,7 @@ fn load_volume_config(
     path: Option<&Path>,
     overrides: &[crate::config::Override],
 ) -> Result<(RunConfig, String), String> {
-    let (config, _, source) = crate::config::read_config(path, overrides)?;
+    let (config, _, source) = crate::config::read_config(path, overrides, None)?;
     config
         .ssd
         .validate()

@@ -396,8 +396,8 @@ fn prepare_point(grid: &Grid, point: &Point, scratch: &Path) -> Result<PathBuf, 
     let text = grid.point_config(point)?;
     let path = scratch.join(format!("point-{}.toml", point.index));
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let loaded =
-        crate::config::load(Some(&path), &[]).map_err(|e| format!("point {}: {e}", point.index))?;
+    let loaded = crate::config::load(Some(&path), &[], None)
+        .map_err(|e| format!("point {}: {e}", point.index))?;
     // The job is parsed too, since fio options written by `job.*` axes are not TOML keys
     // that loading the configuration would check.
     if let Some(job) = &loaded.config.workload.job {

@@ -1100,3 +1100,50 @@ fn record_writes_the_workload_as_a_trace_that_replays_to_the_same_requests() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("nonsense"), "{}", stderr(&out));
 }
+
+/// `afa run --job FILE` runs a fio job file on the embedded default's SSD, or on a given
+/// configuration's device in place of its workload (with `--set job.*` still applied); a job
+/// file given where the configuration goes is refused with the command that runs it.
+#[test]
+fn a_fio_job_file_runs_with_job_on_the_default_or_a_configured_device() {
+    let job = fixture("mixed.fio");
+    let alone = afa_json(&["run", "--job", &job, "--quiet"], &temp("job-alone.json"));
+    assert_eq!(alone["integrity"]["mismatches"], 0);
+    assert!(alone["write"]["ios"].as_u64().unwrap() > 0);
+    assert!(alone["read"]["ios"].as_u64().unwrap() > 0);
+    assert!(alone.get("array").is_none());
+    assert_eq!(
+        alone["config"]["workload"]["job_file"]
+            .as_str()
+            .map(|p| p.ends_with("mixed.fio")),
+        Some(true)
+    );
+
+    // On an array, in place of its own workload, with an option overridden.
+    let array = afa_json(
+        &[
+            "run",
+            &fixture("raid5.toml"),
+            "--job",
+            &job,
+            "--set",
+            "job.iodepth=4",
+            "--quiet",
+        ],
+        &temp("job-array.json"),
+    );
+    assert!(array.get("array").is_some());
+    assert_eq!(array["integrity"]["mismatches"], 0);
+    assert!(array["config"]["workload"]["job"]
+        .as_str()
+        .unwrap()
+        .contains("iodepth=4"));
+
+    let out = afa(&["run", &job]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is a fio job file, not a configuration: run it with `afa run --job"),
+        "{}",
+        stderr(&out)
+    );
+}
