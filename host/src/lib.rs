@@ -989,6 +989,8 @@ impl<'d> Host<'d> {
                             RwMode::ReadWrite | RwMode::RandRw => {
                                 100u32.saturating_sub(job.rwmixread_percent)
                             }
+                            // Every range is trimmed and then written.
+                            RwMode::TrimWrite | RwMode::RandTrimWrite => 100,
                             _ => 0,
                         };
                         let verify_bytes = if job.verify {
@@ -996,7 +998,14 @@ impl<'d> Host<'d> {
                         } else {
                             0
                         };
+                        // A trim-then-write job transfers its bytes twice.
+                        let trims_bytes = if job.rw.is_trim_write() {
+                            per_loop_bytes
+                        } else {
+                            0
+                        };
                         progress_total += per_loop_bytes
+                            .saturating_add(trims_bytes)
                             .saturating_add(verify_bytes)
                             .saturating_mul(u64::from(job.loops));
                         let source = Source::Job {

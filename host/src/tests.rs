@@ -1796,3 +1796,19 @@ proptest::proptest! {
         }
     }
 }
+
+/// fio's `randtrimwrite` on the emulated SSD: every range is trimmed and then written, and
+/// the verify pass reads back what the writes left, each read checked by the oracle.
+#[test]
+fn trim_then_write_ranges_read_back_as_written() {
+    let out = run_job_text(
+        "[j]\nrw=randtrimwrite\nbs=4k\nsize=1m\nnumber_ios=200\niodepth=8\nverify=crc32c\n",
+    );
+    assert_eq!(out.measurements.trim.ios, 200);
+    assert_eq!(out.measurements.write.ios, 200);
+    // Each distinct range once, from its last write: about 256 (1 - e^(-200/256)) of the
+    // 256 ranges.
+    let reads = out.measurements.read.ios;
+    assert!((110..=170).contains(&reads), "{reads}");
+    assert!(out.reads_checked >= reads);
+}

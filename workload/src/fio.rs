@@ -70,6 +70,10 @@ pub enum RwMode {
     Trim,
     /// `randtrim`: random trims.
     RandTrim,
+    /// `trimwrite`: each range is trimmed and then written, walking the region in order.
+    TrimWrite,
+    /// `randtrimwrite`: the same at random offsets.
+    RandTrimWrite,
 }
 
 impl RwMode {
@@ -78,13 +82,22 @@ impl RwMode {
     pub fn is_random(self) -> bool {
         matches!(
             self,
-            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim
+            RwMode::RandRead
+                | RwMode::RandWrite
+                | RwMode::RandRw
+                | RwMode::RandTrim
+                | RwMode::RandTrimWrite
         )
     }
 
     /// Whether the job mixes reads and writes according to `rwmixread`.
     pub fn is_mixed(self) -> bool {
         matches!(self, RwMode::ReadWrite | RwMode::RandRw)
+    }
+
+    /// Whether each request is a trim followed by a write of the same range.
+    pub fn is_trim_write(self) -> bool {
+        matches!(self, RwMode::TrimWrite | RwMode::RandTrimWrite)
     }
 
     /// The spelling fio uses for this mode.
@@ -98,6 +111,8 @@ impl RwMode {
             RwMode::RandRw => "randrw",
             RwMode::Trim => "trim",
             RwMode::RandTrim => "randtrim",
+            RwMode::TrimWrite => "trimwrite",
+            RwMode::RandTrimWrite => "randtrimwrite",
         }
     }
 }
@@ -1058,9 +1073,9 @@ const MAX_BSSPLIT_ENTRIES: usize = 64;
 /// Supported options and the rules applied to their values:
 ///
 /// * `rw`/`readwrite`: `read`, `write`, `randread`, `randwrite`, `rw`/`readwrite`, `randrw`,
-///   `trim`, `randtrim`, each with fio's optional `:N` offset modifier (a size: the hole
-///   after each sequential request, or how many random requests share one random offset);
-///   `trimwrite` modes are refused.
+///   `trim`, `randtrim`, `trimwrite`, `randtrimwrite`, each with fio's optional `:N`
+///   offset modifier (a size: the hole after each sequential request, or how many random
+///   requests share one random offset).
 /// * `rw_sequencer`: `sequential` or `identical`.
 /// * `bs`/`blocksize`, `bsrange`/`blocksize_range`, `bssplit`: one value for all
 ///   directions or a `read,write,trim` list, following fio: an empty entry keeps the
@@ -1937,10 +1952,11 @@ fn parse_rw(text: &str) -> Result<RwMode, String> {
         "randrw" => Ok(RwMode::RandRw),
         "trim" => Ok(RwMode::Trim),
         "randtrim" => Ok(RwMode::RandTrim),
-        "trimwrite" | "randtrimwrite" => Err("trim-then-write modes are not supported".to_string()),
+        "trimwrite" => Ok(RwMode::TrimWrite),
+        "randtrimwrite" => Ok(RwMode::RandTrimWrite),
         _ => Err(
-            "expected read, write, randread, randwrite, rw, readwrite, randrw, trim or \
-                  randtrim"
+            "expected read, write, randread, randwrite, rw, readwrite, randrw, trim, randtrim, \
+             trimwrite or randtrimwrite"
                 .to_string(),
         ),
     }

@@ -104,6 +104,9 @@ pub struct JobGenerator {
     directions: [Option<DirectionState>; 3],
     budget_bytes: u64,
     max_ios: u64,
+    /// `trimwrite` / `randtrimwrite`: the range the last trim covered, which the next
+    /// request writes.
+    pending_write: Option<(u64, u64)>,
     time_based: bool,
     issued_bytes: u64,
     issued_ios: u64,
@@ -514,12 +517,19 @@ impl JobGenerator {
                 0
             },
             directions,
+            // fio lets a trim-then-write job issue twice its bytes and requests, since each
+            // range is trimmed and then written.
             budget_bytes: if spec.fill_device {
                 region_len_bytes
             } else {
                 spec.io_size_bytes.unwrap_or(region_len_bytes)
-            },
-            max_ios: spec.number_ios.unwrap_or(u64::MAX),
+            }
+            .saturating_mul(if spec.rw.is_trim_write() { 2 } else { 1 }),
+            max_ios: spec
+                .number_ios
+                .unwrap_or(u64::MAX)
+                .saturating_mul(if spec.rw.is_trim_write() { 2 } else { 1 }),
+            pending_write: None,
             zones,
             time_based: spec.time_based,
             issued_bytes: 0,
@@ -553,6 +563,14 @@ impl JobGenerator {
                 return Some(read);
             }
         }
+        // A trim of `trimwrite` is followed by the write of its range, whatever the budget
+        // says, so that no range is left trimmed and unwritten. fio's `randtrimwrite` writes
+        // exactly that range; its `trimwrite` walks the writes in order with the write block
+        // size, which is the same range when trims and writes share a block size, fio's
+        // default.
+        if let Some((offset_bytes, len_bytes)) = self.pending_write.take() {
+            return Some(self.issue(IoOp::Write, offset_bytes, len_bytes));
+        }
         if !self.time_based
             && (self.issued_bytes >= self.budget_bytes || self.issued_ios >= self.max_ios)
         {
@@ -570,7 +588,7 @@ impl JobGenerator {
         let drawn = match self.rw {
             RwMode::Read | RwMode::RandRead => READ,
             RwMode::Write | RwMode::RandWrite => WRITE,
-            RwMode::Trim | RwMode::RandTrim => TRIM,
+            RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite => TRIM,
             RwMode::ReadWrite | RwMode::RandRw => {
                 if self.rng.gen_range(0..100) < self.rwmixread_percent {
                     READ
@@ -667,32 +685,41 @@ impl JobGenerator {
             state.next_sequential_bytes = end_bytes.saturating_add(self.hole_bytes);
         }
 
+        let offset_bytes = self.region_start_bytes + relative_offset_bytes;
+        if self.rw.is_trim_write() {
+            self.pending_write = Some((offset_bytes, len_bytes));
+        }
+        Some(self.issue(DIRECTION_OPS[direction], offset_bytes, len_bytes))
+    }
+
+    /// Counts a request of the job's own pattern against its budgets, and a write towards
+    /// its FLUSHes and verification, and returns it.
+    fn issue(&mut self, op: IoOp, offset_bytes: u64, len_bytes: u64) -> IoRequest {
         self.issued_bytes = self.issued_bytes.saturating_add(len_bytes);
         self.issued_ios += 1;
-        if direction == WRITE {
+        if op == IoOp::Write {
             self.writes_since_flush += 1;
             self.flush_due = self.flush_every_writes > 0
                 && self.writes_since_flush % self.flush_every_writes == 0;
-        }
-        let offset_bytes = self.region_start_bytes + relative_offset_bytes;
-        if direction == WRITE && self.verify {
-            self.written.push((offset_bytes, len_bytes));
-            if self.backlog_every > 0 {
-                self.writes_since_backlog += 1;
-                if self.writes_since_backlog >= self.backlog_every {
-                    self.writes_since_backlog = 0;
-                    self.backlog_due += self.backlog_batch;
+            if self.verify {
+                self.written.push((offset_bytes, len_bytes));
+                if self.backlog_every > 0 {
+                    self.writes_since_backlog += 1;
+                    if self.writes_since_backlog >= self.backlog_every {
+                        self.writes_since_backlog = 0;
+                        self.backlog_due += self.backlog_batch;
+                    }
                 }
             }
         }
-        Some(IoRequest {
-            op: DIRECTION_OPS[direction],
+        IoRequest {
+            op,
             offset_bytes,
             len_bytes,
-            fua: direction == WRITE && self.fua_writes,
+            fua: op == IoOp::Write && self.fua_writes,
             drain_first: false,
             after_overlapping: false,
-        })
+        }
     }
 
     /// The next read of fio's verify pass, which reads back the iteration's writes in
@@ -831,7 +858,10 @@ fn used_directions(rw: RwMode) -> [bool; 3] {
     match rw {
         RwMode::Read | RwMode::RandRead => [true, false, false],
         RwMode::Write | RwMode::RandWrite => [false, true, false],
-        RwMode::Trim | RwMode::RandTrim => [false, false, true],
+        // The writes of `trimwrite` cover the ranges of its trims.
+        RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite => {
+            [false, false, true]
+        }
         RwMode::ReadWrite | RwMode::RandRw => [true, true, false],
     }
 }

@@ -122,7 +122,7 @@ fn rw_modes() {
 
 #[test]
 fn rw_refusals() {
-    assert_bad_value("rw=trimwrite", "rw");
+    assert_bad_value("rw=trimread", "rw");
     assert_bad_value("rw=sideways", "rw");
     assert_bad_value("rw", "rw");
     assert_bad_value("rw=write:0", "rw");
@@ -1235,4 +1235,15 @@ fn minimum_rate_options_parse_per_direction() {
     assert!(!with_option("rate_min=0").min_rates[1].is_set());
     assert_bad_value("rate_cycle=0", "rate_cycle");
     assert_bad_value("rate_iops_min=lots", "rate_iops_min");
+}
+
+#[test]
+fn trim_then_write_modes_parse() {
+    assert_eq!(with_option("rw=trimwrite").rw, RwMode::TrimWrite);
+    assert_eq!(
+        with_option("readwrite=randtrimwrite").rw,
+        RwMode::RandTrimWrite
+    );
+    assert!(RwMode::RandTrimWrite.is_random() && !RwMode::TrimWrite.is_random());
+    assert_eq!(RwMode::RandTrimWrite.fio_name(), "randtrimwrite");
 }

@@ -525,6 +525,8 @@ fn rw_strategy() -> impl Strategy<Value = RwMode> {
         RwMode::RandRw,
         RwMode::Trim,
         RwMode::RandTrim,
+        RwMode::TrimWrite,
+        RwMode::RandTrimWrite,
     ])
 }
 
@@ -589,9 +591,12 @@ proptest! {
                 RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
                 RwMode::Trim | RwMode::RandTrim => Some(IoOp::Trim),
                 RwMode::ReadWrite | RwMode::RandRw => None,
+                RwMode::TrimWrite | RwMode::RandTrimWrite => None,
             };
             if let Some(op) = expected_op {
                 prop_assert_eq!(request.op, op);
+            } else if rw.is_trim_write() {
+                prop_assert!(matches!(request.op, IoOp::Trim | IoOp::Write));
             } else {
                 prop_assert!(matches!(request.op, IoOp::Read | IoOp::Write));
             }
@@ -1517,4 +1522,56 @@ proptest! {
             }
         }
     }
+}
+
+/// fio's `trimwrite` trims each range and then writes it, walking the region in order, and
+/// is allowed twice the bytes (and requests) since every byte goes out twice.
+#[test]
+fn trimwrite_trims_each_range_then_writes_it() {
+    let mut spec = job(RwMode::TrimWrite);
+    spec.size = Some(SizeSpec::Bytes(16 * KIB));
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 1, 0).unwrap();
+    let requests = collect(&mut generator, 100);
+    let expected: Vec<(IoOp, u64)> = (0..4)
+        .flat_map(|i| [(IoOp::Trim, i * 4 * KIB), (IoOp::Write, i * 4 * KIB)])
+        .collect();
+    let got: Vec<(IoOp, u64)> = requests.iter().map(|r| (r.op, r.offset_bytes)).collect();
+    assert_eq!(got, expected);
+    assert!(requests.iter().all(|r| r.len_bytes == 4 * KIB));
+
+    // Random ranges, each written right after its trim; number_ios counts pairs' halves.
+    let mut spec = job(RwMode::RandTrimWrite);
+    spec.number_ios = Some(10);
+    spec.block_sizes[2] = BlockSizeSpec::Split(vec![(4 * KIB, 50.0), (16 * KIB, 50.0)]);
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 9, 0).unwrap();
+    let requests = collect(&mut generator, 100);
+    assert_eq!(requests.len(), 20);
+    for pair in requests.chunks(2) {
+        assert_eq!((pair[0].op, pair[1].op), (IoOp::Trim, IoOp::Write));
+        assert_eq!(
+            (pair[0].offset_bytes, pair[0].len_bytes),
+            (pair[1].offset_bytes, pair[1].len_bytes)
+        );
+    }
+    let offsets: std::collections::BTreeSet<u64> =
+        requests.iter().map(|r| r.offset_bytes).collect();
+    assert!(offsets.len() > 5, "random offsets: {offsets:?}");
+
+    // With verify, the writes are read back.
+    let mut spec = job(RwMode::TrimWrite);
+    spec.size = Some(SizeSpec::Bytes(8 * KIB));
+    spec.verify = true;
+    let mut generator = JobGenerator::new(&spec, MIB, 512, 1, 0).unwrap();
+    let ops: Vec<IoOp> = collect(&mut generator, 100).iter().map(|r| r.op).collect();
+    assert_eq!(
+        ops,
+        [
+            IoOp::Trim,
+            IoOp::Write,
+            IoOp::Trim,
+            IoOp::Write,
+            IoOp::Read,
+            IoOp::Read
+        ]
+    );
 }
