@@ -6,6 +6,7 @@
 //! by the same code.
 
 pub mod cpu;
+mod flow;
 mod latency;
 mod monitor;
 mod oracle;
@@ -17,12 +18,13 @@ use afa_report::{
 };
 use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
 use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
-use afa_workload::fio::{JobSpec, MinRate, RateLimit, RwMode, ThinkTime};
+use afa_workload::fio::{Flow, JobSpec, MinRate, RateLimit, RwMode, ThinkTime};
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
 use afa_workload::{IoOp, IoRequest, WorkloadError};
 
 pub use cpu::{CpuConfig, CpuFront, CpuReport, StackProfile};
+use flow::Flows;
 use latency::{LatencySearch, Verdict};
 pub use monitor::Monitored;
 pub use oracle::{Mismatch, Oracle};
@@ -321,6 +323,11 @@ struct Stream {
     /// When the stream started (fio's `td->start`), which the minimum rates' settling
     /// period counts from.
     started_ns: TimeNs,
+    /// fio's flow control: the job's flow, the requests it counted in it, and where the
+    /// stream is with it.
+    flow: Option<Flow>,
+    flow_issued: u64,
+    flow_state: FlowState,
     /// When the last pause ended (or the stream started): `thinktime_iotime` counts from it.
     think_mark_ns: TimeNs,
     /// Count a read the device fails and go on (`continue_on_error=read`).
@@ -422,6 +429,23 @@ fn attach_steady_state(
     }
 }
 
+/// Where a stream is with its flow (fio's flow control).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlowState {
+    /// Not counted in its flow: it has no flow, or has not started.
+    Out,
+    /// Counted in its flow and free to issue while within its share.
+    In,
+    /// Ahead of its share with a `flow_sleep`: it lets its requests in flight complete
+    /// (fio's `io_u_quiesce`) before it sleeps.
+    Quiescing,
+    /// Ahead of its share: it waits for another stream of the flow to issue (with no
+    /// sleep), or for its sleep to pass (an `Event::FlowRetry` is queued).
+    Waiting,
+    /// Finished: its share has left the flow.
+    Left,
+}
+
 /// A stream's place in fio's think-time cycle (`handle_thinktime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Thinking {
@@ -478,6 +502,9 @@ impl Stream {
             done_by_direction: [(0, 0); 3],
             last_rate_check: [None; 3],
             started_ns: 0,
+            flow: None,
+            flow_issued: 0,
+            flow_state: FlowState::Out,
             think_mark_ns: 0,
             continue_on_read_error: false,
             runtime_ns: None,
@@ -511,6 +538,7 @@ impl Stream {
         };
         self.max_latency_ns = job.max_latency_ns;
         self.min_rates = job.min_rates;
+        self.flow = job.flow();
         self.rate_cycle_ns = job.rate_cycle_ns;
         let target = &job.latency_target;
         self.latency = target.enabled().then(|| {
@@ -733,6 +761,8 @@ enum Event {
     Start { stream: u32 },
     /// A steady-state tracker samples its streams (fio's `steadystate_check`).
     SteadyCheck { tracker: u32 },
+    /// `stream` waited for its flow (fio's flow control) and tries again.
+    FlowRetry { stream: u32 },
 }
 
 /// The index of a data request's direction in fio's per-direction options: read, write,
@@ -856,6 +886,10 @@ struct Host<'d> {
     /// fio's steady-state detection: one tracker per job clone, or per group with
     /// `group_reporting`.
     trackers: Vec<SteadyTracker>,
+    /// fio's flow control between the streams that share a flow id; `has_flows` says
+    /// whether any stream has one, so that finished streams are looked for only then.
+    flows: Flows,
+    has_flows: bool,
 }
 
 impl<'d> Host<'d> {
@@ -1082,6 +1116,7 @@ impl<'d> Host<'d> {
         let progress = options
             .show_progress
             .then(|| (Progress::new(progress_total.max(1), "bytes"), 0));
+        let has_flows = streams.iter().any(|s| s.flow.is_some());
         Ok(Self {
             device,
             exit_all_jobs: streams.iter().any(|s| s.exit_all),
@@ -1116,6 +1151,8 @@ impl<'d> Host<'d> {
             parked: std::collections::VecDeque::new(),
             notes,
             trackers,
+            flows: Flows::default(),
+            has_flows,
         })
     }
 
@@ -1264,6 +1301,17 @@ impl<'d> Host<'d> {
                 Event::Start { stream } => {
                     self.hash.record(t, 4, stream as u64);
                     self.fill_at_start(stream as usize)?;
+                    self.maybe_finish_group()?;
+                }
+                Event::FlowRetry { stream } => {
+                    self.hash.record(t, 7, u64::from(stream));
+                    let s = &mut self.streams[stream as usize];
+                    if s.flow_state == FlowState::Waiting {
+                        s.flow_state = FlowState::In;
+                        if s.thinking == Thinking::Running {
+                            self.issue_filling(stream, true)?;
+                        }
+                    }
                     self.maybe_finish_group()?;
                 }
                 Event::SteadyCheck { tracker } => {
@@ -1440,8 +1488,85 @@ impl<'d> Host<'d> {
         Ok(())
     }
 
+    /// fio's `flow_threshold_exceeded` before a request of `stream`: whether it may go. One
+    /// that may wakes the streams that waited for its flow to move; one that may not waits,
+    /// for them or for its `flow_sleep` once its requests in flight have completed.
+    fn pass_flow(&mut self, stream: u32) -> bool {
+        let now = self.now_ns;
+        let s = &mut self.streams[stream as usize];
+        let Some(flow) = s.flow else {
+            return true;
+        };
+        match self.flows.pass(flow.id, flow.weight, &mut s.flow_issued) {
+            Ok(woken) => {
+                self.wake_flow_waiters(woken);
+                true
+            }
+            Err(()) => {
+                if flow.sleep_ns == 0 {
+                    s.flow_state = FlowState::Waiting;
+                    self.flows.wait(flow.id, stream);
+                } else if s.outstanding == 0 {
+                    s.flow_state = FlowState::Waiting;
+                    self.queue.push(
+                        now.saturating_add(flow.sleep_ns),
+                        Event::FlowRetry { stream },
+                    );
+                } else {
+                    s.flow_state = FlowState::Quiescing;
+                }
+                false
+            }
+        }
+    }
+
+    /// The streams that waited for their flow to move try again now.
+    fn wake_flow_waiters(&mut self, woken: Vec<u32>) {
+        let now = self.now_ns;
+        for w in woken {
+            self.queue.push(now, Event::FlowRetry { stream: w });
+        }
+    }
+
+    /// Counts a starting stream in its flow.
+    fn join_flow(&mut self, stream: usize) {
+        let s = &mut self.streams[stream];
+        if let (Some(flow), FlowState::Out) = (s.flow, s.flow_state) {
+            s.flow_state = FlowState::In;
+            self.flows.join(flow.id, flow.weight);
+        }
+    }
+
+    /// fio's flow control after a completion or a stream's end: a stream that quiesced for
+    /// its `flow_sleep` starts sleeping once its last request has completed, and the share
+    /// of a stream that has finished leaves its flow, waking the streams that waited in it.
+    fn settle_flows(&mut self) {
+        let now = self.now_ns;
+        for i in 0..self.streams.len() {
+            let s = &mut self.streams[i];
+            let Some(flow) = s.flow else {
+                continue;
+            };
+            if s.flow_state == FlowState::Quiescing && s.outstanding == 0 {
+                s.flow_state = FlowState::Waiting;
+                self.queue.push(
+                    now.saturating_add(flow.sleep_ns),
+                    Event::FlowRetry { stream: i as u32 },
+                );
+            }
+            let s = &mut self.streams[i];
+            let finished = s.exhausted && s.outstanding == 0;
+            if finished && matches!(s.flow_state, FlowState::In | FlowState::Waiting) {
+                s.flow_state = FlowState::Left;
+                let woken = self.flows.leave(flow.id, flow.weight, s.flow_issued);
+                self.wake_flow_waiters(woken);
+            }
+        }
+    }
+
     /// A job's first requests: as many as its queue holds.
     fn fill_at_start(&mut self, stream: usize) -> Result<(), RunError> {
+        self.join_flow(stream);
         for _ in 0..self.streams[stream].iodepth {
             self.issue(stream as u32)?;
             if self.streams[stream].exhausted {
@@ -1497,6 +1622,9 @@ impl<'d> Host<'d> {
     }
 
     fn maybe_finish_group(&mut self) -> Result<(), RunError> {
+        if self.has_flows {
+            self.settle_flows();
+        }
         let group = self.current_group;
         self.maybe_exit_all(group);
         if self.streams.iter().any(|s| s.held_back) {
@@ -1702,6 +1830,7 @@ impl<'d> Host<'d> {
             let s = &self.streams[stream as usize];
             if s.outstanding >= s.depth_limit()
                 || s.latency.as_ref().is_some_and(|l| l.quiescing())
+                || matches!(s.flow_state, FlowState::Quiescing | FlowState::Waiting)
                 || s.draining
                 || s.thinking != Thinking::Running
                 || s.group != self.current_group
@@ -1710,6 +1839,16 @@ impl<'d> Host<'d> {
             }
             if self.device_outstanding >= self.device_queue_depth {
                 self.waiting.push_back(stream);
+                return Ok(());
+            }
+            // fio's flow control decides before each new request (a request kept back for
+            // an overlap has already been counted).
+            let s = &self.streams[stream as usize];
+            if s.flow_state == FlowState::In
+                && s.overlapping.is_none()
+                && !s.exhausted
+                && !self.pass_flow(stream)
+            {
                 return Ok(());
             }
             // A request kept back for an overlap is dropped when the runtime has ended

@@ -1739,10 +1739,10 @@ fn a_job_below_its_minimum_rate_fails_after_the_settling_period() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(afa_sim::proptest_cases(16)))]
 
-    /// fio's run controls together (steady state, the latency-target search, strided zones)
-    /// on the emulated SSD with token payloads: every read is right, a run either ends or
-    /// fails at depth 1 with the target's error, the search never goes past `iodepth`, and
-    /// the same inputs give the same run.
+    /// fio's run controls together (steady state, the latency-target search, strided zones,
+    /// flow control) on the emulated SSD with token payloads: every read is right, a run
+    /// either ends or fails at depth 1 with the target's error, the search never goes past
+    /// `iodepth`, and the same inputs give the same run.
     #[test]
     fn run_controls_lose_nothing_and_repeat(
         iodepth in 1u32..17,
@@ -1754,6 +1754,8 @@ proptest::proptest! {
         zone_kib in proptest::sample::select(vec![0u64, 64, 256]),
         rw in proptest::sample::select(vec!["randrw", "randwrite", "write", "rw"]),
         group_reporting in proptest::bool::ANY,
+        flow_weights in (0u64..4, 0u64..4),
+        flow_sleep_us in proptest::sample::select(vec![0u64, 20]),
         seed in 0u64..1_000,
     ) {
         let zones = if zone_kib == 0 {
@@ -1764,10 +1766,13 @@ proptest::proptest! {
         let text = format!(
             "[global]\nsize=2m\nbs=4k\ntime_based\nruntime=30ms\nss={criterion}\n\
              ss_dur={samples}ms\nss_interval=1ms\ngroup_reporting={}\n\
+             flow_sleep={flow_sleep_us}\n\
              [a]\nrw={rw}\niodepth={iodepth}\nlatency_target={target_us}us\n\
-             latency_window={window_us}us\nlatency_percentile={percentile}\n{zones}\
-             [b]\nrw=randread\niodepth=2\nnumjobs=2\n",
-            u8::from(group_reporting)
+             latency_window={window_us}us\nlatency_percentile={percentile}\nflow={}\n{zones}\
+             [b]\nrw=randread\niodepth=2\nnumjobs=2\nflow={}\n",
+            u8::from(group_reporting),
+            flow_weights.0,
+            flow_weights.1,
         );
         let jobs = parse_job_file(&text).unwrap();
         let once = || {
@@ -1811,4 +1816,33 @@ fn trim_then_write_ranges_read_back_as_written() {
     let reads = out.measurements.read.ios;
     assert!((110..=170).contains(&reads), "{reads}");
     assert!(out.reads_checked >= reads);
+}
+
+/// fio's flow control: two jobs of one flow id with weights 3 and 1 issue three requests to
+/// one, although each alone would go as fast as the other; with different flow ids they are
+/// not coupled. A `flow_sleep` keeps the proportion too.
+#[test]
+fn jobs_of_one_flow_issue_in_proportion_to_their_weights() {
+    let jobs = |a: &str, b: &str| {
+        format!(
+            "[global]\nbs=4k\nsize=1m\ntime_based\nruntime=20ms\niodepth=4\n\
+             [writer]\nrw=randwrite\n{a}\n[reader]\nrw=randread\n{b}\n"
+        )
+    };
+    let ratio = |out: &RunOutcome| {
+        out.measurements.write.ios as f64 / out.measurements.read.ios.max(1) as f64
+    };
+    let coupled = run_timed(&jobs("flow=3\nflow_id=1", "flow=1\nflow_id=1"));
+    assert!((ratio(&coupled) - 3.0).abs() < 0.1, "{}", ratio(&coupled));
+    let apart = run_timed(&jobs("flow=3\nflow_id=1", "flow=1\nflow_id=2"));
+    assert!((ratio(&apart) - 1.0).abs() < 0.1, "{}", ratio(&apart));
+    let sleeping = run_timed(&jobs("flow=1\nflow_sleep=50", "flow=2\nflow_sleep=50"));
+    assert!(
+        (ratio(&sleeping) - 0.5).abs() < 0.05,
+        "{}",
+        ratio(&sleeping)
+    );
+    // The same inputs give the same run.
+    let again = run_timed(&jobs("flow=3\nflow_id=1", "flow=1\nflow_id=1"));
+    assert_eq!(coupled.event_hash, again.event_hash);
 }

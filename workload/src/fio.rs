@@ -434,6 +434,18 @@ impl SteadyState {
     }
 }
 
+/// fio's flow control (`flow`, `flow_id`, `flow_sleep`; fio's `flow.c`): the running jobs
+/// that share a flow id keep their requests in proportion to their weights. Before each
+/// request a job compares its share of the flow's requests with its share of the flow's
+/// weight, and waits while it is ahead: until another job of the flow issues, or, with a
+/// sleep, until its own requests in flight have completed and the sleep has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Flow {
+    pub id: u64,
+    pub weight: u64,
+    pub sleep_ns: u64,
+}
+
 /// A direction's least rate (`rate_min`, `rate_iops_min`); fio checks the bytes when both
 /// are set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -655,6 +667,11 @@ pub struct JobSpec {
     pub min_rates: [MinRate; 3],
     /// fio's `rate_cycle`: the least time between two checks of the minimum rates.
     pub rate_cycle_ns: u64,
+    /// fio's flow control ([`Flow`]): `flow` (the weight; 0, the default, is no flow
+    /// control), `flow_id` and `flow_sleep`.
+    pub flow_weight: u64,
+    pub flow_id: u64,
+    pub flow_sleep_ns: u64,
     /// fio's `max_latency` for reads, writes and trims: a request that takes longer fails
     /// the job with ETIMEDOUT, as in fio. `None` sets no limit.
     pub max_latency_ns: [Option<u64>; 3],
@@ -688,6 +705,15 @@ fn one_loop() -> u32 {
 }
 
 impl JobSpec {
+    /// The job's flow control, when it has a weight.
+    pub fn flow(&self) -> Option<Flow> {
+        (self.flow_weight > 0).then_some(Flow {
+            id: self.flow_id,
+            weight: self.flow_weight,
+            sleep_ns: self.flow_sleep_ns,
+        })
+    }
+
     /// A job with fio's defaults: sequential reads of 4 KiB over the whole device, queue
     /// depth 1, one clone, no time limit, a 50/50 read mix and uniform randomness.
     pub fn default_named(name: &str) -> JobSpec {
@@ -751,6 +777,9 @@ impl JobSpec {
             max_latency_ns: [None; 3],
             min_rates: [MinRate::default(); 3],
             rate_cycle_ns: 1_000_000_000,
+            flow_weight: 0,
+            flow_id: 0,
+            flow_sleep_ns: 0,
             zone_mode: ZoneMode::NotSpecified,
             zone_size_bytes: 0,
             zone_range_bytes: 0,
@@ -871,8 +900,9 @@ const IGNORED_OPTIONS: &[&str] = &[
     // the other jobs to stop.
     "exitall_on_error",
     "error_dump",
-    // Deprecated in fio, where it no longer does anything.
+    // Deprecated in fio, where they no longer do anything.
     "rwmixcycle",
+    "flow_watermark",
     // Options that only qualify one that is refused unless it is off (verifying trims,
     // more than one file): with it off they change nothing.
     "trim_verify_zero",
@@ -1014,10 +1044,6 @@ const UNMODELLED_OPTIONS: &[(&[&str], &str)] = &[
         "a spin of CPU cycles after every request lasts as long as the host's processor \
          takes, which a simulated run does not know; use thinktime_spin",
     ),
-    (
-        &["flow", "flow_id", "flow_watermark", "flow_sleep"],
-        "flow control between jobs is not modelled; cap each job with rate or rate_iops",
-    ),
 ];
 
 /// Whether an option that is not modelled is set to the value at which it changes nothing:
@@ -1045,7 +1071,7 @@ fn leaves_the_requests_alone(key: &str, value: Option<&str>) -> bool {
         | "ignore_zone_limits"
         | "write_zone_remainder" => off(),
         "trim_percentage" | "trim_backlog" | "thinkcycles" | "max_open_zones"
-        | "job_max_open_zones" | "zonecapacity" | "flow" => zero(),
+        | "job_max_open_zones" | "zonecapacity" => zero(),
         // fio's float options: 0 never resets a zone.
         "zone_reset_threshold" | "zone_reset_frequency" => {
             value.parse::<f64>().is_ok_and(|number| number == 0.0)
@@ -1809,6 +1835,19 @@ fn apply_option(
                     (None, _) => {}
                 }
             }
+        }
+        "flow" => {
+            spec.flow_weight =
+                parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        "flow_id" => {
+            spec.flow_id = parse_unsigned(context.required(value)?).map_err(|r| context.bad(r))?
+        }
+        // fio's integer microseconds.
+        "flow_sleep" => {
+            spec.flow_sleep_ns = parse_unsigned(context.required(value)?)
+                .map_err(|r| context.bad(r))?
+                .saturating_mul(1_000)
         }
         "rate_cycle" | "ratecycle" => {
             // fio's integer milliseconds.

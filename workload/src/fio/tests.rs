@@ -573,7 +573,7 @@ fn unmodelled_options_at_their_neutral_value_are_accepted() {
     ] {
         parse_job_file(&format!("[job]\n{option}\n")).unwrap_or_else(|e| panic!("{option}: {e}"));
     }
-    for option in ["zonemode=zbd", "max_open_zones=8", "nrfiles=2", "flow=2"] {
+    for option in ["zonemode=zbd", "max_open_zones=8", "nrfiles=2"] {
         assert!(
             matches!(
                 parse_job_file(&format!("[job]\n{option}\n")),
@@ -944,6 +944,9 @@ const KNOWN_OPTIONS: &[&str] = &[
     "zonesize",
     "zonerange",
     "zoneskip",
+    "flow",
+    "flow_id",
+    "flow_sleep",
 ];
 
 proptest! {
@@ -1246,4 +1249,20 @@ fn trim_then_write_modes_parse() {
     );
     assert!(RwMode::RandTrimWrite.is_random() && !RwMode::TrimWrite.is_random());
     assert_eq!(RwMode::RandTrimWrite.fio_name(), "randtrimwrite");
+}
+
+#[test]
+fn flow_options_parse() {
+    let job = one_job("[job]\nflow=3\nflow_id=7\nflow_sleep=250\nflow_watermark=1024\n");
+    assert_eq!(
+        job.flow(),
+        Some(Flow {
+            id: 7,
+            weight: 3,
+            sleep_ns: 250_000
+        })
+    );
+    assert_eq!(with_option("flow_id=7").flow(), None);
+    assert_bad_value("flow=-1", "flow");
+    assert_bad_value("flow_sleep=soon", "flow_sleep");
 }
