@@ -817,11 +817,12 @@ fn flushes_follow_every_nth_write_and_the_last_one() {
     assert_eq!(ops(&reads), "RRRRR");
 }
 
-/// `loops=N` repeats the job N times as fio does: each iteration spends the whole budget
-/// again, starts its sequential stream at the region's start and draws the first
-/// iteration's random requests again; `end_fsync` closes every iteration.
+/// `loops=N` runs the job N times as fio 3.33 does on a device: each iteration spends its
+/// whole budget again but goes on from where the last one left off, its sequential
+/// positions and its random stream included; `end_fsync` closes every iteration. The
+/// offsets are those fio wrote to its iolog for the same jobs on a file.
 #[test]
-fn loops_repeat_the_first_iteration() {
+fn loops_go_on_where_the_last_iteration_left_off() {
     let all = |spec: &JobSpec| {
         let mut generator = JobGenerator::new(spec, MIB, 512, 5, 0).unwrap();
         collect(&mut generator, 10_000)
@@ -830,24 +831,41 @@ fn loops_repeat_the_first_iteration() {
     random.number_ios = Some(40);
     let once = all(&random);
     assert_eq!(once.len(), 40);
+    random.number_ios = Some(120);
+    let long = all(&random);
+    random.number_ios = Some(40);
     random.loops = 3;
-    let thrice = all(&random);
-    assert_eq!(thrice, [once.clone(), once.clone(), once].concat());
+    // Three iterations of 40 are one stream of 120: no iteration repeats the first.
+    assert_eq!(all(&random), long);
+    assert_ne!(long[40..80], once[..]);
 
-    // Sequential: 32 KiB of a 64 KiB region per iteration, so the second iteration starts
-    // at the region's start again rather than going on to its second half.
+    let offsets = |spec: &JobSpec| -> Vec<u64> {
+        all(spec)
+            .iter()
+            .filter(|r| r.op != IoOp::Flush)
+            .map(|r| r.offset_bytes / KIB)
+            .collect()
+    };
+    // 32 KiB of a 64 KiB region per iteration: the second iteration takes the second half
+    // (fio: 0 1 2 ... 15 in 4 KiB blocks).
     let mut sequential = job(RwMode::Write);
     sequential.size = Some(SizeSpec::Bytes(64 * KIB));
     sequential.io_size_bytes = Some(32 * KIB);
     sequential.loops = 2;
-    let offsets: Vec<u64> = all(&sequential)
-        .iter()
-        .map(|r| r.offset_bytes / KIB)
-        .collect();
     assert_eq!(
-        offsets,
-        [0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28]
+        offsets(&sequential),
+        (0..16).map(|b| b * 4).collect::<Vec<_>>()
     );
+    // 48 KiB per iteration: the second wraps at the region's end (fio: 0 ... 15, 0 ... 7).
+    let mut wrapping = sequential.clone();
+    wrapping.io_size_bytes = Some(48 * KIB);
+    let expected: Vec<u64> = (0..16).chain(0..8).map(|b| b * 4).collect();
+    assert_eq!(offsets(&wrapping), expected);
+    // An iteration over the whole region starts the next at its start.
+    let mut whole = sequential.clone();
+    whole.io_size_bytes = None;
+    let expected: Vec<u64> = (0..16).chain(0..16).map(|b| b * 4).collect();
+    assert_eq!(offsets(&whole), expected);
 
     sequential.end_flush = true;
     let ops: String = all(&sequential)
