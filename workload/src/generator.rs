@@ -145,6 +145,11 @@ pub struct JobGenerator {
     /// fio's `rw=MODE:N`: the hole after each sequential request, in bytes (sequential
     /// modes), or how many requests share one random offset (random modes; 1 without it).
     hole_bytes: u64,
+    /// A holed sequential job without `io_size` ends its iteration once a direction's next
+    /// request would start past the region's end, as fio does on a device (its next offset
+    /// falls outside the file's I/O size); with `io_size` (or `time_based`) it wraps to the
+    /// region's start instead.
+    holes_end_the_pass: bool,
     random_every: u64,
     /// `rw_sequencer=identical`: the requests between random offsets repeat the last one.
     repeat_offset: bool,
@@ -481,6 +486,11 @@ impl JobGenerator {
             } else {
                 spec.offset_modifier.unwrap_or(0)
             },
+            holes_end_the_pass: !spec.rw.is_random()
+                && spec.offset_modifier.unwrap_or(0) > 0
+                && spec.io_size_bytes.is_none()
+                && !spec.time_based
+                && !spec.fill_device,
             random_every: if spec.rw.is_random() {
                 spec.offset_modifier.unwrap_or(1)
             } else {
@@ -555,8 +565,13 @@ impl JobGenerator {
     /// ahead of its `rate` and the other one is not). The draws are the same either way;
     /// only the request's direction, and the offset and length drawn for it, change.
     pub fn next_io_choosing(&mut self, choose: impl FnOnce(IoOp) -> IoOp) -> Option<IoRequest> {
+        // fio decides on a FLUSH when it fetches the next request, so the one due after the
+        // iteration's last write is never issued (`end_fsync` issues its own).
         if self.flush_due {
-            return Some(self.flush());
+            if !self.iteration_spent() {
+                return Some(self.flush());
+            }
+            self.flush_due = false;
         }
         if self.backlog_due > 0 {
             if let Some(read) = self.next_backlog_read() {
@@ -571,9 +586,7 @@ impl JobGenerator {
         if let Some((offset_bytes, len_bytes)) = self.pending_write.take() {
             return Some(self.issue(IoOp::Write, offset_bytes, len_bytes));
         }
-        if !self.time_based
-            && (self.issued_bytes >= self.budget_bytes || self.issued_ios >= self.max_ios)
-        {
+        if self.iteration_spent() {
             if self.end_flush && self.writes_since_flush > 0 {
                 return Some(self.flush());
             }
@@ -692,6 +705,27 @@ impl JobGenerator {
         Some(self.issue(DIRECTION_OPS[direction], offset_bytes, len_bytes))
     }
 
+    /// Whether the iteration has issued all it may: its bytes, its requests, or a holed
+    /// pass that ran past the region's end. A `time_based` job never is.
+    fn iteration_spent(&self) -> bool {
+        !self.time_based
+            && (self.issued_bytes >= self.budget_bytes
+                || self.issued_ios >= self.max_ios
+                || self.holes_past_the_end())
+    }
+
+    /// Whether a holed sequential pass is over: some direction's next request would start
+    /// at or past the region's end ([`Self::holes_end_the_pass`]).
+    fn holes_past_the_end(&self) -> bool {
+        self.holes_end_the_pass
+            && self.zones.is_none()
+            && self
+                .directions
+                .iter()
+                .flatten()
+                .any(|d| d.next_sequential_bytes >= self.region_len_bytes)
+    }
+
     /// Counts a request of the job's own pattern against its budgets, and a write towards
     /// its FLUSHes and verification, and returns it.
     fn issue(&mut self, op: IoOp, offset_bytes: u64, len_bytes: u64) -> IoRequest {
@@ -788,6 +822,14 @@ impl JobGenerator {
         self.writes_since_backlog = 0;
         self.backlog_due = 0;
         self.verified_front = 0;
+        // A holed pass that ran past the region's end starts the next at its start.
+        if self.holes_past_the_end() {
+            for state in self.directions.iter_mut().flatten() {
+                if state.next_sequential_bytes >= self.region_len_bytes {
+                    state.next_sequential_bytes = 0;
+                }
+            }
+        }
         // fio's new iteration (`clear_io_state`) puts the file's offset back at the job's
         // start and its zone byte count at zero: the first zone again.
         if let Some(zones) = self.zones.as_mut() {

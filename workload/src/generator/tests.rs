@@ -1078,10 +1078,18 @@ fn the_offset_modifier_makes_holes_or_runs() {
     let mut holes = job(RwMode::Write);
     holes.offset_modifier = Some(4 * KIB);
     assert_eq!(offsets(&holes, 5), [0, 8, 16, 24, 32]);
-    // The holes count against nothing: the job still writes its region's worth, wrapping
-    // to the start when a hole reaches past the end.
+    // As fio on a device, the pass ends where the next request would start past the
+    // region's end (fio: 3 writes for size=24k)...
     holes.size = Some(SizeSpec::Bytes(24 * KIB));
-    assert_eq!(offsets(&holes, 6), [0, 8, 16, 0, 8, 16]);
+    assert_eq!(offsets(&holes, 6), [0, 8, 16]);
+    // ...but with an io_size the holes count against nothing: the job writes its io_size,
+    // wrapping to the start when a hole reaches past the end.
+    holes.io_size_bytes = Some(24 * KIB);
+    assert_eq!(offsets(&holes, 7), [0, 8, 16, 0, 8, 16]);
+    // A next iteration starts the pass at the region's start.
+    holes.io_size_bytes = None;
+    holes.loops = 2;
+    assert_eq!(offsets(&holes, 7), [0, 8, 16, 0, 8, 16]);
 
     let mut runs = job(RwMode::RandRead);
     runs.offset_modifier = Some(4);
