@@ -1764,7 +1764,7 @@ proptest::proptest! {
         let zones = if zone_kib == 0 {
             String::new()
         } else {
-            format!("zonesize={zone_kib}k\nzonerange={}k\nzoneskip={zone_kib}k\n", zone_kib * 2)
+            format!("zonemode=strided\nzonesize={zone_kib}k\nzonerange={}k\nzoneskip={zone_kib}k\n", zone_kib * 2)
         };
         let text = format!(
             "[global]\nsize=2m\nbs=4k\ntime_based\nruntime=30ms\nss={criterion}\n\

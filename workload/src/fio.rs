@@ -799,18 +799,19 @@ impl JobSpec {
     pub fn strided_zones(&self) -> Result<Option<StridedZones>, String> {
         let size_bytes = self.zone_size_bytes;
         match self.zone_mode {
-            ZoneMode::None if size_bytes > 0 => Err(format!(
-                "zonemode=none and zonesize={size_bytes} are not compatible, as in fio: drop \
-                 zonesize, or use zonemode=strided"
+            // fio 3.x's zonemode defaults to none, which it refuses beside a zonesize
+            // ("--zonemode=none and --zonesize are not compatible"), as its 3.33 does.
+            ZoneMode::None | ZoneMode::NotSpecified if size_bytes > 0 => Err(format!(
+                "zonemode=none (fio's default) and zonesize={size_bytes} are not compatible, \
+                 as in fio: drop zonesize, or add zonemode=strided"
             )),
-            ZoneMode::None => Ok(None),
-            ZoneMode::NotSpecified if size_bytes == 0 => Ok(None),
+            ZoneMode::None | ZoneMode::NotSpecified => Ok(None),
             ZoneMode::Strided if size_bytes == 0 => Err(
                 "zonemode=strided needs zonesize, the bytes to transfer in each zone before \
                  moving to the next, as in fio"
                     .to_string(),
             ),
-            ZoneMode::Strided | ZoneMode::NotSpecified => {
+            ZoneMode::Strided => {
                 let range_bytes = match self.zone_range_bytes {
                     0 => size_bytes,
                     range_bytes => range_bytes,
