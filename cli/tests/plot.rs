@@ -22,6 +22,21 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `config` with `--output-format fio-json --output PATH` and returns the document.
+fn fio_json_of(config: &str, path: &Path) -> serde_json::Value {
+    let out = afa(&[
+        "run",
+        config,
+        "--quiet",
+        "--output-format",
+        "fio-json",
+        "--output",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn run_to_json(config: Option<&str>, name: &str) -> PathBuf {
     let json = scratch("runs").join(format!("{name}.json"));
     let mut args = vec!["run"];
@@ -314,18 +329,7 @@ fn html_report_renders_in_chromium_without_console_messages() {
 fn fio_json_is_read_by_fios_own_jsonplus_tool() {
     let dir = scratch("fio");
     let fio_json = dir.join("run.fio.json");
-    let out = afa(&[
-        "run",
-        &fixture("raid5.toml"),
-        "--quiet",
-        "--output-format",
-        "fio-json",
-        "--output",
-        fio_json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let value: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fio_json).unwrap()).unwrap();
+    let value = fio_json_of(&fixture("raid5.toml"), &fio_json);
     let job = &value["jobs"][0];
     let writes = job["write"]["total_ios"].as_u64().unwrap();
     assert!(writes > 0 && job["read"]["total_ios"].as_u64().unwrap() > 0);
@@ -454,19 +458,7 @@ ss_interval=10ms
     // Both jobs ended long before their three seconds.
     assert!(report["sim_time_ns"].as_u64().unwrap() < 2_000_000_000);
 
-    let fio_json = dir.join("run.fio.json");
-    let out = afa(&[
-        "run",
-        config.to_str().unwrap(),
-        "--quiet",
-        "--output-format",
-        "fio-json",
-        "--output",
-        fio_json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let fio: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fio_json).unwrap()).unwrap();
+    let fio = fio_json_of(config.to_str().unwrap(), &dir.join("run.fio.json"));
     let job = &fio["jobs"][0];
     assert_eq!(job["latency_depth"].as_u64(), Some(depth));
     assert_eq!(job["latency_target"], 150_000);

@@ -1108,20 +1108,8 @@ fn victims_chart(report: &RunReport) -> Option<Panels> {
             })
             .collect()
     };
-    let panel = |caption: &str, y_desc: &str, points, y_range| LineChart {
-        caption: caption.into(),
-        x_desc: "time (s, virtual)".into(),
-        y_desc: y_desc.into(),
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        lines: vec![Line {
-            name: String::new(),
-            color: SERIES_COLORS[0],
-            points,
-            dashed: false,
-        }],
-        y_range,
-        legend_position: SeriesLabelPosition::UpperRight,
+    let panel = |caption: &str, y_desc: &str, points, y_range| {
+        line_over_time(caption.into(), y_desc, points, y_range)
     };
     Some(Panels {
         title: "Victim segments and free segments".into(),
@@ -1142,6 +1130,30 @@ fn victims_chart(report: &RunReport) -> Option<Panels> {
         ],
         panel_px: (480, 320),
     })
+}
+
+/// A panel of one unnamed line against virtual time in seconds.
+fn line_over_time(
+    caption: String,
+    y_desc: &str,
+    points: Vec<(f64, f64)>,
+    y_range: Option<(f64, f64)>,
+) -> LineChart {
+    LineChart {
+        caption,
+        x_desc: "time (s, virtual)".into(),
+        y_desc: y_desc.into(),
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        lines: vec![Line {
+            name: String::new(),
+            color: SERIES_COLORS[0],
+            points,
+            dashed: false,
+        }],
+        y_range,
+        legend_position: SeriesLabelPosition::UpperRight,
+    }
 }
 
 /// The most steady-state windows and latency searches the `controls` figure draws.
@@ -1226,24 +1238,15 @@ fn run_controls_chart(report: &RunReport) -> Option<Panels> {
         } else {
             format!("at depth {} at the end", search.depth)
         };
-        panels.push(LineChart {
-            caption: format!(
+        panels.push(line_over_time(
+            format!(
                 "latency target of {} ({} µs at p{}): {outcome}",
                 search.job, search.target_us, search.percentile
             ),
-            x_desc: "time (s, virtual)".into(),
-            y_desc: "queue depth".into(),
-            x_scale: Scale::Linear,
-            y_scale: Scale::Linear,
-            lines: vec![Line {
-                name: String::new(),
-                color: SERIES_COLORS[0],
-                points,
-                dashed: false,
-            }],
-            y_range: None,
-            legend_position: SeriesLabelPosition::UpperRight,
-        });
+            "queue depth",
+            points,
+            None,
+        ));
     }
     if panels.is_empty() {
         return None;
