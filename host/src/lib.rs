@@ -328,6 +328,10 @@ struct Stream {
     flow: Option<Flow>,
     flow_issued: u64,
     flow_state: FlowState,
+    /// The flow let a request go that the stream has not issued yet (its rate cap or its
+    /// end held it back): the next one goes without asking again, as fio asks once per
+    /// request.
+    flow_credit: bool,
     /// When the last pause ended (or the stream started): `thinktime_iotime` counts from it.
     think_mark_ns: TimeNs,
     /// Count a read the device fails and go on (`continue_on_error=read`).
@@ -399,9 +403,10 @@ fn attach_job_log(
 fn attach_steady_state(
     job: &JobSpec,
     group: usize,
-    streams: std::ops::Range<u32>,
+    streams: (&[Stream], std::ops::Range<u32>),
     trackers: &mut Vec<SteadyTracker>,
 ) {
+    let (all, streams) = streams;
     let spec = job.steady_state;
     if !spec.enabled() {
         return;
@@ -417,12 +422,8 @@ fn attach_steady_state(
         }
         return;
     }
-    for (clone, stream) in streams.enumerate() {
-        let name = if job.numjobs > 1 {
-            format!("{}.{clone}", job.name)
-        } else {
-            job.name.clone()
-        };
+    for stream in streams {
+        let name = all[stream as usize].name.clone();
         let mut tracker = SteadyTracker::new(spec, name, group);
         tracker.streams.push(stream);
         trackers.push(tracker);
@@ -505,6 +506,7 @@ impl Stream {
             flow: None,
             flow_issued: 0,
             flow_state: FlowState::Out,
+            flow_credit: false,
             think_mark_ns: 0,
             continue_on_read_error: false,
             runtime_ns: None,
@@ -981,7 +983,7 @@ impl<'d> Host<'d> {
                         attach_steady_state(
                             job,
                             groups - 1,
-                            first_stream..streams.len() as u32,
+                            (&streams, first_stream..streams.len() as u32),
                             &mut trackers,
                         );
                         continue;
@@ -1065,7 +1067,7 @@ impl<'d> Host<'d> {
                     attach_steady_state(
                         job,
                         groups - 1,
-                        first_stream..streams.len() as u32,
+                        (&streams, first_stream..streams.len() as u32),
                         &mut trackers,
                     );
                     if let Some((clone, wanted_bytes, (start_bytes, len_bytes))) = first_cut {
@@ -1499,6 +1501,7 @@ impl<'d> Host<'d> {
         };
         match self.flows.pass(flow.id, flow.weight, &mut s.flow_issued) {
             Ok(woken) => {
+                s.flow_credit = true;
                 self.wake_flow_waiters(woken);
                 true
             }
@@ -1845,6 +1848,7 @@ impl<'d> Host<'d> {
             // an overlap has already been counted).
             let s = &self.streams[stream as usize];
             if s.flow_state == FlowState::In
+                && !s.flow_credit
                 && s.overlapping.is_none()
                 && !s.exhausted
                 && !self.pass_flow(stream)
@@ -1883,6 +1887,7 @@ impl<'d> Host<'d> {
             // A request that waited for its stream to drain starts from an empty queue.
             filling |= request.drain_first;
             let op = request.op;
+            self.streams[stream as usize].flow_credit = false;
             self.submit(stream, request)?;
             let now = self.now_ns;
             let s = &mut self.streams[stream as usize];

@@ -1848,4 +1848,9 @@ fn jobs_of_one_flow_issue_in_proportion_to_their_weights() {
     // The same inputs give the same run.
     let again = run_timed(&jobs("flow=3\nflow_id=1", "flow=1\nflow_id=1"));
     assert_eq!(coupled.event_hash, again.event_hash);
+    // A rate cap holds a request the flow let go; it is counted once, when it goes, so the
+    // uncapped job of equal weight keeps to the capped one's pace.
+    let capped = run_timed(&jobs("flow=1\nrate_iops=5000", "flow=1"));
+    assert_eq!(capped.measurements.write.ios, 100);
+    assert!((ratio(&capped) - 1.0).abs() < 0.05, "{}", ratio(&capped));
 }
