@@ -206,8 +206,7 @@ pub enum SizeSpec {
 /// fio's `zonemode`, as the job file gave it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum ZoneMode {
-    /// Not given: fio's option fix-up makes the job strided when `zonesize` is set, and
-    /// zoneless otherwise.
+    /// Not given: `none`, fio 3.x's default.
     #[default]
     NotSpecified,
     /// `none`: no zones; `zonerange` and `zoneskip` are ignored, and `zonesize` is an error.
@@ -789,13 +788,11 @@ impl JobSpec {
 
     /// The job's strided zones, or `None` for a job without zones, by the rules of fio's
     /// option fix-up (`fixup_options` and, for `Nz` skips, the zone granularity applied when
-    /// the job's files are set up): without `zonemode`, a `zonesize` makes the job strided;
-    /// `zonerange` defaults to `zonesize`; `zoneskip=Nz` is N times `zonesize`.
+    /// the job's files are set up): `zonerange` defaults to `zonesize`; `zoneskip=Nz` is N
+    /// times `zonesize`.
     ///
-    /// Errors, as in fio: `zonemode=strided` without a `zonesize`, and `zonemode=none` with
-    /// one. (The current fio also gives `zonemode` the default `none`, so that a `zonesize`
-    /// alone is the second error there; this follows the fix-up's own rule and earlier fio,
-    /// which treat it as strided.)
+    /// Errors, as in fio 3.x: `zonemode=strided` without a `zonesize`, and a `zonesize`
+    /// with `zonemode=none`, its default.
     pub fn strided_zones(&self) -> Result<Option<StridedZones>, String> {
         let size_bytes = self.zone_size_bytes;
         match self.zone_mode {

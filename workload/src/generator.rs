@@ -84,13 +84,15 @@ const SPLIT_WEIGHT_SCALE: f64 = 1e6;
 /// stream carry on, as fio 3.33's do on a device (its file positions survive
 /// `clear_io_state`, and without a random map its offsets do not repeat), so an iteration
 /// that walked the whole region starts the next at the region's start by wrapping, and one
-/// that stopped halfway lets the next take the rest.
-/// With `verify`, each iteration ends (after its `end_fsync` FLUSH) with fio's verify
-/// pass: the iteration's writes read back by offset, each byte from its last write, the
-/// first read waiting for the iteration's requests to complete.
+/// that stopped halfway lets the next take the rest. A sequential job's iterations that
+/// stop short of the region's end run on into the next as one pass, as fio's do.
+/// With `verify`, each pass ends (after its `end_fsync` FLUSH) with fio's verify pass: the
+/// pass's writes read back by offset, each byte from its last write, the first read
+/// waiting for the pass's requests to complete.
 ///
-/// Flushes: with `fsync=N` (or `fdatasync=N`) every Nth write is followed by a FLUSH, and
-/// with `end_fsync` each iteration ends with one if a write came after the last; a FLUSH
+/// Flushes: with `fsync=N` (or `fdatasync=N`) a FLUSH goes before the request that follows
+/// every Nth write (so none after a pass's last write), and with `end_fsync` each pass ends
+/// with one if a write came after the last; a FLUSH
 /// takes a place in the job's queue like any other request and does not wait for the
 /// writes in flight (the device's FLUSH covers the writes completed before it).
 #[derive(Debug, Clone)]
