@@ -5,6 +5,10 @@
 //! larger than any job's region (so that, as on a block device, its file does not end
 //! where the job's `size` does), or with `ioengine=null` for trims, which psync cannot
 //! issue to a file; afa ignores both options and runs the embedded default's SSD.
+//!
+//! Random offsets cannot match draw for draw, so the skewed distributions are compared by
+//! their shape instead: the share of the requests that go to the hottest 1% and 10% of the
+//! blocks.
 
 mod common;
 use common::{afa, have};
@@ -12,9 +16,11 @@ use common::{afa, have};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn scratch() -> PathBuf {
+/// A scratch folder of this process for one test.
+fn scratch(test: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fio-compat-{}", std::process::id()));
+        .join(format!("fio-compat-{}", std::process::id()))
+        .join(test);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -98,7 +104,7 @@ fn deterministic_jobs_issue_what_fio_issues() {
     if !have("fio", "command -v fio") {
         return;
     }
-    let dir = scratch();
+    let dir = scratch("deterministic");
     let data = dir.join("data.img");
     // Sparse: nothing is written but what the jobs write.
     std::fs::File::create(&data)
@@ -271,6 +277,86 @@ fn deterministic_jobs_issue_what_fio_issues() {
     ];
     for (name, engine, options) in cases {
         same_requests(&dir, &data, name, engine, options);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The shares of `log`'s requests that go to its hottest 1% and 10% of `blocks` 4 KiB
+/// blocks.
+fn hot_shares(log: &Path, blocks: usize) -> [f64; 2] {
+    let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+    let requests = requests(log);
+    for (_, offset, _) in &requests {
+        *counts.entry(offset / 4096).or_default() += 1;
+    }
+    let mut hits: Vec<u64> = counts.into_values().collect();
+    hits.sort_unstable_by(|a, b| b.cmp(a));
+    [0.01, 0.1].map(|fraction| {
+        let hottest = (blocks as f64 * fraction) as usize;
+        hits.iter().take(hottest).sum::<u64>() as f64 / requests.len() as f64
+    })
+}
+
+/// fio's skewed random distributions and afa's put the same shares of the requests on the
+/// hottest blocks: zipf, pareto, normal and zoned, 16,384 random 4 KiB reads of a 64 MiB
+/// region (fio's random map ends the pass once it has touched as many blocks as the region
+/// holds; afa's budget is the region's bytes, the same count).
+#[test]
+fn skewed_random_distributions_have_fios_shape() {
+    if !have("fio", "command -v fio") {
+        return;
+    }
+    let dir = scratch("skewed");
+    for distribution in [
+        "zipf:1.2",
+        "zipf:0.8",
+        "pareto:0.9",
+        "normal:10",
+        "zoned:50/10:50/90",
+    ] {
+        let job = format!(
+            "[d]\nioengine=null\nfilename=/dev/null\nrw=randread\nbs=4k\nsize=64m\n\
+             random_distribution={distribution}\n"
+        );
+        let name = distribution.replace([':', '/', '.'], "_");
+        let job_path = dir.join(format!("{name}.fio"));
+        std::fs::write(&job_path, &job).unwrap();
+        let (fio_log, afa_log) = (
+            dir.join(format!("{name}.fio.log")),
+            dir.join(format!("{name}.afa.log")),
+        );
+        let _ = std::fs::remove_file(&fio_log);
+        let out = Command::new("fio")
+            .arg(&job_path)
+            .arg(format!("--write_iolog={}", fio_log.display()))
+            .arg("--output=/dev/null")
+            .output()
+            .expect("fio runs");
+        assert!(
+            out.status.success(),
+            "fio: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = afa(&[
+            "run",
+            "--job",
+            job_path.to_str().unwrap(),
+            "--quiet",
+            "--record",
+            afa_log.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "afa: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (theirs, ours) = (hot_shares(&fio_log, 16384), hot_shares(&afa_log, 16384));
+        for (t, o) in theirs.iter().zip(ours) {
+            assert!(
+                (t - o).abs() < 0.04,
+                "{distribution}: fio's hottest 1% and 10% take {theirs:?}, afa's {ours:?}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
