@@ -46,23 +46,14 @@ fn requests(log: &Path) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
-/// Runs `options` as one job under fio (on `engine`) and under afa, and insists both issue
-/// the same requests.
-fn same_requests(dir: &Path, data: &Path, name: &str, engine: &str, options: &[&str]) {
-    let mut job = format!("[{name}]\nioengine={engine}\n");
-    if engine == "psync" {
-        job.push_str(&format!("filename={}\n", data.display()));
-    } else {
-        job.push_str("filename=/dev/null\n");
-    }
-    for option in options {
-        job.push_str(option);
-        job.push('\n');
-    }
+/// Runs the job file `job` under fio (with `write_iolog`) and under `afa run --job …
+/// --record`, insisting both succeed, and returns the two logs.
+fn run_both(dir: &Path, name: &str, job: &str) -> (PathBuf, PathBuf) {
     let job_path = dir.join(format!("{name}.fio"));
-    std::fs::write(&job_path, &job).unwrap();
+    std::fs::write(&job_path, job).unwrap();
     let fio_log = dir.join(format!("{name}.fio.log"));
     let afa_log = dir.join(format!("{name}.afa.log"));
+    // fio appends to an iolog that exists.
     let _ = std::fs::remove_file(&fio_log);
     let out = Command::new("fio")
         .arg(&job_path)
@@ -88,6 +79,23 @@ fn same_requests(dir: &Path, data: &Path, name: &str, engine: &str, options: &[&
         "afa {name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    (fio_log, afa_log)
+}
+
+/// Runs `options` as one job under fio (on `engine`) and under afa, and insists both issue
+/// the same requests.
+fn same_requests(dir: &Path, data: &Path, name: &str, engine: &str, options: &[&str]) {
+    let mut job = format!("[{name}]\nioengine={engine}\n");
+    if engine == "psync" {
+        job.push_str(&format!("filename={}\n", data.display()));
+    } else {
+        job.push_str("filename=/dev/null\n");
+    }
+    for option in options {
+        job.push_str(option);
+        job.push('\n');
+    }
+    let (fio_log, afa_log) = run_both(dir, name, &job);
     let (mut fio, mut ours) = (requests(&fio_log), requests(&afa_log));
     assert!(!fio.is_empty(), "fio issued nothing for {name}:\n{job}");
     // The clones of a job run side by side, so only the requests, not their order across
@@ -319,37 +327,7 @@ fn skewed_random_distributions_have_fios_shape() {
              random_distribution={distribution}\n"
         );
         let name = distribution.replace([':', '/', '.'], "_");
-        let job_path = dir.join(format!("{name}.fio"));
-        std::fs::write(&job_path, &job).unwrap();
-        let (fio_log, afa_log) = (
-            dir.join(format!("{name}.fio.log")),
-            dir.join(format!("{name}.afa.log")),
-        );
-        let _ = std::fs::remove_file(&fio_log);
-        let out = Command::new("fio")
-            .arg(&job_path)
-            .arg(format!("--write_iolog={}", fio_log.display()))
-            .arg("--output=/dev/null")
-            .output()
-            .expect("fio runs");
-        assert!(
-            out.status.success(),
-            "fio: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = afa(&[
-            "run",
-            "--job",
-            job_path.to_str().unwrap(),
-            "--quiet",
-            "--record",
-            afa_log.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "afa: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (fio_log, afa_log) = run_both(&dir, &name, &job);
         let (theirs, ours) = (hot_shares(&fio_log, 16384), hot_shares(&afa_log, 16384));
         for (t, o) in theirs.iter().zip(ours) {
             assert!(
