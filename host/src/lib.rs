@@ -302,10 +302,10 @@ struct Stream {
     /// The count `thinktime_blocks` is measured from: its value when the last pause was
     /// decided.
     think_mark_requests: u64,
-    /// Data requests and bytes completed so far, failed ones left out (fio's `io_blocks`
-    /// and `io_bytes`), which steady-state detection samples.
-    done_ios: u64,
-    done_bytes: u64,
+    /// Data requests and bytes completed so far in each direction (read, write, trim),
+    /// failed ones left out: fio's `io_blocks` and `io_bytes`, which steady-state
+    /// detection, the latency-target search and the minimum rates count.
+    done_by_direction: [(u64, u64); 3],
     /// The job's name, with its clone number after a dot when it has several clones: the
     /// name reports and errors give it.
     name: String,
@@ -314,11 +314,10 @@ struct Stream {
     max_latency_ns: [Option<u64>; 3],
     /// fio's `latency_target` search, which caps the queue depth below `iodepth`.
     latency: Option<Box<LatencySearch>>,
-    /// fio's `rate_min` / `rate_iops_min` and `rate_cycle`, and per direction the requests
-    /// and bytes completed so far and the last check's (time, requests, bytes).
+    /// fio's `rate_min` / `rate_iops_min` and `rate_cycle`, and per direction the last
+    /// check's (time, requests, bytes).
     min_rates: [MinRate; 3],
     rate_cycle_ns: u64,
-    done_by_direction: [(u64, u64); 3],
     last_rate_check: [Option<(TimeNs, u64, u64)>; 3],
     /// When the stream started (fio's `td->start`), which the minimum rates' settling
     /// period counts from.
@@ -493,14 +492,12 @@ impl Stream {
             issued_requests: 0,
             completed_requests: 0,
             think_mark_requests: 0,
-            done_ios: 0,
-            done_bytes: 0,
+            done_by_direction: [(0, 0); 3],
             name: String::new(),
             max_latency_ns: [None; 3],
             latency: None,
             min_rates: [MinRate::default(); 3],
             rate_cycle_ns: 1_000_000_000,
-            done_by_direction: [(0, 0); 3],
             last_rate_check: [None; 3],
             started_ns: 0,
             flow: None,
@@ -613,7 +610,10 @@ impl Stream {
             }
         }
         self.check_min_rate(now_ns, direction)?;
-        let ios = self.done_ios;
+        if self.latency.is_none() {
+            return Ok(false);
+        }
+        let ios = self.done().0;
         let Some(search) = self.latency.as_mut() else {
             return Ok(false);
         };
@@ -634,6 +634,13 @@ impl Stream {
         }
     }
 
+    /// The data requests and bytes completed so far, all directions together.
+    fn done(&self) -> (u64, u64) {
+        self.done_by_direction
+            .iter()
+            .fold((0, 0), |(ios, bytes), d| (ios + d.0, bytes + d.1))
+    }
+
     /// fio's `__check_min_rate` for `direction`, after one of its requests completed: from
     /// two seconds after the start (fio's settling period), the rate since the last check,
     /// once at least `rate_cycle` has passed, must reach `rate_min` (or, without it,
@@ -651,34 +658,23 @@ impl Stream {
             if spent_ms == 0 || spent_ms * 1_000_000 < self.rate_cycle_ns {
                 return Ok(());
             }
-            let per_s = |n: u64| n.saturating_mul(1000) / spent_ms;
-            let below = |option, minimum, rate: String| RunError::RateBelowMinimum {
-                job: self.name.clone(),
-                direction: ["reads", "writes", "trims"][direction],
-                option,
-                minimum,
-                rate,
-                window_ms: spent_ms,
-                at_ns: now_ns,
-            };
-            if minimum.bytes_per_s > 0 {
-                let rate = per_s(bytes - last_bytes);
-                if rate < minimum.bytes_per_s {
-                    return Err(below(
-                        "rate_min",
-                        minimum.bytes_per_s,
-                        format!("{rate} B/s"),
-                    ));
-                }
+            // fio checks the bytes when both minimums are set.
+            let (option, minimum, done, unit) = if minimum.bytes_per_s > 0 {
+                ("rate_min", minimum.bytes_per_s, bytes - last_bytes, "B/s")
             } else {
-                let rate = per_s(ios - last_ios);
-                if rate < minimum.ios_per_s {
-                    return Err(below(
-                        "rate_iops_min",
-                        minimum.ios_per_s,
-                        format!("{rate} IOPS"),
-                    ));
-                }
+                ("rate_iops_min", minimum.ios_per_s, ios - last_ios, "IOPS")
+            };
+            let rate = done.saturating_mul(1000) / spent_ms;
+            if rate < minimum {
+                return Err(RunError::RateBelowMinimum {
+                    job: self.name.clone(),
+                    direction: ["reads", "writes", "trims"][direction],
+                    option,
+                    minimum,
+                    rate: format!("{rate} {unit}"),
+                    window_ms: spent_ms,
+                    at_ns: now_ns,
+                });
             }
         }
         self.last_rate_check[direction] = Some((now_ns, ios, bytes));
@@ -689,14 +685,19 @@ impl Stream {
     /// down, or before its final window) goes on once the last has completed; returns
     /// whether it did, so that the queue is filled to the new depth.
     fn end_quiesce(&mut self, now_ns: TimeNs) -> bool {
-        let (ios, outstanding) = (self.done_ios, self.outstanding);
-        match self.latency.as_mut() {
-            Some(search) if search.quiescing() && outstanding == 0 => {
-                search.quiesced(now_ns, ios);
-                true
-            }
-            _ => false,
+        let waiting = self.outstanding == 0
+            && self
+                .latency
+                .as_ref()
+                .is_some_and(|search| search.quiescing());
+        if !waiting {
+            return false;
         }
+        let ios = self.done().0;
+        if let Some(search) = self.latency.as_mut() {
+            search.quiesced(now_ns, ios);
+        }
+        true
     }
 
     /// The most requests the stream may have in flight now: its `iodepth`, or less while a
@@ -1232,8 +1233,6 @@ impl<'d> Host<'d> {
                         s.inflight_ranges.swap_remove(i);
                     }
                     if !failed && op != IoOp::Flush {
-                        s.done_ios += 1;
-                        s.done_bytes += bytes;
                         let d = &mut s.done_by_direction[direction_index(op)];
                         d.0 += 1;
                         d.1 += bytes;
@@ -1452,7 +1451,7 @@ impl<'d> Host<'d> {
         s.ramp_end_ns = start + s.ramp_time_ns;
         s.think_mark_ns = start;
         s.started_ns = start;
-        let done_ios = s.done_ios;
+        let done_ios = s.done().0;
         if let Some(search) = s.latency.as_mut() {
             search.start(start, done_ios);
         }
@@ -1693,7 +1692,8 @@ impl<'d> Host<'d> {
         let t = &self.trackers[tracker];
         let (ios, bytes) = t.streams.iter().fold((0, 0), |(ios, bytes), &i| {
             let s = &self.streams[i as usize];
-            (ios + s.done_ios, bytes + s.done_bytes)
+            let (done_ios, done_bytes) = s.done();
+            (ios + done_ios, bytes + done_bytes)
         });
         let t = &mut self.trackers[tracker];
         if !t.check(now, ios, bytes) {
