@@ -29,7 +29,8 @@ pub use scalaafa::{
     META_TAG_BYTES,
 };
 pub use swan::{
-    decode_summary, encode_summary, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats, VictimPolicy,
+    decode_summary, encode_summary, HostMemory, ReadKind, Swan, SwanConfig, SwanEvent, SwanStats,
+    VictimPolicy,
 };
 pub use two_phase::{
     TwoPhase, TwoPhaseConfig, TwoPhaseRecovery, TwoPhaseStats, TWO_PHASE_TAG_BYTES,

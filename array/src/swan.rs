@@ -50,6 +50,23 @@ pub enum VictimPolicy {
     Fifo,
 }
 
+/// What a power loss does to the host memory that holds the open stripes and the open
+/// segments' block lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostMemory {
+    /// Battery-backed, as the paper assumes (§4.1): a write is durable once acknowledged, and
+    /// recovery takes the open segments from that memory (or its NVRAM log).
+    #[default]
+    BatteryBacked,
+    /// Lost at power loss, as in a host without NVRAM: a write is durable once a FLUSH (or a
+    /// FUA write) after it completes. A FLUSH pads the user stream's open stripe and ends it
+    /// with a partial summary of the segment so far, so recovery finds the flushed blocks
+    /// without the lost memory; a cleaned victim is trimmed only once its moved blocks and
+    /// the user writes that replaced its other blocks are on the members the same way.
+    Volatile,
+}
+
 /// The `[array.swan]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -83,6 +100,9 @@ pub struct SwanConfig {
     /// Aging before measuring (paper §5): fraction of the volume written by random writes
     /// after every SSD is trimmed (0: none). Applied by the tool that builds the volume.
     pub age_fraction: f64,
+    /// Whether the open stripes survive a power loss (`battery-backed`, the paper's
+    /// assumption) or only what a FLUSH wrote out does (`volatile`).
+    pub host_memory: HostMemory,
 }
 
 impl Default for SwanConfig {
@@ -99,6 +119,7 @@ impl Default for SwanConfig {
             buffer_stripes: 8,
             buffer_write_ns: 2_000,
             age_fraction: 0.0,
+            host_memory: HostMemory::BatteryBacked,
         }
     }
 }
@@ -176,6 +197,10 @@ pub struct SwanStats {
     /// Trim records appended to the log (trims of blocks that held data), and moved by GC.
     pub trim_records_written: u64,
     pub trim_records_moved: u64,
+    /// With volatile host memory: partial summaries written (by FLUSHes and before victims
+    /// were trimmed), and the blocks padded out of stripes to place them.
+    pub partial_summaries: u64,
+    pub pad_blocks: u64,
     /// Engine time of the user's time 0 (the end of aging).
     pub epoch_ns: u64,
     pub events: Vec<SwanEvent>,
@@ -187,6 +212,19 @@ enum SegmentState {
     Free,
     Open,
     Full,
+    /// Cleaned, with volatile host memory: the victim stays on the members, untrimmed, until
+    /// what it moved and the writes that replaced its other blocks are durable.
+    Cleaned,
+}
+
+/// A cleaned victim waiting to be trimmed (volatile host memory): it may go once its GC
+/// stream has made `gc_mark` blocks durable and the user stream `user_mark`.
+#[derive(Debug, Clone, Copy)]
+struct CleanedVictim {
+    segment: u32,
+    group: usize,
+    gc_mark: u64,
+    user_mark: u64,
 }
 
 /// An append point: the open segment and the stripe being filled in host memory.
@@ -202,6 +240,13 @@ struct Stream {
     /// segment.
     lbas: Vec<(u32, u64)>,
     window: WriteWindow,
+    /// Blocks placed in the stream's segments so far (data, pads, summaries), and how many of
+    /// them were on the members under a summary when it was last made durable or closed a
+    /// segment (what volatile host memory needs to tell a victim may be trimmed).
+    placed: u64,
+    durable_placed: u64,
+    /// When the last stripe write of the stream completes.
+    written_ns: TimeNs,
 }
 
 impl Stream {
@@ -212,6 +257,9 @@ impl Stream {
             stripe_buf: vec![0; stripe_bytes],
             lbas: Vec::new(),
             window: WriteWindow::default(),
+            placed: 0,
+            durable_placed: 0,
+            written_ns: 0,
         }
     }
 }
@@ -278,6 +326,8 @@ pub struct Swan<D: BlockDevice> {
     gc_clock_ns: Vec<TimeNs>,
     /// Per GC lane, the victim it is cleaning.
     cleaning: Vec<Option<Cleaning>>,
+    /// Cleaned victims not yet trimmed (volatile host memory only), oldest first.
+    cleaned: Vec<CleanedVictim>,
     /// Per group, when its members next want idle time while the group is an idle back-end
     /// group (None: they have nothing to do until the group is trimmed or changes role).
     idle_next_ns: Vec<Option<TimeNs>>,
@@ -415,8 +465,33 @@ pub fn encode_summary(
     entries: &[(u32, u64)],
     unit: usize,
 ) -> Option<Vec<u8>> {
+    encode_summary_as(SUMMARY_MAGIC, seq, segment, entries, unit)
+}
+
+/// Magic at the start of a partial summary: the last block of a stripe a FLUSH padded out
+/// with volatile host memory, listing the segment's blocks before it.
+pub const PARTIAL_SUMMARY_MAGIC: &[u8; 8] = b"SWANPSM1";
+
+/// Encodes a partial summary: [`encode_summary`]'s layout under [`PARTIAL_SUMMARY_MAGIC`],
+/// with an entry for every block of the segment before the summary's own.
+pub fn encode_partial_summary(
+    seq: u64,
+    segment: u32,
+    entries: &[(u32, u64)],
+    unit: usize,
+) -> Option<Vec<u8>> {
+    encode_summary_as(PARTIAL_SUMMARY_MAGIC, seq, segment, entries, unit)
+}
+
+fn encode_summary_as(
+    magic: &[u8; 8],
+    seq: u64,
+    segment: u32,
+    entries: &[(u32, u64)],
+    unit: usize,
+) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(24 + entries.len() * 13 + 8);
-    out.extend_from_slice(SUMMARY_MAGIC);
+    out.extend_from_slice(magic);
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&segment.to_le_bytes());
     out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
@@ -445,7 +520,16 @@ pub type Summary = (u64, u32, Vec<(u32, u64)>);
 
 /// Decodes a summary written by [`encode_summary`]; None unless magic and checksum match.
 pub fn decode_summary(block: &[u8]) -> Option<Summary> {
-    if block.len() < 32 || &block[..8] != SUMMARY_MAGIC {
+    decode_summary_as(SUMMARY_MAGIC, block)
+}
+
+/// Decodes a partial summary written by [`encode_partial_summary`].
+pub fn decode_partial_summary(block: &[u8]) -> Option<Summary> {
+    decode_summary_as(PARTIAL_SUMMARY_MAGIC, block)
+}
+
+fn decode_summary_as(magic: &[u8; 8], block: &[u8]) -> Option<Summary> {
+    if block.len() < 32 || &block[..8] != magic {
         return None;
     }
     let seq = u64::from_le_bytes(block[8..16].try_into().ok()?);
@@ -668,6 +752,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_group: vec![None; swan.gc_parallel_groups as usize],
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
             cleaning: (0..swan.gc_parallel_groups).map(|_| None).collect(),
+            cleaned: Vec::new(),
             idle_next_ns: vec![Some(0); groups],
             epoch_ns: 0,
             stats: SwanStats::default(),
@@ -781,8 +866,11 @@ impl<D: BlockDevice> Swan<D> {
             "segment valid counts disagree with the map"
         );
         for (s, st) in self.state.iter().enumerate() {
-            if *st == SegmentState::Free {
-                assert_eq!(self.valid[s], 0, "free segment {s} holds valid blocks");
+            if matches!(*st, SegmentState::Free | SegmentState::Cleaned) {
+                assert_eq!(
+                    self.valid[s], 0,
+                    "free or cleaned segment {s} holds valid blocks"
+                );
             }
         }
         let free: usize = self.free.iter().map(|f| f.len()).sum();
@@ -874,6 +962,7 @@ impl<D: BlockDevice> Swan<D> {
     /// writes, one victim at a time, inside one back-end group per lane (one lane by
     /// default: the paper's one group at a time).
     fn advance_gc(&mut self, now_ns: TimeNs) -> Result<(), DeviceError> {
+        self.release_cleaned(now_ns, None)?;
         for lane in 0..self.gc_group.len() {
             self.advance_lane(lane, now_ns)?;
         }
@@ -923,6 +1012,12 @@ impl<D: BlockDevice> Swan<D> {
             let g = self.gc_group[lane].expect("a GC group was chosen");
             match self.start_cleaning(g) {
                 Some(c) => self.cleaning[lane] = Some(c),
+                None if self.cleaned.iter().any(|c| c.group == g) => {
+                    // The victims cleaned and not yet trimmed hold the room the next one
+                    // needs: their streams are made durable now so that they can go.
+                    let done = self.release_cleaned(t, Some(Some(g)))?;
+                    self.gc_clock_ns[lane] = done.max(t + 1);
+                }
                 None => {
                     self.gc_group[lane] = None;
                     self.event(t, "gc_stop", g);
@@ -1097,17 +1192,23 @@ impl<D: BlockDevice> Swan<D> {
         }
         debug_assert_eq!(self.valid[c.victim as usize], 0);
         let done = now_ns.max(c.append_ready_ns);
-        // Trimming the whole segment lets the SSDs erase without moving dead data (§4.2).
-        let first = c.victim * self.segment_sectors;
-        let at = self.group_lba(first);
-        let trim = self.groups[g].submit(
-            done,
-            &Command::trim(at, self.segment_sectors),
-            ReadBuffers::none(),
-        )?;
-        self.state[c.victim as usize] = SegmentState::Free;
-        self.free[g].push_back(c.victim);
-        self.idle_next_ns[g] = Some(0);
+        let trimmed = if self.volatile() {
+            // Without battery-backed memory the victim is the only durable copy of what it
+            // moved until the GC stream puts it on the members under a summary, and of the
+            // older versions of the blocks user writes replaced until the user stream does:
+            // a crash after the trim would otherwise lose data a FLUSH had made durable. It
+            // waits, whole, until both have (usually when their segments close).
+            self.state[c.victim as usize] = SegmentState::Cleaned;
+            self.cleaned.push(CleanedVictim {
+                segment: c.victim,
+                group: g,
+                gc_mark: self.gc_streams[g].placed,
+                user_mark: self.user.placed,
+            });
+            done
+        } else {
+            self.trim_victim(c.victim, done)?
+        };
         self.stats.segments_cleaned += 1;
         let free_segments = self.free.iter().map(|f| f.len() as u32).sum();
         self.stats.victims.push(VictimSample {
@@ -1116,7 +1217,77 @@ impl<D: BlockDevice> Swan<D> {
             utilization: c.utilization,
             free_segments,
         });
-        Ok(CleaningStep::Done(done.max(trim.done_ns)))
+        Ok(CleaningStep::Done(trimmed))
+    }
+
+    /// Trims a cleaned victim on its group's members and frees it; returns when the trim
+    /// is done.
+    fn trim_victim(&mut self, victim: u32, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        // Trimming the whole segment lets the SSDs erase without moving dead data (§4.2).
+        let first = victim * self.segment_sectors;
+        let g = self.group_of(first);
+        let at = self.group_lba(first);
+        let trim = self.groups[g].submit(
+            now_ns,
+            &Command::trim(at, self.segment_sectors),
+            ReadBuffers::none(),
+        )?;
+        self.state[victim as usize] = SegmentState::Free;
+        self.free[g].push_back(victim);
+        self.idle_next_ns[g] = Some(0);
+        Ok(now_ns.max(trim.done_ns))
+    }
+
+    /// Trims the cleaned victims (volatile host memory) whose moved and replaced blocks are
+    /// durable. With `force`, first makes durable the streams the victims of group `force`
+    /// (or of every group) wait for, padding their open stripes: for when space is short.
+    /// Returns when the trims are done.
+    fn release_cleaned(
+        &mut self,
+        now_ns: TimeNs,
+        force: Option<Option<usize>>,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut done = now_ns;
+        if self.cleaned.is_empty() {
+            return Ok(done);
+        }
+        if let Some(which) = force {
+            let waiting: Vec<CleanedVictim> = self
+                .cleaned
+                .iter()
+                .filter(|c| which.is_none_or(|g| g == c.group))
+                .copied()
+                .collect();
+            let mut groups: Vec<usize> = waiting
+                .iter()
+                .filter(|c| self.gc_streams[c.group].durable_placed < c.gc_mark)
+                .map(|c| c.group)
+                .collect();
+            groups.dedup();
+            for g in groups {
+                done = done.max(self.make_durable(Some(g), now_ns)?);
+            }
+            if waiting
+                .iter()
+                .any(|c| self.user.durable_placed < c.user_mark)
+            {
+                done = done.max(self.make_durable(None, now_ns)?);
+            }
+        }
+        let mut i = 0;
+        while i < self.cleaned.len() {
+            let c = self.cleaned[i];
+            let gc = &self.gc_streams[c.group];
+            if gc.durable_placed >= c.gc_mark && self.user.durable_placed >= c.user_mark {
+                // After the stripe writes that made the moves durable.
+                let at = done.max(gc.written_ns).max(self.user.written_ns);
+                self.cleaned.remove(i);
+                done = done.max(self.trim_victim(c.segment, at)?);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(done)
     }
 
     /// Gives the idle back-end groups (neither the front-end nor being cleaned) idle time:
@@ -1162,6 +1333,11 @@ impl<D: BlockDevice> Swan<D> {
                     self.event(t, "gc_stop", next);
                 }
             }
+            if next != self.front && self.volatile() {
+                // The new front-end's GC stream stops: what its cleaned victims wait for
+                // goes out now, or they would hold their space while it takes writes.
+                t = t.max(self.release_cleaned(t, Some(Some(next)))?);
+            }
             if next != self.front {
                 self.idle_next_ns[self.front] = Some(0);
                 self.front = next;
@@ -1200,6 +1376,9 @@ impl<D: BlockDevice> Swan<D> {
         while self.free[g].len() <= GC_RESERVE_SEGMENTS {
             match self.clean_one(g, t)? {
                 Some(done) => t = t.max(done),
+                None if self.cleaned.iter().any(|c| c.group == g) => {
+                    t = t.max(self.release_cleaned(t, Some(Some(g)))?);
+                }
                 None => {
                     let front = self.front;
                     let other = (0..self.groups.len())
@@ -1283,6 +1462,7 @@ impl<D: BlockDevice> Swan<D> {
         }
         s.lbas.push((lba, wseq));
         s.head += 1;
+        s.placed += 1;
         let invalid = self
             .trims
             .map_appended(&mut self.l2p, &mut self.p2l, lba, physical);
@@ -1308,6 +1488,14 @@ impl<D: BlockDevice> Swan<D> {
 
     /// Writes the segment summary into the open stripe's last slot.
     fn put_summary(&mut self, gc: Option<usize>) {
+        self.put_summary_as(gc, false);
+    }
+
+    /// Writes the segment's summary (`partial` false, in its last block) or a partial
+    /// summary of the blocks before the head (a FLUSH's, with volatile host memory) into the
+    /// head's slot of the open stripe. A partial summary takes a slot of the segment like a
+    /// pad block: it gets an entry of no address, so entries stay one per block.
+    fn put_summary_as(&mut self, gc: Option<usize>, partial: bool) {
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
@@ -1317,12 +1505,66 @@ impl<D: BlockDevice> Swan<D> {
         let seq = self.seq[s.segment as usize];
         let offset = (s.head % stripe_sectors) as usize;
         let slot = &mut s.stripe_buf[offset * unit..(offset + 1) * unit];
-        match encode_summary(seq, s.segment, &s.lbas, unit) {
+        let encoded = if partial {
+            encode_partial_summary(seq, s.segment, &s.lbas, unit)
+        } else {
+            encode_summary(seq, s.segment, &s.lbas, unit)
+        };
+        match encoded {
             Some(bytes) => slot.copy_from_slice(&bytes),
             // In token mode a block holds 8 bytes: it carries the sequence number only.
             None => fill_unit(sector_token(s.segment as u64, seq), slot),
         }
+        if partial {
+            s.lbas.push((NONE, 0));
+        }
         s.head += 1;
+        s.placed += 1;
+    }
+
+    /// With volatile host memory, puts every block appended to the stream on the members
+    /// under a summary: the open stripe is padded to its last block, which takes a partial
+    /// summary (or, at the end of the segment, the segment's own summary), and is written
+    /// out. Returns when every stripe the stream has written is on the members.
+    fn make_durable(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let unit = self.unit;
+        let stripe_sectors = self.stripe_sectors;
+        let segment_sectors = self.segment_sectors;
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        if s.segment == NONE || s.placed == s.durable_placed {
+            return Ok(now_ns.max(s.written_ns));
+        }
+        let mut pads = 0;
+        while s.head % stripe_sectors != stripe_sectors - 1 {
+            let offset = (s.head % stripe_sectors) as usize;
+            s.stripe_buf[offset * unit..(offset + 1) * unit].fill(0);
+            s.lbas.push((NONE, 0));
+            s.head += 1;
+            s.placed += 1;
+            pads += 1;
+        }
+        let closes = s.head % segment_sectors == segment_sectors - 1;
+        self.stats.pad_blocks += pads;
+        self.put_summary_as(gc, !closes);
+        self.flush_stripe(gc, now_ns)?;
+        if closes {
+            self.close(gc)?;
+        } else {
+            self.stats.partial_summaries += 1;
+        }
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        s.durable_placed = s.placed;
+        Ok(now_ns.max(s.written_ns))
+    }
+
+    fn volatile(&self) -> bool {
+        self.config.host_memory == HostMemory::Volatile
     }
 
     fn close(&mut self, gc: Option<usize>) -> Result<(), DeviceError> {
@@ -1333,18 +1575,29 @@ impl<D: BlockDevice> Swan<D> {
         let segment = s.segment;
         s.segment = NONE;
         s.head = NONE;
+        // The summary stripe is written: every block the stream placed is under a summary.
+        s.durable_placed = s.placed;
         self.state[segment as usize] = SegmentState::Full;
         self.stats.segments_written += 1;
         // The summary is on the members: the segment's records may leave the NVRAM log.
         self.compact_nvram()
     }
 
-    /// A FLUSH of the volume. The open stripes live in battery-backed host memory (the
-    /// paper's §4.1 assumption), so it needs only the members' own flushes, and the NVRAM
-    /// log's when that memory is kept in one.
+    /// A FLUSH of the volume. With battery-backed host memory (the paper's §4.1
+    /// assumption) the open stripes are durable where they are, so it needs only the
+    /// members' own flushes, and the NVRAM log's when that memory is kept in one. With
+    /// volatile host memory the user stream's open stripe goes out first, under a partial
+    /// summary; the GC streams need not, since a victim stays whole on the members until
+    /// what it moved is durable.
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         self.nvram.sync()?;
         let mut done = now_ns;
+        if self.volatile() {
+            done = self.make_durable(None, now_ns)?;
+            // Victims that waited for these user writes may go (not waited for: a trim
+            // adds nothing to what the FLUSH made durable).
+            self.release_cleaned(now_ns, None)?;
+        }
         for g in &mut self.groups {
             done = done.max(
                 g.submit(now_ns, &Command::flush(), ReadBuffers::none())?
@@ -1376,6 +1629,7 @@ impl<D: BlockDevice> Swan<D> {
             ReadBuffers::none(),
         )?;
         self.stats.stripes_written += 1;
+        s.written_ns = s.written_ns.max(c.done_ns);
         Ok(s.window.admit(now_ns, c.done_ns, capacity))
     }
 
@@ -1516,6 +1770,9 @@ impl<D: BlockDevice> Swan<D> {
             ));
         }
         let d = self.data_blocks();
+        // A cleaned victim not yet trimmed is a full segment again: its summary is read
+        // like any other, and cleaning finds it empty or not as the rebuilt map says.
+        self.cleaned.clear();
         let mut newest = NewestMap::new(self.l2p.len());
         let mut done = now_ns;
         let mut block = vec![0u8; self.unit];
@@ -1532,14 +1789,28 @@ impl<D: BlockDevice> Swan<D> {
             } else {
                 let last = first + self.segment_sectors - 1;
                 done = done.max(self.read_block(last, now_ns, &mut block)?);
-                match decode_summary(&block) {
+                let mut found = match decode_summary(&block) {
                     Some((seq, id, entries)) if id == segment && entries.len() == d as usize => {
+                        Some((seq, entries))
+                    }
+                    _ => None,
+                };
+                if found.is_none() && self.volatile() {
+                    found = self
+                        .find_partial_summary(segment, now_ns, &mut done)?
+                        .map(|(seq, _, entries)| (seq, entries));
+                }
+                match found {
+                    Some((seq, entries)) => {
+                        // A segment a crash left with a partial summary is closed as it is:
+                        // its blocks past the summary were never flushed, and cleaning takes
+                        // back the rest of its space.
                         self.state[segment as usize] = SegmentState::Full;
                         self.seq[segment as usize] = seq;
                         self.next_seq = self.next_seq.max(seq + 1);
                         entries
                     }
-                    _ => {
+                    None => {
                         self.state[segment as usize] = SegmentState::Free;
                         Vec::new()
                     }
@@ -1578,6 +1849,53 @@ impl<D: BlockDevice> Swan<D> {
                 .collect();
         }
         Ok(done - self.epoch_ns)
+    }
+
+    /// The newest partial summary of `segment`: the last block of each of its stripes is
+    /// read, the last stripe first, and the first that holds a partial summary of this
+    /// segment listing every block before it is the one the last FLUSH wrote (a cleaned
+    /// segment is trimmed whole, so older ones read as zeroes). Adds the reads to `done`.
+    fn find_partial_summary(
+        &mut self,
+        segment: u32,
+        now_ns: TimeNs,
+        done: &mut TimeNs,
+    ) -> Result<Option<Summary>, DeviceError> {
+        let first = segment * self.segment_sectors;
+        let stripes = self.segment_sectors / self.stripe_sectors;
+        let mut block = vec![0u8; self.unit];
+        for stripe in (0..stripes).rev() {
+            let offset = (stripe + 1) * self.stripe_sectors - 1;
+            *done = (*done).max(self.read_block(first + offset, now_ns, &mut block)?);
+            if let Some(summary) = decode_partial_summary(&block) {
+                if summary.1 == segment && summary.2.len() == offset as usize {
+                    return Ok(Some(summary));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Recovers a volume with volatile host memory after a power loss: builds the map from
+    /// the members alone, from the summaries of the full segments and the newest partial
+    /// summary of each segment a FLUSH wrote out. Every write a completed FLUSH (or FUA)
+    /// covered is there; later ones may be. Call on a volume just built over the same
+    /// members. Returns when the summary reads are done.
+    pub fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        if !self.volatile() {
+            return Err(DeviceError::Unsupported(
+                "a SWAN volume with battery-backed host memory recovers from its NVRAM log \
+                 (array.swan.host_memory = \"battery-backed\")"
+                    .into(),
+            ));
+        }
+        let done = self.rebuild_map_with(now_ns, &BTreeMap::new())?;
+        // No segment is open: the group with the most free segments takes the writes, as
+        // when the front-end moves.
+        self.front = (0..self.groups.len())
+            .max_by_key(|&g| (self.free[g].len(), std::cmp::Reverse(g)))
+            .expect("SWAN has at least two groups");
+        Ok(done)
     }
 
     /// Reads physical block `p` from its group into `out`; returns when it is there.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use afa_array::{
-    Array, ArrayConfig, LogRaid, NvramLog, ScalaAfa, Swan, TwoPhase, META_TAG_BYTES,
+    Array, ArrayConfig, HostMemory, LogRaid, NvramLog, ScalaAfa, Swan, TwoPhase, META_TAG_BYTES,
     TWO_PHASE_TAG_BYTES,
 };
 use afa_nand::PayloadMode;
@@ -561,7 +561,20 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 .fail_member(p, 0)
                 .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
         }
-        attach_nvram(&mut volume, "SWAN", &state)?;
+        if swan.host_memory == HostMemory::Volatile {
+            // Nothing of the host's memory is kept: what the last server's FLUSHes wrote
+            // out under summaries is the volume.
+            if !state.fresh() {
+                volume
+                    .recover_volatile(0)
+                    .map_err(|e| format!("SWAN recovery failed: {e}"))?;
+                eprintln!(
+                    "afa serve: rebuilt SWAN's map from the segment summaries and the partial summaries of the last server's flushes"
+                );
+            }
+        } else {
+            attach_nvram(&mut volume, "SWAN", &state)?;
+        }
         return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;

@@ -186,6 +186,52 @@ fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9(
     rebuilds_after_a_stop_and_after_kill_9("swan", &swan(""), &["0x11", "0x22", "0x5a"], 76);
 }
 
+/// SWAN on a host without NVRAM (`host_memory = "volatile"`): kill -9 under a write load
+/// keeps what the last flush covered, found through the partial summary the flush wrote.
+#[test]
+fn volatile_swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    let toml = format!("{}host_memory = \"volatile\"\n", swan(""));
+    kill_9_under_load_keeps_the_flushed_region("swan-volatile-kill9-load", &toml, 24);
+}
+
+/// The same volume written three times over (so that the back-end cleans segments and its
+/// victims wait for their moves to be flushed), with a small write in the middle of a
+/// stripe: after kill -9 the flushed contents are all there, and after an orderly stop,
+/// which flushes, so are the writes no client flushed.
+#[test]
+fn volatile_swan_rebuilds_from_summaries_and_partial_summaries() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let toml = format!("{}host_memory = \"volatile\"\n", swan(""));
+    let s = setup("swan-volatile", &toml);
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &[
+            "write -P 0x11 0 76M",
+            "write -P 0x22 0 76M",
+            "write -P 0x5a 0 76M",
+            "write -P 0x33 5000 3000",
+            "flush",
+        ],
+    );
+    afa.kill_9();
+    let afa = s.start(&["--pace", "none"]);
+    let tail = format!("read -P 0x5a 8000 {}", (76 << 20) - 8000);
+    qemu_io(
+        &afa.uri,
+        &["read -P 0x5a 0 4096", "read -P 0x33 5000 3000", &tail],
+    );
+    qemu_io(&afa.uri, &["write -P 0x44 3M 100000"]);
+    afa.stop();
+    let afa = s.start(&["--pace", "none"]);
+    qemu_io(
+        &afa.uri,
+        &["read -P 0x33 5000 3000", "read -P 0x44 3M 100000"],
+    );
+}
+
 /// Log-RAID rebuilds its map from the summaries at the end of its segments and the NVRAM
 /// log, like SWAN, after its cleaner has moved data.
 #[test]
