@@ -676,6 +676,13 @@ impl<D: BlockDevice> Swan<D> {
                 "array.swan.segment_bytes must hold at least two blocks (data and summary)".into(),
             ));
         }
+        if swan.host_memory == HostMemory::Volatile && segment_sectors < 2 * stripe_sectors {
+            return Err(err(format!(
+                "array.swan.segment_bytes = {} with host_memory = \"volatile\" must hold at least two of the R-group's stripes ({} B each): a FLUSH pads the open stripe, and cleaning a one-stripe segment could not free more than that costs",
+                swan.segment_bytes,
+                stripe_sectors as u64 * sector
+            )));
+        }
         let unit = ainfo.payload_unit_bytes as usize;
         if unit == sector as usize
             && encode_summary(0, 0, &vec![(0, 0); segment_sectors as usize - 1], unit).is_none()
@@ -1030,7 +1037,13 @@ impl<D: BlockDevice> Swan<D> {
     /// in the group's free space.
     fn pick_victim(&self, g: usize) -> Option<u32> {
         let d = self.data_blocks();
-        let max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
+        let mut max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
+        if self.volatile() {
+            // A victim may cost a padded stripe besides its valid blocks (when it must be
+            // trimmed before the GC stream's segment fills): one as full as that frees
+            // nothing, and the segment that took its blocks would be the next such victim.
+            max_valid = max_valid.min(d - self.stripe_sectors);
+        }
         let room = {
             let s = &self.gc_streams[g];
             let open_room = if s.head == NONE {

@@ -417,12 +417,22 @@ mod tests {
 
     /// A volume with volatile host memory over `ssds`.
     fn volatile_volume(level: Level, groups: u32, width: u32, ssds: &mut [Ssd]) -> Swan<&mut Ssd> {
-        let (mut array, mut swan) = config(level, groups, width);
-        swan.host_memory = crate::swan::HostMemory::Volatile;
         // Chunks of one sector make segments of 16 stripes: a user segment stays open across
         // many writes, so a victim is often cleaned while the writes that replaced its
         // blocks are only in memory.
-        array.chunk_bytes = 512;
+        volatile_volume_of(level, groups, width, 512, ssds)
+    }
+
+    fn volatile_volume_of(
+        level: Level,
+        groups: u32,
+        width: u32,
+        chunk_bytes: u64,
+        ssds: &mut [Ssd],
+    ) -> Swan<&mut Ssd> {
+        let (mut array, mut swan) = config(level, groups, width);
+        swan.host_memory = crate::swan::HostMemory::Volatile;
+        array.chunk_bytes = chunk_bytes;
         Swan::new(array, swan, ssds.iter_mut().collect(), Vec::new()).unwrap()
     }
 
@@ -632,6 +642,49 @@ mod tests {
             fill_unit(sector_token(lba, 1), &mut want);
             assert!(out == want, "block {lba} lost its flushed version");
         }
+    }
+
+    /// Without a FLUSH, a victim is trimmed before the GC stream's segment fills only by
+    /// padding that stream's open stripe; a victim with fewer than a stripe's worth of
+    /// invalid blocks would cost as much as it frees, and the segment that took its blocks
+    /// would be the next such victim, so cleaning never picks one. Fails (or never ends)
+    /// when cleaning may pick them.
+    #[test]
+    fn cleaning_never_picks_a_victim_that_frees_less_than_a_padded_stripe() {
+        for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
+            let mut ssds = members(groups * width);
+            // Segments of four stripes: a padded stripe is a quarter of one.
+            let mut v = volatile_volume_of(level, groups, width, 2048, &mut ssds);
+            let cap = v.info().capacity_sectors;
+            let mut d = Durable::new(cap as usize);
+            let mut rng = SimRng::new(77);
+            run_volatile_until_crash(&mut v, &mut d, &mut rng, 4 * cap as usize, u64::MAX);
+            v.check_invariants();
+            let stats = v.stats();
+            assert!(stats.segments_cleaned > 0, "{level:?}: nothing was cleaned");
+            let most = 1.0 - v.stripe_sectors as f64 / v.data_blocks() as f64;
+            for victim in &stats.victims {
+                assert!(
+                    victim.utilization <= most,
+                    "{level:?}: a victim {:.3} valid frees less than a padded stripe (at most {most:.3})",
+                    victim.utilization
+                );
+            }
+        }
+    }
+
+    /// A one-stripe segment is refused with volatile host memory, by name.
+    #[test]
+    fn volatile_memory_needs_segments_of_two_stripes() {
+        let mut ssds = members(6);
+        let (array, mut swan) = config(Level::Raid0, 3, 2);
+        swan.host_memory = crate::swan::HostMemory::Volatile;
+        swan.segment_bytes /= 2;
+        let e = match Swan::new(array, swan, ssds.iter_mut().collect(), Vec::new()) {
+            Ok(_) => panic!("a one-stripe segment was accepted with volatile host memory"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("two of the R-group's stripes"), "{e}");
     }
 
     /// Recovery without the NVRAM log is refused when the configuration says the host memory
