@@ -232,6 +232,47 @@ fn volatile_swan_rebuilds_from_summaries_and_partial_summaries() {
     );
 }
 
+/// A SWAN volume served with one `host_memory` setting is refused with the other (the state
+/// directory's record of the volume names the setting): each keeps what the other's recovery
+/// would not read, the NVRAM log's open segments or the partial summaries.
+#[test]
+fn swan_refuses_a_change_of_host_memory_between_starts() {
+    if !have("qemu-io", "command -v qemu-io") {
+        return;
+    }
+    let volatile = format!("{}host_memory = \"volatile\"\n", swan(""));
+    for (name, first, then, expect) in [
+        (
+            "swan-bb-then-volatile",
+            swan(""),
+            volatile.clone(),
+            "host_memory: Volatile",
+        ),
+        (
+            "swan-volatile-then-bb",
+            volatile.clone(),
+            swan(""),
+            "host_memory: BatteryBacked",
+        ),
+    ] {
+        let s = setup(name, &first);
+        let afa = s.start(&["--pace", "none"]);
+        qemu_io(&afa.uri, &["write -P 0x21 0 300000", "flush"]);
+        afa.stop();
+        let other = s.dir.join("other.toml");
+        std::fs::write(&other, &then).unwrap();
+        let stderr = s.refused_start(&other, &s.dir.join("other.sock"));
+        assert!(
+            stderr.contains("holds a volume made as") && stderr.contains(expect),
+            "{name}: {stderr}"
+        );
+        // The volume is untouched by the refused start.
+        let afa = s.start(&["--pace", "none"]);
+        qemu_io(&afa.uri, &["read -P 0x21 0 300000"]);
+        afa.stop();
+    }
+}
+
 /// Log-RAID rebuilds its map from the summaries at the end of its segments and the NVRAM
 /// log, like SWAN, after its cleaner has moved data.
 #[test]
