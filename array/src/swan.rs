@@ -1022,7 +1022,7 @@ impl<D: BlockDevice> Swan<D> {
                 None if self.cleaned.iter().any(|c| c.group == g) => {
                     // The victims cleaned and not yet trimmed hold the room the next one
                     // needs: their streams are made durable now so that they can go.
-                    let done = self.release_cleaned(t, Some(Some(g)))?;
+                    let done = self.release_cleaned(t, Some(g))?;
                     self.gc_clock_ns[lane] = done.max(t + 1);
                 }
                 None => {
@@ -1253,37 +1253,32 @@ impl<D: BlockDevice> Swan<D> {
 
     /// Trims the cleaned victims (volatile host memory) whose moved and replaced blocks are
     /// durable. With `force`, first makes durable the streams the victims of group `force`
-    /// (or of every group) wait for, padding their open stripes: for when space is short.
-    /// Returns when the trims are done.
+    /// wait for, padding their open stripes: for when space is short. Returns when the
+    /// trims are done.
     fn release_cleaned(
         &mut self,
         now_ns: TimeNs,
-        force: Option<Option<usize>>,
+        force: Option<usize>,
     ) -> Result<TimeNs, DeviceError> {
         let mut done = now_ns;
         if self.cleaned.is_empty() {
             return Ok(done);
         }
-        if let Some(which) = force {
-            let waiting: Vec<CleanedVictim> = self
-                .cleaned
-                .iter()
-                .filter(|c| which.is_none_or(|g| g == c.group))
-                .copied()
-                .collect();
-            let mut groups: Vec<usize> = waiting
-                .iter()
-                .filter(|c| self.gc_streams[c.group].durable_placed < c.gc_mark)
-                .map(|c| c.group)
-                .collect();
-            groups.dedup();
-            for g in groups {
+        if let Some(g) = force {
+            // A victim waits for the GC stream of its own group, so only `g`'s can be behind.
+            let (gc_behind, user_behind) = self.cleaned.iter().filter(|c| c.group == g).fold(
+                (false, false),
+                |(gc, user), c| {
+                    (
+                        gc || self.gc_streams[g].durable_placed < c.gc_mark,
+                        user || self.user.durable_placed < c.user_mark,
+                    )
+                },
+            );
+            if gc_behind {
                 done = done.max(self.make_durable(Some(g), now_ns)?);
             }
-            if waiting
-                .iter()
-                .any(|c| self.user.durable_placed < c.user_mark)
-            {
+            if user_behind {
                 done = done.max(self.make_durable(None, now_ns)?);
             }
         }
@@ -1349,7 +1344,7 @@ impl<D: BlockDevice> Swan<D> {
             if next != self.front && self.volatile() {
                 // The new front-end's GC stream stops: what its cleaned victims wait for
                 // goes out now, or they would hold their space while it takes writes.
-                t = t.max(self.release_cleaned(t, Some(Some(next)))?);
+                t = t.max(self.release_cleaned(t, Some(next))?);
             }
             if next != self.front {
                 self.idle_next_ns[self.front] = Some(0);
@@ -1390,7 +1385,7 @@ impl<D: BlockDevice> Swan<D> {
             match self.clean_one(g, t)? {
                 Some(done) => t = t.max(done),
                 None if self.cleaned.iter().any(|c| c.group == g) => {
-                    t = t.max(self.release_cleaned(t, Some(Some(g)))?);
+                    t = t.max(self.release_cleaned(t, Some(g))?);
                 }
                 None => {
                     let front = self.front;
