@@ -324,6 +324,10 @@ pub struct Swan<D: BlockDevice> {
     /// Per GC lane (`gc_parallel_groups` of them): the group it cleans and its clock.
     gc_group: Vec<Option<usize>>,
     gc_clock_ns: Vec<TimeNs>,
+    /// When the user stream may take blocks again after a foreground GC stall: the log has
+    /// no head until the stall ends, so every write, trim record and FLUSH pad submitted
+    /// meanwhile waits for it, not only the one that found the front-end full.
+    user_resume_ns: TimeNs,
     /// Per GC lane, the victim it is cleaning.
     cleaning: Vec<Option<Cleaning>>,
     /// Cleaned victims not yet trimmed (volatile host memory only), oldest first.
@@ -758,6 +762,7 @@ impl<D: BlockDevice> Swan<D> {
             gc_streams: (0..groups).map(|_| Stream::new(stripe_bytes)).collect(),
             gc_group: vec![None; swan.gc_parallel_groups as usize],
             gc_clock_ns: vec![0; swan.gc_parallel_groups as usize],
+            user_resume_ns: 0,
             cleaning: (0..swan.gc_parallel_groups).map(|_| None).collect(),
             cleaned: Vec::new(),
             idle_next_ns: vec![Some(0); groups],
@@ -1352,6 +1357,7 @@ impl<D: BlockDevice> Swan<D> {
                 self.stats.front_end_switches += 1;
                 self.event(t, "front_end", next);
             }
+            self.user_resume_ns = self.user_resume_ns.max(t);
         }
         let segment = self.free[self.front].pop_front().ok_or_else(|| {
             DeviceError::VolumeFull(format!(
@@ -1601,7 +1607,8 @@ impl<D: BlockDevice> Swan<D> {
         self.nvram.sync()?;
         let mut done = now_ns;
         if self.volatile() {
-            done = self.make_durable(None, now_ns)?;
+            // The pad goes into the user stream, which a foreground GC stall may hold.
+            done = self.make_durable(None, now_ns.max(self.user_resume_ns))?;
             // Victims that waited for these user writes may go (not waited for: a trim
             // adds nothing to what the FLUSH made durable).
             self.release_cleaned(now_ns, None)?;
@@ -1653,7 +1660,9 @@ impl<D: BlockDevice> Swan<D> {
             };
             let wseq = self.next_wseq;
             self.next_wseq += 1;
-            let t = self.append(None, (cmd.lba + i as u64) as u32, wseq, data, now_ns)?;
+            // A stall met by an earlier sector, or by an earlier write, holds this one too.
+            let at = now_ns.max(self.user_resume_ns);
+            let t = self.append(None, (cmd.lba + i as u64) as u32, wseq, data, at)?;
             done = done.max(t + self.config.buffer_write_ns);
         }
         self.stats.user_sectors += cmd.sectors as u64;
@@ -1739,7 +1748,8 @@ impl<D: BlockDevice> Swan<D> {
         let wseq = self.next_wseq;
         self.next_wseq += 1;
         let data = trim_record_bytes(start, count, wseq, self.unit);
-        let t = self.append(None, TRIM_RECORD, wseq, &data, now_ns)?;
+        let at = now_ns.max(self.user_resume_ns);
+        let t = self.append(None, TRIM_RECORD, wseq, &data, at)?;
         for p in self
             .trims
             .record(self.last_appended, start, count, &mut self.l2p)

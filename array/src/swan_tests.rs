@@ -758,3 +758,43 @@ fn groups_of_unequal_capacity_take_the_smallest_and_keep_data() {
     h.check_all();
     assert!(h.volume.stats().segments_cleaned > 0, "no GC ran");
 }
+
+/// A foreground GC stall holds the whole user stream, not only the write that met it: the
+/// log has no head until the stall ends, so a write submitted during the stall cannot
+/// complete before it. (Before this rule the writes behind the stalled one went on appending
+/// "in the past", the stalls chained on the GC clock, and background GC never ran.)
+#[test]
+fn writes_submitted_during_a_foreground_stall_wait_for_its_end() {
+    let mut v = swan(Level::Raid0, 2, 2, 4, 0.15);
+    let cap = v.info().capacity_sectors;
+    let mut rng = SimRng::new(11);
+    let data = vec![0u8; 2 * 8];
+    let mut now = 0u64;
+    let mut checked = 0;
+    while v.stats().user_sectors < cap * 3 {
+        let stalls = v.stats().foreground_gc_stalls;
+        let resume_ns = v
+            .stats()
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "foreground_gc_stop")
+            .map_or(0, |e| e.t_ns);
+        let lba = rng.below(cap - 2);
+        let c = v
+            .submit(now, &Command::write(lba, 2, &data), ReadBuffers::none())
+            .unwrap();
+        if stalls > 0 && now < resume_ns && v.stats().foreground_gc_stalls == stalls {
+            assert!(
+                c.done_ns >= resume_ns,
+                "a write submitted at {now} ns completed at {} ns, inside a stall ending at {resume_ns} ns",
+                c.done_ns
+            );
+            checked += 1;
+        }
+        // The writer barely waits between writes, so the back-end falls behind.
+        now += 1_000;
+    }
+    assert!(v.stats().foreground_gc_stalls >= 3, "{:?}", v.stats());
+    assert!(checked > 0, "no write was submitted during a stall");
+}
