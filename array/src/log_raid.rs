@@ -143,6 +143,10 @@ pub struct LogRaid<D: BlockDevice> {
     inflight: WriteWindow,
     info: DeviceInfo,
     cleaning: bool,
+    /// When the log takes user writes again after a synchronous cleaning: the writers stop
+    /// while a victim is relocated (§2 of the SWAN paper), so every write and trim record
+    /// submitted meanwhile waits for it, not only the one that opened the segment.
+    user_resume_ns: TimeNs,
     stats: LogRaidStats,
     /// Where the NVRAM's contents are kept when they must outlive the process.
     nvram: Nvram,
@@ -249,6 +253,7 @@ impl<D: BlockDevice> LogRaid<D> {
             stripe_buf: vec![0; stripe_sectors as usize * unit],
             inflight: WriteWindow::default(),
             cleaning: false,
+            user_resume_ns: 0,
             stats: LogRaidStats::default(),
             nvram: Nvram::default(),
             array,
@@ -306,6 +311,7 @@ impl<D: BlockDevice> LogRaid<D> {
                     None => break,
                 }
             }
+            self.user_resume_ns = self.user_resume_ns.max(t);
         }
         if self.head != NONE {
             // Cleaning relocated data and so opened a segment already; appending goes on there.
@@ -527,7 +533,9 @@ impl<D: BlockDevice> LogRaid<D> {
             };
             let wseq = self.next_wseq;
             self.next_wseq += 1;
-            let t = self.append((cmd.lba + i as u64) as u32, wseq, data, now_ns)?;
+            // A cleaning started by an earlier sector, or by an earlier write, holds this one.
+            let at = now_ns.max(self.user_resume_ns);
+            let t = self.append((cmd.lba + i as u64) as u32, wseq, data, at)?;
             done = done.max(t + self.config.nvram_write_ns);
         }
         self.stats.user_sectors += cmd.sectors as u64;
@@ -546,7 +554,8 @@ impl<D: BlockDevice> LogRaid<D> {
         let wseq = self.next_wseq;
         self.next_wseq += 1;
         let data = trim_record_bytes(start, count, wseq, self.unit);
-        let t = self.append(TRIM_RECORD, wseq, &data, now_ns)?;
+        let at = now_ns.max(self.user_resume_ns);
+        let t = self.append(TRIM_RECORD, wseq, &data, at)?;
         for p in self
             .trims
             .record(self.last_appended, start, count, &mut self.l2p)

@@ -851,6 +851,96 @@ fn log_raid_keeps_data_through_cleaning_and_a_failure() {
     }
 }
 
+/// A member that remembers when each of its reads completes: in a load of writes only, the
+/// reads are the cleaning's.
+#[derive(Debug)]
+struct ReadClock {
+    inner: Ssd,
+    reads_done_ns: Vec<TimeNs>,
+}
+
+impl BlockDevice for ReadClock {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let c = self.inner.submit(now_ns, cmd, out)?;
+        if cmd.opcode == Opcode::Read {
+            self.reads_done_ns.push(c.done_ns);
+        }
+        Ok(c)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
+
+/// Log-RAID cleans synchronously: the log stops while a victim's valid sectors are read, for
+/// every writer, not only the one whose write opened the segment. A write submitted at the
+/// same time as the one that started a cleaning completes no earlier than the cleaning's
+/// last read. (Before this rule such writes appended at once, into the stripe that held the
+/// relocated sectors, and that stripe was written before those sectors had been read.)
+#[test]
+fn log_raid_writes_submitted_during_cleaning_wait_for_its_reads() {
+    let config = ArrayConfig {
+        level: Level::Raid0,
+        members: 3,
+        chunk_bytes: 8 * 1024,
+        ..ArrayConfig::default()
+    };
+    let devs = (0..3)
+        .map(|i| ReadClock {
+            inner: ssd(i),
+            reads_done_ns: Vec::new(),
+        })
+        .collect();
+    let log = LogRaidConfig {
+        segment_stripes: 4,
+        spare_fraction: 0.3,
+        ..LogRaidConfig::default()
+    };
+    let mut v = LogRaid::new(Array::new(config, devs, Vec::new()).unwrap(), log).unwrap();
+    let cap = v.info().capacity_sectors;
+    let data = vec![0u8; 2 * v.info().payload_unit_bytes as usize];
+    let mut rng = SimRng::new(9);
+    let (mut now, mut checked) = (0u64, 0);
+    let reads = |v: &LogRaid<ReadClock>| -> Vec<usize> {
+        v.array().members().map(|m| m.reads_done_ns.len()).collect()
+    };
+    while v.stats().user_sectors < cap * 3 {
+        let (cleaned, before) = (v.stats().segments_cleaned, reads(&v));
+        let write = Command::write(rng.below(cap - 2), 2, &data);
+        v.submit(now, &write, ReadBuffers::none()).unwrap();
+        if v.stats().segments_cleaned > cleaned {
+            let reads_end_ns = v
+                .array()
+                .members()
+                .zip(before)
+                .flat_map(|(m, b)| m.reads_done_ns[b..].iter().copied())
+                .max()
+                .unwrap_or(0);
+            let next = Command::write(rng.below(cap - 2), 2, &data);
+            let c = v.submit(now, &next, ReadBuffers::none()).unwrap();
+            if reads_end_ns > now {
+                assert!(
+                    c.done_ns >= reads_end_ns,
+                    "a write submitted at {now} ns completed at {} ns, before the cleaning's reads ended at {reads_end_ns} ns",
+                    c.done_ns
+                );
+                checked += 1;
+            }
+        }
+        // The writer barely waits between writes, so it keeps meeting cleanings.
+        now += 1_000;
+    }
+    assert!(checked > 0, "no write met a cleaning");
+}
+
 /// Pages the members' FTLs copied in their own GC after random writes of four times the
 /// capacity of a Log-RAID 0 volume over two SSDs with segments of `segment_stripes`
 /// stripes of 16 KiB.
