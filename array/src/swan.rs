@@ -1606,16 +1606,19 @@ impl<D: BlockDevice> Swan<D> {
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         self.nvram.sync()?;
         let mut done = now_ns;
+        let mut at = now_ns;
         if self.volatile() {
-            // The pad goes into the user stream, which a foreground GC stall may hold.
-            done = self.make_durable(None, now_ns.max(self.user_resume_ns))?;
+            // The pad goes into the user stream, which a foreground GC stall may hold, and
+            // the members' flushes must follow it.
+            at = now_ns.max(self.user_resume_ns);
+            done = self.make_durable(None, at)?;
             // Victims that waited for these user writes may go (not waited for: a trim
             // adds nothing to what the FLUSH made durable).
-            self.release_cleaned(now_ns, None)?;
+            self.release_cleaned(at, None)?;
         }
         for g in &mut self.groups {
             done = done.max(
-                g.submit(now_ns, &Command::flush(), ReadBuffers::none())?
+                g.submit(at, &Command::flush(), ReadBuffers::none())?
                     .done_ns,
             );
         }
