@@ -143,9 +143,11 @@ pub struct LogRaid<D: BlockDevice> {
     inflight: WriteWindow,
     info: DeviceInfo,
     cleaning: bool,
-    /// When the log takes user writes again after a synchronous cleaning: the writers stop
-    /// while a victim is relocated (§2 of the SWAN paper), so every write and trim record
-    /// submitted meanwhile waits for it, not only the one that opened the segment.
+    /// When the log takes user writes again after a synchronous cleaning: the log stops
+    /// while a victim's valid sectors are read (docs/swan.md), so every write and trim
+    /// record submitted meanwhile waits for it, not only the one that opened the segment.
+    /// Otherwise a later write would fill the stripe that holds the relocated sectors and
+    /// send it to the members before those sectors had been read.
     user_resume_ns: TimeNs,
     stats: LogRaidStats,
     /// Where the NVRAM's contents are kept when they must outlive the process.
