@@ -8,7 +8,7 @@ use afa_ssd::Ssd;
 use proptest::prelude::*;
 
 use super::*;
-use crate::tests::{ssd, Harness};
+use crate::tests::{ssd, Harness, Watched};
 
 /// `groups` R-groups of `width` test SSDs, 4 KiB chunks, segments of `stripes` stripes.
 fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan<Ssd> {
@@ -121,44 +121,6 @@ fn windowed_cleaning_with_a_one_stripe_buffer_keeps_data() {
     }
 }
 
-/// Wraps a member to record which commands reach it, so the role rules can be checked.
-#[derive(Debug)]
-struct Watched {
-    inner: Ssd,
-    writes: Vec<TimeNs>,
-    reads: Vec<TimeNs>,
-    /// Reads and writes in the order they were submitted: (is a write, submission time).
-    order: Vec<(bool, TimeNs)>,
-}
-
-impl BlockDevice for Watched {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn submit(
-        &mut self,
-        now_ns: TimeNs,
-        cmd: &Command<'_>,
-        out: ReadBuffers<'_>,
-    ) -> Result<Completion, DeviceError> {
-        match cmd.opcode {
-            Opcode::Write => {
-                self.writes.push(now_ns);
-                self.order.push((true, now_ns));
-            }
-            Opcode::Read => {
-                self.reads.push(now_ns);
-                self.order.push((false, now_ns));
-            }
-            _ => {}
-        }
-        self.inner.submit(now_ns, cmd, out)
-    }
-    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        self.inner.background(now_ns)
-    }
-}
-
 #[test]
 fn only_the_front_end_takes_user_writes_and_gc_stays_in_one_group() {
     let members = 8u32;
@@ -169,14 +131,7 @@ fn only_the_front_end_takes_user_writes_and_gc_stays_in_one_group() {
         spare_fraction: 0.4,
         ..SwanConfig::default()
     };
-    let devices = (0..members as u64)
-        .map(|i| Watched {
-            inner: ssd(i),
-            writes: Vec::new(),
-            reads: Vec::new(),
-            order: Vec::new(),
-        })
-        .collect();
+    let devices = (0..members as u64).map(|i| Watched::new(ssd(i))).collect();
     let mut v = Swan::new(array, config, devices, Vec::new()).unwrap();
     let cap = v.info().capacity_sectors;
     let mut rng = SimRng::new(3);
@@ -235,14 +190,7 @@ fn gc_reads_are_not_queued_behind_later_gc_writes() {
         spare_fraction: 0.4,
         ..SwanConfig::default()
     };
-    let devices = (0..members as u64)
-        .map(|i| Watched {
-            inner: ssd(i),
-            writes: Vec::new(),
-            reads: Vec::new(),
-            order: Vec::new(),
-        })
-        .collect();
+    let devices = (0..members as u64).map(|i| Watched::new(ssd(i))).collect();
     let mut v = Swan::new(array, config, devices, Vec::new()).unwrap();
     let cap = v.info().capacity_sectors;
     let mut rng = SimRng::new(5);

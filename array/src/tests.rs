@@ -250,6 +250,62 @@ impl BlockDevice for PageCache {
     }
 }
 
+/// Wraps a member to record which commands reach it and when its reads complete, so the
+/// engines' role and timing rules can be checked.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    pub(crate) inner: Ssd,
+    /// Submission times of writes and of reads.
+    pub(crate) writes: Vec<TimeNs>,
+    pub(crate) reads: Vec<TimeNs>,
+    /// Reads and writes in the order they were submitted: (is a write, submission time).
+    pub(crate) order: Vec<(bool, TimeNs)>,
+    /// Completion times of reads: in a load of writes only, the reads are the cleaning's.
+    pub(crate) reads_done_ns: Vec<TimeNs>,
+}
+
+impl Watched {
+    pub(crate) fn new(inner: Ssd) -> Self {
+        Self {
+            inner,
+            writes: Vec::new(),
+            reads: Vec::new(),
+            order: Vec::new(),
+            reads_done_ns: Vec::new(),
+        }
+    }
+}
+
+impl BlockDevice for Watched {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn submit(
+        &mut self,
+        now_ns: TimeNs,
+        cmd: &Command<'_>,
+        out: ReadBuffers<'_>,
+    ) -> Result<Completion, DeviceError> {
+        let c = self.inner.submit(now_ns, cmd, out)?;
+        match cmd.opcode {
+            Opcode::Write => {
+                self.writes.push(now_ns);
+                self.order.push((true, now_ns));
+            }
+            Opcode::Read => {
+                self.reads.push(now_ns);
+                self.order.push((false, now_ns));
+                self.reads_done_ns.push(c.done_ns);
+            }
+            _ => {}
+        }
+        Ok(c)
+    }
+    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
+        self.inner.background(now_ns)
+    }
+}
+
 fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
     cached_array(level, members, spares, 0)
 }
@@ -851,35 +907,6 @@ fn log_raid_keeps_data_through_cleaning_and_a_failure() {
     }
 }
 
-/// A member that remembers when each of its reads completes: in a load of writes only, the
-/// reads are the cleaning's.
-#[derive(Debug)]
-struct ReadClock {
-    inner: Ssd,
-    reads_done_ns: Vec<TimeNs>,
-}
-
-impl BlockDevice for ReadClock {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn submit(
-        &mut self,
-        now_ns: TimeNs,
-        cmd: &Command<'_>,
-        out: ReadBuffers<'_>,
-    ) -> Result<Completion, DeviceError> {
-        let c = self.inner.submit(now_ns, cmd, out)?;
-        if cmd.opcode == Opcode::Read {
-            self.reads_done_ns.push(c.done_ns);
-        }
-        Ok(c)
-    }
-    fn background(&mut self, now_ns: TimeNs) -> Option<TimeNs> {
-        self.inner.background(now_ns)
-    }
-}
-
 /// Log-RAID cleans synchronously: the log stops while a victim's valid sectors are read, for
 /// every writer, not only the one whose write opened the segment. A write submitted at the
 /// same time as the one that started a cleaning completes no earlier than the cleaning's
@@ -893,23 +920,19 @@ fn log_raid_writes_submitted_during_cleaning_wait_for_its_reads() {
         chunk_bytes: 8 * 1024,
         ..ArrayConfig::default()
     };
-    let devs = (0..3)
-        .map(|i| ReadClock {
-            inner: ssd(i),
-            reads_done_ns: Vec::new(),
-        })
-        .collect();
+    let devs = (0..3).map(|i| Watched::new(ssd(i))).collect();
     let log = LogRaidConfig {
         segment_stripes: 4,
         spare_fraction: 0.3,
         ..LogRaidConfig::default()
     };
-    let mut v = LogRaid::new(Array::new(config, devs, Vec::new()).unwrap(), log).unwrap();
+    let mut v: LogRaid<Watched> =
+        LogRaid::new(Array::new(config, devs, Vec::new()).unwrap(), log).unwrap();
     let cap = v.info().capacity_sectors;
     let data = vec![0u8; 2 * v.info().payload_unit_bytes as usize];
     let mut rng = SimRng::new(9);
     let (mut now, mut checked) = (0u64, 0);
-    let reads = |v: &LogRaid<ReadClock>| -> Vec<usize> {
+    let reads = |v: &LogRaid<Watched>| -> Vec<usize> {
         v.array().members().map(|m| m.reads_done_ns.len()).collect()
     };
     while v.stats().user_sectors < cap * 3 {
