@@ -60,10 +60,12 @@ pub enum HostMemory {
     #[default]
     BatteryBacked,
     /// Lost at power loss, as in a host without NVRAM: a write is durable once a FLUSH (or a
-    /// FUA write) after it completes. A FLUSH pads the user stream's open stripe and ends it
-    /// with a partial summary of the segment so far, so recovery finds the flushed blocks
-    /// without the lost memory; a cleaned victim is trimmed only once its moved blocks and
-    /// the user writes that replaced its other blocks are on the members the same way.
+    /// FUA write) after it completes. The last block of every stripe holds a summary of the
+    /// segment so far; a FLUSH writes the blocks of the user stream's open stripe that are
+    /// not yet on the members and a partial summary into that stripe's last block, so
+    /// recovery finds the flushed blocks without the lost memory. A cleaned victim is
+    /// trimmed only once its moved blocks and the user writes that replaced its other blocks
+    /// are on the members the same way.
     Volatile,
 }
 
@@ -197,10 +199,9 @@ pub struct SwanStats {
     /// Trim records appended to the log (trims of blocks that held data), and moved by GC.
     pub trim_records_written: u64,
     pub trim_records_moved: u64,
-    /// With volatile host memory: partial summaries written (by FLUSHes and before victims
-    /// were trimmed), and the blocks padded out of stripes to place them.
+    /// With volatile host memory: partial summaries written into the last block of a stripe
+    /// not yet full (by FLUSHes, and before victims were trimmed).
     pub partial_summaries: u64,
-    pub pad_blocks: u64,
     /// Engine time of the user's time 0 (the end of aging).
     pub epoch_ns: u64,
     pub events: Vec<SwanEvent>,
@@ -247,6 +248,12 @@ struct Stream {
     durable_placed: u64,
     /// When the last stripe write of the stream completes.
     written_ns: TimeNs,
+    /// With volatile host memory: whether the last block of the head's stripe holds a
+    /// partial summary (a FLUSH put it there, and the stripe's summary takes the block when
+    /// the stripe fills), and how many blocks at the start of the stripe are on the members
+    /// (the rest go when it fills).
+    summary_slot: bool,
+    stripe_written: u32,
 }
 
 impl Stream {
@@ -260,6 +267,8 @@ impl Stream {
             placed: 0,
             durable_placed: 0,
             written_ns: 0,
+            summary_slot: false,
+            stripe_written: 0,
         }
     }
 }
@@ -325,8 +334,8 @@ pub struct Swan<D: BlockDevice> {
     gc_group: Vec<Option<usize>>,
     gc_clock_ns: Vec<TimeNs>,
     /// When the user stream may take blocks again after a foreground GC stall: the log has
-    /// no head until the stall ends, so every write, trim record and FLUSH pad submitted
-    /// meanwhile waits for it, not only the one that found the front-end full.
+    /// no head until the stall ends, so every write, trim record and FLUSH summary
+    /// submitted meanwhile waits for it, not only the one that found the front-end full.
     user_resume_ns: TimeNs,
     /// Per GC lane, the victim it is cleaning.
     cleaning: Vec<Option<Cleaning>>,
@@ -472,8 +481,8 @@ pub fn encode_summary(
     encode_summary_as(SUMMARY_MAGIC, seq, segment, entries, unit)
 }
 
-/// Magic at the start of a partial summary: the last block of a stripe a FLUSH padded out
-/// with volatile host memory, listing the segment's blocks before it.
+/// Magic at the start of a partial summary: the last block of a stripe a FLUSH wrote with
+/// volatile host memory before the stripe was full, listing the segment's blocks before it.
 pub const PARTIAL_SUMMARY_MAGIC: &[u8; 8] = b"SWANPSM1";
 
 /// Encodes a partial summary: [`encode_summary`]'s layout under [`PARTIAL_SUMMARY_MAGIC`],
@@ -679,13 +688,6 @@ impl<D: BlockDevice> Swan<D> {
             return Err(err(
                 "array.swan.segment_bytes must hold at least two blocks (data and summary)".into(),
             ));
-        }
-        if swan.host_memory == HostMemory::Volatile && segment_sectors < 2 * stripe_sectors {
-            return Err(err(format!(
-                "array.swan.segment_bytes = {} with host_memory = \"volatile\" must hold at least two of the R-group's stripes ({} B each): a FLUSH pads the open stripe, and cleaning a one-stripe segment could not free more than that costs",
-                swan.segment_bytes,
-                stripe_sectors as u64 * sector
-            )));
         }
         let unit = ainfo.payload_unit_bytes as usize;
         if unit == sector as usize
@@ -1044,10 +1046,10 @@ impl<D: BlockDevice> Swan<D> {
         let d = self.data_blocks();
         let mut max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
         if self.volatile() {
-            // A victim may cost a padded stripe besides its valid blocks (when it must be
-            // trimmed before the GC stream's segment fills): one as full as that frees
-            // nothing, and the segment that took its blocks would be the next such victim.
-            max_valid = max_valid.min(d - self.stripe_sectors);
+            // A victim may cost a block besides its valid ones, a partial summary in the GC
+            // stream's open stripe (when it must be trimmed before that stripe fills): one
+            // with a single invalid block frees nothing.
+            max_valid = max_valid.min(d.saturating_sub(2));
         }
         let room = {
             let s = &self.gc_streams[g];
@@ -1258,7 +1260,7 @@ impl<D: BlockDevice> Swan<D> {
 
     /// Trims the cleaned victims (volatile host memory) whose moved and replaced blocks are
     /// durable. With `force`, first makes durable the streams the victims of group `force`
-    /// wait for, padding their open stripes: for when space is short. Returns when the
+    /// wait for, as a FLUSH does: for when space is short. Returns when the
     /// trims are done.
     fn release_cleaned(
         &mut self,
@@ -1429,6 +1431,8 @@ impl<D: BlockDevice> Swan<D> {
         s.segment = segment;
         s.head = segment * self.segment_sectors;
         s.lbas.clear();
+        s.summary_slot = false;
+        s.stripe_written = 0;
         Ok(())
     }
 
@@ -1487,6 +1491,14 @@ impl<D: BlockDevice> Swan<D> {
         self.wseq[physical as usize] = wseq;
         self.valid[(physical / self.segment_sectors) as usize] += 1;
         let head = physical + 1;
+        let s = match gc {
+            Some(g) => &self.gc_streams[g],
+            None => &self.user,
+        };
+        if s.summary_slot && head % stripe_sectors == stripe_sectors - 1 {
+            // A FLUSH took the stripe's last block for its summary: the stripe is full.
+            return Ok(t.max(self.complete_stripe(gc, t)?));
+        }
         if head % stripe_sectors == 0 {
             t = t.max(self.flush_stripe(gc, t)?);
         }
@@ -1506,9 +1518,10 @@ impl<D: BlockDevice> Swan<D> {
     }
 
     /// Writes the segment's summary (`partial` false, in its last block) or a partial
-    /// summary of the blocks before the head (a FLUSH's, with volatile host memory) into the
-    /// head's slot of the open stripe. A partial summary takes a slot of the segment like a
-    /// pad block: it gets an entry of no address, so entries stay one per block.
+    /// summary of the blocks before the head (the summary of a stripe a FLUSH wrote part of,
+    /// with volatile host memory) into the head's slot of the open stripe, its last. A
+    /// partial summary takes a slot of the segment: it gets an entry of no address, so
+    /// entries stay one per block.
     fn put_summary_as(&mut self, gc: Option<usize>, partial: bool) {
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
@@ -1536,14 +1549,49 @@ impl<D: BlockDevice> Swan<D> {
         s.placed += 1;
     }
 
+    /// With volatile host memory, ends the head's stripe with a summary in its last block
+    /// (where the head is): the segment's summary if that is the segment's last block, a
+    /// partial summary otherwise. Writes what of the stripe is not yet on the members and
+    /// closes the segment at its end. Returns when the buffer has room for the next stripe.
+    fn complete_stripe(
+        &mut self,
+        gc: Option<usize>,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        s.summary_slot = false;
+        let closes = s.head % self.segment_sectors == self.segment_sectors - 1;
+        self.put_summary_as(gc, !closes);
+        let t = self.write_stripe_rest(gc, now_ns)?;
+        if closes {
+            self.close(gc)?;
+        } else {
+            // Every block the stream placed is on the members under this stripe's summary.
+            let s = match gc {
+                Some(g) => &mut self.gc_streams[g],
+                None => &mut self.user,
+            };
+            s.durable_placed = s.placed;
+        }
+        Ok(t)
+    }
+
     /// With volatile host memory, puts every block appended to the stream on the members
-    /// under a summary: the open stripe is padded to its last block, which takes a partial
-    /// summary (or, at the end of the segment, the segment's own summary), and is written
-    /// out. Returns when every stripe the stream has written is on the members.
+    /// under a summary. The blocks of the open stripe not yet there are written, and a
+    /// partial summary listing every block of the segment before the stripe's last block
+    /// (those not yet filled as entries of no address) goes into that last block. Nothing is
+    /// padded: later appends fill the rest of the stripe, and once it is full its last block
+    /// takes the stripe's summary in place of this one, so a FLUSH costs the log one block,
+    /// whatever the stripe holds. (When the head already is at the stripe's last block, the
+    /// summary simply takes it and the stripe is complete.) Returns when every stripe the
+    /// stream has written is on the members.
     fn make_durable(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
-        let segment_sectors = self.segment_sectors;
+        let group_sectors = self.group_sectors();
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
             None => &mut self.user,
@@ -1551,29 +1599,54 @@ impl<D: BlockDevice> Swan<D> {
         if s.segment == NONE || s.placed == s.durable_placed {
             return Ok(now_ns.max(s.written_ns));
         }
-        let mut pads = 0;
-        while s.head % stripe_sectors != stripe_sectors - 1 {
-            let offset = (s.head % stripe_sectors) as usize;
-            s.stripe_buf[offset * unit..(offset + 1) * unit].fill(0);
-            s.lbas.push((NONE, 0));
-            s.head += 1;
-            s.placed += 1;
-            pads += 1;
+        let filled = s.head % stripe_sectors;
+        let last = stripe_sectors - 1;
+        if filled == last {
+            let segment = s.segment;
+            self.complete_stripe(gc, now_ns)?;
+            let s = match gc {
+                Some(g) => &self.gc_streams[g],
+                None => &self.user,
+            };
+            if s.segment == segment {
+                self.stats.partial_summaries += 1;
+            }
+            return Ok(now_ns.max(s.written_ns));
         }
-        let closes = s.head % segment_sectors == segment_sectors - 1;
-        self.stats.pad_blocks += pads;
-        self.put_summary_as(gc, !closes);
-        self.flush_stripe(gc, now_ns)?;
-        if closes {
-            self.close(gc)?;
-        } else {
-            self.stats.partial_summaries += 1;
+        let seq = self.seq[s.segment as usize];
+        let mut entries = s.lbas.clone();
+        entries.resize(s.lbas.len() + (last - filled) as usize, (NONE, 0));
+        let slot = &mut s.stripe_buf[last as usize * unit..];
+        match encode_partial_summary(seq, s.segment, &entries, unit) {
+            Some(bytes) => slot.copy_from_slice(&bytes),
+            // In token mode a block holds 8 bytes: it carries the sequence number only.
+            None => fill_unit(sector_token(s.segment as u64, seq), slot),
         }
-        let s = match gc {
-            Some(g) => &mut self.gc_streams[g],
-            None => &mut self.user,
-        };
+        let start = s.head - filled;
+        let g = (start / group_sectors) as usize;
+        let base = (start % group_sectors) as u64;
+        let from = s.stripe_written;
+        // The data first: a crash between the two writes then leaves the previous summary,
+        // which lists none of these blocks, rather than a summary listing blocks not there.
+        if filled > from {
+            let data = &s.stripe_buf[from as usize * unit..filled as usize * unit];
+            let c = self.groups[g].submit(
+                now_ns,
+                &Command::write(base + from as u64, filled - from, data),
+                ReadBuffers::none(),
+            )?;
+            s.written_ns = s.written_ns.max(c.done_ns);
+        }
+        let c = self.groups[g].submit(
+            now_ns,
+            &Command::write(base + last as u64, 1, &s.stripe_buf[last as usize * unit..]),
+            ReadBuffers::none(),
+        )?;
+        s.written_ns = s.written_ns.max(c.done_ns);
+        s.summary_slot = true;
+        s.stripe_written = filled;
         s.durable_placed = s.placed;
+        self.stats.partial_summaries += 1;
         Ok(now_ns.max(s.written_ns))
     }
 
@@ -1608,8 +1681,8 @@ impl<D: BlockDevice> Swan<D> {
         let mut done = now_ns;
         let mut at = now_ns;
         if self.volatile() {
-            // The pad goes into the user stream, which a foreground GC stall may hold, and
-            // the members' flushes must follow it.
+            // The summary goes into the user stream, which a foreground GC stall may hold,
+            // and the members' flushes must follow it.
             at = now_ns.max(self.user_resume_ns);
             done = self.make_durable(None, at)?;
             // Victims that waited for these user writes may go (not waited for: a trim
@@ -1623,6 +1696,43 @@ impl<D: BlockDevice> Swan<D> {
             );
         }
         Ok(done)
+    }
+
+    /// Writes what of the stream's full stripe (the one just before its head) is not yet on
+    /// the members: the whole stripe as one full-stripe write, or, when a FLUSH (volatile
+    /// host memory) already wrote its first blocks, the rest of it. Returns when the buffer
+    /// has room for the next stripe.
+    fn write_stripe_rest(
+        &mut self,
+        gc: Option<usize>,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let capacity = self.config.buffer_stripes as usize;
+        let unit = self.unit;
+        let stripe_sectors = self.stripe_sectors;
+        let group_sectors = self.group_sectors();
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        let from = std::mem::take(&mut s.stripe_written);
+        if from == 0 {
+            return self.flush_stripe(gc, now_ns);
+        }
+        let start = s.head - stripe_sectors;
+        let g = (start / group_sectors) as usize;
+        let c = self.groups[g].submit(
+            now_ns,
+            &Command::write(
+                (start % group_sectors) as u64 + from as u64,
+                stripe_sectors - from,
+                &s.stripe_buf[from as usize * unit..],
+            ),
+            ReadBuffers::none(),
+        )?;
+        self.stats.stripes_written += 1;
+        s.written_ns = s.written_ns.max(c.done_ns);
+        Ok(s.window.admit(now_ns, c.done_ns, capacity))
     }
 
     /// Writes the stream's full stripe (the one just before its head) to its group as one
