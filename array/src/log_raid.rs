@@ -11,7 +11,9 @@
 //! the logical address and write sequence number of every data sector), so the map can be
 //! rebuilt from the members after the host loses its memory; the open segment's list lives in
 //! the NVRAM, which an [`crate::NvramLog`] keeps when it must outlive the process
-//! (`log_raid_recovery.rs`).
+//! (`log_raid_recovery.rs`). Without NVRAM (`host_memory = "volatile"`) a FLUSH writes the
+//! open stripe's new sectors and a partial summary into the stripe's last sectors, as SWAN's
+//! does (docs/swan.md, "Without battery-backed memory").
 
 use std::collections::VecDeque;
 
@@ -24,7 +26,7 @@ use afa_ssd::{
 use serde::{Deserialize, Serialize};
 
 use crate::nvram::Nvram;
-use crate::swan::encode_summary;
+use crate::swan::{encode_partial_summary, encode_summary, HostMemory};
 use crate::trims::{trim_record_bytes, Trims, TRIM_RECORD};
 use crate::{Array, Level};
 
@@ -43,6 +45,10 @@ pub struct LogRaidConfig {
     pub nvram_stripes: u32,
     /// Time to copy a write into NVRAM, in ns.
     pub nvram_write_ns: u64,
+    /// Whether the host memory holding the open stripe and the open segment's list
+    /// survives a power loss (`battery-backed`, the NVRAM of SOFA and Purity) or not
+    /// (`volatile`: a write is durable once a FLUSH after it completes).
+    pub host_memory: HostMemory,
 }
 
 impl Default for LogRaidConfig {
@@ -53,6 +59,7 @@ impl Default for LogRaidConfig {
             gc_free_segments: 2,
             nvram_stripes: 8,
             nvram_write_ns: 2_000,
+            host_memory: HostMemory::BatteryBacked,
         }
     }
 }
@@ -103,6 +110,11 @@ pub struct LogRaidStats {
     /// cleaning.
     pub trim_records_written: u64,
     pub trim_records_moved: u64,
+    /// With volatile host memory: partial summaries written into the end of a stripe not yet
+    /// full (by FLUSHes, and before cleaned segments were trimmed), and sectors padded out
+    /// of stripes whose end the data had already taken.
+    pub partial_summaries: u64,
+    pub pad_sectors: u64,
 }
 
 /// A log-structured volume over an array.
@@ -141,6 +153,17 @@ pub struct LogRaid<D: BlockDevice> {
     stripe_buf: Vec<u8>,
     /// Stripe writes still holding NVRAM.
     inflight: WriteWindow,
+    /// With volatile host memory: whether the last `summary_sectors` of the head's stripe
+    /// hold a FLUSH's partial summary (the stripe's data then ends before them), and how
+    /// many sectors at the stripe's start are already on the members.
+    summary_slot: bool,
+    stripe_written: u32,
+    /// Sectors appended so far, and how many of them were on the members under a summary
+    /// at the last FLUSH, stripe summary or segment close.
+    placed: u64,
+    durable_placed: u64,
+    /// When the last write to the members of the open segment's stripes completes.
+    written_ns: TimeNs,
     info: DeviceInfo,
     cleaning: bool,
     /// When the log takes user writes again after a synchronous cleaning: the log stops
@@ -206,6 +229,11 @@ impl<D: BlockDevice> LogRaid<D> {
                 "a log-raid segment of {segment_sectors} sectors cannot hold data besides its {summary_sectors}-sector summary; raise segment_stripes"
             )));
         }
+        if config.host_memory == HostMemory::Volatile && summary_sectors >= stripe_sectors {
+            return Err(bad(format!(
+                "log-raid host_memory = \"volatile\" needs stripes longer than the segment summary: a FLUSH writes a partial summary into the end of the open stripe, and the summary of a {segment_sectors}-sector segment takes {summary_sectors} sectors while a stripe holds {stripe_sectors}; raise chunk_bytes or lower segment_stripes"
+            )));
+        }
         let data_sectors = (segment_sectors - summary_sectors) as u64;
         let segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
         let reserve = config.gc_free_segments + 1;
@@ -254,6 +282,11 @@ impl<D: BlockDevice> LogRaid<D> {
             head: NONE,
             stripe_buf: vec![0; stripe_sectors as usize * unit],
             inflight: WriteWindow::default(),
+            summary_slot: false,
+            stripe_written: 0,
+            placed: 0,
+            durable_placed: 0,
+            written_ns: 0,
             cleaning: false,
             user_resume_ns: 0,
             stats: LogRaidStats::default(),
@@ -350,17 +383,34 @@ impl<D: BlockDevice> LogRaid<D> {
         let relocated = self.relocate_valid(victim, now_ns);
         self.cleaning = false;
         let t = relocated?;
+        let trim_at = if self.volatile() {
+            // Until the relocated sectors, and the writes that replaced the victim's other
+            // sectors, are on the members under a summary, the victim holds the versions a
+            // crash must find: it is trimmed once those writes are done. The open stripe is
+            // padded out and written whole rather than in part (as a FLUSH does): the pad
+            // costs at most a stripe per segment freed, while writing stripes in part once
+            // per victim cost the writers more than 40% of their throughput (docs/swan.md,
+            // "Log-RAID without battery-backed memory").
+            self.make_durable(t, true)?
+        } else {
+            t
+        };
         debug_assert_eq!(self.valid[victim as usize], 0);
         let first = victim * self.segment_sectors;
         // Trimming the whole segment keeps the members' FTLs from moving dead data.
         let c = self.array.submit(
-            t,
+            trim_at,
             &Command::trim(first as u64, self.segment_sectors),
             ReadBuffers::none(),
         )?;
         self.state[victim as usize] = SegmentState::Free;
         self.free.push_back(victim);
         self.stats.segments_cleaned += 1;
+        if self.volatile() {
+            // The writers need not wait for the trim: the members take the writes that
+            // reuse the segment after it, in the order they are submitted.
+            return Ok(Some(t));
+        }
         Ok(Some(t.max(c.done_ns)))
     }
 
@@ -452,7 +502,16 @@ impl<D: BlockDevice> LogRaid<D> {
         let seg = self.segment_of(physical);
         self.valid[seg as usize] += 1;
         self.head += 1;
-        if self.head % self.stripe_sectors == 0 {
+        self.placed += 1;
+        let (stripe, n) = (self.stripe_sectors, self.summary_sectors);
+        if self.summary_slot
+            && self.head % stripe == stripe - n
+            && self.head % self.segment_sectors != self.data_sectors()
+        {
+            // A FLUSH took the stripe's last sectors for its summary: the stripe is full.
+            return Ok(t.max(self.complete_stripe(t)?));
+        }
+        if self.head % stripe == 0 {
             t = t.max(self.flush_stripe(t)?);
         }
         if self.head % self.segment_sectors == self.data_sectors() {
@@ -461,23 +520,136 @@ impl<D: BlockDevice> LogRaid<D> {
         Ok(t)
     }
 
-    /// Appends the open segment's summary to its last sectors, writes the stripes that
-    /// fills, and closes the segment. Returns when NVRAM has room again.
-    fn close_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+    fn volatile(&self) -> bool {
+        self.config.host_memory == HostMemory::Volatile
+    }
+
+    /// The summary bytes of `entries` (every sector of the segment before the summary) for
+    /// the `summary_sectors` it takes: the real summary with payload `full`, else a token of
+    /// the segment's sequence number in every sector (with token payloads a sector holds 8
+    /// bytes).
+    fn summary_bytes(&self, entries: &[(u32, u64)], partial: bool) -> Vec<u8> {
         let seg = self.segment_of(self.head);
         let seq = self.seq[seg as usize];
         let (unit, n) = (self.unit, self.summary_sectors as usize);
-        let summary = if unit == self.info.sector_bytes as usize {
-            encode_summary(seq, seg, &self.lbas, n * unit)
-                .expect("summary_sectors_for leaves room for the summary")
+        if unit == self.info.sector_bytes as usize {
+            let encoded = if partial {
+                encode_partial_summary(seq, seg, entries, n * unit)
+            } else {
+                encode_summary(seq, seg, entries, n * unit)
+            };
+            encoded.expect("summary_sectors_for leaves room for the summary")
         } else {
-            // With token payloads a sector holds 8 bytes: each carries the sequence number.
             let mut bytes = vec![0u8; n * unit];
             for block in bytes.chunks_mut(unit.max(1)) {
                 fill_unit(sector_token(seg as u64, seq), block);
             }
             bytes
-        };
+        }
+    }
+
+    /// With volatile host memory, ends the head's stripe (whose data reaches the sectors
+    /// before its summary) with a partial summary of the segment so far and writes what of
+    /// it is not on the members yet. Returns when NVRAM has room for the next stripe.
+    fn complete_stripe(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let (unit, n) = (self.unit, self.summary_sectors as usize);
+        let summary = self.summary_bytes(&self.lbas, true);
+        let offset = (self.head % self.stripe_sectors) as usize;
+        if unit > 0 {
+            self.stripe_buf[offset * unit..(offset + n) * unit].copy_from_slice(&summary);
+        }
+        self.lbas.extend(std::iter::repeat_n((NONE, 0), n));
+        self.head += n as u32;
+        let t = self.flush_stripe(now_ns)?;
+        self.durable_placed = self.placed;
+        Ok(t)
+    }
+
+    /// Appends `count` zero sectors of no address to the open stripe (volatile host memory).
+    fn pad(&mut self, count: u32) {
+        let offset = (self.head % self.stripe_sectors) as usize;
+        let unit = self.unit;
+        if unit > 0 {
+            self.stripe_buf[offset * unit..(offset + count as usize) * unit].fill(0);
+        }
+        self.lbas
+            .extend(std::iter::repeat_n((NONE, 0), count as usize));
+        self.head += count;
+        self.stats.pad_sectors += count as u64;
+    }
+
+    /// With volatile host memory, puts every sector appended so far on the members under a
+    /// summary: the open stripe's sectors not yet there are written, then a partial summary
+    /// listing every sector of the segment before the stripe's last `summary_sectors` (those
+    /// not yet filled as entries of no address) goes into those last sectors. The stripe
+    /// stays open; when its data reaches the summary, the stripe's own partial summary takes
+    /// those sectors in place of this one. If the data already reaches into them, the stripe
+    /// is padded out and the next stripe's end takes the summary. With `pad_stripe` the
+    /// stripe is padded out up to its summary and written whole instead. Returns when the
+    /// writes are done.
+    fn make_durable(&mut self, now_ns: TimeNs, pad_stripe: bool) -> Result<TimeNs, DeviceError> {
+        if self.head == NONE || self.placed == self.durable_placed {
+            return Ok(now_ns.max(self.written_ns));
+        }
+        let (unit, stripe, n) = (self.unit, self.stripe_sectors, self.summary_sectors);
+        let mut filled = self.head % stripe;
+        if pad_stripe && filled < stripe - n {
+            self.pad(stripe - n - filled);
+            filled = stripe - n;
+        }
+        if filled > stripe - n {
+            self.pad(stripe - filled);
+            self.flush_stripe(now_ns)?;
+            filled = 0;
+        }
+        if self.head % self.segment_sectors == self.data_sectors() {
+            // Padded up to the segment's summary.
+            self.close_segment(now_ns)?;
+            return Ok(now_ns.max(self.written_ns));
+        }
+        self.stats.partial_summaries += 1;
+        if filled == stripe - n {
+            self.complete_stripe(now_ns)?;
+            return Ok(now_ns.max(self.written_ns));
+        }
+        let mut entries = self.lbas.clone();
+        entries.resize(self.lbas.len() + (stripe - n - filled) as usize, (NONE, 0));
+        let summary = self.summary_bytes(&entries, true);
+        let tail = (stripe - n) as usize * unit;
+        if unit > 0 {
+            self.stripe_buf[tail..].copy_from_slice(&summary);
+        }
+        let start = self.head - filled;
+        let from = self.stripe_written;
+        // The data first: a crash between the two writes then leaves the previous summary,
+        // which lists none of these sectors, rather than one listing sectors not there.
+        if filled > from {
+            let data = &self.stripe_buf[from as usize * unit..filled as usize * unit];
+            let c = self.array.submit(
+                now_ns,
+                &Command::write((start + from) as u64, filled - from, data),
+                ReadBuffers::none(),
+            )?;
+            self.written_ns = self.written_ns.max(c.done_ns);
+        }
+        let c = self.array.submit(
+            now_ns,
+            &Command::write((start + stripe - n) as u64, n, &self.stripe_buf[tail..]),
+            ReadBuffers::none(),
+        )?;
+        self.written_ns = self.written_ns.max(c.done_ns);
+        self.summary_slot = true;
+        self.stripe_written = filled;
+        self.durable_placed = self.placed;
+        Ok(now_ns.max(self.written_ns))
+    }
+
+    /// Appends the open segment's summary to its last sectors, writes the stripes that
+    /// fills, and closes the segment. Returns when NVRAM has room again.
+    fn close_segment(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        let seg = self.segment_of(self.head);
+        let (unit, n) = (self.unit, self.summary_sectors as usize);
+        let summary = self.summary_bytes(&self.lbas, false);
         let mut t = now_ns;
         for i in 0..n {
             let offset = (self.head % self.stripe_sectors) as usize;
@@ -492,31 +664,46 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         self.state[seg as usize] = SegmentState::Full;
         self.head = NONE;
+        self.durable_placed = self.placed;
         // The summary is on the members: the segment's records may leave the NVRAM log.
         self.compact_nvram()?;
         Ok(t)
     }
 
     /// A FLUSH of the volume. NVRAM is durable, so it needs only the members' own
-    /// flushes, and the NVRAM log's when that memory is kept in one.
+    /// flushes, and the NVRAM log's when that memory is kept in one. With volatile host
+    /// memory the open stripe goes out first, under a partial summary.
     fn flush(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         self.nvram.sync()?;
+        let (mut at, mut done) = (now_ns, now_ns);
+        if self.volatile() {
+            // The summary goes into the log, which a synchronous cleaning may hold, and the
+            // members' flushes must follow it.
+            at = now_ns.max(self.user_resume_ns);
+            done = self.make_durable(at, false)?;
+        }
         let flush = Command::flush();
-        Ok(self
-            .array
-            .submit(now_ns, &flush, ReadBuffers::none())?
-            .done_ns)
+        Ok(done.max(self.array.submit(at, &flush, ReadBuffers::none())?.done_ns))
     }
 
-    /// Writes the open stripe to the array as one full-stripe write. Returns when NVRAM has
-    /// room for the next stripe (the oldest in-flight stripe write may have to finish).
+    /// Writes the full stripe just before the head to the array: as one full-stripe write,
+    /// or, when a FLUSH (volatile host memory) already wrote its first sectors, the rest of
+    /// it. Returns when NVRAM has room for the next stripe (the oldest in-flight stripe write
+    /// may have to finish).
     fn flush_stripe(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let start = self.head - self.stripe_sectors;
+        let from = std::mem::take(&mut self.stripe_written);
+        self.summary_slot = false;
+        let start = self.head - self.stripe_sectors + from;
         let c = self.array.submit(
             now_ns,
-            &Command::write(start as u64, self.stripe_sectors, &self.stripe_buf),
+            &Command::write(
+                start as u64,
+                self.stripe_sectors - from,
+                &self.stripe_buf[from as usize * self.unit..],
+            ),
             ReadBuffers::none(),
         )?;
+        self.written_ns = self.written_ns.max(c.done_ns);
         self.stats.stripes_written += 1;
         Ok(self
             .inflight

@@ -1,13 +1,14 @@
 //! Log-RAID's map rebuilt after the host lost its memory: the summaries at the end of the
 //! full segments, and the open segment from the NVRAM log (`crate::nvram`), newest write
-//! sequence number first. The same steps as SWAN's (`swan_nvram.rs`) over one stream.
+//! sequence number first; or, with volatile host memory, the open segment from the partial
+//! summary its last FLUSH wrote. The same steps as SWAN's (`swan_nvram.rs`) over one stream.
 
 use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, DeviceError, ReadBuffers};
 
 use super::{LogRaid, SegmentState, NONE};
 use crate::nvram::{logged_streams, NvramLog, OpenSegment};
-use crate::swan::{decode_summary, NewestMap};
+use crate::swan::{decode_partial_summary, decode_summary, HostMemory, NewestMap};
 
 impl<D: BlockDevice> LogRaid<D> {
     /// Keeps the NVRAM's contents in `log` from now on. Attach it to a new, empty volume,
@@ -100,47 +101,19 @@ impl<D: BlockDevice> LogRaid<D> {
         }
         // A record of the open segment is read from the log: its stripe may not have
         // reached the members.
-        let mut sector = vec![0u8; unit];
-        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
-            let logged_data = logged.as_ref().and_then(|l| {
-                let first = l.segment * self.segment_sectors;
-                let i = p.checked_sub(first)? as usize;
-                (open == Some(self.segment_of(p)) && i < l.blocks.len())
-                    .then(|| l.blocks[i].2.clone())
-            });
-            let bytes = match logged_data {
-                Some(b) => b,
-                None => {
-                    let c = self.array.submit(
-                        now_ns,
-                        &Command::read(p as u64, 1),
-                        ReadBuffers {
-                            data: &mut sector,
-                            tags: None,
-                        },
-                    )?;
-                    done = done.max(c.done_ns);
-                    sector.clone()
-                }
-            };
-            if !newest.fold_trim_record(p, w, seq, &bytes) {
-                return Err(DeviceError::Medium(format!(
-                    "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
-                )));
-            }
-        }
-        self.next_wseq = self.next_wseq.max(newest.next_wseq);
-        self.trims.install_rebuilt(
-            &newest,
-            &mut self.l2p,
-            &mut self.p2l,
-            &mut self.wseq,
-            &mut self.valid,
-            self.segment_sectors,
-        );
-        self.free = (0..self.segments)
-            .filter(|&s| self.state[s as usize] == SegmentState::Free)
+        let logged_sector = |p: u32| {
+            let l = logged.as_ref()?;
+            let first = l.segment * self.segment_sectors;
+            let i = p.checked_sub(first)? as usize;
+            (open == Some(p / self.segment_sectors) && i < l.blocks.len())
+                .then(|| l.blocks[i].2.clone())
+        };
+        let logged_records: Vec<(u32, Vec<u8>)> = newest
+            .trim_records
+            .iter()
+            .filter_map(|&(p, _, _)| logged_sector(p).map(|b| (p, b)))
             .collect();
+        done = done.max(self.install_newest(newest, &logged_records, now_ns)?);
         self.head = NONE;
         self.lbas.clear();
         if let Some(l) = logged {
@@ -173,18 +146,150 @@ impl<D: BlockDevice> LogRaid<D> {
                 done = done.max(self.close_segment(now_ns)?);
             }
         }
-        // The crash may have cut a cleaning short after its relocations had taken the last
-        // free segment. The rest of its victim's valid data fits in the room the open
-        // segment has left (or the victim holds none), but user writes would take that
-        // room first, and then no segment would be left to clean into. So the cleaning
-        // that opening a segment asks for is done now, as it would have been.
+        done = self.clean_to_reserve(done)?;
+        self.compact_nvram()?;
+        Ok(done)
+    }
+
+    /// Recovers a volume with volatile host memory after a power loss: builds the map from
+    /// the members alone, from the summaries of the full segments and the newest partial
+    /// summary of each segment a FLUSH (or a cleaning) wrote out. Every write a completed
+    /// FLUSH covered is there; later ones may be. Call on a volume just built over the same
+    /// members. Needs payload `full`. Returns when the summary reads are done.
+    pub fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        if self.config.host_memory != HostMemory::Volatile {
+            return Err(DeviceError::Unsupported(
+                "a Log-RAID volume with battery-backed host memory recovers from its NVRAM log \
+                 (array.log.host_memory = \"battery-backed\")"
+                    .into(),
+            ));
+        }
+        let unit = self.unit;
+        if unit != self.info.sector_bytes as usize {
+            return Err(DeviceError::Unsupported(
+                "rebuilding the Log-RAID map needs payload mode full: summaries are real bytes"
+                    .into(),
+            ));
+        }
+        let d = self.data_sectors() as usize;
+        let (stripe, n) = (self.stripe_sectors, self.summary_sectors);
+        let mut newest = NewestMap::new(self.l2p.len());
+        let mut done = now_ns;
+        let mut summary = vec![0u8; n as usize * unit];
+        for seg in 0..self.segments {
+            let first = seg * self.segment_sectors;
+            done = done.max(self.read_sectors(first + d as u32, now_ns, &mut summary)?);
+            let mut found = match decode_summary(&summary) {
+                Some((seq, id, entries)) if id == seg && entries.len() == d => Some((seq, entries)),
+                _ => None,
+            };
+            // The newest partial summary: the end of every stripe is read, the last stripe
+            // first; the end of a stripe no FLUSH wrote holds data, and an older partial
+            // summary lists fewer sectors than its place.
+            let mut end = self.segment_sectors;
+            while found.is_none() && end >= stripe {
+                let at = end - n;
+                done = done.max(self.read_sectors(first + at, now_ns, &mut summary)?);
+                if let Some((seq, id, entries)) = decode_partial_summary(&summary) {
+                    if id == seg && entries.len() == at as usize {
+                        found = Some((seq, entries));
+                    }
+                }
+                end -= stripe;
+            }
+            let entries = match found {
+                Some((seq, entries)) => {
+                    // A segment with a partial summary is closed as it is: its sectors past
+                    // the summary were never flushed, and cleaning takes back the rest.
+                    self.state[seg as usize] = SegmentState::Full;
+                    self.seq[seg as usize] = seq;
+                    self.next_seq = self.next_seq.max(seq + 1);
+                    entries
+                }
+                None => {
+                    self.state[seg as usize] = SegmentState::Free;
+                    Vec::new()
+                }
+            };
+            newest.fold(first, self.seq[seg as usize], &entries);
+        }
+        done = done.max(self.install_newest(newest, &[], now_ns)?);
+        self.head = NONE;
+        self.lbas.clear();
+        self.clean_to_reserve(done)
+    }
+
+    /// Reads `out.len()` bytes of sectors from `first`; returns when they are there.
+    fn read_sectors(
+        &mut self,
+        first: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<TimeNs, DeviceError> {
+        let sectors = (out.len() / self.unit) as u32;
+        let c = self.array.submit(
+            now_ns,
+            &Command::read(first as u64, sectors),
+            ReadBuffers {
+                data: out,
+                tags: None,
+            },
+        )?;
+        Ok(c.done_ns)
+    }
+
+    /// Takes in the trim records `newest` lists (from `logged` when it holds the sector,
+    /// else read from the members) and installs the rebuilt map; every segment not free is
+    /// full or open, as the caller set. Returns when the record reads are done.
+    fn install_newest(
+        &mut self,
+        mut newest: NewestMap,
+        logged: &[(u32, Vec<u8>)],
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut done = now_ns;
+        let mut sector = vec![0u8; self.unit];
+        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
+            let bytes = match logged.iter().find(|(q, _)| *q == p) {
+                Some((_, b)) => b.clone(),
+                None => {
+                    done = done.max(self.read_sectors(p, now_ns, &mut sector)?);
+                    sector.clone()
+                }
+            };
+            if !newest.fold_trim_record(p, w, seq, &bytes) {
+                return Err(DeviceError::Medium(format!(
+                    "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
+                )));
+            }
+        }
+        self.next_wseq = self.next_wseq.max(newest.next_wseq);
+        self.trims.install_rebuilt(
+            &newest,
+            &mut self.l2p,
+            &mut self.p2l,
+            &mut self.wseq,
+            &mut self.valid,
+            self.segment_sectors,
+        );
+        self.free = (0..self.segments)
+            .filter(|&s| self.state[s as usize] == SegmentState::Free)
+            .collect();
+        Ok(done)
+    }
+
+    /// The crash may have cut a cleaning short after its relocations had taken the last
+    /// free segment. The rest of its victim's valid data fits in the room the open segment
+    /// has left (or the victim holds none), but user writes would take that room first, and
+    /// then no segment would be left to clean into. So the cleaning that opening a segment
+    /// asks for is done now, as it would have been.
+    fn clean_to_reserve(&mut self, mut done: TimeNs) -> Result<TimeNs, DeviceError> {
         while self.free.len() < self.config.gc_free_segments as usize {
             match self.clean_one(done)? {
                 Some(t) => done = done.max(t),
                 None => break,
             }
         }
-        self.compact_nvram()?;
         Ok(done)
     }
 }
@@ -200,7 +305,7 @@ mod tests {
 
     use super::*;
     use crate::nvram::MemNvram;
-    use crate::tests::{ssd_config, Crashing};
+    use crate::tests::{check_volatile, run_volatile_until_crash, ssd_config, Crashing, Durable};
     use crate::{Array, ArrayConfig, Level, LogRaidConfig};
 
     fn members(n: u32) -> Vec<Ssd> {
@@ -498,5 +603,163 @@ mod tests {
         v.nvram = crate::nvram::Nvram::default();
         let e = v.recover_from_nvram(0).unwrap_err();
         assert!(e.to_string().contains("NVRAM log"), "{e}");
+    }
+
+    /// Log-RAID with volatile host memory over `ssds`: 4 KiB chunks of 512-byte sectors,
+    /// segments of four stripes, no NVRAM log.
+    fn volatile_volume(level: Level, ssds: &mut [Ssd]) -> LogRaid<&mut Ssd> {
+        let config = ArrayConfig {
+            level,
+            members: ssds.len() as u32,
+            chunk_bytes: 4096,
+            ..ArrayConfig::default()
+        };
+        let array = Array::new(config, ssds.iter_mut().collect(), Vec::new()).unwrap();
+        let log_config = LogRaidConfig {
+            segment_stripes: 4,
+            spare_fraction: 0.3,
+            host_memory: HostMemory::Volatile,
+            ..LogRaidConfig::default()
+        };
+        LogRaid::new(array, log_config).unwrap()
+    }
+
+    /// Power loss at many points of random write/trim/FLUSH runs that clean segments, on a
+    /// host without NVRAM: recovery from the summaries and the partial summaries keeps every
+    /// write a completed FLUSH covered, loses some that none covered, and the volume goes on
+    /// working through a second crash. Fails if a victim is trimmed before its relocated
+    /// sectors and the writes that replaced its others are on the members.
+    #[test]
+    fn volatile_memory_keeps_every_flushed_write_at_any_crash_point() {
+        for level in [Level::Raid0, Level::Raid5] {
+            let mut rng = SimRng::new(61);
+            let (mut cleaned, mut partial, mut pads, mut lost) = (0, 0, 0, 0);
+            for _ in 0..afa_sim::proptest_cases(8) {
+                let mut ssds = members(3);
+                let cap = volatile_volume(level, &mut ssds).info().capacity_sectors;
+                let mut d = Durable::new(cap as usize);
+                let crash_at = (cap / 16 + rng.below(cap / 2)) as usize;
+                // From a FLUSH every other operation to one in 60.
+                let flush_one_in = 2 + rng.below(59);
+                {
+                    let mut v = volatile_volume(level, &mut ssds);
+                    run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, flush_one_in);
+                    cleaned += v.stats().segments_cleaned;
+                    partial += v.stats().partial_summaries;
+                    pads += v.stats().pad_sectors;
+                }
+                let mut v = volatile_volume(level, &mut ssds);
+                let t = v.recover_volatile(1 << 40).unwrap();
+                lost += check_volatile(&mut v, &mut d, t);
+                run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, flush_one_in);
+                drop(v);
+                let mut v = volatile_volume(level, &mut ssds);
+                let t = v.recover_volatile(1 << 41).unwrap();
+                lost += check_volatile(&mut v, &mut d, t);
+            }
+            assert!(cleaned > 0, "{level:?}: the runs never cleaned a segment");
+            assert!(partial > 0, "{level:?}: no FLUSH wrote a partial summary");
+            assert!(pads > 0, "{level:?}: no FLUSH padded a stripe");
+            assert!(lost > 0, "{level:?}: no crash lost an unflushed write");
+        }
+    }
+
+    /// A FLUSH writes the open stripe's sectors not yet on the members and the partial
+    /// summary in the stripe's last sectors, not a padded stripe; the stripe's rest goes when
+    /// its data reaches the summary. Only when the data already reaches into the summary's
+    /// sectors is the stripe padded out. Fails if a FLUSH pads otherwise, or if a stripe
+    /// writes again what a FLUSH wrote.
+    #[test]
+    fn a_flush_writes_the_new_sectors_and_a_partial_summary_only() {
+        let mut ssds = members(3);
+        let mut v = volatile_volume(Level::Raid0, &mut ssds);
+        let unit = v.info().payload_unit_bytes as usize;
+        let stripe = v.stripe_sectors as u64;
+        let n = v.summary_sectors as u64;
+        assert!(
+            stripe > n + 3,
+            "the test needs room for two FLUSHes in a stripe"
+        );
+        let mut data = vec![0u8; unit];
+        let mut now = 0;
+        let mut lba = 0;
+        // Writes the next `count` sectors, then a FLUSH; returns the sectors the members took.
+        let mut write_and_flush = |v: &mut LogRaid<&mut Ssd>, count: u64| {
+            let before = v.array().stats().member_write_sectors;
+            for _ in 0..count {
+                fill_unit(sector_token(lba, 1), &mut data);
+                now += 1_000_000;
+                let buf = ReadBuffers::none();
+                v.submit(now, &Command::write(lba, 1, &data), buf).unwrap();
+                lba += 1;
+            }
+            v.submit(now, &Command::flush(), ReadBuffers::none())
+                .unwrap();
+            v.array().stats().member_write_sectors - before
+        };
+        assert_eq!(
+            write_and_flush(&mut v, 1),
+            1 + n,
+            "a sector and the summary"
+        );
+        assert_eq!(
+            write_and_flush(&mut v, 1),
+            1 + n,
+            "the next and the summary"
+        );
+        assert_eq!(
+            write_and_flush(&mut v, 0),
+            0,
+            "nothing new, nothing written"
+        );
+        // The data reaches the summary: the stripe's rest goes, the summary included.
+        assert_eq!(write_and_flush(&mut v, stripe - n - 2), stripe - 2);
+        // A stripe filled into its last sectors without a FLUSH is padded out, and the next
+        // stripe's end takes the summary.
+        assert_eq!(write_and_flush(&mut v, stripe - n + 1), stripe + n);
+        assert_eq!(v.stats().partial_summaries, 3);
+        assert_eq!(v.stats().pad_sectors, n - 1);
+        drop(v);
+        let mut v = volatile_volume(Level::Raid0, &mut ssds);
+        v.recover_volatile(1 << 40).unwrap();
+        let mut out = vec![0u8; unit];
+        let mut want = vec![0u8; unit];
+        // Every sector written was flushed.
+        for lba in 0..2 * stripe - 2 * n + 1 {
+            let buf = ReadBuffers {
+                data: &mut out,
+                tags: None,
+            };
+            v.submit(1 << 41, &Command::read(lba, 1), buf).unwrap();
+            fill_unit(sector_token(lba, 1), &mut want);
+            assert_eq!(out, want, "sector {lba} after the rebuild");
+        }
+    }
+
+    /// Recovery without the NVRAM log is refused with battery-backed host memory, and a
+    /// volatile configuration whose stripes cannot hold a summary besides data is refused,
+    /// both by name.
+    #[test]
+    fn volatile_recovery_and_stripes_are_checked_by_name() {
+        let mut ssds = members(3);
+        let crash = Arc::new(AtomicBool::new(false));
+        let mut v = volume(Level::Raid0, &mut ssds, &crash, &MemNvram::default());
+        let e = v.recover_volatile(0).unwrap_err().to_string();
+        assert!(e.contains("host_memory"), "{e}");
+        drop(v);
+        let config = ArrayConfig {
+            level: Level::Raid0,
+            members: 3,
+            chunk_bytes: 512,
+            ..ArrayConfig::default()
+        };
+        let array = Array::new(config, ssds.iter_mut().collect(), Vec::new()).unwrap();
+        let log_config = LogRaidConfig {
+            segment_stripes: 64,
+            host_memory: HostMemory::Volatile,
+            ..LogRaidConfig::default()
+        };
+        let e = LogRaid::new(array, log_config).unwrap_err().to_string();
+        assert!(e.contains("stripes longer than the segment summary"), "{e}");
     }
 }

@@ -174,7 +174,7 @@ mod tests {
     use super::*;
     use crate::nvram::MemNvram;
     use crate::swan::SwanConfig;
-    use crate::tests::{ssd_config, Crashing};
+    use crate::tests::{check_volatile, run_volatile_until_crash, ssd_config, Crashing, Durable};
     use crate::{ArrayConfig, Level};
 
     fn config(level: Level, groups: u32, width: u32) -> (ArrayConfig, SwanConfig) {
@@ -437,103 +437,6 @@ mod tests {
         Swan::new(array, swan, ssds.iter_mut().collect(), Vec::new()).unwrap()
     }
 
-    /// What every sector may read after a crash with volatile host memory: the value the
-    /// last completed FLUSH covered, or any value written (or trimmed, 0) since.
-    struct Durable {
-        flushed: Vec<u64>,
-        since: Vec<Vec<u64>>,
-    }
-
-    impl Durable {
-        fn new(sectors: usize) -> Self {
-            Self {
-                flushed: vec![0; sectors],
-                since: vec![Vec::new(); sectors],
-            }
-        }
-
-        fn flush(&mut self) {
-            for (f, since) in self.flushed.iter_mut().zip(&mut self.since) {
-                if let Some(&last) = since.last() {
-                    *f = last;
-                }
-                since.clear();
-            }
-        }
-    }
-
-    /// Writes, trims and FLUSHes (one operation in `flush_one_in`) at random until op
-    /// `crash_at`, then drops the engine with whatever its memory held.
-    fn run_volatile_until_crash<D: BlockDevice>(
-        v: &mut Swan<D>,
-        d: &mut Durable,
-        rng: &mut SimRng,
-        crash_at: usize,
-        flush_one_in: u64,
-    ) {
-        let unit = v.info().payload_unit_bytes as usize;
-        let cap = d.flushed.len() as u64;
-        for op in 0..crash_at {
-            let now = op as u64 * 20_000;
-            if rng.below(flush_one_in) == 0 {
-                submit(v, now, &Command::flush(), &mut []);
-                d.flush();
-                continue;
-            }
-            let len = 1 + rng.below(12) as u32;
-            let lba = rng.below(cap - len as u64);
-            if rng.below(10) == 0 {
-                submit(v, now, &Command::trim(lba, len), &mut []);
-                for s in lba..lba + len as u64 {
-                    d.since[s as usize].push(0);
-                }
-                continue;
-            }
-            let mut data = vec![0u8; len as usize * unit];
-            for i in 0..len as usize {
-                let t = sector_token(lba + i as u64, op as u64 + 1 + (1 << 32));
-                fill_unit(t, &mut data[i * unit..(i + 1) * unit]);
-                d.since[lba as usize + i].push(t);
-            }
-            submit(v, now, &Command::write(lba, len, &data), &mut []);
-        }
-    }
-
-    /// Reads every sector after a recovery: each must hold its flushed value or one written
-    /// since. What it holds is then the durable state. Returns how many sectors came back
-    /// older than their newest write (writes no FLUSH covered, lost).
-    fn check_volatile<D: BlockDevice>(v: &mut Swan<D>, d: &mut Durable, now_ns: TimeNs) -> usize {
-        let unit = v.info().payload_unit_bytes as usize;
-        let mut out = vec![0u8; unit];
-        let mut want = vec![0u8; unit];
-        let mut older = 0;
-        for lba in 0..d.flushed.len() {
-            submit(v, now_ns, &Command::read(lba as u64, 1), &mut out);
-            let newest = d.since[lba].last().copied().unwrap_or(d.flushed[lba]);
-            let found = std::iter::once(d.flushed[lba])
-                .chain(d.since[lba].iter().copied())
-                .find(|&t| {
-                    if t == 0 {
-                        want.fill(0);
-                    } else {
-                        fill_unit(t, &mut want);
-                    }
-                    out == want
-                });
-            let Some(t) = found else {
-                panic!(
-                    "sector {lba} holds neither its flushed value nor a later write after recovery"
-                );
-            };
-            if t != newest {
-                older += 1;
-            }
-            d.flushed[lba] = t;
-            d.since[lba].clear();
-        }
-        older
-    }
-
     /// Power loss at many points of runs that clean segments, on a host without NVRAM:
     /// recovery from the summaries and the partial summaries of the FLUSHes keeps every
     /// write a completed FLUSH covered, and the volume goes on working. Fails if a victim is
@@ -543,16 +446,18 @@ mod tests {
         for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
             let mut rng = SimRng::new(41 + groups as u64);
             let (mut cleaned, mut partial, mut lost) = (0, 0, 0);
-            for _ in 0..6 {
+            for _ in 0..afa_sim::proptest_cases(6) {
                 let mut ssds = members(groups * width);
                 let cap = volatile_volume(level, groups, width, &mut ssds)
                     .info()
                     .capacity_sectors;
                 let mut d = Durable::new(cap as usize);
                 let crash_at = (cap / 16 + rng.below(cap / 2)) as usize;
+                // From a FLUSH every other operation (several into one stripe) to one in 60.
+                let flush_one_in = 2 + rng.below(59);
                 {
                     let mut v = volatile_volume(level, groups, width, &mut ssds);
-                    run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, 40);
+                    run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, flush_one_in);
                     v.check_invariants();
                     cleaned += v.stats().segments_cleaned;
                     partial += v.stats().partial_summaries;
@@ -562,7 +467,7 @@ mod tests {
                 v.check_invariants();
                 lost += check_volatile(&mut v, &mut d, t);
                 // A second life on the recovered volume: more writes, another crash.
-                run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, 40);
+                run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, flush_one_in);
                 drop(v);
                 let mut v = volatile_volume(level, groups, width, &mut ssds);
                 let t = v.recover_volatile(1 << 41).unwrap();

@@ -310,6 +310,110 @@ fn array(level: Level, members: u32, spares: usize) -> Array<Ssd> {
     cached_array(level, members, spares, 0)
 }
 
+/// What every sector may read after a crash with volatile host memory: the value the
+/// last completed FLUSH covered, or any value written (or trimmed, 0) since.
+pub(crate) struct Durable {
+    pub(crate) flushed: Vec<u64>,
+    pub(crate) since: Vec<Vec<u64>>,
+}
+
+impl Durable {
+    pub(crate) fn new(sectors: usize) -> Self {
+        Self {
+            flushed: vec![0; sectors],
+            since: vec![Vec::new(); sectors],
+        }
+    }
+
+    pub(crate) fn flush(&mut self) {
+        for (f, since) in self.flushed.iter_mut().zip(&mut self.since) {
+            if let Some(&last) = since.last() {
+                *f = last;
+            }
+            since.clear();
+        }
+    }
+}
+
+/// Writes, trims and FLUSHes (one operation in `flush_one_in`) at random until op
+/// `crash_at`, then drops the engine with whatever its memory held.
+pub(crate) fn run_volatile_until_crash(
+    v: &mut impl BlockDevice,
+    d: &mut Durable,
+    rng: &mut SimRng,
+    crash_at: usize,
+    flush_one_in: u64,
+) {
+    let unit = v.info().payload_unit_bytes as usize;
+    let cap = d.flushed.len() as u64;
+    for op in 0..crash_at {
+        let now = op as u64 * 20_000;
+        if rng.below(flush_one_in) == 0 {
+            submit_to(v, now, &Command::flush(), &mut []);
+            d.flush();
+            continue;
+        }
+        let len = 1 + rng.below(12) as u32;
+        let lba = rng.below(cap - len as u64);
+        if rng.below(10) == 0 {
+            submit_to(v, now, &Command::trim(lba, len), &mut []);
+            for s in lba..lba + len as u64 {
+                d.since[s as usize].push(0);
+            }
+            continue;
+        }
+        let mut data = vec![0u8; len as usize * unit];
+        for i in 0..len as usize {
+            let t = sector_token(lba + i as u64, op as u64 + 1 + (1 << 32));
+            fill_unit(t, &mut data[i * unit..(i + 1) * unit]);
+            d.since[lba as usize + i].push(t);
+        }
+        submit_to(v, now, &Command::write(lba, len, &data), &mut []);
+    }
+}
+
+/// Reads every sector after a recovery: each must hold its flushed value or one written
+/// since. What it holds is then the durable state. Returns how many sectors came back
+/// older than their newest write (writes no FLUSH covered, lost).
+pub(crate) fn check_volatile(v: &mut impl BlockDevice, d: &mut Durable, now_ns: TimeNs) -> usize {
+    let unit = v.info().payload_unit_bytes as usize;
+    let mut out = vec![0u8; unit];
+    let mut want = vec![0u8; unit];
+    let mut older = 0;
+    for lba in 0..d.flushed.len() {
+        submit_to(v, now_ns, &Command::read(lba as u64, 1), &mut out);
+        let newest = d.since[lba].last().copied().unwrap_or(d.flushed[lba]);
+        let found = std::iter::once(d.flushed[lba])
+            .chain(d.since[lba].iter().copied())
+            .find(|&t| {
+                if t == 0 {
+                    want.fill(0);
+                } else {
+                    fill_unit(t, &mut want);
+                }
+                out == want
+            });
+        let Some(t) = found else {
+            panic!("sector {lba} holds neither its flushed value nor a later write after recovery");
+        };
+        if t != newest {
+            older += 1;
+        }
+        d.flushed[lba] = t;
+        d.since[lba].clear();
+    }
+    older
+}
+
+/// Submits `cmd` to `v` at `now_ns`, reading into `out`; panics on an error.
+fn submit_to(v: &mut impl BlockDevice, now_ns: TimeNs, cmd: &Command<'_>, out: &mut [u8]) {
+    let out = ReadBuffers {
+        data: out,
+        tags: None,
+    };
+    v.submit(now_ns, cmd, out).unwrap();
+}
+
 /// A member whose writes fail once `crash` is set: a host crash that comes at a member
 /// write, for the crash tests of the log-structured engines.
 #[derive(Debug)]

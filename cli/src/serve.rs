@@ -589,7 +589,19 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 .fail_member(p, 0)
                 .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
         }
-        attach_nvram(&mut volume, "Log-RAID", &state)?;
+        if log_config.host_memory == HostMemory::Volatile {
+            // As for SWAN: the last server's FLUSHes wrote out all there is.
+            if !state.fresh() {
+                volume
+                    .recover_volatile(0)
+                    .map_err(|e| format!("Log-RAID recovery failed: {e}"))?;
+                eprintln!(
+                    "afa serve: rebuilt Log-RAID's map from the segment summaries and the partial summaries of the last server's flushes"
+                );
+            }
+        } else {
+            attach_nvram(&mut volume, "Log-RAID", &state)?;
+        }
         return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if state.unclean() && lost.is_empty() {

@@ -200,25 +200,36 @@ fn volatile_swan_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region()
 /// which flushes, so are the writes no client flushed.
 #[test]
 fn volatile_swan_rebuilds_from_summaries_and_partial_summaries() {
+    let toml = format!("{}host_memory = \"volatile\"\n", swan(""));
+    volatile_rebuilds_from_summaries_and_partial_summaries("swan-volatile", &toml, 76);
+}
+
+/// As above on Log-RAID, whose cleaner writes a partial summary before it trims a victim.
+#[test]
+fn volatile_log_raid_rebuilds_from_summaries_and_partial_summaries() {
+    let toml = format!("{}host_memory = \"volatile\"\n", log_raid(""));
+    volatile_rebuilds_from_summaries_and_partial_summaries("lograid-volatile", &toml, 40);
+}
+
+/// Writes the first `fill_mib` MiB three times and a small piece in the middle of a stripe,
+/// flushes, kills the server and reads it all back; then writes without a flush, stops in
+/// order, and reads that back too.
+fn volatile_rebuilds_from_summaries_and_partial_summaries(name: &str, toml: &str, fill_mib: u64) {
     if !have("qemu-io", "command -v qemu-io") {
         return;
     }
-    let toml = format!("{}host_memory = \"volatile\"\n", swan(""));
-    let s = setup("swan-volatile", &toml);
+    let s = setup(name, toml);
     let afa = s.start(&["--pace", "none"]);
-    qemu_io(
-        &afa.uri,
-        &[
-            "write -P 0x11 0 76M",
-            "write -P 0x22 0 76M",
-            "write -P 0x5a 0 76M",
-            "write -P 0x33 5000 3000",
-            "flush",
-        ],
-    );
+    let fill: Vec<String> = ["0x11", "0x22", "0x5a"]
+        .iter()
+        .map(|p| format!("write -P {p} 0 {fill_mib}M"))
+        .collect();
+    let mut commands: Vec<&str> = fill.iter().map(String::as_str).collect();
+    commands.extend(["write -P 0x33 5000 3000", "flush"]);
+    qemu_io(&afa.uri, &commands);
     afa.kill_9();
     let afa = s.start(&["--pace", "none"]);
-    let tail = format!("read -P 0x5a 8000 {}", (76 << 20) - 8000);
+    let tail = format!("read -P 0x5a 8000 {}", (fill_mib << 20) - 8000);
     qemu_io(
         &afa.uri,
         &["read -P 0x5a 0 4096", "read -P 0x33 5000 3000", &tail],
@@ -284,6 +295,14 @@ fn log_raid_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kil
 #[test]
 fn log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
     kill_9_under_load_keeps_the_flushed_region("lograid-kill9-load", &log_raid(""), 24);
+}
+
+/// Log-RAID on a host without NVRAM (`host_memory = "volatile"`): kill -9 under a write
+/// load keeps what the last flush covered, found through the partial summary it wrote.
+#[test]
+fn volatile_log_raid_kill_9_in_the_middle_of_a_write_load_keeps_the_flushed_region() {
+    let toml = format!("{}host_memory = \"volatile\"\n", log_raid(""));
+    kill_9_under_load_keeps_the_flushed_region("lograid-volatile-kill9-load", &toml, 24);
 }
 
 /// Fills the first `fill_mib` MiB once per pattern (the last one stays), writes two small
