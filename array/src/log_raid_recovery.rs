@@ -249,20 +249,15 @@ impl<D: BlockDevice> LogRaid<D> {
     ) -> Result<TimeNs, DeviceError> {
         let mut done = now_ns;
         let mut sector = vec![0u8; self.unit];
-        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
-            let bytes = match logged.iter().find(|(q, _)| *q == p) {
-                Some((_, b)) => b.clone(),
+        newest.fold_trim_records("Log-RAID sector", |p| {
+            match logged.iter().find(|(q, _)| *q == p) {
+                Some((_, b)) => Ok(b.clone()),
                 None => {
                     done = done.max(self.read_sectors(p, now_ns, &mut sector)?);
-                    sector.clone()
+                    Ok(sector.clone())
                 }
-            };
-            if !newest.fold_trim_record(p, w, seq, &bytes) {
-                return Err(DeviceError::Medium(format!(
-                    "Log-RAID sector {p} is listed as the trim record of write {w} but does not hold one"
-                )));
             }
-        }
+        })?;
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         self.trims.install_rebuilt(
             &newest,

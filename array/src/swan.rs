@@ -60,12 +60,12 @@ pub enum HostMemory {
     #[default]
     BatteryBacked,
     /// Lost at power loss, as in a host without NVRAM: a write is durable once a FLUSH (or a
-    /// FUA write) after it completes. The last block of every stripe holds a summary of the
-    /// segment so far; a FLUSH writes the blocks of the user stream's open stripe that are
-    /// not yet on the members and a partial summary into that stripe's last block, so
-    /// recovery finds the flushed blocks without the lost memory. A cleaned victim is
-    /// trimmed only once its moved blocks and the user writes that replaced its other blocks
-    /// are on the members the same way.
+    /// FUA write) after it completes. A FLUSH writes the blocks of the user stream's open
+    /// stripe that are not yet on the members and a partial summary of the segment so far
+    /// into that stripe's last block (which the stripe's own summary takes once it is
+    /// full), so recovery finds the flushed blocks without the lost memory. A cleaned victim
+    /// is trimmed only once its moved blocks and the user writes that replaced its other
+    /// blocks are on the members the same way.
     Volatile,
 }
 
@@ -407,6 +407,25 @@ impl NewestMap {
             }
             self.next_wseq = self.next_wseq.max(w + 1);
         }
+    }
+
+    /// Takes in every trim record the folded entries list (`trim_records`), reading its
+    /// bytes with `read`. A listed block that holds no record of its write is an error
+    /// naming it as `what` ("SWAN block", "Log-RAID sector").
+    pub fn fold_trim_records(
+        &mut self,
+        what: &str,
+        mut read: impl FnMut(u32) -> Result<Vec<u8>, DeviceError>,
+    ) -> Result<(), DeviceError> {
+        for (p, w, seq) in std::mem::take(&mut self.trim_records) {
+            let bytes = read(p)?;
+            if !self.fold_trim_record(p, w, seq, &bytes) {
+                return Err(DeviceError::Medium(format!(
+                    "{what} {p} is listed as the trim record of write {w} but does not hold one"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Takes in the trim record at physical block `record` (write sequence number `w`, in
@@ -1949,21 +1968,16 @@ impl<D: BlockDevice> Swan<D> {
             };
             newest.fold(first, self.seq[segment as usize], &entries);
         }
-        for (p, w, seq) in std::mem::take(&mut newest.trim_records) {
-            let bytes = if let Some(b) = logged.get(&p) {
-                b.clone()
+        newest.fold_trim_records("SWAN block", |p| {
+            if let Some(b) = logged.get(&p) {
+                Ok(b.clone())
             } else if let Some(b) = self.buffered(p) {
-                b.to_vec()
+                Ok(b.to_vec())
             } else {
                 done = done.max(self.read_block(p, now_ns, &mut block)?);
-                block.clone()
-            };
-            if !newest.fold_trim_record(p, w, seq, &bytes) {
-                return Err(DeviceError::Medium(format!(
-                    "SWAN block {p} is listed as the trim record of write {w} but does not hold one"
-                )));
+                Ok(block.clone())
             }
-        }
+        })?;
         self.next_wseq = self.next_wseq.max(newest.next_wseq);
         self.trims.install_rebuilt(
             &newest,
