@@ -155,7 +155,8 @@ impl<D: BlockDevice> LogRaid<D> {
     /// the members alone, from the summaries of the full segments and the newest partial
     /// summary of each segment a FLUSH (or a cleaning) wrote out. Every write a completed
     /// FLUSH covered is there; later ones may be. Call on a volume just built over the same
-    /// members. Needs payload `full`. Returns when the summary reads are done.
+    /// members. Needs payload `full`. Returns when the summary reads, and any cleaning that
+    /// restores the reserve of free segments, are done.
     pub fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         if self.config.host_memory != HostMemory::Volatile {
             return Err(DeviceError::Unsupported(
@@ -184,8 +185,9 @@ impl<D: BlockDevice> LogRaid<D> {
                 _ => None,
             };
             // The newest partial summary: the end of every stripe is read, the last stripe
-            // first; the end of a stripe no FLUSH wrote holds data, and an older partial
-            // summary lists fewer sectors than its place.
+            // first, and the first that holds a partial summary of this segment listing
+            // every sector before its place is the newest (the end of a stripe no FLUSH
+            // wrote holds data, and a trimmed one zeroes).
             let mut end = self.segment_sectors;
             while found.is_none() && end >= stripe {
                 let at = end - n;
