@@ -4,7 +4,8 @@
 //! members (RAID 0, 4 or 5). The volume exposes linear 4 KiB blocks (one block per sector);
 //! the physical space of every R-group is cut into fixed-size segments written log-structured,
 //! a full stripe at a time. The last block of every segment holds its summary (sequence
-//! number, the logical address of every block, a checksum). A trim of blocks that held data
+//! number, the logical address of every block, a checksum), or its last blocks where the
+//! summary of a large segment outgrows one. A trim of blocks that held data
 //! is logged too, as a trim record, so that a map rebuilt from the summaries keeps it.
 //!
 //! Only the front-end R-group takes user writes. When its free segments run out it joins the
@@ -308,6 +309,9 @@ pub struct Swan<D: BlockDevice> {
     width: usize,
     stripe_sectors: u32,
     segment_sectors: u32,
+    /// Blocks at the end of every segment that hold its summary (one for the paper's 1 MiB
+    /// segments of 4 KiB blocks).
+    summary_blocks: u32,
     /// Segments per group.
     group_segments: u32,
     l2p: Vec<u32>,
@@ -483,6 +487,20 @@ impl NewestMap {
             }
         }
     }
+}
+
+/// Bytes of a summary block besides its 13-byte entries: magic, sequence number, segment
+/// id, block count and checksum.
+const SUMMARY_OVERHEAD_BYTES: u64 = 8 + 8 + 4 + 4 + 8;
+
+/// Blocks of `sector_bytes` the summary of a segment of `segment_sectors` blocks takes at
+/// its end: the fewest whose bytes hold the entries of the blocks left for data.
+fn summary_blocks_for(segment_sectors: u32, sector_bytes: u64) -> u32 {
+    (1..segment_sectors)
+        .find(|&n| {
+            SUMMARY_OVERHEAD_BYTES + 13 * (segment_sectors - n) as u64 <= n as u64 * sector_bytes
+        })
+        .unwrap_or(segment_sectors)
 }
 
 /// Magic at the start of a segment summary block.
@@ -709,13 +727,27 @@ impl<D: BlockDevice> Swan<D> {
             ));
         }
         let unit = ainfo.payload_unit_bytes as usize;
-        if unit == sector as usize
-            && encode_summary(0, 0, &vec![(0, 0); segment_sectors as usize - 1], unit).is_none()
-        {
+        // The summary takes as many blocks at the end of the segment as its entries need,
+        // whatever the payload mode, so that a configuration measured with tokens or without
+        // bytes writes what one serving real bytes writes.
+        let summary_blocks = summary_blocks_for(segment_sectors, sector);
+        if summary_blocks >= segment_sectors {
             return Err(err(format!(
-                "array.swan.segment_bytes = {}: the summary of {} blocks does not fit in one block",
+                "array.swan.segment_bytes = {}: the summary of a segment of {segment_sectors} blocks of {sector} B leaves no block for data; use larger segments or larger blocks",
+                swan.segment_bytes
+            )));
+        }
+        if swan.host_memory == HostMemory::Volatile && summary_blocks > 1 {
+            // A FLUSH writes a partial summary into the open stripe's last block, listing
+            // every block of the segment before it, so the whole summary must fit one block.
+            let most_blocks = (sector.saturating_sub(SUMMARY_OVERHEAD_BYTES) / 13) as u32 + 1;
+            let most_stripes = most_blocks / stripe_sectors;
+            return Err(err(format!(
+                "array.swan.host_memory = \"volatile\" needs the summary of a segment in one block, and with segment_bytes = {} the summary of {} blocks takes {summary_blocks} blocks of {sector} B (one holds the entries of at most {} blocks); use segments of at most {} B",
                 swan.segment_bytes,
-                segment_sectors - 1
+                segment_sectors - 1,
+                most_blocks - 1,
+                most_stripes as u64 * stripe_sectors as u64 * sector
             )));
         }
         // Members may differ in capacity (an SSD's factory bad blocks come out of its logical
@@ -740,7 +772,7 @@ impl<D: BlockDevice> Swan<D> {
                 "the array's {physical} blocks exceed SWAN's 2^32 block addresses"
             )));
         }
-        let data_per_segment = (segment_sectors - 1) as u64;
+        let data_per_segment = (segment_sectors - summary_blocks) as u64;
         // Every group keeps its GC reserve plus one segment, so the log always has somewhere
         // to go; the spare fraction comes out of the rest.
         let usable =
@@ -766,6 +798,7 @@ impl<D: BlockDevice> Swan<D> {
             width,
             stripe_sectors,
             segment_sectors,
+            summary_blocks,
             group_segments,
             l2p: vec![NONE; logical as usize],
             p2l: vec![NONE; physical as usize],
@@ -936,10 +969,10 @@ impl<D: BlockDevice> Swan<D> {
     fn group_lba(&self, physical: u32) -> u64 {
         (physical % self.group_sectors()) as u64
     }
-    /// Data blocks per segment (the last block holds the summary).
+    /// Data blocks per segment (the last `summary_blocks` hold the summary).
     #[inline]
     fn data_blocks(&self) -> u32 {
-        self.segment_sectors - 1
+        self.segment_sectors - self.summary_blocks
     }
 
     /// Whether `physical` lies in a stripe still being filled in host memory; returns its
@@ -1521,27 +1554,58 @@ impl<D: BlockDevice> Swan<D> {
         if head % stripe_sectors == 0 {
             t = t.max(self.flush_stripe(gc, t)?);
         }
-        if head % self.segment_sectors == self.segment_sectors - 1 {
-            // The last block of the segment takes the summary; a segment is a whole number
-            // of stripes, so the summary ends a stripe.
-            self.put_summary(gc);
-            t = t.max(self.flush_stripe(gc, t)?);
-            self.close(gc)?;
+        if head % self.segment_sectors == self.data_blocks() {
+            t = t.max(self.end_segment(gc, t)?);
         }
         Ok(t)
     }
 
-    /// Writes the segment summary into the open stripe's last slot.
-    fn put_summary(&mut self, gc: Option<usize>) {
-        self.put_summary_as(gc, false);
+    /// Ends the stream's segment, whose data blocks are all placed: its last
+    /// `summary_blocks` take the summary, every stripe they reach is written (a segment is a
+    /// whole number of stripes, so the summary ends one) and the segment closes. Returns
+    /// when the buffer has room for the next stripe.
+    pub(crate) fn end_segment(
+        &mut self,
+        gc: Option<usize>,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let (unit, n) = (self.unit, self.summary_blocks as usize);
+        let stripe_sectors = self.stripe_sectors;
+        let s = match gc {
+            Some(g) => &self.gc_streams[g],
+            None => &self.user,
+        };
+        let seq = self.seq[s.segment as usize];
+        let encoded = encode_summary(seq, s.segment, &s.lbas, unit * n);
+        let token = sector_token(s.segment as u64, seq);
+        let mut t = now_ns;
+        for i in 0..n {
+            let s = match gc {
+                Some(g) => &mut self.gc_streams[g],
+                None => &mut self.user,
+            };
+            let offset = (s.head % stripe_sectors) as usize;
+            let slot = &mut s.stripe_buf[offset * unit..(offset + 1) * unit];
+            match &encoded {
+                Some(bytes) => slot.copy_from_slice(&bytes[i * unit..(i + 1) * unit]),
+                // In token mode a block holds 8 bytes: it carries the sequence number only.
+                None => fill_unit(token, slot),
+            }
+            s.head += 1;
+            s.placed += 1;
+            if s.head % stripe_sectors == 0 {
+                t = t.max(self.flush_stripe(gc, t)?);
+            }
+        }
+        self.close(gc)?;
+        Ok(t)
     }
 
-    /// Writes the segment's summary (`partial` false, in its last block) or a partial
-    /// summary of the blocks before the head (the summary of a stripe a FLUSH wrote part of,
-    /// with volatile host memory) into the head's slot of the open stripe, its last. A
-    /// partial summary takes a slot of the segment: it gets an entry of no address, so
-    /// entries stay one per block.
-    fn put_summary_as(&mut self, gc: Option<usize>, partial: bool) {
+    /// Writes a partial summary of the blocks before the head (the summary of a stripe a
+    /// FLUSH wrote part of, with volatile host memory) into the head's slot of the open
+    /// stripe, its last. The partial summary takes a slot of the segment: it gets an entry
+    /// of no address, so entries stay one per block.
+    fn put_partial_summary(&mut self, gc: Option<usize>) {
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
@@ -1551,19 +1615,12 @@ impl<D: BlockDevice> Swan<D> {
         let seq = self.seq[s.segment as usize];
         let offset = (s.head % stripe_sectors) as usize;
         let slot = &mut s.stripe_buf[offset * unit..(offset + 1) * unit];
-        let encoded = if partial {
-            encode_partial_summary(seq, s.segment, &s.lbas, unit)
-        } else {
-            encode_summary(seq, s.segment, &s.lbas, unit)
-        };
-        match encoded {
+        match encode_partial_summary(seq, s.segment, &s.lbas, unit) {
             Some(bytes) => slot.copy_from_slice(&bytes),
             // In token mode a block holds 8 bytes: it carries the sequence number only.
             None => fill_unit(sector_token(s.segment as u64, seq), slot),
         }
-        if partial {
-            s.lbas.push((NONE, 0));
-        }
+        s.lbas.push((NONE, 0));
         s.head += 1;
         s.placed += 1;
     }
@@ -1577,24 +1634,25 @@ impl<D: BlockDevice> Swan<D> {
         gc: Option<usize>,
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
+        let d = self.data_blocks();
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
             None => &mut self.user,
         };
         s.summary_slot = false;
-        let closes = s.head % self.segment_sectors == self.segment_sectors - 1;
-        self.put_summary_as(gc, !closes);
-        let t = self.write_stripe_rest(gc, now_ns)?;
-        if closes {
-            self.close(gc)?;
-        } else {
-            // Every block the stream placed is on the members under this stripe's summary.
-            let s = match gc {
-                Some(g) => &mut self.gc_streams[g],
-                None => &mut self.user,
-            };
-            s.durable_placed = s.placed;
+        // Volatile host memory keeps summaries to one block, so the segment's summary is
+        // its last block.
+        if s.head % self.segment_sectors == d {
+            return self.end_segment(gc, now_ns);
         }
+        self.put_partial_summary(gc);
+        let t = self.flush_stripe(gc, now_ns)?;
+        // Every block the stream placed is on the members under this stripe's summary.
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
+        s.durable_placed = s.placed;
         Ok(t)
     }
 
@@ -1721,11 +1779,7 @@ impl<D: BlockDevice> Swan<D> {
     /// the members: the whole stripe as one full-stripe write, or, when a FLUSH (volatile
     /// host memory) already wrote its first blocks, the rest of it. Returns when the buffer
     /// has room for the next stripe.
-    fn write_stripe_rest(
-        &mut self,
-        gc: Option<usize>,
-        now_ns: TimeNs,
-    ) -> Result<TimeNs, DeviceError> {
+    fn flush_stripe(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let capacity = self.config.buffer_stripes as usize;
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
@@ -1735,9 +1789,6 @@ impl<D: BlockDevice> Swan<D> {
             None => &mut self.user,
         };
         let from = std::mem::take(&mut s.stripe_written);
-        if from == 0 {
-            return self.flush_stripe(gc, now_ns);
-        }
         let start = s.head - stripe_sectors;
         let g = (start / group_sectors) as usize;
         let c = self.groups[g].submit(
@@ -1746,32 +1797,6 @@ impl<D: BlockDevice> Swan<D> {
                 (start % group_sectors) as u64 + from as u64,
                 stripe_sectors - from,
                 &s.stripe_buf[from as usize * unit..],
-            ),
-            ReadBuffers::none(),
-        )?;
-        self.stats.stripes_written += 1;
-        s.written_ns = s.written_ns.max(c.done_ns);
-        Ok(s.window.admit(now_ns, c.done_ns, capacity))
-    }
-
-    /// Writes the stream's full stripe (the one just before its head) to its group as one
-    /// full-stripe write. Returns when the buffer has room for the next stripe.
-    fn flush_stripe(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let capacity = self.config.buffer_stripes as usize;
-        let stripe_sectors = self.stripe_sectors;
-        let group_sectors = self.group_sectors();
-        let s = match gc {
-            Some(g) => &mut self.gc_streams[g],
-            None => &mut self.user,
-        };
-        let start = s.head - stripe_sectors;
-        let g = (start / group_sectors) as usize;
-        let c = self.groups[g].submit(
-            now_ns,
-            &Command::write(
-                (start % group_sectors) as u64,
-                stripe_sectors,
-                &s.stripe_buf,
             ),
             ReadBuffers::none(),
         )?;
@@ -1892,7 +1917,7 @@ impl<D: BlockDevice> Swan<D> {
         Ok(done.max(t + self.config.buffer_write_ns))
     }
 
-    /// Rebuilds the map as after a loss of the host's DRAM: the summary in the last block of
+    /// Rebuilds the map as after a loss of the host's DRAM: the summary in the last block(s) of
     /// every segment is read from the members, the open segments' lists come from the
     /// battery-backed host memory (the paper's §4.1 assumption, which also keeps the open
     /// stripes), and for every logical block the version with the highest write sequence
@@ -1937,9 +1962,12 @@ impl<D: BlockDevice> Swan<D> {
                 self.state[segment as usize] = SegmentState::Open;
                 lbas.clone()
             } else {
-                let last = first + self.segment_sectors - 1;
-                done = done.max(self.read_block(last, now_ns, &mut block)?);
-                let mut found = match decode_summary(&block) {
+                let mut summary = Vec::with_capacity(self.summary_blocks as usize * self.unit);
+                for p in first + d..first + self.segment_sectors {
+                    done = done.max(self.read_block(p, now_ns, &mut block)?);
+                    summary.extend_from_slice(&block);
+                }
+                let mut found = match decode_summary(&summary) {
                     Some((seq, id, entries)) if id == segment && entries.len() == d as usize => {
                         Some((seq, entries))
                     }

@@ -8,7 +8,20 @@ use afa_ssd::Ssd;
 use proptest::prelude::*;
 
 use super::*;
-use crate::tests::{ssd, Harness, Watched};
+use crate::tests::{Harness, Watched};
+
+/// The array tests' SSD with 4 KiB sectors: a segment summary takes one block and lists 13
+/// bytes per block, so 512-byte sectors would hold the summaries of 36-block segments only,
+/// fewer than the segments these tests clean.
+fn swan_ssd_config() -> afa_ssd::SsdConfig {
+    let mut config = crate::tests::ssd_config();
+    config.geometry.sector_bytes = 4096;
+    config
+}
+
+fn ssd(seed: u64) -> Ssd {
+    Ssd::new(swan_ssd_config(), seed).unwrap()
+}
 
 /// `groups` R-groups of `width` test SSDs, 4 KiB chunks, segments of `stripes` stripes.
 fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan<Ssd> {
@@ -259,7 +272,8 @@ fn gc_group_read_latency_ns(gc_read_window_blocks: u32) -> (u64, u64) {
 /// every read and write of the victim.
 #[test]
 fn user_reads_in_the_group_being_cleaned_wait_behind_one_window_of_gc_reads() {
-    let (windowed_ns, windowed_reads) = gc_group_read_latency_ns(4);
+    // One block of 4 KiB is one page of the test SSD.
+    let (windowed_ns, windowed_reads) = gc_group_read_latency_ns(1);
     let (whole_ns, whole_reads) = gc_group_read_latency_ns(0);
     assert!(
         windowed_reads > 50 && whole_reads > 50,
@@ -267,7 +281,7 @@ fn user_reads_in_the_group_being_cleaned_wait_behind_one_window_of_gc_reads() {
     );
     assert!(
         windowed_ns * 2 < whole_ns,
-        "reads in the group being cleaned take {windowed_ns} ns with a window of 4 blocks \
+        "reads in the group being cleaned take {windowed_ns} ns with a window of one block \
          per SSD against {whole_ns} ns with the whole victim's reads issued at once"
     );
 }
@@ -361,13 +375,14 @@ fn full_segments_end_in_a_summary_of_their_blocks() {
     };
     let mut v = Swan::new(array, config, devices, Vec::new()).unwrap();
     let seg = v.segment_sectors;
-    let data = vec![0xabu8; 512 * seg as usize];
+    let unit = 4096;
+    let data = vec![0xabu8; unit * seg as usize];
     // One segment's worth of data blocks, written backwards.
     for i in (0..seg as u64 - 1).rev() {
-        v.submit(0, &Command::write(i, 1, &data[..512]), ReadBuffers::none())
+        v.submit(0, &Command::write(i, 1, &data[..unit]), ReadBuffers::none())
             .unwrap();
     }
-    let mut block = vec![0u8; 512];
+    let mut block = vec![0u8; unit];
     v.groups[0]
         .submit(
             0,
@@ -426,6 +441,50 @@ fn bad_configurations_are_refused_with_the_key() {
         },
     );
     assert!(e.contains("raid0, raid4 or raid5"), "{e}");
+}
+
+/// The summary takes as many blocks at the end of a segment as its entries need, in every
+/// payload mode, so that a configuration measured with tokens writes what one serving bytes
+/// writes; volatile host memory, whose partial summaries take one block, refuses segments
+/// whose summary needs more.
+#[test]
+fn a_summary_takes_the_blocks_its_entries_need_in_every_payload_mode() {
+    // 512-byte blocks hold the entries of 36 blocks; 64 KiB segments have 128 blocks.
+    let config = SwanConfig {
+        groups: 2,
+        segment_bytes: 4096 * 2 * 8,
+        ..SwanConfig::default()
+    };
+    for payload in [
+        afa_nand::PayloadMode::None,
+        afa_nand::PayloadMode::Token,
+        afa_nand::PayloadMode::Full,
+    ] {
+        let mut ssd_config = crate::tests::ssd_config();
+        ssd_config.payload = payload;
+        let devices = || {
+            (0..4)
+                .map(|i| Ssd::new(ssd_config.clone(), i).unwrap())
+                .collect()
+        };
+        let v = Swan::new(raid0_4k(4), config.clone(), devices(), Vec::new()).unwrap();
+        assert_eq!((v.summary_blocks, v.data_blocks()), (4, 124), "{payload:?}");
+        let volatile = SwanConfig {
+            host_memory: HostMemory::Volatile,
+            ..config.clone()
+        };
+        let e = Swan::new(raid0_4k(4), volatile, devices(), Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("takes 4 blocks of 512 B") && e.contains("at most 16384 B"),
+            "{payload:?}: {e}"
+        );
+    }
+    // The paper's 1 MiB segments of 4 KiB blocks keep their summary in one block, and
+    // 16 MiB segments in 13.
+    assert_eq!(summary_blocks_for(256, 4096), 1);
+    assert_eq!(summary_blocks_for(4096, 4096), 13);
 }
 
 #[test]
@@ -618,7 +677,7 @@ fn a_rebuild_needs_full_payloads() {
 /// not), with segments of one flash block on every plane of a member, so that a cleaned
 /// segment's TRIM empties whole blocks.
 fn swan_idle_erase(idle_erase: bool) -> Swan<Ssd> {
-    let mut ssd_config = crate::tests::ssd_config();
+    let mut ssd_config = swan_ssd_config();
     ssd_config.gc.background = false;
     ssd_config.gc.idle_erase = idle_erase;
     let g = &ssd_config.geometry;
@@ -680,7 +739,7 @@ fn groups_of_unequal_capacity_take_the_smallest_and_keep_data() {
     let members = 6u32;
     let devices: Vec<Ssd> = (0..members as u64)
         .map(|i| {
-            let mut c = crate::tests::ssd_config();
+            let mut c = swan_ssd_config();
             if i >= 4 {
                 c.geometry.blocks_per_plane -= 4;
             }

@@ -54,14 +54,14 @@ pub(crate) fn two_phase_config(level: Level, members: u32) -> ArrayConfig {
 /// The budget is atomic so that members owned by different threads (ScalaAFA's member
 /// agents) draw from it too.
 #[derive(Debug)]
-pub(crate) struct PowerCut {
-    pub(crate) inner: Ssd,
+pub(crate) struct PowerCut<D = Ssd> {
+    pub(crate) inner: D,
     pub(crate) budget: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl PowerCut {
+impl<D> PowerCut<D> {
     /// Members sharing one budget of `budget` medium-changing commands.
-    pub(crate) fn members(inner: Vec<Ssd>, budget: u64) -> Vec<PowerCut> {
+    pub(crate) fn members(inner: Vec<D>, budget: u64) -> Vec<PowerCut<D>> {
         let budget = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(budget));
         inner
             .into_iter()
@@ -84,7 +84,7 @@ impl PowerCut {
     }
 }
 
-impl BlockDevice for PowerCut {
+impl<D: BlockDevice> BlockDevice for PowerCut<D> {
     fn info(&self) -> DeviceInfo {
         self.inner.info()
     }
@@ -830,7 +830,9 @@ fn a_fua_write_leaves_no_member_write_buffered_on_the_flushing_engines() {
         segment_bytes: 4096 * 2 * 4,
         ..SwanConfig::default()
     };
-    let swan = Swan::new(swan_array, swan_config, devs(4), vec![]).unwrap();
+    // 4 KiB sectors, so that the segment's summary fits its one block.
+    let swan_devs = (0..4).map(|i| buffered(4096, 64, i)).collect();
+    let swan = Swan::new(swan_array, swan_config, swan_devs, vec![]).unwrap();
     a_fua_write_drains("swan", swan, |v| pages(&mut v.members()));
 
     let two_phase = TwoPhase::new(raid5.clone(), TwoPhaseConfig::default(), devs(4), vec![]);

@@ -561,20 +561,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 .fail_member(p, 0)
                 .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
         }
-        if swan.host_memory == HostMemory::Volatile {
-            // Nothing of the host's memory is kept: what the last server's FLUSHes wrote
-            // out under summaries is the volume.
-            if !state.fresh() {
-                volume
-                    .recover_volatile(0)
-                    .map_err(|e| format!("SWAN recovery failed: {e}"))?;
-                eprintln!(
-                    "afa serve: rebuilt SWAN's map from the segment summaries and the partial summaries of the last server's flushes"
-                );
-            }
-        } else {
-            attach_nvram(&mut volume, "SWAN", &state)?;
-        }
+        restore_map(&mut volume, swan.host_memory, "SWAN", &state)?;
         return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     let mut array = Array::new(engine, members, spares).map_err(|e| e.to_string())?;
@@ -589,19 +576,7 @@ pub fn build_volume(cfg: &RunConfig, state_dir: Option<&Path>) -> Result<Volume,
                 .fail_member(p, 0)
                 .map_err(|e| format!("{}: {e}", state.dir().join("members.txt").display()))?;
         }
-        if log_config.host_memory == HostMemory::Volatile {
-            // As for SWAN: the last server's FLUSHes wrote out all there is.
-            if !state.fresh() {
-                volume
-                    .recover_volatile(0)
-                    .map_err(|e| format!("Log-RAID recovery failed: {e}"))?;
-                eprintln!(
-                    "afa serve: rebuilt Log-RAID's map from the segment summaries and the partial summaries of the last server's flushes"
-                );
-            }
-        } else {
-            attach_nvram(&mut volume, "Log-RAID", &state)?;
-        }
+        restore_map(&mut volume, log_config.host_memory, "Log-RAID", &state)?;
         return Ok(recorded(volume, state, record, &spec.failures, description));
     }
     if state.unclean() && lost.is_empty() {
@@ -872,10 +847,12 @@ fn serde_plain_name<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
-/// A log-structured engine whose battery-backed host memory is kept in an NVRAM log.
+/// A log-structured engine whose battery-backed host memory is kept in an NVRAM log, or
+/// whose map is rebuilt from the members alone when its host memory is volatile.
 trait NvramEngine: BlockDevice + Send + 'static {
     fn attach_nvram(&mut self, log: Box<dyn NvramLog>);
     fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError>;
+    fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError>;
 }
 
 impl NvramEngine for Swan<FileDevice> {
@@ -884,6 +861,9 @@ impl NvramEngine for Swan<FileDevice> {
     }
     fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         Swan::recover_from_nvram(self, now_ns)
+    }
+    fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        Swan::recover_volatile(self, now_ns)
     }
 }
 
@@ -894,6 +874,34 @@ impl NvramEngine for LogRaid<FileDevice> {
     fn recover_from_nvram(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         LogRaid::recover_from_nvram(self, now_ns)
     }
+    fn recover_volatile(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
+        LogRaid::recover_volatile(self, now_ns)
+    }
+}
+
+/// Restores a log-structured engine's map on every start but the first: from the segment
+/// summaries and the NVRAM log in the state directory with battery-backed host memory (the
+/// log is attached on the first start too), from the summaries and the partial summaries of
+/// the last server's FLUSHes alone with volatile host memory, since nothing of the host's
+/// memory is kept then.
+fn restore_map<E: NvramEngine>(
+    volume: &mut E,
+    memory: HostMemory,
+    name: &str,
+    state: &StateDir,
+) -> Result<(), String> {
+    if memory != HostMemory::Volatile {
+        return attach_nvram(volume, name, state);
+    }
+    if !state.fresh() {
+        volume
+            .recover_volatile(0)
+            .map_err(|e| format!("{name} recovery failed: {e}"))?;
+        eprintln!(
+            "afa serve: rebuilt {name}'s map from the segment summaries and the partial summaries of the last server's flushes"
+        );
+    }
+    Ok(())
 }
 
 /// Attaches the NVRAM log in the state directory and, on every start but the first,

@@ -60,24 +60,25 @@ fn fig4a_orders_raid0_log_raid0_swan0_and_keeps_swan0_level_while_log_raid0_swin
     );
 }
 
-/// Figure 4b: SWAN0 grows with its R-group width and stays above Log-RAID0 at every width.
-/// The paper's fall of Log-RAID0 as SSDs are added is not reproduced (it still rises, less
-/// than SWAN0; docs/swan.md), so the test does not ask for it.
+/// Figure 4b: SWAN0 grows with its R-group width, within 10% of in proportion to it (the
+/// paper's 400 / 800 / 1,200 MB/s), and stays above Log-RAID0 at every width. The paper's
+/// fall of Log-RAID0 as SSDs are added is not reproduced (it still rises, less than SWAN0;
+/// docs/swan.md), so the test does not ask for it.
 #[test]
 fn fig4b_keeps_swan0_above_log_raid0_at_every_width_and_growing() {
     let v = reproduce("swan-fig4b", "1");
-    let mut last_swan = 0.0;
+    let swan_3 = value(&v, "swan0_3");
     for n in [3, 6, 9] {
         let (log, swan) = (
             value(&v, &format!("log-raid0_{n}")),
             value(&v, &format!("swan0_{n}")),
         );
         assert!(log < swan, "{n} SSDs: Log-RAID0 {log}, SWAN0 {swan}");
+        let proportional = swan_3 * n as f64 / 3.0;
         assert!(
-            swan > 1.5 * last_swan,
-            "{n} SSDs: SWAN0 {swan} after {last_swan}"
+            swan >= 0.9 * proportional,
+            "{n} SSDs: SWAN0 {swan} MB/s, under 0.9 of {proportional} (3 SSDs' {swan_3} × {n}/3)"
         );
-        last_swan = swan;
     }
 }
 
