@@ -186,6 +186,19 @@ fn swan_rebuilds_its_map_from_summaries_and_nvram_after_a_stop_and_after_kill_9(
     rebuilds_after_a_stop_and_after_kill_9("swan", &swan(""), &["0x11", "0x22", "0x5a"], 76);
 }
 
+/// The same with 4 MiB segments, whose summaries take their last four blocks: the map comes
+/// back from summaries read across several blocks.
+#[test]
+fn swan_with_summaries_of_several_blocks_rebuilds_after_a_stop_and_after_kill_9() {
+    let toml = swan("").replace("segment_bytes = 1048576", "segment_bytes = 4194304");
+    rebuilds_after_a_stop_and_after_kill_9(
+        "swan-long-summaries",
+        &toml,
+        &["0x11", "0x22", "0x5a"],
+        64,
+    );
+}
+
 /// SWAN on a host without NVRAM (`host_memory = "volatile"`): kill -9 under a write load
 /// keeps what the last flush covered, found through the partial summary the flush wrote.
 #[test]
