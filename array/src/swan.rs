@@ -852,6 +852,10 @@ impl<D: BlockDevice> Swan<D> {
     pub fn group_width(&self) -> usize {
         self.width
     }
+    /// Blocks per segment, and how many of them at its end hold its summary.
+    pub fn segment_blocks(&self) -> (u32, u32) {
+        (self.segment_sectors, self.summary_blocks)
+    }
     /// Every member, group by group.
     pub fn members(&self) -> impl Iterator<Item = &D> {
         self.groups.iter().flat_map(|g| g.members())

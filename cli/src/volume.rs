@@ -305,6 +305,9 @@ impl ArrayVolume {
                     .collect();
                 v["groups"] = serde_json::json!(groups);
                 v["degraded_reads"] = serde_json::json!(s.degraded_reads());
+                let (segment_blocks, summary_blocks) = s.segment_blocks();
+                v["segment_blocks"] = serde_json::json!(segment_blocks);
+                v["summary_blocks_per_segment"] = serde_json::json!(summary_blocks);
                 Ok(v)
             }
             ArrayVolume::ScalaAfa(s) => {

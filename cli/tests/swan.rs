@@ -1,7 +1,7 @@
 //! The SWAN reproductions, end to end through the binary.
 
 mod common;
-use common::afa_json;
+use common::{afa_json, fixture};
 
 use std::path::PathBuf;
 
@@ -180,4 +180,37 @@ fn fig12_swan0_members_copy_nothing_and_have_the_shorter_tail() {
     let again = reproduce("swan-fig12", "1");
     assert_eq!(v["measured"], again["measured"]);
     assert_eq!(v["context"], again["context"]);
+}
+
+/// The SWAN fixture (RAID 5 groups, aging, a member failing mid-run, a verifying read of
+/// everything) with 4 MiB segments of 4 KiB blocks, whose summaries take their last four
+/// blocks, in `full` and `token` payload mode: every read checks out, the groups clean
+/// segments, and the report says how many blocks a summary takes.
+#[test]
+fn the_fixture_runs_with_summaries_of_several_blocks() {
+    for payload in ["full", "token"] {
+        let json = temp(&format!("fixture-4mib-{payload}.json"));
+        let v = afa_json(
+            &[
+                "run",
+                &fixture("swan.toml"),
+                "--quiet",
+                "--set",
+                "array.swan.segment_bytes=4194304",
+                "--set",
+                &format!("ssd.payload={payload}"),
+            ],
+            &json,
+        );
+        let a = &v["array"];
+        assert_eq!(v["integrity"]["mismatches"], 0, "{payload}");
+        assert!(v["integrity"]["reads_checked"].as_u64().unwrap() > 0);
+        assert_eq!(
+            (&a["segment_blocks"], &a["summary_blocks_per_segment"]),
+            (&serde_json::json!(1024), &serde_json::json!(4)),
+            "{payload}"
+        );
+        assert!(a["segments_cleaned"].as_u64().unwrap() > 0, "{payload}");
+        assert!(a["degraded_reads"].as_u64().unwrap() > 0, "{payload}");
+    }
 }
