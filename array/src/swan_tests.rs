@@ -25,6 +25,20 @@ fn ssd(seed: u64) -> Ssd {
 
 /// `groups` R-groups of `width` test SSDs, 4 KiB chunks, segments of `stripes` stripes.
 fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan<Ssd> {
+    swan_of_blocks(level, groups, width, stripes, spare, 4096)
+}
+
+/// [`swan`] over test SSDs of `sector_bytes` sectors (SWAN's blocks).
+fn swan_of_blocks(
+    level: Level,
+    groups: u32,
+    width: u32,
+    stripes: u64,
+    spare: f64,
+    sector_bytes: u32,
+) -> Swan<Ssd> {
+    let mut ssd_config = swan_ssd_config();
+    ssd_config.geometry.sector_bytes = sector_bytes;
     let members = groups * width;
     let array = ArrayConfig {
         level,
@@ -43,7 +57,9 @@ fn swan(level: Level, groups: u32, width: u32, stripes: u64, spare: f64) -> Swan
         spare_fraction: spare,
         ..SwanConfig::default()
     };
-    let devices = (0..members as u64).map(ssd).collect();
+    let devices = (0..members as u64)
+        .map(|i| Ssd::new(ssd_config.clone(), i).unwrap())
+        .collect();
     Swan::new(array, config, devices, Vec::new()).unwrap()
 }
 
@@ -503,12 +519,19 @@ proptest! {
     #[test]
     fn swan_matches_the_oracle(
         seed in any::<u64>(),
-        which in 0usize..3,
+        which in 0usize..4,
         greedy in any::<bool>(),
         fail_at in 0usize..4000,
     ) {
-        let (level, groups, width) = [(Level::Raid0, 3, 1), (Level::Raid5, 2, 3), (Level::Raid4, 3, 3)][which];
-        let mut v = swan(level, groups, width, 2, 0.25);
+        // The last shape's segments of 128 blocks of 512 B keep their summaries in four
+        // blocks.
+        let (level, groups, width, stripes, sector_bytes) = [
+            (Level::Raid0, 3, 1, 2, 4096),
+            (Level::Raid5, 2, 3, 2, 4096),
+            (Level::Raid4, 3, 3, 2, 4096),
+            (Level::Raid5, 2, 3, 8, 512),
+        ][which];
+        let mut v = swan_of_blocks(level, groups, width, stripes, 0.25, sector_bytes);
         if !greedy {
             v.config.victim = VictimPolicy::Fifo;
         }
@@ -530,10 +553,11 @@ proptest! {
     }
 }
 
-/// SWAN over `groups` RAID groups of test SSDs keeping full bytes, segments of two stripes
-/// (small enough for a summary to fit in one 512-byte block).
-fn swan_full(level: Level, groups: u32, width: u32) -> Swan<Ssd> {
-    let mut cfg = ssd(0).config().clone();
+/// SWAN over `groups` RAID groups of test SSDs of `sector_bytes` sectors keeping full bytes,
+/// 4 KiB chunks, segments of `stripes` stripes.
+fn swan_full(level: Level, groups: u32, width: u32, sector_bytes: u32, stripes: u64) -> Swan<Ssd> {
+    let mut cfg = swan_ssd_config();
+    cfg.geometry.sector_bytes = sector_bytes;
     cfg.payload = afa_nand::PayloadMode::Full;
     let members = groups * width;
     let devices = (0..members as u64)
@@ -552,7 +576,7 @@ fn swan_full(level: Level, groups: u32, width: u32) -> Swan<Ssd> {
     } as u64;
     let config = SwanConfig {
         groups,
-        segment_bytes: 4096 * k * 2,
+        segment_bytes: 4096 * k * stripes,
         spare_fraction: 0.3,
         ..SwanConfig::default()
     };
@@ -624,8 +648,16 @@ impl Harness<Swan<Ssd>> {
 
 #[test]
 fn the_map_rebuilt_from_summaries_is_the_map() {
-    for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
-        let mut h = Harness::new(swan_full(level, groups, width));
+    // Blocks of 512 B: segments of two stripes (32 blocks) keep their summaries in one
+    // block, the last case's of eight stripes (128 blocks) in four.
+    for (level, groups, width, sector_bytes, stripes) in [
+        (Level::Raid0, 3, 2, 512, 2),
+        (Level::Raid5, 2, 3, 512, 2),
+        (Level::Raid5, 2, 3, 512, 8),
+    ] {
+        let mut h = Harness::new(swan_full(level, groups, width, sector_bytes, stripes));
+        let summary_blocks = if stripes == 8 { 4 } else { 1 };
+        assert_eq!(h.volume.summary_blocks, summary_blocks);
         let mut rng = SimRng::new(17);
         let cap = h.tokens.len() as u64;
         let mut rebuilds = 0;
