@@ -203,6 +203,9 @@ pub struct SwanStats {
     /// With volatile host memory: partial summaries written into the last block of a stripe
     /// not yet full (by FLUSHes, and before victims were trimmed).
     pub partial_summaries: u64,
+    /// With volatile host memory and a summary of several blocks: blocks of no address a
+    /// FLUSH padded a stripe out with, when its data reached into the summary's slots.
+    pub partial_summary_pad_blocks: u64,
     /// Engine time of the user's time 0 (the end of aging).
     pub epoch_ns: u64,
     pub events: Vec<SwanEvent>,
@@ -737,17 +740,12 @@ impl<D: BlockDevice> Swan<D> {
                 swan.segment_bytes
             )));
         }
-        if swan.host_memory == HostMemory::Volatile && summary_blocks > 1 {
-            // A FLUSH writes a partial summary into the open stripe's last block, listing
-            // every block of the segment before it, so the whole summary must fit one block.
-            let most_blocks = (sector.saturating_sub(SUMMARY_OVERHEAD_BYTES) / 13) as u32 + 1;
-            let most_stripes = most_blocks / stripe_sectors;
+        if swan.host_memory == HostMemory::Volatile && summary_blocks >= stripe_sectors {
+            // A FLUSH writes a partial summary, listing every block of the segment before
+            // it, into the open stripe's last `summary_blocks`, so a stripe must hold more.
             return Err(err(format!(
-                "array.swan.host_memory = \"volatile\" needs the summary of a segment in one block, and with segment_bytes = {} the summary of {} blocks takes {summary_blocks} blocks of {sector} B (one holds the entries of at most {} blocks); use segments of at most {} B",
-                swan.segment_bytes,
-                segment_sectors - 1,
-                most_blocks - 1,
-                most_stripes as u64 * stripe_sectors as u64 * sector
+                "array.swan.host_memory = \"volatile\" needs stripes longer than a segment's summary: a FLUSH writes a partial summary into the end of the open stripe, and with segment_bytes = {} the summary takes {summary_blocks} blocks of {sector} B while a stripe holds {stripe_sectors}; raise chunk_bytes or lower segment_bytes",
+                swan.segment_bytes
             )));
         }
         // Members may differ in capacity (an SSD's factory bad blocks come out of its logical
@@ -1102,10 +1100,11 @@ impl<D: BlockDevice> Swan<D> {
         let d = self.data_blocks();
         let mut max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
         if self.volatile() {
-            // A victim may cost a block besides its valid ones, a partial summary in the GC
-            // stream's open stripe (when it must be trimmed before that stripe fills): one
-            // with a single invalid block frees nothing.
-            max_valid = max_valid.min(d.saturating_sub(2));
+            // A victim may cost blocks besides its valid ones: a partial summary in the GC
+            // stream's open stripe (when it must be trimmed before that stripe fills), and
+            // with a summary of several blocks up to one block fewer of padding. A victim
+            // with no more invalid blocks than that frees nothing.
+            max_valid = max_valid.min(d.saturating_sub(2 * self.summary_blocks));
         }
         let room = {
             let s = &self.gc_streams[g];
@@ -1551,8 +1550,8 @@ impl<D: BlockDevice> Swan<D> {
             Some(g) => &self.gc_streams[g],
             None => &self.user,
         };
-        if s.summary_slot && head % stripe_sectors == stripe_sectors - 1 {
-            // A FLUSH took the stripe's last block for its summary: the stripe is full.
+        if s.summary_slot && head % stripe_sectors == stripe_sectors - self.summary_blocks {
+            // A FLUSH took the stripe's last blocks for its summary: the stripe is full.
             return Ok(t.max(self.complete_stripe(gc, t)?));
         }
         if head % stripe_sectors == 0 {
@@ -1606,11 +1605,11 @@ impl<D: BlockDevice> Swan<D> {
     }
 
     /// Writes a partial summary of the blocks before the head (the summary of a stripe a
-    /// FLUSH wrote part of, with volatile host memory) into the head's slot of the open
-    /// stripe, its last. The partial summary takes a slot of the segment: it gets an entry
-    /// of no address, so entries stay one per block.
+    /// FLUSH wrote part of, with volatile host memory) into the head's `summary_blocks`
+    /// slots of the open stripe, its last. The partial summary takes slots of the segment:
+    /// they get entries of no address, so entries stay one per block.
     fn put_partial_summary(&mut self, gc: Option<usize>) {
-        let unit = self.unit;
+        let (unit, n) = (self.unit, self.summary_blocks as usize);
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
@@ -1618,20 +1617,24 @@ impl<D: BlockDevice> Swan<D> {
         };
         let seq = self.seq[s.segment as usize];
         let offset = (s.head % stripe_sectors) as usize;
-        let slot = &mut s.stripe_buf[offset * unit..(offset + 1) * unit];
-        match encode_partial_summary(seq, s.segment, &s.lbas, unit) {
-            Some(bytes) => slot.copy_from_slice(&bytes),
-            // In token mode a block holds 8 bytes: it carries the sequence number only.
-            None => fill_unit(sector_token(s.segment as u64, seq), slot),
+        let slots = &mut s.stripe_buf[offset * unit..(offset + n) * unit];
+        match encode_partial_summary(seq, s.segment, &s.lbas, unit * n) {
+            Some(bytes) => slots.copy_from_slice(&bytes),
+            // In token mode a block holds 8 bytes: each carries the sequence number only.
+            None => {
+                for slot in slots.chunks_mut(unit.max(1)) {
+                    fill_unit(sector_token(s.segment as u64, seq), slot);
+                }
+            }
         }
-        s.lbas.push((NONE, 0));
-        s.head += 1;
-        s.placed += 1;
+        s.lbas.extend(std::iter::repeat_n((NONE, 0), n));
+        s.head += n as u32;
+        s.placed += n as u64;
     }
 
-    /// With volatile host memory, ends the head's stripe with a summary in its last block
-    /// (where the head is): the segment's summary if that is the segment's last block, a
-    /// partial summary otherwise. Writes what of the stripe is not yet on the members and
+    /// With volatile host memory, ends the head's stripe with a summary in its last
+    /// `summary_blocks` (where the head is): the segment's summary if they are the
+    /// segment's last, a partial summary otherwise. Writes what of the stripe is not yet on the members and
     /// closes the segment at its end. Returns when the buffer has room for the next stripe.
     fn complete_stripe(
         &mut self,
@@ -1644,8 +1647,7 @@ impl<D: BlockDevice> Swan<D> {
             None => &mut self.user,
         };
         s.summary_slot = false;
-        // Volatile host memory keeps summaries to one block, so the segment's summary is
-        // its last block.
+        // In the segment's last stripe the slots are those of the segment's summary.
         if s.head % self.segment_sectors == d {
             return self.end_segment(gc, now_ns);
         }
@@ -1662,15 +1664,18 @@ impl<D: BlockDevice> Swan<D> {
 
     /// With volatile host memory, puts every block appended to the stream on the members
     /// under a summary. The blocks of the open stripe not yet there are written, and a
-    /// partial summary listing every block of the segment before the stripe's last block
-    /// (those not yet filled as entries of no address) goes into that last block. Nothing is
-    /// padded: later appends fill the rest of the stripe, and once it is full its last block
-    /// takes the stripe's summary in place of this one, so a FLUSH costs the log one block,
-    /// whatever the stripe holds. (When the head already is at the stripe's last block, the
-    /// summary simply takes it and the stripe is complete.) Returns when every stripe the
-    /// stream has written is on the members.
+    /// partial summary listing every block of the segment before the stripe's last
+    /// `summary_blocks` (those not yet filled as entries of no address) goes into them.
+    /// Nothing is padded: later appends fill the rest of the stripe, and once it is full its
+    /// last blocks take the stripe's summary in place of this one, so a FLUSH costs the log
+    /// `summary_blocks` (one, unless segments are large), whatever the stripe holds. (When
+    /// the head already is at the stripe's summary slots, the summary simply takes them and
+    /// the stripe is complete; when it is past their start, which only a summary of several
+    /// blocks allows, the stripe is padded out with blocks of no address and the summary
+    /// goes into the next stripe's end.) Returns when every stripe the stream has written is
+    /// on the members.
     fn make_durable(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let unit = self.unit;
+        let (unit, n) = (self.unit, self.summary_blocks);
         let stripe_sectors = self.stripe_sectors;
         let group_sectors = self.group_sectors();
         let s = match gc {
@@ -1680,8 +1685,33 @@ impl<D: BlockDevice> Swan<D> {
         if s.segment == NONE || s.placed == s.durable_placed {
             return Ok(now_ns.max(s.written_ns));
         }
+        let last = stripe_sectors - n;
+        if s.head % stripe_sectors > last {
+            // The data reaches into the summary's slots: they are padded with blocks of no
+            // address, the stripe goes out, and the summary takes the next stripe's end. The
+            // segment's last stripe never gets here (its data ends where its summary starts).
+            let segment = s.segment;
+            let pad = stripe_sectors - s.head % stripe_sectors;
+            while s.head % stripe_sectors != 0 {
+                let offset = (s.head % stripe_sectors) as usize;
+                s.stripe_buf[offset * unit..(offset + 1) * unit].fill(0);
+                s.lbas.push((NONE, 0));
+                s.head += 1;
+                s.placed += 1;
+            }
+            self.stats.partial_summary_pad_blocks += u64::from(pad);
+            self.flush_stripe(gc, now_ns)?;
+            let s = match gc {
+                Some(g) => &self.gc_streams[g],
+                None => &self.user,
+            };
+            debug_assert_eq!(s.segment, segment, "a pad never ends a segment");
+        }
+        let s = match gc {
+            Some(g) => &mut self.gc_streams[g],
+            None => &mut self.user,
+        };
         let filled = s.head % stripe_sectors;
-        let last = stripe_sectors - 1;
         if filled == last {
             let segment = s.segment;
             self.complete_stripe(gc, now_ns)?;
@@ -1697,11 +1727,15 @@ impl<D: BlockDevice> Swan<D> {
         let seq = self.seq[s.segment as usize];
         let mut entries = s.lbas.clone();
         entries.resize(s.lbas.len() + (last - filled) as usize, (NONE, 0));
-        let slot = &mut s.stripe_buf[last as usize * unit..];
-        match encode_partial_summary(seq, s.segment, &entries, unit) {
-            Some(bytes) => slot.copy_from_slice(&bytes),
-            // In token mode a block holds 8 bytes: it carries the sequence number only.
-            None => fill_unit(sector_token(s.segment as u64, seq), slot),
+        let slots = &mut s.stripe_buf[last as usize * unit..];
+        match encode_partial_summary(seq, s.segment, &entries, unit * n as usize) {
+            Some(bytes) => slots.copy_from_slice(&bytes),
+            // In token mode a block holds 8 bytes: each carries the sequence number only.
+            None => {
+                for slot in slots.chunks_mut(unit.max(1)) {
+                    fill_unit(sector_token(s.segment as u64, seq), slot);
+                }
+            }
         }
         let start = s.head - filled;
         let g = (start / group_sectors) as usize;
@@ -1720,7 +1754,7 @@ impl<D: BlockDevice> Swan<D> {
         }
         let c = self.groups[g].submit(
             now_ns,
-            &Command::write(base + last as u64, 1, &s.stripe_buf[last as usize * unit..]),
+            &Command::write(base + last as u64, n, &s.stripe_buf[last as usize * unit..]),
             ReadBuffers::none(),
         )?;
         s.written_ns = s.written_ns.max(c.done_ns);
@@ -2028,10 +2062,11 @@ impl<D: BlockDevice> Swan<D> {
         Ok(done - self.epoch_ns)
     }
 
-    /// The newest partial summary of `segment`: the last block of each of its stripes is
-    /// read, the last stripe first, and the first that holds a partial summary of this
-    /// segment listing every block before it is the one the last FLUSH wrote (a cleaned
-    /// segment is trimmed whole, so older ones read as zeroes). Adds the reads to `done`.
+    /// The newest partial summary of `segment`: the last `summary_blocks` of each of its
+    /// stripes are read, the last stripe first, and the first that hold a partial summary
+    /// of this segment listing every block before them are the ones the last FLUSH wrote (a
+    /// cleaned segment is trimmed whole, so older ones read as zeroes). Adds the reads to
+    /// `done`.
     fn find_partial_summary(
         &mut self,
         segment: u32,
@@ -2040,11 +2075,17 @@ impl<D: BlockDevice> Swan<D> {
     ) -> Result<Option<Summary>, DeviceError> {
         let first = segment * self.segment_sectors;
         let stripes = self.segment_sectors / self.stripe_sectors;
+        let n = self.summary_blocks;
         let mut block = vec![0u8; self.unit];
+        let mut blocks = Vec::with_capacity(n as usize * self.unit);
         for stripe in (0..stripes).rev() {
-            let offset = (stripe + 1) * self.stripe_sectors - 1;
-            *done = (*done).max(self.read_block(first + offset, now_ns, &mut block)?);
-            if let Some(summary) = decode_partial_summary(&block) {
+            let offset = (stripe + 1) * self.stripe_sectors - n;
+            blocks.clear();
+            for p in first + offset..first + offset + n {
+                *done = (*done).max(self.read_block(p, now_ns, &mut block)?);
+                blocks.extend_from_slice(&block);
+            }
+            if let Some(summary) = decode_partial_summary(&blocks) {
                 if summary.1 == segment && summary.2.len() == offset as usize {
                     return Ok(Some(summary));
                 }

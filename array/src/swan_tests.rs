@@ -461,14 +461,16 @@ fn bad_configurations_are_refused_with_the_key() {
 
 /// The summary takes as many blocks at the end of a segment as its entries need, in every
 /// payload mode, so that a configuration measured with tokens writes what one serving bytes
-/// writes; volatile host memory, whose partial summaries take one block, refuses segments
-/// whose summary needs more.
+/// writes. Volatile host memory, whose partial summaries take the open stripe's last
+/// blocks, refuses segments whose summary fills a stripe.
 #[test]
 fn a_summary_takes_the_blocks_its_entries_need_in_every_payload_mode() {
-    // 512-byte blocks hold the entries of 36 blocks; 64 KiB segments have 128 blocks.
-    let config = SwanConfig {
+    // Blocks of 512 B hold the entries of 36 blocks; 64 KiB segments have 128 blocks and
+    // 320 KiB segments 640, in stripes of 16.
+    let segment = |stripes: u64, host_memory: HostMemory| SwanConfig {
         groups: 2,
-        segment_bytes: 4096 * 2 * 8,
+        segment_bytes: 4096 * 2 * stripes,
+        host_memory,
         ..SwanConfig::default()
     };
     for payload in [
@@ -483,17 +485,32 @@ fn a_summary_takes_the_blocks_its_entries_need_in_every_payload_mode() {
                 .map(|i| Ssd::new(ssd_config.clone(), i).unwrap())
                 .collect()
         };
-        let v = Swan::new(raid0_4k(4), config.clone(), devices(), Vec::new()).unwrap();
-        assert_eq!((v.summary_blocks, v.data_blocks()), (4, 124), "{payload:?}");
-        let volatile = SwanConfig {
-            host_memory: HostMemory::Volatile,
-            ..config.clone()
-        };
-        let e = Swan::new(raid0_4k(4), volatile, devices(), Vec::new())
-            .unwrap_err()
-            .to_string();
+        for memory in [HostMemory::BatteryBacked, HostMemory::Volatile] {
+            let v = Swan::new(raid0_4k(4), segment(8, memory), devices(), Vec::new()).unwrap();
+            assert_eq!((v.summary_blocks, v.data_blocks()), (4, 124), "{payload:?}");
+        }
+        let v = Swan::new(
+            raid0_4k(4),
+            segment(40, HostMemory::BatteryBacked),
+            devices(),
+            Vec::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            (v.summary_blocks, v.stripe_sectors),
+            (16, 16),
+            "{payload:?}"
+        );
+        let e = Swan::new(
+            raid0_4k(4),
+            segment(40, HostMemory::Volatile),
+            devices(),
+            Vec::new(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.contains("takes 4 blocks of 512 B") && e.contains("at most 16384 B"),
+            e.contains("the summary takes 16 blocks of 512 B while a stripe holds 16"),
             "{payload:?}: {e}"
         );
     }

@@ -217,6 +217,14 @@ fn volatile_swan_rebuilds_from_summaries_and_partial_summaries() {
     volatile_rebuilds_from_summaries_and_partial_summaries("swan-volatile", &toml, 76);
 }
 
+/// The same with 4 MiB segments, whose summaries and partial summaries take four blocks.
+#[test]
+fn volatile_swan_with_summaries_of_several_blocks_rebuilds_from_them() {
+    let toml = format!("{}host_memory = \"volatile\"\n", swan(""))
+        .replace("segment_bytes = 1048576", "segment_bytes = 4194304");
+    volatile_rebuilds_from_summaries_and_partial_summaries("swan-volatile-long", &toml, 64);
+}
+
 /// As above on Log-RAID, whose cleaner writes a partial summary before it trims a victim.
 #[test]
 fn volatile_log_raid_rebuilds_from_summaries_and_partial_summaries() {
