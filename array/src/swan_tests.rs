@@ -10,9 +10,10 @@ use proptest::prelude::*;
 use super::*;
 use crate::tests::{Harness, Watched};
 
-/// The array tests' SSD with 4 KiB sectors: a segment summary takes one block and lists 13
-/// bytes per block, so 512-byte sectors would hold the summaries of 36-block segments only,
-/// fewer than the segments these tests clean.
+/// The array tests' SSD with 4 KiB sectors, SWAN's blocks as in the paper: a summary lists
+/// 13 bytes per block, so one block holds the summary of every segment these tests build
+/// (512-byte blocks would give most of them summaries of several blocks, which tests of
+/// their own cover).
 fn swan_ssd_config() -> afa_ssd::SsdConfig {
     let mut config = crate::tests::ssd_config();
     config.geometry.sector_bytes = 4096;

@@ -830,7 +830,7 @@ fn a_fua_write_leaves_no_member_write_buffered_on_the_flushing_engines() {
         segment_bytes: 4096 * 2 * 4,
         ..SwanConfig::default()
     };
-    // 4 KiB sectors, so that the segment's summary fits its one block.
+    // 4 KiB sectors, as SWAN's own tests use, so that its summary takes one block.
     let swan_devs = (0..4).map(|i| buffered(4096, 64, i)).collect();
     let swan = Swan::new(swan_array, swan_config, swan_devs, vec![]).unwrap();
     a_fua_write_drains("swan", swan, |v| pages(&mut v.members()));
