@@ -557,42 +557,76 @@ mod tests {
     #[test]
     fn volatile_memory_keeps_every_flushed_write_at_any_crash_point() {
         for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
-            let mut rng = SimRng::new(41 + groups as u64);
-            let (mut cleaned, mut partial, mut lost) = (0, 0, 0);
-            for _ in 0..afa_sim::proptest_cases(6) {
-                let mut ssds = members(groups * width);
-                let cap = volatile_volume(level, groups, width, &mut ssds)
-                    .info()
-                    .capacity_sectors;
-                let mut d = Durable::new(cap as usize);
-                let crash_at = (cap / 16 + rng.below(cap / 2)) as usize;
-                // From a FLUSH every other operation (several into one stripe) to one in 60.
-                let flush_one_in = 2 + rng.below(59);
-                {
-                    let mut v = volatile_volume(level, groups, width, &mut ssds);
-                    run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, flush_one_in);
-                    v.check_invariants();
-                    cleaned += v.stats().segments_cleaned;
-                    partial += v.stats().partial_summaries;
-                }
-                let mut v = volatile_volume(level, groups, width, &mut ssds);
-                let t = v.recover_volatile(1 << 40).unwrap();
-                v.check_invariants();
-                lost += check_volatile(&mut v, &mut d, t);
-                // A second life on the recovered volume: more writes, another crash.
-                run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, flush_one_in);
-                drop(v);
-                let mut v = volatile_volume(level, groups, width, &mut ssds);
-                let t = v.recover_volatile(1 << 41).unwrap();
-                v.check_invariants();
-                lost += check_volatile(&mut v, &mut d, t);
-            }
-            assert!(cleaned > 0, "{level:?}: the runs never cleaned a segment");
-            assert!(partial > 0, "{level:?}: no FLUSH wrote a partial summary");
+            let runs = volatile_crash_runs(level, groups, width, 41, volatile_volume);
+            assert!(
+                runs.cleaned > 0,
+                "{level:?}: the runs never cleaned a segment"
+            );
+            assert!(
+                runs.partial > 0,
+                "{level:?}: no FLUSH wrote a partial summary"
+            );
             // The memory is volatile: some write no FLUSH covered must have been lost, or
             // the test would not tell this mode from battery-backed memory.
-            assert!(lost > 0, "{level:?}: no crash lost an unflushed write");
+            assert!(runs.lost > 0, "{level:?}: no crash lost an unflushed write");
         }
+    }
+
+    /// What [`volatile_crash_runs`] counted over its runs.
+    struct CrashRuns {
+        cleaned: u64,
+        partial: u64,
+        pads: u64,
+        lost: usize,
+    }
+
+    /// Runs random writes, trims and FLUSHes over volumes `build` makes until a power loss at
+    /// a random point, recovers, checks every sector against what was flushed, and does it
+    /// again on the recovered volume; `proptest_cases(6)` such runs.
+    fn volatile_crash_runs(
+        level: Level,
+        groups: u32,
+        width: u32,
+        seed: u64,
+        build: for<'a> fn(Level, u32, u32, &'a mut [Ssd]) -> Swan<&'a mut Ssd>,
+    ) -> CrashRuns {
+        let mut rng = SimRng::new(seed + groups as u64);
+        let mut runs = CrashRuns {
+            cleaned: 0,
+            partial: 0,
+            pads: 0,
+            lost: 0,
+        };
+        for _ in 0..afa_sim::proptest_cases(6) {
+            let mut ssds = members(groups * width);
+            let cap = build(level, groups, width, &mut ssds)
+                .info()
+                .capacity_sectors;
+            let mut d = Durable::new(cap as usize);
+            let crash_at = (cap / 16 + rng.below(cap / 2)) as usize;
+            // From a FLUSH every other operation (several into one stripe) to one in 60.
+            let flush_one_in = 2 + rng.below(59);
+            {
+                let mut v = build(level, groups, width, &mut ssds);
+                run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, flush_one_in);
+                v.check_invariants();
+                runs.cleaned += v.stats().segments_cleaned;
+                runs.partial += v.stats().partial_summaries;
+                runs.pads += v.stats().partial_summary_pad_blocks;
+            }
+            let mut v = build(level, groups, width, &mut ssds);
+            let t = v.recover_volatile(1 << 40).unwrap();
+            v.check_invariants();
+            runs.lost += check_volatile(&mut v, &mut d, t);
+            // A second life on the recovered volume: more writes, another crash.
+            run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, flush_one_in);
+            drop(v);
+            let mut v = build(level, groups, width, &mut ssds);
+            let t = v.recover_volatile(1 << 41).unwrap();
+            v.check_invariants();
+            runs.lost += check_volatile(&mut v, &mut d, t);
+        }
+        runs
     }
 
     /// Power loss at many points of runs over segments whose summaries take four blocks of
@@ -615,41 +649,18 @@ mod tests {
             v
         }
         for (level, groups, width) in [(Level::Raid0, 3, 2), (Level::Raid5, 2, 3)] {
-            let mut rng = SimRng::new(43 + groups as u64);
-            let (mut cleaned, mut partial, mut pads, mut lost) = (0, 0, 0, 0);
-            for _ in 0..afa_sim::proptest_cases(6) {
-                let mut ssds = members(groups * width);
-                let cap = build(level, groups, width, &mut ssds)
-                    .info()
-                    .capacity_sectors;
-                let mut d = Durable::new(cap as usize);
-                let crash_at = (cap / 16 + rng.below(cap / 2)) as usize;
-                let flush_one_in = 2 + rng.below(59);
-                {
-                    let mut v = build(level, groups, width, &mut ssds);
-                    run_volatile_until_crash(&mut v, &mut d, &mut rng, crash_at, flush_one_in);
-                    v.check_invariants();
-                    cleaned += v.stats().segments_cleaned;
-                    partial += v.stats().partial_summaries;
-                    pads += v.stats().partial_summary_pad_blocks;
-                }
-                let mut v = build(level, groups, width, &mut ssds);
-                let t = v.recover_volatile(1 << 40).unwrap();
-                v.check_invariants();
-                lost += check_volatile(&mut v, &mut d, t);
-                run_volatile_until_crash(&mut v, &mut d, &mut rng, 300, flush_one_in);
-                drop(v);
-                let mut v = build(level, groups, width, &mut ssds);
-                let t = v.recover_volatile(1 << 41).unwrap();
-                v.check_invariants();
-                lost += check_volatile(&mut v, &mut d, t);
-            }
-            assert!(cleaned > 0, "{level:?}: the runs never cleaned a segment");
+            let runs = volatile_crash_runs(level, groups, width, 43, build);
             assert!(
-                partial > 0 && pads > 0,
-                "{level:?}: {partial} partial summaries, {pads} pads"
+                runs.cleaned > 0,
+                "{level:?}: the runs never cleaned a segment"
             );
-            assert!(lost > 0, "{level:?}: no crash lost an unflushed write");
+            assert!(
+                runs.partial > 0 && runs.pads > 0,
+                "{level:?}: {} partial summaries, {} pads",
+                runs.partial,
+                runs.pads
+            );
+            assert!(runs.lost > 0, "{level:?}: no crash lost an unflushed write");
         }
     }
 
