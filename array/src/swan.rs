@@ -742,7 +742,8 @@ impl<D: BlockDevice> Swan<D> {
         }
         if swan.host_memory == HostMemory::Volatile && summary_blocks >= stripe_sectors {
             // A FLUSH writes a partial summary, listing every block of the segment before
-            // it, into the open stripe's last `summary_blocks`, so a stripe must hold more.
+            // it, into the open stripe's last blocks, as many as the segment's summary in
+            // its last stripe, so a stripe must hold more.
             return Err(err(format!(
                 "array.swan.host_memory = \"volatile\" needs stripes longer than a segment's summary: a FLUSH writes a partial summary into the end of the open stripe, and with segment_bytes = {} the summary takes {summary_blocks} blocks of {sector} B while a stripe holds {stripe_sectors}; raise chunk_bytes or lower segment_bytes",
                 swan.segment_bytes
@@ -975,6 +976,16 @@ impl<D: BlockDevice> Swan<D> {
     #[inline]
     fn data_blocks(&self) -> u32 {
         self.segment_sectors - self.summary_blocks
+    }
+
+    /// Blocks a partial summary takes at the end of the stripe that holds block `physical`
+    /// (volatile host memory): the fewest whose bytes hold an entry for every block of the
+    /// segment before them. Early stripes need fewer than the segment's summary, which the
+    /// segment's last stripe takes (`summary_blocks`).
+    fn partial_summary_blocks(&self, physical: u32) -> u32 {
+        let stripe = (physical % self.segment_sectors) / self.stripe_sectors;
+        let end = (stripe + 1) * self.stripe_sectors;
+        summary_blocks_for(end, self.info.sector_bytes as u64)
     }
 
     /// Whether `physical` lies in a stripe still being filled in host memory; returns its
@@ -1546,11 +1557,12 @@ impl<D: BlockDevice> Swan<D> {
         self.wseq[physical as usize] = wseq;
         self.valid[(physical / self.segment_sectors) as usize] += 1;
         let head = physical + 1;
+        let summary_slots = self.partial_summary_blocks(physical);
         let s = match gc {
             Some(g) => &self.gc_streams[g],
             None => &self.user,
         };
-        if s.summary_slot && head % stripe_sectors == stripe_sectors - self.summary_blocks {
+        if s.summary_slot && head % stripe_sectors == stripe_sectors - summary_slots {
             // A FLUSH took the stripe's last blocks for its summary: the stripe is full.
             return Ok(t.max(self.complete_stripe(gc, t)?));
         }
@@ -1605,11 +1617,15 @@ impl<D: BlockDevice> Swan<D> {
     }
 
     /// Writes a partial summary of the blocks before the head (the summary of a stripe a
-    /// FLUSH wrote part of, with volatile host memory) into the head's `summary_blocks`
-    /// slots of the open stripe, its last. The partial summary takes slots of the segment:
-    /// they get entries of no address, so entries stay one per block.
+    /// FLUSH wrote part of, with volatile host memory) into the open stripe's last slots,
+    /// from the head on (`partial_summary_blocks`). The partial summary takes slots of the
+    /// segment: they get entries of no address, so entries stay one per block.
     fn put_partial_summary(&mut self, gc: Option<usize>) {
-        let (unit, n) = (self.unit, self.summary_blocks as usize);
+        let head = match gc {
+            Some(g) => self.gc_streams[g].head,
+            None => self.user.head,
+        };
+        let (unit, n) = (self.unit, self.partial_summary_blocks(head) as usize);
         let stripe_sectors = self.stripe_sectors;
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
@@ -1632,10 +1648,10 @@ impl<D: BlockDevice> Swan<D> {
         s.placed += n as u64;
     }
 
-    /// With volatile host memory, ends the head's stripe with a summary in its last
-    /// `summary_blocks` (where the head is): the segment's summary if they are the
-    /// segment's last, a partial summary otherwise. Writes what of the stripe is not yet on the members and
-    /// closes the segment at its end. Returns when the buffer has room for the next stripe.
+    /// With volatile host memory, ends the head's stripe with a summary in its last slots
+    /// (where the head is): the segment's summary if they are the segment's last, a partial
+    /// summary otherwise. Writes what of the stripe is not yet on the members and closes the
+    /// segment at its end. Returns when the buffer has room for the next stripe.
     fn complete_stripe(
         &mut self,
         gc: Option<usize>,
@@ -1664,20 +1680,30 @@ impl<D: BlockDevice> Swan<D> {
 
     /// With volatile host memory, puts every block appended to the stream on the members
     /// under a summary. The blocks of the open stripe not yet there are written, and a
-    /// partial summary listing every block of the segment before the stripe's last
-    /// `summary_blocks` (those not yet filled as entries of no address) goes into them.
-    /// Nothing is padded: later appends fill the rest of the stripe, and once it is full its
-    /// last blocks take the stripe's summary in place of this one, so a FLUSH costs the log
-    /// `summary_blocks` (one, unless segments are large), whatever the stripe holds. (When
+    /// partial summary listing every block of the segment before the stripe's last slots
+    /// (those not yet filled as entries of no address) goes into those slots, as many as its
+    /// entries need (`partial_summary_blocks`). Nothing is padded: later appends fill the
+    /// rest of the stripe, and once it is full its last slots take the stripe's summary in
+    /// place of this one, so a FLUSH costs the log those slots (one block, unless segments
+    /// are large), whatever the stripe holds. (When
     /// the head already is at the stripe's summary slots, the summary simply takes them and
     /// the stripe is complete; when it is past their start, which only a summary of several
     /// blocks allows, the stripe is padded out with blocks of no address and the summary
     /// goes into the next stripe's end.) Returns when every stripe the stream has written is
     /// on the members.
     fn make_durable(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
-        let (unit, n) = (self.unit, self.summary_blocks);
+        let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
         let group_sectors = self.group_sectors();
+        let head = match gc {
+            Some(g) => self.gc_streams[g].head,
+            None => self.user.head,
+        };
+        let slots = if head == NONE {
+            0
+        } else {
+            self.partial_summary_blocks(head)
+        };
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
             None => &mut self.user,
@@ -1685,8 +1711,7 @@ impl<D: BlockDevice> Swan<D> {
         if s.segment == NONE || s.placed == s.durable_placed {
             return Ok(now_ns.max(s.written_ns));
         }
-        let last = stripe_sectors - n;
-        if s.head % stripe_sectors > last {
+        if s.head % stripe_sectors > stripe_sectors - slots {
             // The data reaches into the summary's slots: they are padded with blocks of no
             // address, the stripe goes out, and the summary takes the next stripe's end. The
             // segment's last stripe never gets here (its data ends where its summary starts).
@@ -1707,6 +1732,12 @@ impl<D: BlockDevice> Swan<D> {
             };
             debug_assert_eq!(s.segment, segment, "a pad never ends a segment");
         }
+        let head = match gc {
+            Some(g) => self.gc_streams[g].head,
+            None => self.user.head,
+        };
+        let n = self.partial_summary_blocks(head);
+        let last = stripe_sectors - n;
         let s = match gc {
             Some(g) => &mut self.gc_streams[g],
             None => &mut self.user,
@@ -2062,8 +2093,8 @@ impl<D: BlockDevice> Swan<D> {
         Ok(done - self.epoch_ns)
     }
 
-    /// The newest partial summary of `segment`: the last `summary_blocks` of each of its
-    /// stripes are read, the last stripe first, and the first that hold a partial summary
+    /// The newest partial summary of `segment`: the last `partial_summary_blocks` of each of
+    /// its stripes are read, the last stripe first, and the first that hold a partial summary
     /// of this segment listing every block before them are the ones the last FLUSH wrote (a
     /// cleaned segment is trimmed whole, so older ones read as zeroes). Adds the reads to
     /// `done`.
@@ -2075,10 +2106,10 @@ impl<D: BlockDevice> Swan<D> {
     ) -> Result<Option<Summary>, DeviceError> {
         let first = segment * self.segment_sectors;
         let stripes = self.segment_sectors / self.stripe_sectors;
-        let n = self.summary_blocks;
         let mut block = vec![0u8; self.unit];
-        let mut blocks = Vec::with_capacity(n as usize * self.unit);
+        let mut blocks = Vec::with_capacity(self.summary_blocks as usize * self.unit);
         for stripe in (0..stripes).rev() {
+            let n = self.partial_summary_blocks(first + stripe * self.stripe_sectors);
             let offset = (stripe + 1) * self.stripe_sectors - n;
             blocks.clear();
             for p in first + offset..first + offset + n {

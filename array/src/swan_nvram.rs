@@ -804,6 +804,64 @@ mod tests {
         }
     }
 
+    /// With summaries of several blocks (8 stripes of 16 blocks of 512 B, a summary of 4), a
+    /// partial summary takes only the slots its entries need: one in the first stripes, four
+    /// in the last. A FLUSH whose data reaches into them pads the stripe out and puts the
+    /// summary at the next stripe's end. Fails if every partial summary takes the segment
+    /// summary's four blocks, or if a FLUSH writes over data with its summary.
+    #[test]
+    fn a_partial_summary_takes_the_slots_its_entries_need() {
+        fn build(ssds: &mut [Ssd]) -> Swan<&mut Ssd> {
+            let (array, mut swan) = config(Level::Raid0, 3, 2);
+            swan.host_memory = crate::swan::HostMemory::Volatile;
+            swan.segment_bytes = 4096 * 2 * 8;
+            Swan::new(array, swan, ssds.iter_mut().collect(), Vec::new()).unwrap()
+        }
+        let mut ssds = members(6);
+        let mut v = build(&mut ssds);
+        assert_eq!((v.stripe_sectors, v.summary_blocks), (16, 4));
+        let slots: Vec<u32> = (0..8).map(|s| v.partial_summary_blocks(s * 16)).collect();
+        assert_eq!(slots, [1, 1, 2, 2, 3, 3, 3, 4]);
+        let unit = v.info().payload_unit_bytes as usize;
+        let mut data = vec![0u8; unit];
+        let (mut now, mut lba) = (0, 0);
+        // Writes the next `n` blocks, then a FLUSH; returns the sectors the members took.
+        let mut write_and_flush = |v: &mut Swan<&mut Ssd>, n: u64| {
+            let before = v.member_write_sectors();
+            for _ in 0..n {
+                fill_unit(sector_token(lba, 1), &mut data);
+                now += 1_000_000;
+                submit(v, now, &Command::write(lba, 1, &data), &mut []);
+                lba += 1;
+            }
+            submit(v, now, &Command::flush(), &mut []);
+            v.member_write_sectors() - before
+        };
+        assert_eq!(
+            write_and_flush(&mut v, 1),
+            2,
+            "one block and a one-block summary"
+        );
+        drop(v);
+        // A fresh volume: two full stripes, then 15 blocks of the third, whose partial
+        // summary needs two slots, so the FLUSH pads one block and writes the summary into
+        // the fourth stripe's last two.
+        let mut ssds = members(6);
+        let mut v = build(&mut ssds);
+        assert_eq!(write_and_flush(&mut v, 47), 32 + 16 + 2);
+        assert_eq!(v.stats().partial_summary_pad_blocks, 1);
+        drop(v);
+        let mut v = build(&mut ssds);
+        v.recover_volatile(1 << 40).unwrap();
+        let (mut out, mut want) = (vec![0u8; unit], vec![0u8; unit]);
+        // The second volume's blocks are 1 to 47 (block 0 went to the first).
+        for lba in 1..48 {
+            submit(&mut v, 1 << 41, &Command::read(lba, 1), &mut out);
+            fill_unit(sector_token(lba, 1), &mut want);
+            assert_eq!(out, want, "block {lba} after the rebuild");
+        }
+    }
+
     /// Making a stream durable may cost a victim one block of the GC stream (a partial
     /// summary), so a victim with a single invalid block would free nothing: never picked,
     /// whatever `gc_max_victim_valid` allows. Fails without the rule.
