@@ -1685,12 +1685,11 @@ impl<D: BlockDevice> Swan<D> {
     /// entries need (`partial_summary_blocks`). Nothing is padded: later appends fill the
     /// rest of the stripe, and once it is full its last slots take the stripe's summary in
     /// place of this one, so a FLUSH costs the log those slots (one block, unless segments
-    /// are large), whatever the stripe holds. (When
-    /// the head already is at the stripe's summary slots, the summary simply takes them and
-    /// the stripe is complete; when it is past their start, which only a summary of several
-    /// blocks allows, the stripe is padded out with blocks of no address and the summary
-    /// goes into the next stripe's end.) Returns when every stripe the stream has written is
-    /// on the members.
+    /// are large), whatever the stripe holds. (When the head already is at the stripe's
+    /// summary slots, the summary simply takes them and the stripe is complete; when it is
+    /// past their start, which only a summary of several blocks allows, the stripe is padded
+    /// out with blocks of no address and the summary goes into the next stripe's end.)
+    /// Returns when every stripe the stream has written is on the members.
     fn make_durable(&mut self, gc: Option<usize>, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let unit = self.unit;
         let stripe_sectors = self.stripe_sectors;
