@@ -743,6 +743,30 @@ mod tests {
         );
     }
 
+    /// Writes blocks one at a time from block 0 on, each sector's token that of its block
+    /// and version 1, a millisecond apart.
+    #[derive(Default)]
+    struct SequentialWriter {
+        lba: u64,
+        now_ns: TimeNs,
+    }
+
+    impl SequentialWriter {
+        /// Writes the next `n` blocks, then a FLUSH; returns the sectors the members took.
+        fn write_and_flush(&mut self, v: &mut Swan<&mut Ssd>, n: u64) -> u64 {
+            let mut data = vec![0u8; v.info().payload_unit_bytes as usize];
+            let before = v.member_write_sectors();
+            for _ in 0..n {
+                fill_unit(sector_token(self.lba, 1), &mut data);
+                self.now_ns += 1_000_000;
+                submit(v, self.now_ns, &Command::write(self.lba, 1, &data), &mut []);
+                self.lba += 1;
+            }
+            submit(v, self.now_ns, &Command::flush(), &mut []);
+            v.member_write_sectors() - before
+        }
+    }
+
     /// A FLUSH writes the blocks of the open stripe that are not on the members yet and the
     /// stripe's last block (its partial summary), not a padded stripe; the stripe's rest goes
     /// when it fills. Fails if a FLUSH pads, or if a full stripe writes again what a FLUSH
@@ -754,21 +778,8 @@ mod tests {
         let unit = v.info().payload_unit_bytes as usize;
         let stripe = v.stripe_sectors as u64;
         assert!(stripe >= 4, "the test needs two FLUSHes inside one stripe");
-        let mut data = vec![0u8; unit];
-        let mut now = 0;
-        let mut lba = 0;
-        // Writes the next `n` blocks, then a FLUSH; returns the sectors the members took.
-        let mut write_and_flush = |v: &mut Swan<&mut Ssd>, n: u64| {
-            let before = v.member_write_sectors();
-            for _ in 0..n {
-                fill_unit(sector_token(lba, 1), &mut data);
-                now += 1_000_000;
-                submit(v, now, &Command::write(lba, 1, &data), &mut []);
-                lba += 1;
-            }
-            submit(v, now, &Command::flush(), &mut []);
-            v.member_write_sectors() - before
-        };
+        let mut w = SequentialWriter::default();
+        let mut write_and_flush = |v: &mut Swan<&mut Ssd>, n: u64| w.write_and_flush(v, n);
         assert_eq!(write_and_flush(&mut v, 1), 2, "one block and the summary");
         assert_eq!(
             write_and_flush(&mut v, 1),
@@ -823,20 +834,8 @@ mod tests {
         let slots: Vec<u32> = (0..8).map(|s| v.partial_summary_blocks(s * 16)).collect();
         assert_eq!(slots, [1, 1, 2, 2, 3, 3, 3, 4]);
         let unit = v.info().payload_unit_bytes as usize;
-        let mut data = vec![0u8; unit];
-        let (mut now, mut lba) = (0, 0);
-        // Writes the next `n` blocks, then a FLUSH; returns the sectors the members took.
-        let mut write_and_flush = |v: &mut Swan<&mut Ssd>, n: u64| {
-            let before = v.member_write_sectors();
-            for _ in 0..n {
-                fill_unit(sector_token(lba, 1), &mut data);
-                now += 1_000_000;
-                submit(v, now, &Command::write(lba, 1, &data), &mut []);
-                lba += 1;
-            }
-            submit(v, now, &Command::flush(), &mut []);
-            v.member_write_sectors() - before
-        };
+        let mut w = SequentialWriter::default();
+        let mut write_and_flush = |v: &mut Swan<&mut Ssd>, n: u64| w.write_and_flush(v, n);
         assert_eq!(
             write_and_flush(&mut v, 1),
             2,
