@@ -158,6 +158,25 @@ fn an_ox_run_with_media_faults_checks_every_read_and_names_the_faults() {
     );
 }
 
+/// A medium whose failed programs retire EBLOCK after EBLOCK runs out of space, and the
+/// error says why, as an SSD's does. Found by a configuration soak: the run said only that
+/// no EBLOCK could be reclaimed, which reads like an FTL that lost track of its space.
+#[test]
+fn an_ox_run_that_faults_fill_names_them_in_its_error() {
+    let text = std::fs::read_to_string(fixture("ox_run.toml"))
+        .unwrap()
+        .replace("number_ios=6000", "number_ios=60000")
+        + "[ox.faults]\nprogram_fail_probability = 0.02\n";
+    let config = temp("faults_full.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = afa(&["run", config.to_str().unwrap(), "--seed", "11", "--quiet"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no EBLOCK can be reclaimed"), "{err}");
+    assert!(err.contains("media faults by then: "), "{err}");
+    assert!(err.contains("failed programs"), "{err}");
+}
+
 /// With `[ox.write_cache] write_back = true` every write is acknowledged from the controller's
 /// cache, and every read is still checked against what was written.
 /// Found by a configuration soak: a write-back OX SSD with no periodic checkpoint (so the
