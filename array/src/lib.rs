@@ -317,6 +317,61 @@ pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(
     Ok(done)
 }
 
+/// Reads one sector this many times at most before a cleaner gives it up as unreadable.
+const CLEANER_READ_ATTEMPTS: u32 = 16;
+
+/// Reads `sectors` at `lba` of `device` for a log cleaner (Log-RAID's, SWAN's). An
+/// uncorrectable read is transient on a flash device (the data stays; ECC and read retries
+/// failed this time), and over RAID 0 nothing else holds the sectors, so the cleaner reads
+/// them again, one sector at a time, up to `CLEANER_READ_ATTEMPTS` times each, as a host
+/// retries a failed I/O. Before, the error ended whatever user command had driven the
+/// cleaning, with sectors it had never asked for. Counts the retried reads in `retries`;
+/// returns when the last read completes.
+pub(crate) fn cleaner_read<D: BlockDevice + ?Sized>(
+    device: &mut D,
+    now_ns: TimeNs,
+    lba: u64,
+    sectors: u32,
+    out: &mut [u8],
+    retries: &mut u64,
+) -> Result<TimeNs, DeviceError> {
+    let read = |device: &mut D, lba: u64, sectors: u32, out: &mut [u8]| {
+        device
+            .submit(
+                now_ns,
+                &Command::read(lba, sectors),
+                ReadBuffers {
+                    data: out,
+                    tags: None,
+                },
+            )
+            .map(|c| c.done_ns)
+    };
+    match read(device, lba, sectors, out) {
+        Err(DeviceError::Uncorrectable { .. }) => {}
+        result => return result,
+    }
+    let unit = out.len() / sectors as usize;
+    let mut done = now_ns;
+    for (i, sector) in out.chunks_mut(unit).enumerate() {
+        let mut attempt = 1;
+        loop {
+            *retries += 1;
+            match read(device, lba + i as u64, 1, sector) {
+                Ok(t) => {
+                    done = done.max(t);
+                    break;
+                }
+                Err(DeviceError::Uncorrectable { .. }) if attempt < CLEANER_READ_ATTEMPTS => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(done)
+}
+
 /// Checks what every engine needs of its devices and rates: the same sector size and payload
 /// mode on every device, a chunk of whole sectors, positive rates. Returns the first device's
 /// facts, sectors per chunk and the smallest device's capacity in sectors.

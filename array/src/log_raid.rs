@@ -110,6 +110,9 @@ pub struct LogRaidStats {
     /// cleaning.
     pub trim_records_written: u64,
     pub trim_records_moved: u64,
+    /// Sector reads cleaning issued again after a read the array could not correct (RAID 0
+    /// has nothing else to read them from; a flash read error is transient).
+    pub gc_read_retries: u64,
     /// With volatile host memory: partial summaries written into the end of a stripe not yet
     /// full (by FLUSHes, and before cleaned segments were trimmed), and sectors padded out
     /// of stripes whose end the data had already taken.
@@ -437,15 +440,15 @@ impl<D: BlockDevice> LogRaid<D> {
                 run += 1;
             }
             let mut buf = vec![0u8; run as usize * unit];
-            let c = self.array.submit(
+            let done = crate::cleaner_read(
+                &mut self.array,
                 now_ns,
-                &Command::read(physical as u64, run),
-                ReadBuffers {
-                    data: &mut buf,
-                    tags: None,
-                },
+                physical as u64,
+                run,
+                &mut buf,
+                &mut self.stats.gc_read_retries,
             )?;
-            runs.push((physical, run, buf, c.done_ns));
+            runs.push((physical, run, buf, done));
             physical += run;
         }
         // A stripe of relocated data is written once every sector in it has been read.

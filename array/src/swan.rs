@@ -188,6 +188,9 @@ pub struct SwanStats {
     /// full, and victims left part-cleaned because their group became the front-end.
     pub gc_append_waits: u64,
     pub gc_victims_abandoned: u64,
+    /// Sector reads cleaning issued again after a read its group could not correct (RAID 0
+    /// has nothing else to read them from; a flash read error is transient).
+    pub gc_read_retries: u64,
     pub front_end_switches: u64,
     /// Times the front-end had to wait for GC (the back-end fell behind), and how long.
     pub foreground_gc_stalls: u64,
@@ -1252,16 +1255,14 @@ impl<D: BlockDevice> Swan<D> {
             c.unread.pop_front();
             let mut buf = vec![0u8; run as usize * unit];
             let at = self.group_lba(p);
-            let done = self.groups[g]
-                .submit(
-                    now_ns,
-                    &Command::read(at, run),
-                    ReadBuffers {
-                        data: &mut buf,
-                        tags: None,
-                    },
-                )?
-                .done_ns;
+            let done = crate::cleaner_read(
+                &mut self.groups[g],
+                now_ns,
+                at,
+                run,
+                &mut buf,
+                &mut self.stats.gc_read_retries,
+            )?;
             c.reading.push_back((p, run, buf, done));
             in_flight += run as u64;
         }
