@@ -236,6 +236,10 @@ struct Stripe {
     /// unknown, as after a recovery): with members behind a volatile cache, a dead row may
     /// hold the last flushed version of a chunk only if this is not after the last flush.
     first_ts: u32,
+    /// Whether the conversion in flight left the backups in the HG's VHs (issued while the
+    /// volume was degraded, `holds_backups`): they must be trimmed before the VHs go back
+    /// to the manager, even if the volume is whole again when the conversion ends.
+    backups_kept: bool,
 }
 
 /// A dead hero kept from the manager until a member flush (see `ScalaAfa::unflushed`).
@@ -552,6 +556,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     parity_missing: 0,
                     convert_done_ns: 0,
                     first_ts: 0,
+                    backups_kept: false,
                 };
                 sh.rows as usize
             ],
@@ -1192,6 +1197,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
     fn convert(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         let start = self.daemon_at(now_ns, 0);
         self.stats.first_conversion_ns.get_or_insert(start);
+        // Both conversions decide here, by the same rule, whether to trim the VHs.
+        self.stripes[stripe as usize].backups_kept = self.holds_backups(stripe);
         self.background_depth += 1;
         let r = match self.scala.mode {
             ScalaMode::Scalaafa | ScalaMode::ScalaWr => self.convert_offloaded(stripe, start),
@@ -1384,8 +1391,14 @@ impl<D: BlockDevice> ScalaAfa<D> {
     fn finish_conversion(&mut self, stripe: u32, now_ns: TimeNs) -> Result<(), DeviceError> {
         let vhs = std::mem::take(&mut self.stripes[stripe as usize].vhs);
         // On a degraded volume a stripe that may hold flushed chunks keeps its backups (the
-        // conversion did not trim them) until a flush has made its parity durable.
-        let hold = self.holds_backups(stripe);
+        // conversion did not trim them) until a flush has made its parity durable. So does a
+        // stripe whose conversion was issued while the volume was degraded and ends with it
+        // whole again (a rebuild finished in between): its VHs still hold the backups, and
+        // handed out untrimmed, a group that took one would write over some of them and
+        // leave the rest, which recovery reads as the stripe's, torn. The trim comes with
+        // the next flush.
+        let hold = self.holds_backups(stripe) || self.stripes[stripe as usize].backups_kept;
+        self.stripes[stripe as usize].backups_kept = false;
         let started = self.flushes_started();
         for (r, vh) in vhs.into_iter().enumerate() {
             let p = self.parity_member(stripe, r);
@@ -1592,8 +1605,37 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Some((hh, ready))
     }
 
+    /// Every VH handed to a group reads as trimmed: the group writes its backups slot by
+    /// slot, and a backup an earlier group left in a slot this one has not reached yet is
+    /// read by recovery as this group's (its stripe then looks half replicated, and its
+    /// chunks torn). Checked where the members are at hand (not on the engine's threads).
+    #[cfg(debug_assertions)]
+    fn assert_vhs_trimmed(&self, hh: u32, vhs: &[u32]) {
+        if self.tag_bytes == 0 || self.remote.is_some() {
+            return;
+        }
+        let sectors = self.k as u32 * self.chunk_sectors;
+        for (r, &vh) in vhs.iter().enumerate() {
+            let p = self.parity_member(hh, r);
+            if self.members[p].state != MemberState::Alive {
+                continue;
+            }
+            if let Some(tags) = self.members[p]
+                .device
+                .scan_tags(self.vh_lba(vh, 0), sectors)
+            {
+                assert!(
+                    tags.iter().all(|&b| b == 0),
+                    "VH {vh} on member {p}, handed to group {hh}, still holds backups"
+                );
+            }
+        }
+    }
+
     /// Records hero group `hh` (its HGMT entry: VH `vhs[r]` on parity member r) as open.
     fn open_hg(&mut self, hh: u32, vhs: Vec<u32>) {
+        #[cfg(debug_assertions)]
+        self.assert_vhs_trimmed(hh, &vhs);
         for (r, &vh) in vhs.iter().enumerate() {
             let p = self.parity_member(hh, r);
             self.members[p].vh_owner[vh as usize] = hh;

@@ -1039,6 +1039,34 @@ impl<D: BlockDevice> ScalaAfa<D> {
         Ok(true)
     }
 
+    /// Trims every free VH that still holds a tag, before any is handed out. The backups
+    /// recovery recognised (by their first sector's tag) are dropped with the stale copies,
+    /// but a write the power cut tore may have left tags in a slot's later sectors, or stray
+    /// ones, and a group that took the VH would leave them beside its own backups, where
+    /// the next recovery reads them as the group's (`ScalaAfa::assert_vhs_trimmed`).
+    fn trim_free_vhs(&mut self) -> Result<(), DeviceError> {
+        if self.tag_bytes == 0 {
+            return Ok(());
+        }
+        let sectors = self.k as u32 * self.chunk_sectors;
+        for p in 0..self.members.len() {
+            if self.members[p].state != MemberState::Alive {
+                continue;
+            }
+            let free: Vec<u32> = self.manager.free_vhs[p].iter().copied().collect();
+            for vh in free {
+                let lba = self.vh_lba(vh, 0);
+                let tagged = (self.members[p].device)
+                    .scan_tags(lba, sectors)
+                    .is_none_or(|tags| tags.iter().any(|&b| b != 0));
+                if tagged {
+                    self.member_trim(p, lba, sectors, 0)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes orphaned chunks again through thread 0: all are read first, because the VHs
     /// they sit in are free and a new group may take one.
     fn rewrite_orphans(
@@ -1056,6 +1084,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         for (p, lba) in stale {
             self.member_trim(p, lba, cs, 0)?;
         }
+        self.trim_free_vhs()?;
         for (chunk, buf) in copies {
             self.write_chunk(0, chunk, &buf, 0)?;
         }
