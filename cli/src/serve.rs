@@ -961,6 +961,19 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // action (which would end the process without the final flush).
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| format!("cannot handle stop signals: {e}"))?;
+    // A panic on any of the server's threads is a bug. Left to unwind, it ended that thread
+    // only, and its clients waited for ever on a connection nobody answered (found when an
+    // engine's debug assertion fired under a crash soak). The process ends at once instead,
+    // as a kill -9 would end it: what reached the members stays, the state directory is
+    // left unclean, and the next start recovers.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report_panic(info);
+        eprintln!(
+            "afa serve: a thread panicked: stopping at once, as a kill -9 would stop the server; the next start recovers"
+        );
+        std::process::exit(70);
+    }));
     let server = match volume.served {
         Served::Device(device) => Server::bind(config, device),
         Served::Shared(shared) => Server::bind_shared(config, shared),
