@@ -160,6 +160,9 @@ pub struct FtlStats {
     /// piece) but were merged with their old versions instead, because the versions already
     /// kept filled their share of the spare space (`Ftl::version_room`).
     pub versions_refused_for_space: u64,
+    /// Pages with versions merged in the foreground to give back a page the versions had
+    /// borrowed from logical pages not written yet, when one of those was written.
+    pub merges_for_space: u64,
 }
 
 /// The part of the FTL's state that is on flash: each page's OOB area (logical page,
@@ -285,9 +288,6 @@ pub(crate) struct Ftl {
     /// The most valid pages under which a partial page may still add a version: the logical
     /// pages plus half of the spare pages (see `version_room`).
     version_ceiling_pages: u64,
-    /// Logical pages the device exposes, and how many of them map at least one version.
-    logical_pages: u64,
-    mapped_lpns: u64,
     block_free: Vec<bool>,
     /// Blocks where a program failed: no more pages are allocated in them, and their next
     /// GC retires them instead of erasing them.
@@ -431,8 +431,6 @@ impl Ftl {
             block_valid: vec![0; g.blocks_total() as usize],
             valid_pages: 0,
             version_ceiling_pages,
-            logical_pages,
-            mapped_lpns: 0,
             block_free,
             retire: vec![false; g.blocks_total() as usize],
             free_blocks,
@@ -886,13 +884,41 @@ impl Ftl {
     /// that a partial page is merged (read-modify-write), as the baseline FTL does, until
     /// merges in GC, in idle time or on a full-page write bring the count down.
     ///
-    /// Every logical page not written yet counts as a page it will take: the ceiling held
-    /// only against the pages written so far, so while the device was nearly empty each page
-    /// kept several one-sector versions, the pages written later for the first time took the
-    /// rest, and a sequential fill in 4 KiB writes with a flush after each ran out of space
-    /// with no block holding an invalid page for GC.
+    /// The ceiling bounds the valid pages, so versions may also use the pages of logical
+    /// pages not written yet, as the paper's MV-FTL does on a device the workload has not
+    /// filled. Those pages are borrowed: before a page written for the first time adds a
+    /// valid page at the ceiling, a page with versions is merged to give one back
+    /// (`make_room_for_a_new_page`), at most one merge per such write, so the valid pages
+    /// never pass the ceiling. (From 2026-11-30 to 2026-12-02 every logical page not
+    /// written yet counted against the ceiling instead, which kept versions to half the
+    /// spare on a device a workload had barely touched: `waflash-fig7`'s random write at
+    /// 1 KiB then refused 189,237 versions and went through read-modify-write. Before that,
+    /// the ceiling held with nothing given back, and a sequential fill in 4 KiB writes with
+    /// a flush after each ran out of space with no block holding an invalid page for GC.)
     fn version_room(&self) -> bool {
-        self.valid_pages + (self.logical_pages - self.mapped_lpns) < self.version_ceiling_pages
+        self.valid_pages < self.version_ceiling_pages
+    }
+
+    /// Before a write adds a valid page that replaces none (a logical page written for the
+    /// first time), merges pages with versions until the valid pages are below the ceiling
+    /// again; the versions borrowed the pages of logical pages not written yet, and this
+    /// write takes one of them back. Returns when the last merge ends (`now_ns` if none was
+    /// needed, or none could be made: without versions the valid pages are at most the
+    /// logical pages, below the ceiling).
+    fn make_room_for_a_new_page(
+        &mut self,
+        nand: &mut Nand,
+        now_ns: TimeNs,
+    ) -> Result<TimeNs, DeviceError> {
+        let mut done = now_ns;
+        while self.valid_pages >= self.version_ceiling_pages {
+            let Some(&lpn) = self.multi.first() else {
+                break;
+            };
+            done = done.max(self.merge_into(nand, lpn, now_ns, None)?);
+            self.stats.merges_for_space += 1;
+        }
+        Ok(done)
     }
 
     /// Replaces the version list of `lpn` (newest first), keeping references counted.
@@ -902,12 +928,6 @@ impl Ftl {
         // the old list or touching the set of multi-version pages, which the write path
         // would otherwise search on every page it writes.
         let was_multi = self.map.is_multi(lpn);
-        let was_mapped = was_multi || self.map.newest(lpn).is_some();
-        match (was_mapped, !versions.is_empty()) {
-            (false, true) => self.mapped_lpns += 1,
-            (true, false) => self.mapped_lpns -= 1,
-            _ => {}
-        }
         if was_multi {
             let old = self.map.versions(lpn);
             for &v in versions {
@@ -1122,6 +1142,11 @@ impl Ftl {
             self.stats.partial_page_writes += 1;
         }
         let mapped = self.map.newest(lpn).is_some();
+        let room_ns = if mapped {
+            now_ns
+        } else {
+            self.make_room_for_a_new_page(nand, now_ns)?
+        };
         // Every page, a read-modify-write's merged page included, is programmed where the
         // allocator puts it (the next idle die of the round robin), as both of the paper's
         // platforms do: VSSIM's page FTL takes the new page from its overall allocator
@@ -1137,7 +1162,7 @@ impl Ftl {
             let seq = self.take_seq();
             self.stamp(new, lpn, mask, seq);
             self.remap(lpn, &[new]);
-            return Ok(done);
+            return Ok(done.max(room_ns));
         }
         let mut multi_version =
             self.kind == FtlKind::MultiVersion && mask.count_ones() > self.mv_threshold;
@@ -1224,6 +1249,14 @@ impl Ftl {
             while j < pack.len() && used + pack[j].1.count_ones() <= self.spp {
                 used += pack[j].1.count_ones();
                 j += 1;
+            }
+            // A compacted page that holds a piece of a logical page written for the first
+            // time adds a valid page that replaces none.
+            if pack[i..j]
+                .iter()
+                .any(|(lpn, _, _)| self.map.newest(*lpn).is_none())
+            {
+                done = done.max(self.make_room_for_a_new_page(nand, now_ns)?);
             }
             let mut new = self.alloc(nand, now_ns)?;
             let t = self.program(nand, &mut new, ready)?;
