@@ -290,6 +290,29 @@ fn scalaafa_with_a_rebuild_keeps_every_flushed_block_across_crashes() {
     }
 }
 
+/// ScalaAFA on RAID 6 losing two members in turn, each rebuilt onto a spare: a stripe that
+/// converts after the rebuild has passed its row but not its VH gets that parity row from
+/// the daemon (docs/scalaafa.md).
+#[test]
+fn scalaafa_raid6_with_two_rebuilds_keeps_every_flushed_block_across_crashes() {
+    let toml = std::fs::read_to_string(fixture("scalaafa.toml"))
+        .unwrap()
+        .replace("level = \"raid5\"", "level = \"raid6\"")
+        .replace("members = 5", "members = 6")
+        .replace("spares = 1", "spares = 2")
+        .replace(
+            "failures = [{ member = 1, at_ms = 40.0 }]",
+            "failures = [{ member = 1, at_ms = 30.0 }, { member = 3, at_ms = 60.0 }]",
+        );
+    assert!(
+        toml.contains("raid6") && toml.contains("member = 3"),
+        "{toml}"
+    );
+    for seed in 1..=3 {
+        crash_soak("crash-scalaafa-raid6", &toml, seed, 3);
+    }
+}
+
 #[test]
 fn scalaafa_on_threads_with_checkpoints_keeps_every_flushed_block_across_crashes() {
     let toml = scalaafa("") + "checkpoint_interval_ms = 5\n";

@@ -1218,9 +1218,21 @@ impl<D: BlockDevice> ScalaAfa<D> {
     fn convert_offloaded(&mut self, stripe: u32, start: TimeNs) -> Result<TimeNs, DeviceError> {
         let mut done = start;
         let mut missing = 0;
+        let mut on_host = 0;
         for r in 0..self.m {
             let p = self.parity_member(stripe, r);
             let vh = self.stripes[stripe as usize].vhs[r];
+            if self.writable(p) && !self.serves_vh(p, vh) && self.serves_row(p, stripe) {
+                // A replacement whose rebuild has passed this row but not reached the VH:
+                // its SSD lacks the backups to convert, and the rebuild will not come back
+                // to the row, so the daemon writes this parity row from the primaries.
+                // (Marked missing, as it was until 2026-12-02, it stayed missing: the
+                // recovery after a restart found the row's parity on that member blank,
+                // took the stripe for neither replicated nor striped, and dropped its
+                // chunks as torn.)
+                on_host |= 1 << r;
+                continue;
+            }
             if !self.writable(p) || !self.serves_vh(p, vh) {
                 missing |= 1 << r;
                 continue;
@@ -1240,6 +1252,12 @@ impl<D: BlockDevice> ScalaAfa<D> {
             self.stats.convert_commands += 1;
             let c = self.members[p].device.convert(issue, &cmd)?;
             done = done.max(c.done_ns);
+        }
+        if on_host != 0 {
+            self.stats.host_conversions += 1;
+            let (written, unwritten) = self.write_parity(stripe, start, on_host, true)?;
+            done = done.max(written);
+            missing |= unwritten;
         }
         self.stripes[stripe as usize].parity_missing = missing;
         Ok(done)
