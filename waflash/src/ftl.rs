@@ -880,16 +880,18 @@ impl Ftl {
     /// one to three sectors) fill every block with valid versions until GC finds nothing to
     /// reclaim and a write fails for want of space. The paper's MV-FTL counts on the old
     /// version's page staying around until GC anyway (§V-D); that holds only while versions
-    /// leave GC something to collect. So versions may take half of the spare pages: beyond
-    /// that a partial page is merged (read-modify-write), as the baseline FTL does, until
-    /// merges in GC, in idle time or on a full-page write bring the count down.
+    /// leave GC something to collect. So the valid pages, versions included, may reach the
+    /// logical pages plus half of the spare pages: beyond that a partial page is merged
+    /// (read-modify-write), as the baseline FTL does, until merges in GC, in idle time or on
+    /// a full-page write bring the count down.
     ///
     /// The ceiling bounds the valid pages, so versions may also use the pages of logical
     /// pages not written yet, as the paper's MV-FTL does on a device the workload has not
     /// filled. Those pages are borrowed: before a page written for the first time adds a
     /// valid page at the ceiling, a page with versions is merged to give one back
-    /// (`make_room_for_a_new_page`), at most one merge per such write, so the valid pages
-    /// never pass the ceiling. (From 2026-11-30 to 2026-12-02 every logical page not
+    /// (`make_room_for_a_new_page`; one merge frees a page, unless the versions it drops
+    /// are compacted pages that other pieces still use, and then it takes another), so the
+    /// valid pages do not pass the ceiling while any page has versions to merge. (From 2026-11-30 to 2026-12-02 every logical page not
     /// written yet counted against the ceiling instead, which kept versions to half the
     /// spare on a device a workload had barely touched: `waflash-fig7`'s random write at
     /// 1 KiB then refused 189,237 versions and went through read-modify-write. Before that,
@@ -902,9 +904,10 @@ impl Ftl {
     /// Before a write adds a valid page that replaces none (a logical page written for the
     /// first time), merges pages with versions until the valid pages are below the ceiling
     /// again; the versions borrowed the pages of logical pages not written yet, and this
-    /// write takes one of them back. Returns when the last merge ends (`now_ns` if none was
-    /// needed, or none could be made: without versions the valid pages are at most the
-    /// logical pages, below the ceiling).
+    /// write takes one of them back. Each merge leaves its page with one version, so the
+    /// loop ends. Returns when the last merge ends (`now_ns` if none was needed, or none
+    /// could be made: without versions the valid pages are at most the logical pages, below
+    /// the ceiling).
     fn make_room_for_a_new_page(
         &mut self,
         nand: &mut Nand,
