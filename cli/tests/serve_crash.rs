@@ -196,11 +196,18 @@ fn crash_soak(name: &str, toml: &str, seed: u64, rounds: usize) {
         for _ in 0..50 + rng.below(400) {
             match rng.below(100) {
                 0..=19 => {
-                    // A pipelined burst of one-block writes.
-                    let burst: Vec<(u64, u64)> = (0..2 + rng.below(14))
-                        .map(|_| {
+                    // A pipelined burst of one-block writes to distinct blocks: NBD lets a
+                    // server run requests in flight in any order, so two to one block would
+                    // leave either.
+                    let mut blocks = BTreeSet::new();
+                    for _ in 0..2 + rng.below(14) {
+                        blocks.insert(rng.below(span));
+                    }
+                    let burst: Vec<(u64, u64)> = blocks
+                        .into_iter()
+                        .map(|block| {
                             version += 1;
-                            (rng.below(span), version)
+                            (block, version)
                         })
                         .collect();
                     for &(block, v) in &burst {
