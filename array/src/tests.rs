@@ -1287,6 +1287,34 @@ fn log_cleaners_read_again_what_raid0_could_not_read() {
     let h = cleaner_over_members_reading_badly(swan, |v| v.stats().user_sectors);
     let s = h.volume.stats();
     assert!(s.segments_cleaned > 0 && s.gc_read_retries > 0, "{s:?}");
+
+    // Timing-only payloads keep no bytes: the retries read into empty slices (a chunk size
+    // of zero once made them panic).
+    ssd_config.payload = PayloadMode::None;
+    ssd_config.faults.read_fail_probability = 0.02;
+    let mut log = LogRaid::new(
+        Array::new(raid0(3, 8 * 1024), ssds(3, &ssd_config), Vec::new()).unwrap(),
+        LogRaidConfig {
+            segment_stripes: 4,
+            spare_fraction: 0.3,
+            ..LogRaidConfig::default()
+        },
+    )
+    .unwrap();
+    let cap = log.info().capacity_sectors;
+    let mut rng = SimRng::new(55);
+    let mut now_ns = 0;
+    while log.stats().user_sectors < cap * 3 {
+        // Small writes, so that victims still hold data for the cleaner to read.
+        let len = 1 + rng.below(8) as u32;
+        let lba = rng.below(cap - len as u64);
+        let c = log
+            .submit(now_ns, &Command::write(lba, len, &[]), ReadBuffers::none())
+            .expect("a write does not fail for its cleaner's reads");
+        now_ns += c.done_ns.saturating_sub(now_ns) / 3 + 1;
+    }
+    let s = *log.stats();
+    assert!(s.segments_cleaned > 0 && s.gc_read_retries > 0, "{s:?}");
 }
 
 #[test]
