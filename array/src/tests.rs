@@ -1258,16 +1258,16 @@ fn log_cleaners_read_again_what_raid0_could_not_read() {
         chunk_bytes,
         ..ArrayConfig::default()
     };
-    let log = LogRaid::new(
-        Array::new(raid0(3, 8 * 1024), ssds(3, &ssd_config), Vec::new()).unwrap(),
-        LogRaidConfig {
+    let log_raid = |cfg: &SsdConfig| {
+        let config = LogRaidConfig {
             segment_stripes: 4,
             spare_fraction: 0.3,
             ..LogRaidConfig::default()
-        },
-    )
-    .unwrap();
-    let h = cleaner_over_members_reading_badly(log, |v| v.stats().user_sectors);
+        };
+        let array = Array::new(raid0(3, 8 * 1024), ssds(3, cfg), Vec::new()).unwrap();
+        LogRaid::new(array, config).unwrap()
+    };
+    let h = cleaner_over_members_reading_badly(log_raid(&ssd_config), |v| v.stats().user_sectors);
     let s = *h.volume.stats();
     assert!(s.segments_cleaned > 0 && s.gc_read_retries > 0, "{s:?}");
 
@@ -1292,15 +1292,7 @@ fn log_cleaners_read_again_what_raid0_could_not_read() {
     // of zero once made them panic).
     ssd_config.payload = PayloadMode::None;
     ssd_config.faults.read_fail_probability = 0.02;
-    let mut log = LogRaid::new(
-        Array::new(raid0(3, 8 * 1024), ssds(3, &ssd_config), Vec::new()).unwrap(),
-        LogRaidConfig {
-            segment_stripes: 4,
-            spare_fraction: 0.3,
-            ..LogRaidConfig::default()
-        },
-    )
-    .unwrap();
+    let mut log = log_raid(&ssd_config);
     let cap = log.info().capacity_sectors;
     let mut rng = SimRng::new(55);
     let mut now_ns = 0;

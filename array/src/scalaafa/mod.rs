@@ -1254,10 +1254,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
             done = done.max(c.done_ns);
         }
         if on_host != 0 {
-            self.stats.host_conversions += 1;
-            let (written, unwritten) = self.write_parity(stripe, start, on_host, true)?;
-            done = done.max(written);
-            missing |= unwritten;
+            done = done.max(self.convert_on_host(stripe, start, on_host)?);
+            missing |= self.stripes[stripe as usize].parity_missing & on_host;
         }
         self.stripes[stripe as usize].parity_missing = missing;
         Ok(done)
