@@ -896,17 +896,25 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut shards = vec![vec![0u8; rows as usize * self.unit]; slots.len()];
         let mut present = vec![false; slots.len()];
         let mut t = now_ns;
+        let mut unreadable = None;
         for (i, &s) in slots.iter().enumerate() {
             if i != wanted && self.serves(s) {
-                t = t.max(self.member_read(s, row, rows, now_ns, &mut shards[i])?);
-                present[i] = true;
+                match self.member_read(s, row, rows, now_ns, &mut shards[i]) {
+                    Ok(done) => {
+                        t = t.max(done);
+                        present[i] = true;
+                    }
+                    // One more erasure, which the code may still cover (RAID 6).
+                    Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
+                }
             }
         }
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.codec
-                .reconstruct(&mut refs, &present)
-                .map_err(|_| DeviceError::Failed)?;
+            if self.codec.reconstruct(&mut refs, &present).is_err() {
+                return Err(unreadable.unwrap_or(DeviceError::Failed));
+            }
         }
         let bytes = self.k as u64 * rows as u64 * self.info.sector_bytes as u64;
         let t = t + self.parity_ns(bytes);

@@ -1934,7 +1934,11 @@ impl<D: BlockDevice> ScalaAfa<D> {
     // ----- the read path -----
 
     /// Reads rows of slot j of `stripe`: the primary, or a replica when the home member
-    /// is down or (if `steer`) reported GC, or a reconstruction from the stripe.
+    /// is down or (if `steer`) reported GC, or a reconstruction from the stripe. A copy that
+    /// cannot be read is one more erasure: the read goes on to the other replicas, then to
+    /// the primary it steered away from, then to the stripe, and fails only when none of
+    /// them can answer (on RAID 6, two unreadable copies of a stripe in replication are
+    /// survived through the third).
     #[allow(clippy::too_many_arguments)]
     fn read_slot(
         &mut self,
@@ -1950,58 +1954,82 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let s = &self.stripes[stripe as usize];
         // Replicas exist until conversion is issued (the SSD drops them then), and in a
         // stripe recovery found between its parity rows until the host has written the rows
-        // still missing (their VHs are kept until then; the others are NONE). One whose
-        // member is not collecting garbage is preferred.
+        // still missing (their VHs are kept until then; the others are NONE). Those whose
+        // member is not collecting garbage are tried first when steering.
         let vhs_held = matches!(s.state, HhState::Open | HhState::Full)
             || (s.state == HhState::Striped && s.vhs.iter().any(|&vh| vh != NONE));
-        let replica = if vhs_held {
-            let serving: Vec<(usize, u64)> = (0..self.m)
+        let mut replicas: Vec<(usize, u64)> = if vhs_held {
+            (0..self.m)
                 .filter_map(|r| {
                     let p = self.parity_member(stripe, r);
                     let vh = s.vhs[r];
                     (vh != NONE && self.serves_vh(p, vh)).then(|| (p, self.vh_lba(vh, j)))
                 })
-                .collect();
-            serving
-                .iter()
-                .copied()
-                .find(|&(p, _)| !(steer && self.members[p].gc_active))
-                .or_else(|| serving.first().copied())
+                .collect()
         } else {
-            None
+            Vec::new()
         };
+        if steer {
+            replicas.sort_by_key(|&(p, _)| self.members[p].gc_active);
+        }
+        let striped = matches!(s.state, HhState::Converting | HhState::Striped);
         let home_ok = self.serves_row(home, stripe);
-        let replica_calm = replica.is_some_and(|(p, _)| !self.members[p].gc_active);
-        if home_ok && !(steer && self.members[home].gc_active && replica_calm) {
-            let lba = self.hh_lba(stripe) + row as u64;
-            let striped = matches!(
-                self.stripes[stripe as usize].state,
-                HhState::Converting | HhState::Striped
-            );
+        let replica_calm = replicas
+            .first()
+            .is_some_and(|&(p, _)| !self.members[p].gc_active);
+        let steered_away = home_ok && steer && self.members[home].gc_active && replica_calm;
+        let lba = self.hh_lba(stripe) + row as u64;
+        let mut unreadable = None;
+        if home_ok && !steered_away {
             match self.member_read(home, lba, rows, now_ns, out) {
-                // An uncorrectable primary is read from a replica, or decoded from the stripe.
-                Err(DeviceError::Uncorrectable { .. }) if replica.is_some() || striped => {
-                    self.stats.read_errors_corrected += 1;
+                Err(e @ DeviceError::Uncorrectable { .. }) if !replicas.is_empty() || striped => {
+                    unreadable = Some(e);
                 }
                 result => return result,
             }
         } else if home_ok {
-            // Steered away from a home member collecting garbage, to a calm replica.
             self.stats.replica_reads += 1;
         } else {
             self.stats.degraded_reads += 1;
         }
-        if let Some((p, lba)) = replica {
-            return self.member_read(p, lba + row as u64, rows, now_ns, out);
+        for (p, vlba) in replicas {
+            match self.member_read(p, vlba + row as u64, rows, now_ns, out) {
+                Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                result => {
+                    self.count_corrected(unreadable.is_some(), &result);
+                    return result;
+                }
+            }
         }
-        let (shards, t) = self.reconstruct_rows(stripe, row, rows, now_ns, j)?;
+        if steered_away {
+            match self.member_read(home, lba, rows, now_ns, out) {
+                Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                result => return result,
+            }
+        }
+        let (shards, t) = match self.reconstruct_rows(stripe, row, rows, now_ns, j) {
+            // A stripe still in replication has nothing to decode from: the error is the
+            // last unreadable copy's, which names its sectors.
+            Err(DeviceError::Failed) if !striped => {
+                return Err(unreadable.unwrap_or(DeviceError::Failed));
+            }
+            result => result?,
+        };
         if !self.decoded_whole(stripe, j, row, rows, &shards[j])? {
             return Err(DeviceError::Medium(format!(
                 "slot {j} of stripe {stripe} decodes to data its checksums do not match"
             )));
         }
         out.copy_from_slice(&shards[j]);
+        self.count_corrected(unreadable.is_some(), &Ok(t));
         Ok(t)
+    }
+
+    /// Counts a read answered after a copy could not be read.
+    fn count_corrected(&mut self, after_unreadable: bool, result: &Result<TimeNs, DeviceError>) {
+        if after_unreadable && result.is_ok() {
+            self.stats.read_errors_corrected += 1;
+        }
     }
 
     /// Reads rows of every serving chunk of converted `stripe` and decodes the others.
@@ -2021,19 +2049,27 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let mut shards = vec![vec![0u8; rows as usize * self.unit]; k + m];
         let mut present = vec![false; k + m];
         let mut t = now_ns;
+        let mut unreadable = None;
         let lba = self.hh_lba(stripe) + row as u64;
         for (i, shard) in shards.iter_mut().enumerate() {
             let Some(member) = self.shard_source(stripe, i, wanted) else {
                 continue;
             };
-            t = t.max(self.member_read(member, lba, rows, now_ns, shard)?);
-            present[i] = true;
+            match self.member_read(member, lba, rows, now_ns, shard) {
+                Ok(done) => {
+                    t = t.max(done);
+                    present[i] = true;
+                }
+                // One more erasure, which the code may still cover (RAID 6).
+                Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                Err(e) => return Err(e),
+            }
         }
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
-            self.codec
-                .reconstruct(&mut refs, &present)
-                .map_err(|_| DeviceError::Failed)?;
+            if self.codec.reconstruct(&mut refs, &present).is_err() {
+                return Err(unreadable.unwrap_or(DeviceError::Failed));
+            }
         }
         let bytes = k as u64 * rows as u64 * self.info.sector_bytes as u64;
         // A rebuild or GC decodes on the daemon's core; only a reader pays on its own.

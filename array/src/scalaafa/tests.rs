@@ -416,6 +416,35 @@ fn uncorrectable_primaries_are_read_from_replicas_or_decoded() {
     }
 }
 
+/// RAID 6 reads through any two members that cannot read: a stripe in replication from
+/// its third copy, a converted one decoded from the four chunks left. The first unreadable
+/// replica, or the second unreadable shard of a decode, used to fail the read.
+#[test]
+fn raid6_reads_through_two_unreadable_members() {
+    for mode in [ScalaMode::Scalaafa, ScalaMode::ScalaCo] {
+        let (devs, flags) =
+            crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 6);
+        let volume =
+            ScalaAfa::new(array_config(Level::Raid6, 6), with_mode(mode), devs, vec![]).unwrap();
+        let mut h = Harness::new(volume);
+        let mut rng = SimRng::new(44);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_write_sectors < cap * 2 {
+            writes_and_reads(&mut h, &mut rng, 100);
+        }
+        let replicated = |v: &ScalaAfa<_>| {
+            v.stripes
+                .iter()
+                .filter(|s| matches!(s.state, HhState::Open | HhState::Full))
+                .count()
+        };
+        assert!(h.volume.stats().stripes_converted > 0, "{mode:?}");
+        assert!(replicated(&h.volume) > 0, "{mode:?}");
+        crate::tests::check_all_with_two_unreadable(&mut h, &flags);
+        assert!(h.volume.stats().read_errors_corrected > 0, "{mode:?}");
+    }
+}
+
 /// §5.2: grants are batches by message; many threads on a small volume run the manager dry,
 /// so it recalls unused heroes; ending a thread returns its heroes and closes its HG.
 #[test]
@@ -530,7 +559,7 @@ fn raid5_three_threads_with_a_failed_member_keeps_finding_space() {
 }
 
 /// Random writes and checked reads (no trims: a trim is not durable across a power loss).
-fn writes_and_reads(h: &mut Harness<ScalaAfa<Ssd>>, rng: &mut SimRng, count: usize) {
+fn writes_and_reads<D: BlockDevice>(h: &mut Harness<ScalaAfa<D>>, rng: &mut SimRng, count: usize) {
     let cap = h.tokens.len() as u64;
     for _ in 0..count {
         let len = 1 + rng.below(40) as u32;
