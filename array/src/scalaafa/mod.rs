@@ -1235,6 +1235,18 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
             if !self.writable(p) || !self.serves_vh(p, vh) {
                 missing |= 1 << r;
+                if self.writable(p) && !self.holds_backups(stripe) {
+                    // A replacement the rebuild has reached neither at this row nor at the
+                    // VH took the backups written since it came in, but not the earlier
+                    // ones. Nothing reads them, and the rebuild does not come back to a VH
+                    // the conversion frees, so they are trimmed here as the SSDs trim the
+                    // VHs they convert; left, they would hand the next group a VH holding
+                    // backups, which recovery takes for that group's (found by the config
+                    // soak with a debug build's `assert_vhs_trimmed`).
+                    let vlba = self.vh_lba(vh, 0);
+                    let sectors = self.k as u32 * self.chunk_sectors;
+                    self.member_trim(p, vlba, sectors, start)?;
+                }
                 continue;
             }
             let issue = self.daemon_at(start, self.scala.daemon_command_ns);

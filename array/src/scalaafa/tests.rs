@@ -1882,6 +1882,61 @@ fn a_row_a_rebuild_has_passed_gets_its_parity_when_its_stripe_converts() {
     }
 }
 
+/// A replacement takes the writes of groups opened before it came in, though it serves
+/// neither their rows nor their VHs until its rebuild gets there. A conversion that found
+/// it so marked its parity row missing and left those backups in the VH, which the next
+/// group to take the VH then held as its own; the conversion now trims them. Found by the
+/// config soak (`afa run`, RAID 6 with a spare) through `assert_vhs_trimmed`.
+#[test]
+fn backups_a_replacement_took_before_its_rebuild_reached_them_are_trimmed() {
+    let config = ArrayConfig {
+        // A rebuild unit takes 1.3 s: the test is over long before it reaches the group.
+        rebuild_mb_s: 0.05,
+        ..array_config(Level::Raid5, 5)
+    };
+    let scala = with_mode(ScalaMode::Scalaafa);
+    let volume = ScalaAfa::new(config, scala, (0..5).map(ssd).collect(), vec![ssd(100)]).unwrap();
+    let mut h = Harness::new(volume);
+    let (k, cs) = (h.volume.k as u64, h.volume.chunk_sectors);
+    // Whole chunks in order, until a group past the first rows has its first slot.
+    let mut chunk = 0;
+    let stripe = loop {
+        h.write(chunk * cs as u64, cs).unwrap();
+        chunk += 1;
+        if let Some(stripe) = h.volume.open[0] {
+            if stripe >= 2 && h.volume.stripes[stripe as usize].filled == 1 {
+                break stripe;
+            }
+        }
+    };
+    let p = h.volume.parity_member(stripe, 0);
+    let vh = h.volume.stripes[stripe as usize].vhs[0];
+    h.volume.fail_member(p, h.now_ns).unwrap();
+    for _ in 1..k {
+        h.write(chunk * cs as u64, cs).unwrap();
+        chunk += 1;
+    }
+    assert!(!h.volume.serves_vh(p, vh) && !h.volume.serves_row(p, stripe));
+    let vh_tags = |h: &Harness<ScalaAfa<Ssd>>| {
+        let lba = h.volume.vh_lba(vh, 0);
+        (h.volume.members[p].device)
+            .scan_tags(lba, k as u32 * cs)
+            .unwrap()
+    };
+    assert!(
+        vh_tags(&h).iter().any(|&b| b != 0),
+        "the replacement took backups"
+    );
+    // Idle: the full group converts, and its VHs go back to the manager.
+    while h.volume.stripes[stripe as usize].state != HhState::Striped {
+        h.now_ns += 100_000;
+        h.volume.background(h.now_ns);
+    }
+    assert!(h.volume.rebuilding());
+    assert!(vh_tags(&h).iter().all(|&b| b == 0), "VH {vh} of member {p}");
+    h.check_all();
+}
+
 /// A volume served as `afa serve --state` serves one (members behind a page cache, so
 /// `keep_flushed_writes`), losing `failures` (member, time) onto spares rebuilt at 50 MB/s
 /// while requests and idle time alternate: the free VHs are trimmed at the end, and a
