@@ -76,6 +76,9 @@ pub struct OxStats {
     /// Bad-block table or checkpoint EBLOCKs replaced after a failed erase.
     pub system_eblocks_replaced: u64,
     pub stalled_contexts: u64,
+    /// Failed programs whose retry waited for GC to free a WBLOCK (the channels were down
+    /// to the free EBLOCKs GC's copies may take).
+    pub stalled_amendments: u64,
     /// Read commands: the sum of their latencies from submission to completion.
     pub read_latency_ns_total: u64,
     /// Read commands: the sum of the time from parsing to their last MAP entry being looked
@@ -106,8 +109,11 @@ pub(crate) struct Context {
     pub tokens: Vec<u64>,
     pub new: Vec<Ppa>,
     pub wblocks: Vec<Ppn>,
-    /// Entries whose program failed and wait for their RDESC_A.
+    /// Entries whose program failed and wait for their RDESC_A to be durable.
     pub failed: Vec<u32>,
+    /// Entries whose program failed and that have no new address yet: no WBLOCK could be
+    /// had, and the context waits in `OxController::amend_stalled`.
+    pub unaddressed: Vec<u32>,
     pub data_end_ns: TimeNs,
     pub data_done: bool,
     pub trim: bool,
@@ -262,6 +268,10 @@ pub struct OxController {
     pub(crate) starting: BTreeMap<u64, PendingContext>,
     pub(crate) next_start: u64,
     pub(crate) stalled: VecDeque<PendingContext>,
+    /// Contexts under way with failed entries that wait for a WBLOCK to be retried at, in
+    /// the order they asked. They go before `stalled`: every later context installs after
+    /// them.
+    pub(crate) amend_stalled: VecDeque<u64>,
     /// The next context to install (contexts install in RDESC order).
     pub(crate) install_next: u64,
     /// When the host-to-device direction of the link is free: one NVMe-oF/TCP connection
@@ -365,6 +375,7 @@ impl OxController {
             starting: BTreeMap::new(),
             next_start: 1,
             stalled: VecDeque::new(),
+            amend_stalled: VecDeque::new(),
             install_next: 1,
             link_in_free_ns: 0,
             install_busy: false,
@@ -471,7 +482,7 @@ impl OxController {
             let (kind, detail) = ev.code();
             self.hash.record(t, kind, detail);
             self.handle(ev);
-            if self.events.peek_time().is_none() && !self.stalled.is_empty() {
+            if self.events.peek_time().is_none() && self.anything_stalled() {
                 // Nothing is left to happen, so nothing will free space for the contexts
                 // that wait for it: they fail now rather than wait for ever. Checking only
                 // when a GC pass, an erase or a checkpoint ended missed the case where the
@@ -866,12 +877,13 @@ impl OxController {
         let Some(p) = self.starting.remove(&k) else {
             return;
         };
-        if self.stalled.is_empty() {
+        if !self.anything_stalled() {
             if let Some(p) = self.try_start_context(p) {
                 self.stall(p);
             }
         } else {
-            // Keep arrival order: a context may not overtake one that waits for space.
+            // Keep arrival order: a context may not overtake one that waits for space, nor
+            // take the space a failed program's retry waits for.
             self.stall(p);
         }
     }
@@ -885,8 +897,27 @@ impl OxController {
         self.fail_stalled_if_hopeless();
     }
 
-    /// Starts contexts that waited for space, in order, as far as space allows.
+    /// Whether a context or a failed program's retry waits for space.
+    pub(crate) fn anything_stalled(&self) -> bool {
+        !self.stalled.is_empty() || !self.amend_stalled.is_empty()
+    }
+
+    /// Readdresses failed programs, then starts contexts that waited for space, in order,
+    /// as far as space allows.
     pub(crate) fn retry_stalled(&mut self) {
+        while let Some(&ctx) = self.amend_stalled.front() {
+            let in_flight = self
+                .contexts
+                .get(&ctx)
+                .is_none_or(|c| c.unaddressed.is_empty() || !c.failed.is_empty());
+            // A context whose earlier RDESC_A is not yet durable readdresses the rest itself
+            // once its retry is programmed (`program_context`).
+            if in_flight || self.amend_context(ctx, self.now_ns) {
+                self.amend_stalled.pop_front();
+            } else {
+                return;
+            }
+        }
         while let Some(p) = self.stalled.pop_front() {
             if let Some(p) = self.try_start_context(p) {
                 self.stalled.push_front(p);
@@ -897,7 +928,7 @@ impl OxController {
 
     /// When nothing can free space any more, the waiting contexts fail with `NoSpace`.
     pub(crate) fn fail_stalled_if_hopeless(&mut self) {
-        if self.stalled.is_empty() || !self.gc.is_empty() {
+        if !self.anything_stalled() || !self.gc.is_empty() {
             return;
         }
         // Channels closed for a GC pass that is no longer running reopen first.
@@ -906,7 +937,7 @@ impl OxController {
         }
         self.wake_gc_turn_waiters();
         self.retry_stalled();
-        if self.stalled.is_empty() {
+        if !self.anything_stalled() {
             return;
         }
         // With GC off a victim frees nothing: waiting for one would wait for ever.
@@ -915,12 +946,15 @@ impl OxController {
         // Contexts under way will install, and each lets the next checkpoint's RSSP move on
         // past its RDESC and truncate more of the log: with a small MAP cache the installs
         // crawl, the log pinned behind them took 213 of 752 EBLOCKs in a soak, and writes
-        // the write-back cache had acknowledged failed as hopeless while they went on.
-        if any_victim
-            || !self.waiters.is_empty()
-            || self.ckpt.is_some()
-            || !self.contexts.is_empty()
-        {
+        // the write-back cache had acknowledged failed as hopeless while they went on. Only
+        // those before the first context whose retry waits for a WBLOCK can install.
+        let blocked_from_ctx = self.amend_stalled.iter().copied().min().unwrap_or(u64::MAX);
+        let installable = self
+            .contexts
+            .keys()
+            .next()
+            .is_some_and(|&k| k < blocked_from_ctx);
+        if any_victim || !self.waiters.is_empty() || self.ckpt.is_some() || installable {
             return;
         }
         // A checkpoint may truncate the log and free its EBLOCKs: try that once.
@@ -931,6 +965,10 @@ impl OxController {
         }
         while let Some(p) = self.stalled.pop_front() {
             self.fail_context(p);
+        }
+        // Data the host already sent has nowhere to go: the device cannot go on.
+        if !self.amend_stalled.is_empty() {
+            self.fatal = Some(OxError::NoSpace);
         }
     }
 
@@ -1048,6 +1086,7 @@ impl OxController {
                 new,
                 wblocks,
                 failed: Vec::new(),
+                unaddressed: Vec::new(),
                 data_end_ns: t,
                 data_done: false,
                 trim: p.trim,
@@ -1293,26 +1332,47 @@ impl OxController {
         }
         let c = self.contexts.get_mut(&ctx).expect("present");
         c.data_end_ns = c.data_end_ns.max(end_max);
-        if failed.is_empty() {
+        c.unaddressed.extend(failed);
+        if c.unaddressed.is_empty() {
             let end = c.data_end_ns;
             self.events.push(end, Event::DataDone(ctx));
             return;
         }
-        // RDESC_A (§4.2.2): new addresses for the failed LPAGEs, durable before the retry.
+        if !self.amend_context(ctx, end_max) && !self.amend_stalled.contains(&ctx) {
+            self.amend_stalled.push_back(ctx);
+        }
+    }
+
+    /// RDESC_A (§4.2.2): new addresses for a context's failed LPAGEs, logged and durable
+    /// before the retry is programmed. A retry is data the host already sent, so it takes
+    /// WBLOCKs even in channels closed for GC, and below the free EBLOCKs held back from
+    /// user writes, down to those GC's copies may take. Below that it waits for GC: the
+    /// device used to stop with `NoSpace` there, though GC was running and nearly half the
+    /// written flash was stale. The WBLOCKs it did get are logged and programmed at once, so
+    /// that no WBLOCK is held unprogrammed while others after it in its EBLOCK are written.
+    /// Returns whether every failed entry has an address.
+    pub(crate) fn amend_context(&mut self, ctx: u64, ready_ns: TimeNs) -> bool {
+        let spp = self.media.rblocks_per_wblock() as usize;
+        let Some(c) = self.contexts.get_mut(&ctx) else {
+            return true;
+        };
+        if !c.failed.is_empty() {
+            // An RDESC_A is on its way; the rest is readdressed once its retry is programmed.
+            return false;
+        }
+        let pending = std::mem::take(&mut c.unaddressed);
         let mut amendments = Vec::new();
         let mut new_wblocks = Vec::new();
-        for chunk in failed.chunks(spp as usize) {
-            // A context already under way finishes even in channels closed for GC, and
-            // below the free EBLOCKs held back from user writes, down to those GC's copies
-            // may take: a retry is data the host already sent, and failing it because every
-            // channel had closed to new writes stopped the whole device.
-            let retry_reserve = self.prov.reserve_eblocks(Stream::Cold);
-            let Some(ppn) = self.prov.alloc_any(&self.media, Stream::Hot).or_else(|| {
-                self.prov
-                    .alloc_any_above(&self.media, Stream::Hot, retry_reserve)
-            }) else {
-                self.fatal = Some(OxError::NoSpace);
-                return;
+        let mut left = Vec::new();
+        for chunk in pending.chunks(spp) {
+            let ppn = if left.is_empty() {
+                self.amend_wblock()
+            } else {
+                None
+            };
+            let Some(ppn) = ppn else {
+                left.extend_from_slice(chunk);
+                continue;
             };
             new_wblocks.push(ppn);
             for (r, &i) in chunk.iter().enumerate() {
@@ -1327,18 +1387,48 @@ impl OxController {
             let nb = self.media.block_of_ppa(ppa) as usize;
             self.prov.blocks[nb].inflight += 1;
         }
-        let c = self.contexts.get_mut(&ctx).expect("present");
-        c.failed = failed;
+        c.failed = amendments.iter().map(|&(i, _)| i).collect();
         c.wblocks.extend(new_wblocks);
-        self.stats.rdesc_a_records += 1;
-        let t = self.cpu(end_max, self.cfg.costs.log_record_cpu_ns);
-        let lsn = self.log_append(LogRecord::RdescA { ctx, amendments }, t);
-        self.wait_log(lsn, Waiter::AmendDurable(ctx));
+        c.unaddressed = left;
+        let all_addressed = c.unaddressed.is_empty();
+        if !amendments.is_empty() {
+            self.stats.rdesc_a_records += 1;
+            let t = self.cpu(ready_ns.max(self.now_ns), self.cfg.costs.log_record_cpu_ns);
+            let lsn = self.log_append(LogRecord::RdescA { ctx, amendments }, t);
+            self.wait_log(lsn, Waiter::AmendDurable(ctx));
+        }
+        if !all_addressed {
+            self.stats.stalled_amendments += 1;
+            for ch in 0..self.cfg.channels {
+                self.events.push(self.now_ns, Event::GcCheck(ch));
+            }
+        }
+        all_addressed
+    }
+
+    /// A WBLOCK for a failed program's retry. A context waiting for space may hold WBLOCKs
+    /// it could not yet use (`try_start_context`); they are the next to be programmed in
+    /// their EBLOCKs, so the retry takes those first: a WBLOCK allocated after them in the
+    /// same EBLOCK could not be programmed before they are.
+    fn amend_wblock(&mut self) -> Option<Ppn> {
+        if let Some(p) = self.stalled.iter_mut().find(|p| !p.held.is_empty()) {
+            let ppn = p.held.remove(0);
+            // A held WBLOCK counts once in its EBLOCK's inflight; the retry counts its
+            // LPAGEs instead.
+            let b = self.media.block_of_ppn(ppn) as usize;
+            self.prov.blocks[b].inflight -= 1;
+            return Some(ppn);
+        }
+        let retry_reserve = self.prov.reserve_eblocks(Stream::Cold);
+        self.prov.alloc_any(&self.media, Stream::Hot).or_else(|| {
+            self.prov
+                .alloc_any_above(&self.media, Stream::Hot, retry_reserve)
+        })
     }
 
     fn on_data_done(&mut self, ctx: u64) {
         if let Some(c) = self.contexts.get_mut(&ctx) {
-            if c.failed.is_empty() {
+            if c.failed.is_empty() && c.unaddressed.is_empty() {
                 c.data_done = true;
             }
         }
@@ -1421,7 +1511,7 @@ impl OxController {
         // The install lets a checkpoint truncate further: one more is worth trying for the
         // contexts that wait for space, and those that waited for the log to move on may
         // start.
-        if !self.stalled.is_empty() {
+        if self.anything_stalled() {
             self.space_checkpoint_tried = false;
             self.events.push(now, Event::RetryStalled);
         }

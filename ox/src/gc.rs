@@ -298,7 +298,7 @@ impl OxController {
     /// event.
     pub(crate) fn redrive_stalled(&mut self) {
         self.retry_stalled();
-        if std::mem::take(&mut self.gc_gave_up) && !self.stalled.is_empty() {
+        if std::mem::take(&mut self.gc_gave_up) && self.anything_stalled() {
             for ch in 0..self.cfg.channels {
                 self.events.push(self.now_ns, Event::GcCheck(ch));
             }
@@ -399,7 +399,7 @@ impl OxController {
                 // start it again (a waiting context asks for GC only when it first stalls),
                 // and with `start_used_fraction` above the channel's use the writes waited
                 // for ever.
-                if !self.stalled.is_empty() && self.gc_wanted(ch) {
+                if self.anything_stalled() && self.gc_wanted(ch) {
                     self.events.push(now, Event::GcCheck(ch));
                 }
             }

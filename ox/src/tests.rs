@@ -1705,6 +1705,43 @@ fn fill_then_overwrite(
     }
 }
 
+/// A program that fails when the channels are down to the free EBLOCKs GC's copies may take
+/// waits for GC to give space back, and its context goes on: the device used to stop with
+/// `NoSpace` there, though GC was running and nearly half the written flash was stale
+/// (found by the config soak: two channels of one LUN, two thirds of the largest logical
+/// space, the write-back cache and one program or erase in 500 failing).
+#[test]
+fn a_failed_program_waits_for_gc_when_the_channels_are_down_to_their_reserve() {
+    let mut stalled = 0;
+    for seed in 0..16 {
+        let mut cfg = small_config();
+        cfg.channels = 2;
+        cfg.luns_per_channel = 1;
+        cfg.terms.wblock_bytes = 32 * 1024;
+        cfg.terms.eblock_bytes = 256 * 1024;
+        cfg.log_forward_links = 1;
+        cfg.map_cache_pages = 8;
+        cfg.logical_pages = 5120;
+        cfg.write_cache.write_back = true;
+        cfg.faults.program_fail_probability = 0.002;
+        cfg.faults.erase_fail_probability = 0.002;
+        let mut c = OxController::format(&cfg, seed).unwrap();
+        // More writes than this wear the device out: one WBLOCK program in 500 failing
+        // retires a third of its EBLOCKs over 4000 overwrites, and it is full for good.
+        fill_then_overwrite(&mut c, seed, 32, 2000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        // What the write-back cache acknowledged, programmed in the background.
+        let now = c.now_ns();
+        c.advance_to(now + 1_000_000_000);
+        assert!(
+            c.fatal_error().is_none(),
+            "seed {seed}: {:?}",
+            c.fatal_error()
+        );
+        stalled += c.stats().stalled_amendments;
+    }
+    assert!(stalled > 0);
+}
+
 /// The geometries the space tests fill to the largest `logical_pages`: (a) the tests'
 /// small device, 4 channels of 2 LUNs with a MAP cache of 2 pages; (b) 2 channels of 4 LUNs
 /// with 16 KiB WBLOCKs; (c) 8 channels of 1 LUN with 256 KiB EBLOCKs; (d) a 1 s checkpoint
