@@ -187,6 +187,18 @@ fn summary_sectors_for(segment_sectors: u32, sector_bytes: u64) -> u32 {
     (32 + 13 * segment_sectors as u64).div_ceil(sector_bytes + 13) as u32
 }
 
+/// The log sectors a cleaned victim may cost besides its valid sectors. With volatile host
+/// memory the victim may be trimmed only once its relocated sectors are durable
+/// (`make_durable`): the open stripe is padded and a partial summary written into it, up to
+/// a whole stripe when the relocations ended on a stripe boundary. With battery-backed
+/// memory the relocations are durable in NVRAM and cost nothing more.
+fn clean_cost_sectors(memory: HostMemory, stripe_sectors: u32) -> u32 {
+    match memory {
+        HostMemory::Volatile => stripe_sectors,
+        HostMemory::BatteryBacked => 0,
+    }
+}
+
 impl<D: BlockDevice> LogRaid<D> {
     pub fn new(array: Array<D>, config: LogRaidConfig) -> Result<Self, DeviceError> {
         if !matches!(
@@ -238,6 +250,12 @@ impl<D: BlockDevice> LogRaid<D> {
             )));
         }
         let data_sectors = (segment_sectors - summary_sectors) as u64;
+        let clean_cost = clean_cost_sectors(config.host_memory, stripe_sectors) as u64;
+        if data_sectors <= clean_cost {
+            return Err(bad(format!(
+                "log-raid host_memory = \"volatile\" needs segments of more than one stripe: cleaning a victim may cost a stripe of padding and partial summary, and a segment of {segment_sectors} sectors holds only {data_sectors} of data; raise segment_stripes"
+            )));
+        }
         let segments = (ainfo.capacity_sectors / segment_sectors as u64) as u32;
         let reserve = config.gc_free_segments + 1;
         if segments <= reserve + 1 {
@@ -254,7 +272,14 @@ impl<D: BlockDevice> LogRaid<D> {
                 "the array's {physical} sectors exceed log-raid's 2^32 sector addresses"
             )));
         }
-        let usable = (segments - reserve) as u64 * data_sectors;
+        // Cleaning must free more than it costs, however evenly the invalid sectors lie: with
+        // this much exposed, the full segments hold on average more invalid sectors than a
+        // victim's cleaning costs (`clean_cost_sectors`), so the victim with the fewest valid
+        // ones is always worth cleaning. Exposing the whole of the free segments' space, a
+        // volatile-memory volume written full once and then overwritten at random came to
+        // every segment holding one stripe of invalid sectors, and cleaning went round its
+        // segments for ever, each victim's stripe of padding taking what it freed.
+        let usable = (segments - reserve) as u64 * (data_sectors - clean_cost);
         let logical = (((segments as u64 * data_sectors) as f64 * (1.0 - config.spare_fraction))
             as u64)
             .min(usable);
@@ -377,7 +402,9 @@ impl<D: BlockDevice> LogRaid<D> {
         let Some(victim) = victim else {
             return Ok(None);
         };
-        if self.valid[victim as usize] >= self.data_sectors() {
+        // A victim freeing no more than its cleaning costs frees nothing.
+        let cost = clean_cost_sectors(self.config.host_memory, self.stripe_sectors);
+        if self.valid[victim as usize] + cost >= self.data_sectors() {
             return Ok(None);
         }
         // Relocations append without cleaning (`open_segment`); the flag is cleared whether
