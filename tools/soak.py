@@ -848,6 +848,18 @@ def gen_log_raid(rng):
     return level, a, ssd, logical * ssd.sector, m, len(fails)
 
 
+def add_spares_and_failures(rng, a, n, m):
+    """Gives the two-phase engines (two-phase, ScalaAFA) 0-2 spares and up to m member
+    failures in their first 60 ms; returns the failures."""
+    spares = rng.choice([0, 1, 1, 2])
+    if spares:
+        a["spares"] = spares
+    fails = gen_failures(rng, n, m, 60)
+    if fails:
+        a["failures"] = fails
+    return fails
+
+
 def gen_two_phase(rng):
     level = rng.choice(["raid5", "raid6"])
     m = 1 if level == "raid5" else 2
@@ -864,12 +876,7 @@ def gen_two_phase(rng):
     if chance(rng, 0.4):
         tp["sub_chunk_writes"] = rng.choice(["merge", "in-place"])
     a["two_phase"] = tp
-    spares = rng.choice([0, 1, 1, 2])
-    if spares:
-        a["spares"] = spares
-    fails = gen_failures(rng, n, m, 60)
-    if fails:
-        a["failures"] = fails
+    fails = add_spares_and_failures(rng, a, n, m)
     k = n - m
     slots = (ssd.capacity_sectors * ssd.sector) // chunk
     usable = n * slots * (1 - s)
@@ -931,12 +938,7 @@ def gen_scala(rng, mode):
             sc["daemon_message_ns"] = rng.choice([0, 200, 2000])
             sc["daemon_command_ns"] = rng.choice([100, 1100, 10000])
     a["scalaafa"] = sc
-    spares = rng.choice([0, 1, 1, 2])
-    if spares:
-        a["spares"] = spares
-    fails = gen_failures(rng, n, m, 60)
-    if fails:
-        a["failures"] = fails
+    fails = add_spares_and_failures(rng, a, n, m)
     volume = int(rows * (1 - spare)) * k * chunk
     return level, a, ssd, volume, m, len(fails)
 
