@@ -733,43 +733,76 @@ impl Ftl {
                 self.collect_one(nand, plane, now_ns, false)?;
             }
         }
-        while self.planes[plane as usize].free_dense.len() < self.gc_floor() {
-            if !self.collect_one(nand, plane, now_ns, false)? {
-                break;
-            }
-        }
-        if self.planes[plane as usize].slc_blocks < 2 {
-            // GC could not restore the plane's reserve: its blocks hold almost nothing but
-            // valid data. A new host block would eat the reserve that relocation needs, so
-            // the page goes to another plane instead (the caller tries the next one) and the
-            // plane drains as its data is overwritten. Without this, a write pattern that
-            // keeps sending long-lived data to the same planes fills them while the others
-            // stay half empty, and the device reports no space at 70% utilisation.
-            let pl = &self.planes[plane as usize];
-            let open = pl.host_open;
-            let open_has_room = open != NONE
-                && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
-            if !open_has_room && pl.free_dense.len() < self.gc_floor() {
-                return Err(DeviceError::NoSpace { plane });
-            }
-            return self.take_page(nand, plane, Pool::Dense, Stream::Host);
-        }
+        self.restore_dense_reserve(nand, plane, now_ns)?;
         let stream = if transient {
             Stream::Transient
         } else {
             Stream::Host
         };
-        let open = self.open_of(plane, Pool::Slc, stream);
-        let open_has_room =
-            open != NONE && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
-        if !open_has_room && self.planes[plane as usize].free_slc.len() == 0 {
+        let mut evicted = false;
+        loop {
+            if self.planes[plane as usize].slc_blocks < 2 {
+                if evicted {
+                    // The eviction that lost the cache's block migrated pages into dense
+                    // blocks, so the reserve is restored again before a host page takes one.
+                    self.restore_dense_reserve(nand, plane, now_ns)?;
+                }
+                return self.take_dense_host_page(nand, plane);
+            }
+            let open = self.open_of(plane, Pool::Slc, stream);
+            let open_has_room = open != NONE
+                && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
+            if open_has_room || self.planes[plane as usize].free_slc.len() > 0 {
+                return self.take_page(nand, plane, Pool::Slc, stream);
+            }
             if open != NONE {
                 self.close_block(plane, open);
                 self.set_open(plane, Pool::Slc, stream, NONE);
             }
+            // The evicted block's erase can fail. A free dense block then replaces it if the
+            // plane has one beyond its reserve; if not, the cache has lost a block and the
+            // loop looks again: at another victim, or, with fewer than two SLC blocks left,
+            // at the dense blocks. Taking an SLC page straight after the eviction found no
+            // free SLC block and stopped the device with `NoSpace` after one failed erase.
+            // Every turn either frees an SLC block or loses one, so the loop ends.
             self.evict_slc(nand, plane, now_ns)?;
+            evicted = true;
         }
-        self.take_page(nand, plane, Pool::Slc, stream)
+    }
+
+    /// Cleans `plane` until it has its reserve of free dense blocks again, or nothing more
+    /// would yield space.
+    fn restore_dense_reserve(
+        &mut self,
+        nand: &mut Nand,
+        plane: u32,
+        now_ns: TimeNs,
+    ) -> Result<(), DeviceError> {
+        while self.planes[plane as usize].free_dense.len() < self.gc_floor() {
+            if !self.collect_one(nand, plane, now_ns, false)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A host page from the plane's dense blocks, for a plane without an SLC cache (or whose
+    /// cache lost all but one block to failures).
+    fn take_dense_host_page(&mut self, nand: &mut Nand, plane: u32) -> Result<u32, DeviceError> {
+        // If GC could not restore the plane's reserve, its blocks hold almost nothing but
+        // valid data. A new host block would eat the reserve that relocation needs, so the
+        // page goes to another plane instead (the caller tries the next one) and the plane
+        // drains as its data is overwritten. Without this, a write pattern that keeps sending
+        // long-lived data to the same planes fills them while the others stay half empty,
+        // and the device reports no space at 70% utilisation.
+        let pl = &self.planes[plane as usize];
+        let open = pl.host_open;
+        let open_has_room =
+            open != NONE && (self.blocks[open as usize].written as u32) < self.capacity_of(open);
+        if !open_has_room && pl.free_dense.len() < self.gc_floor() {
+            return Err(DeviceError::NoSpace { plane });
+        }
+        self.take_page(nand, plane, Pool::Dense, Stream::Host)
     }
 
     /// Moves the valid pages of `victim` to the plane's relocation block and erases it.
@@ -1144,12 +1177,8 @@ impl Ftl {
         let moved = self.blocks[victim as usize].valid as u64;
         let moved_transient = self.blocks[victim as usize].transient as u64;
         // Migration fills dense blocks, so the plane's dense reserve must hold first.
+        self.restore_dense_reserve(nand, plane, now_ns)?;
         let floor = self.gc_floor();
-        while self.planes[plane as usize].free_dense.len() < floor {
-            if !self.collect_one(nand, plane, now_ns, false)? {
-                break;
-            }
-        }
         // Migrated pages take dense space as host pages do without an SLC cache. If GC could
         // not restore the reserve, the plane's dense blocks hold almost nothing but valid
         // data, and the reserve is what relocation needs: the SLC block stays, and the host

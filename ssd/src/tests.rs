@@ -845,6 +845,54 @@ fn a_plane_that_loses_its_slc_cache_writes_past_it_and_keeps_every_accepted_writ
     h.ssd.check_invariants();
 }
 
+/// A device of one plane whose two SLC blocks leave no spare to replace one that fails. The
+/// first failed erase of an evicted SLC block used to stop the device with `NoSpace`: the
+/// eviction had freed nothing, and the write then asked for an SLC page anyway. The plane
+/// now writes to its dense blocks and keeps going.
+#[test]
+fn a_failed_erase_of_an_evicted_slc_block_does_not_stop_a_one_plane_device() {
+    for seed in 0..8 {
+        let mut cfg = small_config(4096, PayloadMode::Token);
+        cfg.geometry.channels = 1;
+        cfg.geometry.dies_per_chip = 1;
+        cfg.geometry.planes_per_die = 1;
+        cfg.geometry.blocks_per_plane = 32;
+        cfg.over_provisioning = 0.35;
+        cfg.slc_cache.capacity_bytes = 2 * 8 * 4096;
+        cfg.faults.erase_fail_probability = 0.02;
+        let mut h = Harness::new(cfg, seed);
+        let cap = h.oracle.tokens.len() as u64;
+        let mut rng = SimRng::new(seed);
+        let mut writes_after_loss = None;
+        for _ in 0..cap * 8 {
+            let lost_unreplaced = {
+                let stats = h.ssd.ftl_stats();
+                stats.slc_blocks_lost > stats.slc_blocks_replaced
+            };
+            if lost_unreplaced {
+                *writes_after_loss.get_or_insert(0u64) += 1;
+            }
+            if let Err(e) = h.try_write(rng.below(cap), 1) {
+                // Erases keep failing, so the device may wear out, but not as soon as the
+                // cache has lost a block.
+                let after = writes_after_loss.unwrap_or(0);
+                assert!(
+                    after > cap,
+                    "seed {seed}: {e} after {after} writes past the lost SLC block ({:?})",
+                    h.ssd.ftl_stats()
+                );
+                break;
+            }
+        }
+        assert!(
+            writes_after_loss.is_some(),
+            "seed {seed}: no SLC block was lost without a replacement"
+        );
+        h.check_all();
+        h.ssd.check_invariants();
+    }
+}
+
 fn policy_config(index: u32) -> SsdConfig {
     let sector = if index & 1 == 0 { 4096 } else { 512 };
     let payload = if index & 2 == 0 {
