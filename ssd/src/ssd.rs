@@ -921,20 +921,34 @@ impl BlockDevice for Ssd {
             let off = span.cmd_offset as usize * tag;
             let n = span.count as usize * tag;
             let first = span.first as usize * tag;
-            // A page still in the write buffer has its newest tags there.
-            let buffered = self.buffer.as_ref().and_then(|b| {
-                let slot = b.lookup(span.lpn)?;
-                b.has_tags()
-                    .then(|| b.slot_tags(slot)[first..first + n].to_vec())
-            });
-            if let Some(t) = buffered {
-                out[off..off + n].copy_from_slice(&t);
-                continue;
-            }
             let ppn = self.ftl.mapped(span.lpn);
             if ppn != NONE {
                 if let Some(src) = store.page_tags(ppn) {
                     out[off..off + n].copy_from_slice(&src[first..first + n]);
+                }
+            }
+            // A page still in the write buffer has its newest tags there, but only for the
+            // sectors the buffer holds: the rest are the flash page's, as a read merges
+            // them. Taking the whole slot returned, for a partly buffered page, tags the
+            // slot kept from the page it buffered before (the config soak found a ScalaAFA
+            // decode that failed its checksums on one such tag).
+            let Some(b) = self.buffer.as_ref() else {
+                continue;
+            };
+            let Some(slot) = b.lookup(span.lpn) else {
+                continue;
+            };
+            let present = b.slot(slot).mask;
+            for s in 0..span.count as usize {
+                let idx = span.first as usize + s;
+                if present >> idx & 1 == 0 {
+                    continue;
+                }
+                let dst = &mut out[off + s * tag..off + (s + 1) * tag];
+                if b.has_tags() {
+                    dst.copy_from_slice(&b.slot_tags(slot)[idx * tag..(idx + 1) * tag]);
+                } else {
+                    dst.fill(0);
                 }
             }
         }

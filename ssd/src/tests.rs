@@ -546,6 +546,57 @@ fn tags_are_stored_with_the_data_and_returned() {
     assert_eq!(out_tags, tags);
 }
 
+/// The OOB scan of a page the write buffer holds in part takes the buffered sectors' tags
+/// from the buffer and the others from flash, as a read does. It took the whole slot, and a
+/// slot keeps the tags of the page it buffered before, so the scan returned another page's
+/// metadata for the sectors the buffer did not hold.
+#[test]
+fn an_oob_scan_of_a_partly_buffered_page_takes_the_other_sectors_from_flash() {
+    let mut cfg = small_config(512, PayloadMode::Token);
+    cfg.write_buffer.capacity_bytes = 4 * 4096;
+    // Pages leave the buffer only when a flush (or a write needing the slot) sends them.
+    cfg.write_buffer.destage_fraction = 1.0;
+    let mut ssd = Ssd::new(cfg, 1).unwrap();
+    let tag = ssd.info().tag_bytes_per_sector as usize;
+    let spp = 8;
+    let data = vec![7u8; spp * 8];
+    let write = |ssd: &mut Ssd, lba: u64, sectors: u32, byte: u8| {
+        let tags = vec![byte; sectors as usize * tag];
+        let cmd = Command {
+            tags: Some(&tags),
+            ..Command::write(lba, sectors, &data[..sectors as usize * 8])
+        };
+        ssd.submit(0, &cmd, ReadBuffers::none()).unwrap();
+        ssd.submit(0, &Command::flush(), ReadBuffers::none())
+            .unwrap();
+    };
+    // Page 0 goes to flash with tags 0xA1; page 1 then passes through the same buffer slot
+    // with tags 0xB2; one sector of page 0 is rewritten with 0xC3 and stays buffered.
+    write(&mut ssd, 0, spp as u32, 0xA1);
+    write(&mut ssd, spp as u64, spp as u32, 0xB2);
+    let tags = vec![0xC3; tag];
+    let cmd = Command {
+        tags: Some(&tags),
+        ..Command::write(1, 1, &data[..8])
+    };
+    ssd.submit(0, &cmd, ReadBuffers::none()).unwrap();
+    let mut want = vec![0xA1; spp * tag];
+    want[tag..2 * tag].fill(0xC3);
+    assert_eq!(ssd.scan_tags(0, spp as u32).unwrap(), want);
+    let mut out = vec![0u8; spp * 8];
+    let mut out_tags = vec![0u8; spp * tag];
+    ssd.submit(
+        0,
+        &Command::read(0, spp as u32),
+        ReadBuffers {
+            data: &mut out,
+            tags: Some(&mut out_tags),
+        },
+    )
+    .unwrap();
+    assert_eq!(out_tags, want);
+}
+
 #[test]
 fn bad_commands_are_refused_with_reasons() {
     let mut ssd = Ssd::new(small_config(4096, PayloadMode::Token), 1).unwrap();
