@@ -928,6 +928,12 @@ def gen_scala(rng, mode):
         sc["convert_watermark_fraction"] = rng.choice([0.0, 0.25, 0.5, 0.9, 1.0])
     spare = rng.choice([0.05, 0.1, 0.1, 0.3])
     sc["spare_fraction"] = spare
+    # Every thread's open group (and the GC writer's) strands the unfilled slots of a row,
+    # and the manager keeps two rows for the GC writer: with fewer spare rows than that the
+    # volume fills up in its layout ("no hero group"), which is no engine bug.
+    spare_rows = rows - int(rows * (1 - spare))
+    while sc.get("io_threads", 1) > 1 and spare_rows < sc["io_threads"] + 3:
+        sc["io_threads"] //= 2
     if chance(rng, 0.4):
         sc["sub_chunk_writes"] = rng.choice(["merge", "in-place"])
     if mode == "scala-co" or chance(rng, 0.2):

@@ -1566,7 +1566,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         // HH), and the clean ends without an error, so that the grant goes
                         // on to its other ways of making room (conversions, a member flush)
                         // instead of failing the user write that started it.
-                        Err(DeviceError::NoSpace { .. }) => {
+                        Err(DeviceError::VolumeFull(_) | DeviceError::NoSpace { .. }) => {
                             self.stats.gc_cleans_out_of_room += 1;
                             out_of_room = true;
                             break;
@@ -1623,7 +1623,33 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 self.serve_manager(now_ns)?;
             }
         }
-        Err(DeviceError::NoSpace { plane: 0 })
+        Err(self.no_hero_group(thread))
+    }
+
+    /// The error of a thread that could assemble no hero group, naming what was short.
+    /// (It said `NoSpace` in plane 0 until the config soak met it: the members had room,
+    /// the volume's layout did not.) A group needs a free HH and a free VH on each of that
+    /// HH's m parity members; the open groups of the other threads hold the VHs of some
+    /// members, and their unfilled slots are rows no one else may use.
+    fn no_hero_group(&self, thread: usize) -> DeviceError {
+        let who = if thread == self.scala.io_threads as usize {
+            "the GC writer".to_string()
+        } else {
+            format!("I/O thread {thread}")
+        };
+        let free_vhs: Vec<usize> = self.manager.free_vhs.iter().map(|l| l.len()).collect();
+        let open = self.open.iter().flatten().count();
+        let volume_rows = self.amt.len() as u64 / self.k as u64;
+        DeviceError::VolumeFull(format!(
+            "no hero group for {who}: {} free HHs (whose parity members must each have a \
+             free VH), free VHs per member {free_vhs:?}, {open} groups open; the volume \
+             leaves {} spare rows for {} I/O threads and the GC writer (fewer \
+             array.scalaafa.io_threads, a larger spare_fraction or a larger transient area \
+             leave each thread more room)",
+            self.manager.free_hhs.len(),
+            self.rows as u64 - volume_rows,
+            self.scala.io_threads
+        ))
     }
 
     /// Pops an HH and, for each of its parity members, a VH there from the thread's lists.

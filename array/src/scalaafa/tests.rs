@@ -2014,3 +2014,33 @@ fn served_through_rebuilds(level: Level, n: u32, failures: &[(usize, TimeNs)], s
     });
     h.check_all();
 }
+
+/// Eight threads on RAID 6 of six members with four VHs each: the free rows come to need
+/// only members whose every VH sits in other threads' half-filled open groups (found by the
+/// config soak). The write fails, but with an error that names the shortage: it said
+/// `NoSpace` in plane 0, though no member was full.
+#[test]
+fn a_thread_that_gets_no_hero_group_says_what_was_short() {
+    let scala = ScalaAfaConfig {
+        io_threads: 8,
+        transient_bytes: 128 * 1024,
+        spare_fraction: 0.02,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine(Level::Raid6, 6, 0, scala));
+    assert_eq!(h.volume.vhs_per_member(), 4);
+    let cap = h.tokens.len() as u64;
+    let cs = h.volume.chunk_sectors();
+    let mut failed = None;
+    for c in 0..cap / cs as u64 {
+        if let Err(e) = h.write(c * cs as u64, cs) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let Some(DeviceError::VolumeFull(why)) = failed else {
+        panic!("expected the volume to run out of hero groups, got {failed:?}");
+    };
+    assert!(why.contains("no hero group for I/O thread"), "{why}");
+    assert!(why.contains("free VHs per member"), "{why}");
+}

@@ -716,7 +716,9 @@ impl ScalaAfa<MemberProxy> {
     /// not one: the threads' asks wait, and later rounds convert, clean and grant again.
     fn note(&mut self, result: Result<(), DeviceError>) {
         match (result, &mut self.remote) {
-            (Err(DeviceError::NoSpace { .. }), _) | (Ok(()), _) | (_, None) => {}
+            (Err(DeviceError::NoSpace { .. } | DeviceError::VolumeFull(_)), _)
+            | (Ok(()), _)
+            | (_, None) => {}
             (Err(e), Some(r)) => {
                 r.error.get_or_insert(e);
             }
@@ -1766,7 +1768,11 @@ impl IoThread {
                     Err(_) => return Err(Self::stopped_error()),
                 },
                 default(deadline.saturating_duration_since(Instant::now())) => {
-                    return Err(DeviceError::NoSpace { plane: 0 });
+                    return Err(DeviceError::VolumeFull(format!(
+                        "I/O thread {} waited {} s for a hero group and was granted none",
+                        self.id,
+                        GRANT_TIMEOUT.as_secs()
+                    )));
                 }
             }
             if self.stopped {
