@@ -157,6 +157,9 @@ pub struct ScalaAfaStats {
     pub host_conversions: u64,
     pub grants: u64,
     pub recalls: u64,
+    /// Half-filled open HGs the manager closed early because their VHs were the last of
+    /// their members and no free row could be grouped without them (see `seal_blocking`).
+    pub groups_sealed: u64,
     pub thread_messages: u64,
     pub daemon_messages: u64,
     pub gc_stripes: u64,
@@ -1019,7 +1022,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let mut hhs = Vec::new();
         let mut vhs = Vec::new();
         let mut ready = at_ns;
-        for attempt in 0..4 {
+        for attempt in 0..5 {
             while hhs.len() < self.batch_hhs {
                 match self.take_group(thread) {
                     Some((hh, v)) => {
@@ -1082,6 +1085,22 @@ impl<D: BlockDevice> ScalaAfa<D> {
                         ready = ready.max(self.release_replaced(flushed)?);
                     }
                 }
+                3 => {
+                    // Rows are free but every one needs a member whose VHs all sit in
+                    // other threads' half-filled open groups: close those groups, as
+                    // ending their threads would, and convert them to free their VHs.
+                    let sealed = self.seal_blocking(thread, ready)?;
+                    if sealed {
+                        self.convert_all_full(ready)?;
+                        while let Some(t) = self.recycle_earliest()? {
+                            ready = ready.max(t);
+                        }
+                        if self.holds_vhs() {
+                            let flushed = self.flush_and_release(ready)?;
+                            ready = ready.max(self.release_replaced(flushed)?);
+                        }
+                    }
+                }
                 _ => {}
             }
         }
@@ -1093,6 +1112,48 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.manager
             .send(thread, ToThread::Grant { hhs, vhs, at_ns: t });
         Ok(true)
+    }
+
+    /// Closes the open HGs of other threads that hold a VH on a member with none free,
+    /// when a free row the asker may take needs such a member. Returns whether it closed
+    /// any. Threads on OS threads of their own write into their groups without the
+    /// daemon, so theirs stay open (their recall answers reach the inbox instead), and so
+    /// does the GC writer's, which a clean nested in this grant may be filling.
+    fn seal_blocking(&mut self, asker: usize, now_ns: TimeNs) -> Result<bool, DeviceError> {
+        if self.grantable_hhs(asker) == 0 {
+            return Ok(false);
+        }
+        let short: Vec<bool> = self.manager.free_vhs.iter().map(|l| l.is_empty()).collect();
+        let row_needs_short = self
+            .manager
+            .free_hhs
+            .iter()
+            .any(|&hh| (0..self.m).any(|r| short[self.parity_member(hh, r)]));
+        if !row_needs_short {
+            return Ok(false);
+        }
+        let gc_writer = self.scala.io_threads as usize;
+        let mut sealed = false;
+        for t in 0..self.open.len() {
+            if t == asker || t == gc_writer || self.is_remote_thread(t) {
+                continue;
+            }
+            let Some(stripe) = self.open[t] else {
+                continue;
+            };
+            let holds_short = (0..self.m).any(|r| short[self.parity_member(stripe, r)]);
+            if holds_short {
+                self.close_open(t, now_ns)?;
+                self.stats.groups_sealed += 1;
+                sealed = true;
+            }
+        }
+        if sealed {
+            while let Ok(msg) = self.manager.inbox.try_recv() {
+                self.take_message(msg, now_ns)?;
+            }
+        }
+        Ok(sealed)
     }
 
     /// Broadcasts a recall to every other thread and takes their returns. Threads running
