@@ -1683,6 +1683,40 @@ fn two_phase_raid6_survives_two_failures_without_spares() {
     assert!(err.to_string().contains("tolerates 2"), "{err}");
 }
 
+/// RAID 6 of four members keeps only two alive after two failures, fewer than the m + 1
+/// copies a replica set needs (the config soak found writes failing there). The missing
+/// copies take slots on the failed members, which the spares' rebuilds then fill.
+#[test]
+fn two_phase_raid6_of_four_writes_with_two_members_down_and_rebuilds_the_copies() {
+    for spares in [0, 2] {
+        let mut h = Harness::new(two_phase(Level::Raid6, 4, spares));
+        let mut rng = SimRng::new(17);
+        let cap = h.tokens.len() as u64;
+        while h.volume.stats().user_write_sectors < cap {
+            h.random_ops(&mut rng, 100);
+        }
+        h.volume.fail_member(1, h.now_ns).unwrap();
+        h.random_ops(&mut rng, 200);
+        h.volume.fail_member(2, h.now_ns).unwrap();
+        let before = h.volume.stats().replica_chunks_written;
+        h.random_ops(&mut rng, 1000);
+        assert!(h.volume.stats().replica_chunks_written > before);
+        h.check_all();
+        if spares > 0 {
+            h.now_ns += 1_000_000_000_000;
+            h.volume.background(h.now_ns);
+            assert!(!h.volume.rebuilding());
+            h.check_all();
+            // Both original copies' members are whole again: a third failure of either
+            // leaves every chunk readable.
+            h.volume.fail_member(0, h.now_ns).unwrap();
+            h.check_all();
+            h.random_ops(&mut rng, 300);
+            h.check_all();
+        }
+    }
+}
+
 #[test]
 fn two_phase_refuses_layouts_it_cannot_convert_to() {
     let config = ArrayConfig {

@@ -997,8 +997,19 @@ impl<D: BlockDevice> TwoPhase<D> {
             .collect();
         self.cursor = (self.cursor + 1) % n;
         order.sort_by_key(|&i| std::cmp::Reverse(self.members[i].free.len()));
-        if order.len() < self.m + 1 {
+        if order.is_empty() {
             return Err(DeviceError::Failed);
+        }
+        // With m members down and k ≤ m (RAID 6 of four), fewer than m + 1 members are
+        // alive. The missing copies then take slots on the members that are down, as a
+        // conversion does: a member being rebuilt is written (its rebuild may have passed
+        // the slot already), a failed one is not, and its replacement's rebuild copies the
+        // chunk there from a live copy.
+        if order.len() < self.m + 1 {
+            let down = (0..n).filter(|&i| self.members[i].state != MemberState::Alive);
+            let mut down: Vec<usize> = down.collect();
+            down.sort_by_key(|&i| self.members[i].state == MemberState::Failed);
+            order.extend(down.into_iter().take(self.m + 1 - order.len()));
         }
         let id = match self.free_rsets.pop() {
             Some(id) => id,
@@ -1016,6 +1027,9 @@ impl<D: BlockDevice> TwoPhase<D> {
         let seq = self.next_seq;
         let mut done = now_ns;
         for (copy, &s) in slots.iter().enumerate() {
+            if self.members[s.member].state == MemberState::Failed {
+                continue;
+            }
             let field = (chunk as u32).to_le_bytes();
             let tags = if rows == self.chunk_sectors {
                 self.chunk_tags(KIND_REPLICA, copy, field, seq, data)
