@@ -1108,27 +1108,70 @@ impl<D: BlockDevice> Swan<D> {
         }
     }
 
-    /// Chooses a victim in group `g`: a full segment worth cleaning whose valid blocks fit
-    /// in the group's free space.
-    fn pick_victim(&self, g: usize) -> Option<u32> {
+    /// The most valid blocks a victim may hold.
+    fn victim_max_valid(&self) -> u32 {
         let d = self.data_blocks();
-        let mut max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
+        let max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
         if self.volatile() {
             // A victim may cost blocks besides its valid ones: a partial summary in the GC
             // stream's open stripe (when it must be trimmed before that stripe fills), and
             // with a summary of several blocks up to one block fewer of padding. A victim
             // with no more invalid blocks than that frees nothing.
-            max_valid = max_valid.min(d.saturating_sub(2 * self.summary_blocks));
+            max_valid.min(d.saturating_sub(2 * self.summary_blocks))
+        } else {
+            max_valid
         }
-        let room = {
-            let s = &self.gc_streams[g];
-            let open_room = if s.head == NONE {
-                0
-            } else {
-                d - (s.head % self.segment_sectors)
-            };
-            open_room + self.free[g].len() as u32 * d
+    }
+
+    /// Blocks group `g`'s GC stream can still take: the rest of its open segment and its
+    /// free segments.
+    fn gc_room(&self, g: usize) -> u32 {
+        let d = self.data_blocks();
+        let s = &self.gc_streams[g];
+        let open_room = if s.head == NONE {
+            0
+        } else {
+            d - (s.head % self.segment_sectors)
         };
+        open_room + self.free[g].len() as u32 * d
+    }
+
+    /// The error of a foreground clean that found no victim in any group, with the numbers
+    /// that tell which setting to change: the emptiest full segment against the victim
+    /// ceiling (`gc_max_victim_valid`) and the room of its group's GC stream.
+    fn no_victim_error(&self) -> DeviceError {
+        let d = self.data_blocks();
+        let emptiest = (0..self.state.len())
+            .filter(|&s| self.state[s] == SegmentState::Full)
+            .min_by_key(|&s| (self.valid[s], s));
+        let Some(s) = emptiest else {
+            return DeviceError::VolumeFull(
+                "SWAN has no R-group left with a segment worth cleaning: no segment is full".into(),
+            );
+        };
+        let g = s / self.group_segments as usize;
+        let log = self.state.len() as u64 * d as u64;
+        DeviceError::VolumeFull(format!(
+            "SWAN has no R-group left with a segment worth cleaning: the emptiest full \
+             segment (R-group {g}) holds {} valid blocks of {d}, a victim may hold at most {} \
+             (array.swan.gc_max_victim_valid = {}) and R-group {g}'s GC stream has room for \
+             {}; the volume fills {:.0}% of the log and random writes leave every full segment \
+             about that full or fuller, so raise gc_max_victim_valid well above it, or raise \
+             spare_fraction",
+            self.valid[s],
+            self.victim_max_valid(),
+            self.config.gc_max_victim_valid,
+            self.gc_room(g),
+            100.0 * self.info.capacity_sectors as f64 / log as f64
+        ))
+    }
+
+    /// Chooses a victim in group `g`: a full segment worth cleaning whose valid blocks fit
+    /// in the group's free space.
+    fn pick_victim(&self, g: usize) -> Option<u32> {
+        let d = self.data_blocks();
+        let max_valid = self.victim_max_valid();
+        let room = self.gc_room(g);
         let candidates = (g as u32 * self.group_segments..(g as u32 + 1) * self.group_segments)
             .filter(|&s| self.state[s as usize] == SegmentState::Full)
             .filter(|&s| self.valid[s as usize] < d && self.valid[s as usize] <= max_valid)
@@ -1468,11 +1511,7 @@ impl<D: BlockDevice> Swan<D> {
                         .filter(|&h| h != g && self.pick_victim(h).is_some())
                         .max_by_key(|&h| (h != front, self.reclaimable(h), std::cmp::Reverse(h)));
                     self.event(t, "foreground_gc_stop", g);
-                    g = other.ok_or_else(|| {
-                        DeviceError::VolumeFull(
-                            "SWAN has no R-group left with a segment worth cleaning".into(),
-                        )
-                    })?;
+                    g = other.ok_or_else(|| self.no_victim_error())?;
                     self.event(t, "foreground_gc_start", g);
                 }
             }

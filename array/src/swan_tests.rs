@@ -416,6 +416,40 @@ fn full_segments_end_in_a_summary_of_their_blocks() {
     assert_eq!(entries, want);
 }
 
+/// A victim ceiling below the volume's fill stops cleaning once random writes have spread
+/// the valid blocks evenly (the config soak found it). The write that finds no victim says
+/// which numbers are at odds and which settings to raise; the data written before is kept.
+#[test]
+fn a_victim_ceiling_below_the_fill_fails_with_the_numbers() {
+    let array = raid0_4k(4);
+    let config = SwanConfig {
+        groups: 2,
+        segment_bytes: 4096 * 2 * 4,
+        spare_fraction: 0.2,
+        gc_max_victim_valid: 0.5,
+        ..SwanConfig::default()
+    };
+    let devices = (0..4).map(ssd).collect();
+    let mut h = Harness::new(Swan::new(array, config, devices, Vec::new()).unwrap());
+    let mut rng = SimRng::new(3);
+    let cap = h.tokens.len() as u64;
+    let mut failed = None;
+    for _ in 0..cap * 8 {
+        let lba = rng.below(cap);
+        if let Err(e) = h.write(lba, 1) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let Some(DeviceError::VolumeFull(why)) = failed else {
+        panic!("expected cleaning to run out of victims, got {failed:?}");
+    };
+    assert!(why.contains("a victim may hold at most"), "{why}");
+    assert!(why.contains("gc_max_victim_valid = 0.5"), "{why}");
+    assert!(why.contains("% of the log"), "{why}");
+    h.check_all();
+}
+
 #[test]
 fn bad_configurations_are_refused_with_the_key() {
     let devices = || (0..4u64).map(ssd).collect::<Vec<_>>();
