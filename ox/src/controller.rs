@@ -906,13 +906,15 @@ impl OxController {
     /// as far as space allows.
     pub(crate) fn retry_stalled(&mut self) {
         while let Some(&ctx) = self.amend_stalled.front() {
-            let in_flight = self
+            // Nothing is left to readdress here when the context is gone or has no
+            // unaddressed program left, and a context whose earlier RDESC_A is not yet
+            // durable readdresses the rest itself once its retry is programmed
+            // (`program_context`).
+            let readdressed_elsewhere = self
                 .contexts
                 .get(&ctx)
                 .is_none_or(|c| c.unaddressed.is_empty() || !c.failed.is_empty());
-            // A context whose earlier RDESC_A is not yet durable readdresses the rest itself
-            // once its retry is programmed (`program_context`).
-            if in_flight || self.amend_context(ctx, self.now_ns) {
+            if readdressed_elsewhere || self.amend_context(ctx, self.now_ns) {
                 self.amend_stalled.pop_front();
             } else {
                 return;

@@ -1117,8 +1117,9 @@ impl<D: BlockDevice> ScalaAfa<D> {
     /// Closes the open HGs of other threads that hold a VH on a member with none free,
     /// when a free row the asker may take needs such a member. Returns whether it closed
     /// any. Threads on OS threads of their own write into their groups without the
-    /// daemon, so theirs stay open (their recall answers reach the inbox instead), and so
-    /// does the GC writer's, which a clean nested in this grant may be filling.
+    /// daemon, so they are asked to seal theirs (`Control::Seal`), and their `Sealed`
+    /// reaches the inbox later, when the ask is served again. The GC writer's group stays
+    /// open: a clean nested in this grant may be filling it.
     fn seal_blocking(&mut self, asker: usize, now_ns: TimeNs) -> Result<bool, DeviceError> {
         if self.grantable_hhs(asker) == 0 {
             return Ok(false);
@@ -1135,14 +1136,16 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let gc_writer = self.scala.io_threads as usize;
         let mut sealed = false;
         for t in 0..self.open.len() {
-            if t == asker || t == gc_writer || self.is_remote_thread(t) {
+            if t == asker || t == gc_writer {
                 continue;
             }
             let Some(stripe) = self.open[t] else {
                 continue;
             };
             let holds_short = (0..self.m).any(|r| short[self.parity_member(stripe, r)]);
-            if holds_short {
+            if holds_short && self.is_remote_thread(t) {
+                self.ask_seal(t, stripe);
+            } else if holds_short {
                 self.close_open(t, now_ns)?;
                 self.stats.groups_sealed += 1;
                 sealed = true;
@@ -1211,6 +1214,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 ts,
             } => self.wrote(thread, chunk, stripe, slot as usize, ts, now_ns)?,
             ToManager::Writing { chunk } => self.writing(chunk),
+            ToManager::Sealed { thread, stripe } => self.sealed(thread, stripe),
             ToManager::Unmapped { chunk } => self.unmap(chunk, now_ns)?,
             ToManager::Passed { thread, epoch } => self.passed(thread, epoch, now_ns)?,
             ToManager::Stop { orderly } => self.stop_requested(orderly),

@@ -48,6 +48,10 @@ pub(crate) enum ToManager {
         slot: u32,
         ts: u32,
     },
+    /// On real threads only: the thread closed its open group `stripe` early, as the
+    /// daemon asked (`Control::Seal`): the slots it had not filled are trimmed, and the
+    /// group is full.
+    Sealed { thread: usize, stripe: u32 },
     /// On real threads only: user chunk `chunk` was trimmed.
     Unmapped { chunk: u32 },
     /// On real threads only: the thread has passed barrier `epoch`, so it reads no location

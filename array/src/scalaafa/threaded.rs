@@ -45,7 +45,7 @@
 //! and scheduled failures ([`ScalaAfa::into_threads`] refuses a rebuilding member and a
 //! schedule).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -466,6 +466,10 @@ pub(super) struct Remote {
     writing: HashMap<u32, u32>,
     /// Rows whose chunks all died since the last barrier was sent.
     dying: Vec<u32>,
+    /// Open groups the daemon asked their threads to seal (`Control::Seal`) and has not
+    /// seen full since, and the asks not sent yet, as (thread, stripe).
+    sealing: HashSet<u32>,
+    seals: Vec<(usize, u32)>,
     barriers: VecDeque<Barrier>,
     next_epoch: u64,
     /// A stop was asked for: orderly (everything before it handled) or not.
@@ -636,9 +640,40 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 self.open[thread] = None;
             }
             self.manager.full[thread].push_back(stripe);
+            if let Some(r) = &mut self.remote {
+                r.sealing.remove(&stripe);
+            }
         }
         self.stats.chunks_written += 1;
         Ok(())
+    }
+
+    /// Asks thread `t` to seal its open group `stripe` (once; its `Sealed` comes later).
+    pub(super) fn ask_seal(&mut self, t: usize, stripe: u32) {
+        if let Some(r) = &mut self.remote {
+            if r.sealing.insert(stripe) {
+                r.seals.push((t, stripe));
+            }
+        }
+    }
+
+    /// Thread `thread` sealed its open group `stripe`: the slots it had not filled are
+    /// trimmed, so the group is full and queued for conversion, as `close_open` leaves it.
+    pub(super) fn sealed(&mut self, thread: usize, stripe: u32) {
+        if let Some(r) = &mut self.remote {
+            r.sealing.remove(&stripe);
+        }
+        let s = &mut self.stripes[stripe as usize];
+        if s.state != HhState::Open {
+            return;
+        }
+        s.filled = self.k as u32;
+        s.state = HhState::Full;
+        if self.open[thread] == Some(stripe) {
+            self.open[thread] = None;
+        }
+        self.manager.full[thread].push_back(stripe);
+        self.stats.groups_sealed += 1;
     }
 
     /// Thread `thread` passed barrier `epoch`: rows behind barriers every thread passed are
@@ -684,6 +719,9 @@ enum Control {
     Moved(Move),
     /// Answer `Passed` once every read started before is done.
     Barrier { epoch: u64 },
+    /// Close the open group `stripe` early (trimming the slots not filled) and answer
+    /// `Sealed`: its VHs are the last of their members and every free row needs one.
+    Seal { stripe: u32 },
     /// Stop now, failing what is queued (a crash).
     Stop,
 }
@@ -697,6 +735,9 @@ impl ScalaAfa<MemberProxy> {
         let threads = controls.len();
         for mv in r.moved.drain(..) {
             let _ = controls[mv.chunk as usize % threads].send(Control::Moved(mv));
+        }
+        for (t, stripe) in r.seals.drain(..) {
+            let _ = controls[t].send(Control::Seal { stripe });
         }
         if !r.dying.is_empty() {
             let epoch = r.next_epoch;
@@ -1054,8 +1095,49 @@ impl IoThread {
                 thread: self.id,
                 epoch,
             }),
+            Control::Seal { stripe } => self.seal(stripe),
             Control::Stop => self.stopped = true,
         }
+    }
+
+    /// Closes the open group early if it is still `stripe` (it may have filled since the
+    /// daemon asked): the slots not filled are trimmed on the HH and on the VHs, as
+    /// `close_open` does, and the daemon is told. Every write into the group has been
+    /// reported before (controls are taken between batches), so `Sealed` follows its
+    /// `Wrote`s on the daemon's channel.
+    fn seal(&mut self, stripe: u32) {
+        if self.open.as_ref().is_none_or(|o| o.stripe != stripe) {
+            return;
+        }
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let g = self.g;
+        let (lba, cs) = (g.hh_lba(stripe), g.chunk_sectors);
+        let mut issued = 0;
+        let mut tag = 0;
+        for j in open.filled..g.k {
+            let d = g.data_member(stripe, j);
+            let mut targets = vec![(d, lba)];
+            for (r, &vh) in open.vhs.iter().enumerate() {
+                targets.push((g.parity_member(stripe, r), g.vh_lba(vh, j)));
+            }
+            for (member, at) in targets {
+                if self.serving[member] {
+                    let sent =
+                        self.issue(member, Opcode::Trim, at, cs, Vec::new(), None, false, tag);
+                    issued += usize::from(sent.is_ok());
+                }
+                tag += 1;
+            }
+        }
+        // A trim that failed leaves a slot no chunk was written to: conversion reads it as
+        // whatever it holds and the parity covers that, so the group is full either way.
+        self.collect_each(issued, tag);
+        self.heroes.send(ToManager::Sealed {
+            thread: self.id,
+            stripe,
+        });
     }
 
     /// Runs a batch of jobs in order. Reads and writes of distinct chunks run together;
@@ -1995,6 +2077,8 @@ impl<D: BlockDevice + Send + 'static> ScalaAfa<D> {
             moved: Vec::new(),
             writing: HashMap::new(),
             dying: Vec::new(),
+            sealing: HashSet::new(),
+            seals: Vec::new(),
             barriers: VecDeque::new(),
             next_epoch: 0,
             stop: None,

@@ -973,3 +973,35 @@ fn members_get_idle_time_only_when_their_commands_stop() {
         }
     }
 }
+
+/// Eight threads on RAID 6 of six members with four VHs each, the case of
+/// `a_thread_whose_rows_need_vhs_held_in_open_groups_gets_them_sealed` on threads: the
+/// daemon cannot close a thread's group itself, so it asks the threads whose open groups
+/// hold the short members' VHs to seal them. Every write lands; before, a thread waited
+/// out its grant timeout and failed the write.
+#[test]
+fn threads_seal_their_open_groups_when_the_daemon_asks() {
+    let scala = ScalaAfaConfig {
+        io_threads: 8,
+        transient_bytes: 128 * 1024,
+        spare_fraction: 0.02,
+        ..ScalaAfaConfig::default()
+    };
+    let v = engine_keeping(PayloadMode::Full, Level::Raid6, 6, 0, scala)
+        .into_threads()
+        .expect("threads start");
+    let cs = v.chunk_sectors() as u64;
+    let chunks = v.info().capacity_sectors / cs;
+    let mut oracle = Oracle::new();
+    for round in 1..=2 {
+        for c in 0..chunks {
+            let data: Vec<u8> = (0..cs).flat_map(|i| pattern(c * cs + i, round)).collect();
+            v.write(c * cs * SECTOR as u64, &data)
+                .unwrap_or_else(|e| panic!("round {round}, chunk {c}: {e}"));
+            oracle.extend((0..cs).map(|i| (c * cs + i, round)));
+        }
+    }
+    let mut back = v.stop().expect("orderly stop");
+    assert!(back.stats().groups_sealed > 0, "{:?}", back.stats());
+    check_all(&mut back, &oracle);
+}
