@@ -833,7 +833,10 @@ def gen_log_raid(rng):
         log["nvram_write_ns"] = rng.choice([0, 500, 2000, 20000])
     segment_sectors = seg * stripe_sectors
     summary = summary_sectors_for(segment_sectors, ssd.sector)
-    if summary < stripe_sectors and chance(rng, 0.35):
+    # Volatile memory: a FLUSH's partial summary must fit in a stripe, and a victim's
+    # cleaning may cost a stripe, which the segment's data must exceed.
+    if summary < stripe_sectors and segment_sectors - summary > stripe_sectors \
+            and chance(rng, 0.35):
         log["host_memory"] = "volatile"
     a["log"] = log
     spares = rng.choice([0, 0, 1]) if m else 0

@@ -94,6 +94,9 @@ pub struct ArrayStats {
     /// members instead, their rows then written back to the member (md's "read error
     /// corrected").
     pub read_errors_corrected: u64,
+    /// Member reads made again because a correction found more members unreadable than the
+    /// stripe's redundancy covers (`correct_read`).
+    pub read_retries: u64,
     pub user_write_sectors: u64,
     pub stripes_rebuilt: u64,
     /// Partial-stripe writes absorbed by the stripe cache.
@@ -317,13 +320,14 @@ pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(
     Ok(done)
 }
 
-/// Reads one sector this many times at most before a cleaner gives it up as unreadable.
-const CLEANER_READ_ATTEMPTS: u32 = 16;
+/// Reads one sector (a cleaner's) or one shard (a correction's, a decode's) this many
+/// times at most before giving it up as unreadable.
+pub(crate) const READ_ATTEMPTS: u32 = 16;
 
 /// Reads `sectors` at `lba` of `device` for a log cleaner (Log-RAID's, SWAN's). An
 /// uncorrectable read is transient on a flash device (the data stays; ECC and read retries
 /// failed this time), and over RAID 0 nothing else holds the sectors, so the cleaner reads
-/// them again, one sector at a time, up to `CLEANER_READ_ATTEMPTS` times each, as a host
+/// them again, one sector at a time, up to `READ_ATTEMPTS` times each, as a host
 /// retries a failed I/O. Before, the error ended whatever user command had driven the
 /// cleaning, with sectors it had never asked for. Counts the retried reads in `retries`;
 /// returns when the last read completes.
@@ -364,7 +368,7 @@ pub(crate) fn cleaner_read<D: BlockDevice + ?Sized>(
                     done = done.max(t);
                     break;
                 }
-                Err(DeviceError::Uncorrectable { .. }) if attempt < CLEANER_READ_ATTEMPTS => {
+                Err(DeviceError::Uncorrectable { .. }) if attempt < READ_ATTEMPTS => {
                     attempt += 1;
                 }
                 Err(e) => return Err(e),
@@ -898,24 +902,40 @@ impl<D: BlockDevice> Array<D> {
             return Ok(None);
         };
         let ready = if self.layout.is_parity() {
-            let mut shards = Vec::with_capacity(roles.len());
-            let mut present = Vec::with_capacity(roles.len());
+            let serving: Vec<bool> = roles
+                .iter()
+                .map(|&other| other != m && self.serves(other, stripe))
+                .collect();
+            let mut shards = vec![vec![0u8; rows as usize * self.unit]; roles.len()];
+            let mut present = vec![false; roles.len()];
             let mut done = now_ns;
-            for &other in &roles {
-                let mut buf = vec![0u8; rows as usize * self.unit];
-                let read = if other != m && self.serves(other, stripe) {
-                    match self.member_read_once(other, stripe, row, rows, now_ns, &mut buf) {
-                        Ok(t) => Some(t),
-                        // A second unreadable member is one more erasure, not an error yet.
-                        Err(DeviceError::Uncorrectable { .. }) => None,
+            // A second unreadable member is one more erasure, not an error yet. When the
+            // erasures outnumber the redundancy (a member failed, another unreadable and a
+            // third read failing too), the members that could not be read are read again:
+            // the SSD's read errors are transient, and the host's block layer retries a
+            // failed read, as the log cleaners do (`READ_ATTEMPTS`).
+            for attempt in 0..READ_ATTEMPTS {
+                for (i, &other) in roles.iter().enumerate() {
+                    if !serving[i] || present[i] {
+                        continue;
+                    }
+                    if attempt > 0 {
+                        self.stats.read_retries += 1;
+                    }
+                    match self.member_read_once(other, stripe, row, rows, now_ns, &mut shards[i]) {
+                        Ok(t) => {
+                            present[i] = true;
+                            done = done.max(t);
+                        }
+                        Err(DeviceError::Uncorrectable { .. }) => {}
                         Err(e) => return Err(e),
                     }
-                } else {
-                    None
-                };
-                present.push(read.is_some());
-                done = done.max(read.unwrap_or(now_ns));
-                shards.push(buf);
+                }
+                let missing = present.iter().filter(|&&p| !p).count();
+                let unreadable = (0..roles.len()).any(|i| serving[i] && !present[i]);
+                if missing <= self.layout.m || !unreadable {
+                    break;
+                }
             }
             // A parity write holds the array's codec while it reads (and so may land here);
             // a rare correction then builds its own.

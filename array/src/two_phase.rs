@@ -116,6 +116,9 @@ pub struct TwoPhaseStats {
     /// Member reads that failed as uncorrectable and were answered from another replica or
     /// by decoding the stripe.
     pub read_errors_corrected: u64,
+    /// Member reads made again because a decode found more slots unreadable than the
+    /// stripe has parities (`reconstruct_rows`).
+    pub read_retries: u64,
     /// What degraded mode costs a reader (serialised flat).
     #[serde(flatten)]
     pub degraded: DegradedReadLatency,
@@ -390,6 +393,21 @@ impl<D: BlockDevice> TwoPhase<D> {
     }
     pub fn chunk_sectors(&self) -> u32 {
         self.chunk_sectors
+    }
+
+    /// A striped chunk and the members of its stripe's slots, its own first (for tests that
+    /// fail reads on them).
+    #[cfg(test)]
+    pub(crate) fn striped_chunk_members(&self) -> Option<(u64, Vec<usize>)> {
+        self.map.iter().enumerate().find_map(|(chunk, loc)| {
+            let Loc::Striped { stripe, index } = *loc else {
+                return None;
+            };
+            let slots = &self.stripes[stripe as usize].slots;
+            let own = slots[index as usize].member;
+            let others = slots.iter().map(|s| s.member).filter(|&m| m != own);
+            Some((chunk as u64, std::iter::once(own).chain(others).collect()))
+        })
     }
 
     /// Whether every chunk written carries OOB tags a recovery can rebuild the map from.
@@ -897,8 +915,20 @@ impl<D: BlockDevice> TwoPhase<D> {
         let mut present = vec![false; slots.len()];
         let mut t = now_ns;
         let mut unreadable = None;
-        for (i, &s) in slots.iter().enumerate() {
-            if i != wanted && self.serves(s) {
+        let readable: Vec<bool> = (0..slots.len())
+            .map(|i| i != wanted && self.serves(slots[i]))
+            .collect();
+        // When the erasures outnumber the parities, the slots that could not be read are
+        // read again: the SSD's read errors are transient, and the host's block layer
+        // retries a failed read (as md-style arrays do, `correct_read`).
+        for attempt in 0..crate::READ_ATTEMPTS {
+            for (i, &s) in slots.iter().enumerate() {
+                if !readable[i] || present[i] {
+                    continue;
+                }
+                if attempt > 0 {
+                    self.stats.read_retries += 1;
+                }
                 match self.member_read(s, row, rows, now_ns, &mut shards[i]) {
                     Ok(done) => {
                         t = t.max(done);
@@ -908,6 +938,11 @@ impl<D: BlockDevice> TwoPhase<D> {
                     Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
                     Err(e) => return Err(e),
                 }
+            }
+            let missing = present.iter().filter(|&&p| !p).count();
+            let unread = (0..slots.len()).any(|i| readable[i] && !present[i]);
+            if missing <= self.m || !unread {
+                break;
             }
         }
         {

@@ -172,6 +172,9 @@ pub struct ScalaAfaStats {
     /// Primary reads that failed as uncorrectable and were answered from a replica or by
     /// decoding the stripe.
     pub read_errors_corrected: u64,
+    /// Chunk reads made again because a decode found more shards unreadable than the
+    /// stripe has parities (`reconstruct_rows`).
+    pub read_retries: u64,
     #[serde(flatten)]
     pub degraded: DegradedReadLatency,
     pub units_rebuilt: u64,
@@ -2154,18 +2157,37 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let mut t = now_ns;
         let mut unreadable = None;
         let lba = self.hh_lba(stripe) + row as u64;
-        for (i, shard) in shards.iter_mut().enumerate() {
-            let Some(member) = self.shard_source(stripe, i, wanted) else {
-                continue;
-            };
-            match self.member_read(member, lba, rows, now_ns, shard) {
-                Ok(done) => {
-                    t = t.max(done);
-                    present[i] = true;
+        let sources: Vec<Option<usize>> = (0..k + m)
+            .map(|i| self.shard_source(stripe, i, wanted))
+            .collect();
+        // When the erasures outnumber the parities, the shards that could not be read are
+        // read again: the SSD's read errors are transient, and the host's block layer
+        // retries a failed read (as md-style arrays do, `correct_read`).
+        for attempt in 0..crate::READ_ATTEMPTS {
+            for (i, shard) in shards.iter_mut().enumerate() {
+                let Some(member) = sources[i] else {
+                    continue;
+                };
+                if present[i] {
+                    continue;
                 }
-                // One more erasure, which the code may still cover (RAID 6).
-                Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
-                Err(e) => return Err(e),
+                if attempt > 0 {
+                    self.stats.read_retries += 1;
+                }
+                match self.member_read(member, lba, rows, now_ns, shard) {
+                    Ok(done) => {
+                        t = t.max(done);
+                        present[i] = true;
+                    }
+                    // One more erasure, which the code may still cover (RAID 6).
+                    Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            let missing = present.iter().filter(|&&p| !p).count();
+            let unread = (0..k + m).any(|i| sources[i].is_some() && !present[i]);
+            if missing <= m || !unread {
+                break;
             }
         }
         {

@@ -445,6 +445,42 @@ fn raid6_reads_through_two_unreadable_members() {
     }
 }
 
+/// RAID 5: a converted chunk whose home cannot be read is decoded from the others, and
+/// when one of those fails too, that is two erasures for one parity. The SSD's read errors
+/// are transient, so the shard is read again and the decode goes on (the config soak, seed
+/// 5263, failed a trim's read there).
+#[test]
+fn a_decode_reads_again_a_shard_that_failed_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (devs, _) =
+        crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 5);
+    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let scala = ScalaAfaConfig::default();
+    let volume = ScalaAfa::new(array_config(Level::Raid5, 5), scala, devs, vec![]).unwrap();
+    let mut h = Harness::new(volume);
+    let mut rng = SimRng::new(45);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_write_sectors < cap * 2 {
+        writes_and_reads(&mut h, &mut rng, 100);
+    }
+    let k = h.volume.k as u32;
+    let (stripe, chunk) = (0..h.volume.rows)
+        .filter(|&r| h.volume.stripes[r as usize].state == HhState::Striped)
+        .find_map(|r| {
+            let c = h.volume.stripes[r as usize].chunks[0];
+            (c != NONE && h.volume.amt[c as usize] == r * k).then_some((r, c))
+        })
+        .expect("a converted stripe whose first slot is live");
+    fail_next[h.volume.data_member(stripe, 0)].store(1, Relaxed);
+    fail_next[h.volume.data_member(stripe, 1)].store(1, Relaxed);
+    let cs = h.volume.chunk_sectors();
+    h.try_read_check(chunk as u64 * cs as u64, cs)
+        .expect("the chunk is decoded through a shard read twice");
+    let s = *h.volume.stats();
+    assert_eq!(s.read_retries, 1, "{s:?}");
+    assert_eq!(s.read_errors_corrected, 1, "{s:?}");
+}
+
 /// §5.2: grants are batches by message; many threads on a small volume run the manager dry,
 /// so it recalls unused heroes; ending a thread returns its heroes and closes its HG.
 #[test]
