@@ -649,14 +649,31 @@ impl Ftl {
     ) -> Result<TimeNs, DeviceError> {
         self.stats.page_writes += 1;
         let mut planes_out_of_space = 0;
+        // The planes that refused this page, once one has.
+        let mut refused: Vec<bool> = Vec::new();
         loop {
-            let plane = self.next_plane(nand);
+            let mut plane = self.next_plane(nand);
+            // The die-aware choice may pick a plane that has just refused (a plane that takes
+            // no page leaves its die idle, so it looks the best again): the page then goes to
+            // the first plane in allocation order that has not refused it. Before, the
+            // retries could all land on the full planes, and a device whose other planes were
+            // mostly free said it had no space (config soak, seed 6265).
+            if refused.get(plane as usize) == Some(&true) {
+                let mut order = self.allocation_order.iter().copied();
+                if let Some(p) = order.find(|&p| !refused[p as usize]) {
+                    plane = p;
+                }
+            }
             // A plane that lost blocks to failures may fill up before the others; the page
             // then goes to the next plane, and only a device with no room anywhere says so.
             let ppn = match self.allocate_host_page(nand, plane, ready_ns, transient) {
                 Ok(ppn) => ppn,
                 Err(DeviceError::NoSpace { .. }) if planes_out_of_space + 1 < self.planes.len() => {
                     planes_out_of_space += 1;
+                    if refused.is_empty() {
+                        refused = vec![false; self.planes.len()];
+                    }
+                    refused[plane as usize] = true;
                     continue;
                 }
                 Err(e) => return Err(e),
