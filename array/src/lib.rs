@@ -324,6 +324,43 @@ pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(
 /// times at most before giving it up as unreadable.
 pub(crate) const READ_ATTEMPTS: u32 = 16;
 
+/// Reads the shards of a stripe that `readable` marks and `present` does not, through
+/// `read` (`Ok(Some(done))`: read; `Ok(None)`: could not be read this time; an error stops
+/// it), marking them present. While more shards are missing than the stripe's `parities`
+/// cover, the ones that could not be read are read again, up to `READ_ATTEMPTS` times
+/// each: the SSD's read errors are transient (ECC and read retry failed this time; the
+/// data stays), and a host's block layer retries a failed read. Returns when the last read
+/// completed (0 if none did) and how many reads were made again.
+pub(crate) fn read_shards(
+    readable: &[bool],
+    present: &mut [bool],
+    parities: usize,
+    mut read: impl FnMut(usize) -> Result<Option<TimeNs>, DeviceError>,
+) -> Result<(TimeNs, u64), DeviceError> {
+    let mut done = 0;
+    let mut retries = 0;
+    for attempt in 0..READ_ATTEMPTS {
+        for i in 0..readable.len() {
+            if !readable[i] || present[i] {
+                continue;
+            }
+            if attempt > 0 {
+                retries += 1;
+            }
+            if let Some(t) = read(i)? {
+                present[i] = true;
+                done = done.max(t);
+            }
+        }
+        let missing = present.iter().filter(|&&p| !p).count();
+        let unread = (0..readable.len()).any(|i| readable[i] && !present[i]);
+        if missing <= parities || !unread {
+            break;
+        }
+    }
+    Ok((done, retries))
+}
+
 /// Reads `sectors` at `lba` of `device` for a log cleaner (Log-RAID's, SWAN's). An
 /// uncorrectable read is transient on a flash device (the data stays; ECC and read retries
 /// failed this time), and over RAID 0 nothing else holds the sectors, so the cleaner reads
@@ -908,35 +945,17 @@ impl<D: BlockDevice> Array<D> {
                 .collect();
             let mut shards = vec![vec![0u8; rows as usize * self.unit]; roles.len()];
             let mut present = vec![false; roles.len()];
-            let mut done = now_ns;
-            // A second unreadable member is one more erasure, not an error yet. When the
-            // erasures outnumber the redundancy (a member failed, another unreadable and a
-            // third read failing too), the members that could not be read are read again:
-            // the SSD's read errors are transient, and the host's block layer retries a
-            // failed read, as the log cleaners do (`READ_ATTEMPTS`).
-            for attempt in 0..READ_ATTEMPTS {
-                for (i, &other) in roles.iter().enumerate() {
-                    if !serving[i] || present[i] {
-                        continue;
-                    }
-                    if attempt > 0 {
-                        self.stats.read_retries += 1;
-                    }
-                    match self.member_read_once(other, stripe, row, rows, now_ns, &mut shards[i]) {
-                        Ok(t) => {
-                            present[i] = true;
-                            done = done.max(t);
-                        }
-                        Err(DeviceError::Uncorrectable { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
+            // A second unreadable member is one more erasure, not an error yet; a third
+            // (a member failed besides) is read again.
+            let (read_ns, retries) = read_shards(&serving, &mut present, self.layout.m, |i| {
+                match self.member_read_once(roles[i], stripe, row, rows, now_ns, &mut shards[i]) {
+                    Ok(t) => Ok(Some(t)),
+                    Err(DeviceError::Uncorrectable { .. }) => Ok(None),
+                    Err(e) => Err(e),
                 }
-                let missing = present.iter().filter(|&&p| !p).count();
-                let unreadable = (0..roles.len()).any(|i| serving[i] && !present[i]);
-                if missing <= self.layout.m || !unreadable {
-                    break;
-                }
-            }
+            })?;
+            self.stats.read_retries += retries;
+            let done = read_ns.max(now_ns);
             // A parity write holds the array's codec while it reads (and so may land here);
             // a rare correction then builds its own.
             let built;

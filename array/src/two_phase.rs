@@ -913,38 +913,25 @@ impl<D: BlockDevice> TwoPhase<D> {
         let slots = self.stripes[stripe as usize].slots.clone();
         let mut shards = vec![vec![0u8; rows as usize * self.unit]; slots.len()];
         let mut present = vec![false; slots.len()];
-        let mut t = now_ns;
         let mut unreadable = None;
         let readable: Vec<bool> = (0..slots.len())
             .map(|i| i != wanted && self.serves(slots[i]))
             .collect();
-        // When the erasures outnumber the parities, the slots that could not be read are
-        // read again: the SSD's read errors are transient, and the host's block layer
-        // retries a failed read (as md-style arrays do, `correct_read`).
-        for attempt in 0..crate::READ_ATTEMPTS {
-            for (i, &s) in slots.iter().enumerate() {
-                if !readable[i] || present[i] {
-                    continue;
-                }
-                if attempt > 0 {
-                    self.stats.read_retries += 1;
-                }
-                match self.member_read(s, row, rows, now_ns, &mut shards[i]) {
-                    Ok(done) => {
-                        t = t.max(done);
-                        present[i] = true;
+        // An unreadable slot is one more erasure, which the code may still cover (RAID 6);
+        // beyond that, it is read again (`read_shards`).
+        let (read_ns, retries) =
+            crate::read_shards(&readable, &mut present, self.m, |i| {
+                match self.member_read(slots[i], row, rows, now_ns, &mut shards[i]) {
+                    Ok(done) => Ok(Some(done)),
+                    Err(e @ DeviceError::Uncorrectable { .. }) => {
+                        unreadable = Some(e);
+                        Ok(None)
                     }
-                    // One more erasure, which the code may still cover (RAID 6).
-                    Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
-                    Err(e) => return Err(e),
+                    Err(e) => Err(e),
                 }
-            }
-            let missing = present.iter().filter(|&&p| !p).count();
-            let unread = (0..slots.len()).any(|i| readable[i] && !present[i]);
-            if missing <= self.m || !unread {
-                break;
-            }
-        }
+            })?;
+        self.stats.read_retries += retries;
+        let t = now_ns.max(read_ns);
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
             if self.codec.reconstruct(&mut refs, &present).is_err() {

@@ -1077,16 +1077,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                 2 => {
                     // Last resort: clean HHs, then wait for every conversion.
                     let t = self.collect_garbage(at_ns)?;
-                    ready = ready.max(t);
-                    self.convert_all_full(ready)?;
-                    while let Some(t) = self.recycle_earliest()? {
-                        ready = ready.max(t);
-                    }
-                    // The conversions' VHs may wait for a flush (degraded): take it now.
-                    if self.holds_vhs() {
-                        let flushed = self.flush_and_release(ready)?;
-                        ready = ready.max(self.release_replaced(flushed)?);
-                    }
+                    ready = self.convert_all_and_wait(ready.max(t))?;
                 }
                 3 => {
                     // Rows are free but every one needs a member whose VHs all sit in
@@ -1094,14 +1085,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
                     // ending their threads would, and convert them to free their VHs.
                     let sealed = self.seal_blocking(thread, ready)?;
                     if sealed {
-                        self.convert_all_full(ready)?;
-                        while let Some(t) = self.recycle_earliest()? {
-                            ready = ready.max(t);
-                        }
-                        if self.holds_vhs() {
-                            let flushed = self.flush_and_release(ready)?;
-                            ready = ready.max(self.release_replaced(flushed)?);
-                        }
+                        ready = self.convert_all_and_wait(ready)?;
                     }
                 }
                 _ => {}
@@ -1115,6 +1099,21 @@ impl<D: BlockDevice> ScalaAfa<D> {
         self.manager
             .send(thread, ToThread::Grant { hhs, vhs, at_ns: t });
         Ok(true)
+    }
+
+    /// Starts converting every full HG at `ready` and waits for them all, so that their
+    /// VHs are free; the conversions' VHs may wait for a flush (degraded), taken now too.
+    /// Returns when the last is done.
+    fn convert_all_and_wait(&mut self, mut ready: TimeNs) -> Result<TimeNs, DeviceError> {
+        self.convert_all_full(ready)?;
+        while let Some(t) = self.recycle_earliest()? {
+            ready = ready.max(t);
+        }
+        if self.holds_vhs() {
+            let flushed = self.flush_and_release(ready)?;
+            ready = ready.max(self.release_replaced(flushed)?);
+        }
+        Ok(ready)
     }
 
     /// Closes the open HGs of other threads that hold a VH on a member with none free,
@@ -2160,36 +2159,24 @@ impl<D: BlockDevice> ScalaAfa<D> {
         let sources: Vec<Option<usize>> = (0..k + m)
             .map(|i| self.shard_source(stripe, i, wanted))
             .collect();
-        // When the erasures outnumber the parities, the shards that could not be read are
-        // read again: the SSD's read errors are transient, and the host's block layer
-        // retries a failed read (as md-style arrays do, `correct_read`).
-        for attempt in 0..crate::READ_ATTEMPTS {
-            for (i, shard) in shards.iter_mut().enumerate() {
-                let Some(member) = sources[i] else {
-                    continue;
-                };
-                if present[i] {
-                    continue;
+        let readable: Vec<bool> = sources.iter().map(Option::is_some).collect();
+        // An unreadable shard is one more erasure, which the code may still cover (RAID 6);
+        // beyond that, it is read again (`read_shards`).
+        let (read_ns, retries) = crate::read_shards(&readable, &mut present, m, |i| {
+            let Some(member) = sources[i] else {
+                return Ok(None);
+            };
+            match self.member_read(member, lba, rows, now_ns, &mut shards[i]) {
+                Ok(done) => Ok(Some(done)),
+                Err(e @ DeviceError::Uncorrectable { .. }) => {
+                    unreadable = Some(e);
+                    Ok(None)
                 }
-                if attempt > 0 {
-                    self.stats.read_retries += 1;
-                }
-                match self.member_read(member, lba, rows, now_ns, shard) {
-                    Ok(done) => {
-                        t = t.max(done);
-                        present[i] = true;
-                    }
-                    // One more erasure, which the code may still cover (RAID 6).
-                    Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
-                    Err(e) => return Err(e),
-                }
+                Err(e) => Err(e),
             }
-            let missing = present.iter().filter(|&&p| !p).count();
-            let unread = (0..k + m).any(|i| sources[i].is_some() && !present[i]);
-            if missing <= m || !unread {
-                break;
-            }
-        }
+        })?;
+        self.stats.read_retries += retries;
+        t = t.max(read_ns);
         {
             let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|v| v.as_mut_slice()).collect();
             if self.codec.reconstruct(&mut refs, &present).is_err() {
