@@ -361,6 +361,22 @@ pub(crate) fn read_shards(
     Ok((done, retries))
 }
 
+/// A shard read's outcome as `read_shards` takes it: an uncorrectable read is an erasure
+/// (`Ok(None)`), kept in `unreadable` to name its sectors if the decode fails after all.
+pub(crate) fn as_erasure(
+    read: Result<TimeNs, DeviceError>,
+    unreadable: &mut Option<DeviceError>,
+) -> Result<Option<TimeNs>, DeviceError> {
+    match read {
+        Ok(done) => Ok(Some(done)),
+        Err(e @ DeviceError::Uncorrectable { .. }) => {
+            *unreadable = Some(e);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads `sectors` at `lba` of `device` for a log cleaner (Log-RAID's, SWAN's). An
 /// uncorrectable read is transient on a flash device (the data stays; ECC and read retries
 /// failed this time), and over RAID 0 nothing else holds the sectors, so the cleaner reads
@@ -947,12 +963,11 @@ impl<D: BlockDevice> Array<D> {
             let mut present = vec![false; roles.len()];
             // A second unreadable member is one more erasure, not an error yet; a third
             // (a member failed besides) is read again.
+            let mut unreadable = None;
             let (read_ns, retries) = read_shards(&serving, &mut present, self.layout.m, |i| {
-                match self.member_read_once(roles[i], stripe, row, rows, now_ns, &mut shards[i]) {
-                    Ok(t) => Ok(Some(t)),
-                    Err(DeviceError::Uncorrectable { .. }) => Ok(None),
-                    Err(e) => Err(e),
-                }
+                let read =
+                    self.member_read_once(roles[i], stripe, row, rows, now_ns, &mut shards[i]);
+                as_erasure(read, &mut unreadable)
             })?;
             self.stats.read_retries += retries;
             let done = read_ns.max(now_ns);

@@ -919,17 +919,10 @@ impl<D: BlockDevice> TwoPhase<D> {
             .collect();
         // An unreadable slot is one more erasure, which the code may still cover (RAID 6);
         // beyond that, it is read again (`read_shards`).
-        let (read_ns, retries) =
-            crate::read_shards(&readable, &mut present, self.m, |i| {
-                match self.member_read(slots[i], row, rows, now_ns, &mut shards[i]) {
-                    Ok(done) => Ok(Some(done)),
-                    Err(e @ DeviceError::Uncorrectable { .. }) => {
-                        unreadable = Some(e);
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                }
-            })?;
+        let (read_ns, retries) = crate::read_shards(&readable, &mut present, self.m, |i| {
+            let read = self.member_read(slots[i], row, rows, now_ns, &mut shards[i]);
+            crate::as_erasure(read, &mut unreadable)
+        })?;
         self.stats.read_retries += retries;
         let t = now_ns.max(read_ns);
         {

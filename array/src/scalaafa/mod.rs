@@ -2166,14 +2166,8 @@ impl<D: BlockDevice> ScalaAfa<D> {
             let Some(member) = sources[i] else {
                 return Ok(None);
             };
-            match self.member_read(member, lba, rows, now_ns, &mut shards[i]) {
-                Ok(done) => Ok(Some(done)),
-                Err(e @ DeviceError::Uncorrectable { .. }) => {
-                    unreadable = Some(e);
-                    Ok(None)
-                }
-                Err(e) => Err(e),
-            }
+            let read = self.member_read(member, lba, rows, now_ns, &mut shards[i]);
+            crate::as_erasure(read, &mut unreadable)
         })?;
         self.stats.read_retries += retries;
         t = t.max(read_ns);
