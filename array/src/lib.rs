@@ -962,12 +962,12 @@ impl<D: BlockDevice> Array<D> {
             let mut shards = vec![vec![0u8; rows as usize * self.unit]; roles.len()];
             let mut present = vec![false; roles.len()];
             // A second unreadable member is one more erasure, not an error yet; a third
-            // (a member failed besides) is read again.
-            let mut unreadable = None;
+            // (a member failed besides) is read again. A correction that fails after all
+            // passes on the caller's error, so the erasures' own are not kept.
             let (read_ns, retries) = read_shards(&serving, &mut present, self.layout.m, |i| {
                 let read =
                     self.member_read_once(roles[i], stripe, row, rows, now_ns, &mut shards[i]);
-                as_erasure(read, &mut unreadable)
+                as_erasure(read, &mut None)
             })?;
             self.stats.read_retries += retries;
             let done = read_ns.max(now_ns);

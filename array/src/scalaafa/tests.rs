@@ -2051,19 +2051,25 @@ fn served_through_rebuilds(level: Level, n: u32, failures: &[(usize, TimeNs)], s
     h.check_all();
 }
 
+/// The soak's case of hero starvation (seed 1085): with RAID 6 of six members, eight
+/// threads and four VHs per member, the threads' open groups come to hold every VH of the
+/// members that the free rows need.
+pub(super) fn hero_starved_config() -> ScalaAfaConfig {
+    ScalaAfaConfig {
+        io_threads: 8,
+        transient_bytes: 128 * 1024,
+        spare_fraction: 0.02,
+        ..ScalaAfaConfig::default()
+    }
+}
+
 /// Eight threads on RAID 6 of six members with four VHs each: the free rows come to need
 /// only members whose every VH sits in other threads' half-filled open groups (found by the
 /// config soak). The manager seals those groups early so the write goes on; before, it
 /// failed (first with `NoSpace` in plane 0, though no member was full).
 #[test]
 fn a_thread_whose_rows_need_vhs_held_in_open_groups_gets_them_sealed() {
-    let scala = ScalaAfaConfig {
-        io_threads: 8,
-        transient_bytes: 128 * 1024,
-        spare_fraction: 0.02,
-        ..ScalaAfaConfig::default()
-    };
-    let mut h = Harness::new(engine(Level::Raid6, 6, 0, scala));
+    let mut h = Harness::new(engine(Level::Raid6, 6, 0, hero_starved_config()));
     assert_eq!(h.volume.vhs_per_member(), 4);
     let cap = h.tokens.len() as u64;
     let cs = h.volume.chunk_sectors();

@@ -981,12 +981,7 @@ fn members_get_idle_time_only_when_their_commands_stop() {
 /// out its grant timeout and failed the write.
 #[test]
 fn threads_seal_their_open_groups_when_the_daemon_asks() {
-    let scala = ScalaAfaConfig {
-        io_threads: 8,
-        transient_bytes: 128 * 1024,
-        spare_fraction: 0.02,
-        ..ScalaAfaConfig::default()
-    };
+    let scala = super::tests::hero_starved_config();
     let v = engine_keeping(PayloadMode::Full, Level::Raid6, 6, 0, scala)
         .into_threads()
         .expect("threads start");
