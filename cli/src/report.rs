@@ -190,6 +190,7 @@ fn gc_report(f: &FtlStats) -> GcReport {
         pages_moved: f.gc_pages_moved,
         slc_evictions: f.slc_evictions,
         idle_erases: f.idle_erases,
+        pages_moved_across_planes: f.gc_pages_moved_across_planes,
     }
 }
 

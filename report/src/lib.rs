@@ -679,6 +679,10 @@ pub struct GcReport {
     /// Wholly invalid blocks erased in idle time (`ssd.gc.idle_erase`); not counted in `runs`.
     #[serde(default)]
     pub idle_erases: u64,
+    /// Of `pages_moved`, pages relocated to another plane because the victim's own plane
+    /// had no room left for them (the FTL's last resort before it refuses a write).
+    #[serde(default)]
+    pub pages_moved_across_planes: u64,
 }
 
 /// Block erase-count distribution and wear-levelling activity.

@@ -225,6 +225,7 @@ pub(crate) fn sample_report() -> RunReport {
             pages_moved: 5600,
             slc_evictions: 13,
             idle_erases: 7,
+            pages_moved_across_planes: 2,
         },
         wear: WearReport {
             erase_count_min: 2,
@@ -326,6 +327,7 @@ fn json_round_trip_with_contract_keys() {
             "pages_moved",
             "slc_evictions",
             "idle_erases",
+            "pages_moved_across_planes",
         ])
     );
     assert_eq!(

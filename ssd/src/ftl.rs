@@ -131,6 +131,9 @@ pub struct FtlStats {
     /// SLC blocks gone bad, and those of them that a free dense block replaced.
     pub slc_blocks_lost: u64,
     pub slc_blocks_replaced: u64,
+    /// Pages a cleaning relocated to another plane because its own had no room left for
+    /// them (`Ftl::reclaim_across_planes`, the last resort before a write is refused).
+    pub gc_pages_moved_across_planes: u64,
 }
 
 /// Where a page write comes from: the host stream, host pages flagged transient, or
@@ -676,6 +679,17 @@ impl Ftl {
                     refused[plane as usize] = true;
                     continue;
                 }
+                Err(e @ DeviceError::NoSpace { .. }) => {
+                    // Every plane refused the page. Garbage a plane could not reclaim on its
+                    // own may still be reclaimable with the other planes' room; if a block
+                    // was reclaimed, every plane is asked again.
+                    if !self.reclaim_across_planes(nand, ready_ns)? {
+                        return Err(e);
+                    }
+                    planes_out_of_space = 0;
+                    refused.clear();
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let old = self.l2p[lpn as usize];
@@ -831,14 +845,17 @@ impl Ftl {
         victim: u32,
         now_ns: TimeNs,
     ) -> Result<TimeNs, DeviceError> {
-        let (_, _, last_read) = self.relocate_pages(nand, plane, victim, 0, u32::MAX, now_ns)?;
+        let (_, _, last_read) =
+            self.relocate_pages(nand, plane, victim, 0, u32::MAX, now_ns, false)?;
         debug_assert_eq!(self.blocks[victim as usize].valid, 0);
         self.erase_block(nand, plane, victim, last_read)
     }
 
     /// Moves valid pages of `victim`, starting at page `from`, to the plane's relocation
     /// block until `max_moves` pages have moved or the block is done. Returns the next page
-    /// to examine, the pages moved and when the last read ended.
+    /// to examine, the pages moved and when the last read ended. With `spill`, a page the
+    /// plane has no room for goes to another plane's relocation block.
+    #[allow(clippy::too_many_arguments)]
     fn relocate_pages(
         &mut self,
         nand: &mut Nand,
@@ -847,6 +864,7 @@ impl Ftl {
         from: u32,
         max_moves: u32,
         now_ns: TimeNs,
+        spill: bool,
     ) -> Result<(u32, u32, TimeNs), DeviceError> {
         let first = victim * self.pages_per_block;
         let end = first + self.blocks[victim as usize].written as u32;
@@ -875,14 +893,22 @@ impl Ftl {
                 let read_done = self.nand_read(nand, ppn, now_ns);
                 last_read = last_read.max(read_done);
                 loop {
-                    let dst = self.take_page(nand, plane, Pool::Dense, Stream::Relocation)?;
+                    let dst_plane = if spill {
+                        self.relocation_plane(plane)
+                    } else {
+                        plane
+                    };
+                    let dst = self.take_page(nand, dst_plane, Pool::Dense, Stream::Relocation)?;
                     match self.nand_program(nand, dst, read_done) {
                         Ok(done) => {
                             self.gc_busy_until_ns = self.gc_busy_until_ns.max(done);
+                            if dst_plane != plane {
+                                self.stats.gc_pages_moved_across_planes += 1;
+                            }
                             break self.move_mapping(nand, lpn, ppn, dst);
                         }
                         Err(NandError::ProgramFailed { .. }) => {
-                            self.handle_program_failure(plane, dst);
+                            self.handle_program_failure(dst_plane, dst);
                         }
                         Err(e) => panic!("FTL invariant broken: {e}"),
                     }
@@ -1110,6 +1136,103 @@ impl Ftl {
         Ok(true)
     }
 
+    /// Room for relocated pages in `plane`: what its relocation block has left plus its
+    /// free dense blocks.
+    fn relocation_room(&self, plane: u32) -> u64 {
+        let pl = &self.planes[plane as usize];
+        let open_room = if pl.gc_open == NONE {
+            0
+        } else {
+            self.capacity_of(pl.gc_open) - self.blocks[pl.gc_open as usize].written as u32
+        };
+        open_room as u64 + pl.free_dense.len() as u64 * self.pages_per_block as u64
+    }
+
+    /// Where a page relocated out of `plane` goes when it may spill: `plane` itself while it
+    /// has room, then the plane whose relocation block has room left, then the plane with
+    /// the most free dense blocks (an open relocation block is filled before another plane
+    /// gives up a free block).
+    fn relocation_plane(&self, plane: u32) -> u32 {
+        if self.relocation_room(plane) > 0 {
+            return plane;
+        }
+        let mut best = (0u64, plane);
+        for &q in &self.allocation_order {
+            let pl = &self.planes[q as usize];
+            let open_room = pl.gc_open != NONE
+                && (self.blocks[pl.gc_open as usize].written as u32) < self.capacity_of(pl.gc_open);
+            // Open room ranks above any count of free blocks.
+            let rank = if open_room {
+                u64::MAX
+            } else {
+                pl.free_dense.len() as u64
+            };
+            if rank > best.0 {
+                best = (rank, q);
+            }
+        }
+        best.1
+    }
+
+    /// The last resort before a write is refused for space. Every plane has refused the
+    /// page, but a plane may still hold garbage it cannot reclaim alone: its victim's valid
+    /// pages do not fit in its own room because a failed erase took the free block the
+    /// relocation needed, or because the host's writes left the plane with nothing but
+    /// valid data. (Config soak, seed 8030: one plane 98% valid with one free block, the
+    /// other a third garbage with none, and a device that said it had no space.) The victim
+    /// with the fewest valid pages in the device is cleaned, its pages relocated to its own
+    /// plane while that has room and to the other planes after, as a controller copies a
+    /// page between planes through its buffer. Returns whether a block was reclaimed.
+    ///
+    /// Each reclaim frees more pages than it uses (the victim is not wholly valid), or loses
+    /// the victim to a failed erase for good, so a caller that repeats it until a write
+    /// fits, or until it returns false, ends.
+    fn reclaim_across_planes(
+        &mut self,
+        nand: &mut Nand,
+        now_ns: TimeNs,
+    ) -> Result<bool, DeviceError> {
+        let mut best: Option<(u16, u32, u32)> = None;
+        for plane in 0..self.planes.len() as u32 {
+            let in_progress = self.planes[plane as usize].gc_victim;
+            for block in self.geometry.blocks_of_plane(plane) {
+                let b = &self.blocks[block as usize];
+                let candidate =
+                    block == in_progress || (b.state == BlockState::Full && b.pool == Pool::Dense);
+                if !candidate || (b.valid as u32 >= self.pages_per_block && !b.retire) {
+                    continue;
+                }
+                if best.is_none_or(|(valid, _, _)| b.valid < valid) {
+                    best = Some((b.valid, plane, block));
+                }
+            }
+        }
+        let Some((valid, plane, victim)) = best else {
+            return Ok(false);
+        };
+        let room: u64 = (0..self.planes.len() as u32)
+            .map(|q| self.relocation_room(q))
+            .sum();
+        if room < valid as u64 {
+            return Ok(false);
+        }
+        if self.planes[plane as usize].gc_victim == victim {
+            // Its pages already moved are invalid, so relocating from its first page again
+            // moves only the rest.
+            self.planes[plane as usize].gc_victim = NONE;
+        } else {
+            self.blocks[victim as usize].state = BlockState::Open; // being cleaned
+            self.set_greedy_key(victim);
+        }
+        let (_, moved, last_read) =
+            self.relocate_pages(nand, plane, victim, 0, u32::MAX, now_ns, true)?;
+        debug_assert_eq!(self.blocks[victim as usize].valid, 0);
+        self.erase_block(nand, plane, victim, last_read)?;
+        self.stats.gc_pages_moved += moved as u64;
+        self.stats.gc_foreground_runs += 1;
+        Ok(true)
+    }
+
     /// Incremental GC: relocates up to `max_moves` pages (the victim's pace when
     /// `u32::MAX` is not asked for) of the plane's current victim, choosing a victim first if
     /// none is in progress, and erases the victim once it is empty. Spreading a victim's
@@ -1150,7 +1273,7 @@ impl Ftl {
             pl.gc_pace.min(max_moves)
         };
         let (next, moved, last_read) =
-            self.relocate_pages(nand, plane, victim, from, moves, now_ns)?;
+            self.relocate_pages(nand, plane, victim, from, moves, now_ns, false)?;
         self.stats.gc_pages_moved += moved as u64;
         if next >= self.blocks[victim as usize].written as u32 {
             debug_assert_eq!(self.blocks[victim as usize].valid, 0);
