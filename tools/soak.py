@@ -342,6 +342,7 @@ def gen_ssd(rng, role, faults_p=0.3, allow_read_faults=True, allow_bad_blocks=Tr
 
     faults = gen_faults(rng, faults_p, allow_read=allow_read_faults, allow_bad=allow_bad_blocks)
     program_fail = bool(faults and faults.get("program_fail_probability"))
+    erase_fail = bool(faults and faults.get("erase_fail_probability"))
     bad_fraction = (faults or {}).get("factory_bad_block_fraction", 0.0)
 
     gc = {}
@@ -376,7 +377,7 @@ def gen_ssd(rng, role, faults_p=0.3, allow_read_faults=True, allow_bad_blocks=Tr
         ssd["slc_cache"] = slc
 
     dense = bpp - slc_blocks
-    reserve = hard + 2 + (1 if program_fail else 0)
+    reserve = hard + 2 + (1 if program_fail or erase_fail else 0)
     min_op = max(0.01, ssd_min_op(dense, reserve, bad_fraction))
     # Failed programs and erases retire blocks while the run goes on; a little more spare
     # keeps most such runs from ending out of space (some still do, which is expected).

@@ -87,6 +87,12 @@ impl FaultConfig {
         }
         Ok(())
     }
+
+    /// Whether programs or erases may fail while the device runs, so that blocks go bad
+    /// after the FTL has laid out its reserve (factory bad blocks are known before).
+    pub fn media_can_fail(&self) -> bool {
+        self.program_fail_probability > 0.0 || self.erase_fail_probability > 0.0
+    }
 }
 
 /// The uncorrectable host reads of `FaultConfig::read_fail_probability`, drawn from a stream

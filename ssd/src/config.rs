@@ -357,16 +357,17 @@ impl SsdConfig {
         let blocks_per_plane = u64::from(g.blocks_per_plane);
         let planes = u64::from(g.planes_total());
         let hard = u64::from(self.gc.hard_threshold_blocks);
-        // A plane that may see a failed program keeps one free block more (see the FTL's
-        // `failure_spare`).
-        let spare = u64::from(self.faults.program_fail_probability > 0.0);
+        // A plane that may see a failed program or erase keeps one free block more (see the
+        // FTL's `failure_spare`).
+        let spare = u64::from(self.faults.media_can_fail());
         let reserve = hard + 2 + spare;
         // What the reserve is made of, for the messages below.
         let reserve_parts = format!(
             "gc.hard_threshold_blocks = {hard} free blocks plus the 2 open blocks of host and \
              GC{}",
             if spare > 0 {
-                " plus 1 spare for failed programs, as faults.program_fail_probability > 0"
+                " plus 1 spare for failed programs and erases, as \
+                 faults.program_fail_probability or faults.erase_fail_probability > 0"
             } else {
                 ""
             }

@@ -174,12 +174,17 @@ pub struct Ftl {
     gc_busy_until_ns: TimeNs,
     /// Set while preconditioning: NAND operations are applied without timing or counting.
     untimed: bool,
-    /// Free blocks each plane keeps beyond the hard threshold (1 when programs can fail, else
-    /// 0): a program that fails closes its block, so the relocation it was part of needs one
-    /// block more than it planned. Without the spare, GC started only once a plane was below
-    /// the hard threshold, and a failure during a relocation that took the plane's last free
-    /// block left it with valid pages it could move nowhere. GC may still use the spare (it
-    /// must, to restore it after a failure took it).
+    /// Free blocks each plane keeps beyond the hard threshold (1 when programs or erases can
+    /// fail, else 0): a program that fails closes its block, so the relocation it was part
+    /// of needs one block more than it planned. Without the spare, GC started only once a
+    /// plane was below the hard threshold, and a failure during a relocation that took the
+    /// plane's last free block left it with valid pages it could move nowhere. An erase that
+    /// fails does the same one step later: the relocation took a free block and the victim
+    /// gives none back. A plane one block below the threshold then had none left, and a
+    /// relocation block too full for the next victim's pages left it with a third of its
+    /// pages garbage and no way to reclaim them (config soak, seed 9145: one plane, two
+    /// failed erases). GC may still use the spare (it must, to restore it after a failure
+    /// took it).
     failure_spare: usize,
     pub stats: FtlStats,
 }
@@ -197,7 +202,7 @@ impl Ftl {
             let blocks = config.slc_cache.capacity_bytes.div_ceil(slc_block_bytes);
             blocks.div_ceil(planes_total as u64) as u32
         };
-        let failure_spare = u32::from(config.faults.program_fail_probability > 0.0);
+        let failure_spare = u32::from(config.faults.media_can_fail());
         let reserve_per_plane = config.gc.hard_threshold_blocks + 2 + failure_spare;
         if slc_blocks_per_plane > 0 && slc_blocks_per_plane < 2 {
             return Err(crate::SsdError::Config(
@@ -314,7 +319,7 @@ impl Ftl {
     }
 
     /// Free dense blocks below which a plane cleans before a host page or an SLC migration
-    /// may take space: the hard threshold, plus the spare for a failed program.
+    /// may take space: the hard threshold, plus the spare for a failed program or erase.
     #[inline]
     fn gc_floor(&self) -> usize {
         self.gc.hard_threshold_blocks as usize + self.failure_spare
@@ -1174,6 +1179,33 @@ impl Ftl {
         best.1
     }
 
+    /// The block `reclaim_across_planes` would clean, with its plane: the one with the
+    /// fewest valid pages in the device (a full dense block, or a victim cleaned a few
+    /// pages at a time) that frees space, if the room of every plane together holds its
+    /// valid pages. A device that refuses a write for space has none.
+    pub(crate) fn reclaimable_block(&self) -> Option<(u32, u32)> {
+        let mut best: Option<(u16, u32, u32)> = None;
+        for plane in 0..self.planes.len() as u32 {
+            let in_progress = self.planes[plane as usize].gc_victim;
+            for block in self.geometry.blocks_of_plane(plane) {
+                let b = &self.blocks[block as usize];
+                let candidate =
+                    block == in_progress || (b.state == BlockState::Full && b.pool == Pool::Dense);
+                if !candidate || (b.valid as u32 >= self.pages_per_block && !b.retire) {
+                    continue;
+                }
+                if best.is_none_or(|(valid, _, _)| b.valid < valid) {
+                    best = Some((b.valid, plane, block));
+                }
+            }
+        }
+        let (valid, plane, block) = best?;
+        let room: u64 = (0..self.planes.len() as u32)
+            .map(|q| self.relocation_room(q))
+            .sum();
+        (room >= valid as u64).then_some((plane, block))
+    }
+
     /// The last resort before a write is refused for space. Every plane has refused the
     /// page, but a plane may still hold garbage it cannot reclaim alone: its victim's valid
     /// pages do not fit in its own room because a failed erase took the free block the
@@ -1192,30 +1224,9 @@ impl Ftl {
         nand: &mut Nand,
         now_ns: TimeNs,
     ) -> Result<bool, DeviceError> {
-        let mut best: Option<(u16, u32, u32)> = None;
-        for plane in 0..self.planes.len() as u32 {
-            let in_progress = self.planes[plane as usize].gc_victim;
-            for block in self.geometry.blocks_of_plane(plane) {
-                let b = &self.blocks[block as usize];
-                let candidate =
-                    block == in_progress || (b.state == BlockState::Full && b.pool == Pool::Dense);
-                if !candidate || (b.valid as u32 >= self.pages_per_block && !b.retire) {
-                    continue;
-                }
-                if best.is_none_or(|(valid, _, _)| b.valid < valid) {
-                    best = Some((b.valid, plane, block));
-                }
-            }
-        }
-        let Some((valid, plane, victim)) = best else {
+        let Some((plane, victim)) = self.reclaimable_block() else {
             return Ok(false);
         };
-        let room: u64 = (0..self.planes.len() as u32)
-            .map(|q| self.relocation_room(q))
-            .sum();
-        if room < valid as u64 {
-            return Ok(false);
-        }
         if self.planes[plane as usize].gc_victim == victim {
             // Its pages already moved are invalid, so relocating from its first page again
             // moves only the rest.

@@ -265,6 +265,13 @@ impl Ssd {
         self.ftl.check_invariants(&self.nand);
     }
 
+    /// A block the FTL could still clean with the room of all its planes (see
+    /// `Ftl::reclaimable_block`), as (plane, block).
+    #[cfg(test)]
+    pub(crate) fn reclaimable_block(&self) -> Option<(u32, u32)> {
+        self.ftl.reclaimable_block()
+    }
+
     #[inline]
     fn host_to_device(&mut self, ready_ns: TimeNs, bytes: u64) -> TimeNs {
         let duration_ns = transfer_ns(bytes, self.config.host.bandwidth_mb_s);
