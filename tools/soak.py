@@ -989,11 +989,11 @@ def gen_swan(rng):
     if chance(rng, 0.3):
         sw["gc_free_target"] = rng.choice([0.0, 0.5, 1.0, 2.0])
     if chance(rng, 0.3):
-        # A ceiling below the volume's fill stops cleaning once random writes have spread
-        # the valid blocks evenly: every full segment then holds more than a victim may, and
-        # the run fails with that said (seeds 222 and 388 before 2026-12-03).
-        ceilings = [c for c in (0.5, 0.8, 0.95, 1.0) if c >= 1.0 - spare + 0.1]
-        sw["gc_max_victim_valid"] = rng.choice(ceilings)
+        # Any ceiling runs: the volume is capped where some full segment is always under it
+        # (array/src/swan.rs). Before the cap, a ceiling below the volume's fill stopped
+        # cleaning once random writes had spread the valid blocks evenly (seeds 222 and 388),
+        # and a volume filling its usable segments wedged at the default one (seed 9603).
+        sw["gc_max_victim_valid"] = rng.choice([0.5, 0.8, 0.95, 1.0])
     if groups > 2 and chance(rng, 0.4):
         sw["gc_parallel_groups"] = rng.randint(1, groups - 1)
     if chance(rng, 0.3):
@@ -1018,7 +1018,13 @@ def gen_swan(rng):
         a["failures"] = fails
     segments = group_sectors // seg_sectors * groups
     data = seg_sectors - summary
-    logical = min(int(segments * data * (1 - spare)), (segments - groups * 3) * data)
+    # The volume's caps (array/src/swan.rs): the usable segments, and the full segments
+    # times one more than the victim ceiling (`victim_ceiling`).
+    ceiling = min(int(sw.get("gc_max_victim_valid", 0.95) * data), data - 1)
+    if sw.get("host_memory") == "volatile":
+        ceiling = min(ceiling, max(0, data - 2 * summary))
+    logical = min(int(segments * data * (1 - spare)), (segments - groups * 3) * data,
+                  max(0, (segments - groups * 3 - 1) * (ceiling + 1) - 1))
     return level, a, ssd, logical * ssd.sector, m, len(fails), age
 
 

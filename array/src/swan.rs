@@ -499,6 +499,21 @@ impl NewestMap {
 /// id, block count and checksum.
 const SUMMARY_OVERHEAD_BYTES: u64 = 8 + 8 + 4 + 4 + 8;
 
+/// The most valid blocks a victim may hold: `gc_max_victim_valid` of a segment's `d` data
+/// blocks, and fewer than all of them (a victim must free something). With volatile host
+/// memory a victim may also cost blocks besides its valid ones: a partial summary in the GC
+/// stream's open stripe (when it must be trimmed before that stripe fills), and with a
+/// summary of several blocks up to one block fewer of padding, so a victim with no more
+/// invalid blocks than twice the summary's frees nothing.
+fn victim_ceiling(gc_max_victim_valid: f64, d: u32, summary_blocks: u32, volatile: bool) -> u32 {
+    let ceiling = ((gc_max_victim_valid * d as f64) as u32).min(d.saturating_sub(1));
+    if volatile {
+        ceiling.min(d.saturating_sub(2 * summary_blocks))
+    } else {
+        ceiling
+    }
+}
+
 /// Blocks of `sector_bytes` the summary of a segment of `segment_sectors` blocks takes at
 /// its end: the fewest whose bytes hold the entries of the blocks left for data.
 fn summary_blocks_for(segment_sectors: u32, sector_bytes: u64) -> u32 {
@@ -781,7 +796,26 @@ impl<D: BlockDevice> Swan<D> {
             (total_segments - groups as u64 * (GC_RESERVE_SEGMENTS as u64 + 1)) * data_per_segment;
         let logical =
             ((total_segments * data_per_segment) as f64 * (1.0 - swan.spare_fraction)) as u64;
-        let logical = logical.min(usable);
+        // GC cleans only segments that hold at most a ceiling of valid blocks (see
+        // `victim_max_valid`). Once every group is down to its reserve, every segment but the
+        // reserves and the open ones (the user stream's and one per GC stream) is full, and
+        // if the volume's blocks could leave each of those above the ceiling, the log wedges
+        // once written through. (Config soak, seed 9603: 36 segments, the volume filling the
+        // 30 usable ones, and after sequential overwrites every full segment 99.7% valid
+        // against a ceiling of 95%.) A volume of fewer blocks than the full segments times
+        // one more than the ceiling leaves some full segment under it, so the volume is
+        // capped there as it is at the usable segments. With many segments neither cap
+        // binds: at the default spare and ceiling, 1 − spare_fraction of the log fits from
+        // about 130 segments on.
+        let ceiling = victim_ceiling(
+            swan.gc_max_victim_valid,
+            data_per_segment as u32,
+            summary_blocks,
+            swan.host_memory == HostMemory::Volatile,
+        ) as u64;
+        let full_segments = total_segments - groups as u64 * (GC_RESERVE_SEGMENTS as u64 + 1) - 1;
+        let cleanable = (full_segments * (ceiling + 1)).saturating_sub(1);
+        let logical = logical.min(usable).min(cleanable);
         if logical == 0 {
             return Err(err("the SWAN volume would be empty".into()));
         }
@@ -1110,17 +1144,12 @@ impl<D: BlockDevice> Swan<D> {
 
     /// The most valid blocks a victim may hold.
     fn victim_max_valid(&self) -> u32 {
-        let d = self.data_blocks();
-        let max_valid = (self.config.gc_max_victim_valid * d as f64) as u32;
-        if self.volatile() {
-            // A victim may cost blocks besides its valid ones: a partial summary in the GC
-            // stream's open stripe (when it must be trimmed before that stripe fills), and
-            // with a summary of several blocks up to one block fewer of padding. A victim
-            // with no more invalid blocks than that frees nothing.
-            max_valid.min(d.saturating_sub(2 * self.summary_blocks))
-        } else {
-            max_valid
-        }
+        victim_ceiling(
+            self.config.gc_max_victim_valid,
+            self.data_blocks(),
+            self.summary_blocks,
+            self.volatile(),
+        )
     }
 
     /// Blocks group `g`'s GC stream can still take: the rest of its open segment and its

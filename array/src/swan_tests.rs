@@ -416,37 +416,37 @@ fn full_segments_end_in_a_summary_of_their_blocks() {
     assert_eq!(entries, want);
 }
 
-/// A victim ceiling below the volume's fill stops cleaning once random writes have spread
-/// the valid blocks evenly (the config soak found it). The write that finds no victim says
-/// which numbers are at odds and which settings to raise; the data written before is kept.
+/// A volume larger than its full segments' victim ceilings could leave every full segment
+/// too full to clean: with a ceiling of one half and 20% spare, random writes ran the log out
+/// of victims within eight passes, and a volume filling its usable segments wedged under
+/// sequential overwrites at the default ceiling (config soak, seed 9603). The volume is now
+/// capped where some full segment is always under the ceiling, and those writes complete.
 #[test]
-fn a_victim_ceiling_below_the_fill_fails_with_the_numbers() {
-    let array = raid0_4k(4);
-    let config = SwanConfig {
-        groups: 2,
-        segment_bytes: 4096 * 2 * 4,
-        spare_fraction: 0.2,
-        gc_max_victim_valid: 0.5,
-        ..SwanConfig::default()
+fn the_volume_is_capped_where_some_full_segment_is_always_under_the_victim_ceiling() {
+    let build = |ceiling: f64| {
+        let config = SwanConfig {
+            groups: 2,
+            segment_bytes: 4096 * 2 * 4,
+            spare_fraction: 0.2,
+            gc_max_victim_valid: ceiling,
+            ..SwanConfig::default()
+        };
+        let devices = (0..4).map(ssd).collect();
+        Swan::new(raid0_4k(4), config, devices, Vec::new()).unwrap()
     };
-    let devices = (0..4).map(ssd).collect();
-    let mut h = Harness::new(Swan::new(array, config, devices, Vec::new()).unwrap());
-    let mut rng = SimRng::new(3);
+    let uncapped = build(0.95).info().capacity_sectors;
+    let mut h = Harness::new(build(0.5));
     let cap = h.tokens.len() as u64;
-    let mut failed = None;
-    for _ in 0..cap * 8 {
+    // 7 data blocks a segment (and its summary): a victim holds at most 3, so the volume
+    // is under 4 blocks a full segment, 71% of the uncapped one.
+    assert!(cap * 4 < uncapped * 3, "{cap} of {uncapped}");
+    let mut rng = SimRng::new(3);
+    for i in 0..cap * 8 {
         let lba = rng.below(cap);
         if let Err(e) = h.write(lba, 1) {
-            failed = Some(e);
-            break;
+            panic!("write {i} of {}: {e}", cap * 8);
         }
     }
-    let Some(DeviceError::VolumeFull(why)) = failed else {
-        panic!("expected cleaning to run out of victims, got {failed:?}");
-    };
-    assert!(why.contains("a victim may hold at most"), "{why}");
-    assert!(why.contains("gc_max_victim_valid = 0.5"), "{why}");
-    assert!(why.contains("% of the log"), "{why}");
     h.check_all();
 }
 
