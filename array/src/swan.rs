@@ -1184,9 +1184,9 @@ impl<D: BlockDevice> Swan<D> {
             "SWAN has no R-group left with a segment worth cleaning: the emptiest full \
              segment (R-group {g}) holds {} valid blocks of {d}, a victim may hold at most {} \
              (array.swan.gc_max_victim_valid = {}) and R-group {g}'s GC stream has room for \
-             {}; the volume fills {:.0}% of the log and random writes leave every full segment \
-             about that full or fuller, so raise gc_max_victim_valid well above it, or raise \
-             spare_fraction",
+             {}; the volume fills {:.0}% of the log, which its cap keeps below what the full \
+             segments' ceilings hold, so some segment should have been under the ceiling (a \
+             fault of the engine: the configuration and seed reproduce it)",
             self.valid[s],
             self.victim_max_valid(),
             self.config.gc_max_victim_valid,

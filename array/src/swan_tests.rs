@@ -434,12 +434,15 @@ fn the_volume_is_capped_where_some_full_segment_is_always_under_the_victim_ceili
         let devices = (0..4).map(ssd).collect();
         Swan::new(raid0_4k(4), config, devices, Vec::new()).unwrap()
     };
-    let uncapped = build(0.95).info().capacity_sectors;
+    let at_default_ceiling = build(0.95).info().capacity_sectors;
     let mut h = Harness::new(build(0.5));
     let cap = h.tokens.len() as u64;
     // 7 data blocks a segment (and its summary): a victim holds at most 3, so the volume
-    // is under 4 blocks a full segment, 71% of the uncapped one.
-    assert!(cap * 4 < uncapped * 3, "{cap} of {uncapped}");
+    // is under 4 blocks a full segment, 71% of the one at the default ceiling.
+    assert!(
+        cap * 4 < at_default_ceiling * 3,
+        "{cap} of {at_default_ceiling}"
+    );
     let mut rng = SimRng::new(3);
     for i in 0..cap * 8 {
         let lba = rng.below(cap);

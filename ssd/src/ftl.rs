@@ -1210,15 +1210,16 @@ impl Ftl {
     /// page, but a plane may still hold garbage it cannot reclaim alone: its victim's valid
     /// pages do not fit in its own room because a failed erase took the free block the
     /// relocation needed, or because the host's writes left the plane with nothing but
-    /// valid data. (Config soak, seed 8030: one plane 98% valid with one free block, the
-    /// other a third garbage with none, and a device that said it had no space.) The victim
+    /// valid data. (Config soak, seed 8030, before planes kept a spare block when erases can
+    /// fail: one plane 98% valid with one free block, the other a third garbage with none,
+    /// and a device that said it had no space.) The victim
     /// with the fewest valid pages in the device is cleaned, its pages relocated to its own
     /// plane while that has room and to the other planes after, as a controller copies a
     /// page between planes through its buffer. Returns whether a block was reclaimed.
     ///
     /// Each reclaim frees more pages than it uses (the victim is not wholly valid), or loses
-    /// the victim to a failed erase for good, so a caller that repeats it until a write
-    /// fits, or until it returns false, ends.
+    /// the victim for good (a failed erase, or a block retired after a failed program), so a
+    /// caller that repeats it until a write fits, or until it returns false, ends.
     fn reclaim_across_planes(
         &mut self,
         nand: &mut Nand,
