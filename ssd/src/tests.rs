@@ -26,6 +26,16 @@ fn small_config(sector_bytes: u32, payload: PayloadMode) -> SsdConfig {
     }
 }
 
+/// [`small_config`] shrunk to one plane (one channel, chip and die), where a plane's
+/// space cannot come from another.
+fn one_plane_config(payload: PayloadMode) -> SsdConfig {
+    let mut cfg = small_config(4096, payload);
+    cfg.geometry.channels = 1;
+    cfg.geometry.dies_per_chip = 1;
+    cfg.geometry.planes_per_die = 1;
+    cfg
+}
+
 /// The host's view: the token each sector should hold.
 struct Oracle {
     tokens: Vec<u64>,
@@ -904,10 +914,7 @@ fn a_plane_that_loses_its_slc_cache_writes_past_it_and_keeps_every_accepted_writ
 #[test]
 fn a_failed_erase_of_an_evicted_slc_block_does_not_stop_a_one_plane_device() {
     for seed in 0..8 {
-        let mut cfg = small_config(4096, PayloadMode::Token);
-        cfg.geometry.channels = 1;
-        cfg.geometry.dies_per_chip = 1;
-        cfg.geometry.planes_per_die = 1;
+        let mut cfg = one_plane_config(PayloadMode::Token);
         cfg.geometry.blocks_per_plane = 32;
         cfg.over_provisioning = 0.45;
         cfg.slc_cache.capacity_bytes = 2 * 8 * 4096;
@@ -1453,10 +1460,7 @@ fn slc_cache_sends_writes_away_from_a_plane_whose_dense_blocks_are_full() {
 /// programs can fail.
 #[test]
 fn a_failed_program_during_gc_does_not_run_the_device_out_of_space() {
-    let mut cfg = small_config(4096, PayloadMode::None);
-    cfg.geometry.channels = 1;
-    cfg.geometry.dies_per_chip = 1;
-    cfg.geometry.planes_per_die = 1;
+    let mut cfg = one_plane_config(PayloadMode::None);
     cfg.geometry.blocks_per_plane = 95;
     cfg.geometry.pages_per_block = 120;
     cfg.over_provisioning = 1.0;
@@ -1571,10 +1575,7 @@ fn a_plane_whose_victim_does_not_fit_relocates_the_rest_to_another_plane() {
 #[test]
 fn failed_erases_do_not_leave_a_plane_with_garbage_it_cannot_reclaim() {
     for seed in 0..8 {
-        let mut cfg = small_config(4096, PayloadMode::Token);
-        cfg.geometry.channels = 1;
-        cfg.geometry.dies_per_chip = 1;
-        cfg.geometry.planes_per_die = 1;
+        let mut cfg = one_plane_config(PayloadMode::Token);
         cfg.geometry.blocks_per_plane = 64;
         cfg.geometry.pages_per_block = 96;
         cfg.over_provisioning = 0.2844;
