@@ -276,11 +276,7 @@ fn bench_sim(requests: u64, settle_rounds: f64, json: Option<&Path>) -> Result<(
         .map_err(|e| e.to_string())?;
         let precondition_s = start.elapsed().as_secs_f64();
         let (outcome, waf, host_s) = random_writes(&mut ssd, requests, 3)?;
-        let label = match payload {
-            PayloadMode::None => "none",
-            PayloadMode::Token => "token",
-            PayloadMode::Full => "full",
-        };
+        let label = payload.name();
         figures.insert(
             label.into(),
             json!({

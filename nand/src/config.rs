@@ -71,6 +71,8 @@ impl Default for Geometry {
 impl Geometry {
     /// The largest number of sectors per page that the per-page sector bitmaps (u64) can hold.
     pub const MAX_SECTORS_PER_PAGE: u32 = 64;
+    /// The most planes a die may have: a die's planes are bits of a 32-bit mask.
+    pub const MAX_PLANES_PER_DIE: u32 = 32;
 
     pub fn validate(&self) -> Result<(), NandError> {
         let fields = [
@@ -116,9 +118,28 @@ impl Geometry {
                 u16::MAX
             )));
         }
-        let pages = self.blocks_total() as u64 * self.pages_per_block as u64;
+        // A die's planes are bits of a 32-bit mask (the planes a multi-plane batch uses).
+        if self.planes_per_die > Self::MAX_PLANES_PER_DIE {
+            return Err(NandError::Config(format!(
+                "geometry.planes_per_die = {} exceeds the supported {}",
+                self.planes_per_die,
+                Self::MAX_PLANES_PER_DIE
+            )));
+        }
+        // The product is taken in u128 so that no field can overflow it; below 2^32 pages,
+        // every count the u32 helpers form (dies, planes, blocks) fits too.
+        let pages = [
+            self.channels,
+            self.chips_per_channel,
+            self.dies_per_chip,
+            self.planes_per_die,
+            self.blocks_per_plane,
+            self.pages_per_block,
+        ]
+        .iter()
+        .fold(1u128, |product, &n| product * n as u128);
         // Page numbers are stored as u32 to keep per-page metadata small; u32::MAX is reserved.
-        if pages >= u32::MAX as u64 {
+        if pages >= u32::MAX as u128 {
             return Err(NandError::Config(format!(
                 "geometry holds {pages} pages, more than the 2^32-1 a page number can address"
             )));

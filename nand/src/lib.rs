@@ -210,6 +210,7 @@ impl Nand {
         geometry.validate()?;
         timing.validate()?;
         faults.validate()?;
+        PageStore::check_fits_in_memory(&geometry, payload)?;
         let mut fault_rng = SimRng::fork(seed, 0x4e41_4e44); // "NAND"
         let mut blocks: Vec<BlockState> = (0..geometry.blocks_total())
             .map(|b| {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Geometry;
+use crate::{Geometry, NandError};
 
 /// What a write carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -31,6 +31,15 @@ impl PayloadMode {
             PayloadMode::Full => sector_bytes,
         }
     }
+
+    /// The mode's name in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadMode::None => "none",
+            PayloadMode::Token => "token",
+            PayloadMode::Full => "full",
+        }
+    }
 }
 
 /// Payload and OOB tag storage for one medium.
@@ -49,7 +58,46 @@ pub struct PageStore {
 /// and flags), so they are not available for host tags.
 pub const CONTROLLER_OOB_BYTES: u32 = 8;
 
+/// Bytes the FTLs keep per flash page besides the payload (mapping entries both ways and
+/// flags, about nine), for the memory estimate of [`PageStore::check_fits_in_memory`].
+const METADATA_BYTES_PER_PAGE: u64 = 9;
+
 impl PageStore {
+    /// Refuses a medium whose payload store and per-page metadata could not be allocated on
+    /// this machine at all. The store is allocated as untouched zero pages, so a device
+    /// larger than what the run writes costs only what it writes, but the kernel still
+    /// refuses an allocation beyond its memory and swap, and the process then aborted in the
+    /// allocator, naming a byte count but no setting (65,535 channels, found by mutating
+    /// soak configurations). Where the limit cannot be read, nothing is refused.
+    pub fn check_fits_in_memory(geometry: &Geometry, mode: PayloadMode) -> Result<(), NandError> {
+        let pages = geometry.pages_total();
+        let payload_bytes = pages
+            * geometry.sectors_per_page() as u64
+            * mode.unit_bytes(geometry.sector_bytes) as u64;
+        let needed_bytes = payload_bytes + pages * METADATA_BYTES_PER_PAGE;
+        let Some(memory_bytes) = memory_limit_bytes() else {
+            return Ok(());
+        };
+        if needed_bytes <= memory_bytes {
+            return Ok(());
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        Err(NandError::Config(format!(
+            "the geometry's {pages} pages need {:.1} GiB of memory with payload = \"{}\" \
+             ({:.1} GiB of payload), more than this machine's {:.1} GiB of memory and swap: \
+             use a smaller geometry{}",
+            gib(needed_bytes),
+            mode.name(),
+            gib(payload_bytes),
+            gib(memory_bytes),
+            if mode == PayloadMode::None {
+                ""
+            } else {
+                ", or payload = \"token\" or \"none\""
+            }
+        )))
+    }
+
     pub fn new(geometry: &Geometry, mode: PayloadMode) -> Self {
         let unit_bytes = mode.unit_bytes(geometry.sector_bytes) as usize;
         let spp = geometry.sectors_per_page() as usize;
@@ -205,4 +253,16 @@ pub fn unit_token(unit: &[u8]) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&unit[..8]);
     u64::from_le_bytes(word)
+}
+
+/// The most memory one allocation may ask for: the machine's memory and swap (`MemTotal` and
+/// `SwapTotal` of `/proc/meminfo`), which is what Linux's default overcommit policy lets a
+/// single allocation reserve, untouched pages included. None if it cannot be read.
+fn memory_limit_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    };
+    Some((field("MemTotal:")? + field("SwapTotal:").unwrap_or(0)) * 1024)
 }

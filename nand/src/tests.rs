@@ -165,6 +165,57 @@ fn bad_geometry_is_named() {
     assert!(g.validate().unwrap_err().to_string().contains("channels"));
 }
 
+/// Mutated soak configurations found a die of 65,535 planes, whose plane bit overflowed its
+/// mask with a panic, and counts whose product overflowed the u32 helpers.
+#[test]
+fn geometries_beyond_the_masks_and_page_numbers_are_refused_without_a_panic() {
+    let mut g = small();
+    g.planes_per_die = 33;
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("planes_per_die = 33"), "{err}");
+    g.planes_per_die = 32;
+    assert!(g.validate().is_ok());
+    let mut g = small();
+    g.channels = u32::MAX;
+    g.chips_per_channel = u32::MAX;
+    g.blocks_per_plane = u32::MAX;
+    let err = g.validate().unwrap_err().to_string();
+    assert!(err.contains("2^32-1"), "{err}");
+}
+
+/// A medium whose payload could not be allocated on any machine is refused with the numbers
+/// and what to change, where the process used to abort in the allocator (65,535 channels of
+/// full payload asked for 4 TiB). The limit is read from Linux's /proc/meminfo.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_medium_too_large_for_the_machine_is_refused_with_the_payload_to_change() {
+    // 2^31 pages of 64 KiB: 128 TiB of full payload.
+    let g = Geometry {
+        channels: 1024,
+        chips_per_channel: 16,
+        dies_per_chip: 8,
+        planes_per_die: 4,
+        blocks_per_plane: 256,
+        pages_per_block: 16,
+        page_bytes: 65536,
+        sector_bytes: 4096,
+        oob_bytes_per_page: 64,
+    };
+    assert!(g.validate().is_ok());
+    let err = Nand::new(
+        g,
+        NandTiming::default(),
+        CellMode::Mlc,
+        PayloadMode::Full,
+        FaultConfig::default(),
+        1,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("payload = \"full\""), "{err}");
+    assert!(err.contains("payload = \"token\" or \"none\""), "{err}");
+}
+
 #[test]
 fn full_units_carry_their_token_and_detect_corruption() {
     let token = sector_token(42, 7);
