@@ -90,10 +90,10 @@ impl PageStore {
             mode.name(),
             gib(payload_bytes),
             gib(memory_bytes),
-            if mode == PayloadMode::None {
-                ""
-            } else {
-                ", or payload = \"token\" or \"none\""
+            match mode {
+                PayloadMode::Full => ", or payload = \"token\" or \"none\"",
+                PayloadMode::Token => ", or payload = \"none\"",
+                PayloadMode::None => "",
             }
         )))
     }
