@@ -1018,12 +1018,12 @@ def gen_swan(rng):
         a["failures"] = fails
     segments = group_sectors // seg_sectors * groups
     data = seg_sectors - summary
-    # The volume's caps (array/src/swan.rs): the usable segments, and the full segments
-    # times one more than the victim ceiling (`victim_ceiling`).
+    # The volume's cap (array/src/swan.rs): the full segments times one more than the
+    # victim ceiling (`victim_ceiling`).
     ceiling = min(int(sw.get("gc_max_victim_valid", 0.95) * data), data - 1)
     if sw.get("host_memory") == "volatile":
         ceiling = min(ceiling, max(0, data - 2 * summary))
-    logical = min(int(segments * data * (1 - spare)), (segments - groups * 3) * data,
+    logical = min(int(segments * data * (1 - spare)),
                   max(0, (segments - groups * 3 - 1) * (ceiling + 1) - 1))
     return level, a, ssd, logical * ssd.sector, m, len(fails), age
 

@@ -790,23 +790,20 @@ impl<D: BlockDevice> Swan<D> {
             )));
         }
         let data_per_segment = (segment_sectors - summary_blocks) as u64;
-        // Every group keeps its GC reserve plus one segment, so the log always has somewhere
-        // to go; the spare fraction comes out of the rest.
-        let usable =
-            (total_segments - groups as u64 * (GC_RESERVE_SEGMENTS as u64 + 1)) * data_per_segment;
         let logical =
             ((total_segments * data_per_segment) as f64 * (1.0 - swan.spare_fraction)) as u64;
         // GC cleans only segments that hold at most a ceiling of valid blocks (see
-        // `victim_max_valid`). Once every group is down to its reserve, every segment but the
-        // reserves and the open ones (the user stream's and one per GC stream) is full, and
-        // if the volume's blocks could leave each of those above the ceiling, the log wedges
-        // once written through. (Config soak, seed 9603: 36 segments, the volume filling the
-        // 30 usable ones, and after sequential overwrites every full segment 99.7% valid
-        // against a ceiling of 95%.) A volume of fewer blocks than the full segments times
-        // one more than the ceiling leaves some full segment under it, so the volume is
-        // capped there as it is at the usable segments. With many segments neither cap
-        // binds: at the default spare and ceiling, 1 − spare_fraction of the log fits from
-        // about 130 segments on.
+        // `victim_max_valid`), fewer than all. Once every group is down to its GC reserve,
+        // every segment but the reserves and the open ones (the user stream's and one per GC
+        // stream) is full, and if the volume's blocks could leave each of those above the
+        // ceiling, the log wedges once written through. (Config soak, seed 9603: 36
+        // segments, the volume filling all but the reserves and one more segment per group,
+        // and after sequential overwrites every full segment 99.7% valid against a ceiling
+        // of 95%.) A volume of fewer blocks than the full segments times one more than the
+        // ceiling leaves some full segment under it, so the volume is capped there; the cap
+        // also leaves every group its reserve plus one segment, so the log always has
+        // somewhere to go. With many segments it does not bind: at the default spare and
+        // ceiling, 1 − spare_fraction of the log fits from about 130 segments on.
         let ceiling = victim_ceiling(
             swan.gc_max_victim_valid,
             data_per_segment as u32,
@@ -815,7 +812,7 @@ impl<D: BlockDevice> Swan<D> {
         ) as u64;
         let full_segments = total_segments - groups as u64 * (GC_RESERVE_SEGMENTS as u64 + 1) - 1;
         let cleanable = (full_segments * (ceiling + 1)).saturating_sub(1);
-        let logical = logical.min(usable).min(cleanable);
+        let logical = logical.min(cleanable);
         if logical == 0 {
             return Err(err("the SWAN volume would be empty".into()));
         }
