@@ -17,7 +17,7 @@ use afa_report::{
     LatencyTargetReport, Measurements, OpClass, Progress, Recorder, SteadyStateReport,
 };
 use afa_sim::{EventLogHash, EventQueue, SimRng, TimeNs};
-use afa_ssd::{BlockDevice, Command, Completion, DeviceError, ReadBuffers};
+use afa_ssd::{BlockDevice, Command, Completion, DeviceError, DeviceInfo, ReadBuffers};
 use afa_workload::fio::{Flow, JobSpec, MinRate, RateLimit, RwMode, ThinkTime};
 use afa_workload::generator::JobGenerator;
 use afa_workload::trace::TraceRecord;
@@ -87,6 +87,55 @@ pub enum RunError {
         window_ms: u64,
         at_ns: TimeNs,
     },
+    #[error(
+        "{replay}'s record {number} (a {op:?} of {len_bytes} bytes at byte {offset_bytes}, as \
+         replayed on this device) exceeds the device's maximum transfer of \
+         {max_transfer_sectors} sectors ({max_transfer_bytes} bytes); each request is one \
+         device command, so raise the device's host.max_transfer_sectors or replay a trace \
+         of shorter requests"
+    )]
+    ReplayRequestTooLong {
+        /// What replays the records: "the trace", or "job [name]'s read_iolog".
+        replay: String,
+        /// The record's place in the replay, counting from 1.
+        number: usize,
+        op: IoOp,
+        offset_bytes: u64,
+        len_bytes: u64,
+        max_transfer_sectors: u32,
+        max_transfer_bytes: u64,
+    },
+}
+
+/// Refuses, before the run, a replay with a record longer than the device takes in one
+/// command: a replayed record is issued as one command, like a generated request, and
+/// otherwise the run would fail at that record's turn, after simulating everything before it.
+fn check_replay_fits(
+    records: &[TraceRecord],
+    info: &DeviceInfo,
+    replay: impl FnOnce() -> String,
+) -> Result<(), RunError> {
+    let sector_bytes = info.sector_bytes as u64;
+    let capacity_bytes = info.capacity_sectors * sector_bytes;
+    let max_transfer_bytes = info.max_transfer_sectors as u64 * sector_bytes;
+    let too_long = records.iter().enumerate().find_map(|(index, r)| {
+        let request = wrap_trace_request(*r, capacity_bytes, sector_bytes);
+        // Trims are not limited, as for generated requests: a device takes any range.
+        (matches!(request.op, IoOp::Read | IoOp::Write) && request.len_bytes > max_transfer_bytes)
+            .then_some((index, request))
+    });
+    match too_long {
+        None => Ok(()),
+        Some((index, request)) => Err(RunError::ReplayRequestTooLong {
+            replay: replay(),
+            number: index + 1,
+            op: request.op,
+            offset_bytes: request.offset_bytes,
+            len_bytes: request.len_bytes,
+            max_transfer_sectors: info.max_transfer_sectors,
+            max_transfer_bytes,
+        }),
+    }
 }
 
 /// Events a run may process at one simulated instant while a `time_based` job is running
@@ -968,6 +1017,9 @@ impl<'d> Host<'d> {
                                     .into(),
                             ));
                         }
+                        check_replay_fits(&records, &info, || {
+                            format!("job [{}]: read_iolog", job.name)
+                        })?;
                         // fio replays the log in place of the job's own pattern; the job
                         // keeps its queue depth, timing options and place among the jobs.
                         let timed = (!job.replay_no_stall)
@@ -1096,6 +1148,7 @@ impl<'d> Host<'d> {
                 }
             }
             Workload::Trace { records, replay } => {
+                check_replay_fits(records, &info, || "the trace".to_string())?;
                 groups = 1;
                 progress_total = records.iter().map(|r| r.len_bytes).sum();
                 let (iodepth, timed) = match *replay {

@@ -209,6 +209,56 @@ fn a_job_with_requests_beyond_the_devices_transfer_limit_is_refused_before_the_r
     }
 }
 
+/// A replayed record the device could not take in one command is refused before the run,
+/// naming the record; before, the run simulated everything up to it and then failed there
+/// (soak seed 12727: a blkparse trace's 128 KiB write on a device of 64 KiB transfers).
+/// Trims are not limited, and neither is a read_iolog's record that the device can take.
+#[test]
+fn a_replay_with_records_beyond_the_devices_transfer_limit_is_refused_before_the_run() {
+    // `Instant` takes at most 64 sectors of 4 KiB, 256 KiB.
+    let text = "\
+128166372003061629,hm,1,Write,4096,8192,100
+128166372003071629,hm,1,Write,0,262144,100
+128166372003081629,hm,1,Read,4096,266240,100
+";
+    let records = read_trace(text.as_bytes(), TraceFormat::MsrCsv, "inline").unwrap();
+    let closed = TraceReplay::Closed { iodepth: 4 };
+    let whole = Workload::Trace {
+        records: records.clone(),
+        replay: closed,
+    };
+    let text = run(&mut Instant, &whole, &options())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("the trace's record 3 (a Read of 266240 bytes at byte 4096")
+            && text.contains("maximum transfer of 64 sectors (262144 bytes)"),
+        "{text}"
+    );
+    let fitting = Workload::Trace {
+        records: records[..2].to_vec(),
+        replay: closed,
+    };
+    assert_eq!(run(&mut Instant, &fitting, &options()).unwrap().requests, 2);
+    let mut trim = records[2];
+    trim.op = IoOp::Trim;
+    let trims = Workload::Trace {
+        records: vec![trim],
+        replay: closed,
+    };
+    assert_eq!(run(&mut Instant, &trims, &options()).unwrap().requests, 1);
+
+    let mut jobs = parse_job_file("[replay]\nread_iolog=log\n").unwrap();
+    jobs[0].iolog_records = Some(std::sync::Arc::new(records));
+    let text = run(&mut Instant, &Workload::Jobs(jobs), &options())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("job [replay]: read_iolog's record 3"),
+        "{text}"
+    );
+}
+
 /// A time_based job whose requests take no simulated time would repeat them forever at one
 /// instant; the run stops with an error that names the job instead of hanging.
 #[test]
