@@ -700,14 +700,25 @@ impl FlashImage {
 }
 
 /// A 64-bit checksum of a slot: its header without the checksum field, and its content.
-fn slot_checksum(header: &[u8], content: &[u8]) -> u64 {
+pub(crate) fn slot_checksum(header: &[u8], content: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut step = |word: u64| {
+        h = (h ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    };
+    // Whole words first, then the tail zero-padded to a word. Padding every chunk through a
+    // copy (as this did until 2026-12-03) gave the same sums but took 44% of a served OX
+    // device's CPU time under random writes.
     let mut mix = |bytes: &[u8]| {
-        for chunk in bytes.chunks(8) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            step(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let tail = words.remainder();
+        if !tail.is_empty() {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0000_0100_0000_01b3);
-            h ^= h >> 29;
+            w[..tail.len()].copy_from_slice(tail);
+            step(u64::from_le_bytes(w));
         }
     };
     mix(&header[..24]);
