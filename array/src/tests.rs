@@ -262,6 +262,8 @@ pub(crate) struct Watched {
     pub(crate) order: Vec<(bool, TimeNs)>,
     /// Completion times of reads: in a load of writes only, the reads are the cleaning's.
     pub(crate) reads_done_ns: Vec<TimeNs>,
+    /// Flushes it took.
+    pub(crate) flushes: u64,
 }
 
 impl Watched {
@@ -272,6 +274,7 @@ impl Watched {
             reads: Vec::new(),
             order: Vec::new(),
             reads_done_ns: Vec::new(),
+            flushes: 0,
         }
     }
 }
@@ -297,6 +300,7 @@ impl BlockDevice for Watched {
                 self.order.push((false, now_ns));
                 self.reads_done_ns.push(c.done_ns);
             }
+            Opcode::Flush => self.flushes += 1,
             _ => {}
         }
         Ok(c)

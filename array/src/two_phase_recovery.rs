@@ -508,6 +508,44 @@ mod tests {
         Ssd::new(cfg, seed).unwrap()
     }
 
+    /// A recoverable volume written full and then overwritten a sector at a time flushes its
+    /// members once per several writes: its released slots come back only through a member
+    /// flush, so once short it makes room up to a headroom above the reserve. Stopping at
+    /// the reserve flushed every member for about every write (a file member's `fdatasync`
+    /// each time in serve mode, tools/serve_soak.py seed 20221).
+    #[test]
+    fn a_full_recoverable_volume_under_small_overwrites_flushes_once_per_several_writes() {
+        let members = (0..6).map(|i| crate::tests::Watched::new(ssd(i))).collect();
+        let mut volume = TwoPhase::new(
+            config(Level::Raid6, 6),
+            TwoPhaseConfig::default(),
+            members,
+            vec![],
+        )
+        .unwrap();
+        volume.make_recoverable().unwrap();
+        let mut h = Harness::new(volume);
+        let capacity_sectors = h.volume.info().capacity_sectors;
+        for lba in (0..capacity_sectors).step_by(2) {
+            h.write(lba, 2).unwrap();
+        }
+        let flushed = |h: &Harness<TwoPhase<crate::tests::Watched>>| {
+            h.volume.members().map(|m| m.flushes).max().unwrap_or(0)
+        };
+        let after_fill = flushed(&h);
+        let mut rng = SimRng::new(5);
+        let writes = 1500;
+        for _ in 0..writes {
+            h.write(rng.below(capacity_sectors), 1).unwrap();
+        }
+        let flushes = flushed(&h) - after_fill;
+        assert!(
+            flushes * 4 <= writes,
+            "{flushes} member flushes for {writes} one-sector writes"
+        );
+        h.check_all();
+    }
+
     /// Random writes (some partial chunks, some spanning chunks) and checked reads until
     /// `ops` are done or a write fails at the power cut; returns the torn write.
     fn run_until_cut<D: BlockDevice>(
