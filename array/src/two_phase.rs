@@ -1307,15 +1307,16 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// The fewest free slots of a serving member; with `held`, counting the slots released
     /// on it that the next flush gives back.
     fn min_free_slots(&self, held: bool) -> usize {
-        let mut free: Vec<usize> = self.members.iter().map(|m| m.free.len()).collect();
-        if held {
-            for s in &self.released {
-                free[s.member] += 1;
+        let held_on = |member: usize| {
+            if held {
+                self.released.iter().filter(|s| s.member == member).count()
+            } else {
+                0
             }
-        }
+        };
         (0..self.members.len())
             .filter(|&i| self.members[i].state != MemberState::Failed)
-            .map(|i| free[i])
+            .map(|i| self.members[i].free.len() + held_on(i))
             .min()
             .unwrap_or(usize::MAX)
     }
@@ -1351,8 +1352,8 @@ impl<D: BlockDevice> TwoPhase<D> {
     /// released slots come back only through a flush of every member (an `fdatasync` of
     /// every member file in serve mode), and a volume written full and then overwritten in
     /// small pieces hovers at the reserve, so stopping there flushed every member on every
-    /// write (tools/serve_soak.py, 2026-12-03: two-phase RAID 6 at 150 to 300 writes per
-    /// second). An engine that frees slots at once needs no flush and keeps the reserve.
+    /// write (tools/serve_soak.py, 2026-12-03: a served two-phase RAID 6 below 180 writes
+    /// per second). An engine that frees slots at once needs no flush and keeps the reserve.
     fn ensure_space(&mut self, now_ns: TimeNs) -> Result<TimeNs, DeviceError> {
         let reserve = (self.m + 2) * 2;
         if self.min_free_slots(false) >= reserve {

@@ -95,7 +95,7 @@ pub enum RunError {
          of shorter requests"
     )]
     ReplayRequestTooLong {
-        /// What replays the records: "the trace", or "job [name]'s read_iolog".
+        /// What replays the records: "the trace", or "job [name]: read_iolog".
         replay: String,
         /// The record's place in the replay, counting from 1.
         number: usize,

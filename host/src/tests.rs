@@ -212,7 +212,8 @@ fn a_job_with_requests_beyond_the_devices_transfer_limit_is_refused_before_the_r
 /// A replayed record the device could not take in one command is refused before the run,
 /// naming the record; before, the run simulated everything up to it and then failed there
 /// (soak seed 12727: a blkparse trace's 128 KiB write on a device of 64 KiB transfers).
-/// Trims are not limited, and neither is a read_iolog's record that the device can take.
+/// Records the device takes run, trims are not limited, and a job's read_iolog is checked
+/// the same way.
 #[test]
 fn a_replay_with_records_beyond_the_devices_transfer_limit_is_refused_before_the_run() {
     // `Instant` takes at most 64 sectors of 4 KiB, 256 KiB.
