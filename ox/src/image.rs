@@ -474,7 +474,9 @@ impl FlashImage {
         let spp = layout.rblocks_per_wblock();
         let rb = layout.rblock_bytes as usize;
         let block = ppn / layout.wblocks_per_eblock;
-        let (kind, content) = match meta {
+        // The content is built in the slot itself: a separate buffer copied in afterwards
+        // cost a served device a tenth of its time in zeroing and copying.
+        let (kind, mut slot) = match meta {
             Some(m) => {
                 let (kind, body) = encode_meta(m, layout.wblock_bytes)
                     .map_err(|e| format!("WBLOCK {ppn}: {e}"))?;
@@ -483,10 +485,13 @@ impl FlashImage {
                     // before it: they must be durable before it can be.
                     self.sync()?;
                 }
-                (kind, body)
+                let mut slot = vec![0u8; SLOT_HEADER_BYTES + body.len()];
+                slot[SLOT_HEADER_BYTES..].copy_from_slice(&body);
+                (kind, slot)
             }
             None => {
-                let mut content = vec![0u8; spp * rb];
+                let mut slot = vec![0u8; SLOT_HEADER_BYTES + spp * rb];
+                let content = &mut slot[SLOT_HEADER_BYTES..];
                 for (i, r) in rblocks.iter().enumerate().take(spp) {
                     let dst = &mut content[i * rb..(i + 1) * rb];
                     match (r.tag.kind, r.source) {
@@ -514,11 +519,11 @@ impl FlashImage {
                         _ => {}
                     }
                 }
-                (KIND_RBLOCKS, content)
+                (KIND_RBLOCKS, slot)
             }
         };
-        let mut slot = vec![0u8; SLOT_HEADER_BYTES + content.len()];
-        self.fill_fixed(&mut slot, block, STATE_CONTENT, kind, content.len() as u32);
+        let content_bytes = slot.len() - SLOT_HEADER_BYTES;
+        self.fill_fixed(&mut slot, block, STATE_CONTENT, kind, content_bytes as u32);
         let tags_at = SLOT_FIXED_BYTES;
         let tokens_at = tags_at + spp * TAG_BYTES;
         for i in 0..spp {
@@ -528,7 +533,6 @@ impl FlashImage {
             tag.encode(&mut slot[tags_at + i * TAG_BYTES..tags_at + (i + 1) * TAG_BYTES]);
             slot[tokens_at + i * 8..tokens_at + (i + 1) * 8].copy_from_slice(&token.to_le_bytes());
         }
-        slot[SLOT_HEADER_BYTES..].copy_from_slice(&content);
         let (header, body) = slot.split_at_mut(SLOT_HEADER_BYTES);
         self.seal(header, body);
         self.write_slot(ppn, slot);
