@@ -23,7 +23,7 @@ seed S (the same file `soak.py S 1` writes), serves it, and checks what the clie
 Read faults are taken out of the configuration: a read that fails as uncorrectable is a
 legitimate answer of a faulty device, but it would fail fio's verify. Other faults stay.
 So does everything else of soak.py's file but what serve mode refuses by design: the
-`[precondition]`, OX payloads other than `token`, and with `--state` SWAN's aging, md's
+`[precondition]`, OX payloads other than `token`, SWAN's aging, and with `--state` md's
 stripe cache, in-place sub-chunk updates and two-phase or ScalaAFA members' OOB areas too
 small for their tags. `raid5f` takes only whole
 aligned stripes, so its clients write in stripes.
@@ -215,7 +215,7 @@ def full_stripe_bytes(cfg):
 
 def fit_for_serving(cfg, with_state):
     """What serve mode refuses, by design, in soak.py's run configurations: a precondition
-    (its fill carries no bytes), OX without version tokens, and with `--state` SWAN's aging,
+    (its fill carries no bytes), OX without version tokens, SWAN's aging, and with `--state`
     md's stripe cache, in-place sub-chunk updates (recovery from the member files cannot
     find them) and two-phase or ScalaAFA members without room for a 14-byte OOB tag per
     sector."""
@@ -224,9 +224,10 @@ def fit_for_serving(cfg, with_state):
     # A served OX device checks every read against its RBLOCK's version token.
     if "ox" in cfg:
         cfg["ox"]["payload"] = "token"
-    # SWAN's aging writes random data over the volume, which --state would keep.
+    # SWAN's aging writes data no oracle knows, so it needs payload "none", which serve mode
+    # never runs (and --state would keep that data).
     swan = cfg.get("array", {}).get("swan")
-    if with_state and swan:
+    if swan:
         swan.pop("age_fraction", None)
     geometry = cfg.get("ssd", {}).get("geometry")
     array = cfg.get("array", {})
