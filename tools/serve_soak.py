@@ -25,8 +25,8 @@ legitimate answer of a faulty device, but it would fail fio's verify. Other faul
 So does everything else of soak.py's file but what serve mode refuses by design: the
 `[precondition]`, OX payloads other than `token`, SWAN's aging, and with `--state` md's
 stripe cache, in-place sub-chunk updates and two-phase or ScalaAFA members' OOB areas too
-small for their tags. `raid5f` takes only whole
-aligned stripes, so its clients write in stripes.
+small for their tags. `raid5f` takes only whole aligned stripes, so its clients write in
+stripes.
 
 Usage:
 
