@@ -1662,6 +1662,14 @@ impl<D: BlockDevice> BlockDevice for Array<D> {
         self.info
     }
 
+    /// The members' and the spares' flash faults together.
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        let members = self.members.iter().map(|m| m.device.media_faults());
+        members
+            .chain(self.spares.iter().map(|s| s.media_faults()))
+            .sum()
+    }
+
     /// A volume sector whose data member serves its stripe is read from that member at a
     /// fixed place (`read`), so it is allocated when that member's sector is, or when the
     /// stripe cache holds its stripe (acknowledged data no member has yet). One whose data

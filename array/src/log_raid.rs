@@ -838,6 +838,10 @@ impl<D: BlockDevice> BlockDevice for LogRaid<D> {
         self.info
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.array.media_faults()
+    }
+
     /// A trim of sectors that held data is a trim record in the log, appended (and kept in
     /// the NVRAM) like a write, so after a power loss the rebuilt map keeps them trimmed.
     fn trim_is_durable(&self) -> bool {

@@ -2257,6 +2257,11 @@ impl<D: BlockDevice> BlockDevice for Swan<D> {
         self.info
     }
 
+    /// Every R-group's members' and spares' flash faults together.
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.groups.iter().map(|g| g.media_faults()).sum()
+    }
+
     /// A trim of blocks that held data is a trim record in the log, appended (and kept in
     /// the NVRAM) like a write, so after a power loss the rebuilt map keeps them trimmed.
     fn trim_is_durable(&self) -> bool {

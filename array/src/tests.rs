@@ -1652,6 +1652,36 @@ fn two_phase_decode_reads_again_a_slot_that_failed_once() {
     assert_eq!(s.read_errors_corrected, 1, "{s:?}");
 }
 
+/// Two-phase RAID 5: a replicated chunk whose every copy fails one read is read again
+/// rather than failing the read (the config soak, seed 14450, failed a merging write
+/// there). An uncorrectable read is transient on flash, so a second pass over the copies
+/// finds the data.
+#[test]
+fn two_phase_reads_again_a_replicated_chunk_whose_copies_all_failed_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let config = two_phase_config(Level::Raid5, 5);
+    let (devs, _) = Unreadable::members(&ssd_config(), 5);
+    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let tp = TwoPhase::new(config, TwoPhaseConfig::default(), devs, vec![]).unwrap();
+    let mut h = Harness::new(tp);
+    h.random_ops(&mut SimRng::new(65), 40);
+    let (chunk, members) = h
+        .volume
+        .replicated_chunk_members()
+        .expect("a replicated chunk");
+    assert_eq!(members.len(), 2, "RAID 5 keeps two copies");
+    for &m in &members {
+        fail_next[m].store(1, Relaxed);
+    }
+    let cs = h.volume.chunk_sectors() as u64;
+    h.try_read_check(chunk * cs, cs as u32)
+        .expect("the chunk is read from a copy read twice");
+    let s = h.volume.stats();
+    assert_eq!(s.read_retries, 1, "{s:?}");
+    assert_eq!(s.read_errors_corrected, 1, "{s:?}");
+    h.check_all();
+}
+
 #[test]
 fn two_phase_keeps_data_through_conversion_and_cleaning() {
     for (level, n) in [(Level::Raid5, 5), (Level::Raid6, 6), (Level::Raid5, 3)] {

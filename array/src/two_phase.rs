@@ -414,6 +414,19 @@ impl<D: BlockDevice> TwoPhase<D> {
         })
     }
 
+    /// A replicated chunk and the members holding its copies (for tests that fail reads
+    /// on them).
+    #[cfg(test)]
+    pub(crate) fn replicated_chunk_members(&self) -> Option<(u64, Vec<usize>)> {
+        self.map.iter().enumerate().find_map(|(chunk, loc)| {
+            let Loc::Replica(id) = *loc else {
+                return None;
+            };
+            let members = self.rsets[id as usize].slots.iter().map(|s| s.member);
+            Some((chunk as u64, members.collect()))
+        })
+    }
+
     /// Whether every chunk written carries OOB tags a recovery can rebuild the map from.
     pub fn keeps_tags(&self) -> bool {
         self.tag_bytes > 0
@@ -682,17 +695,33 @@ impl<D: BlockDevice> TwoPhase<D> {
             return Ok(None);
         }
         if owner & STRIPE_BIT == 0 {
-            let copies: Vec<Slot> = self.rsets[owner as usize]
+            // The other serving copies first, then the slot itself again: an uncorrectable
+            // read is transient on flash (the data stays), so when every copy failed once,
+            // each is read again, as `read_shards` does for a stripe's shards. Before, a
+            // second failed copy ended the user's command although a later read of either
+            // would have succeeded.
+            let mut copies: Vec<Slot> = self.rsets[owner as usize]
                 .slots
                 .iter()
                 .copied()
                 .filter(|&c| c != s && self.serves(c))
                 .collect();
-            for copy in copies {
-                match self.member_read_once(copy, row, rows, now_ns, out) {
-                    Ok(t) => return Ok(Some(t)),
-                    Err(DeviceError::Uncorrectable { .. }) => {}
-                    Err(e) => return Err(e),
+            copies.push(s);
+            for attempt in 0..crate::READ_ATTEMPTS {
+                for (i, &copy) in copies.iter().enumerate() {
+                    if attempt == 0 && i + 1 == copies.len() {
+                        // The slot itself failed just now; its first retry comes after
+                        // every other copy has been tried once.
+                        continue;
+                    }
+                    if attempt > 0 {
+                        self.stats.read_retries += 1;
+                    }
+                    match self.member_read_once(copy, row, rows, now_ns, out) {
+                        Ok(t) => return Ok(Some(t)),
+                        Err(DeviceError::Uncorrectable { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
             }
             return Ok(None);
@@ -710,8 +739,19 @@ impl<D: BlockDevice> TwoPhase<D> {
                 out.copy_from_slice(&shards[role]);
                 Ok(Some(t))
             }
-            // A second unreadable member, or too few left to decode from.
-            Err(DeviceError::Uncorrectable { .. } | DeviceError::Failed) => Ok(None),
+            // A second unreadable member, or too few left to decode from: the slot itself
+            // is read again, since its failure was transient.
+            Err(DeviceError::Uncorrectable { .. } | DeviceError::Failed) => {
+                for _ in 1..crate::READ_ATTEMPTS {
+                    self.stats.read_retries += 1;
+                    match self.member_read_once(s, row, rows, now_ns, out) {
+                        Ok(t) => return Ok(Some(t)),
+                        Err(DeviceError::Uncorrectable { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -1658,6 +1698,14 @@ impl<D: BlockDevice> TwoPhase<D> {
 impl<D: BlockDevice> BlockDevice for TwoPhase<D> {
     fn info(&self) -> DeviceInfo {
         self.info
+    }
+
+    /// The members' and the spares' flash faults together.
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        let members = self.members.iter().map(|m| m.device.media_faults());
+        members
+            .chain(self.spares.iter().map(|s| s.media_faults()))
+            .sum()
     }
 
     /// A chunk the map has never placed (or that a whole-chunk trim unmapped) reads as

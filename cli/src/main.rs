@@ -373,11 +373,7 @@ fn run(
             &options,
             Notes::Print,
         )
-        .map_err(|e| {
-            let members = array.members();
-            let nands: Vec<&afa_nand::Nand> = members.iter().map(|m| m.inner().nand()).collect();
-            report::MediaFaults::of(&nands).explain(e)
-        })?;
+        .map_err(|e| array.device_ref().media_faults().explain(e))?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let sector = array.device().info().sector_bytes as u64;
         let members = array.members();
@@ -413,7 +409,7 @@ fn run(
             &options,
             Notes::Print,
         )
-        .map_err(|e| report::MediaFaults::of(&[ssd.nand()]).explain(e))?;
+        .map_err(|e| ssd.media_faults().explain(e))?;
         let host_time_s = host_start.elapsed().as_secs_f64();
         let host_pages = ssd.stats().host_page_writes;
         let mut report = report::build(

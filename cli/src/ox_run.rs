@@ -42,17 +42,14 @@ pub fn run(
             options,
             crate::Notes::Print,
         )
-        .map_err(|e| {
-            crate::report::MediaFaults::of(&[device.controller().media().nand()]).explain(e)
-        })?
+        .map_err(|e| device.media_faults().explain(e))?
     };
     let host_time_s = host_start.elapsed().as_secs_f64();
     // A controller can stop after the last command completed, in work it does on its own
     // (GC, a checkpoint, writing what a write-back cache acknowledged). No command reports
     // that, so the run does: a device that failed is not a result.
     if let Some(e) = device.controller().fatal_error() {
-        let faults = crate::report::MediaFaults::of(&[device.controller().media().nand()]);
-        return Err(faults.explain(format!(
+        return Err(device.media_faults().explain(format!(
             "ox: the device stopped after the workload's last command completed: {e}"
         )));
     }

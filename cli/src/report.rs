@@ -76,7 +76,7 @@ pub fn build_from_media(
             good += 1;
         }
     }
-    let faults = MediaFaults::of(nands);
+    let faults: afa_nand::MediaFaults = nands.iter().map(|n| n.media_faults()).sum();
     let endurance = nands
         .first()
         .map_or(1, |n| n.timing().of(n.dense_mode()).endurance_cycles);
@@ -128,42 +128,6 @@ pub fn build_from_media(
         device: serde_json::Map::new(),
         steady_state: outcome.steady_state.clone(),
         latency_target: outcome.latency_target.clone(),
-    }
-}
-
-/// What the flash of a volume failed at so far: its bad blocks (from the factory or retired)
-/// and its failed programs and erases.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MediaFaults {
-    pub bad_blocks: u64,
-    pub program_failures: u64,
-    pub erase_failures: u64,
-}
-
-impl MediaFaults {
-    pub fn of(nands: &[&Nand]) -> Self {
-        let mut f = MediaFaults::default();
-        for nand in nands {
-            f.bad_blocks += (0..nand.geometry().blocks_total())
-                .filter(|&b| nand.is_bad(b))
-                .count() as u64;
-            f.program_failures += nand.counters().program_failures;
-            f.erase_failures += nand.counters().erase_failures;
-        }
-        f
-    }
-
-    /// A run's error with the faults appended, when the flash had any: a device that ran
-    /// out of space because grown bad blocks took its spare blocks says so.
-    pub fn explain(&self, error: String) -> String {
-        match afa_report::media_faults_summary(
-            self.bad_blocks,
-            self.program_failures,
-            self.erase_failures,
-        ) {
-            Some(faults) => format!("{error} (media faults by then: {faults})"),
-            None => error,
-        }
     }
 }
 

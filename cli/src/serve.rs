@@ -168,6 +168,10 @@ impl BlockDevice for ArrayDevice {
     fn info(&self) -> DeviceInfo {
         self.info
     }
+
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.volume.device_ref().media_faults()
+    }
     fn submit(
         &mut self,
         now_ns: TimeNs,
@@ -735,6 +739,10 @@ struct ServedWaflash {
 impl BlockDevice for ServedWaflash {
     fn info(&self) -> DeviceInfo {
         self.ssd.info()
+    }
+
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.ssd.media_faults()
     }
     fn submit(
         &mut self,
@@ -1477,6 +1485,64 @@ mod tests {
             assert!(err.contains(named), "{err}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A served volume whose failed programs retire its blocks until a write finds no room
+    /// fails that write with ENOSPC, and the message names the flash's faults (summed over
+    /// the members of an array), as `afa run` does; before, it said only that a plane was
+    /// out of space.
+    #[test]
+    fn a_served_volume_out_of_space_names_its_media_faults() {
+        let ssd = "[ssd]\nover_provisioning = 0.2\n[ssd.geometry]\nchannels = 1\n\
+                   chips_per_channel = 1\ndies_per_chip = 1\nplanes_per_die = 1\n\
+                   blocks_per_plane = 64\npages_per_block = 32\npage_bytes = 4096\n\
+                   [ssd.faults]\nprogram_fail_probability = 0.01\n";
+        for array in [
+            "",
+            "[array]\nlevel = \"raid5\"\nmembers = 3\nchunk_bytes = 16384\n",
+        ] {
+            let cfg: RunConfig = toml::from_str(&format!("seed = 3\n{ssd}{array}")).unwrap();
+            let volume = build_volume(&cfg, None).unwrap();
+            let Served::Device(device) = volume.served else {
+                panic!("an SSD or an md-style array is served as one device");
+            };
+            let blocks = device.info().capacity_sectors * device.info().sector_bytes as u64 / 4096;
+            let mut executor = afa_serve::Executor::new(device).unwrap();
+            let data = vec![0x5au8; 4096];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut now_ns = 0;
+            let failure = (0..blocks * 64)
+                .find_map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let request = afa_serve::proto::Request::Write {
+                        offset: x % blocks * 4096,
+                        length: 4096,
+                        fua: false,
+                    };
+                    match executor.execute(now_ns, &request, &data) {
+                        Ok((done, _)) => {
+                            now_ns = done;
+                            None
+                        }
+                        Err(f) => Some(f),
+                    }
+                })
+                .unwrap_or_else(|| panic!("{array:?}: no write ran out of space"));
+            assert_eq!(
+                failure.errno,
+                afa_serve::proto::ENOSPC,
+                "{}",
+                failure.message
+            );
+            assert!(
+                failure.message.contains("media faults by then: ")
+                    && failure.message.contains("failed programs"),
+                "{array:?}: {}",
+                failure.message
+            );
+        }
     }
 
     /// A small WAFLASH SSD: the default geometry (1 GiB raw) with a 2 MiB buffer.

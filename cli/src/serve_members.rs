@@ -246,6 +246,10 @@ impl<E: FailableEngine> BlockDevice for RecordedFailures<E> {
         self.engine.info()
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.engine.media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

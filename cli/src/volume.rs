@@ -521,6 +521,10 @@ impl<D: BlockDevice> BlockDevice for Shifted<D> {
     fn info(&self) -> DeviceInfo {
         self.device.info()
     }
+
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.device.media_faults()
+    }
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -77,7 +77,7 @@ pub fn run(
     let (outcome, cpu) = match &w.filebench {
         Some(spec) => (
             run_filebench_on(&mut ssd, spec, options.clone())
-                .map_err(|e| crate::report::MediaFaults::of(&[ssd.nand()]).explain(e))?
+                .map_err(|e| ssd.media_faults().explain(e))?
                 .outcome,
             None,
         ),
@@ -91,7 +91,7 @@ pub fn run(
                 options,
                 crate::Notes::Print,
             )
-            .map_err(|e| crate::report::MediaFaults::of(&[ssd.nand()]).explain(e))?
+            .map_err(|e| ssd.media_faults().explain(e))?
         }
     };
     let host_time_s = host_start.elapsed().as_secs_f64();

@@ -426,6 +426,10 @@ impl<D: BlockDevice> BlockDevice for CpuFront<D> {
         self.inner.info()
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.inner.media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

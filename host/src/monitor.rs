@@ -126,6 +126,10 @@ impl<D: BlockDevice> BlockDevice for Monitored<D> {
         self.inner.info()
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.inner.media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -132,6 +132,55 @@ pub struct NandCounters {
     pub read_suspends: u64,
 }
 
+/// What the flash has failed at so far: its bad blocks (from the factory or retired after a
+/// failed program or erase) and its failed programs and erases. A volume sums its devices'
+/// counts, so that a device out of space can say whether grown bad blocks took its spare.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaFaults {
+    pub bad_blocks: u64,
+    pub program_failures: u64,
+    pub erase_failures: u64,
+}
+
+impl std::ops::AddAssign for MediaFaults {
+    fn add_assign(&mut self, other: Self) {
+        self.bad_blocks += other.bad_blocks;
+        self.program_failures += other.program_failures;
+        self.erase_failures += other.erase_failures;
+    }
+}
+
+impl std::iter::Sum for MediaFaults {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        let mut total = Self::default();
+        for f in iter {
+            total += f;
+        }
+        total
+    }
+}
+
+impl MediaFaults {
+    /// The faults in words, or `None` when the flash had none.
+    pub fn summary(&self) -> Option<String> {
+        (*self != Self::default()).then(|| {
+            format!(
+                "{} blocks bad (from the factory or retired), {} failed programs, {} failed erases",
+                self.bad_blocks, self.program_failures, self.erase_failures
+            )
+        })
+    }
+
+    /// `error` with the faults appended when the flash had any, so that a device that ran
+    /// out of space because grown bad blocks took its spare blocks says so.
+    pub fn explain(&self, error: impl std::fmt::Display) -> String {
+        match self.summary() {
+            Some(faults) => format!("{error} (media faults by then: {faults})"),
+            None => error.to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct BlockState {
     next_page: u16,
@@ -324,6 +373,14 @@ impl Nand {
     #[inline]
     pub fn block_mode(&self, block: u32) -> CellMode {
         self.blocks[block as usize].mode
+    }
+    /// The bad blocks and the failed programs and erases so far.
+    pub fn media_faults(&self) -> MediaFaults {
+        MediaFaults {
+            bad_blocks: self.blocks.iter().filter(|b| b.bad).count() as u64,
+            program_failures: self.counters.program_failures,
+            erase_failures: self.counters.erase_failures,
+        }
     }
     #[inline]
     pub fn is_bad(&self, block: u32) -> bool {

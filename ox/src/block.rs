@@ -256,6 +256,10 @@ impl BlockDevice for OxBlockDevice {
         }
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.ctrl.media().nand().media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -281,6 +281,10 @@ impl BlockDevice for OxServedDevice {
         }
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.block.media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

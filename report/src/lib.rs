@@ -707,21 +707,13 @@ pub struct WearReport {
 impl WearReport {
     /// The media faults of the run in words, or `None` when the flash had none.
     pub fn faults_summary(&self) -> Option<String> {
-        media_faults_summary(self.bad_blocks, self.program_failures, self.erase_failures)
+        afa_nand::MediaFaults {
+            bad_blocks: self.bad_blocks,
+            program_failures: self.program_failures,
+            erase_failures: self.erase_failures,
+        }
+        .summary()
     }
-}
-
-/// Bad blocks and failed programs and erases in words, or `None` when all are zero.
-pub fn media_faults_summary(
-    bad_blocks: u64,
-    program_failures: u64,
-    erase_failures: u64,
-) -> Option<String> {
-    (bad_blocks + program_failures + erase_failures > 0).then(|| {
-        format!(
-            "{bad_blocks} blocks bad (from the factory or retired), {program_failures} failed programs, {erase_failures} failed erases"
-        )
-    })
 }
 
 /// Data-integrity checking: sectors whose payload a read verified against the oracle, and

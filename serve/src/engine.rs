@@ -152,6 +152,17 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         &mut self.device
     }
 
+    /// A failed device command as the client's errno and the log's message. A device out
+    /// of space also names its flash's faults, as `afa run` does, so the operator can tell
+    /// a full volume from one whose grown bad blocks took its spare.
+    pub(crate) fn failure(&self, op: Opcode, place: Place, e: &DeviceError) -> Failure {
+        let mut failure = device_failure(op, place, e);
+        if failure.errno == ENOSPC {
+            failure.message = self.device.media_faults().explain(&failure.message);
+        }
+        failure
+    }
+
     /// The largest command sent to the device, in sectors.
     pub(crate) fn chunk_sectors(&self) -> u32 {
         self.chunk_sectors
@@ -257,7 +268,7 @@ impl<D: BlockDevice + ?Sized> Executor<D> {
         self.device
             .submit(now_ns, cmd, out)
             .map(|c| c.done_ns)
-            .map_err(|e| device_failure(cmd.opcode, Place::Sector(cmd.lba), &e))
+            .map_err(|e| self.failure(cmd.opcode, Place::Sector(cmd.lba), &e))
     }
 
     /// Reads whole sectors `lba..lba + buf.len() / sector` in device-sized chunks.

@@ -19,9 +19,7 @@ use afa_sim::TimeNs;
 use afa_ssd::{BlockDevice, Command, Opcode, QueuedCompletion};
 use crossbeam_channel::Sender;
 
-use crate::engine::{
-    check_request, device_failure, size_read_buffer, Executor, Failure, Job, Place, Reply,
-};
+use crate::engine::{check_request, size_read_buffer, Executor, Failure, Job, Place, Reply};
 use crate::proto::{Request, EIO};
 
 /// Why requests under way fail when the device has no event left that could complete them.
@@ -175,7 +173,7 @@ impl QueuedJobs {
                     if let Err(e) = started {
                         // Commands already started still complete; the request fails once
                         // they have.
-                        queued.failure = Some(device_failure(opcode, Place::Sector(lba), &e));
+                        queued.failure = Some(exec.failure(opcode, Place::Sector(lba), &e));
                         break;
                     }
                     self.next_tag += 1;
@@ -290,7 +288,7 @@ impl QueuedJobs {
         let stalled = q.next_event_ns().is_none();
         let mut finished = Vec::new();
         for c in completions {
-            if let Some(done) = self.complete(c) {
+            if let Some(done) = self.complete(c, exec) {
                 finished.push(done);
             }
         }
@@ -302,7 +300,11 @@ impl QueuedJobs {
         finished
     }
 
-    fn complete(&mut self, c: QueuedCompletion) -> Option<Finished> {
+    fn complete<D: BlockDevice + ?Sized>(
+        &mut self,
+        c: QueuedCompletion,
+        exec: &Executor<D>,
+    ) -> Option<Finished> {
         let under_way = self.tags.remove(&c.tag)?;
         let job = self.jobs.get_mut(&under_way.job)?;
         job.done_ns = job.done_ns.max(c.done_ns);
@@ -326,7 +328,7 @@ impl QueuedJobs {
             Ok(_) => {}
             Err(e) => {
                 job.failure.get_or_insert_with(|| {
-                    device_failure(under_way.opcode, Place::Sector(under_way.lba), &e)
+                    exec.failure(under_way.opcode, Place::Sector(under_way.lba), &e)
                 });
             }
         }

@@ -2,6 +2,7 @@
 //! each completes. The emulated SSD implements it here; file-backed devices and arrays of
 //! devices implement it too, so the same engine and test bodies run over any of them.
 
+use afa_nand::MediaFaults;
 use afa_sim::TimeNs;
 
 /// A host command's operation.
@@ -295,6 +296,13 @@ pub trait BlockDevice {
     fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
         None
     }
+
+    /// The bad blocks and failed programs and erases of the flash behind the device (an
+    /// array sums its members'), so that an error such as running out of space can name
+    /// them. Devices without flash of their own report none.
+    fn media_faults(&self) -> MediaFaults {
+        MediaFaults::default()
+    }
 }
 
 /// Appends `sectors` sectors of one allocation state to runs of (sectors, allocated),
@@ -369,6 +377,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn queued(&mut self) -> Option<&mut dyn QueuedDevice> {
         (**self).queued()
+    }
+    fn media_faults(&self) -> MediaFaults {
+        (**self).media_faults()
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use afa_nand::{HostReadFaults, Nand, NandCounters, PayloadMode};
+use afa_nand::{HostReadFaults, MediaFaults, Nand, NandCounters, PayloadMode};
 use afa_sim::{transfer_ns, Calendar, TimeNs};
 
 use crate::buffer::WriteBuffer;
@@ -848,6 +848,10 @@ fn copy_out(
 impl BlockDevice for Ssd {
     fn info(&self) -> DeviceInfo {
         self.info
+    }
+
+    fn media_faults(&self) -> MediaFaults {
+        self.nand.media_faults()
     }
 
     fn submit(

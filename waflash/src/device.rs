@@ -889,6 +889,10 @@ impl BlockDevice for WaflashSsd {
         self.info
     }
 
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        self.nand.media_faults()
+    }
+
     fn submit(
         &mut self,
         now_ns: TimeNs,

@@ -2698,6 +2698,14 @@ impl<D: BlockDevice> BlockDevice for ScalaAfa<D> {
         self.info
     }
 
+    /// The members' and the spares' flash faults together.
+    fn media_faults(&self) -> afa_nand::MediaFaults {
+        let members = self.members.iter().map(|m| m.device.media_faults());
+        members
+            .chain(self.spares.iter().map(|s| s.media_faults()))
+            .sum()
+    }
+
     /// A user chunk the AMT does not place (never written, or trimmed whole) reads as
     /// zeroes; every other chunk is allocated.
     fn allocation(&self, lba: u64, sectors: u32) -> Option<Vec<(u32, bool)>> {
