@@ -992,22 +992,59 @@ impl<D: BlockDevice> Array<D> {
         } else {
             // Every other serving copy in turn, until one reads.
             let mut tried = vec![m];
-            loop {
+            let first_pass = loop {
                 let Some(copy) = self.surviving_copy_except(&map, role, stripe, &tried) else {
-                    return Ok(None);
+                    break None;
                 };
                 let member = roles[copy];
                 match self.member_read_once(member, stripe, row, rows, now_ns, out) {
-                    Ok(t) => break t,
+                    Ok(t) => break Some(t),
                     Err(DeviceError::Uncorrectable { .. }) => tried.push(member),
                     Err(e) => return Err(e),
                 }
+            };
+            match first_pass {
+                Some(t) => t,
+                // Every copy failed once. An uncorrectable read is transient on flash (the
+                // data stays), so each is read again, `m` included, as `read_shards` does
+                // for a parity stripe's shards; before, the user's command failed.
+                None if tried.len() > 1 => {
+                    match self.read_copies_again(&tried, stripe, row, rows, now_ns, out)? {
+                        Some(t) => t,
+                        None => return Ok(None),
+                    }
+                }
+                None => return Ok(None),
             }
         };
         self.stats.read_errors_corrected += 1;
         // The rewrite goes out once the data is rebuilt; the reader does not wait for it.
         self.member_write(m, stripe, row, rows, ready, out)?;
         Ok(Some(ready))
+    }
+
+    /// Reads rows of `stripe` from each member of `copies` in turn, for up to
+    /// `READ_ATTEMPTS - 1` passes, until one reads; None when none did.
+    fn read_copies_again(
+        &mut self,
+        copies: &[usize],
+        stripe: u64,
+        row: u32,
+        rows: u32,
+        now_ns: TimeNs,
+        out: &mut [u8],
+    ) -> Result<Option<TimeNs>, DeviceError> {
+        for _ in 1..READ_ATTEMPTS {
+            for &member in copies {
+                self.stats.read_retries += 1;
+                match self.member_read_once(member, stripe, row, rows, now_ns, out) {
+                    Ok(t) => return Ok(Some(t)),
+                    Err(DeviceError::Uncorrectable { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn member_read_once(

@@ -1597,6 +1597,27 @@ fn raid6_reads_through_two_unreadable_members() {
     assert!(h.volume.stats().read_errors_corrected > 0);
 }
 
+/// RAID 1: a read whose every mirror fails once is read again rather than failing the
+/// user's command, since an uncorrectable read is transient on flash.
+#[test]
+fn raid1_reads_the_mirrors_again_when_every_copy_failed_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let config = two_phase_config(Level::Raid1, 2);
+    let (devs, _) = Unreadable::members(&ssd_config(), 2);
+    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let mut h = Harness::new(Array::new(config, devs, vec![]).unwrap());
+    h.random_ops(&mut SimRng::new(66), 200);
+    for f in &fail_next {
+        f.store(1, Relaxed);
+    }
+    h.try_read_check(0, 8)
+        .expect("the sectors are read from a mirror read twice");
+    let s = h.volume.stats();
+    assert_eq!(s.read_retries, 1, "{s:?}");
+    assert_eq!(s.read_errors_corrected, 1, "{s:?}");
+    h.check_all();
+}
+
 /// RAID 6 with a member failed: a read the member cannot correct is rebuilt from the
 /// others, and when one of those fails too, that is three erasures for two parities. The
 /// SSD's read errors are transient, so the unreadable member is read again, as the host's

@@ -2097,7 +2097,7 @@ impl<D: BlockDevice> ScalaAfa<D> {
         } else {
             self.stats.degraded_reads += 1;
         }
-        for (p, vlba) in replicas {
+        for &(p, vlba) in &replicas {
             match self.member_read(p, vlba + row as u64, rows, now_ns, out) {
                 Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
                 result => {
@@ -2113,9 +2113,29 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         let (shards, t) = match self.reconstruct_rows(stripe, row, rows, now_ns, j) {
-            // A stripe still in replication has nothing to decode from: the error is the
-            // last unreadable copy's, which names its sectors.
+            // A stripe still in replication has nothing to decode from. An uncorrectable
+            // read is transient on flash (the data stays), so every copy is read again, as
+            // `read_shards` does for a stripe's shards; the error is the last unreadable
+            // copy's, which names its sectors. Before, two copies failing once each ended
+            // the user's command (the config soak, seed 15973: RAID 6 with a member down).
             Err(DeviceError::Failed) if !striped => {
+                let copies = home_ok
+                    .then_some((home, lba))
+                    .into_iter()
+                    .chain(replicas.iter().map(|&(p, vlba)| (p, vlba + row as u64)))
+                    .collect::<Vec<_>>();
+                for _ in 1..crate::READ_ATTEMPTS {
+                    for &(p, at) in &copies {
+                        self.stats.read_retries += 1;
+                        match self.member_read(p, at, rows, now_ns, out) {
+                            Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
+                            result => {
+                                self.count_corrected(true, &result);
+                                return result;
+                            }
+                        }
+                    }
+                }
                 return Err(unreadable.unwrap_or(DeviceError::Failed));
             }
             result => result?,

@@ -481,6 +481,36 @@ fn a_decode_reads_again_a_shard_that_failed_once() {
     assert_eq!(s.read_errors_corrected, 1, "{s:?}");
 }
 
+/// RAID 5: a chunk of a stripe still in replication whose primary and backup both fail one
+/// read is read again rather than failing the read: there is no parity to decode from yet,
+/// and the SSD's read errors are transient (the config soak, seed 15973, failed a write of
+/// scala-co on RAID 6 with a member down there).
+#[test]
+fn a_replicated_chunk_whose_copies_all_failed_once_is_read_again() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (devs, _) =
+        crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 5);
+    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let scala = ScalaAfaConfig::default();
+    let volume = ScalaAfa::new(array_config(Level::Raid5, 5), scala, devs, vec![]).unwrap();
+    let mut h = Harness::new(volume);
+    let cs = h.volume.chunk_sectors();
+    h.write(0, cs).unwrap();
+    let a = h.volume.amt[0];
+    let (stripe, j) = (a / h.volume.k as u32, (a % h.volume.k as u32) as usize);
+    assert!(matches!(
+        h.volume.stripes[stripe as usize].state,
+        HhState::Open | HhState::Full
+    ));
+    fail_next[h.volume.data_member(stripe, j)].store(1, Relaxed);
+    fail_next[h.volume.parity_member(stripe, 0)].store(1, Relaxed);
+    h.try_read_check(0, cs)
+        .expect("the chunk is read from a copy read twice");
+    let s = *h.volume.stats();
+    assert_eq!(s.read_retries, 1, "{s:?}");
+    assert_eq!(s.read_errors_corrected, 1, "{s:?}");
+}
+
 /// §5.2: grants are batches by message; many threads on a small volume run the manager dry,
 /// so it recalls unused heroes; ending a thread returns its heroes and closes its HG.
 #[test]
@@ -1400,6 +1430,42 @@ fn an_idle_volume_stops_checkpointing_once_its_tables_are_saved() {
     }
     // Whatever the idle time did, the data is still there.
     h.check_all();
+}
+
+/// A checkpoint that takes longer than its interval does not make the next one due at
+/// once: the interval runs from the end of the last checkpoint, so the members get that
+/// long for user writes between two checkpoints (config soak seed 15971).
+#[test]
+fn checkpoints_wait_an_interval_after_the_last_one_ends() {
+    let interval_ns = 1_000_000;
+    let scala = ScalaAfaConfig {
+        checkpoint_interval_ms: interval_ns as f64 / 1e6,
+        ..ScalaAfaConfig::default()
+    };
+    let mut h = Harness::new(engine(Level::Raid5, 4, 0, scala));
+    let mut rng = SimRng::new(3);
+    let cap = h.tokens.len() as u64;
+    for _ in 0..64 {
+        h.write(rng.below(cap), 1).unwrap();
+    }
+    let start = h.now_ns;
+    let done = h.volume.checkpoint(start).unwrap();
+    assert!(
+        done - start > interval_ns,
+        "the test needs a checkpoint slower than its interval: {} ns",
+        done - start
+    );
+    // The tables change, so the next checkpoint is not skipped as unchanged.
+    h.write(rng.below(cap), 1).unwrap();
+    let written = h.volume.stats().checkpoints;
+    h.volume.checkpoint_if_due(start + interval_ns).unwrap();
+    assert_eq!(
+        h.volume.stats().checkpoints,
+        written,
+        "due before the last one ended"
+    );
+    h.volume.checkpoint_if_due(done + interval_ns).unwrap();
+    assert_eq!(h.volume.stats().checkpoints, written + 1);
 }
 
 /// Found by the property test below: an array-level clean inside a clean (the GC writer
