@@ -324,6 +324,29 @@ pub(crate) fn flush_members<'a, D: BlockDevice + 'a>(
 /// times at most before giving it up as unreadable.
 pub(crate) const READ_ATTEMPTS: u32 = 16;
 
+/// Reads again data whose every copy (`copies`: mirrors, replicas) failed once as
+/// uncorrectable: up to `READ_ATTEMPTS - 1` more passes over them through `read`, until one
+/// reads. The SSD's read errors are transient (the data stays), so a later read of a copy
+/// finds it, as `read_shards` finds a parity stripe's shards; before, the user's command
+/// failed. Returns when the read completed (None when no copy read) and the reads made
+/// again; the last uncorrectable error goes to `unreadable`, and any other error stops it.
+pub(crate) fn read_copies_again<C: Copy>(
+    copies: &[C],
+    unreadable: &mut Option<DeviceError>,
+    mut read: impl FnMut(C) -> Result<TimeNs, DeviceError>,
+) -> Result<(Option<TimeNs>, u64), DeviceError> {
+    let mut retries = 0;
+    for _ in 1..READ_ATTEMPTS {
+        for &copy in copies {
+            retries += 1;
+            if let Some(done) = as_erasure(read(copy), unreadable)? {
+                return Ok((Some(done), retries));
+            }
+        }
+    }
+    Ok((None, retries))
+}
+
 /// Reads the shards of a stripe that `readable` marks and `present` does not, through
 /// `read` (`Ok(Some(done))`: read; `Ok(None)`: could not be read this time; an error stops
 /// it), marking them present. While more shards are missing than the stripe's `parities`
@@ -1005,11 +1028,13 @@ impl<D: BlockDevice> Array<D> {
             };
             match first_pass {
                 Some(t) => t,
-                // Every copy failed once. An uncorrectable read is transient on flash (the
-                // data stays), so each is read again, `m` included, as `read_shards` does
-                // for a parity stripe's shards; before, the user's command failed.
+                // Every copy failed once: each is read again, `m` included.
                 None if tried.len() > 1 => {
-                    match self.read_copies_again(&tried, stripe, row, rows, now_ns, out)? {
+                    let (read, retries) = read_copies_again(&tried, &mut None, |member| {
+                        self.member_read_once(member, stripe, row, rows, now_ns, out)
+                    })?;
+                    self.stats.read_retries += retries;
+                    match read {
                         Some(t) => t,
                         None => return Ok(None),
                     }
@@ -1021,30 +1046,6 @@ impl<D: BlockDevice> Array<D> {
         // The rewrite goes out once the data is rebuilt; the reader does not wait for it.
         self.member_write(m, stripe, row, rows, ready, out)?;
         Ok(Some(ready))
-    }
-
-    /// Reads rows of `stripe` from each member of `copies` in turn, for up to
-    /// `READ_ATTEMPTS - 1` passes, until one reads; None when none did.
-    fn read_copies_again(
-        &mut self,
-        copies: &[usize],
-        stripe: u64,
-        row: u32,
-        rows: u32,
-        now_ns: TimeNs,
-        out: &mut [u8],
-    ) -> Result<Option<TimeNs>, DeviceError> {
-        for _ in 1..READ_ATTEMPTS {
-            for &member in copies {
-                self.stats.read_retries += 1;
-                match self.member_read_once(member, stripe, row, rows, now_ns, out) {
-                    Ok(t) => return Ok(Some(t)),
-                    Err(DeviceError::Uncorrectable { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(None)
     }
 
     fn member_read_once(

@@ -695,36 +695,27 @@ impl<D: BlockDevice> TwoPhase<D> {
             return Ok(None);
         }
         if owner & STRIPE_BIT == 0 {
-            // The other serving copies first, then the slot itself again: an uncorrectable
-            // read is transient on flash (the data stays), so when every copy failed once,
-            // each is read again, as `read_shards` does for a stripe's shards. Before, a
-            // second failed copy ended the user's command although a later read of either
-            // would have succeeded.
+            // The other serving copies first; when every copy failed once, each is read
+            // again, the slot itself included (`read_copies_again`).
             let mut copies: Vec<Slot> = self.rsets[owner as usize]
                 .slots
                 .iter()
                 .copied()
                 .filter(|&c| c != s && self.serves(c))
                 .collect();
-            copies.push(s);
-            for attempt in 0..crate::READ_ATTEMPTS {
-                for (i, &copy) in copies.iter().enumerate() {
-                    if attempt == 0 && i + 1 == copies.len() {
-                        // The slot itself failed just now; its first retry comes after
-                        // every other copy has been tried once.
-                        continue;
-                    }
-                    if attempt > 0 {
-                        self.stats.read_retries += 1;
-                    }
-                    match self.member_read_once(copy, row, rows, now_ns, out) {
-                        Ok(t) => return Ok(Some(t)),
-                        Err(DeviceError::Uncorrectable { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
+            for &copy in &copies {
+                match self.member_read_once(copy, row, rows, now_ns, out) {
+                    Ok(t) => return Ok(Some(t)),
+                    Err(DeviceError::Uncorrectable { .. }) => {}
+                    Err(e) => return Err(e),
                 }
             }
-            return Ok(None);
+            copies.push(s);
+            let (read, retries) = crate::read_copies_again(&copies, &mut None, |copy| {
+                self.member_read_once(copy, row, rows, now_ns, out)
+            })?;
+            self.stats.read_retries += retries;
+            return Ok(read);
         }
         let stripe = owner & !STRIPE_BIT;
         let Some(role) = self.stripes[stripe as usize]

@@ -2113,30 +2113,28 @@ impl<D: BlockDevice> ScalaAfa<D> {
             }
         }
         let (shards, t) = match self.reconstruct_rows(stripe, row, rows, now_ns, j) {
-            // A stripe still in replication has nothing to decode from. An uncorrectable
-            // read is transient on flash (the data stays), so every copy is read again, as
-            // `read_shards` does for a stripe's shards; the error is the last unreadable
-            // copy's, which names its sectors. Before, two copies failing once each ended
-            // the user's command (the config soak, seed 15973: RAID 6 with a member down).
+            // A stripe still in replication has nothing to decode from: every copy is read
+            // again (`read_copies_again`; the config soak, seed 15973, RAID 6 with a member
+            // down, failed a write there). The error is the last unreadable copy's, which
+            // names its sectors.
             Err(DeviceError::Failed) if !striped => {
                 let copies = home_ok
                     .then_some((home, lba))
                     .into_iter()
                     .chain(replicas.iter().map(|&(p, vlba)| (p, vlba + row as u64)))
                     .collect::<Vec<_>>();
-                for _ in 1..crate::READ_ATTEMPTS {
-                    for &(p, at) in &copies {
-                        self.stats.read_retries += 1;
-                        match self.member_read(p, at, rows, now_ns, out) {
-                            Err(e @ DeviceError::Uncorrectable { .. }) => unreadable = Some(e),
-                            result => {
-                                self.count_corrected(true, &result);
-                                return result;
-                            }
-                        }
+                let (read, retries) =
+                    crate::read_copies_again(&copies, &mut unreadable, |(p, at)| {
+                        self.member_read(p, at, rows, now_ns, out)
+                    })?;
+                self.stats.read_retries += retries;
+                return match read {
+                    Some(t) => {
+                        self.count_corrected(true, &Ok(t));
+                        Ok(t)
                     }
-                }
-                return Err(unreadable.unwrap_or(DeviceError::Failed));
+                    None => Err(unreadable.unwrap_or(DeviceError::Failed)),
+                };
             }
             result => result?,
         };

@@ -445,6 +445,20 @@ fn raid6_reads_through_two_unreadable_members() {
     }
 }
 
+/// RAID 5 of five members whose reads can be made to fail (`fail_next[i]`: member i's
+/// next reads), with tokens.
+fn unreadable_raid5() -> (
+    Harness<ScalaAfa<crate::tests::Unreadable>>,
+    Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+) {
+    let (devs, _) =
+        crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 5);
+    let fail_next = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let scala = ScalaAfaConfig::default();
+    let volume = ScalaAfa::new(array_config(Level::Raid5, 5), scala, devs, vec![]).unwrap();
+    (Harness::new(volume), fail_next)
+}
+
 /// RAID 5: a converted chunk whose home cannot be read is decoded from the others, and
 /// when one of those fails too, that is two erasures for one parity. The SSD's read errors
 /// are transient, so the shard is read again and the decode goes on (the config soak, seed
@@ -452,12 +466,7 @@ fn raid6_reads_through_two_unreadable_members() {
 #[test]
 fn a_decode_reads_again_a_shard_that_failed_once() {
     use std::sync::atomic::Ordering::Relaxed;
-    let (devs, _) =
-        crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 5);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let scala = ScalaAfaConfig::default();
-    let volume = ScalaAfa::new(array_config(Level::Raid5, 5), scala, devs, vec![]).unwrap();
-    let mut h = Harness::new(volume);
+    let (mut h, fail_next) = unreadable_raid5();
     let mut rng = SimRng::new(45);
     let cap = h.tokens.len() as u64;
     while h.volume.stats().user_write_sectors < cap * 2 {
@@ -488,12 +497,7 @@ fn a_decode_reads_again_a_shard_that_failed_once() {
 #[test]
 fn a_replicated_chunk_whose_copies_all_failed_once_is_read_again() {
     use std::sync::atomic::Ordering::Relaxed;
-    let (devs, _) =
-        crate::tests::Unreadable::members(&scala_ssd_config(afa_nand::PayloadMode::Token), 5);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let scala = ScalaAfaConfig::default();
-    let volume = ScalaAfa::new(array_config(Level::Raid5, 5), scala, devs, vec![]).unwrap();
-    let mut h = Harness::new(volume);
+    let (mut h, fail_next) = unreadable_raid5();
     let cs = h.volume.chunk_sectors();
     h.write(0, cs).unwrap();
     let a = h.volume.amt[0];
