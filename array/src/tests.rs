@@ -1597,15 +1597,27 @@ fn raid6_reads_through_two_unreadable_members() {
     assert!(h.volume.stats().read_errors_corrected > 0);
 }
 
+/// An md-style array of `n` members whose reads can be made to fail (`fail_next[i]`:
+/// member i's next reads).
+fn unreadable_md(
+    level: Level,
+    n: u32,
+) -> (
+    Harness<Array<Unreadable>>,
+    Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+) {
+    let (devs, _) = Unreadable::members(&ssd_config(), n);
+    let fail_next = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let array = Array::new(two_phase_config(level, n), devs, vec![]).unwrap();
+    (Harness::new(array), fail_next)
+}
+
 /// RAID 1: a read whose every mirror fails once is read again rather than failing the
 /// user's command, since an uncorrectable read is transient on flash.
 #[test]
 fn raid1_reads_the_mirrors_again_when_every_copy_failed_once() {
     use std::sync::atomic::Ordering::Relaxed;
-    let config = two_phase_config(Level::Raid1, 2);
-    let (devs, _) = Unreadable::members(&ssd_config(), 2);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let mut h = Harness::new(Array::new(config, devs, vec![]).unwrap());
+    let (mut h, fail_next) = unreadable_md(Level::Raid1, 2);
     h.random_ops(&mut SimRng::new(66), 200);
     for f in &fail_next {
         f.store(1, Relaxed);
@@ -1626,10 +1638,7 @@ fn raid1_reads_the_mirrors_again_when_every_copy_failed_once() {
 #[test]
 fn raid6_with_a_member_failed_reads_again_what_a_correction_could_not_read() {
     use std::sync::atomic::Ordering::Relaxed;
-    let config = two_phase_config(Level::Raid6, 6);
-    let (devs, _) = Unreadable::members(&ssd_config(), 6);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let mut h = Harness::new(Array::new(config, devs, vec![]).unwrap());
+    let (mut h, fail_next) = unreadable_md(Level::Raid6, 6);
     h.random_ops(&mut SimRng::new(63), 400);
     h.volume.fail_member(0, h.now_ns).unwrap();
     let map = h.volume.layout().stripe(0);
@@ -1652,17 +1661,8 @@ fn raid6_with_a_member_failed_reads_again_what_a_correction_could_not_read() {
 #[test]
 fn two_phase_decode_reads_again_a_slot_that_failed_once() {
     use std::sync::atomic::Ordering::Relaxed;
-    let config = two_phase_config(Level::Raid5, 5);
-    let (devs, _) = Unreadable::members(&ssd_config(), 5);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let tp = TwoPhase::new(config, TwoPhaseConfig::default(), devs, vec![]).unwrap();
-    let mut h = Harness::new(tp);
-    let mut rng = SimRng::new(64);
-    let cap = h.tokens.len() as u64;
-    while h.volume.stats().user_write_sectors < cap * 2 {
-        h.random_ops(&mut rng, 100);
-    }
-    let (chunk, members) = h.volume.striped_chunk_members().expect("a striped chunk");
+    let (mut h, fail_next) = unreadable_two_phase_raid5();
+    let (chunk, members) = overwrite_until_striped(&mut h);
     fail_next[members[0]].store(1, Relaxed);
     fail_next[members[1]].store(1, Relaxed);
     let cs = h.volume.chunk_sectors() as u64;
@@ -1673,6 +1673,52 @@ fn two_phase_decode_reads_again_a_slot_that_failed_once() {
     assert_eq!(s.read_errors_corrected, 1, "{s:?}");
 }
 
+/// Two-phase RAID 5 of five members whose reads can be made to fail (`fail_next[i]`:
+/// member i's next reads).
+fn unreadable_two_phase_raid5() -> (
+    Harness<TwoPhase<Unreadable>>,
+    Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+) {
+    let config = two_phase_config(Level::Raid5, 5);
+    let (devs, _) = Unreadable::members(&ssd_config(), 5);
+    let fail_next = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
+    let tp = TwoPhase::new(config, TwoPhaseConfig::default(), devs, vec![]).unwrap();
+    (Harness::new(tp), fail_next)
+}
+
+/// Overwrites the volume twice at random, so that stripes are converted, and returns a
+/// striped chunk and the members of its stripe's slots, its own first.
+fn overwrite_until_striped(h: &mut Harness<TwoPhase<Unreadable>>) -> (u64, Vec<usize>) {
+    let mut rng = SimRng::new(64);
+    let cap = h.tokens.len() as u64;
+    while h.volume.stats().user_write_sectors < cap * 2 {
+        h.random_ops(&mut rng, 100);
+    }
+    h.volume.striped_chunk_members().expect("a striped chunk")
+}
+
+/// Two-phase RAID 5: a striped chunk whose slot fails one read, while another slot of its
+/// stripe fails every read for a while, cannot be decoded; the slot itself is read again,
+/// since its own failure was transient.
+#[test]
+fn two_phase_reads_a_striped_slot_again_when_its_stripe_cannot_decode() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mut h, fail_next) = unreadable_two_phase_raid5();
+    let (chunk, members) = overwrite_until_striped(&mut h);
+    fail_next[members[0]].store(1, Relaxed);
+    // More failed reads than a decode makes: the stripe cannot be decoded.
+    fail_next[members[1]].store(crate::READ_ATTEMPTS, Relaxed);
+    let cs = h.volume.chunk_sectors() as u64;
+    h.try_read_check(chunk * cs, cs as u32)
+        .expect("the chunk is read from its own slot, read twice");
+    let s = h.volume.stats();
+    // Fifteen reads of the other slot again inside the decode, then one of the chunk's own.
+    assert_eq!(s.read_retries, crate::READ_ATTEMPTS as u64, "{s:?}");
+    assert_eq!(s.read_errors_corrected, 1, "{s:?}");
+    fail_next[members[1]].store(0, Relaxed);
+    h.check_all();
+}
+
 /// Two-phase RAID 5: a replicated chunk whose every copy fails one read is read again
 /// rather than failing the read (the config soak, seed 14450, failed a merging write
 /// there). An uncorrectable read is transient on flash, so a second pass over the copies
@@ -1680,11 +1726,7 @@ fn two_phase_decode_reads_again_a_slot_that_failed_once() {
 #[test]
 fn two_phase_reads_again_a_replicated_chunk_whose_copies_all_failed_once() {
     use std::sync::atomic::Ordering::Relaxed;
-    let config = two_phase_config(Level::Raid5, 5);
-    let (devs, _) = Unreadable::members(&ssd_config(), 5);
-    let fail_next: Vec<_> = devs.iter().map(|d| d.fail_next_reads.clone()).collect();
-    let tp = TwoPhase::new(config, TwoPhaseConfig::default(), devs, vec![]).unwrap();
-    let mut h = Harness::new(tp);
+    let (mut h, fail_next) = unreadable_two_phase_raid5();
     h.random_ops(&mut SimRng::new(65), 40);
     let (chunk, members) = h
         .volume

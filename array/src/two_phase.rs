@@ -733,15 +733,11 @@ impl<D: BlockDevice> TwoPhase<D> {
             // A second unreadable member, or too few left to decode from: the slot itself
             // is read again, since its failure was transient.
             Err(DeviceError::Uncorrectable { .. } | DeviceError::Failed) => {
-                for _ in 1..crate::READ_ATTEMPTS {
-                    self.stats.read_retries += 1;
-                    match self.member_read_once(s, row, rows, now_ns, out) {
-                        Ok(t) => return Ok(Some(t)),
-                        Err(DeviceError::Uncorrectable { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(None)
+                let (read, retries) = crate::read_copies_again(&[s], &mut None, |copy| {
+                    self.member_read_once(copy, row, rows, now_ns, out)
+                })?;
+                self.stats.read_retries += retries;
+                Ok(read)
             }
             Err(e) => Err(e),
         }
